@@ -1,0 +1,1 @@
+"""The pipeline document (YAML → pydantic), the stage contract, gates and the runner."""

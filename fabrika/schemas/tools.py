@@ -1,0 +1,166 @@
+"""Tools (OpenAI function format) and tool calls."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+    "null": (type(None),),
+}
+
+
+def value_matches_type(value: Any, json_type: str | list[str]) -> bool:
+    """True when ``value`` is an instance of the JSON Schema ``type`` (bool is not a number)."""
+    types = [json_type] if isinstance(json_type, str) else list(json_type)
+    for t in types:
+        py = _JSON_TYPES.get(t)
+        if py is None:
+            continue
+        if isinstance(value, bool) and t in ("integer", "number"):
+            continue
+        if isinstance(value, py):
+            return True
+    return False
+
+
+def check_parameters_schema(parameters: dict[str, Any]) -> list[str]:
+    """Every problem with a tool's ``parameters`` schema, as readable strings (empty = valid).
+
+    Checks the JSON Schema meta-schema, ``type: object``, ``required ⊆ properties``,
+    enum values against their declared type and defaults against their property schema.
+    """
+    problems: list[str] = []
+    try:
+        jsonschema.Draft202012Validator.check_schema(parameters)
+    except jsonschema.SchemaError as exc:
+        problems.append(f"parameters is not a valid JSON Schema: {exc.message}")
+        return problems
+    if parameters.get("type") != "object":
+        problems.append(f"parameters.type must be 'object', got {parameters.get('type')!r}")
+    props = parameters.get("properties", {}) or {}
+    if not isinstance(props, dict):
+        problems.append("parameters.properties must be an object")
+        return problems
+    missing = [r for r in parameters.get("required", []) or [] if r not in props]
+    if missing:
+        problems.append(f"required names parameters that are not in properties: {missing}")
+    for pname, pschema in props.items():
+        if not isinstance(pschema, dict):
+            continue
+        ptype = pschema.get("type")
+        for value in pschema.get("enum", []) or []:
+            if ptype is not None and not value_matches_type(value, ptype):
+                problems.append(f"enum value {value!r} of '{pname}' does not match type {ptype!r}")
+        if "default" in pschema:
+            try:
+                jsonschema.validate(pschema["default"], pschema)
+            except jsonschema.ValidationError as exc:
+                problems.append(f"default of '{pname}' is invalid: {exc.message}")
+    return problems
+
+
+class FunctionSpec(BaseModel):
+    """The ``function`` part of an OpenAI tool."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Function name; letters, digits, '_', '.', '-'; at most 64 chars.")
+    description: str = Field(default="", description="What the function does, in the sample's language.")
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="JSON Schema of the arguments object.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError(f"tool name {v!r} must match {_NAME_RE.pattern}")
+        return v
+
+    @field_validator("parameters")
+    @classmethod
+    def _valid_parameters(cls, v: dict[str, Any]) -> dict[str, Any]:
+        problems = check_parameters_schema(v)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
+
+
+class Tool(BaseModel):
+    """A tool in OpenAI function format: ``{"type": "function", "function": {...}}``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["function"] = "function"
+    function: FunctionSpec
+
+    @property
+    def name(self) -> str:
+        return self.function.name
+
+    def validate_arguments(self, arguments: dict[str, Any]) -> list[str]:
+        """Problems with ``arguments`` against this tool's schema (empty list = valid)."""
+        validator = jsonschema.Draft202012Validator(self.function.parameters)
+        return [
+            f"{'/'.join(str(p) for p in err.absolute_path) or '<root>'}: {err.message}"
+            for err in sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        ]
+
+    def to_openai(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class ToolCall(BaseModel):
+    """One call: a name and an arguments object (the JSON-string form is parsed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = None
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_openai_shape(cls, data: Any) -> Any:
+        # Accept {"type": "function", "function": {"name", "arguments"}} as well.
+        if isinstance(data, dict) and "function" in data and "name" not in data:
+            fn = data["function"] or {}
+            data = {"id": data.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments", {})}
+        return data
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _parse_json_string(cls, v: Any) -> Any:
+        if v is None or v == "":
+            return {}
+        if isinstance(v, str):
+            try:
+                v = json.loads(v)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"arguments is not valid JSON: {exc.msg} at char {exc.pos}") from exc
+        if not isinstance(v, dict):
+            raise ValueError(f"arguments must be a JSON object, got {type(v).__name__}")
+        return v
+
+    def to_openai(self) -> dict[str, Any]:
+        """OpenAI wire form: arguments as a JSON string (Cyrillic kept as is)."""
+        out: dict[str, Any] = {
+            "type": "function",
+            "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)},
+        }
+        if self.id is not None:
+            out["id"] = self.id
+        return out
