@@ -1,0 +1,207 @@
+"""Function-calling exact-match reward (binary) and the call parser it needs.
+
+The reward is the one the FC expert is trained with (GRPO) and the matcher the
+simulation uses to check assistant steps, so both agree on what "correct"
+means: the predicted calls equal the expected calls as a *multiset* (order of
+parallel calls is free), an int is accepted where the schema says ``number``,
+and an optional parameter left at its schema default is the same as omitting
+it. Pure Python (no torch), so reward workers import it cheaply.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = ["calls_match", "completion_text", "fc_reward", "parse_completion_calls", "values_equal"]
+
+_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+def values_equal(a: Any, b: Any) -> bool:
+    """Structural JSON equality where ``1 == 1.0`` but ``True != 1`` and ``"1" != 1``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def _tool_schemas(tools: Iterable[Any] | None) -> dict[str, dict[str, Any]]:
+    """name → parameters schema, from Tool models, OpenAI dicts or a JSON string of them."""
+    if tools is None:
+        return {}
+    if isinstance(tools, str):
+        tools = json.loads(tools)
+    out: dict[str, dict[str, Any]] = {}
+    for t in tools:
+        if hasattr(t, "model_dump"):
+            t = t.model_dump(mode="json")
+        fn = t.get("function", t)
+        out[fn["name"]] = fn.get("parameters") or {}
+    return out
+
+
+def _normalize_call(call: Any, schemas: Mapping[str, dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+    """(name, arguments) with defaults dropped; ``None`` when the call is malformed."""
+    if hasattr(call, "model_dump"):
+        call = call.model_dump(mode="json")
+    if not isinstance(call, Mapping):
+        return None
+    if "function" in call and "name" not in call:
+        call = call["function"] or {}
+    name = call.get("name")
+    args = call.get("arguments", {})
+    if args is None or args == "":
+        args = {}
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(name, str) or not isinstance(args, dict):
+        return None
+    schema = schemas.get(name)
+    if schema:
+        props = schema.get("properties") or {}
+        required = set(schema.get("required") or [])
+        args = {
+            k: v
+            for k, v in args.items()
+            if not (k not in required and isinstance(props.get(k), dict) and "default" in props[k]
+                    and values_equal(v, props[k]["default"]))
+        }
+        for k, v in args.items():
+            # An integer schema does not accept 2.5; a number schema accepts 2 (values_equal handles it).
+            if isinstance(props.get(k), dict) and props[k].get("type") == "integer" and isinstance(v, float) \
+                    and not v.is_integer():
+                return None
+    return name, args
+
+
+def calls_match(predicted: Sequence[Any], expected: Sequence[Any], tools: Iterable[Any] | None = None) -> bool:
+    """True when ``predicted`` equals ``expected`` as a multiset of calls.
+
+    Calls are ``{"name": str, "arguments": dict | JSON str}`` (or OpenAI's
+    ``{"function": {...}}`` shape, or :class:`fabrika.schemas.ToolCall`). With
+    ``tools``, optional arguments equal to their schema default are ignored.
+    A malformed call on either side never matches.
+    """
+    schemas = _tool_schemas(tools)
+    pred = [_normalize_call(c, schemas) for c in predicted]
+    exp = [_normalize_call(c, schemas) for c in expected]
+    if any(c is None for c in pred) or any(c is None for c in exp) or len(pred) != len(exp):
+        return False
+    unused = list(pred)
+    for name, args in exp:  # type: ignore[misc]
+        for i, cand in enumerate(unused):
+            if cand[0] == name and values_equal(cand[1], args):  # type: ignore[index]
+                del unused[i]
+                break
+        else:
+            return False
+    return True
+
+
+def _last_message(completion: Any) -> Any:
+    if isinstance(completion, list):
+        assistants = [m for m in completion if isinstance(m, Mapping) and m.get("role", "assistant") == "assistant"]
+        return assistants[-1] if assistants else {}
+    return completion
+
+
+def completion_text(completion: Any) -> str:
+    """The completion's visible text with ``<tool_call>`` blocks removed."""
+    msg = _last_message(completion)
+    text = msg.get("content") if isinstance(msg, Mapping) else msg
+    if not isinstance(text, str):
+        return ""
+    return _TOOL_CALL_RE.sub("", text).strip()
+
+
+def parse_completion_calls(completion: Any) -> list[dict[str, Any]]:
+    """Every call in a completion, as ``{"name", "arguments": dict}``.
+
+    Accepts a string with Hermes/Qwen ``<tool_call>{json}</tool_call>`` blocks,
+    a message dict with OpenAI ``tool_calls``, or a TRL conversational
+    completion (list of messages; the last assistant message counts).
+
+    Raises:
+        ValueError: a block is not JSON, lacks ``name``, has non-object
+            arguments, or a ``<tool_call>`` tag is left unclosed.
+    """
+    msg = _last_message(completion)
+    calls: list[dict[str, Any]] = []
+    if isinstance(msg, Mapping):
+        for raw in msg.get("tool_calls") or []:
+            norm = _normalize_call(raw, {})
+            if norm is None:
+                raise ValueError(f"malformed tool_calls entry: {raw!r}")
+            calls.append({"name": norm[0], "arguments": norm[1]})
+        text = msg.get("content") or ""
+    else:
+        text = msg if isinstance(msg, str) else ""
+    if not isinstance(text, str):
+        raise ValueError(f"completion content must be a string, got {type(text).__name__}")
+    blocks = _TOOL_CALL_RE.findall(text)
+    if text.count("<tool_call>") != len(blocks) or text.count("</tool_call>") != len(blocks):
+        raise ValueError("unbalanced <tool_call> tags")
+    for block in blocks:
+        try:
+            data = json.loads(block.strip())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"<tool_call> block is not JSON: {exc.msg}") from exc
+        norm = _normalize_call(data, {})
+        if norm is None:
+            raise ValueError(f"<tool_call> block needs 'name' and object 'arguments': {block.strip()[:80]!r}")
+        calls.append({"name": norm[0], "arguments": norm[1]})
+    return calls
+
+
+def _expected_calls(gt: Any) -> list[Any]:
+    if isinstance(gt, str):
+        gt = json.loads(gt) if gt else {}
+    if gt is None:
+        return []
+    if isinstance(gt, Mapping):
+        return list(gt.get("calls") or [])
+    return list(gt)
+
+
+def fc_reward(
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    ground_truth: Sequence[Any],
+    target_type: Sequence[str | None],
+    tools: Sequence[Any] | None = None,
+    **kwargs: Any,
+) -> list[float]:
+    """TRL reward function: 1.0 for an exact FC match, else 0.0.
+
+    ``ground_truth[i]`` is ``{"calls": [...]}`` (or its JSON string, as stored
+    in datasets). For ``tool_call`` targets the parsed calls must match; for
+    ``text``/``clarification``/``irrelevance`` targets the completion must emit
+    no call and non-empty text. Malformed output scores 0.
+    """
+    del prompts, kwargs
+    rewards: list[float] = []
+    for i, completion in enumerate(completions):
+        sample_tools = tools[i] if tools is not None else None
+        try:
+            predicted = parse_completion_calls(completion)
+        except ValueError:
+            rewards.append(0.0)
+            continue
+        kind = target_type[i] or "tool_call"
+        if kind == "tool_call":
+            expected = _expected_calls(ground_truth[i])
+            ok = bool(expected) and calls_match(predicted, expected, sample_tools)
+        else:
+            ok = not predicted and bool(completion_text(completion))
+        rewards.append(1.0 if ok else 0.0)
+    return rewards
