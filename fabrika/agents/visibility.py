@@ -1,0 +1,141 @@
+"""The visibility rule of each FC role, as pure functions (DESIGN contract 8).
+
+An episode's full state holds the plan, the persona and every message. Each
+role gets a *View* cut from it, and the role's prompt is rendered from the
+View only — so what a role can leak is bounded by what its View holds, and
+the tests assert on the rendered prompts:
+
+* user: persona, the goal card of the current turn, the visible dialogue text;
+  never tool names, schemas, calls or results;
+* assistant: its system prompt, the tools at the sample's description tier,
+  the dialogue with its own calls and the tool results; never the plan;
+* tool: one call, that tool's full schema, the plan's expected result for it,
+  earlier tool outputs; never the user's text or goal.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabrika.agents.prompts import prompt_text
+from fabrika.schemas.fc import GoalCard, Persona, Plan, goal_card
+from fabrika.schemas.messages import Message
+from fabrika.schemas.tools import Tool, ToolCall
+
+
+@dataclass(frozen=True)
+class EpisodeState:
+    """Everything the simulation knows; only views cut from it reach a prompt."""
+
+    plan: Plan
+    messages: tuple[Message, ...] = ()
+    step: int = 0
+
+
+@dataclass(frozen=True)
+class UserView:
+    lang: str
+    persona: Persona
+    goal: GoalCard
+    dialogue: tuple[tuple[str, str], ...]  # (role, text) of user/assistant text turns
+
+
+@dataclass(frozen=True)
+class AssistantView:
+    lang: str
+    system: str
+    tools: tuple[Tool, ...]
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True)
+class ToolView:
+    lang: str
+    call: ToolCall
+    tool: Tool
+    expected_result: Any
+    earlier: tuple[tuple[ToolCall, str], ...] = field(default=())
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=1)
+
+
+def user_view(state: EpisodeState) -> UserView:
+    """Persona, goal card and the plain text of the conversation (no calls, no tool output)."""
+    text_turns = tuple(
+        (m.role, m.content)
+        for m in state.messages
+        if m.role in ("user", "assistant") and not m.tool_calls and m.content and m.flag != "injected"
+    )
+    return UserView(
+        lang=state.plan.lang,
+        persona=state.plan.persona,
+        goal=goal_card(state.plan.steps[state.step], state.step),
+        dialogue=text_turns,
+    )
+
+
+def assistant_view(state: EpisodeState) -> AssistantView:
+    """System prompt, tier-k tools and the whole dialogue, without hidden reasoning and without the plan."""
+    msgs = tuple(m.model_copy(update={"reasoning": None}) for m in state.messages if m.role != "system")
+    return AssistantView(
+        lang=state.plan.lang,
+        system=prompt_text("assistant_system", state.plan.lang),
+        tools=tuple(state.plan.tools_at_tier()),
+        messages=msgs,
+    )
+
+
+def tool_view(state: EpisodeState, call: ToolCall, expected_result: Any = None) -> ToolView:
+    """The call, the called tool's full schema, the plan's expected result and earlier tool outputs."""
+    spec = state.plan.spec(call.name)
+    if spec is None:
+        raise ValueError(f"tool_view: tool {call.name!r} is not in the plan's tool group; validate the call first")
+    calls_by_id: dict[str, ToolCall] = {}
+    earlier: list[tuple[ToolCall, str]] = []
+    for m in state.messages:
+        for c in m.tool_calls or []:
+            if c.id:
+                calls_by_id[c.id] = c
+        if m.role == "tool" and m.tool_call_id in calls_by_id and m.flag != "validator_error":
+            earlier.append((calls_by_id[m.tool_call_id], m.content or ""))
+    return ToolView(lang=state.plan.lang, call=call, tool=spec.tool, expected_result=expected_result,
+                    earlier=tuple(earlier))
+
+
+# --- renderers: a View in, chat messages out -------------------------------------------------
+
+
+def render_user_prompt(view: UserView) -> list[dict[str, Any]]:
+    """Messages for the user agent (it writes the next *user* turn)."""
+    p = view.persona
+    goal = {"intent": view.goal.intent, "say": view.goal.say, "facts": view.goal.facts}
+    transcript = "\n".join(f"{prompt_text('role_' + role, view.lang)}: {text}" for role, text in view.dialogue)
+    system = prompt_text("user_system", view.lang).format(
+        name=p.name, description=p.description, style=p.style or "-",
+    )
+    body = prompt_text("user_turn", view.lang).format(
+        goal=_dumps(goal), transcript=transcript or prompt_text("empty_dialogue", view.lang),
+    )
+    return [{"role": "system", "content": system}, {"role": "user", "content": body}]
+
+
+def render_assistant_request(view: AssistantView) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(messages, tools) for an OpenAI tool-calling request."""
+    messages = [{"role": "system", "content": view.system}] + [m.to_chat() for m in view.messages]
+    return messages, [t.to_openai() for t in view.tools]
+
+
+def render_tool_prompt(view: ToolView) -> list[dict[str, Any]]:
+    """Messages for the tool agent (it writes the tool's JSON output)."""
+    earlier = [{"call": {"name": c.name, "arguments": c.arguments}, "output": out} for c, out in view.earlier]
+    body = prompt_text("tool_turn", view.lang).format(
+        schema=_dumps(view.tool.to_openai()),
+        call=_dumps({"name": view.call.name, "arguments": view.call.arguments}),
+        expected=_dumps(view.expected_result) if view.expected_result is not None else "null",
+        earlier=_dumps(earlier),
+    )
+    return [{"role": "system", "content": prompt_text("tool_system", view.lang)}, {"role": "user", "content": body}]
