@@ -1,0 +1,160 @@
+"""Load exported datasets and check their shape before any training starts.
+
+The export writes HF ``datasets`` with ``save_to_disk``. Nested columns
+(``prompt``, ``completion``, ``tools``, ``ground_truth`` …) may be stored with
+the ``datasets.Json`` feature (decoded to Python objects on access) or as JSON
+strings (fabrika's row convention); both are accepted and decoded here. A wrong
+shape is an :class:`~fabrika.errors.InputError` naming the column, the row and
+the fix — raised before a model is even loaded, never mid-training.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fabrika.errors import InputError
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+# How many rows are checked message by message (columns are always checked in full).
+CHECK_ROWS = 256
+
+
+def load_split(path: str | Path, split: str = "train") -> Dataset:
+    """``load_from_disk`` that also accepts a ``DatasetDict`` (takes ``split``)."""
+    from datasets import DatasetDict, load_from_disk
+
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"dataset_path {str(path)!r} does not exist; point it at a `fabrika export` output directory")
+    try:
+        ds = load_from_disk(str(path))
+    except Exception as exc:  # datasets raises FileNotFoundError / ValueError variants
+        raise InputError(f"dataset_path {str(path)!r} is not a saved HF dataset ({exc}); "
+                         "write it with `Dataset.save_to_disk`") from exc
+    if isinstance(ds, DatasetDict):
+        if split not in ds:
+            raise InputError(f"dataset_path {str(path)!r} has splits {sorted(ds)}, not {split!r}; set dataset_split")
+        ds = ds[split]
+    return ds
+
+
+def decode_json_columns(ds: Dataset, columns: list[str]) -> Dataset:
+    """Turn JSON-string columns into ``datasets.Json`` columns (decoded lists/dicts)."""
+    from datasets import Json, Value
+
+    todo = [c for c in columns if c in ds.column_names and ds.features[c] == Value("string")]
+    if not todo:
+        return ds
+    features = ds.features.copy()
+    for c in todo:
+        features[c] = Json()
+
+    def decode(row: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for c in todo:
+            value = row[c]
+            try:
+                out[c] = json.loads(value) if isinstance(value, str) else value
+            except json.JSONDecodeError as exc:
+                raise InputError(f"column {c!r} holds a string that is not JSON ({value[:80]!r}); "
+                                 "store nested columns as JSON or with the datasets.Json feature") from exc
+        return out
+
+    return ds.map(decode, features=features, desc="decoding JSON columns")
+
+
+def _check_messages(value: Any, column: str, row: int, *, need_assistant: bool = False) -> None:
+    fix = "each message must be a dict with a `role` in system/user/assistant/tool"
+    if not isinstance(value, list) or not value:
+        raise InputError(f"column {column!r} row {row}: expected a non-empty list of chat messages, "
+                         f"got {type(value).__name__} {str(value)[:80]!r}; {fix}")
+    for i, msg in enumerate(value):
+        if not isinstance(msg, dict) or msg.get("role") not in ROLES:
+            raise InputError(f"column {column!r} row {row} message {i}: {str(msg)[:80]!r} is not a chat message; {fix}")
+        for call in msg.get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict) or "name" not in fn:
+                raise InputError(f"column {column!r} row {row} message {i}: tool call {str(call)[:80]!r} must be "
+                                 '{"type": "function", "function": {"name": ..., "arguments": ...}}')
+    if need_assistant and not any(m["role"] == "assistant" for m in value):
+        raise InputError(f"column {column!r} row {row}: no assistant message; the completion must hold the target "
+                         "assistant turn")
+
+
+def require_columns(ds: Dataset, columns: list[str], what: str) -> None:
+    """Raise naming every missing column at once."""
+    missing = [c for c in columns if c not in ds.column_names]
+    if missing:
+        raise InputError(f"{what} dataset lacks column(s) {missing} (has {ds.column_names}); "
+                         f"re-export it with `fabrika export` in the {what} format")
+
+
+def prepare_sft_dataset(ds: Dataset) -> Dataset:
+    """Check and decode a conversational prompt–completion SFT dataset."""
+    require_columns(ds, ["prompt", "completion"], "SFT")
+    if len(ds) == 0:
+        raise InputError("SFT dataset is empty; export at least one row")
+    ds = decode_json_columns(ds, ["prompt", "completion", "tools"])
+    for i, row in enumerate(ds.select(range(min(CHECK_ROWS, len(ds))))):
+        _check_messages(row["prompt"], "prompt", i)
+        _check_messages(row["completion"], "completion", i, need_assistant=True)
+        tools = row.get("tools")
+        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+            raise InputError(f"column 'tools' row {i}: expected a list of OpenAI tool dicts, got {str(tools)[:80]!r}")
+    return ds
+
+
+def tools_block(tools: list[dict[str, Any]]) -> str:
+    """The tool list as text (Qwen's wording), for prompts rendered without a per-row ``tools`` argument."""
+    lines = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+    return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+            f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{lines}\n</tools>\n\n"
+            "For each function call, return a json object with function name and arguments within "
+            '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}'
+            "\n</tool_call>")
+
+
+def inline_tools(prompt: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Put the row's tools into its system message.
+
+    TRL's GRPOTrainer renders every prompt with one trainer-wide ``tools`` list,
+    so per-row tools would be invisible to the policy; we write them into the
+    system turn instead (the same text Qwen's template would produce).
+    """
+    if not tools:
+        return prompt
+    block = tools_block(tools)
+    if prompt and prompt[0].get("role") == "system":
+        head = dict(prompt[0])
+        head["content"] = f"{head.get('content') or ''}\n\n{block}".lstrip()
+        return [head, *prompt[1:]]
+    return [{"role": "system", "content": block}, *prompt]
+
+
+def prepare_grpo_dataset(ds: Dataset, required: list[str]) -> Dataset:
+    """Check and decode a GRPO dataset; ``required`` are the expert's reward columns."""
+    require_columns(ds, ["prompt", *required], "GRPO")
+    if len(ds) == 0:
+        raise InputError("GRPO dataset is empty; export at least one row")
+    ds = decode_json_columns(ds, ["prompt", "tools", "ground_truth", "constraints"])
+    for i, row in enumerate(ds.select(range(min(CHECK_ROWS, len(ds))))):
+        _check_messages(row["prompt"], "prompt", i)
+        if row["prompt"][-1]["role"] == "assistant":
+            raise InputError(f"column 'prompt' row {i} ends with an assistant turn; a GRPO prompt must end where "
+                             "the policy answers (drop the target turn)")
+        for col in required:
+            if row[col] is None:
+                raise InputError(f"column {col!r} row {i} is null; the reward needs it for every row")
+    if "tools" in ds.column_names:
+        from datasets import Json
+
+        features = ds.features.copy()
+        features["prompt"] = Json()
+        ds = ds.map(lambda r: {"prompt": inline_tools(r["prompt"], r["tools"])}, features=features,
+                    desc="inlining tools")
+    return ds

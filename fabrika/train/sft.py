@@ -1,0 +1,93 @@
+"""`fabrika train sft`: a thin script over TRL's ``SFTTrainer``.
+
+Read a config, check the exported dataset, build the trainer, train, save —
+like TRL's own ``scripts/sft.py``. The dataset is conversational
+prompt–completion (``prompt``, ``completion``, optional ``tools``), so the loss
+covers the completion only (``completion_only_loss``; TRL folds the mask into
+``labels``). The chat template comes from the model's tokenizer or from
+``chat_template_path`` (a ``.jinja`` file).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trl import SFTConfig
+
+from fabrika.errors import ConfigError
+from fabrika.train.config import SFT_PRESET, build_dataclass, read_yaml, with_preset
+from fabrika.train.data import load_split, prepare_sft_dataset
+
+if TYPE_CHECKING:
+    from trl import SFTTrainer
+
+
+@dataclass
+class FabrikaSFTConfig(SFTConfig):
+    """TRL's ``SFTConfig`` plus where the model and the exported dataset live.
+
+    Parameters:
+        model_name_or_path (`str`): local directory of the base model and tokenizer
+            (loaded with ``local_files_only=True``; fabrika never downloads weights).
+        dataset_path (`str`): directory written by ``Dataset.save_to_disk`` (the SFT export).
+        dataset_split (`str`, defaults to ``"train"``): split to use when the export is a ``DatasetDict``.
+        torch_dtype (`str`, defaults to ``"auto"``): dtype the model is loaded in (``auto``, ``float32``, ``bfloat16``).
+    """
+
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Local directory of the base model and tokenizer (never downloaded)."})
+    dataset_path: str | None = field(
+        default=None, metadata={"help": "Directory of the exported SFT dataset (`Dataset.save_to_disk`)."})
+    dataset_split: str = field(default="train", metadata={"help": "Split to use if the export is a DatasetDict."})
+    torch_dtype: str = field(default="auto", metadata={"help": "dtype the model is loaded in: auto, float32, bfloat16."})
+
+
+def load_sft_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None, *,
+                    use_preset: bool = True) -> FabrikaSFTConfig:
+    """The reference preset, then the YAML at ``path``, then ``overrides``."""
+    user = read_yaml(path) if path is not None else {}
+    values = with_preset(SFT_PRESET, user, overrides, use_preset=use_preset)
+    config = build_dataclass(FabrikaSFTConfig, values, where=f"sft config {path or '<dict>'}")
+    for name in ("model_name_or_path", "dataset_path"):
+        if not getattr(config, name):
+            raise ConfigError(f"sft config: `{name}` is required; set it in the YAML or pass --set {name}=...")
+    return config
+
+
+def load_model_and_tokenizer(path: str, torch_dtype: str = "auto", *, causal: bool = True) -> tuple[Any, Any]:
+    """Load a local model and tokenizer; a missing directory is a clear ConfigError."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    if not Path(path).is_dir():
+        raise ConfigError(f"model_name_or_path {path!r} is not a local directory; fabrika loads weights only "
+                          "from disk (local_files_only=True) — download or build the model first")
+    dtype = torch_dtype if torch_dtype == "auto" else getattr(torch, torch_dtype)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    cls = AutoModelForCausalLM if causal else AutoModelForSequenceClassification
+    model = cls.from_pretrained(path, local_files_only=True, dtype=dtype)
+    return model, tokenizer
+
+
+def build_sft_trainer(config: FabrikaSFTConfig, callbacks: list[Any] | None = None) -> SFTTrainer:
+    """Check the data first (fails fast), then load the model and build ``SFTTrainer``."""
+    from trl import SFTTrainer
+
+    dataset = prepare_sft_dataset(load_split(config.dataset_path, config.dataset_split))
+    model, tokenizer = load_model_and_tokenizer(config.model_name_or_path, config.torch_dtype)
+    if config.chat_template_path is None and not tokenizer.chat_template:
+        raise ConfigError(f"the tokenizer at {config.model_name_or_path!r} has no chat template; "
+                          "set chat_template_path to a .jinja file")
+    return SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
+                      callbacks=callbacks)
+
+
+def run_sft(config: FabrikaSFTConfig) -> SFTTrainer:
+    """Train and save model + tokenizer to ``config.output_dir``."""
+    trainer = build_sft_trainer(config)
+    trainer.train()
+    trainer.save_model(config.output_dir)
+    trainer.processing_class.save_pretrained(config.output_dir)
+    return trainer
