@@ -1,0 +1,191 @@
+"""Request-keyed response cache in SQLite (WAL).
+
+The key hashes only what changes the model's output:
+
+    model, messages, tools, tool_choice, temperature, top_p, max_tokens, n,
+    seed, sample_index, response_format, stop, extra_body
+
+Deliberately **excluded** (changing them must not re-ask the model): ``tag`` and
+``meta`` (bookkeeping), timeouts, retry and concurrency settings, the endpoint
+URL and the API key (where a model is served does not change what it says).
+Bump :data:`CACHE_KEY_VERSION` whenever the key's recipe changes, so old entries
+stop matching instead of answering the wrong question.
+
+Only successful responses are stored (errors are never cached). Writes are
+buffered and flushed with one ``executemany`` per batch (every ``flush_every``
+puts, every ``flush_interval_s`` seconds from the event loop, and on close),
+so a crash loses at most the answers of the last interval — they are re-asked
+on resume, never corrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Iterable
+
+from fabrika.errors import StoreError
+from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
+
+CACHE_KEY_VERSION = 1
+
+_dumps = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str).encode
+
+
+def request_key(request: ChatRequest, default_model: str | None = None) -> str:
+    """sha256 hex of the output-relevant fields of ``request`` (see module docstring).
+
+    ``default_model`` stands in when the request names no model, so the key
+    names the model that actually answers.
+    """
+    r = request
+    payload = (
+        CACHE_KEY_VERSION,
+        r.model or default_model,
+        r.messages,
+        r.tools,
+        r.tool_choice,
+        r.temperature,
+        r.top_p,
+        r.max_tokens,
+        r.n,
+        r.seed,
+        r.sample_index,
+        r.response_format,
+        r.stop,
+        r.extra_body,
+    )
+    return hashlib.sha256(_dumps(payload).encode("utf-8")).hexdigest()
+
+
+def encode_response(resp: ChatResponse) -> str:
+    """Serialise a successful response for the cache (compact JSON)."""
+    return json.dumps(
+        {
+            "c": [[c.content, list(c.tool_calls), c.finish_reason, c.reasoning] for c in resp.choices],
+            "u": [resp.usage.prompt_tokens, resp.usage.completion_tokens],
+            "m": resp.model,
+            "b": resp.backend,
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def decode_response(blob: str) -> ChatResponse:
+    data = json.loads(blob)
+    choices = tuple(Choice(content=c[0], tool_calls=tuple(c[1]), finish_reason=c[2], reasoning=c[3])
+                    for c in data["c"])
+    return ChatResponse(choices=choices, usage=Usage(*data["u"]), model=data["m"], backend=data["b"],
+                        cached=True, attempts=0)
+
+
+class ResponseCache:
+    """SQLite-backed cache; one connection, used from the event loop's thread.
+
+    Args:
+        path: the database file (parent directories are created).
+        flush_every: buffered puts that trigger a batched write.
+        flush_interval_s: the longest a put waits in the buffer while a loop runs.
+    """
+
+    def __init__(self, path: Path | str, *, flush_every: int = 512, flush_interval_s: float = 1.0) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open LLM cache at {self.path}: {exc}; check the path is writable "
+                             "or set llm.cache.enabled=false") from exc
+        self._lock = threading.Lock()
+        self._pending: dict[str, str] = {}
+        self.flush_every = flush_every
+        self.flush_interval_s = flush_interval_s
+        self._timer: asyncio.TimerHandle | None = None
+        self.closed = False
+
+    def get(self, key: str) -> ChatResponse | None:
+        blob = self._pending.get(key)
+        if blob is None:
+            row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                return None
+            blob = row[0]
+        return decode_response(blob)
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, ChatResponse]:
+        """Look up many keys with a few ``IN`` queries (one round trip per 500 keys)."""
+        found: dict[str, str] = {}
+        todo: list[str] = []
+        for k in keys:
+            blob = self._pending.get(k)
+            if blob is not None:
+                found[k] = blob
+            else:
+                todo.append(k)
+        for i in range(0, len(todo), 500):
+            chunk = todo[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            for key, value in self._db.execute(f"SELECT key, value FROM responses WHERE key IN ({marks})", chunk):
+                found[key] = value
+        return {k: decode_response(v) for k, v in found.items()}
+
+    def put(self, key: str, response: ChatResponse) -> None:
+        """Buffer a successful response; errors are refused (never cached)."""
+        if response.error is not None or not response.choices:
+            return
+        self._pending[key] = encode_response(response)
+        if len(self._pending) >= self.flush_every:
+            self.flush()
+        elif self._timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            self._timer = loop.call_later(self.flush_interval_s, self._timed_flush)
+
+    def _timed_flush(self) -> None:
+        self._timer = None
+        self.flush()
+
+    def flush(self) -> None:
+        """Write buffered entries in one transaction."""
+        if not self._pending:
+            return
+        with self._lock:
+            items = list(self._pending.items())
+            try:
+                self._db.execute("BEGIN")
+                self._db.executemany("INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", items)
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._db.execute("ROLLBACK") if self._db.in_transaction else None
+                raise StoreError(f"cannot write LLM cache {self.path}: {exc}") from exc
+            for k, _ in items:
+                self._pending.pop(k, None)
+
+    def __len__(self) -> int:
+        self.flush()
+        return int(self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.flush()
+        self._db.close()
+        self.closed = True
+
+    def stats(self) -> dict[str, Any]:
+        return {"path": str(self.path), "pending": len(self._pending)}
