@@ -1,0 +1,158 @@
+"""General-chat reward: a reward-model score with a length penalty.
+
+    reward = R · (1 − α),   α = sgn(R) · clip(L(y) / L0(x), lo, hi)   (lo=0.1, hi=0.3)
+
+R is the RM score of the completion y, L(y) its length and L0(x) the prompt's
+reference length (the ``ref_length`` column the export writes). A positive
+score shrinks by 10–30 % as the answer grows relative to the reference; a
+negative score grows more negative by the same factor, so padding never pays.
+R = 0 stays 0.
+
+The RM is an input, chosen by the caller:
+
+* a local directory of a sequence-classification model (loaded lazily with
+  ``transformers``, ``local_files_only=True`` — never downloaded; torch is
+  imported only when the first batch is scored),
+* a callable ``rm(prompts, completions) -> list[float]``,
+* or ``None``: R is read from a dataset column (``rm_score``). That column is a
+  per-prompt number, so inside a GRPO group only the length term varies — use
+  it for offline checks and tests, not as a real reward model.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable, Literal, Sequence
+
+__all__ = ["LengthUnit", "SequenceClassifierRM", "completion_length", "length_alpha", "length_penalized",
+           "make_general_reward"]
+
+LengthUnit = Literal["chars", "words", "tokens"]
+RMCallable = Callable[[Sequence[Any], Sequence[Any]], Sequence[float]]
+
+
+def _sign(x: float) -> float:
+    return (x > 0) - (x < 0)
+
+
+def length_alpha(r: float, length: float, ref_length: float, lo: float = 0.1, hi: float = 0.3) -> float:
+    """α = sgn(R) · clip(L / L0, lo, hi)."""
+    if not ref_length or ref_length <= 0 or math.isnan(ref_length):
+        raise ValueError(f"ref_length must be a positive number, got {ref_length!r}; fix the export's ref_length column")
+    return _sign(r) * min(max(length / ref_length, lo), hi)
+
+
+def length_penalized(r: float, length: float, ref_length: float, lo: float = 0.1, hi: float = 0.3) -> float:
+    """R · (1 − α) for one completion."""
+    return r * (1.0 - length_alpha(r, length, ref_length, lo, hi))
+
+
+def _text(completion: Any) -> str:
+    """Visible text of a completion: a string, or the assistant contents of a message list."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        completion = [completion]
+    return "".join((m.get("content") or "") for m in completion if m.get("role", "assistant") == "assistant")
+
+
+def completion_length(completion: Any, unit: LengthUnit, completion_ids: Sequence[int] | None = None) -> int:
+    """L(y) in ``unit`` (``tokens`` needs the completion's token ids, as TRL passes them)."""
+    if unit == "chars":
+        return len(_text(completion))
+    if unit == "words":
+        return len(_text(completion).split())
+    if completion_ids is None:
+        raise ValueError("length_unit='tokens' needs completion_ids; call through TRL or pass completion_ids")
+    return len(completion_ids)
+
+
+class SequenceClassifierRM:
+    """A local sequence-classification model used as RM; loads on first call, scores logit 0."""
+
+    def __init__(self, path: str | Path, *, batch_size: int = 8, device: str | None = None) -> None:
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise ValueError(f"rm path {str(self.path)!r} is not a local directory; the RM is never downloaded — "
+                             "point `rm` at a saved AutoModelForSequenceClassification")
+        self.batch_size = batch_size
+        self.device = device
+        self._model: Any = None
+        self._tokenizer: Any = None
+
+    def _load(self) -> None:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self._tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+        self._model = AutoModelForSequenceClassification.from_pretrained(self.path, local_files_only=True).eval()
+        if self.device:
+            self._model.to(self.device)
+
+    def _render(self, prompt: Any, completion: Any) -> str:
+        if isinstance(prompt, list):
+            comp = completion if isinstance(completion, list) else [{"role": "assistant", "content": completion}]
+            return self._tokenizer.apply_chat_template(prompt + comp, tokenize=False)
+        return f"{prompt}{_text(completion)}"
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any]) -> list[float]:
+        import torch
+
+        if self._model is None:
+            self._load()
+        texts = [self._render(p, c) for p, c in zip(prompts, completions, strict=True)]
+        scores: list[float] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = self._tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
+                                    add_special_tokens=False)
+            batch = batch.to(self._model.device)
+            with torch.inference_mode():
+                scores.extend(self._model(**batch).logits[:, 0].float().tolist())
+        return scores
+
+
+def make_general_reward(
+    rm: str | Path | RMCallable | None = None,
+    *,
+    score_column: str = "rm_score",
+    ref_length_column: str = "ref_length",
+    length_unit: LengthUnit = "chars",
+    clip: tuple[float, float] = (0.1, 0.3),
+) -> Callable[..., list[float]]:
+    """Build the TRL reward ``general_reward(prompts, completions, completion_ids, **columns)``.
+
+    Args:
+        rm: local RM directory, a callable ``(prompts, completions) -> scores``, or ``None`` to read
+            ``score_column`` from the dataset.
+        score_column: dataset column holding R when ``rm`` is ``None``.
+        ref_length_column: dataset column holding L0 (same unit as ``length_unit``).
+        length_unit: how L(y) is measured: ``chars``, ``words`` or ``tokens`` (policy tokens).
+        clip: the (lo, hi) bounds of L/L0.
+    """
+    lo, hi = clip
+    if not 0 <= lo <= hi:
+        raise ValueError(f"clip must satisfy 0 <= lo <= hi, got {clip!r}")
+    scorer: RMCallable | None
+    scorer = SequenceClassifierRM(rm) if isinstance(rm, (str, Path)) else rm
+
+    def general_reward(prompts: Sequence[Any], completions: Sequence[Any],
+                       completion_ids: Sequence[Sequence[int]] | None = None, **kwargs: Any) -> list[float]:
+        if ref_length_column not in kwargs:
+            raise ValueError(f"general reward needs the dataset column {ref_length_column!r} (L0); "
+                             f"got columns {sorted(k for k in kwargs if not k.startswith(('trainer_', 'log_')))}")
+        if scorer is None:
+            if score_column not in kwargs:
+                raise ValueError(f"general reward without an RM reads R from column {score_column!r}, which is "
+                                 "missing; add it to the export or pass rm=<local RM directory>")
+            scores = [float(s) for s in kwargs[score_column]]
+        else:
+            scores = [float(s) for s in scorer(prompts, completions)]
+        refs = kwargs[ref_length_column]
+        out = []
+        for i, completion in enumerate(completions):
+            ids = completion_ids[i] if completion_ids is not None else None
+            length = completion_length(completion, length_unit, ids)
+            out.append(length_penalized(scores[i], length, float(refs[i]), lo, hi))
+        return out
+
+    return general_reward
