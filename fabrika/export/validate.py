@@ -1,0 +1,173 @@
+"""Export validation against a real chat template.
+
+An export can be valid JSON and still train the wrong thing: a prompt that the
+template renders differently on its own than inside prompt+completion shifts
+the loss mask; arguments stored as a JSON string inside a JSON string come out
+as ``"{\\"city\\": ...}"``; Arrow struct unification quietly adds ``null`` keys
+that a template then prints. Every row is rendered with the Qwen3 template
+(shipped in ``fabrika/export/templates``, Apache-2.0) the way ``transformers``
+renders chat templates — a sandboxed jinja2 environment with ``trim_blocks``,
+``lstrip_blocks``, ``loopcontrols``, a ``tojson`` that keeps Unicode, and
+``raise_exception`` — and checked. Failures are listed per row, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import jinja2
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from pydantic import BaseModel, Field
+
+DEFAULT_TEMPLATE = "qwen3.jinja"
+_TOOL_CALL_RE = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.DOTALL)
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    # transformers overrides jinja's tojson (which HTML-escapes and sorts keys).
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+class ChatTemplate:
+    """A compiled chat template rendered like ``transformers.apply_chat_template(tokenize=False)``."""
+
+    def __init__(self, source: str, name: str = "<template>") -> None:
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+        env.filters["tojson"] = _tojson
+        env.globals["raise_exception"] = _raise_exception
+        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        self.name = name
+        self.source = source
+        self._template = env.from_string(source)
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+               add_generation_prompt: bool = False, **kwargs: Any) -> str:
+        return self._template.render(messages=messages, tools=tools or None,
+                                     add_generation_prompt=add_generation_prompt, **kwargs)
+
+
+@lru_cache(maxsize=8)
+def load_template(path: str | None = None) -> ChatTemplate:
+    """The packaged Qwen3 template, or a ``.jinja`` file at ``path``."""
+    if path is None:
+        source = resources.files("fabrika.export").joinpath("templates", DEFAULT_TEMPLATE).read_text("utf-8")
+        return ChatTemplate(source, DEFAULT_TEMPLATE)
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"chat template {str(p)!r} does not exist; pass a .jinja file or omit it for Qwen3")
+    return ChatTemplate(p.read_text("utf-8"), p.name)
+
+
+def null_paths(value: Any, path: str = "") -> set[str]:
+    """Paths of every dict key whose value is ``None`` (``prompt[1].tool_calls[0].id``)."""
+    out: set[str] = set()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            sub = f"{path}.{k}" if path else str(k)
+            if v is None:
+                out.add(sub)
+            else:
+                out |= null_paths(v, sub)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out |= null_paths(v, f"{path}[{i}]")
+    return out
+
+
+def _double_encoded(rendered: str) -> list[str]:
+    problems = []
+    for block in _TOOL_CALL_RE.findall(rendered):
+        if '"{\\"' in block:
+            problems.append(f"double-encoded arguments in tool call: {block[:120]!r}")
+            continue
+        try:
+            call = json.loads(block)
+        except json.JSONDecodeError as exc:
+            problems.append(f"rendered tool call is not JSON ({exc.msg}): {block[:120]!r}")
+            continue
+        if not isinstance(call.get("arguments"), dict):
+            problems.append(f"rendered tool call arguments are {type(call.get('arguments')).__name__}, not an object")
+    return problems
+
+
+def check_record(record: Mapping[str, Any], template: ChatTemplate,
+                 expected: Mapping[str, Any] | None = None) -> list[str]:
+    """Every problem with one exported record (empty list = valid).
+
+    ``expected`` is the record as converted from the source row; a ``null`` key in
+    ``record`` that ``expected`` does not have is a leak (Arrow unification).
+    """
+    problems: list[str] = []
+    prompt = list(record.get("prompt") or [])
+    completion = list(record.get("completion") or [])
+    tools = list(record.get("tools") or [])
+    if not prompt:
+        problems.append("prompt is empty")
+        return problems
+    try:
+        prompt_text = template.render(prompt, tools, add_generation_prompt=True)
+        full_text = template.render(prompt + completion, tools) if completion else prompt_text
+    except Exception as exc:  # a template error on one row is that row's failure
+        return [f"template {template.name} failed to render: {type(exc).__name__}: {exc}"]
+    if "completion" in record:
+        if not completion:
+            problems.append("completion is empty")
+        elif not full_text.startswith(prompt_text):
+            cut = next((i for i, (a, b) in enumerate(zip(prompt_text, full_text)) if a != b), len(full_text))
+            problems.append(f"rendered prompt is not a prefix of prompt+completion (diverges at char {cut}: "
+                            f"{prompt_text[cut:cut + 40]!r} vs {full_text[cut:cut + 40]!r})")
+    problems += _double_encoded(full_text)
+    if expected is not None:
+        nested = {k: record.get(k) for k in ("prompt", "completion", "tools", "ground_truth") if k in record}
+        want = {k: expected.get(k) for k in nested}
+        leaked = sorted(null_paths(nested) - null_paths(want))
+        if leaked:
+            problems.append(f"null-valued keys the source did not have: {leaked[:10]}")
+    return problems
+
+
+class ValidationReport(BaseModel):
+    """Result of validating an export; ``failures`` maps row id → problems."""
+
+    template: str = Field(description="Name of the chat template used.")
+    rows: int = Field(default=0, description="Rows checked.")
+    failed: int = Field(default=0, description="Rows with at least one problem.")
+    failures: dict[str, list[str]] = Field(default_factory=dict, description="Row id → problems (first 1000 rows).")
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0
+
+    def summary(self) -> str:
+        head = f"{self.rows} rows rendered with {self.template}: {self.failed} failed"
+        lines = [head] + [f"  {rid}: {'; '.join(p)}" for rid, p in list(self.failures.items())[:20]]
+        return "\n".join(lines)
+
+
+def validate_records(records: Iterable[Mapping[str, Any]], template: ChatTemplate | None = None,
+                     expected: Mapping[str, Mapping[str, Any]] | None = None,
+                     max_listed: int = 1000) -> ValidationReport:
+    """Render and check every record; ``expected`` maps id → record converted from the source row."""
+    template = template or load_template()
+    report = ValidationReport(template=template.name)
+    for i, rec in enumerate(records):
+        rid = str(rec.get("id", i))
+        problems = check_record(rec, template, expected.get(rid) if expected is not None else None)
+        report.rows += 1
+        if problems:
+            report.failed += 1
+            if len(report.failures) < max_listed:
+                report.failures[rid] = problems
+    return report

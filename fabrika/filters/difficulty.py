@@ -1,0 +1,122 @@
+"""Difficulty scorer: pass rate of a policy model over k samples.
+
+For each row the prompt (chat form, with its tools) goes to the engine ``k``
+times (``sample_index`` 0..k-1, ``tag="filter.difficulty"``, so each sample has
+its own cache entry); every answer is scored with the expert's reward and
+counted as a pass when the reward reaches ``pass_threshold``. Rows every sample
+solves teach nothing to GRPO; rows none solves give no signal — the gates
+``difficulty.min_pass_rate_exclusive`` / ``difficulty.max_pass_rate`` drop both.
+
+Rewards are TRL-style functions ``f(prompts, completions, **columns) -> list[float]``
+resolved lazily per expert from :data:`DEFAULT_REWARDS` (``"module:function"``),
+overridable in the config. A failed request counts as a failed sample, and is
+counted in ``difficulty_errors``.
+
+Scores: ``difficulty_pass_rate``, ``difficulty_k``, ``difficulty_errors``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from typing import Any, Callable, ClassVar, Sequence
+
+from pydantic import Field
+
+from fabrika.export.chat import messages_to_chat, tools_to_chat
+from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
+
+TAG = "filter.difficulty"
+SCORE_COLUMNS = ("difficulty_pass_rate", "difficulty_k", "difficulty_errors")
+DEFAULT_REWARDS: dict[str, str] = {
+    "fc": "fabrika.rewards.fc:fc_reward",
+    "if": "fabrika.rewards.instruct:if_reward",
+}
+RewardFn = Callable[..., list[float]]
+
+
+def resolve_reward(spec: str) -> RewardFn:
+    """Import ``"package.module:function"`` (lazily: rewards may pull heavy deps)."""
+    module, sep, attr = spec.partition(":")
+    if not sep:
+        raise ValueError(f"reward {spec!r} must look like 'package.module:function'")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"reward {spec!r} cannot be imported ({exc}); fix `rewards` in the filter.difficulty config") from exc
+    return fn
+
+
+def build_requests(row: Row, k: int, model: str | None, temperature: float, max_tokens: int | None) -> list[ChatRequest]:
+    """``k`` sampling requests for one row's prompt."""
+    messages = tuple(messages_to_chat(row.get("prompt")))
+    tools = tools_to_chat(row.get("tools"))
+    return [
+        ChatRequest(messages=messages, tools=tuple(tools) or None, model=model, temperature=temperature,
+                    max_tokens=max_tokens, sample_index=i, tag=TAG, meta={"id": row.get("id")})
+        for i in range(k)
+    ]
+
+
+def response_completion(resp: ChatResponse) -> list[dict[str, Any]]:
+    """A response's first choice as a TRL conversational completion."""
+    choice = resp.choices[0]
+    msg: dict[str, Any] = {"role": "assistant", "content": choice.content or ""}
+    if choice.tool_calls:
+        msg["tool_calls"] = [dict(c) for c in choice.tool_calls]
+    return [msg]
+
+
+def pass_rate(row: Row, responses: Sequence[ChatResponse], reward: RewardFn,
+              pass_threshold: float = 1.0) -> dict[str, Any]:
+    """Score ``responses`` for ``row`` with ``reward``; failed requests count as failures."""
+    good = [r for r in responses if r.ok and r.choices]
+    errors = len(responses) - len(good)
+    passes = 0
+    if good:
+        prompt = messages_to_chat(row.get("prompt"))
+        n = len(good)
+        gt = row.get("ground_truth")
+        columns = {
+            "ground_truth": [json.loads(gt) if isinstance(gt, str) and gt else gt] * n,
+            "target_type": [row.get("target_type")] * n,
+            "tools": [tools_to_chat(row.get("tools"))] * n,
+            "lang": [row.get("lang")] * n,
+        }
+        rewards = reward(prompts=[prompt] * n, completions=[response_completion(r) for r in good], **columns)
+        passes = sum(1 for x in rewards if x is not None and x >= pass_threshold)
+    k = len(responses)
+    return {"difficulty_pass_rate": passes / k if k else None, "difficulty_k": k, "difficulty_errors": errors}
+
+
+class DifficultyConfig(StageConfig):
+    """``filter.difficulty``: policy sampling and reward settings."""
+
+    kind: str = Field(default="filter.difficulty", description="Stage kind.")
+    k: int = Field(default=8, ge=1, le=64, description="Samples per prompt.")
+    model: str | None = Field(default=None, description="Policy model name at the backend; None = backend default.")
+    temperature: float = Field(default=1.0, ge=0, le=2, description="Sampling temperature of the policy.")
+    max_tokens: int | None = Field(default=1024, ge=1, description="Max tokens per sample.")
+    pass_threshold: float = Field(default=1.0, description="A sample passes when its reward is >= this.")
+    rewards: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_REWARDS),
+                                    description="Expert → reward function 'module:function' (TRL signature).")
+
+
+@register_stage
+class DifficultyScorer(Stage):
+    """Annotating stage: ``k`` policy samples per row, scored by the expert's reward."""
+
+    kind: ClassVar[str] = "filter.difficulty"
+    Config: ClassVar[type[StageConfig]] = DifficultyConfig
+    annotates: ClassVar[bool] = True
+
+    async def process(self, row: Row) -> list[Row]:
+        cfg: DifficultyConfig = self.config  # type: ignore[assignment]
+        expert = str(row.get("expert") or "")
+        spec = cfg.rewards.get(expert)
+        if spec is None:
+            return [ok(row["id"], difficulty_pass_rate=None, difficulty_k=0, difficulty_errors=0)]
+        reward = resolve_reward(spec)
+        responses = await self.ctx.llm.complete(build_requests(row, cfg.k, cfg.model, cfg.temperature, cfg.max_tokens))
+        return [ok(row["id"], **pass_rate(row, responses, reward, cfg.pass_threshold))]

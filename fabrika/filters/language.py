@@ -1,0 +1,106 @@
+"""Language scorer: lingua label + confidence and the Latin-homoglyph share.
+
+lingua runs in full (not low-accuracy) mode over a configured candidate set:
+restricting candidates keeps short Russian texts from being labelled Bulgarian,
+and low-accuracy mode fails exactly on one-line instructions. The homoglyph
+share is the fraction of Cyrillic-bearing words that also hold Latin letters
+(«прoграмма» with a Latin 'o'), via ``fabrika.textutil.script``.
+
+Scores (never thresholds): ``lang_detected`` (ISO 639-1 or null), ``lang_confidence``
+(lingua's confidence of that label; 0 for empty text), ``lang_matches`` (detected
+== the row's ``lang``), ``homoglyph_share``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, ClassVar, Sequence
+
+from lingua import LanguageDetector, LanguageDetectorBuilder
+from pydantic import Field, field_validator
+
+from fabrika.filters.text import row_text
+from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
+from fabrika.textutil.lang import LANGUAGES
+from fabrika.textutil.script import has_cyrillic, is_mixed_script
+from fabrika.textutil.segment import words
+
+_CODES = {lang: code for code, lang in LANGUAGES.items()}
+SCORE_COLUMNS = ("lang_detected", "lang_confidence", "lang_matches", "homoglyph_share")
+
+
+@lru_cache(maxsize=8)
+def language_detector(languages: tuple[str, ...]) -> LanguageDetector:
+    """A full-accuracy lingua detector over ``languages`` (ISO 639-1 codes), built once per set."""
+    unknown = [c for c in languages if c not in LANGUAGES]
+    if unknown:
+        raise ValueError(f"languages {unknown} are not supported; use codes from {sorted(LANGUAGES)}")
+    if len(languages) < 2:
+        raise ValueError(f"language detection needs at least two candidate languages, got {list(languages)}")
+    return LanguageDetectorBuilder.from_languages(*(LANGUAGES[c] for c in languages)).build()
+
+
+def homoglyph_share(text: str) -> float:
+    """Share of Cyrillic-bearing words that contain Latin letters (0 when there are none)."""
+    cyr = [w for w in words(text) if has_cyrillic(w)]
+    if not cyr:
+        return 0.0
+    return sum(1 for w in cyr if is_mixed_script(w)) / len(cyr)
+
+
+def score_languages(texts: Sequence[str], languages: Sequence[str] = ("ru", "en")) -> list[dict[str, Any]]:
+    """Score ``texts``: ``lang_detected``, ``lang_confidence``, ``homoglyph_share`` per text."""
+    det = language_detector(tuple(languages))
+    out: list[dict[str, Any]] = []
+    nonempty = [i for i, t in enumerate(texts) if t.strip()]
+    confs = det.compute_language_confidence_values_in_parallel([texts[i] for i in nonempty]) if nonempty else []
+    best: dict[int, tuple[str | None, float]] = {}
+    for i, values in zip(nonempty, confs):
+        top = values[0] if values else None
+        best[i] = (_CODES.get(top.language), float(top.value)) if top is not None and top.value > 0 else (None, 0.0)
+    for i, text in enumerate(texts):
+        label, conf = best.get(i, (None, 0.0))
+        out.append({"lang_detected": label, "lang_confidence": round(conf, 6),
+                    "homoglyph_share": round(homoglyph_share(text), 6)})
+    return out
+
+
+def score_rows(rows: Sequence[Row], text_field: str = "completion",
+               languages: Sequence[str] = ("ru", "en")) -> list[dict[str, Any]]:
+    """Annotation rows ``{id, <scores>}`` for sample rows (``lang_matches`` compares with ``lang``)."""
+    scores = score_languages([row_text(r, text_field) for r in rows], languages)
+    out = []
+    for row, s in zip(rows, scores):
+        expected = row.get("lang")
+        s["lang_matches"] = None if expected is None or s["lang_detected"] is None else s["lang_detected"] == expected
+        out.append({"id": row["id"], **s})
+    return out
+
+
+class LanguageConfig(StageConfig):
+    """``filter.language``: which text to score and the candidate languages."""
+
+    kind: str = Field(default="filter.language", description="Stage kind.")
+    text_field: str = Field(default="completion", description="'prompt', 'completion', 'user' or a column name.")
+    languages: list[str] = Field(default_factory=lambda: ["ru", "en"],
+                                 description="ISO 639-1 candidate set for lingua (at least two).")
+
+    @field_validator("languages")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        language_detector(tuple(v))  # raises with the supported codes
+        return v
+
+
+@register_stage
+class LanguageScorer(Stage):
+    """Annotating stage: adds language scores to each row of its input."""
+
+    kind: ClassVar[str] = "filter.language"
+    Config: ClassVar[type[StageConfig]] = LanguageConfig
+    annotates: ClassVar[bool] = True
+
+    async def process(self, row: Row) -> list[Row]:
+        cfg: LanguageConfig = self.config  # type: ignore[assignment]
+        (scores,) = score_rows([row], cfg.text_field, cfg.languages)
+        return [ok(**scores)]

@@ -1,0 +1,70 @@
+"""Text views of sample rows, shared by the scorers.
+
+A scorer is configured with a ``text_field``: ``prompt`` / ``completion`` (JSON
+message lists: the ``content`` of their messages joined by newlines, tool-call
+arguments included for completion so a call-only answer is not empty),
+``user`` (only the user turns of the prompt: what a benchmark question would
+look like) or any other column, used as is.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+import razdel
+
+MESSAGE_FIELDS = ("prompt", "completion")
+
+
+def _messages(value: Any) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value else []
+        except json.JSONDecodeError:
+            return [{"role": "user", "content": value}]
+    return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
+
+
+def messages_text(value: Any, roles: Iterable[str] | None = None, with_calls: bool = False) -> str:
+    """Join message contents (optionally only ``roles``; ``with_calls`` adds call names and arguments)."""
+    keep = set(roles) if roles is not None else None
+    parts: list[str] = []
+    for m in _messages(value):
+        if keep is not None and m.get("role") not in keep:
+            continue
+        if m.get("content"):
+            parts.append(str(m["content"]))
+        if with_calls:
+            for call in m.get("tool_calls") or []:
+                fn = call.get("function", call) if isinstance(call, dict) else {}
+                args = fn.get("arguments")
+                args = args if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
+                parts.append(f"{fn.get('name', '')} {args}")
+    return "\n".join(parts)
+
+
+def row_text(row: dict[str, Any], field: str) -> str:
+    """The text a scorer looks at for ``row`` (see module doc for ``field``)."""
+    if field == "user":
+        return messages_text(row.get("prompt"), roles=("user",))
+    if field == "prompt":
+        return messages_text(row.get("prompt"))
+    if field == "completion":
+        return messages_text(row.get("completion"), with_calls=True)
+    value = row.get(field)
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def norm_tokens(text: str) -> list[str]:
+    """Lower-cased razdel word tokens (punctuation dropped, ё→е): the unit of n-grams and shingles."""
+    return [t.text.lower().replace("ё", "е") for t in razdel.tokenize(text) if any(ch.isalnum() for ch in t.text)]
+
+
+def count_tokens(text: str) -> int:
+    """razdel token count (words, numbers and punctuation): the default length unit."""
+    return sum(1 for _ in razdel.tokenize(text))
