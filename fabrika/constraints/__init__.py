@@ -1,1 +1,38 @@
-"""TODO"""
+"""The Russian constraint library: seed constraints with trusted verifiers.
+
+``REGISTRY`` maps a stable id (``ru.length.words_max``) to a
+:class:`SeedConstraint` with ``family``, ``render(params)``,
+``sample_params(rng)``, ``verify``/``verify_loose`` and ``conflicts``.
+Families register themselves on import; the conflict table is applied last.
+"""
+
+from fabrika.constraints import keywords, length  # noqa: F401 - register families
+from fabrika.constraints.base import REGISTRY, SeedConstraint, loose_variants
+from fabrika.constraints.combine import (
+    Combination,
+    check_combination,
+    compatible,
+    get,
+    render_combination,
+    sample_combination,
+    to_constraint_record,
+    verify_all,
+)
+from fabrika.constraints.conflicts import apply_conflicts, params_conflict
+
+apply_conflicts(REGISTRY)
+
+__all__ = [
+    "REGISTRY",
+    "Combination",
+    "SeedConstraint",
+    "check_combination",
+    "compatible",
+    "get",
+    "loose_variants",
+    "params_conflict",
+    "render_combination",
+    "sample_combination",
+    "to_constraint_record",
+    "verify_all",
+]

@@ -1,0 +1,180 @@
+"""The seed-constraint type, instruction rendering and the registry.
+
+A seed constraint is a hand-written instruction family member: Russian
+templates with parameter slots, a parameter sampler, and a *trusted* verifier
+(written and tested by people, so it runs in-process, not in the sandbox).
+
+Template slots (``string.Formatter`` syntax):
+
+* ``{n}`` — the parameter as is; a list renders as «а», «б» и «в»;
+* ``{n:слово}`` — the number with the noun agreed: «1 слово», «5 слов»;
+* ``{n:слово:gent}`` — agreed in an oblique case (after «не более»): «1 слова», «2 слов».
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabrika.errors import ConfigError
+from fabrika.schemas.ids import derive_seed
+from fabrika.textutil.morph import agree
+from fabrika.textutil.segment import nfc, strip_markdown
+
+Params = dict[str, Any]
+Checker = Callable[[str, Mapping[str, Any]], bool]
+Sampler = Callable[[random.Random], Params]
+
+
+def quote_list(items: list[Any]) -> str:
+    """«а», «б» и «в» — how Russian instructions list words."""
+    quoted = [f"«{x}»" for x in items]
+    if len(quoted) <= 1:
+        return "".join(quoted)
+    return ", ".join(quoted[:-1]) + " и " + quoted[-1]
+
+
+class _RuFormatter(string.Formatter):
+    """Formatter whose format spec is a noun to agree with a number (see module doc)."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if format_spec and isinstance(value, int) and not format_spec[0].isdigit():
+            noun, _, case = format_spec.partition(":")
+            return f"{value} {agree(noun, value, case or 'nomn')}"
+        if isinstance(value, (list, tuple)):
+            return quote_list(list(value))
+        return super().format_field(value, format_spec)
+
+
+_FORMATTER = _RuFormatter()
+
+
+@dataclass(frozen=True)
+class SeedConstraint:
+    """One library constraint. ``check`` is the strict verifier over NFC text."""
+
+    id: str
+    family: str
+    templates: tuple[str, ...]
+    sampler: Sampler
+    check: Checker
+    description: str = ""
+    templates_en: tuple[str, ...] = ()
+    derive: Callable[[Mapping[str, Any]], Params] | None = None
+    conflicts: frozenset[str] = field(default=frozenset())
+
+    def sample_params(self, rng: random.Random) -> Params:
+        """Draw parameters with ``rng`` (deterministic for a seeded rng)."""
+        return self.sampler(rng)
+
+    def render(self, params: Mapping[str, Any], lang: str = "ru") -> str:
+        """The instruction text; the template is picked by a hash of ``params`` (stable)."""
+        templates = self.templates if lang == "ru" else self.templates_en
+        if not templates:
+            raise ConfigError(f"constraint {self.id!r} has no templates for lang={lang!r}; use lang='ru'")
+        tpl = templates[derive_seed(self.id, dict(params)) % len(templates)]
+        slots = dict(params)
+        if self.derive is not None:
+            slots.update(self.derive(params))
+        try:
+            return _FORMATTER.format(tpl, **slots)
+        except (KeyError, IndexError) as exc:
+            raise ConfigError(
+                f"constraint {self.id!r}: template slot {exc} has no value in params={dict(params)!r}; "
+                f"pass params from sample_params()"
+            ) from exc
+
+    def verify(self, response: str, params: Mapping[str, Any]) -> bool:
+        """Strict verdict: does ``response`` satisfy the constraint with ``params``?"""
+        return bool(self.check(nfc(response), params))
+
+    def verify_loose(self, response: str, params: Mapping[str, Any]) -> bool:
+        """IFEval-style loose verdict: strict on any of the relaxed variants.
+
+        Variants: the response, without its first line, without its last line,
+        without both — each as is and with markdown stripped. This forgives a
+        chatty preface («Конечно! Вот ответ:») or a closing remark.
+        """
+        return any(self.check(v, params) for v in loose_variants(nfc(response)))
+
+
+def loose_variants(response: str) -> list[str]:
+    """The relaxed variants of ``response`` that loose verification tries."""
+    lines = response.split("\n")
+    base = [
+        response,
+        "\n".join(lines[1:]).strip(),
+        "\n".join(lines[:-1]).strip(),
+        "\n".join(lines[1:-1]).strip(),
+    ]
+    out: list[str] = []
+    for v in base + [strip_markdown(b) for b in base]:
+        if v not in out:
+            out.append(v)
+    return out
+
+
+REGISTRY: dict[str, SeedConstraint] = {}
+
+
+def register(c: SeedConstraint) -> SeedConstraint:
+    """Add ``c`` to :data:`REGISTRY`; ids are unique."""
+    if c.id in REGISTRY:
+        raise ValueError(f"duplicate constraint id {c.id!r}")
+    REGISTRY[c.id] = c
+    return c
+
+
+def constraint(
+    id: str,
+    family: str,
+    templates: list[str] | tuple[str, ...],
+    sampler: Sampler,
+    derive: Callable[[Mapping[str, Any]], Params] | None = None,
+) -> Callable[[Checker], Checker]:
+    """Decorator form of :func:`register`; the checker's docstring becomes the description."""
+
+    def wrap(fn: Checker) -> Checker:
+        register(
+            SeedConstraint(
+                id=id,
+                family=family,
+                templates=tuple(templates),
+                sampler=sampler,
+                check=fn,
+                description=(fn.__doc__ or "").strip(),
+                derive=derive,
+            )
+        )
+        return fn
+
+    return wrap
+
+
+RELATIONS = ("at_least", "at_most", "exactly")
+RELATION_RU = {"at_least": "не менее", "at_most": "не более", "exactly": "ровно"}
+
+
+def relation_slots(params: Mapping[str, Any]) -> Params:
+    """Derived slots for a ``relation`` param: the Russian words and the case they govern."""
+    rel = params["relation"]
+    return {"rel": RELATION_RU[rel], "case": "nomn" if rel == "exactly" else "gent"}
+
+
+def compare(count: int, relation: str, n: int) -> bool:
+    """``count`` vs ``n`` under ``relation`` (one of :data:`RELATIONS`)."""
+    if relation == "at_least":
+        return count >= n
+    if relation == "at_most":
+        return count <= n
+    if relation == "exactly":
+        return count == n
+    raise ConfigError(f"params.relation must be one of {RELATIONS}, got {relation!r}")
+
+
+def const(**params: Any) -> Sampler:
+    """A sampler that always returns ``params`` (for constraints without parameters)."""
+    return lambda rng: dict(params)

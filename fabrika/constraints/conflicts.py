@@ -1,0 +1,131 @@
+"""Which constraints cannot be combined in one prompt.
+
+Two levels:
+
+* **id level** (:data:`PAIRS`): incompatible whatever the parameters
+  (JSON vs bullets, all-lowercase vs all-caps, ё everywhere vs ё nowhere);
+* **parameter level** (:func:`params_conflict`): incompatible for these values
+  (words_max=50 with words_min=100; a lipogram on «ф» with the keyword «фонарь»;
+  «P.S.» with no-Latin).
+
+:func:`apply_conflicts` writes the symmetric id-level sets into each
+``SeedConstraint.conflicts`` once every family is registered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from fabrika.constraints.base import SeedConstraint
+from fabrika.textutil.morph import lemma, lemmas
+from fabrika.textutil.script import has_latin
+from fabrika.textutil.segment import words
+
+# (a, [b, ...]) — a conflicts with every b (made symmetric).
+PAIRS: list[tuple[str, list[str]]] = []
+# Constraints that fix the whole response and combine with nothing.
+EXCLUSIVE: set[str] = set()
+# Constraints that forbid characters; params of other constraints must not require them.
+_FORBIDDEN_CHARS: dict[str, Callable[[Mapping[str, Any]], str]] = {}
+
+
+def add_pairs(a: str, others: Iterable[str]) -> None:
+    """Declare that ``a`` conflicts with each of ``others``."""
+    PAIRS.append((a, list(others)))
+
+
+def apply_conflicts(registry: dict[str, SeedConstraint]) -> None:
+    """Fill ``conflicts`` of every registered constraint (symmetric); unknown ids are a bug."""
+    table: dict[str, set[str]] = {cid: set() for cid in registry}
+    for a, others in PAIRS:
+        for b in others:
+            for x in (a, b):
+                if x not in registry:
+                    raise KeyError(f"conflict table names unknown constraint id {x!r}")
+            table[a].add(b)
+            table[b].add(a)
+    for cid in EXCLUSIVE:
+        table[cid] |= set(registry) - {cid}
+        for other in registry:
+            if other != cid:
+                table[other].add(cid)
+    for cid, c in registry.items():
+        registry[cid] = dataclasses.replace(c, conflicts=frozenset(table[cid]))
+
+
+def _strings(params: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    for v in params.values():
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(x for x in v if isinstance(x, str))
+    return out
+
+
+def _num(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
+    """Numeric incompatibilities between length-like constraints (a, b ordered by caller)."""
+    lo_words = {"ru.length.words_min": "n", "ru.length.words_range": "lo"}
+    hi_words = {"ru.length.words_max": "n", "ru.length.words_range": "hi"}
+    if a in hi_words and b in lo_words and pa[hi_words[a]] < pb[lo_words[b]]:
+        return True
+    if a == "ru.length.sentences_max" and b in ("ru.length.sentences_min", "ru.length.sentences_exact"):
+        return pa["n"] < pb["n"]
+    if a == "ru.length.sentences_exact" and b == "ru.length.sentences_min":
+        return pa["n"] < pb["n"]
+    if a in hi_words and b in ("ru.length.sentences_min", "ru.length.paragraphs_min", "ru.length.paragraphs_exact"):
+        return pa[hi_words[a]] < 6 * pb["n"]  # a sentence/paragraph needs a few words
+    if a == "ru.length.chars_max" and b in lo_words:
+        return pa["n"] < 8 * pb[lo_words[b]]  # ~7 chars per Russian word with its space
+    if a == "ru.length.paragraphs_exact" and b == "ru.length.paragraphs_min":
+        return pa["n"] < pb["n"]
+    if a == "ru.length.paragraphs_exact" and b == "ru.keywords.paragraph_first_word":
+        return pa["n"] != pb["n"]
+    if a == "ru.length.sentences_max" and b == "ru.length.paragraphs_exact":
+        return pa["n"] < pb["n"]
+    if a == "ru.case.capital_words_max" and b == "ru.case.capital_words_min":
+        return pa["n"] < pb["n"]
+    return False
+
+
+def _keyword_ban(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
+    """A banned lemma that another constraint's parameters require."""
+    if a != "ru.keywords.exclude":
+        return False
+    banned = {lemma(k) for k in pa["keywords"]}
+    return any(banned & lemmas(w) for s in _strings(pb) for w in words(s))
+
+
+def _chars(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
+    """A forbidden character (or Latin, or ё) that another constraint's parameters contain."""
+    if a not in _FORBIDDEN_CHARS:
+        return False
+    forbidden = _FORBIDDEN_CHARS[a](pa)
+    texts = _strings(pb)
+    if forbidden == "LATIN":
+        return any(has_latin(s) for s in texts)
+    return any(ch in s.lower() for s in texts for ch in forbidden)
+
+
+def forbid_chars(cid: str, chars: Callable[[Mapping[str, Any]], str]) -> None:
+    """Declare the characters ``cid`` forbids (``"LATIN"`` for any Latin letter)."""
+    _FORBIDDEN_CHARS[cid] = chars
+
+
+_PARAM_RULES: list[Callable[[str, Mapping[str, Any], str, Mapping[str, Any]], bool]] = [_num, _keyword_ban, _chars]
+_DIGIT = re.compile(r"\d")
+
+
+def params_conflict(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
+    """True if ``a`` with ``pa`` and ``b`` with ``pb`` cannot both hold (either order)."""
+    if a == b:
+        return True
+    return any(rule(x, px, y, py) for rule in _PARAM_RULES for x, px, y, py in ((a, pa, b, pb), (b, pb, a, pa)))
+
+
+def add_param_rule(rule: Callable[[str, Mapping[str, Any], str, Mapping[str, Any]], bool]) -> None:
+    """Register an extra parameter-level rule (called in both orders)."""
+    _PARAM_RULES.append(rule)
