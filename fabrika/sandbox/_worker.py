@@ -1,0 +1,232 @@
+"""Sandbox worker: a long-lived process that runs LLM-written ``evaluate`` functions.
+
+This file runs as a *script* inside the sandbox (bubblewrap or rlimits-only), so it
+imports only the standard library (plus the allowed text libraries it preloads)
+and nothing from fabrika. The parent (:mod:`fabrika.sandbox.pool`) starts it as
+``python -I _worker.py CONFIG_JSON``.
+
+Protocol (why so small: millions of calls, the parent parses every reply):
+
+* requests on fd 0: 4-byte big-endian length + JSON
+  ``{"code": str, "responses": [...], "guard": bool}``;
+* replies on the fd named in the config (``reply_fd``), one line per response, in order:
+  ``T`` (True), ``F`` (False), ``E{"k": kind, "m": message}`` (error); a batch whose
+  code does not compile gets one line ``C{"k": kind, "m": message}``, otherwise the
+  replies are preceded by ``K`` (module body ran; timeouts after it are per response);
+  every batch ends with ``D`` (done) or ``R`` (done, and recycle this worker: it is
+  tainted, e.g. a thread outlived its call; the worker exits after writing it).
+
+Per-response timeouts are the parent's job: it kills the whole sandbox.
+The worker's own stdout/stderr are /dev/null, so printing megabytes costs time only.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import resource
+import struct
+import sys
+
+CONFIG = json.loads(sys.argv[1])
+ALLOWED = frozenset(CONFIG["allowed_modules"])
+MSG_MAX = 400
+
+# Preload the allowed modules once (before limits, while the files are readable),
+# so a verifier's ``import`` is a dict lookup.
+for _name in sorted(ALLOWED):
+    try:
+        __import__(_name)
+    except Exception:  # noqa: BLE001 - a missing optional library only narrows the allow-list
+        pass
+
+_morph_cache: list = []
+
+
+def _install_morph_singleton() -> None:
+    """``pymorphy3.MorphAnalyzer()`` loads dictionaries (~0.3 s); verifiers call it per response."""
+    mod = sys.modules.get("pymorphy3")
+    if mod is None:
+        return
+    real = mod.MorphAnalyzer
+
+    def shared_analyzer(*args: object, **kwargs: object) -> object:
+        if args or kwargs:
+            return real(*args, **kwargs)
+        if not _morph_cache:
+            _morph_cache.append(real())
+        return _morph_cache[0]
+
+    mod.MorphAnalyzer = shared_analyzer
+
+
+_install_morph_singleton()
+
+
+
+def _die_with_parent() -> None:
+    """Without bwrap nothing kills a worker stuck in a loop when the parent dies: ask the kernel to."""
+    if CONFIG.get("isolation") != "rlimits" or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    for name in [m for m in sys.modules if m == "ctypes" or m.startswith("ctypes.")]:
+        del sys.modules[name]
+
+
+_die_with_parent()
+
+# Protocol fds: keep private copies, then point 0/1/2 at /dev/null.
+_REQ = os.dup(0)
+_REP = os.dup(CONFIG["reply_fd"])
+_null = os.open(os.devnull, os.O_RDWR)
+for _fd in (0, 1, 2, CONFIG["reply_fd"]):
+    os.dup2(_null, _fd)
+os.close(_null)
+
+
+def _apply_limits() -> None:
+    lim = CONFIG["limits"]
+    for name, value in lim.items():
+        res = getattr(resource, name)
+        try:
+            resource.setrlimit(res, (value, value))
+        except (ValueError, OSError):
+            soft, hard = resource.getrlimit(res)
+            if hard == resource.RLIM_INFINITY or value <= hard:
+                resource.setrlimit(res, (value, hard))
+    uid = CONFIG.get("uid")
+    if uid is not None and os.getuid() == 0:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+
+
+_apply_limits()
+
+_BLOCKED_BUILTINS = (
+    "open", "eval", "exec", "compile", "globals", "locals", "vars", "getattr", "setattr",
+    "delattr", "breakpoint", "input", "memoryview", "help", "exit", "quit", "copyright",
+    "credits", "license", "__build_class__", "__loader__", "__spec__",
+)
+_REAL_IMPORT = builtins.__import__
+
+
+def _guarded_import(name: str, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002
+    if level != 0 or name.split(".")[0] not in ALLOWED:
+        raise ImportError(f"import of {name!r} is not allowed in the sandbox")
+    return _REAL_IMPORT(name, globals, locals, fromlist, level)
+
+
+_SAFE_BUILTINS = {k: v for k, v in vars(builtins).items() if k not in _BLOCKED_BUILTINS}
+_SAFE_BUILTINS["__import__"] = _guarded_import
+_CODE_CACHE: dict[str, object] = {}
+
+
+def _read_exact(n: int) -> bytes | None:
+    chunks = []
+    while n:
+        chunk = os.read(_REQ, min(n, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _write(data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(_REP, view):]
+
+
+def _err(prefix: str, kind: str, message: str) -> bytes:
+    return (prefix + json.dumps({"k": kind, "m": message[:MSG_MAX]}) + "\n").encode()
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except BaseException:  # noqa: BLE001 - hostile __str__
+        text = "<unprintable>"
+    return f"{type(exc).__name__}: {text}"
+
+
+def _prepare(code: str, guard: bool):
+    """Compile (cached by source) and execute the module body; return ``evaluate`` or an error line."""
+    compiled = _CODE_CACHE.get(code)
+    if compiled is None:
+        try:
+            compiled = compile(code, "<verifier>", "exec")
+        except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as exc:
+            return None, _err("C", "syntax", _describe(exc))
+        if len(_CODE_CACHE) > 64:
+            _CODE_CACHE.clear()
+        _CODE_CACHE[code] = compiled
+    namespace = {"__name__": "verifier", "__builtins__": _SAFE_BUILTINS if guard else builtins}
+    try:
+        exec(compiled, namespace)  # noqa: S102 - this is the sandbox
+    except MemoryError as exc:
+        return None, _err("C", "memory", _describe(exc))
+    except BaseException as exc:  # noqa: BLE001 - untrusted module body
+        return None, _err("C", "exception", "module body: " + _describe(exc))
+    fn = namespace.get("evaluate")
+    if not callable(fn):
+        return None, _err("C", "no_function", "the code defines no callable `evaluate(response)`")
+    return fn, None
+
+
+def _call(fn, response) -> bytes:
+    try:
+        result = fn(response)
+    except MemoryError as exc:
+        return _err("E", "memory", _describe(exc))
+    except RecursionError as exc:
+        return _err("E", "exception", _describe(exc))
+    except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt... all are verdicts
+        return _err("E", "exception", _describe(exc))
+    if result is True:
+        return b"T\n"
+    if result is False:
+        return b"F\n"
+    try:
+        shown = repr(result)[:80]
+    except BaseException:  # noqa: BLE001
+        shown = "<unprintable>"
+    return _err("E", "non_bool", f"evaluate returned {type(result).__name__} {shown}, expected a bool")
+
+
+def _tainted() -> bool:
+    """A thread still running (or limits changed) means the next batch cannot trust this process."""
+    try:
+        return len(os.listdir("/proc/self/task")) > 1
+    except OSError:
+        return False
+
+
+def main() -> None:
+    while True:
+        header = _read_exact(4)
+        if header is None:
+            return
+        body = _read_exact(struct.unpack(">I", header)[0])
+        if body is None:
+            return
+        request = json.loads(body)
+        fn, error = _prepare(request["code"], bool(request.get("guard", True)))
+        if error is not None:
+            _write(error)
+        else:
+            _write(b"K\n")
+            for response in request["responses"]:
+                _write(_call(fn, response))
+        if _tainted():
+            _write(b"R\n")
+            return
+        _write(b"D\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""How a sandbox worker process is started: bubblewrap, or rlimits-only as a fallback.
+
+bubblewrap gives each worker its own mount, pid, net, ipc and uts namespaces: the
+filesystem is the Python installation mounted read-only plus a small private
+tmpfs ``/tmp``; there is no network (not even the host's loopback); a fork bomb
+stays inside the pid namespace and dies with it. Inside, the worker sets rlimits
+(address space, CPU seconds, file size, open files, processes) and, when it runs
+as root, drops to ``nobody`` so that RLIMIT_NPROC is enforced (the kernel exempts
+root) and no capability is left. bwrap sets ``PR_SET_NO_NEW_PRIVS``.
+
+The rlimits-only fallback runs the same worker as a plain process with the same
+limits and uid drop, but shares the host's filesystem view and network.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from fabrika.errors import SandboxError
+from fabrika.sandbox.config import SandboxConfig
+from fabrika.sandbox.precheck import ALLOWED_MODULES
+
+log = logging.getLogger(__name__)
+
+WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
+SANDBOX_WORKER_PATH = "/sandbox/worker.py"
+NOBODY_UID = 65534
+SCRATCH_TMPFS_BYTES = 16 * 1024 * 1024
+PYTHON_FLAGS = ["-s", "-P", "-B"]
+WORKER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "HOME": "/tmp"}
+
+
+def worker_config(config: SandboxConfig, isolation: str, reply_fd: int) -> str:
+    """The JSON argument the worker reads from argv: limits and protocol details."""
+    mib = 1024 * 1024
+    limits = {
+        "RLIMIT_AS": config.memory_mb * mib,
+        # CPU seconds are cumulative over a worker's life: a backstop, the parent's
+        # wall-clock kill is the real per-response limit.
+        "RLIMIT_CPU": int(config.timeout_s * config.recycle_after) + 30,
+        "RLIMIT_FSIZE": config.max_file_mb * mib,
+        "RLIMIT_NOFILE": config.max_open_files,
+        "RLIMIT_NPROC": 1,
+        "RLIMIT_CORE": 0,
+    }
+    return json.dumps(
+        {
+            "allowed_modules": sorted(ALLOWED_MODULES),
+            "limits": limits,
+            "uid": NOBODY_UID if os.getuid() == 0 else None,
+            "reply_fd": reply_fd,
+            "isolation": isolation,
+        }
+    )
+
+
+def _mount_roots() -> list[str]:
+    """Directories the worker needs read-only: the interpreter, its stdlib and site-packages."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    exe = Path(sys.executable)
+    paths.add(str(exe.parent.parent))
+    paths.add(str(exe.resolve().parent.parent))
+    roots: list[str] = []
+    for path in sorted(paths, key=len):
+        if path.startswith("/usr/") or path == "/usr":
+            continue
+        if not any(path == r or path.startswith(r + "/") for r in roots):
+            roots.append(path)
+    return roots
+
+
+def bwrap_command(worker_args: list[str]) -> list[str]:
+    """The bwrap command line that starts the worker with ``worker_args`` (python flags, script, config)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise SandboxError("bubblewrap (bwrap) is not installed; install it (apt-get install bubblewrap) "
+                           "or set SandboxConfig(isolation='rlimits')")
+    cmd = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+           "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL"]
+    if os.getuid() == 0:
+        # Root inside keeps only what it needs to drop to nobody (then it has none).
+        cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    cmd += ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "lib", "lib64", "sbin"):
+        host = Path("/") / name
+        if host.is_symlink():
+            cmd += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            cmd += ["--ro-bind", str(host), str(host)]
+    made: set[str] = set()
+    for root in _mount_roots():
+        # bwrap creates missing parents with the host's modes (e.g. /root 0700), which
+        # nobody cannot traverse: create them first, world-readable.
+        parents = [str(p) for p in reversed(Path(root).parents) if str(p) != "/"]
+        for parent in parents:
+            if parent not in made:
+                cmd += ["--perms", "0755", "--dir", parent]
+                made.add(parent)
+        cmd += ["--ro-bind", root, root]
+    cmd += ["--ro-bind", str(WORKER_SCRIPT), SANDBOX_WORKER_PATH,
+            "--proc", "/proc", "--dev", "/dev",
+            "--size", str(SCRATCH_TMPFS_BYTES), "--perms", "1777", "--tmpfs", "/tmp", "--chdir", "/tmp"]
+    for key, value in WORKER_ENV.items():
+        cmd += ["--setenv", key, value]
+    return [*cmd, "--", sys.executable, *worker_args]
+
+
+def worker_command(isolation: str, config_json: str) -> list[str]:
+    """Full argv of a worker under ``isolation`` ("bwrap" or "rlimits")."""
+    if isolation == "bwrap":
+        return bwrap_command([*PYTHON_FLAGS, SANDBOX_WORKER_PATH, config_json])
+    return [sys.executable, *PYTHON_FLAGS, str(WORKER_SCRIPT), config_json]
+
+
+@functools.lru_cache(maxsize=1)
+def bwrap_probe() -> str | None:
+    """None when bwrap can start a Python here, else the reason it cannot (cached per process)."""
+    try:
+        cmd = bwrap_command(["-c", "import json, re"])
+    except SandboxError as exc:
+        return str(exc)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if proc.returncode != 0:
+        return f"bwrap exited {proc.returncode}: {proc.stderr.strip()[-300:]}"
+    return None
+
+
+def resolve_isolation(requested: str) -> str:
+    """Pick "bwrap" or "rlimits" for ``requested`` ("auto" | "bwrap" | "rlimits"), warning on fallback."""
+    if requested == "rlimits":
+        log.warning("fabrika.sandbox: isolation='rlimits' — workers are NOT in a namespace sandbox "
+                    "(shared filesystem view and network); use only where bubblewrap cannot run")
+        return "rlimits"
+    reason = bwrap_probe()
+    if reason is None:
+        return "bwrap"
+    if requested == "bwrap":
+        raise SandboxError(f"SandboxConfig.isolation='bwrap' but bubblewrap cannot run here: {reason}; "
+                           "install bubblewrap or use isolation='auto'")
+    log.warning("fabrika.sandbox: bubblewrap cannot run here (%s); FALLING BACK to rlimits-only workers "
+                "— LLM-written code shares the host filesystem view and network", reason)
+    return "rlimits"
+

@@ -1,0 +1,328 @@
+"""A pool of long-lived sandboxed workers that run ``evaluate(response) -> bool``.
+
+Why a pool: verifiers run millions of times; starting a sandboxed interpreter costs
+tens of milliseconds, a call a few microseconds. So a worker lives for
+``recycle_after`` responses, one request carries one verifier (compiled once)
+and many responses, and replies stream back one short line per response.
+
+The parent owns the clock: each response gets ``timeout_s`` of wall time from the
+previous reply; when it runs out the worker's whole sandbox (its process group,
+and with bwrap its pid namespace) is SIGKILLed, a fresh worker is started and the
+remaining responses go to it. A hung or crashing response costs only its own
+verdict.
+
+Usage::
+
+    with SandboxPool(SandboxConfig(workers=4)) as pool:
+        verdicts = pool.run_sync(code, ["ответ 1", "ответ 2"])
+    async with SandboxPool() as pool:
+        verdicts = await pool.run(code, responses)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import select
+import signal
+import struct
+import subprocess
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Sequence
+
+from fabrika.errors import SandboxError
+from fabrika.sandbox.config import ERROR_KINDS, FALSE, TRUE, SandboxConfig, Verdict
+from fabrika.sandbox.isolation import WORKER_ENV, resolve_isolation, worker_command, worker_config
+from fabrika.sandbox.precheck import is_syntax_error, precheck
+
+MAX_LINE = 64 * 1024
+MESSAGE_MAX = 400
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _WorkerGone(Exception):
+    pass
+
+
+class _Worker:
+    """One worker process and the parent's end of its pipes. Used by one thread at a time."""
+
+    def __init__(self, config: SandboxConfig, isolation: str) -> None:
+        self.config = config
+        self.isolation = isolation
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.rfd = -1
+        self.buf = b""
+        self.served = 0
+        self.spawned = 0
+
+    def spawn(self) -> None:
+        rfd, wfd = os.pipe()
+        try:
+            cmd = worker_command(self.isolation, worker_config(self.config, self.isolation, wfd))
+            self.proc = subprocess.Popen(  # noqa: S603 - argv built by us
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(wfd,), start_new_session=True, close_fds=True, env=dict(WORKER_ENV), cwd="/",
+            )
+        except OSError as exc:
+            os.close(rfd)
+            raise SandboxError(f"cannot start a sandbox worker ({self.isolation}): {exc}") from exc
+        finally:
+            os.close(wfd)
+        self.rfd, self.buf, self.served = rfd, b"", 0
+        self.spawned += 1
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> str:
+        """SIGKILL the worker's process group (bwrap takes its pid namespace down with it)."""
+        proc, how = self.proc, ""
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                code = proc.wait(timeout=5)
+                how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            except (subprocess.TimeoutExpired, ValueError):
+                how = "unknown"
+            if proc.stdin:
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
+        self._release()
+        return how
+
+    def close(self) -> None:
+        """Graceful stop: EOF on stdin makes the worker return; kill if it does not."""
+        proc = self.proc
+        if proc is None:
+            return
+        try:
+            if proc.stdin:
+                proc.stdin.close()
+            proc.wait(timeout=2)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+    def _release(self) -> None:
+        if self.rfd >= 0:
+            os.close(self.rfd)
+        self.rfd, self.proc, self.buf = -1, None, b""
+
+    def send(self, code: str, responses: list[Any], guard: bool) -> None:
+        body = json.dumps({"code": code, "responses": responses, "guard": guard}, ensure_ascii=False).encode()
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(struct.pack(">I", len(body)) + body)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise _WorkerGone(str(exc)) from exc
+
+    def read_line(self, deadline: float) -> bytes:
+        """Next reply line; raises _Timeout at ``deadline`` and _WorkerGone on EOF or garbage."""
+        while True:
+            nl = self.buf.find(b"\n")
+            if nl >= 0:
+                line, self.buf = self.buf[:nl], self.buf[nl + 1:]
+                return line
+            if len(self.buf) > MAX_LINE:
+                raise _WorkerGone("protocol: reply line too long")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Timeout
+            ready, _, _ = select.select([self.rfd], [], [], left)
+            if not ready:
+                raise _Timeout
+            chunk = os.read(self.rfd, 1 << 16)
+            if not chunk:
+                raise _WorkerGone("eof")
+            self.buf += chunk
+
+
+def _parse_error(line: bytes) -> Verdict:
+    try:
+        data = json.loads(line[1:])
+        kind, message = str(data["k"]), str(data["m"])[:MESSAGE_MAX]
+    except (ValueError, KeyError, TypeError):
+        return Verdict.error("protocol", f"unparseable reply {line[:80]!r}")
+    if kind not in ERROR_KINDS:
+        return Verdict.error("protocol", f"unknown error kind {kind[:40]!r}: {message}")
+    return Verdict.error(kind, message)
+
+
+class SandboxPool:
+    """Runs LLM-written verifiers in isolated, resource-limited, long-lived worker processes.
+
+    ``isolation`` is "bwrap" or "rlimits" (what actually runs, after ``auto``); the
+    pipeline runner records it in the manifest as ``sandbox.isolation``.
+    """
+
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self.config = config or SandboxConfig()
+        self.isolation: str = resolve_isolation(self.config.isolation)
+        self._workers = [_Worker(self.config, self.isolation) for _ in range(self.config.workers)]
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        for worker in self._workers:
+            self._idle.put(worker)
+        self._executor = ThreadPoolExecutor(max_workers=self.config.workers, thread_name_prefix="sandbox")
+        self._closed = False
+        self._lock = threading.Lock()
+
+    # -- public API -----------------------------------------------------------------
+
+    def run_sync(self, code: str, responses: Sequence[Any]) -> list[Verdict]:
+        """Verdicts of ``evaluate(r)`` for each response, in order; never raises for bad code."""
+        early = self._early_verdicts(code, responses)
+        if early is not None:
+            return early
+        futures = [self._submit(code, batch) for batch in self._batches(responses)]
+        return [v for future in futures for v in future.result()]
+
+    async def run(self, code: str, responses: Sequence[Any]) -> list[Verdict]:
+        """Async :meth:`run_sync`; concurrent calls spread over the workers."""
+        early = self._early_verdicts(code, responses)
+        if early is not None:
+            return early
+        futures = [asyncio.wrap_future(self._submit(code, batch)) for batch in self._batches(responses)]
+        results = await asyncio.gather(*futures)
+        return [v for batch in results for v in batch]
+
+    def close(self) -> None:
+        """Stop every worker. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        for worker in self._workers:
+            if worker.proc is not None:
+                worker.kill()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Worker starts so far (first starts + respawns after kill/recycle)."""
+        return {"spawned": sum(w.spawned for w in self._workers), "workers": len(self._workers)}
+
+    def __enter__(self) -> SandboxPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> SandboxPool:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.close)
+
+    # -- internals ------------------------------------------------------------------
+
+    def _early_verdicts(self, code: str, responses: Sequence[Any]) -> list[Verdict] | None:
+        if self._closed:
+            raise SandboxError("SandboxPool is closed; create a new one")
+        if not responses:
+            return []
+        if self.config.precheck:
+            problems = precheck(code)
+            if problems:
+                return [Verdict.error("precheck", "; ".join(problems)[:MESSAGE_MAX])] * len(responses)
+        syntax = is_syntax_error(code) if isinstance(code, str) else "code is not a str"
+        if syntax:
+            return [Verdict.error("syntax", syntax[:MESSAGE_MAX])] * len(responses)
+        return None
+
+    def _batches(self, responses: Sequence[Any]) -> list[list[Any]]:
+        size = self.config.batch_size
+        items = list(responses)
+        return [items[i:i + size] for i in range(0, len(items), size)]
+
+    def _submit(self, code: str, batch: list[Any]) -> Future[list[Verdict]]:
+        return self._executor.submit(self._run_on_idle_worker, code, batch)
+
+    def _run_on_idle_worker(self, code: str, batch: list[Any]) -> list[Verdict]:
+        worker = self._idle.get()
+        try:
+            return self._run_batch(worker, code, batch)
+        finally:
+            self._idle.put(worker)
+
+    def _run_batch(self, worker: _Worker, code: str, responses: list[Any]) -> list[Verdict]:
+        results: list[Verdict | None] = [None] * len(responses)
+        pending = list(range(len(responses)))
+        timeout = self.config.timeout_s
+        tainted = False
+        while pending:
+            if not worker.alive:
+                if worker.proc is not None:
+                    worker.kill()
+                worker.spawn()
+            try:
+                worker.send(code, [responses[i] for i in pending], self.config.precheck)
+            except _WorkerGone:
+                worker.kill()
+                worker.spawn()
+                try:
+                    worker.send(code, [responses[i] for i in pending], self.config.precheck)
+                except _WorkerGone as exc:
+                    raise SandboxError(f"sandbox worker dies before reading its request: {exc}") from exc
+            done, started, finished = 0, False, False
+            try:
+                while not finished:
+                    line = worker.read_line(time.monotonic() + timeout)
+                    tag = line[:1]
+                    if tag == b"K" and not started:
+                        started = True
+                    elif tag == b"C" and not started:
+                        verdict = _parse_error(line)
+                        for i in pending:
+                            results[i] = verdict
+                        started, done = True, len(pending)
+                    elif tag in (b"T", b"F", b"E") and started and done < len(pending):
+                        results[pending[done]] = TRUE if tag == b"T" else FALSE if tag == b"F" else _parse_error(line)
+                        done += 1
+                        worker.served += 1
+                    elif tag in (b"D", b"R") and started and done == len(pending):
+                        tainted, finished = tag == b"R", True
+                    else:
+                        raise _WorkerGone(f"protocol: unexpected reply {line[:40]!r}")
+                pending = []
+            except _Timeout:
+                worker.kill()
+                if not started:
+                    verdict = Verdict("timeout", None, f"module body ran past {timeout}s")
+                    for i in pending:
+                        results[i] = verdict
+                    pending = []
+                else:
+                    results[pending[done]] = Verdict("timeout", None, f"evaluate ran past {timeout}s")
+                    pending = pending[done + 1:]
+            except _WorkerGone as exc:
+                how = worker.kill()
+                kind = "protocol" if str(exc).startswith("protocol") else "crash"
+                verdict = Verdict.error(kind, f"worker died ({how}): {exc}" if kind == "crash" else str(exc))
+                if not started:
+                    for i in pending:
+                        results[i] = verdict
+                    pending = []
+                else:
+                    results[pending[done]] = verdict
+                    pending = pending[done + 1:]
+        if worker.proc is not None:
+            if tainted:
+                worker.kill()
+            elif worker.served >= self.config.recycle_after:
+                worker.close()
+        return [v if v is not None else Verdict.error("protocol", "no reply") for v in results]
