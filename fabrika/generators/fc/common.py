@@ -1,0 +1,127 @@
+"""Shared checks of the FC stages: language, tool validation, call validation.
+
+Everything here judges untrusted LLM output and returns reasons (strings) instead
+of raising, so each stage can turn them into recorded rejections.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Iterable
+
+from pydantic import ValidationError
+
+from fabrika.llm.types import ChatResponse
+from fabrika.schemas.fc import N_TIERS, ToolSpec
+from fabrika.schemas.ids import canonical_json, stable_id
+from fabrika.schemas.tools import Tool, ToolCall
+
+SNAKE_RE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
+_CYR = re.compile(r"[А-Яа-яЁё]")
+_LAT = re.compile(r"[A-Za-z]")
+
+
+def cyrillic_share(text: str) -> float:
+    """Share of Cyrillic among the letters of ``text`` (0 when there are no letters)."""
+    cyr = len(_CYR.findall(text))
+    lat = len(_LAT.findall(text))
+    return cyr / (cyr + lat) if cyr + lat else 0.0
+
+
+def language_ok(text: str, lang: str, min_share: float = 0.6) -> bool:
+    """Cheap script check, good enough to catch an English answer to a Russian prompt.
+
+    Text with no letters at all (numbers, JSON punctuation) passes: it has no language.
+    """
+    if not _CYR.search(text) and not _LAT.search(text):
+        return True
+    share = cyrillic_share(text)
+    if lang == "ru":
+        return share >= min_share
+    if lang == "en":
+        return share <= 1 - min_share
+    return True
+
+
+def response_error(resp: ChatResponse) -> str | None:
+    """A rejection reason for a failed or truncated response, else ``None``."""
+    if not resp.ok:
+        return f"llm_error: {resp.error}"
+    if not resp.choices:
+        return "llm_error: no choices"
+    if resp.choices[0].truncated:
+        return "truncated: finish_reason=length"
+    return None
+
+
+def signature(tool: Tool) -> str:
+    """Name + parameter signature hash: two tools with the same one are duplicates."""
+    props = tool.function.parameters.get("properties", {}) or {}
+    sig = {
+        "name": tool.name,
+        "params": sorted((k, json.dumps(v.get("type"), sort_keys=True) if isinstance(v, dict) else "?")
+                         for k, v in props.items()),
+        "required": sorted(tool.function.parameters.get("required", []) or []),
+    }
+    return hashlib.sha256(canonical_json(sig).encode()).hexdigest()[:16]
+
+
+def _schema_texts(schema: Any) -> Iterable[str]:
+    """Every description string inside a parameters schema."""
+    if isinstance(schema, dict):
+        for k, v in schema.items():
+            if k == "description" and isinstance(v, str):
+                yield v
+            else:
+                yield from _schema_texts(v)
+    elif isinstance(schema, list):
+        for v in schema:
+            yield from _schema_texts(v)
+
+
+def parse_tool(raw: Any, *, topic_id: str, lang: str) -> tuple[ToolSpec | None, str | None]:
+    """Validate one LLM-written tool dict into a :class:`ToolSpec`, or give the rejection reason."""
+    if not isinstance(raw, dict):
+        return None, f"invalid_tool: expected an object, got {type(raw).__name__}"
+    if "function" in raw and isinstance(raw["function"], dict):  # OpenAI shape with tiers beside it
+        raw = {**raw["function"], "tiers": raw.get("tiers", raw["function"].get("tiers"))}
+    name = raw.get("name")
+    if not isinstance(name, str) or not SNAKE_RE.match(name):
+        return None, f"invalid_name: {name!r} is not snake_case"
+    tiers = raw.get("tiers")
+    if not isinstance(tiers, list) or len(tiers) != N_TIERS or not all(isinstance(t, str) and t.strip() for t in tiers):
+        return None, f"invalid_tiers: {name} needs {N_TIERS} non-empty description strings"
+    tiers = [t.strip() for t in tiers]
+    if any(len(a) >= len(b) for a, b in zip(tiers, tiers[1:])):
+        return None, f"tiers_not_increasing: {name} tier lengths {[len(t) for t in tiers]}"
+    params = raw.get("parameters") or {"type": "object", "properties": {}}
+    try:
+        tool = Tool.model_validate({"function": {"name": name, "description": tiers[-1], "parameters": params}})
+    except ValidationError as exc:
+        return None, f"invalid_schema: {name}: {exc.errors()[0]['msg']}"
+    texts = tiers + list(_schema_texts(params))
+    wrong = [t for t in texts if not language_ok(t, lang)]
+    if wrong:
+        return None, f"wrong_language: {name} description not in {lang!r}: {wrong[0][:60]!r}"
+    spec = ToolSpec(id=stable_id(topic_id, name, prefix="tool-"), topic_id=topic_id, lang=lang, tool=tool, tiers=tiers)
+    return spec, None
+
+
+def check_calls(calls: Iterable[Any], tools: dict[str, Tool]) -> list[str]:
+    """Rule checks of calls against the visible tools: known name, object args, schema (required, types, enums)."""
+    problems: list[str] = []
+    for raw in calls:
+        try:
+            call = raw if isinstance(raw, ToolCall) else ToolCall.model_validate(raw)
+        except ValidationError as exc:
+            problems.append(f"malformed_call: {exc.errors()[0]['msg']}")
+            continue
+        tool = tools.get(call.name)
+        if tool is None:
+            problems.append(f"unknown_tool: {call.name!r} is not among {sorted(tools)}")
+            continue
+        for err in tool.validate_arguments(call.arguments):
+            problems.append(f"schema_violation: {call.name}: {err}")
+    return problems

@@ -1,0 +1,191 @@
+"""``fc.plans``: per (topic, plan index) a reference trajectory, reviewed by a judge.
+
+The stage samples with ``ctx.rng`` (so reruns agree): the sample type, a tool
+group (the topic's tools plus distractors from other topics in the same
+language; irrelevance plans get distractors only, so no visible tool can serve
+the request), a persona and the description tier. The planner LLM writes the
+steps; rule checks (:mod:`plan_checks`) and then the judge LLM review them; the
+planner revises with the issues, at most ``max_rounds`` rounds. Every round
+(plan, rule problems, verdict) is stored; a plan never approved is a rejected
+row with its rounds. The language is the topic's (tools are written natively
+in it, never translated).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from importlib import resources
+from typing import Any, ClassVar, Iterator, Literal
+
+from pydantic import Field, ValidationError
+
+from fabrika.agents.prompts import prompt_text
+from fabrika.errors import InputError
+from fabrika.generators.fc.common import response_error
+from fabrika.generators.fc.plan_checks import check_plan, parse_steps
+from fabrika.generators.parsing import extract_json, is_failure
+from fabrika.llm.types import ChatRequest
+from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.schemas.fc import JudgeVerdict, Persona, Plan, PlanRound, SampleType, ToolSpec
+from fabrika.schemas.ids import stable_id
+
+DEFAULT_TYPES: dict[str, float] = {
+    "single": 0.25, "parallel": 0.12, "multi_step": 0.12, "multi_turn": 0.16,
+    "clarification": 0.12, "text": 0.08, "irrelevance": 0.15,
+}
+NEEDS_TWO_TOOLS = ("parallel", "multi_step")
+
+
+class PlansConfig(StageConfig):
+    """Config of ``fc.plans`` (input: ``fc.tools_dedup`` or ``fc.tools``)."""
+
+    kind: Literal["fc.plans"] = "fc.plans"
+    plans_per_topic: int = Field(default=4, ge=1, description="Plans sampled per topic.")
+    sample_types: dict[SampleType, float] = Field(default_factory=lambda: dict(DEFAULT_TYPES),
+                                                  description="Relative weights of the sample types.")
+    distractors: int = Field(default=2, ge=0, le=20, description="Tools from other topics added to each group.")
+    max_rounds: int = Field(default=4, ge=1, le=8, description="Planner → judge rounds before a plan is rejected.")
+    personas: dict[str, str] = Field(
+        default_factory=lambda: {"ru": "package://fc/personas_ru.jsonl", "en": "package://fc/personas_en.jsonl"},
+        description="Persona jsonl file per language; 'package://' points into fabrika/data.")
+    temperature: float = Field(default=0.7, ge=0, le=2, description="Planner sampling temperature.")
+    max_tokens: int = Field(default=4096, ge=256, description="Completion budget of planner and judge requests.")
+
+
+def load_personas(path: str, base_dir: Any = None) -> list[Persona]:
+    """Personas from a jsonl file ('package://fc/x.jsonl' = inside fabrika/data)."""
+    try:
+        if path.startswith("package://"):
+            text = resources.files("fabrika").joinpath("data", *path[len("package://"):].split("/")).read_text("utf-8")
+        else:
+            from pathlib import Path
+            p = Path(path) if base_dir is None or Path(path).is_absolute() else Path(base_dir) / path
+            text = p.read_text("utf-8")
+        return [Persona.model_validate_json(line) for line in text.splitlines() if line.strip()]
+    except (OSError, ValidationError, ValueError) as exc:
+        raise InputError(f"personas file {path!r} cannot be read: {exc}; give a jsonl of Persona records") from exc
+
+
+@register_stage
+class PlansStage(Stage):
+    kind: ClassVar[str] = "fc.plans"
+    Config: ClassVar[type[StageConfig]] = PlansConfig
+
+    @cached_property
+    def _index(self) -> tuple[dict[str, list[ToolSpec]], dict[str, list[str]]]:
+        """topic id → its tools; language → all tool ids (distractor pool). One entry per tool."""
+        by_topic: dict[str, list[ToolSpec]] = {}
+        for row in super().input_rows():
+            spec = ToolSpec.model_validate_json(row["spec"])
+            by_topic.setdefault(spec.topic_id, []).append(spec)
+        for tools in by_topic.values():
+            tools.sort(key=lambda t: t.id)
+        by_lang: dict[str, list[str]] = {}
+        for topic_id in sorted(by_topic):
+            by_lang.setdefault(by_topic[topic_id][0].lang, []).append(topic_id)
+        return by_topic, by_lang
+
+    @cached_property
+    def _personas(self) -> dict[str, list[Persona]]:
+        cfg: PlansConfig = self.config  # type: ignore[assignment]
+        return {lang: load_personas(path) for lang, path in cfg.personas.items()}
+
+    def input_rows(self) -> Iterator[Row]:
+        by_topic, _ = self._index
+        for topic_id in sorted(by_topic):
+            for i in range(self.config.plans_per_topic):  # type: ignore[attr-defined]
+                yield {"id": stable_id(topic_id, i, prefix="plan-"), "topic_id": topic_id, "plan_index": i}
+
+    def sample_setup(self, item: Row) -> tuple[SampleType, list[ToolSpec], Persona, int]:
+        """Deterministic choices for one plan: type, tool group, persona, tier."""
+        cfg: PlansConfig = self.config  # type: ignore[assignment]
+        by_topic, by_lang = self._index
+        own = by_topic[item["topic_id"]]
+        lang = own[0].lang
+        rng = self.ctx.rng(item["id"])
+        types = {t: w for t, w in sorted(cfg.sample_types.items()) if w > 0 and (len(own) > 1 or t not in NEEDS_TWO_TOOLS)}
+        sample_type: SampleType = rng.choices(list(types), weights=list(types.values()))[0]
+        others = [t for t in by_lang.get(lang, []) if t != item["topic_id"]]
+        picked = rng.sample(others, min(len(others), cfg.distractors + (2 if sample_type == "irrelevance" else 0)))
+        distractors = [rng.choice(by_topic[t]) for t in picked]
+        group = distractors if sample_type == "irrelevance" else own + distractors
+        rng.shuffle(group)
+        personas = self._personas.get(lang) or []
+        if not personas:
+            raise InputError(f"no personas for language {lang!r}; add it to fc.plans.personas")
+        return sample_type, group, rng.choice(personas), rng.randrange(4)
+
+    def _task(self, sample_type: str, group: list[ToolSpec], persona: Persona, topic_tools: list[ToolSpec]) -> dict:
+        task: dict[str, Any] = {
+            "sample_type": sample_type, "lang": persona.lang,
+            "persona": persona.model_dump(exclude={"id"}),
+            "tools": [{**t.tool.to_openai()["function"], "tiers": t.tiers} for t in group],
+        }
+        if sample_type == "irrelevance":  # what the user asks for: a topic need no visible tool serves
+            task["unavailable"] = [t.tiers[1] for t in topic_tools]
+        return task
+
+    async def process(self, item: Row) -> list[Row]:
+        cfg: PlansConfig = self.config  # type: ignore[assignment]
+        sample_type, group, persona, tier = self.sample_setup(item)
+        lang = persona.lang
+        task = self._task(sample_type, group, persona, self._index[0][item["topic_id"]])
+        task_json = json.dumps(task, ensure_ascii=False, indent=1)
+        convo: list[dict[str, Any]] = [{"role": "user", "content": prompt_text("planner", lang).format(task=task_json)}]
+        rounds: list[PlanRound] = []
+        base = {"topic_id": item["topic_id"], "lang": lang, "sample_type": sample_type}
+        for r in range(cfg.max_rounds):
+            resp = await self.ctx.llm.complete_one(ChatRequest(
+                messages=tuple(convo), temperature=cfg.temperature, max_tokens=cfg.max_tokens, tag="fc.planner"))
+            err = response_error(resp)
+            if err:
+                return [rejected(item["id"], err, **base, rounds=_dump(rounds))]
+            text = resp.text or ""
+            data = extract_json(text, expect=dict)
+            steps, problems = (None, [str(data)]) if is_failure(data) else parse_steps(data)
+            if steps is not None:
+                problems = check_plan(steps, group, sample_type, lang)
+            verdict = None
+            if steps is not None and not problems:
+                verdict = await self._judge(sample_type, group, steps, lang)
+            rounds.append(PlanRound(round=r, plan=None if steps is None else {"steps": [s.model_dump() for s in steps]},
+                                    problems=problems, verdict=verdict))
+            if verdict is not None and verdict.approved:
+                plan = Plan(id=item["id"], topic_id=item["topic_id"], lang=lang, sample_type=sample_type,
+                            persona=persona, tools=group, tier=tier, steps=steps, rounds=rounds)  # type: ignore[arg-type]
+                return [ok(item["id"], **base, n_steps=len(steps), n_rounds=len(rounds),  # type: ignore[arg-type]
+                           plan=plan.model_dump_json())]
+            issues = problems + (verdict.issues if verdict else [])
+            convo += [{"role": "assistant", "content": text},
+                      {"role": "user", "content": prompt_text("planner_revise", lang).format(
+                          plan=text, issues=json.dumps(issues or ["-"], ensure_ascii=False))}]
+        last = rounds[-1]
+        why = "plan_invalid" if last.problems else "judge_rejected"
+        detail = (last.problems or (last.verdict.issues if last.verdict else []) or ["-"])[0]
+        return [rejected(item["id"], f"{why}: {detail}", **base, n_rounds=len(rounds), rounds=_dump(rounds))]
+
+    async def _judge(self, sample_type: str, group: list[ToolSpec], steps: list, lang: str) -> JudgeVerdict:
+        cfg: PlansConfig = self.config  # type: ignore[assignment]
+        task = {"sample_type": sample_type, "tools": [t.tool.to_openai()["function"] for t in group],
+                "plan": {"steps": [s.model_dump() for s in steps]}}
+        resp = await self.ctx.llm.complete_one(ChatRequest(
+            messages=({"role": "user", "content": prompt_text("judge", lang).format(
+                task=json.dumps(task, ensure_ascii=False, indent=1))},),
+            temperature=0.0, max_tokens=cfg.max_tokens, tag="fc.judge"))
+        return parse_verdict(resp.text if resp.ok else None)
+
+
+def parse_verdict(text: str | None) -> JudgeVerdict:
+    """The judge's JSON verdict; an unparsable one counts as not approved, with the reason as the issue."""
+    data = extract_json(text, expect=dict)
+    if is_failure(data):
+        return JudgeVerdict(approved=False, issues=[f"judge answer unusable: {data}"])
+    try:
+        return JudgeVerdict.model_validate({"approved": data.get("approved"), "issues": data.get("issues") or []})
+    except ValidationError:
+        return JudgeVerdict(approved=False, issues=["judge answer unusable: 'approved' must be true or false"])
+
+
+def _dump(rounds: list[PlanRound]) -> str:
+    return json.dumps([r.model_dump(mode="json") for r in rounds], ensure_ascii=False)

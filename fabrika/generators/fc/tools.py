@@ -1,0 +1,134 @@
+"""``fc.tools`` (per topic, the LLM writes N tools) and ``fc.tools_dedup`` (global).
+
+Every tool is untrusted LLM output: it must parse, have a snake_case name unique
+in its topic, a valid parameters schema (``check_parameters_schema``: meta-schema,
+required ⊆ properties, enums and defaults match their types), four non-empty
+description tiers of increasing length, and descriptions in the topic's
+language. Each failure is a rejected row with its reason.
+
+Dedup choice: near-identical tools across topics (same name and same parameter
+signature — names, types, required) are resolved by the separate global stage
+``fc.tools_dedup``, which keeps the tool with the smallest id of each signature
+(order-independent, so reruns agree) and rejects the rest as ``duplicate_of``.
+It holds one dict entry per signature, not the tools themselves.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator, ClassVar, Iterator, Literal
+
+from pydantic import Field
+
+from fabrika.agents.prompts import prompt_text
+from fabrika.generators.fc.common import parse_tool, response_error, signature
+from fabrika.generators.parsing import extract_json, is_failure
+from fabrika.llm.types import ChatRequest
+from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.schemas.ids import stable_id
+
+TOOL_COLUMNS = ("topic_id", "topic", "lang", "name", "signature", "spec")
+
+
+def _tool_row(status_row: Row, **cols: Any) -> Row:
+    return {**status_row, **{c: cols.get(c) for c in TOOL_COLUMNS}}
+
+
+class ToolsConfig(StageConfig):
+    """Config of ``fc.tools``."""
+
+    kind: Literal["fc.tools"] = "fc.tools"
+    tools_per_topic: int = Field(default=4, ge=1, le=20, description="How many tools the LLM writes per topic.")
+    temperature: float = Field(default=0.8, ge=0, le=2, description="Sampling temperature of the tool writer.")
+    max_tokens: int = Field(default=4096, ge=256, description="Completion budget of one tool-writing request.")
+
+
+@register_stage
+class ToolsStage(Stage):
+    """Topic row (``id``, ``topic``, ``description``, ``keywords``, ``lang``) → tool rows."""
+
+    kind: ClassVar[str] = "fc.tools"
+    Config: ClassVar[type[StageConfig]] = ToolsConfig
+
+    def build_request(self, row: Row) -> ChatRequest:
+        cfg: ToolsConfig = self.config  # type: ignore[assignment]
+        lang = row.get("lang") or "ru"
+        keywords = row.get("keywords") or []
+        if isinstance(keywords, str):
+            keywords = json.loads(keywords) if keywords.startswith("[") else [keywords]
+        topic = {"topic": row.get("topic"), "description": row.get("description") or "", "keywords": keywords,
+                 "lang": lang}
+        content = prompt_text("tools", lang).format(n=cfg.tools_per_topic,
+                                                    topic=json.dumps(topic, ensure_ascii=False, indent=1))
+        return ChatRequest(messages=({"role": "user", "content": content},), temperature=cfg.temperature,
+                           max_tokens=cfg.max_tokens, tag="fc.tools")
+
+    def parse(self, row: Row, text: str) -> list[Row]:
+        topic_id, lang, topic = str(row["id"]), row.get("lang") or "ru", row.get("topic")
+        data = extract_json(text, expect=dict)
+        if is_failure(data):
+            return [_tool_row(rejected(stable_id(topic_id, prefix="toolset-"), str(data)),
+                              topic_id=topic_id, topic=topic, lang=lang)]
+        raw_tools = data.get("tools")
+        if not isinstance(raw_tools, list) or not raw_tools:
+            return [_tool_row(rejected(stable_id(topic_id, prefix="toolset-"), "invalid_json: no 'tools' list"),
+                              topic_id=topic_id, topic=topic, lang=lang)]
+        out: list[Row] = []
+        seen: set[str] = set()
+        for i, raw in enumerate(raw_tools):
+            spec, reason = parse_tool(raw, topic_id=topic_id, lang=lang)
+            if spec is not None and spec.name in seen:
+                spec, reason = None, f"duplicate_name: {spec.name} appears twice in the topic"
+            if spec is None:
+                name = raw.get("name") if isinstance(raw, dict) else None
+                out.append(_tool_row(rejected(stable_id(topic_id, i, prefix="tool-bad-"), str(reason)),
+                                     topic_id=topic_id, topic=topic, lang=lang,
+                                     name=name if isinstance(name, str) else None))
+                continue
+            seen.add(spec.name)
+            out.append(_tool_row(ok(spec.id), topic_id=topic_id, topic=topic, lang=lang, name=spec.name,
+                                 signature=signature(spec.tool), spec=spec.model_dump_json()))
+        return out
+
+    async def process(self, row: Row) -> list[Row]:
+        resp = await self.ctx.llm.complete_one(self.build_request(row))
+        err = response_error(resp)
+        if err:
+            return [_tool_row(rejected(stable_id(str(row["id"]), prefix="toolset-"), err),
+                              topic_id=str(row["id"]), topic=row.get("topic"), lang=row.get("lang"))]
+        return self.parse(row, resp.text or "")
+
+
+class ToolsDedupConfig(StageConfig):
+    """Config of ``fc.tools_dedup`` (no knobs: the signature is name + parameter names/types + required)."""
+
+    kind: Literal["fc.tools_dedup"] = "fc.tools_dedup"
+
+
+@register_stage
+class ToolsDedupStage(Stage):
+    """Keep one tool per signature (smallest id wins); reject the others as ``duplicate_of``."""
+
+    kind: ClassVar[str] = "fc.tools_dedup"
+    Config: ClassVar[type[StageConfig]] = ToolsDedupConfig
+    global_stage: ClassVar[bool] = True
+
+    async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:
+        keeper: dict[str, str] = {}
+        for row in rows:  # pass 1: one entry per signature
+            sig, rid = row.get("signature"), str(row["id"])
+            if sig and (sig not in keeper or rid < keeper[sig]):
+                keeper[sig] = rid
+        chunk: list[Row] = []
+        for row in self.input_rows():  # pass 2: stream the verdicts
+            base = {k: row.get(k) for k in TOOL_COLUMNS}
+            winner = keeper.get(row.get("signature") or "")
+            if winner is None or winner == row["id"]:
+                chunk.append(ok(str(row["id"]), **base))
+            else:
+                chunk.append(rejected(str(row["id"]), f"duplicate_of: {winner}", **base))
+            if len(chunk) >= self.config.chunk_size:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
