@@ -45,6 +45,10 @@ class StageContext(Protocol):
         """Directory of a stage's shards (for stages that keep side files, e.g. a topic model)."""
         ...
 
+    def report(self, key: str, value: Any) -> None:
+        """Record a fact in the manifest (e.g. ``report("sandbox_isolation", "bwrap")``)."""
+        ...
+
 
 def item_rng(global_seed: int, stage_name: str, *parts: Any) -> random.Random:
     """The RNG every context's :meth:`StageContext.rng` returns."""

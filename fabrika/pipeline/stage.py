@@ -25,6 +25,20 @@ Columns every output row carries (the runner fills the ones marked *):
 Score columns are added by scorers; thresholds are never applied in a stage,
 only by gates (``fabrika.pipeline.gates``) when a stage's input or a dataset is
 materialised.
+
+Annotating stages (scorers, ``annotates = True``) have exactly one ``input``
+and emit, per scored row, a row whose ``id`` IS the scored row's id, plus score
+columns (and ``status``/``reason`` of the scoring itself). They never copy the
+data. Whenever a table is read (``ctx.iter_rows``, materialisation), every
+annotating stage whose input is that table is LEFT-JOINED on ``id``, lazily:
+scores live in their own tables and data rows are never rewritten. After the
+join the scorer's ``status``/``reason`` are named ``status__<scorer>`` /
+``reason__<scorer>``; a score column whose name is taken gets ``__<scorer>``.
+A consumer of a table runs after all its annotators; an annotator sees the
+scores of the annotators listed before it.
+
+Paths in a stage config should be typed ``Path``: the validate step checks they
+exist (relative to the config file) and ``ctx.pipeline.resolve_path`` resolves them.
 """
 
 from __future__ import annotations
@@ -54,6 +68,9 @@ class StageConfig(BaseModel):
     )
     chunk_size: int = Field(default=256, ge=1, description="Items per shard; a crash loses at most the items in flight.")
     max_items: int | None = Field(default=None, ge=0, description="Stop after this many input items (smoke runs).")
+    max_in_flight: int | None = Field(
+        default=None, ge=1, description="Items processed concurrently; default the pipeline's max_in_flight."
+    )
 
     @property
     def stage_name(self) -> str:
@@ -72,6 +89,8 @@ class Stage(abc.ABC):
     Config: ClassVar[type[StageConfig]] = StageConfig
     #: True when the stage needs all inputs at once (``run_all``) instead of per-item ``process``.
     global_stage: ClassVar[bool] = False
+    #: True for scorers: output rows carry the scored row's ``id`` + score columns (see module docs).
+    annotates: ClassVar[bool] = False
 
     def __init__(self, config: StageConfig, ctx: "StageContext") -> None:
         self.config = config
@@ -80,6 +99,11 @@ class Stage(abc.ABC):
     @property
     def name(self) -> str:
         return self.config.stage_name
+
+    @classmethod
+    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+        """Extra validation before any LLM call: ``(field, message)`` pairs. ``Path`` fields are checked already."""
+        return []
 
     def input_rows(self) -> Iterator[Row]:
         """Rows this stage consumes. Default: the gated ``ok`` rows of ``config.input``.

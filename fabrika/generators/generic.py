@@ -1,0 +1,138 @@
+"""A generic pair of stages: read prompts from a file, complete each one with the LLM.
+
+``generic.prompts`` (source) reads a JSONL or parquet file of prompts;
+``generic.complete`` asks the engine for one completion per prompt and records
+the text, or a rejection on an LLM error, a truncated or an empty answer.
+Together they make the smallest useful pipeline (``configs/smoke.yaml``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import polars as pl
+from pydantic import Field
+
+from fabrika.errors import InputError
+from fabrika.llm.types import ChatRequest
+from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.schemas.ids import stable_id
+
+
+class PromptsConfig(StageConfig):
+    """Config of ``generic.prompts``."""
+
+    path: Path = Field(description="JSONL (one object per line) or parquet file of prompts, relative to the config file.")
+    text_field: str = Field(default="prompt", description="Field holding the prompt text.")
+    id_field: str | None = Field(default=None, description="Field holding a stable id; default: hash of the text.")
+
+
+def iter_prompt_records(path: Path, text_field: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line, record)`` pairs; raises :class:`InputError` naming the path and line of a bad record."""
+    if not path.is_file():
+        raise InputError(f"{path}: prompts file not found")
+    if path.suffix == ".parquet":
+        for i, batch in enumerate(pl.scan_parquet(path).collect_batches(chunk_size=1024)):
+            for j, rec in enumerate(batch.iter_rows(named=True)):
+                if not isinstance(rec.get(text_field), str) or not rec[text_field].strip():
+                    raise InputError(f"{path}: row {i * 1024 + j}: missing or empty {text_field!r}")
+                yield i * 1024 + j, rec
+        return
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}:{lineno}: invalid JSON ({exc.msg}); one JSON object per line") from exc
+            if not isinstance(rec, dict):
+                raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+            if not isinstance(rec.get(text_field), str) or not rec[text_field].strip():
+                raise InputError(f"{path}:{lineno}: missing or empty {text_field!r}")
+            yield lineno, rec
+
+
+@register_stage
+class PromptsStage(Stage):
+    """Source stage: one ok row per prompt, id = hash of the text (or the file's id field)."""
+
+    kind = "generic.prompts"
+    Config = PromptsConfig
+    config: PromptsConfig
+
+    @classmethod
+    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+        assert isinstance(config, PromptsConfig)
+        path = pipeline.resolve_path(config.path)
+        if not path.is_file():
+            return []  # reported by the generic path check
+        try:
+            for _ in iter_prompt_records(path, config.text_field):
+                pass
+        except InputError as exc:
+            return [("path", str(exc))]
+        return []
+
+    def input_rows(self) -> Iterator[Row]:
+        path = self.ctx.pipeline.resolve_path(self.config.path)
+        for _, rec in iter_prompt_records(path, self.config.text_field):
+            text = rec[self.config.text_field]
+            rid = str(rec[self.config.id_field]) if self.config.id_field else stable_id(text, prefix="prompt-")
+            extra = {k: v for k, v in rec.items() if k not in (self.config.text_field, self.config.id_field, "id")}
+            yield {"id": rid, "prompt": text, **extra}
+
+    async def process(self, row: Row) -> list[Row]:
+        return [ok(row["id"], **{k: v for k, v in row.items() if k != "id"})]
+
+
+class CompleteConfig(StageConfig):
+    """Config of ``generic.complete``."""
+
+    prompt_field: str = Field(default="prompt", description="Input column with the user prompt.")
+    system: str | None = Field(default=None, description="Optional system message.")
+    model: str | None = Field(default=None, description="Model override; default the engine's model.")
+    temperature: float | None = Field(default=0.7, ge=0, le=2, description="Sampling temperature.")
+    max_tokens: int | None = Field(default=512, ge=1, description="Answer length cap; a truncated answer is rejected.")
+    tag: str = Field(default="generic.complete", description="Request tag (accounting; sim responder).")
+
+
+@register_stage
+class CompleteStage(Stage):
+    """One completion per input row; the answer is untrusted and checked before it is kept."""
+
+    kind = "generic.complete"
+    Config = CompleteConfig
+    config: CompleteConfig
+
+    def request(self, row: Row) -> ChatRequest:
+        messages: list[dict[str, Any]] = []
+        if self.config.system:
+            messages.append({"role": "system", "content": self.config.system})
+        messages.append({"role": "user", "content": str(row[self.config.prompt_field])})
+        return ChatRequest(
+            messages=tuple(messages),
+            model=self.config.model,
+            temperature=self.config.temperature,
+            max_tokens=self.config.max_tokens,
+            seed=self.ctx.rng(row["id"]).randrange(2**31),
+            tag=self.config.tag,
+        )
+
+    async def process(self, row: Row) -> list[Row]:
+        request = self.request(row)
+        out_id = stable_id(row["id"], self.name, prefix="gen-")
+        response = await self.ctx.llm.complete_one(request)
+        if response.error is not None:
+            return [rejected(out_id, f"llm_error: {response.error.kind}: {response.error.message}")]
+        choice = response.choices[0] if response.choices else None
+        if choice is None or choice.truncated:
+            return [rejected(out_id, "truncated: answer hit max_tokens" if choice else "empty_response: no choices")]
+        text = (choice.content or "").strip()
+        if not text:
+            return [rejected(out_id, "empty_response: no text")]
+        prompt = str(row[self.config.prompt_field])
+        messages = list(request.messages) + [{"role": "assistant", "content": text}]
+        return [ok(out_id, prompt=prompt, completion=text, messages=messages, model=response.model)]

@@ -1,0 +1,314 @@
+"""The pipeline document: YAML → :class:`PipelineConfig`, with a validate step.
+
+:func:`validate_file` returns EVERY violation (errors and warnings) before the
+first LLM call, each naming the file and the key path (``stages[2].input``):
+unknown keys, wrong types, unknown stage kinds, unknown ``input`` stages,
+duplicate names, cycles, unknown gate groups or parameters, missing input files.
+
+Paths inside stage configs are relative to the config file's directory; the run
+directory (``run_dir``, default ``runs/<name>``) is relative to the working directory.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, ValidationError
+
+from fabrika.errors import ConfigError
+from fabrika.pipeline import gates, registry
+from fabrika.pipeline.stage import STAGES, StageConfig
+
+try:  # the LLM layer owns its config; until it is importable, keep the raw mapping
+    from fabrika.llm.config import LLMConfig as _LLMConfig
+
+    LLMField: Any = _LLMConfig
+except ImportError:  # pragma: no cover - depends on the llm package's progress
+    LLMField = dict[str, Any]
+
+
+class DatasetConfig(BaseModel):
+    """Which stages' rows are the final samples."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stages: list[str] = Field(default_factory=list, description="Stages whose gated ok rows form the dataset.")
+    version: str = Field(default="v1", description="Name of the version `fabrika run` materialises at the end.")
+
+
+class PipelineConfig(BaseModel):
+    """A whole pipeline: the LLM, the stages, the gate thresholds and the dataset."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="Pipeline name; the default run directory is runs/<name>.", pattern=r"^[\w.-]+$")
+    seed: int = Field(default=0, description="Global seed; every per-item RNG derives from it.")
+    run_dir: Path | None = Field(default=None, description="Run directory; default runs/<name> (relative to the working dir).")
+    plugins: list[str] = Field(default_factory=list, description="Extra modules to import (they register stages/gates).")
+    llm: LLMField = Field(default_factory=LLMField, description="LLM engine config (fabrika.llm.config.LLMConfig).")
+    max_in_flight: int = Field(default=256, ge=1, description="Items processed concurrently per stage (default for all stages).")
+    stages: list[SerializeAsAny[StageConfig]] = Field(description="Stage configs, discriminated by `kind`.")
+    filters: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Gate thresholds by group: filters.<group>.<param>.")
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig, description="Which stages form the final dataset.")
+    export: dict[str, Any] = Field(default_factory=dict, description="Export settings, validated by fabrika.export.")
+
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+    _source: str = PrivateAttr(default="<config>")
+
+    @property
+    def base_dir(self) -> Path:
+        return self._base_dir
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @property
+    def resolved_run_dir(self) -> Path:
+        return self.run_dir if self.run_dir is not None else Path("runs") / self.name
+
+    def resolve_path(self, value: str | Path) -> Path:
+        """A stage config's path, relative to the config file's directory."""
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else self._base_dir / p
+
+    def stage(self, name: str) -> StageConfig:
+        for s in self.stages:
+            if s.stage_name == name:
+                return s
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One violation: ``level`` error stops the run, warning is printed."""
+
+    level: Literal["error", "warning"]
+    path: str
+    message: str
+    file: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.level}: {self.path}: {self.message}"
+
+
+def _loc(prefix: str, loc: tuple[Any, ...]) -> str:
+    out = prefix
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _pydantic_issues(exc: ValidationError, prefix: str, model: type[BaseModel], file: str) -> list[Issue]:
+    issues = []
+    for err in exc.errors():
+        path = _loc(prefix, tuple(err["loc"]))
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown key; allowed: {', '.join(model.model_fields)}"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        else:
+            msg = f"{err['msg']} (got {err.get('input')!r})"
+        issues.append(Issue("error", path, msg, file))
+    return issues
+
+
+def inputs_of(stage: StageConfig) -> list[str]:
+    if stage.input is None:
+        return []
+    return [stage.input] if isinstance(stage.input, str) else list(stage.input)
+
+
+def _path_fields(cfg: StageConfig) -> list[str]:
+    hints = typing.get_type_hints(type(cfg))
+    out = []
+    for name in type(cfg).model_fields:
+        ann = hints.get(name)
+        if ann is Path or (typing.get_origin(ann) in (typing.Union, types.UnionType) and Path in typing.get_args(ann)):
+            out.append(name)
+    return out
+
+
+def check_paths(cfg: StageConfig, config: PipelineConfig) -> list[tuple[str, str]]:
+    """Every ``Path``-typed field of a stage config must name an existing file or directory."""
+    missing = []
+    for name in _path_fields(cfg):
+        value = getattr(cfg, name)
+        if value is not None and not config.resolve_path(value).exists():
+            missing.append((name, f"input file not found: {config.resolve_path(value)}"))
+    return missing
+
+
+def execution_order(config: PipelineConfig) -> list[StageConfig]:
+    """Stages in dependency order (stable w.r.t. the document). Annotators of a table run
+    before its non-annotating consumers, and after the annotators listed before them."""
+    names = [s.stage_name for s in config.stages]
+    deps: dict[str, set[str]] = {n: set(inputs_of(s)) & set(names) for n, s in zip(names, config.stages)}
+    ann_of: dict[str, list[str]] = {}
+    for s in config.stages:
+        if STAGES.get(s.kind) is not None and STAGES[s.kind].annotates:
+            for src in inputs_of(s):
+                ann_of.setdefault(src, []).append(s.stage_name)
+    for s in config.stages:
+        cls = STAGES.get(s.kind)
+        for src in inputs_of(s):
+            peers = ann_of.get(src, [])
+            if cls is not None and cls.annotates:
+                deps[s.stage_name].update(peers[: peers.index(s.stage_name)])
+            else:
+                deps[s.stage_name].update(peers)
+    order: list[str] = []
+    done: set[str] = set()
+    while len(order) < len(names):
+        ready = [n for n in names if n not in done and deps[n] <= done]
+        if not ready:
+            cycle = [n for n in names if n not in done]
+            raise ConfigError(f"stages form a cycle through: {', '.join(cycle)}")
+        order.append(ready[0])
+        done.add(ready[0])
+    return [config.stage(n) for n in order]
+
+
+def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig | None, list[Issue]]:
+    """Validate a loaded YAML document; see :func:`validate_file`."""
+    issues: list[Issue] = []
+    err = lambda path, msg: issues.append(Issue("error", path, msg, file))  # noqa: E731
+    warn = lambda path, msg: issues.append(Issue("warning", path, msg, file))  # noqa: E731
+    if not isinstance(data, dict):
+        err("(document)", f"expected a mapping with name/llm/stages, got {type(data).__name__}")
+        return None, issues
+    plugins = data.get("plugins") or []
+    for i, mod in enumerate(plugins if isinstance(plugins, list) else []):
+        for m, why in registry.load_modules([str(mod)]):
+            err(f"plugins[{i}]", f"cannot import {m!r}: {why}")
+    for m, why in registry.load_modules():
+        err("(stage registry)", f"cannot import stage module {m!r}: {why}; fix it or remove it from fabrika.pipeline.registry.STAGE_MODULES")
+
+    raw_stages = data.get("stages")
+    stage_objs: list[StageConfig] = []
+    raw_names: list[str] = []
+    if not isinstance(raw_stages, list) or not raw_stages:
+        err("stages", "expected a non-empty list of stage configs")
+        raw_stages = []
+    for i, raw in enumerate(raw_stages):
+        where = f"stages[{i}]"
+        if not isinstance(raw, dict):
+            err(where, f"expected a mapping with 'kind', got {raw!r}")
+            continue
+        kind = raw.get("kind")
+        raw_names.append(str(raw.get("name") or kind))
+        if kind not in STAGES:
+            err(f"{where}.kind", f"unknown stage kind {kind!r}; known: {', '.join(sorted(STAGES))}")
+            continue
+        Config = STAGES[kind].Config
+        try:
+            stage_objs.append(Config.model_validate(raw))
+        except ValidationError as exc:
+            issues.extend(_pydantic_issues(exc, where, Config, file))
+
+    top = {k: v for k, v in data.items() if k != "stages"}
+    config: PipelineConfig | None = None
+    try:
+        config = PipelineConfig.model_validate({**top, "stages": stage_objs})
+    except ValidationError as exc:
+        issues.extend(_pydantic_issues(exc, "", PipelineConfig, file))
+    if config is not None:
+        config._base_dir = base_dir
+        config._source = file
+
+    # cross-stage checks on the names the document uses
+    seen: dict[str, int] = {}
+    for i, name in enumerate(raw_names):
+        if name in seen:
+            err(f"stages[{i}].name", f"duplicate stage name {name!r} (also stages[{seen[name]}]); give each a unique name")
+        seen.setdefault(name, i)
+    idx = {id(s): raw_names.index(s.stage_name) for s in stage_objs}
+    consumed: set[str] = set()
+    for s in stage_objs:
+        i = idx[id(s)]
+        cls = STAGES[s.kind]
+        for src in inputs_of(s):
+            consumed.add(src)
+            if src not in seen:
+                err(f"stages[{i}].input", f"unknown input stage {src!r}; stages: {', '.join(raw_names)}")
+        if cls.annotates and len(inputs_of(s)) != 1:
+            err(f"stages[{i}].input", f"annotating stage {s.stage_name!r} must have exactly one input stage")
+        if config is not None:
+            for field, msg in check_paths(s, config):
+                err(f"stages[{i}].{field}", msg)
+            for field, msg in cls.check_config(s, config):
+                err(f"stages[{i}].{field}", msg)
+    if config is not None:
+        for j, name in enumerate(config.dataset.stages):
+            if name not in seen:
+                err(f"dataset.stages[{j}]", f"unknown stage {name!r}; stages: {', '.join(raw_names)}")
+            elif name in {s.stage_name for s in stage_objs if STAGES[s.kind].annotates}:
+                err(f"dataset.stages[{j}]", f"{name!r} is an annotating stage (scores), not samples; name the stage it annotates")
+        if not config.dataset.stages:
+            warn("dataset.stages", "empty: `fabrika run` will not materialise a dataset")
+        for group, params in config.filters.items():
+            try:
+                gates.validate_thresholds({group: params})
+            except ConfigError as exc:
+                err(f"filters.{group}", str(exc))
+        if not any(i.level == "error" for i in issues):
+            try:
+                execution_order(config)
+            except ConfigError as exc:
+                err("stages", str(exc))
+        for s in stage_objs:
+            if s.stage_name not in consumed and s.stage_name not in config.dataset.stages and not STAGES[s.kind].annotates:
+                warn(f"stages[{idx[id(s)]}]", f"output of {s.stage_name!r} is used by no stage and not in dataset.stages")
+    if any(i.level == "error" for i in issues):
+        return None, issues
+    return config, issues
+
+
+def validate_file(path: str | Path) -> tuple[PipelineConfig | None, list[Issue]]:
+    """Load and validate a YAML pipeline; returns the config (``None`` on errors) and all issues."""
+    path = Path(path)
+    file = str(path)
+    if not path.is_file():
+        return None, [Issue("error", "(file)", "config file not found", file)]
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "(file)"
+        return None, [Issue("error", where, f"invalid YAML: {getattr(exc, 'problem', exc)}", file)]
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [Issue("error", "(file)", f"cannot read: {exc}", file)]
+    return validate_data(data, file, path.resolve().parent)
+
+
+def load_config(path: str | Path) -> PipelineConfig:
+    """Validated config or :class:`ConfigError` whose message lists every error, one per line."""
+    config, issues = validate_file(path)
+    errors = [str(i) for i in issues if i.level == "error"]
+    if config is None:
+        raise ConfigError("\n".join(errors))
+    return config
+
+
+def config_hash(config: PipelineConfig) -> str:
+    from fabrika.schemas.ids import stable_id
+
+    return stable_id(config.model_dump(mode="json"))
+
+
+__all__ = [
+    "DatasetConfig",
+    "Issue",
+    "PipelineConfig",
+    "config_hash",
+    "execution_order",
+    "inputs_of",
+    "load_config",
+    "validate_data",
+    "validate_file",
+]

@@ -1,0 +1,195 @@
+"""Gates: thresholds applied to score columns when rows are read or materialised.
+
+Scores are data, thresholds are config (DESIGN contract 2). A filters module
+registers a *gate group*: a pydantic ``Params`` model (the thresholds, with
+defaults) and a function turning params into :class:`GatePredicate` s::
+
+    class LangParams(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        min_ru_share: float = Field(0.8, ge=0, le=1, description="...")
+
+    register_gate_group("language", LangParams,
+        lambda p: [GatePredicate("language", pl.col("ru_share") >= p.min_ru_share, ("ru_share",))])
+
+A predicate is ``True`` for rows to keep and applies to a table only when all its
+``columns`` are present, so stage-specific gates act where their scores are.
+A null score fails (``keep_null=False``) unless the predicate says otherwise.
+The built-in ``status`` gate drops rows whose ``status`` (or an annotation's
+``status__<scorer>``) is not ``"ok"``, with reason ``rejected``.
+Each dropped row records the FIRST gate that dropped it in ``dropped_by``; the
+funnel counts ``dropped_<reason>`` (datatrove style).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import polars as pl
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from fabrika.errors import ConfigError
+
+DROPPED_BY = "dropped_by"
+
+
+@dataclass(frozen=True)
+class GatePredicate:
+    """Keep rows where ``expr`` is true; otherwise they are dropped with ``reason``."""
+
+    reason: str
+    expr: pl.Expr
+    columns: tuple[str, ...]
+    keep_null: bool = False
+
+
+@dataclass(frozen=True)
+class GateGroup:
+    name: str
+    Params: type[BaseModel]
+    predicates: Callable[[Any], list[GatePredicate]]
+
+
+GATE_GROUPS: dict[str, GateGroup] = {}
+
+
+def register_gate_group(
+    name: str, Params: type[BaseModel], predicates: Callable[[Any], list[GatePredicate]]
+) -> None:
+    """Make ``filters.<name>.*`` thresholds usable in YAML and ``--set``."""
+    if name in GATE_GROUPS and GATE_GROUPS[name].Params is not Params:
+        raise ValueError(f"gate group {name!r} is registered twice")
+    GATE_GROUPS[name] = GateGroup(name, Params, predicates)
+
+
+def _known() -> str:
+    return ", ".join(sorted(GATE_GROUPS)) or "(none registered)"
+
+
+def validate_thresholds(thresholds: Mapping[str, Any] | None) -> dict[str, BaseModel]:
+    """Params of every registered group: defaults, overridden by ``thresholds``.
+
+    Raises :class:`ConfigError` naming the first unknown group or bad value.
+    """
+    thresholds = dict(thresholds or {})
+    for group in thresholds:
+        if group not in GATE_GROUPS:
+            raise ConfigError(f"filters.{group}: unknown gate group; known: {_known()}")
+    out: dict[str, BaseModel] = {}
+    for name, group in sorted(GATE_GROUPS.items()):
+        values = thresholds.get(name) or {}
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"filters.{name}: expected a mapping of parameters, got {values!r}")
+        try:
+            out[name] = group.Params.model_validate(dict(values))
+        except ValidationError as exc:
+            raise ConfigError(_one_line(exc, f"filters.{name}", group.Params)) from exc
+    return out
+
+
+def _one_line(exc: ValidationError, prefix: str, Params: type[BaseModel]) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    allowed = ", ".join(Params.model_fields)
+    if err["type"] == "extra_forbidden":
+        return f"{prefix}.{loc}: unknown parameter; allowed: {allowed}"
+    return f"{prefix}.{loc}: {err['msg']} (got {err.get('input')!r})"
+
+
+def thresholds_dump(params: Mapping[str, BaseModel]) -> dict[str, dict[str, Any]]:
+    """JSON-able thresholds (what a version records in ``thresholds.json``)."""
+    return {name: p.model_dump(mode="json") for name, p in sorted(params.items())}
+
+
+def parse_set(assignments: Sequence[str], base: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Apply ``--set group.param=value`` overrides to ``base`` thresholds, checking each.
+
+    Values are YAML scalars (``0.5``, ``true``, ``ru``). Raises :class:`ConfigError`
+    with one line naming the gate/param and the allowed ones.
+    """
+    out: dict[str, dict[str, Any]] = {k: dict(v or {}) for k, v in (base or {}).items()}
+    for item in assignments:
+        key, sep, raw = item.partition("=")
+        group, dot, param = key.strip().partition(".")
+        if not sep or not dot or not group or not param:
+            raise ConfigError(f"--set {item!r}: expected GROUP.PARAM=VALUE, e.g. language.min_ru_share=0.9")
+        if group not in GATE_GROUPS:
+            raise ConfigError(f"--set {item!r}: unknown gate group {group!r}; known: {_known()}")
+        Params = GATE_GROUPS[group].Params
+        if param not in Params.model_fields:
+            raise ConfigError(
+                f"--set {item!r}: unknown parameter {param!r} of gate {group!r}; allowed: {', '.join(Params.model_fields)}"
+            )
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        trial = {**out.get(group, {}), param: value}
+        try:
+            Params.model_validate(trial)
+        except ValidationError as exc:
+            raise ConfigError(f"--set {item!r}: " + _one_line(exc, f"filters.{group}", Params)) from exc
+        out[group] = trial
+    return out
+
+
+def status_predicates(columns: Sequence[str]) -> list[GatePredicate]:
+    """The built-in gate: a row whose own or an annotation's status is not ``ok`` is ``rejected``."""
+    preds = []
+    for col in columns:
+        if col == "status" or col.startswith("status__"):
+            # A missing annotation (scorer not run on that id) is not a rejection: its scores are null.
+            preds.append(GatePredicate("rejected", pl.col(col) == "ok", (col,), keep_null=col != "status"))
+    return preds
+
+
+def active_predicates(columns: Sequence[str], params: Mapping[str, BaseModel]) -> list[GatePredicate]:
+    """Predicates that apply to a table with ``columns``, status gate first, then groups by name."""
+    present = set(columns)
+    preds = status_predicates(columns)
+    for name in sorted(params):
+        for p in GATE_GROUPS[name].predicates(params[name]):
+            if set(p.columns) <= present:
+                preds.append(p)
+    return preds
+
+
+def mark_dropped(lf: pl.LazyFrame, thresholds: Mapping[str, Any] | None) -> tuple[pl.LazyFrame, list[str]]:
+    """Add ``dropped_by`` (the first failing gate's reason, null for kept rows). Returns reasons in order."""
+    params = validate_thresholds(thresholds)
+    preds = active_predicates(lf.collect_schema().names(), params)
+    if not preds:
+        return lf.with_columns(pl.lit(None, dtype=pl.String).alias(DROPPED_BY)), []
+    expr: Any = pl
+    for p in preds:
+        keep = p.expr.fill_null(p.keep_null)
+        expr = expr.when(~keep).then(pl.lit(p.reason))
+    return lf.with_columns(expr.otherwise(pl.lit(None, dtype=pl.String)).alias(DROPPED_BY)), [p.reason for p in preds]
+
+
+def funnel_of(marked: pl.LazyFrame, reasons: Sequence[str] = ()) -> dict[str, int]:
+    """``{"in", "out", "dropped_<reason>"...}`` counted in one aggregate pass."""
+    agg = marked.group_by(DROPPED_BY).len().collect()
+    funnel: dict[str, int] = {"in": 0, "out": 0}
+    funnel.update({f"dropped_{r}": 0 for r in reasons})
+    for reason, n in agg.iter_rows():
+        funnel["in"] += n
+        if reason is None:
+            funnel["out"] += n
+        else:
+            funnel[f"dropped_{reason}"] = funnel.get(f"dropped_{reason}", 0) + n
+    return funnel
+
+
+def apply_gates(lf: pl.LazyFrame, thresholds: Mapping[str, Any] | None) -> tuple[pl.LazyFrame, dict[str, int]]:
+    """Kept rows (lazy, without ``dropped_by``) and the funnel counts."""
+    marked, reasons = mark_dropped(lf, thresholds)
+    kept = marked.filter(pl.col(DROPPED_BY).is_null()).drop(DROPPED_BY)
+    return kept, funnel_of(marked, reasons)
+
+
+def gate_lazy(lf: pl.LazyFrame, thresholds: Mapping[str, Any] | None) -> pl.LazyFrame:
+    """Only the kept rows, lazily (no counting pass) — what a downstream stage reads."""
+    marked, _ = mark_dropped(lf, thresholds)
+    return marked.filter(pl.col(DROPPED_BY).is_null()).drop(DROPPED_BY)

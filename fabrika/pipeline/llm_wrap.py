@@ -1,0 +1,75 @@
+"""The engine as one stage sees it: requests stamped with the stage, answers counted.
+
+Stages call ``ctx.llm.complete(...)`` as usual; this wrapper sets
+``request.meta["stage"]`` (accounting groups by it) and keeps per-stage
+counters for the progress line. A ``cache_miss`` answer under ``--cache-only``
+marks the current item so the runner leaves it unwritten for a later run
+instead of storing a rejection that would hide it forever.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from fabrika.llm.types import ChatRequest, ChatResponse
+
+#: Per-item flag cell set by the runner inside each item's task.
+ITEM_CACHE_MISS: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("fabrika_item_miss", default=None)
+
+
+@dataclass
+class LLMCounters:
+    requests: int = 0
+    cached: int = 0
+    errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    errors_by_kind: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class StageLLM:
+    """Delegates to the engine; anything not overridden (``accounting``…) passes through."""
+
+    def __init__(self, engine: Any, stage: str, counters: LLMCounters) -> None:
+        self._engine = engine
+        self._stage = stage
+        self.counters = counters
+
+    def _stamp(self, request: ChatRequest) -> ChatRequest:
+        if request.meta.get("stage") == self._stage:
+            return request
+        return dataclasses.replace(request, meta={**request.meta, "stage": self._stage})
+
+    def _observe(self, responses: Sequence[ChatResponse]) -> None:
+        c = self.counters
+        for r in responses:
+            c.requests += 1
+            c.cached += bool(r.cached)
+            c.prompt_tokens += r.usage.prompt_tokens
+            c.completion_tokens += r.usage.completion_tokens
+            if r.error is not None:
+                c.errors += 1
+                c.errors_by_kind[r.error.kind] = c.errors_by_kind.get(r.error.kind, 0) + 1
+                if r.error.kind == "cache_miss":
+                    cell = ITEM_CACHE_MISS.get()
+                    if cell is not None:
+                        cell[0] = True
+
+    async def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResponse]:
+        responses = await self._engine.complete([self._stamp(r) for r in requests])
+        self._observe(responses)
+        return responses
+
+    async def complete_one(self, request: ChatRequest) -> ChatResponse:
+        response = await self._engine.complete_one(self._stamp(request))
+        self._observe([response])
+        return response
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)

@@ -1,0 +1,32 @@
+"""Modules that register stage kinds and gate groups when imported.
+
+Each area appends its module here (``fabrika.generators.fc``, ``fabrika.filters``…).
+They are imported lazily, on the first config validation, so importing
+``fabrika.pipeline`` stays cheap. A listed module that fails to import is a
+configuration error (it would silently remove stage kinds otherwise).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+STAGE_MODULES: list[str] = [
+    "fabrika.generators.generic",
+]
+
+_loaded: set[str] = set()
+
+
+def load_modules(modules: list[str] | None = None) -> list[tuple[str, str]]:
+    """Import ``modules`` (default :data:`STAGE_MODULES`); returns ``(module, error)`` for failures."""
+    failures: list[tuple[str, str]] = []
+    for mod in STAGE_MODULES if modules is None else modules:
+        if mod in _loaded:
+            continue
+        try:
+            importlib.import_module(mod)
+        except Exception as exc:  # noqa: BLE001 - reported as a config error, with the cause
+            failures.append((mod, f"{type(exc).__name__}: {exc}"))
+        else:
+            _loaded.add(mod)
+    return failures

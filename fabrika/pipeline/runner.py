@@ -1,0 +1,404 @@
+"""Runs a pipeline: stages in dependency order, resumable, concurrent, streaming.
+
+Per-item stages: the runner pulls ``input_rows()`` lazily, skips ids already
+written (resume), keeps at most ``max_in_flight`` items in ``process`` at once
+and writes a shard every ``chunk_size`` finished items (or every
+``FLUSH_SECONDS``), so a crash loses only unwritten items and memory stays flat.
+An exception escaping ``process`` is recorded as a rejection
+``internal_error: <type>: <msg>`` and counted loudly. Global stages run
+``run_all`` and are redone from scratch unless they completed.
+Shard content is sorted by id; the union of shards does not depend on the
+order in which items completed (DESIGN contract 7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import polars as pl
+from rich.console import Console
+
+from fabrika.errors import ConfigError, StoreError
+from fabrika.pipeline.config import PipelineConfig, config_hash, execution_order, inputs_of
+from fabrika.pipeline.context import item_rng
+from fabrika.pipeline.gates import gate_lazy
+from fabrika.pipeline.llm_wrap import ITEM_CACHE_MISS, LLMCounters, StageLLM
+from fabrika.pipeline.progress import RunProgress
+from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig, rejected
+from fabrika.store.manifest import base_manifest, now
+from fabrika.store.run import RunStore
+from fabrika.store.shards import iter_frame_rows
+from fabrika.store.versions import VersionInfo, materialise
+
+FLUSH_SECONDS = 30.0
+console = Console(stderr=True)
+
+
+@dataclass
+class StageStats:
+    """What one stage did in this invocation (store totals are added from the shards)."""
+
+    seen: int = 0
+    processed: int = 0
+    skipped: int = 0
+    cache_miss: int = 0
+    internal_errors: int = 0
+    shards: int = 0
+    rows_written: int = 0
+    seconds: float = 0.0
+    llm: LLMCounters = field(default_factory=LLMCounters)
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    manifest: dict[str, Any]
+    version: VersionInfo | None
+    stats: dict[str, StageStats]
+
+    @property
+    def internal_errors(self) -> int:
+        return sum(s.internal_errors for s in self.stats.values())
+
+
+class RunContext:
+    """The :class:`~fabrika.pipeline.context.StageContext` the runner hands to one stage."""
+
+    def __init__(self, run: "_Run", stage: StageConfig, stats: StageStats) -> None:
+        self._run = run
+        self._stage = stage.stage_name
+        self._stats = stats
+        self.llm = StageLLM(run.engine, self._stage, stats.llm) if run.engine is not None else None
+        self.seed = run.config.seed
+        self.run_dir = run.store.run_dir
+        self.pipeline = run.config
+        self.backend_name = run.backend_name
+
+    def iter_rows(self, stage_name: str, *, gated: bool = True, columns: list[str] | None = None) -> Iterator[Row]:
+        """Rows of an upstream stage, with the annotations that ran before this stage joined."""
+        before = self._run.order[: self._run.order.index(self._stage)] if self._stage in self._run.order else self._run.order
+        annotators = [a for a in self._run.annotators.get(stage_name, []) if a in before]
+        lf = self._run.store.scan(stage_name, annotators)
+        if lf is None:
+            return
+        if gated:
+            lf = gate_lazy(lf, self._run.config.filters)
+        if columns:
+            lf = lf.select(columns)
+        yield from iter_frame_rows(lf)
+
+    def count_rows(self, stage_name: str, gated: bool = True) -> int:
+        before = self._run.order[: self._run.order.index(self._stage)]
+        lf = self._run.store.scan(stage_name, [a for a in self._run.annotators.get(stage_name, []) if a in before])
+        if lf is None:
+            return 0
+        if gated:
+            lf = gate_lazy(lf, self._run.config.filters)
+        return int(lf.select(pl.len()).collect().item())
+
+    def rng(self, *parts: Any):  # noqa: ANN201 - random.Random
+        return item_rng(self.seed, self._stage, *parts)
+
+    def resource(self, name: str, factory: Callable[[], Any]) -> Any:
+        if name not in self._run.resources:
+            self._run.resources[name] = factory()
+        return self._run.resources[name]
+
+    def stage_dir(self, stage_name: str) -> Path:
+        path = self._run.store.stage_dir(stage_name)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def report(self, key: str, value: Any) -> None:
+        self._stats.report[key] = value
+
+
+def build_engine_for(config: PipelineConfig, run_dir: Path, cache_only: bool) -> Any:
+    """The LLM engine of ``config.llm`` (``fabrika.llm.config.build_engine``), honouring ``--cache-only``."""
+    try:
+        from fabrika.llm.config import build_engine
+    except ImportError as exc:  # pragma: no cover - the LLM layer is a separate area
+        raise ConfigError(f"llm: the LLM engine is not available ({exc})") from exc
+    llm_cfg = config.llm
+    kwargs: dict[str, Any] = {}
+    if cache_only:
+        fields = getattr(type(llm_cfg), "model_fields", {})
+        if "cache_only" in fields:
+            llm_cfg = llm_cfg.model_copy(update={"cache_only": True})
+        elif "cache_only" in inspect.signature(build_engine).parameters:
+            kwargs["cache_only"] = True
+        else:
+            raise ConfigError("--cache-only: this LLM engine has no cache-only mode")
+    return build_engine(llm_cfg, run_dir, **kwargs)
+
+
+def backend_of(config: PipelineConfig, engine: Any) -> str:
+    name = getattr(engine, "backend_name", None)
+    if isinstance(name, str) and name:
+        return name
+    llm = config.llm
+    value = llm.get("backend") if isinstance(llm, dict) else getattr(llm, "backend", None)
+    return str(getattr(value, "name", value) or "unknown")
+
+
+class _Run:
+    def __init__(self, config: PipelineConfig, engine: Any, resume: bool, progress: bool) -> None:
+        self.config = config
+        self.engine = engine
+        self.resume = resume
+        self.store = RunStore(config.resolved_run_dir)
+        self.backend_name = backend_of(config, engine)
+        self.stages = execution_order(config)
+        self.order = [s.stage_name for s in self.stages]
+        self.annotators: dict[str, list[str]] = {}
+        for s in config.stages:
+            if STAGES[s.kind].annotates:
+                for src in inputs_of(s):
+                    self.annotators.setdefault(src, []).append(s.stage_name)
+        self.resources: dict[str, Any] = {}
+        self.stats: dict[str, StageStats] = {}
+        self.progress = RunProgress(enabled=progress)
+        self.manifest: dict[str, Any] = {}
+
+    # -- manifest -----------------------------------------------------------------
+    def _write_manifest(self, status: str) -> None:
+        m = self.manifest
+        m["status"] = status
+        m["updated_at"] = now()
+        snap = getattr(getattr(self.engine, "accounting", None), "snapshot", None)
+        if callable(snap):
+            try:
+                m["accounting"] = snap()
+            except Exception as exc:  # noqa: BLE001 - accounting must not kill a run
+                m["accounting"] = {"error": f"{type(exc).__name__}: {exc}"}
+        isolation = {s.report["sandbox_isolation"] for s in self.stats.values() if "sandbox_isolation" in s.report}
+        if isolation:
+            m["sandbox_isolation"] = sorted(isolation)[0] if len(isolation) == 1 else sorted(isolation)
+        self.store.write_manifest(m)
+
+    def _stage_entry(self, name: str, stats: StageStats, complete: bool) -> None:
+        entry = self.manifest.setdefault("stages", {}).setdefault(name, {})
+        entry.update(self.store.counts(name))
+        entry.update(
+            complete=complete,
+            seen=stats.seen,
+            processed=stats.processed,
+            skipped=stats.skipped,
+            cache_miss=stats.cache_miss,
+            internal_errors=stats.internal_errors,
+            seconds=round(stats.seconds, 3),
+            llm=stats.llm.as_dict(),
+            report=stats.report,
+        )
+
+    # -- running ------------------------------------------------------------------
+    async def run(self) -> None:
+        previous = self.store.read_manifest() if self.resume else {}
+        self.manifest = base_manifest(self.config, config_hash(self.config), self.backend_name, self.stages)
+        if previous:
+            self.manifest["started_at"] = previous.get("started_at", self.manifest["started_at"])
+            self.manifest["versions"] = previous.get("versions", {})
+            self.manifest["stages"] = previous.get("stages", {})
+            if previous.get("config_hash") != self.manifest["config_hash"]:
+                console.print(f"[yellow]warning:[/] config changed since the last run of {self.store.run_dir}; resuming anyway")
+                self.manifest["config_changed_on_resume"] = True
+        self._write_manifest("running")
+        with self.progress:
+            for cfg in self.stages:
+                await self._run_stage(cfg, previous.get("stages", {}).get(cfg.stage_name, {}))
+        self._write_manifest("done")
+
+    async def _run_stage(self, cfg: StageConfig, before: dict[str, Any]) -> None:
+        name = cfg.stage_name
+        stats = self.stats[name] = StageStats()
+        ctx = RunContext(self, cfg, stats)
+        stage = STAGES[cfg.kind](cfg, ctx)
+        self.store.clean_temp(name)
+        started = time.monotonic()
+        await stage.setup()
+        try:
+            if stage.global_stage:
+                await self._run_global(stage, ctx, stats, before)
+            else:
+                await self._run_items(stage, ctx, stats)
+        finally:
+            await stage.teardown()
+            stats.seconds = time.monotonic() - started
+        if stats.internal_errors:
+            console.print(f"[bold red]{name}: {stats.internal_errors} item(s) failed with internal_error (a bug in the stage; see reasons)")
+        self._stage_entry(name, stats, complete=stats.cache_miss == 0)
+        self._write_manifest("running")
+
+    def _finish_rows(self, out: Any, item_id: str | None) -> list[Row]:
+        if not isinstance(out, list) or not all(isinstance(r, dict) and r.get("id") for r in out):
+            raise TypeError(f"process() must return a list of row dicts with an 'id', got {type(out).__name__}")
+        rows = []
+        for r in out:
+            row = dict(r)
+            row.setdefault("status", "ok")
+            row.setdefault("reason", None)
+            row["input_id"] = item_id if item_id is not None else row.get("input_id")
+            row.setdefault("llm_backend", self.backend_name)
+            rows.append(row)
+        return rows
+
+    async def _one(self, stage: Stage, row: Row, item_id: str, stats: StageStats) -> tuple[str, list[Row] | None]:
+        cell = [False]
+        ITEM_CACHE_MISS.set(cell)
+        try:
+            out = self._finish_rows(await stage.process(row), item_id)
+            if not out:
+                out = self._finish_rows([rejected(item_id, "no_output: process returned no rows")], item_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - recorded as data, counted loudly
+            stats.internal_errors += 1
+            msg = str(exc).replace("\n", " ")[:500]
+            out = self._finish_rows([rejected(item_id, f"internal_error: {type(exc).__name__}: {msg}")], item_id)
+        return item_id, (None if cell[0] else out)
+
+    async def _run_items(self, stage: Stage, ctx: RunContext, stats: StageStats) -> None:
+        cfg = stage.config
+        name = stage.name
+        limit = cfg.max_in_flight or self.config.max_in_flight
+        done = self.store.done_input_ids(name) if self.resume else set()
+        total = None
+        if cfg.input is not None:
+            total = sum(ctx.count_rows(src) for src in inputs_of(cfg))
+        if cfg.max_items is not None:
+            total = cfg.max_items if total is None else min(total, cfg.max_items)
+        task = self.progress.add(name, total)
+        pending: list[Row] = []
+        pending_items = 0
+        last_flush = time.monotonic()
+        in_flight: set[asyncio.Task] = set()
+        rows_iter = iter(stage.input_rows())
+        exhausted = False
+
+        def flush() -> None:
+            nonlocal pending, pending_items, last_flush
+            if pending:
+                self.store.write(name, pending)
+                stats.shards += 1
+                stats.rows_written += len(pending)
+            pending, pending_items, last_flush = [], 0, time.monotonic()
+
+        try:
+            while True:
+                while not exhausted and len(in_flight) < limit:
+                    if cfg.max_items is not None and stats.seen >= cfg.max_items:
+                        exhausted = True
+                        break
+                    row = next(rows_iter, None)
+                    if row is None:
+                        exhausted = True
+                        break
+                    stats.seen += 1
+                    item_id = stage.item_id(row)
+                    if item_id in done:
+                        stats.skipped += 1
+                        self.progress.advance(task, stats)
+                        continue
+                    done.add(item_id)
+                    in_flight.add(asyncio.create_task(self._one(stage, row, item_id, stats)))
+                if not in_flight:
+                    break
+                finished, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                for t in finished:
+                    _, out = t.result()
+                    if out is None:
+                        stats.cache_miss += 1
+                    else:
+                        stats.processed += 1
+                        pending.extend(out)
+                        pending_items += 1
+                    self.progress.advance(task, stats)
+                if pending_items >= cfg.chunk_size or (pending and time.monotonic() - last_flush > FLUSH_SECONDS):
+                    flush()
+            flush()
+        finally:
+            for t in in_flight:
+                t.cancel()
+            self.progress.finish(task, stats)
+
+    async def _run_global(self, stage: Stage, ctx: RunContext, stats: StageStats, before: dict[str, Any]) -> None:
+        name = stage.name
+        task = self.progress.add(name, None)
+        if self.resume and before.get("complete") and self.store.has_rows(name):
+            self.progress.finish(task, stats)
+            return
+        self.store.drop_stage(name)
+        seen = 0
+
+        def counted() -> Iterator[Row]:
+            nonlocal seen
+            for row in stage.input_rows():
+                seen += 1
+                yield row
+
+        try:
+            async for chunk in stage.run_all(counted()):
+                if chunk:
+                    rows = self._finish_rows(list(chunk), None)
+                    self.store.write(name, rows)
+                    stats.shards += 1
+                    stats.rows_written += len(rows)
+                    stats.processed = seen
+                    stats.seen = seen
+                    self.progress.advance(task, stats)
+        finally:
+            stats.seen = stats.processed = seen
+            self.progress.finish(task, stats)
+
+
+async def arun_pipeline(
+    config: PipelineConfig,
+    resume: bool = True,
+    cache_only: bool = False,
+    progress: bool = True,
+    engine: Any = None,
+    version: str | None = None,
+) -> RunResult:
+    """Async :func:`run_pipeline`. ``engine`` injects an LLM client (tests); otherwise one is built and closed."""
+    run_dir = config.resolved_run_dir
+    own_engine = engine is None
+    if own_engine:
+        engine = build_engine_for(config, run_dir, cache_only)
+    store = RunStore(run_dir)
+    if not resume:
+        store.reset()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run = _Run(config, engine, resume, progress)
+    try:
+        await run.run()
+    except BaseException:
+        try:
+            run._write_manifest("failed")
+        except StoreError:
+            pass
+        raise
+    finally:
+        if own_engine and hasattr(engine, "aclose"):
+            await engine.aclose()
+    info = None
+    if config.dataset.stages and all(s.cache_miss == 0 for s in run.stats.values()):
+        info = materialise(run_dir, name=version or config.dataset.version)
+    return RunResult(run_dir=run_dir, manifest=store.read_manifest(), version=info, stats=run.stats)
+
+
+def run_pipeline(
+    config: PipelineConfig,
+    resume: bool = True,
+    cache_only: bool = False,
+    progress: bool = True,
+    engine: Any = None,
+    version: str | None = None,
+) -> RunResult:
+    """Run ``config`` to completion and materialise ``dataset.version``; see module docs."""
+    return asyncio.run(arun_pipeline(config, resume, cache_only, progress, engine, version))

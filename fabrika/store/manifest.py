@@ -1,0 +1,60 @@
+"""The run manifest: what ran, with which config and versions, and what came out.
+
+Written atomically after every stage, so ``fabrika status`` can read a live or
+crashed run. Fields: ``config`` and ``config_hash``, ``packages`` (versions),
+``backend``, ``layout`` (stage kind/inputs/annotates), ``order``, ``stages``
+(counts in/out/rejected by reason, timings, LLM counters, stage reports),
+``accounting`` (the engine's snapshot), ``sandbox_isolation`` when a stage
+reports it, ``versions`` (materialised datasets) and timestamps.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from importlib import metadata
+from typing import Any, Sequence
+
+PACKAGES = ("fabrika", "polars", "pyarrow", "pydantic", "datasets", "openai", "transformers", "trl", "torch")
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def base_manifest(config: Any, config_hash: str, backend: str, ordered: Sequence[Any]) -> dict[str, Any]:
+    """A fresh manifest for ``config`` (a ``PipelineConfig``) before any stage ran."""
+    from fabrika.pipeline.config import inputs_of
+    from fabrika.pipeline.stage import STAGES
+
+    return {
+        "name": config.name,
+        "config": config.model_dump(mode="json"),
+        "config_file": config.source,
+        "config_hash": config_hash,
+        "packages": package_versions(),
+        "backend": backend,
+        "layout": {
+            s.stage_name: {
+                "kind": s.kind,
+                "inputs": inputs_of(s),
+                "annotates": STAGES[s.kind].annotates,
+                "global": STAGES[s.kind].global_stage,
+            }
+            for s in config.stages
+        },
+        "order": [s.stage_name for s in ordered],
+        "stages": {},
+        "versions": {},
+        "started_at": now(),
+    }

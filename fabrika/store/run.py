@@ -1,0 +1,160 @@
+"""A run on disk: ``manifest.json`` plus ``stages/<name>/`` shard directories.
+
+Layout::
+
+    runs/<name>/
+      manifest.json                 config, hashes, versions, counts, timings, accounting
+      stages/<stage>/part-*.parquet one directory per stage, atomic id-keyed shards
+      versions/<version>/           materialised datasets (``fabrika.store.materialise``)
+
+Annotating stages (scorers, ``Stage.annotates``) write ``id`` + score columns in
+their own directory; :meth:`RunStore.scan` left-joins them onto the stage they
+annotate, lazily, so data rows are never rewritten. An annotation's ``status``
+and ``reason`` arrive as ``status__<scorer>`` / ``reason__<scorer>``, and a score
+column whose name is already taken gets the ``__<scorer>`` suffix.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+import polars as pl
+
+from fabrika.errors import StoreError
+from fabrika.store import shards
+
+MANIFEST = "manifest.json"
+JOIN_DROP = ("input_id", "llm_backend")
+
+
+def annotation_column(column: str, scorer: str) -> str:
+    """Name an annotation's own ``status``/``reason`` (or a clashing score) takes after the join."""
+    return f"{column}__{scorer}"
+
+
+class RunStore:
+    """Reads and writes one run directory. Cheap to construct; holds no data."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+
+    # -- layout -----------------------------------------------------------------
+    @property
+    def manifest_path(self) -> Path:
+        return self.run_dir / MANIFEST
+
+    def stage_dir(self, stage: str) -> Path:
+        return self.run_dir / "stages" / stage
+
+    def shards(self, stage: str) -> list[Path]:
+        return shards.shard_files(self.stage_dir(stage))
+
+    def has_rows(self, stage: str) -> bool:
+        return bool(self.shards(stage))
+
+    # -- writing ----------------------------------------------------------------
+    def write(self, stage: str, rows: list[dict[str, Any]]) -> Path:
+        """Append one shard of ``rows`` to ``stage`` atomically."""
+        return shards.write_shard(self.stage_dir(stage), rows)
+
+    def clean_temp(self, stage: str) -> int:
+        return shards.clean_temp(self.stage_dir(stage))
+
+    def drop_stage(self, stage: str) -> None:
+        """Forget a stage's output (global stages restart from scratch after a crash)."""
+        shutil.rmtree(self.stage_dir(stage), ignore_errors=True)
+
+    def reset(self) -> None:
+        """Start the run over (``--no-resume``): remove stages, versions and the manifest, keep caches."""
+        shutil.rmtree(self.run_dir / "stages", ignore_errors=True)
+        shutil.rmtree(self.run_dir / "versions", ignore_errors=True)
+        self.manifest_path.unlink(missing_ok=True)
+
+    # -- reading ----------------------------------------------------------------
+    def scan_raw(self, stage: str) -> pl.LazyFrame | None:
+        """The stage's own rows, lazily; ``None`` when nothing is written yet."""
+        return shards.scan_files(self.shards(stage))
+
+    def scan(self, stage: str, annotators: Sequence[str] = ()) -> pl.LazyFrame | None:
+        """The stage's rows with every annotating stage in ``annotators`` left-joined on ``id``."""
+        lf = self.scan_raw(stage)
+        if lf is None:
+            return None
+        taken = set(lf.collect_schema().names())
+        for scorer in annotators:
+            ann = self.scan_raw(scorer)
+            if ann is None:
+                continue
+            names = ann.collect_schema().names()
+            if "id" not in names:
+                raise StoreError(f"annotating stage {scorer!r} wrote rows without an 'id' column")
+            keep = [c for c in names if c not in JOIN_DROP]
+            renames = {}
+            for col in keep:
+                if col == "id":
+                    continue
+                if col in ("status", "reason") or col in taken:
+                    renames[col] = annotation_column(col, scorer)
+            ann = ann.select(keep).rename(renames)
+            taken.update(renames.get(c, c) for c in keep)
+            lf = lf.join(ann, on="id", how="left", maintain_order="left")
+        return lf
+
+    def done_input_ids(self, stage: str) -> set[str]:
+        """Input ids already processed by ``stage`` (reads only the ``input_id`` column)."""
+        lf = self.scan_raw(stage)
+        if lf is None:
+            return set()
+        if "input_id" not in lf.collect_schema().names():
+            return set()
+        done: set[str] = set()
+        for batch in lf.select("input_id").collect_batches(chunk_size=65536):
+            done.update(v for v in batch.get_column("input_id").to_list() if v is not None)
+        return done
+
+    def counts(self, stage: str) -> dict[str, Any]:
+        """Rows, ok and rejected-by-reason counts of a stage (an aggregate; nothing else is loaded)."""
+        lf = self.scan_raw(stage)
+        if lf is None:
+            return {"rows": 0, "ok": 0, "rejected": {}}
+        names = lf.collect_schema().names()
+        status = pl.col("status") if "status" in names else pl.lit("ok")
+        reason = pl.col("reason") if "reason" in names else pl.lit(None, dtype=pl.String)
+        agg = (
+            lf.select(status.alias("s"), reason.cast(pl.String).str.split(":").list.first().alias("r"))
+            .group_by("s", "r")
+            .len()
+            .collect()
+        )
+        out: dict[str, Any] = {"rows": 0, "ok": 0, "rejected": {}}
+        for s, r, n in agg.iter_rows():
+            out["rows"] += n
+            if s == "ok":
+                out["ok"] += n
+            else:
+                key = r or s or "unknown"
+                out["rejected"][key] = out["rejected"].get(key, 0) + n
+        out["rejected"] = dict(sorted(out["rejected"].items()))
+        return out
+
+    # -- manifest ---------------------------------------------------------------
+    def read_manifest(self) -> dict[str, Any]:
+        """The manifest, or ``{}`` for a run not started yet."""
+        if not self.manifest_path.exists():
+            return {}
+        try:
+            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise StoreError(f"{self.manifest_path}: unreadable manifest ({exc}); delete it and rerun") from exc
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        shards.atomic_write_json(self.manifest_path, manifest)
+
+    def annotators_of(self, stage: str, manifest: dict[str, Any] | None = None) -> list[str]:
+        """Annotating stages whose input is ``stage``, in pipeline order (from the manifest layout)."""
+        manifest = self.read_manifest() if manifest is None else manifest
+        layout = manifest.get("layout", {})
+        return [n for n, info in layout.items() if info.get("annotates") and stage in info.get("inputs", [])]

@@ -1,0 +1,159 @@
+"""Atomic parquet shards and their lazy reading (DESIGN contracts 5 and 6).
+
+A stage's output is a directory of ``part-<seq>-<hash>.parquet`` shards. A shard
+is written under a hidden temporary name in the same directory, fsynced, then
+``os.replace``-d into place, so a reader never sees half a file: names that do
+not match :data:`SHARD_PATTERN` (temporary files of a crashed writer) are
+ignored and cleaned by :func:`clean_temp`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import polars as pl
+
+from fabrika.errors import StoreError
+from fabrika.schemas.ids import stable_id
+
+SHARD_PATTERN = re.compile(r"^part-(\d{6})-([0-9a-f]{8})\.parquet$")
+TEMP_PREFIX = ".tmp-"
+#: Columns every stage row has; typed up front so an all-null shard still reads as text.
+BASE_SCHEMA: dict[str, pl.DataType] = {
+    "id": pl.String(),
+    "input_id": pl.String(),
+    "status": pl.String(),
+    "reason": pl.String(),
+    "llm_backend": pl.String(),
+}
+
+
+def fsync_dir(path: Path) -> None:
+    """Persist a rename: fsync the directory entry (no-op where unsupported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary sibling, fsync and ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_json(path: Path, value: Any) -> None:
+    atomic_write_bytes(path, json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str).encode("utf-8"))
+
+
+def _flatten_value(value: Any) -> Any:
+    """Nested values become JSON strings (the ``fabrika.schemas.rows`` convention)."""
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return value
+
+
+def rows_to_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """Build a shard frame: base columns typed as text, other columns inferred over all rows."""
+    if not rows:
+        raise StoreError("refusing to write an empty shard")
+    columns: dict[str, list[Any]] = {}
+    for i, row in enumerate(rows):
+        for key in row:
+            if key not in columns:
+                columns[key] = [None] * i
+        for key, col in columns.items():
+            col.append(_flatten_value(row.get(key)))
+    series = []
+    for key, values in columns.items():
+        dtype = BASE_SCHEMA.get(key)
+        try:
+            series.append(pl.Series(key, values, dtype=dtype, strict=dtype is None))
+        except (TypeError, pl.exceptions.PolarsError) as exc:
+            kinds = sorted({type(v).__name__ for v in values if v is not None})
+            raise StoreError(
+                f"column {key!r} mixes value types {kinds}; a stage must emit one type per column"
+            ) from exc
+    return pl.DataFrame(series).sort("id")
+
+
+def shard_files(directory: Path) -> list[Path]:
+    """Committed shards of a directory, in sequence order (temporary files are skipped)."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if SHARD_PATTERN.match(p.name))
+
+
+def next_seq(directory: Path) -> int:
+    files = shard_files(directory)
+    return int(SHARD_PATTERN.match(files[-1].name).group(1)) + 1 if files else 0  # type: ignore[union-attr]
+
+
+def write_shard(directory: Path, rows: list[dict[str, Any]], seq: int | None = None) -> Path:
+    """Write ``rows`` (sorted by id) as the next shard of ``directory``, atomically."""
+    directory.mkdir(parents=True, exist_ok=True)
+    frame = rows_to_frame(rows)
+    seq = next_seq(directory) if seq is None else seq
+    digest = stable_id(frame["id"].to_list())[:8]
+    path = directory / f"part-{seq:06d}-{digest}.parquet"
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".parquet", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            frame.write_parquet(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(directory)
+    return path
+
+
+def clean_temp(directory: Path) -> int:
+    """Delete temporary files a crashed writer left behind; returns how many."""
+    if not directory.is_dir():
+        return 0
+    removed = 0
+    for p in directory.iterdir():
+        if p.name.startswith(TEMP_PREFIX) and p.is_file():
+            p.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def scan_files(files: Iterable[Path]) -> pl.LazyFrame | None:
+    """Lazily scan shards whose schemas may differ (a column null in one shard, absent in another)."""
+    frames = [pl.scan_parquet(f) for f in files]
+    if not frames:
+        return None
+    if len(frames) == 1:
+        return frames[0]
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+def iter_frame_rows(lf: pl.LazyFrame, batch_size: int = 1024) -> Iterator[dict[str, Any]]:
+    """Stream a lazy frame as dicts, one batch in memory at a time."""
+    for batch in lf.collect_batches(chunk_size=batch_size):
+        yield from batch.iter_rows(named=True)

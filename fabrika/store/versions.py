@@ -1,0 +1,180 @@
+"""Materialised versions: gated dataset snapshots, rebuilt from scores in seconds.
+
+``materialise`` reads the dataset stages lazily (shards + annotation joins),
+applies the gates, and writes ``versions/<name>/``::
+
+    data/<stage>.parquet      kept rows (the samples)
+    dropped/<stage>.parquet   dropped rows with ``dropped_by`` (the first gate that dropped them)
+    thresholds.json           the thresholds used (every registered gate group, defaults filled)
+    funnel.json               per stage: rows/ok/rejected-by-reason; per dataset stage: in/out/dropped_<gate>
+
+The version is built in a hidden temporary directory and renamed into place, so
+a crash leaves either the old version or the new one. It never builds an LLM
+engine: refiltering is pure polars.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import polars as pl
+
+from fabrika.errors import StoreError
+from fabrika.pipeline import gates, registry
+from fabrika.store.run import RunStore
+from fabrika.store.shards import atomic_write_json, fsync_dir, scan_files
+
+VERSION_NAME = re.compile(r"^[\w.-]+$")
+
+
+@dataclass
+class VersionInfo:
+    """What a materialisation produced."""
+
+    name: str
+    path: Path
+    thresholds: dict[str, Any]
+    funnel: dict[str, Any]
+    rows: int
+    previous: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def load_run_modules(manifest: Mapping[str, Any]) -> None:
+    """Import stage/gate modules (registry + the run's plugins) so gate groups are known."""
+    mods = list(registry.STAGE_MODULES) + list(manifest.get("config", {}).get("plugins", []))
+    failures = registry.load_modules(mods)
+    if failures:
+        mod, why = failures[0]
+        raise StoreError(f"cannot import {mod!r} needed to apply gates: {why}")
+
+
+def version_dir(run_dir: str | Path, name: str) -> Path:
+    return Path(run_dir) / "versions" / name
+
+
+def list_versions(run_dir: str | Path) -> list[str]:
+    root = Path(run_dir) / "versions"
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def next_version_name(run_dir: str | Path) -> str:
+    taken = set(list_versions(run_dir))
+    n = 1
+    while f"v{n}" in taken:
+        n += 1
+    return f"v{n}"
+
+
+def scan_version(run_dir: str | Path, name: str, dropped: bool = False) -> pl.LazyFrame | None:
+    """A version's samples (or its dropped rows), lazily, all dataset stages together."""
+    sub = "dropped" if dropped else "data"
+    files = sorted((version_dir(run_dir, name) / sub).glob("*.parquet"))
+    return scan_files(files)
+
+
+def read_version(run_dir: str | Path, name: str) -> dict[str, Any]:
+    import json
+
+    vdir = version_dir(run_dir, name)
+    if not vdir.is_dir():
+        raise StoreError(f"{vdir}: no such version; versions: {', '.join(list_versions(run_dir)) or '(none)'}")
+    return {
+        "thresholds": json.loads((vdir / "thresholds.json").read_text(encoding="utf-8")),
+        "funnel": json.loads((vdir / "funnel.json").read_text(encoding="utf-8")),
+    }
+
+
+def materialise(
+    run_dir: str | Path,
+    thresholds: Mapping[str, Any] | None = None,
+    name: str | None = None,
+    previous: str | None = None,
+) -> VersionInfo:
+    """Gate the dataset stages of ``run_dir`` into ``versions/<name>``.
+
+    Args:
+        thresholds: gate thresholds by group; ``None`` uses the config's ``filters``.
+        name: version name; default the next free ``vN``. An existing version of that name is replaced.
+        previous: version this one derives from (recorded for ``status``/diffs).
+    """
+    store = RunStore(run_dir)
+    manifest = store.read_manifest()
+    if not manifest:
+        raise StoreError(f"{store.run_dir}: not a run directory (no manifest.json); run `fabrika run CONFIG` first")
+    load_run_modules(manifest)
+    config = manifest.get("config", {})
+    thresholds = dict(config.get("filters", {}) if thresholds is None else thresholds)
+    params = gates.validate_thresholds(thresholds)
+    name = name or next_version_name(run_dir)
+    if not VERSION_NAME.match(name):
+        raise StoreError(f"version name {name!r}: use letters, digits, '.', '_' or '-'")
+
+    root = store.run_dir / "versions"
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "data").mkdir(parents=True)
+    (tmp / "dropped").mkdir()
+    funnel: dict[str, Any] = {"stages": {}, "gates": {}}
+    for stage in manifest.get("order", list(manifest.get("layout", {}))):
+        funnel["stages"][stage] = store.counts(stage)
+    total = 0
+    for stage in config.get("dataset", {}).get("stages", []):
+        lf = store.scan(stage, store.annotators_of(stage, manifest))
+        if lf is None:
+            funnel["gates"][stage] = {"in": 0, "out": 0}
+            continue
+        marked, reasons = gates.mark_dropped(lf, thresholds)
+        counts = gates.funnel_of(marked, reasons)
+        funnel["gates"][stage] = counts
+        total += counts["out"]
+        kept = marked.filter(pl.col(gates.DROPPED_BY).is_null()).drop(gates.DROPPED_BY)
+        kept.sink_parquet(tmp / "data" / f"{stage}.parquet", sync_on_close="all")
+        marked.filter(pl.col(gates.DROPPED_BY).is_not_null()).sink_parquet(
+            tmp / "dropped" / f"{stage}.parquet", sync_on_close="all"
+        )
+    dumped = gates.thresholds_dump(params)
+    atomic_write_json(tmp / "thresholds.json", dumped)
+    atomic_write_json(tmp / "funnel.json", funnel)
+    fsync_dir(tmp)
+
+    final = root / name
+    old = root / f".old-{name}-{os.getpid()}"
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    fsync_dir(root)
+    shutil.rmtree(old, ignore_errors=True)
+
+    manifest = store.read_manifest()
+    manifest.setdefault("versions", {})[name] = {
+        "rows": total,
+        "previous": previous,
+        "thresholds": dumped,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    manifest["latest_version"] = name
+    store.write_manifest(manifest)
+    return VersionInfo(name=name, path=final, thresholds=dumped, funnel=funnel, rows=total, previous=previous)
+
+
+def funnel_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str, int, int]]:
+    """``(stage, counter, old, new)`` for every gate counter that differs between two funnels."""
+    out = []
+    og, ng = old.get("gates", {}), new.get("gates", {})
+    for stage in sorted(set(og) | set(ng)):
+        keys = sorted(set(og.get(stage, {})) | set(ng.get(stage, {})))
+        for key in keys:
+            a, b = og.get(stage, {}).get(key, 0), ng.get(stage, {}).get(key, 0)
+            if a != b:
+                out.append((stage, key, a, b))
+    return out

@@ -1,0 +1,144 @@
+"""Test stage kinds, a test gate group and a counting fake engine (also used as a plugin)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncIterator, Iterator
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
+
+from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
+from fabrika.pipeline.gates import GatePredicate, register_gate_group
+from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.schemas.ids import stable_id
+
+
+class FakeEngine:
+    """Answers ``echo: <last user message>`` and counts requests; records request meta."""
+
+    backend_name = "fake"
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.calls = 0
+        self.delay = delay
+        self.stages_seen: set[str] = set()
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    async def complete_one(self, request: ChatRequest) -> ChatResponse:
+        self.calls += 1
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self.stages_seen.add(request.meta.get("stage", "?"))
+        try:
+            await asyncio.sleep(self.delay)
+        finally:
+            self.in_flight -= 1
+        text = request.messages[-1]["content"]
+        return ChatResponse(choices=(Choice(content=f"echo: {text}"),), usage=Usage(3, 2), backend="fake")
+
+    async def complete(self, requests: list[ChatRequest]) -> list[ChatResponse]:
+        return list(await asyncio.gather(*(self.complete_one(r) for r in requests)))
+
+    async def aclose(self) -> None:
+        pass
+
+
+class CountConfig(StageConfig):
+    n: int = Field(default=10, ge=0, description="How many numbered items to emit.")
+    delay: float = Field(default=0.0, ge=0, description="Sleep per item (seconds), to widen crash windows.")
+
+
+#: Items handed out by the last ``test.count`` input generator (streaming check).
+PULLED: list[int] = []
+
+
+@register_stage
+class CountStage(Stage):
+    """Source of ``n`` items with stable ids; every 7th is rejected; item 13 raises."""
+
+    kind = "test.count"
+    Config = CountConfig
+    config: CountConfig
+
+    def input_rows(self) -> Iterator[Row]:
+        PULLED.clear()
+        for i in range(self.config.n):
+            PULLED.append(i)
+            yield {"id": stable_id("count", i), "i": i}
+
+    async def process(self, row: Row) -> list[Row]:
+        if self.config.delay:
+            await asyncio.sleep(self.config.delay * (1 + (row["i"] * 7919) % 5) / 3)
+        if row["i"] == 13:
+            raise RuntimeError("boom on 13")
+        if row["i"] % 7 == 3:
+            return [rejected(row["id"], "too_odd: i % 7 == 3", i=row["i"])]
+        return [ok(row["id"], i=row["i"], text=f"число {row['i']}", tags=["a", str(row["i"])])]
+
+
+@register_stage
+class AskStage(Stage):
+    """One LLM call per row through ``ctx.llm``."""
+
+    kind = "test.ask"
+
+    async def process(self, row: Row) -> list[Row]:
+        resp = await self.ctx.llm.complete_one(ChatRequest(messages=({"role": "user", "content": row["text"]},), tag="test"))
+        if not resp.ok:
+            return [rejected(stable_id(row["id"], "ask"), f"llm_error: {resp.error.kind}")]
+        return [ok(stable_id(row["id"], "ask"), i=row["i"], answer=resp.text)]
+
+
+@register_stage
+class ScoreStage(Stage):
+    """Annotating scorer: ``score = i / 100`` keyed by the scored row's id; i == 5 fails to score."""
+
+    kind = "test.score"
+    annotates = True
+
+    async def process(self, row: Row) -> list[Row]:
+        if row["i"] == 5:
+            return [rejected(row["id"], "judge_failed: unparsable")]
+        return [ok(row["id"], score=row["i"] / 100)]
+
+
+class CollectConfig(StageConfig):
+    pass
+
+
+@register_stage
+class CollectStage(Stage):
+    """Global stage: one row with the count of its input."""
+
+    kind = "test.collect"
+    global_stage = True
+
+    async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:
+        ids = sorted(r["id"] for r in rows)
+        yield [ok(stable_id(ids), n=len(ids))]
+
+
+class ScoreParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    min_score: float = Field(default=0.0, ge=0, le=1, description="Rows with score below are dropped.")
+    max_i: int | None = Field(default=None, description="Rows with i above are dropped (None: off).")
+
+
+def _score_predicates(p: ScoreParams) -> list[GatePredicate]:
+    preds = [GatePredicate("low_score", pl.col("score") >= p.min_score, ("score",))]
+    if p.max_i is not None:
+        preds.append(GatePredicate("big_i", pl.col("i") <= p.max_i, ("i",)))
+    return preds
+
+
+register_gate_group("testscore", ScoreParams, _score_predicates)
+
+
+def dataset_rows(run_dir: Any, version: str = "v1") -> list[dict[str, Any]]:
+    """Order-independent content of a version: rows sorted by id."""
+    from fabrika.store.versions import scan_version
+
+    lf = scan_version(run_dir, version)
+    return [] if lf is None else lf.sort("id").collect().to_dicts()
