@@ -6,7 +6,7 @@
 Families register themselves on import; the conflict table is applied last.
 """
 
-from fabrika.constraints import keywords, length  # noqa: F401 - register families
+from fabrika.constraints import formatting, keywords, length, russian, table, textual  # noqa: F401 - register
 from fabrika.constraints.base import REGISTRY, SeedConstraint, loose_variants
 from fabrika.constraints.combine import (
     Combination,

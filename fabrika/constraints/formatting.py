@@ -1,0 +1,207 @@
+"""Format constraints: JSON, lists, sections, title, placeholders, highlights, tables (IFEval/IFBench)."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from fabrika.constraints.base import const, constraint
+from fabrika.constraints.pools import POSTSCRIPT_MARKERS, SECTION_MARKERS
+from fabrika.textutil.segment import lines
+
+F = "format"
+
+_FENCE = re.compile(r"^```(?:json|JSON)?\s*\n(.*)\n```$", re.DOTALL)
+_BULLET = re.compile(r"^\s*(?:[-•]|\*(?!\*))\s+\S")
+_NUMBERED = re.compile(r"^\s*(\d+)[.)]\s+\S")
+_TITLE = re.compile(r"<<[^\n<>]*\S[^\n<>]*>>")
+_PLACEHOLDER = re.compile(r"\[[^\[\]\n]*\S[^\[\]\n]*\]")
+_HIGHLIGHT = re.compile(r"\*\*[^\n*]*[^\s*][^\n*]*\*\*|(?<!\*)\*[^\n*]*[^\s*][^\n*]*\*(?!\*)")
+_HEADER = re.compile(r"^\s{0,3}#{1,6}\s+\S", re.MULTILINE)
+_TABLE_SEP = re.compile(r"^\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?$")
+
+
+def _n(choices: tuple[int, ...]):  # noqa: ANN202 - sampler factory
+    return lambda rng: {"n": rng.choice(choices)}
+
+
+@constraint(
+    "ru.format.json",
+    F,
+    [
+        "Весь ответ оформите как корректный JSON; можно обернуть его в блок ```json.",
+        "Ответьте только в формате JSON, без пояснений до или после.",
+    ],
+    const(),
+)
+def json_format(text: str, p: Mapping[str, Any]) -> bool:
+    """The whole response parses as JSON (optionally inside one ```json fence)."""
+    body = text.strip()
+    m = _FENCE.match(body)
+    if m:
+        body = m.group(1)
+    try:
+        json.loads(body)
+    except ValueError:
+        return False
+    return True
+
+
+@constraint(
+    "ru.format.bullets_exact",
+    F,
+    [
+        "Ответ должен содержать ровно {n:пункт} маркированного списка (строки, начинающиеся с «- » или «* »).",
+        "Оформите ответ в виде маркированного списка ровно из {n:пункт:gent}. Используйте маркеры «- ».",
+    ],
+    _n((2, 3, 4, 5, 6)),
+)
+def bullets_exact(text: str, p: Mapping[str, Any]) -> bool:
+    """Exactly ``n`` markdown bullet lines («- », «* » or «• »)."""
+    return sum(1 for ln in text.splitlines() if _BULLET.match(ln)) == p["n"]
+
+
+@constraint(
+    "ru.format.numbered_list",
+    F,
+    ["Оформите ответ в виде нумерованного списка ровно из {n:пункт:gent} (1., 2., …)."],
+    _n((2, 3, 4, 5, 7)),
+)
+def numbered_list(text: str, p: Mapping[str, Any]) -> bool:
+    """Exactly ``n`` numbered items, numbered 1..n in order."""
+    nums = [int(m.group(1)) for ln in text.splitlines() if (m := _NUMBERED.match(ln))]
+    return nums == list(range(1, p["n"] + 1))
+
+
+def _sections(rng: random.Random) -> dict[str, Any]:
+    return {"n": rng.randint(2, 5), "marker": rng.choice(SECTION_MARKERS)}
+
+
+@constraint(
+    "ru.format.sections",
+    F,
+    [
+        "Разделите ответ на {n:раздел}. Каждый раздел начинайте с новой строки вида «{marker} X», "
+        "где X — номер раздела, например «{marker} 1».",
+    ],
+    _sections,
+)
+def sections(text: str, p: Mapping[str, Any]) -> bool:
+    """Exactly ``n`` sections headed «<marker> 1» … «<marker> n» (in order), each with content."""
+    head = re.compile(rf"^\s*(?:#+\s*)?\**{re.escape(p['marker'])}\s+(\d+)\b", re.MULTILINE)
+    nums = [int(m.group(1)) for m in head.finditer(text)]
+    if nums != list(range(1, p["n"] + 1)):
+        return False
+    parts = head.split(text)[2::2]  # the text after each heading
+    return all(part.strip(" \n:.*") for part in parts)
+
+
+@constraint(
+    "ru.format.title",
+    F,
+    ["Дайте ответу заголовок в двойных угловых скобках, например <<Заголовок>>."],
+    const(),
+)
+def title(text: str, p: Mapping[str, Any]) -> bool:
+    """A non-empty title in double angle brackets: <<…>>."""
+    return bool(_TITLE.search(text))
+
+
+@constraint(
+    "ru.format.placeholders",
+    F,
+    ["Добавьте в ответ не менее {n:заполнитель:gent} в квадратных скобках, например [адрес] или [имя]."],
+    _n((1, 2, 3, 4)),
+)
+def placeholders(text: str, p: Mapping[str, Any]) -> bool:
+    """At least ``n`` non-empty [placeholders]."""
+    return len(_PLACEHOLDER.findall(text)) >= p["n"]
+
+
+@constraint(
+    "ru.format.highlights",
+    F,
+    ["Выделите в ответе не менее {n:фрагмент:gent} с помощью markdown, например *важная мысль*."],
+    _n((1, 2, 3, 4)),
+)
+def highlights(text: str, p: Mapping[str, Any]) -> bool:
+    """At least ``n`` *highlighted* or **bold** non-empty fragments."""
+    return len(_HIGHLIGHT.findall(text)) >= p["n"]
+
+
+@constraint(
+    "ru.format.postscript",
+    F,
+    ["В конце ответа добавьте постскриптум, начинающийся с «{marker}».", "Завершите ответ припиской «{marker} …»."],
+    lambda rng: {"marker": rng.choice(POSTSCRIPT_MARKERS)},
+)
+def postscript(text: str, p: Mapping[str, Any]) -> bool:
+    """After the main text, a line starting with the marker, followed by some text."""
+    m = re.search(rf"(?:^|\n)\s*{re.escape(p['marker'])}\s*(\S.*)$", text.strip(), re.DOTALL)
+    return bool(m) and bool(text.strip()[: m.start()].strip())
+
+
+@constraint(
+    "ru.format.two_responses",
+    F,
+    ["Дайте два разных варианта ответа, разделив их строкой из шести звёздочек: ******"],
+    const(),
+)
+def two_responses(text: str, p: Mapping[str, Any]) -> bool:
+    """Two different non-empty answers separated by ******."""
+    parts = [x.strip() for x in re.split(r"\n\s*\*{6}\s*\n|\*{6}", text)]
+    return len(parts) == 2 and all(parts) and parts[0] != parts[1]
+
+
+@constraint(
+    "ru.format.no_markdown",
+    F,
+    ["Не используйте markdown-разметку: никаких звёздочек, решёток, обратных кавычек и таблиц."],
+    const(),
+)
+def no_markdown(text: str, p: Mapping[str, Any]) -> bool:
+    """No emphasis (*, _ pairs), headings (#), code (`) or table pipes."""
+    if any(ch in text for ch in "*`|"):
+        return False
+    return not _HEADER.search(text) and not re.search(r"(?<!\w)_[^_\n]+_(?!\w)", text)
+
+
+@constraint(
+    "ru.format.markdown_table",
+    F,
+    ["Представьте ответ в виде markdown-таблицы со строкой заголовка. Строк с данными (без заголовка) — ровно {n}."],
+    _n((2, 3, 4, 5)),
+)
+def markdown_table(text: str, p: Mapping[str, Any]) -> bool:
+    """One markdown table: header row, separator row, exactly ``n`` data rows, equal column counts."""
+    rows = [ln for ln in lines(text) if ln.startswith("|") and ln.endswith("|")]
+    if len(rows) < 2 or not _TABLE_SEP.match(rows[1]):
+        return False
+    cols = {r.count("|") for r in rows}
+    return len(cols) == 1 and len(rows) - 2 == p["n"]
+
+
+@constraint(
+    "ru.format.headers",
+    F,
+    ["Используйте в ответе ровно {n:заголовок} markdown (строки, начинающиеся с #)."],
+    _n((2, 3, 4)),
+)
+def headers(text: str, p: Mapping[str, Any]) -> bool:
+    """Exactly ``n`` markdown heading lines."""
+    return len(_HEADER.findall(text)) == p["n"]
+
+
+@constraint(
+    "ru.format.wrapped_guillemets",
+    F,
+    ["Заключите весь ответ в кавычки-ёлочки: «…»."],
+    const(),
+)
+def wrapped_guillemets(text: str, p: Mapping[str, Any]) -> bool:
+    """The whole response starts with « and ends with » (trailing spaces ignored)."""
+    t = text.strip()
+    return len(t) > 2 and t.startswith("«") and t.endswith("»")

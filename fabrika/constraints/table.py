@@ -1,0 +1,148 @@
+"""The library's conflict table (see :mod:`fabrika.constraints.conflicts` for the mechanism).
+
+Kept in one place so a reviewer can read every incompatibility at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fabrika.constraints.conflicts import EXCLUSIVE, add_pairs, add_param_rule, forbid_chars
+
+JSON = "ru.format.json"
+# Whole-layout constraints: each fixes how the response is laid out.
+LAYOUT = [
+    "ru.format.bullets_exact",
+    "ru.format.numbered_list",
+    "ru.format.sections",
+    "ru.format.markdown_table",
+    "ru.format.headers",
+    "ru.format.two_responses",
+    "ru.russian.acrostic_lines",
+    "ru.russian.haiku",
+]
+
+EXCLUSIVE.add("ru.repeat.copy_only")  # the response is fixed text: nothing else can be asked
+
+add_pairs(
+    JSON,
+    LAYOUT
+    + [
+        "ru.format.title",
+        "ru.format.highlights",
+        "ru.format.postscript",
+        "ru.format.placeholders",
+        "ru.format.wrapped_guillemets",
+        "ru.length.paragraphs_exact",
+        "ru.length.paragraphs_min",
+        "ru.keywords.paragraph_first_word",
+        "ru.startend.start_phrase",
+        "ru.startend.end_phrase",
+        "ru.startend.ends_with_question",
+        "ru.startend.last_word",
+        "ru.repeat.request_first",
+        "ru.russian.acrostic_sentences",
+        "ru.russian.guillemets",
+        "ru.russian.syllables_line_max",
+        "ru.language.ru_then_en",
+        "ru.punct.no_commas",
+        "ru.case.all_uppercase",
+        "ru.case.sentence_capitalized",
+    ],
+)
+# Layouts exclude each other.
+for i, a in enumerate(LAYOUT):
+    add_pairs(a, LAYOUT[i + 1 :])
+add_pairs("ru.format.no_markdown", ["ru.format.highlights", "ru.format.headers", "ru.format.markdown_table"])
+add_pairs("ru.format.no_markdown", ["ru.format.two_responses", "ru.format.bullets_exact"])  # both use '*'/'-' marks
+add_pairs(
+    "ru.format.wrapped_guillemets",
+    LAYOUT
+    + ["ru.startend.start_phrase", "ru.startend.end_phrase", "ru.startend.ends_with_question"]
+    + ["ru.repeat.request_first", "ru.format.postscript", "ru.russian.acrostic_sentences", "ru.format.title"],
+)
+add_pairs("ru.format.postscript", ["ru.startend.end_phrase", "ru.startend.last_word", "ru.startend.ends_with_question"])
+add_pairs("ru.format.postscript", ["ru.russian.acrostic_lines", "ru.russian.haiku", "ru.russian.acrostic_sentences"])
+add_pairs("ru.format.two_responses", ["ru.length.sentences_exact", "ru.russian.acrostic_sentences"])
+
+add_pairs("ru.case.all_lowercase", ["ru.case.all_uppercase", "ru.case.capital_words_min"])
+add_pairs("ru.case.all_lowercase", ["ru.case.sentence_capitalized", "ru.russian.address_vy"])
+add_pairs("ru.case.all_uppercase", ["ru.case.capital_words_max"])
+add_pairs("ru.russian.yo_everywhere", ["ru.russian.yo_nowhere"])
+add_pairs("ru.russian.address_vy", ["ru.russian.address_ty"])
+add_pairs("ru.russian.past_tense", ["ru.russian.present_tense", "ru.russian.future_tense"])
+add_pairs("ru.russian.present_tense", ["ru.russian.future_tense"])
+add_pairs("ru.russian.acrostic_lines", ["ru.russian.acrostic_sentences", "ru.russian.syllables_line_max"])
+add_pairs("ru.russian.acrostic_lines", ["ru.length.paragraphs_exact", "ru.length.paragraphs_min"])
+add_pairs("ru.russian.acrostic_lines", ["ru.format.title", "ru.startend.start_phrase", "ru.repeat.request_first"])
+add_pairs("ru.russian.acrostic_lines", ["ru.keywords.paragraph_first_word", "ru.language.ru_then_en"])
+add_pairs("ru.russian.acrostic_sentences", ["ru.length.sentences_max", "ru.length.sentences_min"])
+add_pairs("ru.russian.acrostic_sentences", ["ru.length.sentences_exact", "ru.startend.start_phrase"])
+add_pairs("ru.russian.acrostic_sentences", ["ru.repeat.request_first", "ru.keywords.paragraph_first_word"])
+add_pairs("ru.russian.acrostic_sentences", ["ru.language.ru_then_en", "ru.repeat.phrase_n"])
+add_pairs(
+    "ru.russian.haiku",
+    [
+        "ru.length.words_min",
+        "ru.length.sentences_min",
+        "ru.length.paragraphs_exact",
+        "ru.length.paragraphs_min",
+        "ru.format.title",
+        "ru.startend.start_phrase",
+        "ru.startend.end_phrase",
+        "ru.repeat.request_first",
+        "ru.repeat.phrase_n",
+        "ru.keywords.paragraph_first_word",
+        "ru.language.ru_then_en",
+        "ru.russian.syllables_line_max",
+    ],
+)
+add_pairs("ru.startend.ends_with_question", ["ru.punct.no_question", "ru.startend.end_phrase", "ru.startend.last_word"])
+add_pairs("ru.startend.end_phrase", ["ru.startend.last_word"])
+add_pairs("ru.startend.start_phrase", ["ru.repeat.request_first", "ru.keywords.paragraph_first_word"])
+add_pairs("ru.russian.numbers_in_words", ["ru.format.numbered_list", "ru.format.sections"])
+add_pairs("ru.russian.no_latin", ["ru.language.ru_then_en", "ru.format.json"])
+add_pairs("ru.language.ru_then_en", ["ru.language.response_lang", "ru.length.paragraphs_exact"])
+add_pairs("ru.language.ru_then_en", ["ru.russian.address_vy", "ru.russian.address_ty", "ru.russian.yo_everywhere"])
+add_pairs("ru.language.ru_then_en", ["ru.case.capital_words_max", "ru.russian.no_first_person"])
+add_pairs("ru.language.ru_then_en", ["ru.russian.past_tense", "ru.russian.present_tense", "ru.russian.future_tense"])
+add_pairs("ru.repeat.request_first", ["ru.keywords.paragraph_first_word"])
+
+# Character bans against other constraints' parameters («P.S.» and no Latin; «Итак,» and no commas).
+forbid_chars("ru.keywords.lipogram", lambda p: p["letter"].lower())
+forbid_chars("ru.russian.yo_nowhere", lambda p: "ё")
+forbid_chars("ru.russian.no_latin", lambda p: "LATIN")
+forbid_chars("ru.punct.no_commas", lambda p: ",")
+forbid_chars("ru.punct.no_exclamation", lambda p: "!")
+forbid_chars("ru.punct.no_question", lambda p: "?")
+forbid_chars("ru.punct.no_dash", lambda p: "—–")
+forbid_chars("ru.russian.numbers_in_words", lambda p: "0123456789")
+
+# Constraints that only make sense for an answer in Russian.
+_RUSSIAN_ONLY_FAMILIES = {"russian", "keywords", "startend", "repeat"}
+
+
+def _foreign_answer(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
+    """An answer required in another language cannot satisfy Russian-text constraints."""
+    if a != "ru.language.response_lang" or pa["lang"] == "ru":
+        return False
+    if b == "ru.russian.no_latin":
+        return pa["lang"] not in ("uk", "kk")
+    return b.split(".")[1] in _RUSSIAN_ONLY_FAMILIES and b != "ru.russian.no_latin"
+
+
+def _frequency_vs_lipogram(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
+    """«use letter X at least n times» against «never use letter X»."""
+    return a == "ru.keywords.letter_frequency" and b == "ru.keywords.lipogram" and pa["letter"] == pb["letter"]
+
+
+def _frequency_vs_ban(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
+    """A required keyword frequency that a ban or a low cap makes impossible."""
+    if a == "ru.keywords.frequency" and b == "ru.length.words_max":
+        return pa["relation"] != "at_most" and pb["n"] < 3 * pa["n"]
+    return False
+
+
+for _rule in (_foreign_answer, _frequency_vs_lipogram, _frequency_vs_ban):
+    add_param_rule(_rule)

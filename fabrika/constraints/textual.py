@@ -1,0 +1,222 @@
+"""Start/end phrases, case, punctuation, repeating the request, response language."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from fabrika.constraints.base import const, constraint
+from fabrika.constraints.pools import COPY_PHRASES, END_PHRASES, END_WORDS, REQUESTS, START_PHRASES
+from fabrika.textutil.lang import LANGUAGE_NAMES_RU, detect_language
+from fabrika.textutil.morph import lemma, lemmas, parses
+from fabrika.textutil.script import homoglyph_words
+from fabrika.textutil.segment import paragraphs, sentences, words
+
+_SPACES = re.compile(r"\s+")
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def _norm(s: str) -> str:
+    """Case- and whitespace-insensitive form for phrase comparison."""
+    return _SPACES.sub(" ", s).strip().casefold()
+
+
+# ---------------------------------------------------------------- start / end
+@constraint(
+    "ru.startend.start_phrase",
+    "startend",
+    ["Начните ответ ровно с фразы «{phrase}»."],
+    lambda rng: {"phrase": rng.choice(START_PHRASES)},
+)
+def start_phrase(text: str, p: Mapping[str, Any]) -> bool:
+    """The response begins with the phrase (case and spacing ignored)."""
+    return _norm(text).startswith(_norm(p["phrase"]))
+
+
+@constraint(
+    "ru.startend.end_phrase",
+    "startend",
+    ["Закончите ответ ровно фразой «{phrase}» — после неё ничего не пишите."],
+    lambda rng: {"phrase": rng.choice(END_PHRASES)},
+)
+def end_phrase(text: str, p: Mapping[str, Any]) -> bool:
+    """The response ends with the phrase (case and spacing ignored); nothing after it."""
+    return _norm(text).endswith(_norm(p["phrase"]))
+
+
+@constraint("ru.startend.ends_with_question", "startend", ["Закончите ответ вопросом к собеседнику."], const())
+def ends_with_question(text: str, p: Mapping[str, Any]) -> bool:
+    """The last non-space character is «?»."""
+    return text.rstrip().endswith("?")
+
+
+@constraint(
+    "ru.startend.last_word",
+    "startend",
+    ["Последним словом ответа должно быть слово «{word}» (в любой форме)."],
+    lambda rng: {"word": rng.choice(END_WORDS)},
+)
+def last_word(text: str, p: Mapping[str, Any]) -> bool:
+    """The last word (punctuation aside) is an inflection of ``word``."""
+    ws = words(text)
+    return bool(ws) and lemma(p["word"]) in lemmas(ws[-1])
+
+
+# ---------------------------------------------------------------- case
+@constraint(
+    "ru.case.all_lowercase",
+    "case",
+    ["Пишите весь ответ только строчными буквами, без единой заглавной."],
+    const(),
+)
+def all_lowercase(text: str, p: Mapping[str, Any]) -> bool:
+    """Letters present and none upper-case."""
+    return bool(_LETTER.search(text)) and text == text.lower()
+
+
+@constraint("ru.case.all_uppercase", "case", ["Напишите весь ответ ЗАГЛАВНЫМИ БУКВАМИ."], const())
+def all_uppercase(text: str, p: Mapping[str, Any]) -> bool:
+    """Letters present and none lower-case."""
+    return bool(_LETTER.search(text)) and text == text.upper()
+
+
+ABBREVIATIONS = frozenset(
+    "РФ СССР США ООН МГУ СПБГУ ВВП ЕС НАТО СНГ МВД ФСБ МЧС ЖКХ ГОСТ ИИ ВУЗ ЕГЭ ОГЭ НДС ИНН СМИ "
+    "ЗАГС ГИБДД ДТП РЖД КПД ТВ ПК ОС ЦБ МИД ЮНЕСКО API JSON HTML CSS SQL HTTP URL IT PDF USB GPS".split()
+)
+
+
+def is_abbreviation(word: str) -> bool:
+    """An all-caps abbreviation (РФ, СССР, API): known list or pymorphy3's «Abbr» tag."""
+    return word in ABBREVIATIONS or any("Abbr" in p.tag for p in parses(word))
+
+
+def shouted_words(text: str) -> list[str]:
+    """All-caps words of two or more letters that are not abbreviations."""
+    out = []
+    for w in words(text):
+        letters = [ch for ch in w if ch.isalpha()]
+        if len(letters) >= 2 and all(ch.isupper() for ch in letters) and not is_abbreviation(w):
+            out.append(w)
+    return out
+
+
+@constraint(
+    "ru.case.capital_words_max",
+    "case",
+    ["Слов, целиком написанных заглавными буквами, должно быть не более {n} (аббревиатуры вроде РФ не считаются)."],
+    lambda rng: {"n": rng.choice((0, 1, 2, 3))},
+)
+def capital_words_max(text: str, p: Mapping[str, Any]) -> bool:
+    """At most ``n`` all-caps words; abbreviations (РФ, СССР) are not counted."""
+    return len(shouted_words(text)) <= p["n"]
+
+
+@constraint(
+    "ru.case.capital_words_min",
+    "case",
+    ["Выделите важное, написав не менее {n:слово:gent} целиком ЗАГЛАВНЫМИ буквами (аббревиатуры не считаются)."],
+    lambda rng: {"n": rng.choice((1, 2, 3, 5))},
+)
+def capital_words_min(text: str, p: Mapping[str, Any]) -> bool:
+    """At least ``n`` all-caps words that are not abbreviations."""
+    return len(shouted_words(text)) >= p["n"]
+
+
+@constraint(
+    "ru.case.sentence_capitalized",
+    "case",
+    ["Каждое предложение начинайте с заглавной буквы."],
+    const(),
+)
+def sentence_capitalized(text: str, p: Mapping[str, Any]) -> bool:
+    """The first letter of every sentence is upper-case."""
+    firsts = [m.group(0) for s in sentences(text) if (m := _LETTER.search(s))]
+    return bool(firsts) and all(ch.isupper() for ch in firsts)
+
+
+# ---------------------------------------------------------------- punctuation
+def _no_char(cid: str, chars: str, instruction: str) -> None:
+    def check(text: str, p: Mapping[str, Any]) -> bool:
+        return not any(ch in text for ch in chars)
+
+    check.__doc__ = f"None of {chars!r} occurs."
+    constraint(cid, "punctuation", [instruction], const())(check)
+
+
+_no_char("ru.punct.no_commas", ",", "Не используйте в ответе ни одной запятой.")
+_no_char("ru.punct.no_exclamation", "!", "Не используйте восклицательные знаки.")
+_no_char("ru.punct.no_question", "?", "Не используйте в ответе вопросительные знаки.")
+_no_char("ru.punct.no_semicolon", ";", "Не используйте точку с запятой.")
+
+
+@constraint("ru.punct.no_dash", "punctuation", ["Не используйте тире (ни «—», ни «–»)."], const())
+def no_dash(text: str, p: Mapping[str, Any]) -> bool:
+    """No em/en dash and no spaced hyphen used as a dash; hyphens inside words («кто-то») are fine."""
+    return not re.search(r"[—–]|\s-\s", text)
+
+
+# ---------------------------------------------------------------- repeat
+@constraint(
+    "ru.repeat.request_first",
+    "repeat",
+    ["Сначала повторите запрос слово в слово, ничего не меняя, а затем дайте ответ. Запрос: «{request}»"],
+    lambda rng: {"request": rng.choice(REQUESTS)},
+)
+def request_first(text: str, p: Mapping[str, Any]) -> bool:
+    """Starts with the request verbatim (spacing aside) and then has an answer."""
+    t, r = _SPACES.sub(" ", text).strip(), _SPACES.sub(" ", p["request"]).strip()
+    return t.startswith(r) and bool(words(t[len(r) :]))
+
+
+@constraint(
+    "ru.repeat.phrase_n",
+    "repeat",
+    ["Повторите фразу «{phrase}» ровно {n:раз} в разных местах ответа, не изменяя её."],
+    lambda rng: {"phrase": rng.choice(COPY_PHRASES), "n": rng.randint(2, 4)},
+)
+def phrase_n(text: str, p: Mapping[str, Any]) -> bool:
+    """The phrase occurs exactly ``n`` times (case and spacing ignored)."""
+    return _norm(text).count(_norm(p["phrase"])) == p["n"]
+
+
+@constraint(
+    "ru.repeat.copy_only",
+    "repeat",
+    ["Просто перепишите следующий текст слово в слово и ничего не добавляйте: «{request}»"],
+    lambda rng: {"request": rng.choice(REQUESTS)},
+)
+def copy_only(text: str, p: Mapping[str, Any]) -> bool:
+    """The response is the text itself (spacing and wrapping «» or quotes aside)."""
+    return _SPACES.sub(" ", text).strip().strip("«»\"") == _SPACES.sub(" ", p["request"]).strip()
+
+
+# ---------------------------------------------------------------- language
+@constraint(
+    "ru.language.response_lang",
+    "language",
+    ["Отвечайте только на {lang_name} языке.", "Весь ответ должен быть на {lang_name} языке."],
+    lambda rng: {"lang": rng.choice(("ru", "ru", "en", "uk", "kk", "de"))},
+    derive=lambda p: {"lang_name": LANGUAGE_NAMES_RU[p["lang"]]},
+)
+def response_lang(text: str, p: Mapping[str, Any]) -> bool:
+    """lingua (restricted language set) detects ``lang``; Cyrillic answers must hold no homoglyph words."""
+    if p["lang"] in ("ru", "uk", "be", "bg", "kk") and homoglyph_words(text):
+        return False
+    return detect_language(text) == p["lang"]
+
+
+@constraint(
+    "ru.language.ru_then_en",
+    "language",
+    ["Дайте ответ сначала на русском языке, а затем, после пустой строки, — тот же ответ на английском."],
+    const(),
+)
+def ru_then_en(text: str, p: Mapping[str, Any]) -> bool:
+    """Two parts split by a blank line: the first in Russian, the last in English."""
+    paras = paragraphs(text)
+    if len(paras) < 2:
+        return False
+    first, last = paras[0], paras[-1]
+    return detect_language(first) == "ru" and not homoglyph_words(first) and detect_language(last) == "en"
