@@ -178,3 +178,27 @@ def funnel_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[st
             if a != b:
                 out.append((stage, key, a, b))
     return out
+
+
+def refilter(
+    run_dir: str | Path, assignments: list[str], name: str | None = None, base: str | None = None
+) -> tuple[VersionInfo, list[tuple[str, str, int, int]]]:
+    """New thresholds (``base`` version's, default the latest, with ``--set`` overrides) → a new version.
+
+    Never builds an LLM engine. Returns the version and its funnel difference
+    against ``base``. Raises :class:`~fabrika.errors.ConfigError` on an unknown
+    gate group or parameter or a wrongly typed value.
+    """
+    store = RunStore(run_dir)
+    manifest = store.read_manifest()
+    if not manifest:
+        raise StoreError(f"{store.run_dir}: not a run directory (no manifest.json)")
+    load_run_modules(manifest)
+    base = base or manifest.get("latest_version")
+    if base is not None and (version_dir(run_dir, base) / "thresholds.json").is_file():
+        old = read_version(run_dir, base)
+    else:
+        base, old = None, {"thresholds": manifest.get("config", {}).get("filters", {}), "funnel": {}}
+    thresholds = gates.parse_set(assignments, old["thresholds"])
+    info = materialise(run_dir, thresholds=thresholds, name=name or next_version_name(run_dir), previous=base)
+    return info, funnel_diff(old["funnel"], info.funnel)

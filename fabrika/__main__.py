@@ -1,0 +1,5 @@
+"""``python -m fabrika`` runs the CLI."""
+
+from fabrika.cli.app import main
+
+main()

@@ -1,0 +1,151 @@
+"""The ``fabrika`` command: run, validate, status, refilter (+ export/report/train from their areas).
+
+Logic lives in ``fabrika.pipeline`` and ``fabrika.store``; this module only
+parses arguments, prints, and maps errors to exit codes: 2 for a user error
+(bad config, unknown gate, missing input — one line each), 3 when
+``--cache-only`` met uncached requests, 1 for anything unexpected.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+import fabrika
+from fabrika.errors import ConfigError, InputError, StoreError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="fabrika: synthetic post-training data factory (Russian first).")
+out = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print one line per message line to stderr and exit with ``code``."""
+    for line in str(message).splitlines() or [""]:
+        err.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"fabrika {fabrika.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    """fabrika: synthetic post-training data factory."""
+
+
+@app.command()
+def validate(config: Annotated[Path, typer.Argument(help="Pipeline YAML.")]) -> None:
+    """Check a pipeline document; print every error and warning. Exit 2 on errors."""
+    from fabrika.pipeline.config import validate_file
+
+    cfg, issues = validate_file(config)
+    for issue in issues:
+        (err if issue.level == "error" else out).print(str(issue), highlight=False, soft_wrap=True)
+    if cfg is None:
+        raise typer.Exit(2)
+    out.print(f"[green]ok[/]: {config} ({len(cfg.stages)} stages, run dir {cfg.resolved_run_dir})")
+
+
+@app.command()
+def run(
+    config: Annotated[Path, typer.Argument(help="Pipeline YAML.")],
+    resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Skip items already written (default).")] = True,
+    cache_only: Annotated[bool, typer.Option("--cache-only", help="Answer only from the LLM cache; uncached items stay pending.")] = False,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Live per-stage progress.")] = True,
+    version: Annotated[Optional[str], typer.Option("--version-name", help="Name of the materialised version (default dataset.version).")] = None,
+) -> None:
+    """Run a pipeline (validated first; nothing is written on a bad config) and materialise its dataset."""
+    from fabrika.pipeline.config import validate_file
+    from fabrika.pipeline.runner import run_pipeline
+
+    cfg, issues = validate_file(config)
+    errors = [str(i) for i in issues if i.level == "error"]
+    if cfg is None:
+        fail("\n".join(errors))
+    for w in issues:
+        err.print(f"[yellow]{w}[/]", highlight=False, soft_wrap=True)
+    assert cfg is not None
+    try:
+        result = run_pipeline(cfg, resume=resume, cache_only=cache_only, progress=progress, version=version)
+    except (ConfigError, InputError, StoreError) as exc:
+        fail(str(exc))
+    from fabrika.cli import views
+
+    out.print(views.stages_table(result.manifest))
+    if result.internal_errors:
+        err.print(f"[bold red]{result.internal_errors} item(s) ended in internal_error — a stage bug; see `fabrika status`")
+    misses = sum(s.cache_miss for s in result.stats.values())
+    if misses:
+        fail(f"{misses} item(s) need uncached LLM answers; rerun without --cache-only", code=3)
+    if result.version is not None:
+        out.print(views.gates_table(result.version.funnel, f"version {result.version.name}: {result.version.rows} samples"))
+        out.print(f"dataset: {result.version.path}")
+
+
+@app.command()
+def status(run_dir: Annotated[Path, typer.Argument(help="Run directory (runs/<name>).")]) -> None:
+    """Per-stage funnel (in/out/rejected by reason), gates of the latest version, LLM accounting."""
+    from fabrika.cli import views
+    from fabrika.store import RunStore
+    from fabrika.store.versions import read_version
+
+    manifest = RunStore(run_dir).read_manifest() if run_dir.is_dir() else {}
+    if not manifest:
+        fail(f"{run_dir}: not a run directory (no manifest.json)")
+    out.print(views.stages_table(manifest))
+    latest = manifest.get("latest_version")
+    if latest:
+        try:
+            v = read_version(run_dir, latest)
+            out.print(views.gates_table(v["funnel"], f"version {latest}"))
+        except (StoreError, OSError) as exc:
+            err.print(f"[yellow]version {latest}: {exc}")
+    if manifest.get("accounting"):
+        out.print(views.flat_table(manifest["accounting"], "LLM accounting"))
+    if manifest.get("sandbox_isolation"):
+        out.print(f"sandbox isolation: {manifest['sandbox_isolation']}")
+
+
+@app.command()
+def refilter(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="GROUP.PARAM=VALUE threshold override (repeatable).")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="New version name (default next vN).")] = None,
+    base: Annotated[Optional[str], typer.Option("--base", help="Version whose thresholds to start from (default latest).")] = None,
+) -> None:
+    """Re-apply gates with new thresholds: a new version, zero LLM calls, seconds."""
+    from fabrika.cli import views
+    from fabrika.store.versions import refilter as do_refilter
+
+    if not (run_dir / "manifest.json").is_file():
+        fail(f"{run_dir}: not a run directory (no manifest.json)")
+    try:
+        info, diff = do_refilter(run_dir, list(set_ or []), name=name, base=base)
+    except (ConfigError, StoreError) as exc:
+        fail(str(exc))
+    out.print(views.gates_table(info.funnel, f"version {info.name}: {info.rows} samples"))
+    out.print(views.diff_table(diff, info.previous, info.name) if diff else f"funnel unchanged vs {info.previous}")
+    out.print(f"dataset: {info.path}")
+
+
+for _mod in ("export_cmd", "report_cmd", "train_cmd"):
+    importlib.import_module(f"fabrika.cli.{_mod}").register(app)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,74 @@
+"""Rich renderings of run state for the CLI (pure functions of manifest/funnel dicts)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from rich.table import Table
+
+
+def _fmt_reasons(rejected: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(rejected.items(), key=lambda kv: -kv[1])) or "-"
+
+
+def stages_table(manifest: Mapping[str, Any]) -> Table:
+    """Per-stage funnel: rows in the store, ok, rejected by reason, this run's work and LLM use."""
+    t = Table(title=f"run {manifest.get('name', '?')} [{manifest.get('status', '?')}] backend={manifest.get('backend', '?')}")
+    for col in ("stage", "kind", "in", "rows", "ok", "rejected (by reason)", "llm req", "cached", "tokens", "s", "done"):
+        t.add_column(col, justify="left" if col in ("stage", "kind", "rejected (by reason)") else "right")
+    layout = manifest.get("layout", {})
+    for name in manifest.get("order", list(layout)):
+        s = manifest.get("stages", {}).get(name, {})
+        llm = s.get("llm", {})
+        t.add_row(
+            name,
+            layout.get(name, {}).get("kind", "?"),
+            str(s.get("seen", "-")),
+            str(s.get("rows", 0)),
+            str(s.get("ok", 0)),
+            _fmt_reasons(s.get("rejected", {})),
+            str(llm.get("requests", 0)),
+            str(llm.get("cached", 0)),
+            str(llm.get("prompt_tokens", 0) + llm.get("completion_tokens", 0)),
+            f"{s.get('seconds', 0):.1f}",
+            "yes" if s.get("complete") else "no",
+        )
+    return t
+
+
+def gates_table(funnel: Mapping[str, Any], title: str) -> Table:
+    """Gate funnel of one version: in, out and ``dropped_<gate>`` per dataset stage."""
+    t = Table(title=title)
+    t.add_column("dataset stage")
+    t.add_column("counter")
+    t.add_column("rows", justify="right")
+    for stage, counts in funnel.get("gates", {}).items():
+        for key, n in counts.items():
+            t.add_row(stage, key, str(n))
+    return t
+
+
+def diff_table(diff: list[tuple[str, str, int, int]], old: str | None, new: str) -> Table:
+    t = Table(title=f"funnel {old or '(config thresholds)'} → {new}")
+    for col in ("dataset stage", "counter", old or "before", new, "Δ"):
+        t.add_column(col, justify="left" if col in ("dataset stage", "counter") else "right")
+    for stage, key, a, b in diff:
+        t.add_row(stage, key, str(a), str(b), f"{b - a:+d}")
+    return t
+
+
+def flat_table(data: Mapping[str, Any], title: str) -> Table:
+    """Key/value table of a nested mapping (the engine's accounting snapshot)."""
+    t = Table(title=title)
+    t.add_column("key")
+    t.add_column("value", justify="right")
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            t.add_row(prefix, str(value))
+
+    walk("", data)
+    return t
