@@ -1,0 +1,165 @@
+"""Configuration of the LLM engine (the ``llm:`` block of a pipeline YAML).
+
+The runner builds the engine with exactly :func:`build_engine` (``build_engine(config,
+run_dir)``); everything a stage needs — cache, retries, concurrency limits,
+accounting — comes configured from here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from fabrika.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fabrika.llm.engine import LLMEngine
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EndpointConfig(_Strict):
+    """One OpenAI-compatible server. Several endpoints serving the same model are load-balanced."""
+
+    base_url: str = Field(description="Base URL including the API prefix, e.g. 'http://gpu-1:8000/v1'.")
+    api_key: str | None = Field(default=None, description="API key in clear text (prefer api_key_env).")
+    api_key_env: str | None = Field(default=None, description="Name of the environment variable holding the API key.")
+    max_concurrency: int = Field(default=64, ge=1, description="Requests in flight to this endpoint at most.")
+
+    def resolve_api_key(self) -> str:
+        """The key to send; local servers (vLLM) accept any, so a missing key becomes 'EMPTY'."""
+        if self.api_key is not None:
+            return self.api_key
+        if self.api_key_env:
+            value = os.environ.get(self.api_key_env)
+            if value is None:
+                raise ConfigError(f"llm.endpoints[].api_key_env names {self.api_key_env!r}, which is not set; "
+                                  f"export {self.api_key_env}=... or set llm.endpoints[].api_key")
+            return value
+        return "EMPTY"
+
+
+class CacheConfig(_Strict):
+    """The request-keyed SQLite cache (see :mod:`fabrika.llm.cache`)."""
+
+    enabled: bool = Field(default=True, description="Cache successful responses; a rerun re-asks nothing it already has.")
+    path: Path | None = Field(default=None, description="SQLite file; None means <run_dir>/cache.sqlite.")
+    flush_every: int = Field(default=512, ge=1, description="Buffered answers written per batched transaction.")
+    flush_interval_s: float = Field(default=1.0, gt=0, description="Longest an answer waits in the write buffer.")
+
+
+class SimConfig(_Strict):
+    """The offline ``sim`` backend (see :mod:`fabrika.llm.sim`)."""
+
+    error_rate: float = Field(default=0.0, ge=0.0, le=1.0,
+                              description="Fraction of attempts failing with a retryable error (exercises retries).")
+    seed: int = Field(default=0, description="Mixed into every simulated answer; changing it changes all answers.")
+    latency_ms: float = Field(default=0.0, ge=0.0, description="Simulated latency per attempt.")
+
+
+class ModelPrice(_Strict):
+    prompt: float = Field(ge=0.0, description="Price per 1M prompt tokens.")
+    completion: float = Field(ge=0.0, description="Price per 1M completion tokens.")
+
+
+class VLLMLocalConfig(_Strict):
+    """In-process vLLM (``backend: vllm``); requires ``pip install 'fabrika[vllm]'``."""
+
+    tensor_parallel_size: int = Field(default=1, ge=1, description="GPUs per model replica.")
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0, description="Fraction of GPU memory vLLM may take.")
+    max_model_len: int | None = Field(default=None, ge=1, description="Context length cap; None uses the model's.")
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra vllm AsyncEngineArgs fields.")
+
+
+class LLMConfig(_Strict):
+    """How fabrika reaches a model. Defaults give the offline ``sim`` backend."""
+
+    backend: Literal["openai", "vllm", "sim"] = Field(
+        default="sim", description="'openai': any OpenAI-compatible server(s); 'vllm': in-process vLLM; "
+        "'sim': deterministic offline stand-in (data marked backend='sim').")
+    model: str = Field(default="sim", description="Model name sent to the server (or loaded by vLLM).")
+    endpoints: list[EndpointConfig] = Field(default_factory=list,
+                                            description="Servers for backend 'openai'; several are load-balanced.")
+    transport: Literal["aiohttp", "openai_sdk"] = Field(
+        default="aiohttp", description="'aiohttp': fabrika's lean HTTP client (fast); 'openai_sdk': the openai "
+        "SDK's AsyncOpenAI over its aiohttp transport (slower per request, same wire format and error mapping).")
+    timeout_s: float = Field(default=120.0, gt=0, description="Per-attempt timeout in seconds.")
+    max_retries: int = Field(default=6, ge=0, description="Retries after the first attempt for retryable errors.")
+    backoff_initial_s: float = Field(default=0.5, ge=0, description="First backoff wait (doubles each retry).")
+    backoff_max_s: float = Field(default=30.0, ge=0, description="Longest backoff wait (Retry-After may ask for more).")
+    backoff_jitter_s: float = Field(default=0.5, ge=0, description="Random extra wait, up to this many seconds.")
+    retry_after_max_s: float = Field(default=120.0, ge=0, description="Cap on a server's Retry-After.")
+    cache: CacheConfig = Field(default_factory=CacheConfig, description="Response cache.")
+    cache_only: bool = Field(default=False, description="Never call the model: a cache miss is a CacheMissError "
+                             "response and engine.cache_misses counts them (the runner fails the run).")
+    price_per_1m: dict[str, ModelPrice] | None = Field(
+        default=None, description="Prices per 1M tokens by model name, for cost accounting.")
+    sim: SimConfig = Field(default_factory=SimConfig, description="Settings of the 'sim' backend.")
+    vllm: VLLMLocalConfig = Field(default_factory=VLLMLocalConfig, description="Settings of the 'vllm' backend.")
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0,
+                                      description="Default temperature for requests that set none.")
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, description="Default top_p for requests that set none.")
+    max_tokens: int | None = Field(default=None, ge=1, description="Default max_tokens for requests that set none.")
+    seed: int | None = Field(default=None, description="Default sampling seed for requests that set none.")
+    max_in_flight: int = Field(default=4096, ge=1, description="Engine-wide cap on requests in flight.")
+
+    @field_validator("endpoints")
+    @classmethod
+    def _urls(cls, v: list[EndpointConfig]) -> list[EndpointConfig]:
+        for i, ep in enumerate(v):
+            if not ep.base_url.startswith(("http://", "https://")):
+                raise ValueError(f"llm.endpoints[{i}].base_url must start with http:// or https://, got {ep.base_url!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _backend_needs(self) -> "LLMConfig":
+        if self.backend == "openai" and not self.endpoints:
+            raise ValueError("llm.endpoints is empty but llm.backend is 'openai'; add at least one "
+                             "{base_url: 'http://host:8000/v1'} or use backend: sim")
+        return self
+
+    def price(self, model: str) -> ModelPrice | None:
+        return (self.price_per_1m or {}).get(model)
+
+
+def build_engine(config: LLMConfig, run_dir: Path | None = None) -> "LLMEngine":
+    """Build the engine the runner hands to stages as ``ctx.llm``.
+
+    The cache lives at ``config.cache.path`` or ``<run_dir>/cache.sqlite``; with
+    neither (``run_dir=None``) caching is off.
+    """
+    from fabrika.llm.engine import LLMEngine
+
+    backend: Any
+    if config.backend == "sim":
+        from fabrika.llm.sim import SimBackend
+
+        backend = SimBackend(seed=config.sim.seed, error_rate=config.sim.error_rate,
+                             latency_ms=config.sim.latency_ms, model=config.model)
+    elif config.backend == "openai":
+        from fabrika.llm.openai_compat import OpenAICompatBackend
+
+        backend = OpenAICompatBackend(config)
+    elif config.backend == "vllm":
+        from fabrika.llm.vllm_local import VLLMLocalBackend
+
+        backend = VLLMLocalBackend(config)
+    else:  # pragma: no cover - Literal guards
+        raise ConfigError(f"llm.backend must be one of openai, vllm, sim; got {config.backend!r}")
+
+    cache = None
+    if config.cache.enabled and (config.cache.path is not None or run_dir is not None):
+        from fabrika.llm.cache import ResponseCache
+
+        path = config.cache.path or Path(run_dir) / "cache.sqlite"  # type: ignore[arg-type]
+        cache = ResponseCache(path, flush_every=config.cache.flush_every,
+                              flush_interval_s=config.cache.flush_interval_s)
+    elif config.cache_only:
+        raise ConfigError("llm.cache_only is true but no cache is configured; set llm.cache.enabled=true and "
+                          "give a run_dir or llm.cache.path")
+    return LLMEngine(backend, config=config, cache=cache)

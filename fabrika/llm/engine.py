@@ -1,0 +1,200 @@
+"""The LLM engine: cache → backend (with retries) → accounting, for many requests at once.
+
+:class:`LLMEngine` is the :class:`fabrika.llm.base.LLMClient` every stage uses
+(``ctx.llm``). ``complete(requests)`` runs them concurrently and returns the
+responses in request order; it never raises for a failed request — the
+failure comes back as ``ChatResponse(error=LLMError(kind))`` in its slot.
+
+Per request:
+
+1. defaults from :class:`~fabrika.llm.config.LLMConfig` (model, temperature,
+   top_p, max_tokens, seed) fill unset fields *before* the cache key is taken,
+   so changing a default re-asks exactly the requests it changes;
+2. the cache answers if it can (one batched SQLite lookup per ``complete``);
+   with ``cache_only`` a miss becomes a :class:`~fabrika.errors.CacheMissError`
+   response and :attr:`LLMEngine.cache_misses` counts it (the runner must fail
+   the run loudly when it is non-zero);
+3. otherwise the backend is called under the retry policy
+   (:mod:`fabrika.llm.retry`); ``finish_reason == "length"`` answers are kept,
+   counted as truncated and cached under their own ``max_tokens``;
+4. the outcome is counted in :attr:`LLMEngine.accounting` and successes are cached.
+
+The hot path avoids per-request validation and allocations beyond the
+response itself; batches larger than ``max_in_flight`` run through a fixed pool
+of workers instead of one task per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import TYPE_CHECKING, Any, Sequence
+
+from fabrika.errors import CacheMissError, LLMError
+from fabrika.llm.accounting import Accounting
+from fabrika.llm.cache import request_key
+from fabrika.llm.retry import RetryPolicy, call_with_retries, map_exception
+from fabrika.llm.types import ChatRequest, ChatResponse
+
+if TYPE_CHECKING:
+    from fabrika.llm.base import Backend
+    from fabrika.llm.cache import ResponseCache
+    from fabrika.llm.config import LLMConfig
+
+
+class LLMEngine:
+    """Concurrent, cached, retried, accounted access to one backend.
+
+    Build it with :func:`fabrika.llm.config.build_engine`. Use one engine per
+    event loop; close it with :meth:`aclose` (or ``async with``) so buffered
+    cache writes are flushed.
+    """
+
+    def __init__(self, backend: "Backend", *, config: "LLMConfig | None" = None,
+                 cache: "ResponseCache | None" = None) -> None:
+        from fabrika.llm.config import LLMConfig
+
+        self.config = config or LLMConfig()
+        cfg = self.config
+        self.backend = backend
+        self.cache = cache
+        self.cache_only = cfg.cache_only
+        self.policy = RetryPolicy(cfg.max_retries, cfg.backoff_initial_s, cfg.backoff_max_s, cfg.backoff_jitter_s,
+                                  cfg.retry_after_max_s)
+        prices = {m: (p.prompt, p.completion) for m, p in (cfg.price_per_1m or {}).items()}
+        self.accounting = Accounting(prices)
+        self.max_in_flight = cfg.max_in_flight
+        self.cache_misses = 0
+        self.closed = False
+        defaults = {"model": cfg.model, "temperature": cfg.temperature, "top_p": cfg.top_p,
+                    "max_tokens": cfg.max_tokens, "seed": cfg.seed}
+        self._defaults = {k: v for k, v in defaults.items() if v is not None}
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend.name
+
+    # -- request preparation -----------------------------------------------
+    def prepare(self, request: ChatRequest) -> ChatRequest:
+        """``request`` with the configured defaults filled in where it sets none."""
+        missing = None
+        for name, value in self._defaults.items():
+            if getattr(request, name) is None:
+                if missing is None:
+                    missing = {}
+                missing[name] = value
+        return dataclasses.replace(request, **missing) if missing else request
+
+    def key(self, request: ChatRequest) -> str:
+        """The cache key of ``request`` after defaults (see :mod:`fabrika.llm.cache`)."""
+        return request_key(self.prepare(request))
+
+    # -- public API --------------------------------------------------------
+    async def complete_one(self, request: ChatRequest) -> ChatResponse:
+        return (await self.complete((request,)))[0]
+
+    async def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResponse]:
+        """Answer ``requests`` concurrently; ``result[i]`` answers ``requests[i]``."""
+        if self.closed:
+            raise RuntimeError("LLMEngine.complete() after aclose(); build a new engine")
+        prepared = [self.prepare(r) for r in requests]
+        keys = [request_key(r) for r in prepared]
+        out: list[ChatResponse | None] = [None] * len(prepared)
+        acct = self.accounting
+        todo: list[int]
+        if self.cache is not None:
+            hits = self.cache.get_many(keys) if len(keys) > 1 else {}
+            if len(keys) == 1:
+                one = self.cache.get(keys[0])
+                if one is not None:
+                    hits = {keys[0]: one}
+            todo = []
+            for i, k in enumerate(keys):
+                hit = hits.get(k)
+                if hit is not None:
+                    out[i] = hit
+                    acct.record(acct.key(prepared[i], prepared[i].model or ""), hit)
+                else:
+                    todo.append(i)
+        else:
+            todo = list(range(len(prepared)))
+
+        if self.cache_only and todo:
+            for i in todo:
+                r = prepared[i]
+                err = CacheMissError(f"no cached answer for tag={r.tag!r} key={keys[i][:16]}… and llm.cache_only "
+                                     "is set; rerun without --cache-only to call the model")
+                resp = ChatResponse(error=err, model=r.model or "", backend=self.backend.name, attempts=0)
+                out[i] = resp
+                self.cache_misses += 1
+                acct.record(acct.key(r, r.model or ""), resp)
+            todo = []
+
+        if len(todo) == 1:
+            i = todo[0]
+            out[i] = await self._call(prepared[i], keys[i])
+        elif todo and len(todo) <= self.max_in_flight:
+            results = await asyncio.gather(*[self._call(prepared[i], keys[i]) for i in todo])
+            for i, resp in zip(todo, results):
+                out[i] = resp
+        elif todo:
+            it = iter(todo)
+
+            async def worker() -> None:
+                for i in it:
+                    out[i] = await self._call(prepared[i], keys[i])
+
+            await asyncio.gather(*[worker() for _ in range(self.max_in_flight)])
+        return out  # type: ignore[return-value]
+
+    async def _call(self, request: ChatRequest, key: str) -> ChatResponse:
+        acct = self.accounting
+        akey = acct.key(request, request.model or "")
+        send = self.backend.send
+        try:
+            resp, attempts = await call_with_retries(lambda: send(request), self.policy,
+                                                     lambda _e: acct.record_retry(akey))
+            if attempts != resp.attempts:
+                resp = dataclasses.replace(resp, attempts=attempts)
+        except LLMError as exc:
+            resp = ChatResponse(error=exc, model=request.model or "", backend=self.backend.name,
+                                attempts=getattr(exc, "attempts", 1))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a backend bug must still become a recorded failure
+            err = map_exception(exc)
+            err.__cause__ = exc
+            resp = ChatResponse(error=err, model=request.model or "", backend=self.backend.name)
+        acct.record(akey, resp)
+        if resp.error is None and self.cache is not None:
+            self.cache.put(key, resp)
+        return resp
+
+    # -- lifecycle -----------------------------------------------------------
+    def flush(self) -> None:
+        """Write buffered cache entries now (the runner calls it after each shard)."""
+        if self.cache is not None:
+            self.cache.flush()
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await self.backend.aclose()
+        finally:
+            if self.cache is not None:
+                self.cache.close()
+
+    async def __aenter__(self) -> "LLMEngine":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    def stats(self) -> dict[str, Any]:
+        """The accounting snapshot plus engine-level counters (for the run manifest)."""
+        snap = self.accounting.snapshot()
+        snap["backend"] = self.backend.name
+        snap["cache_misses"] = self.cache_misses
+        return snap

@@ -1,0 +1,134 @@
+"""Backend running vLLM in-process (``backend: vllm``), for single-node GPU runs without a server.
+
+``vllm`` is imported lazily, only when this backend is built; without it the
+constructor raises :class:`~fabrika.errors.ConfigError` naming the extra to
+install (``pip install 'fabrika[vllm]'``) or the alternative (run ``vllm serve``
+and use ``backend: openai``).
+
+The chat template (with ``tools``) is applied by the model's tokenizer; tool
+calls are parsed from Hermes/Qwen-style ``<tool_call>{...}</tool_call>`` blocks;
+``response_format`` json_schema becomes vLLM's guided JSON decoding. For other
+tool-call formats, serve the model with ``vllm serve --tool-call-parser ...``
+and use the ``openai`` backend, which is the tested production path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from fabrika.errors import ConfigError, LLMError
+from fabrika.llm.schema_gen import response_format_schema
+from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
+
+if TYPE_CHECKING:
+    from fabrika.llm.config import LLMConfig
+
+BACKEND_NAME = "vllm"
+_TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as exc:
+        raise ConfigError(
+            "llm.backend is 'vllm' but the vllm package is not installed; install it with "
+            "pip install 'fabrika[vllm]', or run `vllm serve MODEL` and set llm.backend: openai "
+            "with llm.endpoints: [{base_url: 'http://host:8000/v1'}]"
+        ) from exc
+    return vllm
+
+
+def parse_tool_calls(text: str) -> tuple[str | None, tuple[dict[str, Any], ...]]:
+    """Split Hermes-style tool-call blocks from ``text`` → (remaining content or None, calls)."""
+    calls = []
+    for i, m in enumerate(_TOOL_CALL.finditer(text)):
+        try:
+            obj = json.loads(m.group(1))
+        except ValueError:
+            obj = {"name": "", "arguments": m.group(1)}  # untrusted: the caller rejects it with a reason
+        args = obj.get("arguments", {})
+        calls.append({"id": f"call_{i}", "name": str(obj.get("name", "")),
+                      "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)})
+    if not calls:
+        return text, ()
+    rest = _TOOL_CALL.sub("", text).strip()
+    return (rest or None), tuple(calls)
+
+
+class VLLMLocalBackend:
+    """Implements :class:`fabrika.llm.base.Backend` on ``vllm.AsyncLLMEngine``."""
+
+    name = BACKEND_NAME
+
+    def __init__(self, config: "LLMConfig") -> None:
+        self._vllm = _import_vllm()
+        self.model = config.model
+        vcfg = config.vllm
+        args = self._vllm.AsyncEngineArgs(
+            model=config.model,
+            tensor_parallel_size=vcfg.tensor_parallel_size,
+            gpu_memory_utilization=vcfg.gpu_memory_utilization,
+            max_model_len=vcfg.max_model_len,
+            **vcfg.engine_kwargs,
+        )
+        self.engine = self._vllm.AsyncLLMEngine.from_engine_args(args)
+        self._tokenizer: Any = None
+
+    async def _get_tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            tok = self.engine.get_tokenizer()
+            self._tokenizer = await tok if hasattr(tok, "__await__") else tok
+        return self._tokenizer
+
+    def _sampling(self, request: ChatRequest) -> Any:
+        kwargs: dict[str, Any] = {"n": request.n}
+        for name in ("temperature", "top_p", "max_tokens", "seed"):
+            value = getattr(request, name)
+            if value is not None:
+                kwargs[name] = value
+        if request.stop:
+            kwargs["stop"] = list(request.stop)
+        schema = response_format_schema(request.response_format)
+        if schema is not None:
+            params_mod = self._vllm.sampling_params
+            if hasattr(params_mod, "StructuredOutputsParams"):
+                kwargs["structured_outputs"] = params_mod.StructuredOutputsParams(json=schema)
+            else:
+                kwargs["guided_decoding"] = params_mod.GuidedDecodingParams(json=schema)
+        if request.extra_body:
+            kwargs.update({k: v for k, v in request.extra_body.items() if k not in ("chat_template_kwargs",)})
+        return self._vllm.SamplingParams(**kwargs)
+
+    async def send(self, request: ChatRequest) -> ChatResponse:
+        tokenizer = await self._get_tokenizer()
+        template_kwargs = dict((request.extra_body or {}).get("chat_template_kwargs") or {})
+        try:
+            prompt = tokenizer.apply_chat_template(list(request.messages), tools=list(request.tools or []) or None,
+                                                   add_generation_prompt=True, tokenize=False, **template_kwargs)
+            final = None
+            async for out in self.engine.generate(prompt, self._sampling(request), str(uuid.uuid4())):
+                final = out
+        except Exception as exc:
+            low = str(exc).lower()
+            kind = "context_length" if "max_model_len" in low or "too long" in low else "server"
+            raise LLMError(kind, f"vllm: {type(exc).__name__}: {exc}") from exc
+        if final is None:
+            raise LLMError("server", "vllm returned no output")
+        choices = []
+        completion = 0
+        for o in final.outputs:
+            content, calls = parse_tool_calls(o.text) if request.tools else (o.text, ())
+            finish = "length" if o.finish_reason == "length" else ("tool_calls" if calls else "stop")
+            choices.append(Choice(content=content, tool_calls=calls, finish_reason=finish))
+            completion += len(o.token_ids)
+        return ChatResponse(choices=tuple(choices), usage=Usage(len(final.prompt_token_ids or ()), completion),
+                            model=self.model, backend=self.name)
+
+    async def aclose(self) -> None:
+        shutdown = getattr(self.engine, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
