@@ -27,7 +27,7 @@ class _Ctx:
         self.llm = llm
         self.seed = 7
         self.run_dir = tmp
-        self.pipeline = SimpleNamespace(config_dir=None)
+        self.pipeline = SimpleNamespace(base_dir=None)
         self.backend_name = "sim"
         self._resources: dict = {}
 

@@ -130,7 +130,7 @@ class TopicsStage(Stage):
     config: TopicsConfig
 
     def input_rows(self) -> Iterator[Row]:
-        base = getattr(self.ctx.pipeline, "config_dir", None)
+        base = getattr(self.ctx.pipeline, "base_dir", None)
         yield from read_corpus(self.config.corpus, Path(base) if base else None)
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:
