@@ -59,12 +59,13 @@ def _prompt(text: str) -> list[dict]:
 def grpo_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One GRPO export per expert, in the export engineer's column layout."""
     root = tmp_path_factory.mktemp("grpo")
-    fc = [{"prompt": _prompt(q), "tools": [WEATHER], "target_type": "fc", "lang": lang,
-           "ground_truth": json.dumps([{"name": "get_weather", "arguments": {"city": c}}], ensure_ascii=False)}
+    fc = [{"prompt": _prompt(q), "tools": [WEATHER], "target_type": "tool_call", "lang": lang,
+           "ground_truth": json.dumps({"calls": [{"name": "get_weather", "arguments": {"city": c}}]},
+                                      ensure_ascii=False)}
           for q, c, lang in [("Погода в Москве?", "Москва", "ru"), ("Weather in Paris?", "Paris", "en")]]
     gen = [{"prompt": _prompt(q), "target_type": "general", "lang": "ru", "ground_truth": "null",
             "ref_length": ref, "rm_score": rm}
-           for q, ref, rm in [("Расскажи о Казани.", 40, 0.5), ("Что такое JSON?", 30, -0.25)]]
+           for q, ref, rm in [("Расскажи о Казани.", 150, 0.5), ("Что такое JSON?", 120, -0.25)]]
     out = {}
     for name, rows in (("fc", fc), ("general", gen)):
         path = root / name

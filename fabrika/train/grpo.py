@@ -1,0 +1,210 @@
+"""`fabrika train grpo --expert if|fc|general`: a thin script over TRL's ``GRPOTrainer``.
+
+Each expert is the same trainer with its own reward and KL β:
+
+* ``fc`` — :func:`fabrika.rewards.fc.fc_reward` (exact match of tool calls), β = 0.001;
+* ``if`` — :func:`fabrika.rewards.instruct.make_if_reward` (verifiers + RM correction), β = 0.001;
+* ``general`` — :func:`fabrika.rewards.general.make_general_reward` (RM × length penalty), β = 0.01.
+
+Shared preset (reference recipe): 8 generations per prompt, lr 1e-6, T = 1.0,
+clip ε 0.2 / ε_high 0.28, 512 completions per step, vLLM generation when vLLM
+and a GPU are present. Per-row tools are written into the system turn (TRL
+renders every prompt with one trainer-wide tool list).
+
+Dynamic sampling (optional, off by default) keeps groups whose mean reward is
+in (low, high] = (0, 0.8]. TRL cannot resample a batch, so it is done in two
+honest ways:
+
+* ``dynamic_sampling_column`` set: a *pre-filter* on a stored difficulty
+  (e.g. the pass rate of a reference policy written by the difficulty scorer)
+  — rows outside the band never reach the trainer;
+* otherwise an *online mask*: the reward wrapper :func:`dynamic_sampling`
+  returns ``None`` for every completion of an out-of-band group, which TRL
+  treats as unscorable (advantage 0). The group's generation compute is still
+  spent and its tokens still count in the loss normaliser; the gradient comes
+  only from in-band groups. Groups are identified by equal prompts within one
+  process's batch (keep ``per_device_train_batch_size`` a multiple of
+  ``num_generations`` so a group never spans processes).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from trl import GRPOConfig
+
+from fabrika.errors import ConfigError
+from fabrika.train.config import EXPERT_PRESETS, EXPERTS, GRPO_PRESET, build_dataclass, read_yaml, vllm_available
+from fabrika.train.data import load_split, prepare_grpo_dataset
+from fabrika.train.sft import load_model_and_tokenizer
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+RewardFn = Callable[..., list[float | None]]
+
+
+@dataclass
+class FabrikaGRPOConfig(GRPOConfig):
+    """TRL's ``GRPOConfig`` plus the expert, the data and the reward inputs.
+
+    Parameters:
+        expert (`str`): ``if``, ``fc`` or ``general`` — picks the reward and the KL β preset.
+        model_name_or_path (`str`): local directory of the policy (never downloaded).
+        dataset_path (`str`): directory of the exported GRPO dataset (``save_to_disk``).
+        dataset_split (`str`, defaults to ``"train"``): split when the export is a ``DatasetDict``.
+        torch_dtype (`str`, defaults to ``"auto"``): dtype the policy is loaded in.
+        rm_path (`str` or `None`): general expert — local sequence-classification RM; ``None`` reads
+            ``rm_score_column`` (per-prompt, for tests and offline checks only).
+        rm_score_column (`str`): general expert — column with R when ``rm_path`` is ``None``.
+        ref_length_column (`str`): general expert — column with the reference length L0.
+        length_unit (`str`): general expert — unit of L(y) and L0: ``chars``, ``words`` or ``tokens``.
+        if_reward_kwargs (`dict`): IF expert — keyword arguments for ``make_if_reward``.
+        dynamic_sampling (`bool`): keep only groups whose mean reward is in (low, high] (see module doc).
+        dynamic_sampling_low / dynamic_sampling_high (`float`): the band, (0, 0.8] by default.
+        dynamic_sampling_column (`str` or `None`): stored difficulty column for the pre-filter variant.
+    """
+
+    expert: str = field(default="fc", metadata={"help": "Expert to train: if, fc or general.",
+                                                "choices": list(EXPERTS)})
+    model_name_or_path: str | None = field(default=None, metadata={"help": "Local directory of the policy."})
+    dataset_path: str | None = field(default=None, metadata={"help": "Directory of the exported GRPO dataset."})
+    dataset_split: str = field(default="train", metadata={"help": "Split to use if the export is a DatasetDict."})
+    torch_dtype: str = field(default="auto", metadata={"help": "dtype the policy is loaded in."})
+    rm_path: str | None = field(default=None, metadata={"help": "General expert: local RM directory."})
+    rm_score_column: str = field(default="rm_score", metadata={"help": "General expert: R column if no rm_path."})
+    ref_length_column: str = field(default="ref_length", metadata={"help": "General expert: L0 column."})
+    length_unit: str = field(default="chars", metadata={"help": "General expert: chars, words or tokens."})
+    if_reward_kwargs: dict[str, Any] = field(default_factory=dict,
+                                             metadata={"help": "IF expert: kwargs for make_if_reward."})
+    dynamic_sampling: bool = field(default=False, metadata={"help": "Keep groups with mean reward in (low, high]."})
+    dynamic_sampling_low: float = field(default=0.0, metadata={"help": "Exclusive lower bound of the band."})
+    dynamic_sampling_high: float = field(default=0.8, metadata={"help": "Inclusive upper bound of the band."})
+    dynamic_sampling_column: str | None = field(
+        default=None, metadata={"help": "Stored difficulty column: pre-filter rows instead of masking online."})
+
+
+def load_grpo_config(expert: str, path: str | Path | None = None, overrides: dict[str, Any] | None = None, *,
+                     use_preset: bool = True) -> FabrikaGRPOConfig:
+    """Shared preset ← expert preset (β) ← YAML ← overrides; ``use_vllm`` defaults to availability."""
+    if expert not in EXPERTS:
+        raise ConfigError(f"--expert must be one of {list(EXPERTS)}, got {expert!r}")
+    values: dict[str, Any] = {}
+    if use_preset:
+        values.update(GRPO_PRESET)
+        values.update(EXPERT_PRESETS[expert])
+        values["use_vllm"] = vllm_available()
+    user = read_yaml(path) if path is not None else {}
+    if user.get("expert", expert) != expert:
+        raise ConfigError(f"config {path} says expert={user['expert']!r} but --expert is {expert!r}; make them agree")
+    values.update(user)
+    values.update(overrides or {})
+    values["expert"] = expert
+    config = build_dataclass(FabrikaGRPOConfig, values, where=f"grpo config {path or '<dict>'}")
+    for name in ("model_name_or_path", "dataset_path"):
+        if not getattr(config, name):
+            raise ConfigError(f"grpo config: `{name}` is required; set it in the YAML or pass --set {name}=...")
+    if config.length_unit not in ("chars", "words", "tokens"):
+        raise ConfigError(f"grpo config: length_unit must be chars, words or tokens, got {config.length_unit!r}")
+    if not 0 <= config.dynamic_sampling_low < config.dynamic_sampling_high:
+        raise ConfigError("grpo config: need 0 <= dynamic_sampling_low < dynamic_sampling_high, got "
+                          f"({config.dynamic_sampling_low}, {config.dynamic_sampling_high}]")
+    return config
+
+
+def required_columns(config: FabrikaGRPOConfig) -> list[str]:
+    """Dataset columns the expert's reward reads (checked before training)."""
+    if config.expert == "fc":
+        return ["ground_truth", "target_type"]
+    if config.expert == "if":
+        return ["constraints"]
+    cols = [config.ref_length_column]
+    if config.rm_path is None:
+        cols.append(config.rm_score_column)
+    return cols
+
+
+def expert_reward(config: FabrikaGRPOConfig) -> RewardFn:
+    """The expert's TRL reward function."""
+    if config.expert == "fc":
+        from fabrika.rewards.fc import fc_reward
+
+        return fc_reward
+    if config.expert == "if":
+        try:
+            from fabrika.rewards.instruct import make_if_reward
+        except ImportError as exc:
+            raise ConfigError("expert 'if' needs fabrika.rewards.instruct.make_if_reward, which is not installed "
+                              f"in this checkout ({exc})") from exc
+        return make_if_reward(**config.if_reward_kwargs)
+    from fabrika.rewards.general import make_general_reward
+
+    return make_general_reward(config.rm_path, score_column=config.rm_score_column,
+                               ref_length_column=config.ref_length_column,
+                               length_unit=config.length_unit)  # type: ignore[arg-type]
+
+
+def dynamic_sampling(reward_fn: RewardFn, low: float = 0.0, high: float = 0.8) -> RewardFn:
+    """Wrap a reward so groups whose mean reward is outside (low, high] score ``None`` (TRL: advantage 0)."""
+
+    @functools.wraps(reward_fn)
+    def wrapped(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
+        rewards = list(reward_fn(prompts=prompts, completions=completions, **kwargs))
+        groups: dict[str, list[int]] = {}
+        for i, prompt in enumerate(prompts):
+            groups.setdefault(json.dumps(prompt, sort_keys=True, ensure_ascii=False), []).append(i)
+        for idx in groups.values():
+            values = [rewards[i] for i in idx if rewards[i] is not None and not math.isnan(rewards[i])]
+            mean = sum(values) / len(values) if values else math.nan
+            if not (low < mean <= high):
+                for i in idx:
+                    rewards[i] = None
+        return rewards
+
+    return wrapped
+
+
+def prefilter_by_difficulty(ds: Dataset, column: str, low: float, high: float) -> Dataset:
+    """Keep rows whose stored difficulty is in (low, high]; an empty result is an error, not a silent no-op."""
+    if column not in ds.column_names:
+        raise ConfigError(f"dynamic_sampling_column {column!r} is not a dataset column (has {ds.column_names})")
+    kept = ds.filter(lambda v: v is not None and low < v <= high, input_columns=[column], desc="dynamic sampling")
+    if len(kept) == 0:
+        raise ConfigError(f"dynamic sampling kept 0 of {len(ds)} rows with {column} in ({low}, {high}]; "
+                          "widen the band or turn dynamic_sampling off")
+    return kept
+
+
+def build_grpo_trainer(config: FabrikaGRPOConfig, callbacks: list[Any] | None = None) -> GRPOTrainer:
+    """Check data and reward first (fails fast), then load the policy and build ``GRPOTrainer``."""
+    from trl import GRPOTrainer
+
+    dataset = prepare_grpo_dataset(load_split(config.dataset_path, config.dataset_split), required_columns(config))
+    reward = expert_reward(config)
+    if config.dynamic_sampling:
+        if config.dynamic_sampling_column:
+            dataset = prefilter_by_difficulty(dataset, config.dynamic_sampling_column,
+                                              config.dynamic_sampling_low, config.dynamic_sampling_high)
+        else:
+            reward = dynamic_sampling(reward, config.dynamic_sampling_low, config.dynamic_sampling_high)
+    model, tokenizer = load_model_and_tokenizer(config.model_name_or_path, config.torch_dtype)
+    if not tokenizer.chat_template:
+        raise ConfigError(f"the tokenizer at {config.model_name_or_path!r} has no chat template; GRPO prompts are "
+                          "conversational — save the tokenizer with one")
+    return GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset,
+                       processing_class=tokenizer, callbacks=callbacks)
+
+
+def run_grpo(config: FabrikaGRPOConfig) -> GRPOTrainer:
+    """Train and save the expert to ``config.output_dir``."""
+    trainer = build_grpo_trainer(config)
+    trainer.train()
+    trainer.save_model(config.output_dir)
+    trainer.processing_class.save_pretrained(config.output_dir)
+    return trainer
