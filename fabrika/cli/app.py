@@ -112,7 +112,7 @@ def status(run_dir: Annotated[Path, typer.Argument(help="Run directory (runs/<na
         except (StoreError, OSError) as exc:
             err.print(f"[yellow]version {latest}: {exc}")
     if manifest.get("accounting"):
-        out.print(views.flat_table(manifest["accounting"], "LLM accounting"))
+        out.print(views.flat_table(manifest["accounting"], "LLM accounting (last invocation)"))
     if manifest.get("sandbox_isolation"):
         out.print(f"sandbox isolation: {manifest['sandbox_isolation']}")
 

@@ -14,15 +14,18 @@ def _fmt_reasons(rejected: Mapping[str, int]) -> str:
 def stages_table(manifest: Mapping[str, Any]) -> Table:
     """Per-stage funnel: rows in the store, ok, rejected by reason, this run's work and LLM use."""
     t = Table(title=f"run {manifest.get('name', '?')} [{manifest.get('status', '?')}] backend={manifest.get('backend', '?')}")
-    for col in ("stage", "kind", "in", "rows", "ok", "rejected (by reason)", "llm req", "cached", "tokens", "s", "done"):
-        t.add_column(col, justify="left" if col in ("stage", "kind", "rejected (by reason)") else "right")
+    t.add_column("stage", no_wrap=True)
+    for col in ("in", "rows", "ok"):
+        t.add_column(col, justify="right")
+    t.add_column("rejected", overflow="fold")
+    for col in ("llm", "cached", "tokens", "s", "done"):
+        t.add_column(col, justify="right")
     layout = manifest.get("layout", {})
     for name in manifest.get("order", list(layout)):
         s = manifest.get("stages", {}).get(name, {})
         llm = s.get("llm", {})
         t.add_row(
             name,
-            layout.get(name, {}).get("kind", "?"),
             str(s.get("seen", "-")),
             str(s.get("rows", 0)),
             str(s.get("ok", 0)),

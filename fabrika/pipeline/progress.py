@@ -50,6 +50,8 @@ class RunProgress:
         done = stats.processed + stats.skipped
         rate = f"{stats.processed / elapsed:.1f}/s" if elapsed > 0 and stats.processed else ""
         extra = f"tok {llm.prompt_tokens + llm.completion_tokens} cache {llm.cached}/{llm.requests}"
+        if stats.rejected:
+            extra += f" rejected {stats.rejected}"
         if stats.skipped:
             extra += f" resumed {stats.skipped}"
         if llm.errors:

@@ -48,6 +48,7 @@ class StageStats:
     skipped: int = 0
     cache_miss: int = 0
     internal_errors: int = 0
+    rejected: int = 0
     shards: int = 0
     rows_written: int = 0
     seconds: float = 0.0
@@ -274,20 +275,21 @@ class _Run:
         if cfg.max_items is not None:
             total = cfg.max_items if total is None else min(total, cfg.max_items)
         task = self.progress.add(name, total)
-        pending: list[Row] = []
-        pending_items = 0
+        pending: list[list[Row]] = []  # finished items' rows, not yet in a shard
         last_flush = time.monotonic()
         in_flight: set[asyncio.Task] = set()
         rows_iter = iter(stage.input_rows())
         exhausted = False
 
-        def flush() -> None:
-            nonlocal pending, pending_items, last_flush
-            if pending:
-                self.store.write(name, pending)
+        def flush(all_items: bool) -> None:
+            nonlocal pending, last_flush
+            while len(pending) >= cfg.chunk_size or (all_items and pending):
+                chunk, pending = pending[: cfg.chunk_size], pending[cfg.chunk_size :]
+                rows = [r for item in chunk for r in item]
+                self.store.write(name, rows)
                 stats.shards += 1
-                stats.rows_written += len(pending)
-            pending, pending_items, last_flush = [], 0, time.monotonic()
+                stats.rows_written += len(rows)
+            last_flush = time.monotonic()
 
         try:
             while True:
@@ -316,12 +318,14 @@ class _Run:
                         stats.cache_miss += 1
                     else:
                         stats.processed += 1
-                        pending.extend(out)
-                        pending_items += 1
+                        stats.rejected += sum(r["status"] != "ok" for r in out)
+                        pending.append(out)
                     self.progress.advance(task, stats)
-                if pending_items >= cfg.chunk_size or (pending and time.monotonic() - last_flush > FLUSH_SECONDS):
-                    flush()
-            flush()
+                if len(pending) >= cfg.chunk_size:
+                    flush(all_items=False)
+                elif pending and time.monotonic() - last_flush > FLUSH_SECONDS:
+                    flush(all_items=True)
+            flush(all_items=True)
         finally:
             for t in in_flight:
                 t.cancel()
