@@ -33,22 +33,26 @@ CONFIG = json.loads(sys.argv[1])
 ALLOWED = frozenset(CONFIG["allowed_modules"])
 MSG_MAX = 400
 
-# Preload the allowed modules once (before limits, while the files are readable),
-# so a verifier's ``import`` is a dict lookup.
-for _name in sorted(ALLOWED):
+# Preload the allowed modules once (trusted context, before limits), so a verifier's
+# ``import`` is a dict lookup. Heavy ones load on first use, still before the code runs.
+LAZY = frozenset({"pymorphy3"}) if CONFIG.get("isolation") == "bwrap" else frozenset()
+
+
+def _preload(name: str) -> None:
     try:
-        __import__(_name)
+        __import__(name)
     except Exception:  # noqa: BLE001 - a missing optional library only narrows the allow-list
-        pass
+        return
+    if name == "pymorphy3":
+        _install_morph_singleton()
+
 
 _morph_cache: list = []
 
 
 def _install_morph_singleton() -> None:
     """``pymorphy3.MorphAnalyzer()`` loads dictionaries (~0.3 s); verifiers call it per response."""
-    mod = sys.modules.get("pymorphy3")
-    if mod is None:
-        return
+    mod = sys.modules["pymorphy3"]
     real = mod.MorphAnalyzer
 
     def shared_analyzer(*args: object, **kwargs: object) -> object:
@@ -61,8 +65,8 @@ def _install_morph_singleton() -> None:
     mod.MorphAnalyzer = shared_analyzer
 
 
-_install_morph_singleton()
-
+for _name in sorted(ALLOWED - LAZY):
+    _preload(_name)
 
 
 def _die_with_parent() -> None:
@@ -122,7 +126,6 @@ def _guarded_import(name: str, globals=None, locals=None, fromlist=(), level=0):
 
 _SAFE_BUILTINS = {k: v for k, v in vars(builtins).items() if k not in _BLOCKED_BUILTINS}
 _SAFE_BUILTINS["__import__"] = _guarded_import
-_CODE_CACHE: dict[str, object] = {}
 
 
 def _read_exact(n: int) -> bytes | None:
@@ -136,10 +139,13 @@ def _read_exact(n: int) -> bytes | None:
     return b"".join(chunks)
 
 
+_os_write = os.write
+
+
 def _write(data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(_REP, view):]
+        view = view[_os_write(_REP, view):]
 
 
 def _err(prefix: str, kind: str, message: str) -> bytes:
@@ -156,15 +162,16 @@ def _describe(exc: BaseException) -> str:
 
 def _prepare(code: str, guard: bool):
     """Compile (cached by source) and execute the module body; return ``evaluate`` or an error line."""
-    compiled = _CODE_CACHE.get(code)
-    if compiled is None:
-        try:
-            compiled = compile(code, "<verifier>", "exec")
-        except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as exc:
-            return None, _err("C", "syntax", _describe(exc))
-        if len(_CODE_CACHE) > 64:
-            _CODE_CACHE.clear()
-        _CODE_CACHE[code] = compiled
+    for name in LAZY:
+        if name in code and name not in sys.modules:
+            _preload(name)
+            _SNAPSHOT.clear()
+            _SNAPSHOT.update(_snapshot())
+    # Compiled per batch on purpose: a code cache would be state a hostile verifier could poison.
+    try:
+        compiled = compile(code, "<verifier>", "exec")
+    except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as exc:
+        return None, _err("C", "syntax", _describe(exc))
     namespace = {"__name__": "verifier", "__builtins__": _SAFE_BUILTINS if guard else builtins}
     try:
         exec(compiled, namespace)  # noqa: S102 - this is the sandbox
@@ -198,15 +205,47 @@ def _call(fn, response) -> bytes:
     return _err("E", "non_bool", f"evaluate returned {type(result).__name__} {shown}, expected a bool")
 
 
+def _snapshot() -> dict[str, tuple[object, dict[str, object]]]:
+    snap = {name: (mod, dict(vars(mod))) for name, mod in sys.modules.items()
+            if name.split(".")[0] in ALLOWED or name in ("builtins", "sys", "os", "json", "struct", "__main__")}
+    snap["<safe builtins>"] = (None, dict(_SAFE_BUILTINS))
+    return snap
+
+
+_SNAPSHOT: dict[str, tuple[object, dict[str, object]]] = {}
+_RECURSION_LIMIT = sys.getrecursionlimit()
+_listdir, _len = os.listdir, len
+
+
 def _tainted() -> bool:
-    """A thread still running (or limits changed) means the next batch cannot trust this process."""
+    """Whether the next batch could not trust this process: a thread still runs, or code
+    replaced a module (``sys.modules`` entry) or a module attribute. Identity checks only,
+    so no hostile ``__eq__`` runs here."""
     try:
-        return len(os.listdir("/proc/self/task")) > 1
+        if _len(_listdir("/proc/self/task")) > 1:
+            return True
     except OSError:
-        return False
+        pass
+    if sys.getrecursionlimit() != _RECURSION_LIMIT:
+        return True
+    modules = sys.modules
+    for name, (mod, attrs) in _SNAPSHOT.items():
+        if mod is None:
+            now = _SAFE_BUILTINS
+        elif modules.get(name) is not mod:
+            return True
+        else:
+            now = vars(mod)
+        if _len(now) != _len(attrs):
+            return True
+        for key, value in attrs.items():
+            if now.get(key, _SNAPSHOT) is not value:
+                return True
+    return False
 
 
 def main() -> None:
+    _SNAPSHOT.update(_snapshot())
     while True:
         header = _read_exact(4)
         if header is None:

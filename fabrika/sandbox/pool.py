@@ -60,6 +60,7 @@ class _Worker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.rfd = -1
         self.buf = b""
+        self.pos = 0
         self.served = 0
         self.spawned = 0
 
@@ -76,7 +77,7 @@ class _Worker:
             raise SandboxError(f"cannot start a sandbox worker ({self.isolation}): {exc}") from exc
         finally:
             os.close(wfd)
-        self.rfd, self.buf, self.served = rfd, b"", 0
+        self.rfd, self.buf, self.pos, self.served = rfd, b"", 0, 0
         self.spawned += 1
 
     @property
@@ -120,7 +121,7 @@ class _Worker:
     def _release(self) -> None:
         if self.rfd >= 0:
             os.close(self.rfd)
-        self.rfd, self.proc, self.buf = -1, None, b""
+        self.rfd, self.proc, self.buf, self.pos = -1, None, b"", 0
 
     def send(self, code: str, responses: list[Any], guard: bool) -> None:
         body = json.dumps({"code": code, "responses": responses, "guard": guard}, ensure_ascii=False).encode()
@@ -134,10 +135,11 @@ class _Worker:
     def read_line(self, deadline: float) -> bytes:
         """Next reply line; raises _Timeout at ``deadline`` and _WorkerGone on EOF or garbage."""
         while True:
-            nl = self.buf.find(b"\n")
+            nl = self.buf.find(b"\n", self.pos)
             if nl >= 0:
-                line, self.buf = self.buf[:nl], self.buf[nl + 1:]
+                line, self.pos = self.buf[self.pos:nl], nl + 1
                 return line
+            self.buf, self.pos = self.buf[self.pos:], 0
             if len(self.buf) > MAX_LINE:
                 raise _WorkerGone("protocol: reply line too long")
             left = deadline - time.monotonic()
@@ -301,7 +303,9 @@ class SandboxPool:
                 pending = []
             except _Timeout:
                 worker.kill()
-                if not started:
+                if started and done == len(pending):
+                    pending = []  # every verdict arrived; only the trailer hung
+                elif not started:
                     verdict = Verdict("timeout", None, f"module body ran past {timeout}s")
                     for i in pending:
                         results[i] = verdict
@@ -313,16 +317,15 @@ class SandboxPool:
                 how = worker.kill()
                 kind = "protocol" if str(exc).startswith("protocol") else "crash"
                 verdict = Verdict.error(kind, f"worker died ({how}): {exc}" if kind == "crash" else str(exc))
-                if not started:
+                if started and done == len(pending):
+                    pending = []
+                elif not started:
                     for i in pending:
                         results[i] = verdict
                     pending = []
                 else:
                     results[pending[done]] = verdict
                     pending = pending[done + 1:]
-        if worker.proc is not None:
-            if tainted:
-                worker.kill()
-            elif worker.served >= self.config.recycle_after:
-                worker.close()
+        if worker.proc is not None and (tainted or worker.served >= self.config.recycle_after):
+            worker.kill()  # recycle: nothing in a worker is worth a graceful stop
         return [v if v is not None else Verdict.error("protocol", "no reply") for v in results]
