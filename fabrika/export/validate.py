@@ -28,6 +28,8 @@ from pydantic import BaseModel, Field
 
 DEFAULT_TEMPLATE = "qwen3.jinja"
 _TOOL_CALL_RE = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.DOTALL)
+# ChatML assistant turns; tool-call checks look only there (the system turn shows a placeholder call).
+_ASSISTANT_RE = re.compile(r"<\|im_start\|>assistant\n(.*?)(?:<\|im_end\|>|$)", re.DOTALL)
 
 
 def _raise_exception(message: str) -> None:
@@ -88,7 +90,8 @@ def null_paths(value: Any, path: str = "") -> set[str]:
 
 def _double_encoded(rendered: str) -> list[str]:
     problems = []
-    for block in _TOOL_CALL_RE.findall(rendered):
+    turns = _ASSISTANT_RE.findall(rendered) or [rendered]
+    for block in (b for turn in turns for b in _TOOL_CALL_RE.findall(turn)):
         if '"{\\"' in block:
             problems.append(f"double-encoded arguments in tool call: {block[:120]!r}")
             continue
@@ -156,18 +159,25 @@ class ValidationReport(BaseModel):
         return "\n".join(lines)
 
 
-def validate_records(records: Iterable[Mapping[str, Any]], template: ChatTemplate | None = None,
-                     expected: Mapping[str, Mapping[str, Any]] | None = None,
-                     max_listed: int = 1000) -> ValidationReport:
-    """Render and check every record; ``expected`` maps id → record converted from the source row."""
+def validate_pairs(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any] | None]],
+                   template: ChatTemplate | None = None, max_listed: int = 1000) -> ValidationReport:
+    """Render and check each ``(exported record, record converted from the source row)`` pair."""
     template = template or load_template()
     report = ValidationReport(template=template.name)
-    for i, rec in enumerate(records):
+    for i, (rec, want) in enumerate(pairs):
         rid = str(rec.get("id", i))
-        problems = check_record(rec, template, expected.get(rid) if expected is not None else None)
+        problems = check_record(rec, template, want)
         report.rows += 1
         if problems:
             report.failed += 1
             if len(report.failures) < max_listed:
                 report.failures[rid] = problems
     return report
+
+
+def validate_records(records: Iterable[Mapping[str, Any]], template: ChatTemplate | None = None,
+                     expected: Mapping[str, Mapping[str, Any]] | None = None,
+                     max_listed: int = 1000) -> ValidationReport:
+    """Render and check every record; ``expected`` maps id → record converted from the source row."""
+    pairs = ((r, expected.get(str(r.get("id"))) if expected is not None else None) for r in records)
+    return validate_pairs(pairs, template, max_listed)

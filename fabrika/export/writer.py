@@ -1,0 +1,252 @@
+"""Write an export: HF ``datasets`` on disk, parquet or jsonl, plus a dataset card.
+
+Nested fields never become Arrow structs: struct unification merges keys across
+rows and fills ``null`` for the missing ones, so two tools with different
+parameters (or two calls with different arguments) would come back corrupted.
+Per format:
+
+* ``hf``: ``datasets.save_to_disk`` with ``prompt``/``completion``/``tools`` as
+  ``List(Json())`` (one JSON value per message/tool) and ``ground_truth`` /
+  ``constraints`` as ``Json()``; loading gives back exactly the dicts written.
+  The Arrow table is built column-wise (no per-row feature encoding).
+* ``parquet``: the same columns, nested ones as JSON strings (``ensure_ascii=False``)
+  for consumers that want plain strings.
+* ``jsonl``: one JSON object per line with real nested values.
+
+The output is built in a temporary sibling directory and renamed into place
+(contract 5). ``push_to_hub`` runs only when both a repo id and a token are given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+import polars as pl
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+
+from fabrika.errors import ConfigError
+from fabrika.export.card import render_card
+from fabrika.export.chat import LIST_FIELDS, NESTED_FIELDS, ExportKind, to_record
+from fabrika.export.mix import MixConfig, MixReport, mix
+from fabrika.export.source import ExportSource, iter_batches
+from fabrika.export.validate import ValidationReport, load_template, validate_pairs
+
+ExportFormat = Literal["hf", "parquet", "jsonl"]
+SCALAR_TYPES: dict[str, pa.DataType] = {
+    "id": pa.string(), "expert": pa.string(), "lang": pa.string(), "target_type": pa.string(),
+    "teacher_rm_mean": pa.float64(),
+}
+
+
+class ExportConfig(BaseModel):
+    """What ``fabrika export`` writes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: ExportKind = Field(description="'sft' (prompt/completion/tools) or 'grpo' (prompt/ground_truth/...).")
+    format: ExportFormat = Field(default="hf", description="'hf' (save_to_disk), 'parquet' or 'jsonl'.")
+    out: Path = Field(description="Output directory (replaced atomically when `overwrite`).")
+    mix: MixConfig | None = Field(default=None, description="Target shares and exact size; None = every kept row.")
+    validate_rows: int | None = Field(default=None, ge=0,
+                                      description="Rows to render with the chat template; None = all, 0 = skip.")
+    template: str | None = Field(default=None, description="Chat template .jinja path; None = packaged Qwen3.")
+    batch_rows: int = Field(default=50_000, ge=1, description="Rows converted per batch (memory bound).")
+    overwrite: bool = Field(default=False, description="Replace an existing output directory.")
+    license: str = Field(default="other", description="License field of the dataset card.")
+    push_to_hub: str | None = Field(default=None, description="HF repo id to push to (needs `token`).")
+    token: str | None = Field(default=None, description="HF token for `push_to_hub`; never written to disk.", repr=False)
+    private: bool = Field(default=True, description="Create the hub repo as private.")
+
+
+class ExportResult(BaseModel):
+    """What an export wrote."""
+
+    out: Path
+    rows: int
+    files: list[str]
+    seconds: float
+    mix: MixReport | None = None
+    validation: ValidationReport | None = None
+    pushed_to: str | None = None
+
+
+def _records(source: ExportSource, lf: pl.LazyFrame, kind: ExportKind, batch_rows: int) -> Iterator[list[dict[str, Any]]]:
+    for batch in iter_batches(lf, batch_rows):
+        yield [to_record(r, kind) for r in batch]
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _arrow_batch(records: list[dict[str, Any]], kind: ExportKind, columns: list[str]) -> pa.Table:
+    """Column-wise Arrow table: list fields as ``list<json>``, other nested fields as ``json``."""
+    arrays: dict[str, pa.Array] = {}
+    nested = NESTED_FIELDS[kind]
+    for col in columns:
+        values = [r.get(col) for r in records]
+        if col in nested and col in LIST_FIELDS:
+            offsets, flat = [0], []
+            for v in values:
+                flat.extend(_dumps(x) for x in (v or []))
+                offsets.append(len(flat))
+            items = pa.ExtensionArray.from_storage(pa.json_(), pa.array(flat, pa.string()))
+            arrays[col] = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), items)
+        elif col in nested:
+            strings = pa.array([None if v is None else _dumps(v) for v in values], pa.string())
+            arrays[col] = pa.ExtensionArray.from_storage(pa.json_(), strings)
+        else:
+            arrays[col] = pa.array(values, SCALAR_TYPES.get(col, pa.string()))
+    return pa.table(arrays)
+
+
+def _features(kind: ExportKind, columns: list[str]) -> Any:
+    from datasets import Features, Json, List, Value
+
+    feats = {}
+    for col in columns:
+        if col in NESTED_FIELDS[kind]:
+            feats[col] = List(Json()) if col in LIST_FIELDS else Json()
+        else:
+            feats[col] = Value("float64") if SCALAR_TYPES.get(col) == pa.float64() else Value("string")
+    return Features(feats)
+
+
+def _columns(lf: pl.LazyFrame, kind: ExportKind) -> list[str]:
+    names = set(lf.collect_schema().names())
+    scalars = [c for c in ("id", "expert", "lang", "target_type") if c in names]
+    optional = ["teacher_rm_mean"] if kind == "grpo" and "teacher_rm_mean" in names else []
+    return scalars + list(NESTED_FIELDS[kind]) + optional
+
+
+def _write_hf(tmp: Path, batches: Iterator[list[dict[str, Any]]], kind: ExportKind, columns: list[str]) -> int:
+    import datasets
+
+    tables = [_arrow_batch(b, kind, columns) for b in batches]
+    table = pa.concat_tables(tables) if tables else _arrow_batch([], kind, columns)
+    ds = datasets.Dataset(table, info=datasets.DatasetInfo(features=_features(kind, columns)))
+    ds.save_to_disk(str(tmp))
+    return ds.num_rows
+
+
+def _write_flat(tmp: Path, batches: Iterator[list[dict[str, Any]]], kind: ExportKind, columns: list[str],
+                fmt: ExportFormat) -> int:
+    data = tmp / "data"
+    data.mkdir(parents=True)
+    n = 0
+    for i, batch in enumerate(batches):
+        n += len(batch)
+        if fmt == "jsonl":
+            with (data / f"part-{i:05d}.jsonl").open("w", encoding="utf-8") as fh:
+                for r in batch:
+                    fh.write(_dumps({c: r.get(c) for c in columns}) + "\n")
+        else:
+            nested = NESTED_FIELDS[kind]
+            frame = pl.DataFrame({c: [(_dumps(r.get(c)) if c in nested and r.get(c) is not None else r.get(c))
+                                      for r in batch] for c in columns},
+                                 schema={c: (pl.Float64 if SCALAR_TYPES.get(c) == pa.float64() else pl.String)
+                                         for c in columns})
+            frame.write_parquet(data / f"part-{i:05d}.parquet")
+    return n
+
+
+def read_export(out: str | Path, fmt: ExportFormat) -> Iterator[dict[str, Any]]:
+    """Read an export back as records with nested values (what a consumer sees)."""
+    out = Path(out)
+    if fmt == "hf":
+        import datasets
+
+        yield from datasets.load_from_disk(str(out))
+        return
+    for path in sorted((out / "data").glob(f"part-*.{fmt}")):
+        if fmt == "jsonl":
+            with path.open(encoding="utf-8") as fh:
+                for line in fh:
+                    yield json.loads(line)
+        else:
+            for row in pl.read_parquet(path).iter_rows(named=True):
+                yield {k: (json.loads(v) if isinstance(v, str) and k in ("prompt", "completion", "tools",
+                                                                        "ground_truth", "constraints") else v)
+                       for k, v in row.items()}
+
+
+def export(source: ExportSource, config: ExportConfig) -> ExportResult:
+    """Convert, (mix), write, validate and describe one export."""
+    start = time.perf_counter()
+    out = Path(config.out)
+    if out.exists() and any(out.iterdir()) and not config.overwrite:
+        raise ConfigError(f"export --out {str(out)!r} exists and is not empty; pass --overwrite or another path")
+    lf = source.frame
+    mix_report: MixReport | None = None
+    if config.mix is not None:
+        lf, mix_report = mix(lf, config.mix)
+    columns = _columns(lf, config.kind)
+    tmp = out.parent / f".tmp-export-{out.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    batches = _records(source, lf, config.kind, config.batch_rows)
+    try:
+        if config.format == "hf":
+            rows = _write_hf(tmp, batches, config.kind, columns)
+        else:
+            rows = _write_flat(tmp, batches, config.kind, columns, config.format)
+        validation = _validate(tmp, lf, config) if config.validate_rows != 0 else None
+        stats = _stats(lf)
+        (tmp / "README.md").write_text(
+            render_card(source, config.kind, config.format, rows, stats, config.license, mix_report, validation),
+            encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    pushed = _push(out, config) if config.push_to_hub and config.token else None
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    return ExportResult(out=out, rows=rows, files=files, seconds=round(time.perf_counter() - start, 3),
+                        mix=mix_report, validation=validation, pushed_to=pushed)
+
+
+def _validate(tmp: Path, lf: pl.LazyFrame, config: ExportConfig) -> ValidationReport:
+    """Read the written export back and render it, comparing null keys with the source rows."""
+    template = load_template(config.template)
+    limit = config.validate_rows
+
+    def pairs() -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+        written = read_export(tmp, config.format)
+        for batch in iter_batches(lf if limit is None else lf.head(limit), config.batch_rows):
+            for row in batch:
+                yield next(written), to_record(row, config.kind)
+
+    return validate_pairs(pairs(), template)
+
+
+def _stats(lf: pl.LazyFrame) -> dict[str, Any]:
+    names = lf.collect_schema().names()
+    stats: dict[str, Any] = {}
+    for col in ("lang", "target_type", "expert", "llm_backend"):
+        if col in names:
+            counts = lf.group_by(col).len().sort(col).collect()
+            stats[col] = {str(k): int(v) for k, v in counts.iter_rows()}
+    return stats
+
+
+def _push(out: Path, config: ExportConfig) -> str:
+    """Upload the export (HF format through ``Dataset.push_to_hub``, others as a folder)."""
+    repo = str(config.push_to_hub)
+    if config.format == "hf":
+        import datasets
+
+        datasets.load_from_disk(str(out)).push_to_hub(repo, token=config.token, private=config.private)
+    else:
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=config.token)
+        api.create_repo(repo, repo_type="dataset", private=config.private, exist_ok=True)
+        api.upload_folder(folder_path=str(out), repo_id=repo, repo_type="dataset")
+    return repo

@@ -1,0 +1,94 @@
+"""Export end to end: formats, nested data integrity, card, atomic output, hub gating."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import datasets
+import pytest
+
+from fabrika.errors import ConfigError, StoreError
+from fabrika.export.chat import grpo_record, sft_record
+from fabrika.export.mix import MixConfig
+from fabrika.export.source import open_version
+from fabrika.export.writer import ExportConfig, export, read_export
+
+
+def test_hf_round_trip_keeps_different_keys_intact(run_dir: Path, rows, tmp_path: Path):
+    res = export(open_version(run_dir), ExportConfig(kind="sft", format="hf", out=tmp_path / "sft"))
+    assert res.rows == len(rows) and res.validation is not None and res.validation.ok, res.validation.summary()
+    ds = datasets.load_from_disk(str(tmp_path / "sft"))
+    assert set(ds.column_names) >= {"prompt", "completion", "tools", "id", "lang", "target_type"}
+    by_id = {r["id"]: r for r in ds}
+    for row in rows:
+        assert by_id[row["id"]] == sft_record(row)  # nothing merged, nothing nulled
+    # arguments with different keys in neighbouring rows stayed different
+    calls = [by_id[r["id"]]["completion"][0]["tool_calls"][0]["function"]["arguments"]
+             for r in rows if r["target_type"] == "tool_call"]
+    assert {frozenset(a) for a in calls} >= {frozenset({"city"}), frozenset({"city", "days"})}
+    assert all(None not in a.values() for a in calls)
+
+
+def test_grpo_export_carries_reward_columns(run_dir: Path, rows, tmp_path: Path):
+    res = export(open_version(run_dir), ExportConfig(kind="grpo", format="hf", out=tmp_path / "grpo"))
+    ds = datasets.load_from_disk(str(tmp_path / "grpo"))
+    assert res.validation.ok and {"prompt", "ground_truth", "target_type", "lang", "tools"} <= set(ds.column_names)
+    first = {r["id"]: r for r in ds}[rows[0]["id"]]
+    assert first == grpo_record(rows[0]) and first["prompt"][-1]["role"] == "user"
+    assert "completion" not in ds.column_names
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_flat_formats_read_back_equal(run_dir: Path, rows, tmp_path: Path, fmt: str):
+    out = tmp_path / fmt
+    res = export(open_version(run_dir), ExportConfig(kind="sft", format=fmt, out=out))
+    assert res.validation.ok and any(f.endswith(fmt) for f in res.files)
+    got = {r["id"]: r for r in read_export(out, fmt)}
+    assert [got[r["id"]] for r in rows] == [sft_record(r) for r in rows]
+    if fmt == "jsonl":
+        line = (out / "data" / "part-00000.jsonl").read_text("utf-8").splitlines()[0]
+        assert "Ты — полезный ассистент" in line  # ensure_ascii=False
+
+
+def test_card_says_sim_loudly_and_lists_numbers(run_dir: Path, tmp_path: Path):
+    export(open_version(run_dir), ExportConfig(kind="sft", format="hf", out=tmp_path / "o", license="apache-2.0"))
+    card = (tmp_path / "o" / "README.md").read_text("utf-8")
+    assert card.startswith("---\nlicense: apache-2.0")
+    assert "WARNING: SIMULATED DATA" in card and "qwen3-235b-sim" in card
+    assert "rows: **24**" in card and "## Funnel" in card and '"dropped_rejected"' in card
+
+
+def test_mix_in_export_gives_exact_size(run_dir: Path, tmp_path: Path):
+    mix = MixConfig(size=8, seed=3, dimensions=[{"column": "lang", "shares": {"en": 0.75, "ru": 0.25}}])
+    res = export(open_version(run_dir), ExportConfig(kind="sft", format="jsonl", out=tmp_path / "m", mix=mix))
+    got = list(read_export(tmp_path / "m", "jsonl"))
+    assert res.rows == 8 and sorted(r["lang"] for r in got).count("ru") == 2
+    assert res.mix.achieved_shares["lang"] == {"en": 0.75, "ru": 0.25}
+
+
+def test_existing_output_needs_overwrite_and_failed_export_leaves_old(run_dir: Path, tmp_path: Path):
+    out = tmp_path / "o"
+    export(open_version(run_dir), ExportConfig(kind="sft", format="jsonl", out=out))
+    with pytest.raises(ConfigError, match="--overwrite"):
+        export(open_version(run_dir), ExportConfig(kind="sft", format="jsonl", out=out))
+    bad = MixConfig(size=1000, dimensions=[{"column": "lang", "shares": {"en": 0.5, "ru": 0.5}}])
+    with pytest.raises(ConfigError, match="missing"):
+        export(open_version(run_dir), ExportConfig(kind="sft", format="jsonl", out=out, overwrite=True, mix=bad))
+    assert len(list(read_export(out, "jsonl"))) == 24  # the old export is untouched
+    assert not list(tmp_path.glob(".tmp-export-*"))
+
+
+def test_push_only_with_repo_and_token(run_dir: Path, tmp_path: Path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(datasets.Dataset, "push_to_hub", lambda self, repo, **kw: calls.append((repo, kw)))
+    export(open_version(run_dir), ExportConfig(kind="sft", out=tmp_path / "a", push_to_hub="me/ds"))
+    assert calls == []  # no token: nothing leaves the machine
+    res = export(open_version(run_dir), ExportConfig(kind="sft", out=tmp_path / "b", push_to_hub="me/ds", token="t"))
+    assert res.pushed_to == "me/ds" and calls[0][0] == "me/ds" and calls[0][1]["token"] == "t"
+    assert "token" not in (tmp_path / "b" / "README.md").read_text("utf-8")
+    assert "'t'" not in repr(ExportConfig(kind="sft", out=tmp_path, token="t"))  # the token is never printed
+
+
+def test_missing_version_is_a_clear_error(run_dir: Path):
+    with pytest.raises(StoreError, match="no such version"):
+        open_version(run_dir, "v9")
