@@ -85,6 +85,17 @@ class PipelineConfig(BaseModel):
 
 
 @dataclass(frozen=True)
+class _PathResolver:
+    """Stands in for the config when it failed to validate, so path checks still run."""
+
+    base_dir: Path
+
+    def resolve_path(self, value: str | Path) -> Path:
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else self.base_dir / p
+
+
+@dataclass(frozen=True)
 class Issue:
     """One violation: ``level`` error stops the run, warning is printed."""
 
@@ -134,7 +145,7 @@ def _path_fields(cfg: StageConfig) -> list[str]:
     return out
 
 
-def check_paths(cfg: StageConfig, config: PipelineConfig) -> list[tuple[str, str]]:
+def check_paths(cfg: StageConfig, config: Any) -> list[tuple[str, str]]:
     """Every ``Path``-typed field of a stage config must name an existing file or directory."""
     missing = []
     for name in _path_fields(cfg):
@@ -228,6 +239,7 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
             err(f"stages[{i}].name", f"duplicate stage name {name!r} (also stages[{seen[name]}]); give each a unique name")
         seen.setdefault(name, i)
     idx = {id(s): raw_names.index(s.stage_name) for s in stage_objs}
+    resolver: Any = config if config is not None else _PathResolver(base_dir)
     consumed: set[str] = set()
     for s in stage_objs:
         i = idx[id(s)]
@@ -238,32 +250,36 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
                 err(f"stages[{i}].input", f"unknown input stage {src!r}; stages: {', '.join(raw_names)}")
         if cls.annotates and len(inputs_of(s)) != 1:
             err(f"stages[{i}].input", f"annotating stage {s.stage_name!r} must have exactly one input stage")
-        if config is not None:
-            for field, msg in check_paths(s, config):
-                err(f"stages[{i}].{field}", msg)
-            for field, msg in cls.check_config(s, config):
-                err(f"stages[{i}].{field}", msg)
-    if config is not None:
-        for j, name in enumerate(config.dataset.stages):
-            if name not in seen:
-                err(f"dataset.stages[{j}]", f"unknown stage {name!r}; stages: {', '.join(raw_names)}")
-            elif name in {s.stage_name for s in stage_objs if STAGES[s.kind].annotates}:
-                err(f"dataset.stages[{j}]", f"{name!r} is an annotating stage (scores), not samples; name the stage it annotates")
-        if not config.dataset.stages:
-            warn("dataset.stages", "empty: `fabrika run` will not materialise a dataset")
-        for group, params in config.filters.items():
-            try:
-                gates.validate_thresholds({group: params})
-            except ConfigError as exc:
-                err(f"filters.{group}", str(exc))
-        if not any(i.level == "error" for i in issues):
-            try:
-                execution_order(config)
-            except ConfigError as exc:
-                err("stages", str(exc))
-        for s in stage_objs:
-            if s.stage_name not in consumed and s.stage_name not in config.dataset.stages and not STAGES[s.kind].annotates:
-                warn(f"stages[{idx[id(s)]}]", f"output of {s.stage_name!r} is used by no stage and not in dataset.stages")
+        for field, msg in check_paths(s, resolver):
+            err(f"stages[{i}].{field}", msg)
+        for field, msg in cls.check_config(s, resolver):
+            err(f"stages[{i}].{field}", msg)
+    # dataset and filters are checked from the raw document so other errors do not hide theirs
+    raw_ds = data.get("dataset")
+    ds_stages = raw_ds.get("stages") if isinstance(raw_ds, dict) else None
+    ds_stages = [str(n) for n in ds_stages] if isinstance(ds_stages, list) else []
+    annotating = {s.stage_name for s in stage_objs if STAGES[s.kind].annotates}
+    for j, name in enumerate(ds_stages):
+        if name not in seen:
+            err(f"dataset.stages[{j}]", f"unknown stage {name!r}; stages: {', '.join(raw_names)}")
+        elif name in annotating:
+            err(f"dataset.stages[{j}]", f"{name!r} is an annotating stage (scores), not samples; name the stage it annotates")
+    if not ds_stages:
+        warn("dataset.stages", "empty: `fabrika run` will not materialise a dataset")
+    raw_filters = data.get("filters")
+    for group, params in (raw_filters.items() if isinstance(raw_filters, dict) else []):
+        try:
+            gates.validate_thresholds({group: params})
+        except ConfigError as exc:
+            err(f"filters.{group}", str(exc))
+    if config is not None and not any(i.level == "error" for i in issues):
+        try:
+            execution_order(config)
+        except ConfigError as exc:
+            err("stages", str(exc))
+    for s in stage_objs:
+        if s.stage_name not in consumed and s.stage_name not in ds_stages and not STAGES[s.kind].annotates:
+            warn(f"stages[{idx[id(s)]}]", f"output of {s.stage_name!r} is used by no stage and not in dataset.stages")
     if any(i.level == "error" for i in issues):
         return None, issues
     return config, issues

@@ -1,0 +1,79 @@
+"""Gates: first failing gate wins, nulls fail, status gate, funnel counts, --set parsing."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from fabrika.errors import ConfigError
+from fabrika.pipeline.gates import DROPPED_BY, apply_gates, mark_dropped, parse_set, validate_thresholds
+
+
+def frame() -> pl.LazyFrame:
+    return pl.LazyFrame({
+        "id": ["a", "b", "c", "d", "e"],
+        "status": ["ok", "ok", "rejected", "ok", "ok"],
+        "i": [1, 50, 2, 3, 4],
+        "score": [0.9, 0.9, 0.9, 0.05, None],
+        "status__judge": ["ok", "ok", "ok", "ok", None],
+    })
+
+
+def test_first_gate_is_recorded_and_funnel_counts() -> None:
+    marked, reasons = mark_dropped(frame(), {"testscore": {"min_score": 0.1, "max_i": 10}})
+    assert reasons == ["rejected", "rejected", "low_score", "big_i"]
+    got = dict(marked.select("id", DROPPED_BY).collect().iter_rows())
+    # c is both rejected and fine on score: status gate comes first; e has a null score: it fails
+    assert got == {"a": None, "b": "big_i", "c": "rejected", "d": "low_score", "e": "low_score"}
+    kept, funnel = apply_gates(frame(), {"testscore": {"min_score": 0.1, "max_i": 10}})
+    assert kept.collect()["id"].to_list() == ["a"]
+    assert DROPPED_BY not in kept.collect_schema().names()
+    assert funnel == {"in": 5, "out": 1, "dropped_rejected": 1, "dropped_low_score": 2, "dropped_big_i": 1}
+
+
+def test_predicates_apply_only_where_their_columns_exist() -> None:
+    lf = pl.LazyFrame({"id": ["a", "b"], "status": ["ok", "ok"], "i": [1, 99]})
+    kept, funnel = apply_gates(lf, {"testscore": {"min_score": 0.5, "max_i": 10}})
+    # no 'score' column: low_score does not apply; big_i does
+    assert kept.collect()["id"].to_list() == ["a"]
+    assert funnel == {"in": 2, "out": 1, "dropped_rejected": 0, "dropped_big_i": 1}
+
+
+def test_annotation_status_rejects_but_missing_annotation_does_not() -> None:
+    lf = pl.LazyFrame({"id": ["a", "b", "c"], "status": ["ok"] * 3, "status__judge": ["ok", "rejected", None]})
+    kept, funnel = apply_gates(lf, None)
+    assert kept.collect()["id"].to_list() == ["a", "c"]
+    assert funnel["dropped_rejected"] == 1
+
+
+def test_defaults_apply_to_groups_not_mentioned() -> None:
+    params = validate_thresholds({})
+    assert params["testscore"].min_score == 0.0
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("nope.x=1", "unknown gate group 'nope'; known: "),
+        ("testscore.min=1", "unknown parameter 'min' of gate 'testscore'; allowed: min_score, max_i"),
+        ("testscore.min_score=high", "filters.testscore.min_score"),
+        ("testscore.min_score=1.5", "less than or equal to 1"),
+        ("testscore", "expected GROUP.PARAM=VALUE"),
+    ],
+)
+def test_parse_set_errors_are_one_line(assignment: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_set([assignment])
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_parse_set_merges_over_base_and_types_values() -> None:
+    out = parse_set(["testscore.min_score=0.5", "testscore.max_i=7"], {"testscore": {"min_score": 0.1}, "other": {}})
+    assert out["testscore"] == {"min_score": 0.5, "max_i": 7}
+    assert isinstance(out["testscore"]["max_i"], int)
+
+
+def test_unknown_group_in_thresholds_is_config_error() -> None:
+    with pytest.raises(ConfigError, match="filters.bogus: unknown gate group"):
+        validate_thresholds({"bogus": {}})
