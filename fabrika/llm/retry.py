@@ -104,6 +104,8 @@ def map_exception(exc: BaseException) -> LLMError:
         openai = None  # type: ignore[assignment]
     if openai is not None:
         if isinstance(exc, openai.APITimeoutError):
+            if _refused(exc):  # the SDK's aiohttp transport reports a refused connect as a timeout
+                return LLMError("connection", f"cannot connect: {exc.__cause__}")
             return LLMError("timeout", f"request timed out: {exc}")
         if isinstance(exc, openai.APIConnectionError):
             return LLMError("connection", f"cannot connect: {exc}")
@@ -123,6 +125,20 @@ def map_exception(exc: BaseException) -> LLMError:
     if isinstance(exc, aiohttp.ClientError):
         return LLMError("connection", f"{type(exc).__name__}: {exc}")
     return LLMError("server", f"unexpected {type(exc).__name__}: {exc}")
+
+
+def _refused(exc: BaseException) -> bool:
+    seen = 0
+    cur: BaseException | None = exc
+    while cur is not None and seen < 6:
+        if isinstance(cur, ConnectionRefusedError):
+            return True
+        cur = cur.__cause__ or cur.__context__
+        seen += 1
+        for arg in getattr(cur, "args", ()):
+            if isinstance(arg, ConnectionRefusedError):
+                return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,150 @@
+"""The fake server through the real ``openai`` client: routes, scripts, faults, counters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import jsonschema
+import openai
+import pytest
+
+from fabrika.testing import FAULT_KINDS, FakeOpenAIServer
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]},
+                                     "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+    "required": ["city", "days"]}}}
+
+
+def client(srv: FakeOpenAIServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0, timeout=5)
+
+
+def ask(srv: FakeOpenAIServer, text: str = "привет", **kw: object) -> object:
+    return client(srv).chat.completions.create(model="m", messages=[{"role": "user", "content": text}], **kw)
+
+
+def test_models_and_default_text(server: FakeOpenAIServer) -> None:
+    assert [m.id for m in client(server).models.list().data] == ["fake-model"]
+    r = ask(server, "как дела?")
+    assert r.choices[0].message.content.startswith("[fake]")
+    assert r.usage.prompt_tokens > 0 and r.usage.completion_tokens > 0
+    assert server.counts["routes"] == {"models": 1, "default": 1}
+    assert server.requests[-1]["messages"][0]["content"] == "как дела?"
+
+
+def test_scripts_match_on_content_in_order_and_exhaust(server: FakeOpenAIServer) -> None:
+    server.script(match="Ты — планировщик", responses=["план 1", "план 2"], name="planner")
+    server.script(match=lambda r: r.get("temperature") == 0.5, responder=lambda r: {"content": "по температуре"})
+    assert ask(server, "Ты — планировщик. Составь").choices[0].message.content == "план 1"
+    assert ask(server, "Ты — планировщик. Ещё").choices[0].message.content == "план 2"
+    # exhausted: falls through to the default answer
+    assert ask(server, "Ты — планировщик.").choices[0].message.content.startswith("[fake]")
+    assert ask(server, "x", temperature=0.5).choices[0].message.content == "по температуре"
+    assert server.counts["routes"] == {"planner": 2, "default": 1, "script1": 1}
+
+
+def test_script_cycle_tool_calls_and_n(server: FakeOpenAIServer) -> None:
+    server.script(responses=[{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Казань", "days": 2}}]}],
+                  cycle=True)
+    for _ in range(2):
+        r = ask(server, tools=[WEATHER], n=3)
+        assert len(r.choices) == 3
+        call = r.choices[0].message.tool_calls[0]
+        assert call.function.name == "get_weather" and json.loads(call.function.arguments)["city"] == "Казань"
+        assert r.choices[0].finish_reason == "tool_calls"
+
+
+def test_default_tool_call_and_json_schema_are_valid(server: FakeOpenAIServer) -> None:
+    for i in range(5):
+        r = ask(server, f"погода {i}", tools=[WEATHER])
+        call = r.choices[0].message.tool_calls[0]
+        jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "items": {"type": "array", "items": {
+        "type": "string"}, "minItems": 1}}, "required": ["ok", "items"]}
+    r = ask(server, "json", response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}})
+    jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+    r = ask(server, "без инструментов", tools=[WEATHER], tool_choice="none")
+    assert r.choices[0].message.tool_calls is None
+
+
+@pytest.mark.parametrize(("kind", "exc"), [("rate_limit", openai.RateLimitError), ("server", openai.InternalServerError),
+                                           ("bad_request", openai.BadRequestError),
+                                           ("auth", openai.AuthenticationError), ("not_found", openai.NotFoundError),
+                                           ("context_length", openai.BadRequestError)])
+def test_http_faults(server: FakeOpenAIServer, kind: str, exc: type[Exception]) -> None:
+    server.faults(kind=kind, match="сломай", times=1, retry_after=2)
+    with pytest.raises(exc) as info:
+        ask(server, "сломай меня")
+    if kind == "rate_limit":
+        assert info.value.response.headers["retry-after"] == "2"
+    if kind == "context_length":
+        assert info.value.code == "context_length_exceeded"
+    assert ask(server, "сломай меня").choices[0].message.content  # times=1: the second passes
+    assert server.counts["faults"] == {kind: 1}
+
+
+def test_content_faults(server: FakeOpenAIServer) -> None:
+    for kind in ("truncated_json", "length", "unknown_tool", "bad_args", "wrong_language"):
+        server.faults(kind=kind, match=kind, times=1)
+    r = ask(server, "truncated_json")
+    with pytest.raises(ValueError):
+        json.loads(r.choices[0].message.content)
+    assert ask(server, "length").choices[0].finish_reason == "length"
+    assert ask(server, "unknown_tool", tools=[WEATHER]).choices[0].message.tool_calls[0].function.name == "no_such_tool"
+    args = json.loads(ask(server, "bad_args", tools=[WEATHER]).choices[0].message.tool_calls[0].function.arguments)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(args, WEATHER["function"]["parameters"])
+    assert "English" in ask(server, "wrong_language").choices[0].message.content
+    assert sorted(server.counts["faults"]) == sorted(["truncated_json", "length", "unknown_tool", "bad_args",
+                                                     "wrong_language"])
+
+
+def test_hang_times_out_client() -> None:
+    with FakeOpenAIServer(hang_s=5) as srv:
+        srv.faults(kind="hang", times=1)
+        c = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0, timeout=0.3)
+        with pytest.raises(openai.APITimeoutError):
+            c.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+        assert srv.counts["faults"] == {"hang": 1}
+
+
+def test_rate_faults_are_seeded_per_request_and_attempt() -> None:
+    outcomes = []
+    for _ in range(2):
+        with FakeOpenAIServer() as srv:
+            srv.faults(rate=0.5, kinds=["server"], seed=7)
+            row = []
+            for i in range(20):
+                try:
+                    ask(srv, f"q{i}")
+                    row.append("ok")
+                except openai.InternalServerError:
+                    row.append("500")
+            outcomes.append(row)
+    assert outcomes[0] == outcomes[1]
+    assert 3 <= outcomes[0].count("500") <= 17
+
+
+def test_latency_concurrency_and_reset(server: FakeOpenAIServer) -> None:
+    server.app.latency_ms = 100
+
+    async def main() -> None:
+        c = openai.AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        await asyncio.gather(*[c.chat.completions.create(model="m", messages=[{"role": "user", "content": str(i)}])
+                               for i in range(20)])
+        await c.close()
+
+    asyncio.run(main())
+    assert server.served == 20 and server.max_in_flight == 20
+    server.reset_counts()
+    assert server.served == 0 and server.counts["routes"] == {}
+
+
+def test_bad_inputs_rejected_with_clear_errors(server: FakeOpenAIServer) -> None:
+    with pytest.raises(ValueError, match="unknown fault kind 'nope'"):
+        server.faults(kind="nope")
+    with pytest.raises(ValueError, match="exactly one"):
+        server.script(match="x")
+    assert set(FAULT_KINDS) >= {"rate_limit", "hang", "bad_args"}
