@@ -117,6 +117,7 @@ class CollectStage(Stage):
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:
         ids = sorted(r["id"] for r in rows)
+        self.ctx.report("sandbox_isolation", "rlimits")
         yield [ok(stable_id(ids), n=len(ids))]
 
 

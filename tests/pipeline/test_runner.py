@@ -1,0 +1,151 @@
+"""Runner: counts, rejections as data, resume, determinism, bounded concurrency, streaming."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import pipeline_stages as ps
+from fabrika.pipeline.config import PipelineConfig, validate_data
+from fabrika.pipeline.runner import run_pipeline
+from fabrika.store import RunStore
+
+
+def make_config(tmp_path: Path, n: int = 30, name: str = "run", **over: object) -> PipelineConfig:
+    doc = {
+        "name": "t",
+        "run_dir": str(tmp_path / name),
+        "llm": {"backend": "sim"},
+        "stages": [
+            {"kind": "test.count", "n": n, "chunk_size": 4},
+            {"kind": "test.ask", "input": "test.count", "chunk_size": 4},
+            {"kind": "test.score", "name": "judge", "input": "test.ask"},
+        ],
+        "dataset": {"stages": ["test.ask"]},
+        "filters": {"testscore": {"min_score": 0.1}},
+    }
+    doc.update(over)
+    cfg, issues = validate_data(doc, "t.yaml", tmp_path)
+    assert cfg is not None, issues
+    return cfg
+
+
+def test_run_counts_rejections_and_materialises(tmp_path: Path, engine: ps.FakeEngine) -> None:
+    result = run_pipeline(make_config(tmp_path), progress=False, engine=engine)
+    stages = result.manifest["stages"]
+    # 30 items: i % 7 == 3 rejected (3, 10, 17, 24), i == 13 raises -> internal_error, recorded not dropped
+    assert stages["test.count"]["rows"] == 30
+    assert stages["test.count"]["rejected"] == {"internal_error": 1, "too_odd": 4}
+    assert stages["test.count"]["internal_errors"] == 1
+    assert result.internal_errors == 1
+    assert engine.calls == 25 and stages["test.ask"]["llm"]["requests"] == 25
+    assert engine.stages_seen == {"test.ask"}  # request.meta["stage"] set by the runner
+    row = RunStore(result.run_dir).scan_raw("test.count").filter(pl.col("reason").str.starts_with("internal")).collect()
+    assert row["reason"][0] == "internal_error: RuntimeError: boom on 13"
+    # gates: judge fails on i == 5 (rejected), score i/100 < 0.1 drops i < 10
+    funnel = result.version.funnel["gates"]["test.ask"]
+    assert funnel == {"in": 25, "out": 16, "dropped_rejected": 1, "dropped_low_score": 8}
+    data = ps.dataset_rows(result.run_dir)
+    assert len(data) == 16 and all(r["score"] >= 0.1 and r["llm_backend"] == "fake" for r in data)
+    assert {r["i"] for r in data} == {i for i in range(10, 30) if i % 7 != 3 and i != 13}
+    assert all(r["input_id"] for r in data)
+    assert (result.run_dir / "versions/v1/dropped/test.ask.parquet").is_file()
+    assert sorted(pl.read_parquet(result.run_dir / "versions/v1/dropped/test.ask.parquet")["dropped_by"].unique()) == [
+        "low_score", "rejected"]
+
+
+def test_unchanged_rerun_makes_no_llm_calls_and_same_data(tmp_path: Path, engine: ps.FakeEngine) -> None:
+    cfg = make_config(tmp_path)
+    first = run_pipeline(cfg, progress=False, engine=engine)
+    calls = engine.calls
+    again = ps.FakeEngine()
+    second = run_pipeline(cfg, progress=False, engine=again)
+    assert again.calls == 0
+    assert second.stats["test.ask"].skipped == 25 and second.stats["test.ask"].processed == 0
+    assert ps.dataset_rows(first.run_dir) == ps.dataset_rows(second.run_dir)
+    assert calls == 25
+
+
+def test_resume_after_partial_run_completes_without_duplicates(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path)
+    partial = cfg.model_copy(deep=True)
+    partial.stages[0].max_items = 11
+    e1 = ps.FakeEngine()
+    run_pipeline(partial, progress=False, engine=e1)
+    e2 = ps.FakeEngine()
+    result = run_pipeline(cfg, progress=False, engine=e2)
+    assert e1.calls + e2.calls == 25
+    ids = RunStore(result.run_dir).scan_raw("test.ask").select("id").collect()["id"]
+    assert ids.len() == ids.n_unique() == 25
+    clean = run_pipeline(make_config(tmp_path, name="clean"), progress=False, engine=ps.FakeEngine())
+    assert ps.dataset_rows(result.run_dir) == ps.dataset_rows(clean.run_dir)
+
+
+def test_no_resume_starts_over(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path)
+    run_pipeline(cfg, progress=False, engine=ps.FakeEngine())
+    e = ps.FakeEngine()
+    result = run_pipeline(cfg, resume=False, progress=False, engine=e)
+    assert e.calls == 25 and result.manifest["stages"]["test.ask"]["rows"] == 25
+
+
+def test_output_does_not_depend_on_completion_order(tmp_path: Path) -> None:
+    a = run_pipeline(make_config(tmp_path, name="a"), progress=False, engine=ps.FakeEngine())
+    b_cfg = make_config(tmp_path, name="b", max_in_flight=3)
+    b_cfg.stages[0].delay = 0.003  # items finish in a scrambled order
+    b = run_pipeline(b_cfg, progress=False, engine=ps.FakeEngine(delay=0.001))
+    assert ps.dataset_rows(a.run_dir) == ps.dataset_rows(b.run_dir)
+    for stage in ("test.count", "test.ask", "judge"):
+        sa = RunStore(a.run_dir).scan_raw(stage).sort("id").collect()
+        sb = RunStore(b.run_dir).scan_raw(stage).sort("id").collect()
+        assert sa.equals(sb), stage
+
+
+def test_concurrency_is_bounded_but_parallel(tmp_path: Path) -> None:
+    engine = ps.FakeEngine(delay=0.01)
+    cfg = make_config(tmp_path, n=60)
+    cfg.stages[1].max_in_flight = 8
+    run_pipeline(cfg, progress=False, engine=engine)
+    assert 4 <= engine.max_in_flight <= 8
+
+
+def test_input_is_streamed_not_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The source generator is pulled only as fast as items are written: memory stays flat."""
+    seen_gap: list[int] = []
+    real_write = RunStore.write
+
+    def spying_write(self: RunStore, stage: str, rows: list[dict]) -> Path:
+        if stage == "test.count":
+            written = sum(len(pl.read_parquet(p, columns=["id"])) for p in self.shards(stage)) + len(rows)
+            seen_gap.append(len(ps.PULLED) - written)
+        return real_write(self, stage, rows)
+
+    cfg = make_config(tmp_path, n=2000, stages=[{"kind": "test.count", "n": 2000, "chunk_size": 50, "max_in_flight": 20}],
+                      dataset={"stages": ["test.count"]})
+    monkeypatch.setattr(RunStore, "write", spying_write)
+    run_pipeline(cfg, progress=False, engine=ps.FakeEngine())
+    assert len(seen_gap) == 40
+    # at any shard write, pulled-but-unwritten items <= in-flight bound + one unflushed chunk
+    assert max(seen_gap) <= 20 + 50
+
+
+def test_global_stage_and_reports(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, stages=[
+        {"kind": "test.count", "n": 9},
+        {"kind": "test.collect", "input": "test.count"},
+    ], dataset={"stages": ["test.collect"]})
+    result = run_pipeline(cfg, progress=False, engine=ps.FakeEngine())
+    rows = ps.dataset_rows(result.run_dir)
+    assert [r["n"] for r in rows] == [8]  # items 0..8 minus the rejected i == 3 (gated out of its input)
+    assert result.manifest["sandbox_isolation"] == "rlimits"  # reported by the stage via ctx.report
+    again = run_pipeline(cfg, progress=False, engine=ps.FakeEngine())
+    assert again.stats["test.collect"].processed == 0  # complete global stage is not redone
+
+
+def test_rng_is_per_stage_and_item(tmp_path: Path) -> None:
+    from fabrika.pipeline.context import item_rng
+
+    assert item_rng(0, "a", "x").random() == item_rng(0, "a", "x").random()
+    assert item_rng(0, "a", "x").random() != item_rng(0, "b", "x").random()
