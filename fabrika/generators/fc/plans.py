@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 from functools import cached_property
-from importlib import resources
 from typing import Any, ClassVar, Iterator, Literal
 
 from pydantic import Field, ValidationError
 
 from fabrika.agents.prompts import prompt_text
 from fabrika.errors import InputError
-from fabrika.generators.fc.common import response_error
+from fabrika.generators.fc.common import resolve_data_path, response_error
 from fabrika.generators.fc.plan_checks import check_plan, parse_steps
 from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.types import ChatRequest
@@ -53,15 +52,10 @@ class PlansConfig(StageConfig):
     max_tokens: int = Field(default=4096, ge=256, description="Completion budget of planner and judge requests.")
 
 
-def load_personas(path: str, base_dir: Any = None) -> list[Persona]:
+def load_personas(path: str, resolve: Any = None) -> list[Persona]:
     """Personas from a jsonl file ('package://fc/x.jsonl' = inside fabrika/data)."""
     try:
-        if path.startswith("package://"):
-            text = resources.files("fabrika").joinpath("data", *path[len("package://"):].split("/")).read_text("utf-8")
-        else:
-            from pathlib import Path
-            p = Path(path) if base_dir is None or Path(path).is_absolute() else Path(base_dir) / path
-            text = p.read_text("utf-8")
+        text = resolve_data_path(path, resolve).read_text("utf-8")
         return [Persona.model_validate_json(line) for line in text.splitlines() if line.strip()]
     except (OSError, ValidationError, ValueError) as exc:
         raise InputError(f"personas file {path!r} cannot be read: {exc}; give a jsonl of Persona records") from exc
@@ -89,7 +83,8 @@ class PlansStage(Stage):
     @cached_property
     def _personas(self) -> dict[str, list[Persona]]:
         cfg: PlansConfig = self.config  # type: ignore[assignment]
-        return {lang: load_personas(path) for lang, path in cfg.personas.items()}
+        resolve = getattr(self.ctx.pipeline, "resolve_path", None)
+        return {lang: load_personas(path, resolve) for lang, path in cfg.personas.items()}
 
     def input_rows(self) -> Iterator[Row]:
         by_topic, _ = self._index

@@ -21,7 +21,8 @@ from typing import Any, AsyncIterator, ClassVar, Iterator, Literal
 from pydantic import Field
 
 from fabrika.agents.prompts import prompt_text
-from fabrika.generators.fc.common import parse_tool, response_error, signature
+from fabrika.errors import InputError
+from fabrika.generators.fc.common import parse_tool, resolve_data_path, response_error, signature
 from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
@@ -41,6 +42,10 @@ class ToolsConfig(StageConfig):
     tools_per_topic: int = Field(default=4, ge=1, le=20, description="How many tools the LLM writes per topic.")
     temperature: float = Field(default=0.8, ge=0, le=2, description="Sampling temperature of the tool writer.")
     max_tokens: int = Field(default=4096, ge=256, description="Completion budget of one tool-writing request.")
+    topics_file: str | None = Field(
+        default=None, description="jsonl of topic rows (id, topic, description, keywords, lang) used when `input` "
+        "is not set; 'package://fc/topics_demo.jsonl' points into fabrika/data; relative paths resolve against "
+        "the config file.")
 
 
 @register_stage
@@ -49,6 +54,23 @@ class ToolsStage(Stage):
 
     kind: ClassVar[str] = "fc.tools"
     Config: ClassVar[type[StageConfig]] = ToolsConfig
+
+    def input_rows(self) -> Iterator[Row]:
+        cfg: ToolsConfig = self.config  # type: ignore[assignment]
+        if cfg.input is not None or cfg.topics_file is None:
+            yield from super().input_rows()
+            return
+        path = cfg.topics_file
+        try:
+            text = resolve_data_path(path, getattr(self.ctx.pipeline, "resolve_path", None)).read_text("utf-8")
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError(f"fc.tools.topics_file {path!r} cannot be read: {exc}; give a jsonl of topic rows") from exc
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict) or not row.get("topic"):
+                raise InputError(f"fc.tools.topics_file {path!r} line {i + 1}: each row needs a 'topic'")
+            row.setdefault("id", stable_id(row["topic"], row.get("lang", "ru"), prefix="topic-"))
+            yield row
 
     def build_request(self, row: Row) -> ChatRequest:
         cfg: ToolsConfig = self.config  # type: ignore[assignment]

@@ -1,0 +1,59 @@
+"""``fc.samples``: one training :class:`~fabrika.schemas.Sample` per correct assistant turn.
+
+The prompt is the assistant's system prompt plus every earlier message of the
+episode — wrong turns and their replies included, with their flags — so the
+model learns to recover from its own mistakes; the completion is the target turn
+(``train=True``). ``ground_truth`` holds the expected calls (the FC reward's
+input). Wrong and injected turns are never completions. This is a dataset stage.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from fabrika.agents.prompts import prompt_text
+from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.schemas.ids import stable_id
+from fabrika.schemas.messages import Dialogue, Message
+from fabrika.schemas.records import Sample
+from fabrika.schemas.rows import to_row
+
+
+class SamplesConfig(StageConfig):
+    """Config of ``fc.samples`` (input: ``fc.dialogues``; no knobs)."""
+
+    kind: Literal["fc.samples"] = "fc.samples"
+
+
+def episode_samples(dialogue: Dialogue) -> list[Sample]:
+    """The samples of one episode, in message order."""
+    system = Message(role="system", content=prompt_text("assistant_system", dialogue.lang or "ru"))
+    out: list[Sample] = []
+    for target in dialogue.meta.get("targets", []):
+        i = target["index"]
+        msg = dialogue.messages[i]
+        if not msg.train or msg.flag in ("wrong", "injected"):
+            raise ValueError(f"episode {dialogue.id}: message {i} is listed as a target but is not trainable")
+        out.append(Sample(
+            id=stable_id(dialogue.id, i, prefix="fcs-"), expert="fc", lang=dialogue.lang or "ru",
+            prompt=[system, *dialogue.messages[:i]], completion=[msg], tools=dialogue.tools,
+            target_type=target["target_type"], ground_truth={"calls": target["expected"]},
+            meta={"episode_id": dialogue.id, "plan_id": dialogue.meta.get("plan_id"), "step": target["step"],
+                  "round": target["round"], "sample_type": dialogue.meta.get("sample_type"),
+                  "tier": dialogue.meta.get("tier")},
+        ))
+    return out
+
+
+@register_stage
+class SamplesStage(Stage):
+    kind: ClassVar[str] = "fc.samples"
+    Config: ClassVar[type[StageConfig]] = SamplesConfig
+
+    async def process(self, row: Row) -> list[Row]:
+        dialogue = Dialogue.model_validate_json(row["dialogue"])
+        try:
+            samples = episode_samples(dialogue)
+        except (ValueError, KeyError, IndexError) as exc:
+            return [rejected(stable_id(dialogue.id, prefix="fcs-bad-"), f"invalid_episode: {exc}")]
+        return [ok(s.id, **{k: v for k, v in to_row(s).items() if k != "id"}) for s in samples]

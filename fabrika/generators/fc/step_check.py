@@ -1,0 +1,102 @@
+"""Checking one assistant answer against the reference round: rules, then the FC matcher.
+
+Rules come first because they produce the message a real tool runtime would
+send back (unknown tool, missing required argument, wrong type or enum); the
+matcher (:func:`fabrika.rewards.fc.calls_match`, the same one the reward uses)
+then decides whether a rule-clean answer is the reference one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from fabrika.generators.fc.common import language_ok
+from fabrika.llm.types import Choice
+from fabrika.rewards.fc import calls_match, completion_text, parse_completion_calls
+from fabrika.schemas.fc import ExpectedCall
+from fabrika.schemas.tools import Tool, ToolCall
+
+
+@dataclass
+class StepVerdict:
+    correct: bool
+    reasons: list[str] = field(default_factory=list)
+    call_errors: dict[str, str] = field(default_factory=dict)  # call id → validator message
+    pairing: list[ExpectedCall | None] = field(default_factory=list)  # expected call matched by each call
+
+
+def parse_assistant_choice(choice: Choice) -> tuple[str | None, list[ToolCall], list[str]]:
+    """(text, calls, problems) from a model answer: OpenAI ``tool_calls`` or Hermes ``<tool_call>`` blocks."""
+    problems: list[str] = []
+    calls: list[ToolCall] = []
+    raw_calls: list[Any] = list(choice.tool_calls)
+    content = choice.content
+    if not raw_calls and content and "<tool_call>" in content:
+        try:
+            raw_calls = parse_completion_calls(content)
+        except ValueError as exc:
+            problems.append(f"malformed_call: {exc}")
+        content = completion_text(content)
+    for raw in raw_calls:
+        try:
+            calls.append(ToolCall.model_validate(raw))
+        except ValidationError as exc:
+            name = raw.get("name") or (raw.get("function") or {}).get("name") if isinstance(raw, dict) else None
+            problems.append(f"malformed_call: {exc.errors()[0]['msg']}")
+            if isinstance(name, str) and name:
+                calls.append(ToolCall(name=name, arguments={}))
+    text = content.strip() if isinstance(content, str) and content.strip() else None
+    return text, calls, problems
+
+
+def _pair(calls: list[ToolCall], expected: list[ExpectedCall], tools: list[Tool]) -> list[ExpectedCall | None]:
+    """For each call, the expected call it matches (so the tool agent gets that call's planned result)."""
+    unused = list(expected)
+    out: list[ExpectedCall | None] = []
+    for call in calls:
+        hit = next((e for e in unused if calls_match([call.model_dump()], [e.model_dump(exclude={"result"})], tools)),
+                   None)
+        if hit is not None:
+            unused.remove(hit)
+        out.append(hit)
+    return out
+
+
+def check_step(text: str | None, calls: list[ToolCall], parse_problems: list[str],
+               expected: list[ExpectedCall] | None, tools: dict[str, Tool], lang: str) -> StepVerdict:
+    """Is this answer the reference round (``expected``; ``None`` = a text answer)?"""
+    reasons = list(parse_problems)
+    call_errors: dict[str, str] = {}
+    for call in calls:
+        tool = tools.get(call.name)
+        if tool is None:
+            call_errors[call.id or ""] = f"unknown tool {call.name!r}; available: {sorted(tools)}"
+            continue
+        errs = tool.validate_arguments(call.arguments)
+        if errs:
+            call_errors[call.id or ""] = f"invalid arguments for {call.name}: {'; '.join(errs)}"
+    reasons += list(call_errors.values())
+    if expected is None:
+        if calls:
+            reasons.append("expected a text answer, got tool calls")
+        elif not text:
+            reasons.append("empty answer")
+        elif not language_ok(text, lang):
+            reasons.append(f"answer not in {lang!r}")
+        return StepVerdict(correct=not reasons, reasons=reasons, call_errors=call_errors)
+    if not calls:
+        reasons.append("expected tool calls, got text")
+    elif len(calls) != len(expected):
+        reasons.append(f"expected {len(expected)} call(s), got {len(calls)}")
+    visible = list(tools.values())
+    if not reasons and not calls_match([c.model_dump() for c in calls],
+                                       [e.model_dump(exclude={"result"}) for e in expected], visible):
+        reasons.append("calls differ from the reference")
+    return StepVerdict(correct=not reasons, reasons=reasons, call_errors=call_errors,
+                       pairing=_pair(calls, expected, visible) if not reasons else [None] * len(calls))
+
+
+__all__ = ["StepVerdict", "check_step", "parse_assistant_choice"]
