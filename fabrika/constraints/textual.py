@@ -131,9 +131,26 @@ def capital_words_min(text: str, p: Mapping[str, Any]) -> bool:
     const(),
 )
 def sentence_capitalized(text: str, p: Mapping[str, Any]) -> bool:
-    """The first letter of every sentence is upper-case."""
+    """The first letter of every sentence is upper-case.
+
+    razdel will not split «Привет. как дела?» (a lower-case start is its cue that
+    the sentence goes on), so we also look after every «.!?…» that does not end
+    an abbreviation («т. е.», «г.») or an initial.
+    """
     firsts = [m.group(0) for s in sentences(text) if (m := _LETTER.search(s))]
+    for line in text.splitlines():
+        pieces = _SENT_END.split(line)
+        for prev, piece in zip(pieces, pieces[1:]):
+            last = re.findall(r"[^\W\d_]+(?=\W*$)", prev)
+            if last and (len(last[0]) == 1 or last[0].lower() in _ABBR_DOT):
+                continue
+            if m := _LETTER.search(piece):
+                firsts.append(m.group(0))
     return bool(firsts) and all(ch.isupper() for ch in firsts)
+
+
+_SENT_END = re.compile(r"(?<=[.!?…])\s+")
+_ABBR_DOT = frozenset("е д п г гг в вв др пр см ок тыс млн млрд руб коп ул им стр рис напр т".split())
 
 
 # ---------------------------------------------------------------- punctuation
@@ -154,7 +171,7 @@ _no_char("ru.punct.no_semicolon", ";", "Не используйте точку �
 @constraint("ru.punct.no_dash", "punctuation", ["Не используйте тире (ни «—», ни «–»)."], const())
 def no_dash(text: str, p: Mapping[str, Any]) -> bool:
     """No em/en dash and no spaced hyphen used as a dash; hyphens inside words («кто-то») are fine."""
-    return not re.search(r"[—–]|\s-\s", text)
+    return not re.search(r"[—–]|(?<=\S)[ \t]+-[ \t]+", text)
 
 
 # ---------------------------------------------------------------- repeat

@@ -1,0 +1,69 @@
+"""Every library constraint against hand-written Russian responses, plus registry invariants."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from fabrika.constraints import REGISTRY
+from tests.constraints import cases_format, cases_keywords, cases_length, cases_russian, cases_textual
+
+ALL_CASES = [*cases_length.CASES, *cases_keywords.CASES, *cases_format.CASES, *cases_textual.CASES, *cases_russian.CASES]
+_IDS = [f"{cid}-{i}" for i, (cid, *_rest) in enumerate(ALL_CASES)]
+
+
+@pytest.mark.parametrize(("cid", "params", "positives", "negatives"), ALL_CASES, ids=_IDS)
+def test_strict_verdicts(cid: str, params: dict, positives: list[str], negatives: list[str]) -> None:
+    c = REGISTRY[cid]
+    for text in positives:
+        assert c.verify(text, params), f"{cid} {params} should accept: {text!r}"
+    for text in negatives:
+        assert not c.verify(text, params), f"{cid} {params} should reject: {text!r}"
+
+
+def test_library_has_at_least_54_constraints_each_with_4_positive_and_4_negative_cases() -> None:
+    assert len(REGISTRY) >= 54
+    pos: dict[str, int] = {}
+    neg: dict[str, int] = {}
+    for cid, _params, positives, negatives in ALL_CASES:
+        pos[cid] = pos.get(cid, 0) + len(positives)
+        neg[cid] = neg.get(cid, 0) + len(negatives)
+    thin = [cid for cid in REGISTRY if pos.get(cid, 0) < 4 or neg.get(cid, 0) < 4]
+    assert not thin, f"constraints without 4+4 hand-written cases: {thin}"
+
+
+@pytest.mark.parametrize("cid", sorted(REGISTRY))
+def test_every_constraint_renders_sampled_params_without_unfilled_slots(cid: str) -> None:
+    c = REGISTRY[cid]
+    rng = random.Random(cid)
+    for _ in range(15):
+        params = c.sample_params(rng)
+        text = c.render(params)
+        assert text and not re.search(r"[{}]", text), text
+        assert re.search(r"[а-яё]", text), text  # a Russian instruction
+        assert c.render(params) == text  # stable template choice
+    assert c.sample_params(random.Random(7)) == c.sample_params(random.Random(7))
+    assert c.family and cid.startswith(f"ru.{cid.split('.')[1]}.")
+
+
+@pytest.mark.parametrize(("cid", "params", "positives", "negatives"), ALL_CASES, ids=_IDS)
+def test_loose_accepts_everything_strict_accepts(cid: str, params: dict, positives: list[str], negatives: list[str]) -> None:
+    c = REGISTRY[cid]
+    for text in positives:
+        assert c.verify_loose(text, params), text
+
+
+def test_loose_forgives_a_preface_line_and_markdown() -> None:
+    js = REGISTRY["ru.format.json"]
+    text = 'Конечно! Вот ответ:\n{"город": "Казань"}'
+    assert not js.verify(text, {}) and js.verify_loose(text, {})
+    start = REGISTRY["ru.startend.start_phrase"]
+    text = "**Итак,** начнём с главного."
+    assert not start.verify(text, {"phrase": "Итак,"}) and start.verify_loose(text, {"phrase": "Итак,"})
+    end = REGISTRY["ru.startend.end_phrase"]
+    text = "Ответ готов. На этом всё.\nЕсли нужно, спрашивайте."
+    assert not end.verify(text, {"phrase": "На этом всё."}) and end.verify_loose(text, {"phrase": "На этом всё."})
+    # loose is not anything-goes: a response that violates on every variant still fails
+    assert not js.verify_loose("Конечно!\nЭто не JSON.\nПока.", {})
