@@ -12,6 +12,12 @@ import importlib
 
 STAGE_MODULES: list[str] = [
     "fabrika.generators.generic",
+    "fabrika.filters.language",
+    "fabrika.filters.dedup",
+    "fabrika.filters.decontam",
+    "fabrika.filters.difficulty",
+    "fabrika.filters.length",
+    "fabrika.filters.gates",
 ]
 
 _loaded: set[str] = set()
