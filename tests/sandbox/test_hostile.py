@@ -1,0 +1,226 @@
+"""Hostile verifier corpus: each attack is contained, gets an error/timeout verdict, and
+the pool keeps serving correct verdicts afterwards.
+
+Most attacks get PAST the static pre-check (``BYPASS`` cases, asserted below) by
+reaching ``os``, ``builtins`` or ``importlib`` through attributes of allowed modules,
+so the runtime isolation (bubblewrap namespaces, rlimits, uid drop, wall-clock
+kill) is what is really tested. Attacks report success by returning True and fail
+by raising, so an error verdict means the attack did not work; the host is then
+checked for the side effect itself.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from fabrika.sandbox import SandboxConfig, SandboxPool, precheck
+
+REPO = Path(__file__).resolve().parents[2]
+YES = "import re\n\ndef evaluate(response):\n    return bool(re.search(r'\\bда\\b', response))\n"
+os.environ["FABRIKA_SANDBOX_SECRET"] = "s3cret"
+
+# Ways to reach forbidden modules through allowed ones, without dunders or private names.
+OS = "import pymorphy3\nos = pymorphy3.analyzer.os\n"
+B = "import json\nB = json.codecs.builtins\n"
+IMP = "import pymorphy3\nimp = pymorphy3.units.base.inspect.importlib.import_module\n"
+
+
+def fn(body: str) -> str:
+    return "def evaluate(r):\n" + "".join(f"    {line}\n" for line in body.splitlines())
+
+
+# (id, code template, allowed verdicts). Templates see {target} (a host path that must
+# not appear), {repo_target}, {port} (a host listener that must see no connection).
+CASES: list[tuple[str, str, set[str]]] = [
+    ("bare_except_loop", fn("while True:\n    try:\n        while True:\n            pass\n    except:\n        pass"), {"timeout"}),
+    ("sigalrm_ignored", IMP + "signal = imp('signal')\n" + fn(
+        "signal.signal(signal.SIGALRM, lambda *a: None)\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "signal.alarm(1)\nwhile True:\n    pass"), {"timeout"}),
+    ("fork_bomb", OS + fn("while True:\n    os.fork()"), {"error:exception"}),
+    ("memory_bomb_at_once", fn("return len('x' * 2 ** 40) > 0"), {"error:memory"}),
+    ("memory_bomb_gradual", fn("a = []\nwhile True:\n    a.append(bytearray(10 ** 7))"), {"error:memory", "timeout"}),
+    ("write_host_file", B + fn("f = B.open({target!r}, 'w')\nf.write('pwned')\nf.close()\nreturn True"), {"error:exception"}),
+    ("write_repo_file", B + fn("B.open({repo_target!r}, 'w').write('pwned')\nreturn True"), {"error:exception"}),
+    ("read_etc_passwd", B + fn("return 'root' in B.open('/etc/passwd').read()"), {"error:exception"}),
+    ("read_repo_source", B + fn(f"return len(B.open({str(REPO / 'fabrika/sandbox/pool.py')!r}).read()) > 0"), {"error:exception"}),
+    ("read_host_env_secret", OS + fn("return os.environ['FABRIKA_SANDBOX_SECRET'] == 's3cret'"), {"error:exception"}),
+    ("socket_host_loopback", IMP + "socket = imp('socket')\n" + fn(
+        "s = socket.create_connection(('127.0.0.1', {port}), timeout=0.3)\ns.sendall(b'pwned')\nreturn True"), {"error:exception"}),
+    ("socket_internet", IMP + "socket = imp('socket')\n" + fn(
+        "socket.create_connection(('1.1.1.1', 53), timeout=0.3)\nreturn True"), {"error:exception"}),
+    ("os_system", OS + fn("assert os.system('touch {target}') == 0\nreturn True"), {"error:exception"}),
+    ("subprocess_run", IMP + "sp = imp('subprocess')\n" + fn("sp.run(['/usr/bin/touch', {target!r}], check=True)\nreturn True"), {"error:exception"}),
+    ("ctypes_libc_system", IMP + "ctypes = imp('ctypes')\n" + fn("assert ctypes.CDLL(None).system(b'touch {target}') == 0\nreturn True"), {"error:exception"}),
+    ("ctypes_segfault", IMP + "ctypes = imp('ctypes')\n" + fn("ctypes.string_at(0)\nreturn True"), {"error:crash"}),
+    ("builtins_eval_import", B + fn("assert B.eval(\"__import__('os').system('touch {target}')\") == 0\nreturn True"), {"error:exception"}),
+    ("builtins_exec_open", B + fn("B.exec(\"open({target!r}, 'w').write('x')\")\nreturn True"), {"error:exception"}),
+    ("frame_walk_real_import", B + "import pymorphy3\ninspect = pymorphy3.units.base.inspect\n" + fn(
+        "g = B.getattr(B.getattr(inspect.currentframe(), 'f_back'), 'f_globals')\n"
+        "real_os = g['_REAL_IMPORT']('os')\nreal_os.mkdir({target!r})\nreturn True"), {"error:exception"}),
+    ("deep_recursion", "def f(n):\n    return f(n + 1)\n" + fn("return f(0)"), {"error:exception"}),
+    ("deep_recursion_raised_limit", "import statistics\ndef f(n):\n    return f(n + 1)\n" + fn(
+        "statistics.sys.setrecursionlimit(10 ** 8)\nreturn f(0)"), {"error:crash", "error:memory", "error:exception", "timeout"}),
+    ("catastrophic_regex", "import re\n" + fn("return bool(re.match(r'(a+)+$', 'a' * 64 + 'b'))"), {"timeout"}),
+    ("thread_outliving_call", "import pymorphy3\nthreading = pymorphy3.analyzer.threading\n" + fn(
+        "threading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()\nreturn True"), {"error:exception"}),
+    ("print_forever", fn("while True:\n    print('x' * 10 ** 6)"), {"timeout"}),
+    ("kill_every_process", OS + fn("os.kill(-1, 9)\nreturn True"), {"error:crash", "error:exception"}),
+    ("kill_parent", OS + fn("os.kill(os.getppid(), 9)\nreturn True"), {"error:exception", "error:crash"}),
+    ("os_exit", OS + B + fn("B.getattr(os, '_exit')(0)\nreturn True"), {"error:crash"}),
+    ("garbage_on_reply_pipe", OS + fn("for fd in range(3, 64):\n    try:\n        os.write(fd, b'\\x00garbage' * 20000)\n"
+                                      "    except OSError:\n        pass\nreturn True"), {"error:protocol"}),
+    ("setuid_root", OS + fn("os.setuid(0)\nreturn True"), {"error:exception"}),
+    ("raise_rlimit", IMP + "resource = imp('resource')\n" + fn(
+        "resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\nreturn True"), {"error:exception"}),
+    ("big_file_in_scratch", B + fn("B.open('/tmp/big', 'wb').write(b'x' * 8 * 2 ** 20)\nreturn True"), {"error:exception"}),
+    ("chroot", OS + fn("os.chroot('/tmp')\nreturn True"), {"error:exception"}),
+    ("sysrq_trigger", B + fn("B.open('/proc/sysrq-trigger', 'w').write('b')\nreturn True"), {"error:exception"}),
+    ("precheck_dunder_builtins", fn("return __builtins__['__import__']('os').system('true') == 0"), {"error:precheck"}),
+    ("precheck_class_mro", fn("return ().__class__.__mro__[1].__subclasses__() != []"), {"error:precheck"}),
+]
+PRECHECKED = {"precheck_dunder_builtins", "precheck_class_mro"}
+
+# Attacks that *succeed in-process* (they are just code) but must not leak into later
+# verifiers: the worker's taint check recycles the process.
+TAMPERING = [
+    ("sys_modules_swap", "import statistics\nmods = statistics.sys.modules\n" + fn("mods['re'] = mods['json']\nreturn True")),
+    ("monkeypatch_re_search", "import re\n" + B + fn("B.setattr(re, 'search', lambda *a, **k: True)\nreturn True")),
+    ("gc_patch_worker_globals", IMP + "gc = imp('gc')\n" + fn(
+        "for o in gc.get_objects():\n    if isinstance(o, dict) and '_call' in o and '_prepare' in o:\n"
+        "        o['_call'] = lambda f, x: b'T\\n'\nreturn True")),
+    ("lower_recursion_limit", "import statistics\n" + fn("statistics.sys.setrecursionlimit(30)\nreturn True")),
+    ("patch_safe_builtins", IMP + "gc = imp('gc')\n" + fn(
+        "for o in gc.get_objects():\n    if isinstance(o, dict) and 'abs' in o and 'open' not in o:\n"
+        "        o['len'] = lambda x: 0\nreturn True")),
+]
+
+# With the pre-check OFF (test-only flag), plain attacks must still be contained.
+UNCHECKED = [
+    ("plain_os_system", "import os\n" + fn("assert os.system('touch {target}') == 0\nreturn True"), {"error:exception"}),
+    ("plain_open_passwd", fn("return 'root' in open('/etc/passwd').read()"), {"error:exception"}),
+    ("dunder_import_socket", fn("s = __builtins__.__import__('socket').create_connection(('127.0.0.1', {port}), timeout=0.3)\nreturn True"),
+     {"error:exception"}),
+    ("plain_fork_bomb", "import os\n" + fn("while True:\n    os.fork()"), {"error:exception"}),
+    ("plain_write_repo", fn("open({repo_target!r}, 'w').write('x')\nreturn True"), {"error:exception"}),
+    ("plain_ctypes_segfault", "import ctypes\n" + fn("ctypes.string_at(0)"), {"error:crash"}),
+    ("plain_threads", "import threading\n" + fn("threading.Thread(target=lambda: None).start()\nreturn True"), {"error:exception"}),
+]
+
+
+@pytest.fixture(scope="module")
+def listener():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.setblocking(False)
+    yield srv
+    srv.close()
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with SandboxPool(SandboxConfig(workers=2, timeout_s=0.5)) as p:
+        if p.isolation != "bwrap":
+            pytest.skip("bubblewrap cannot run here; the rlimits fallback is tested in test_pool.py")
+        yield p
+
+
+@pytest.fixture(scope="module")
+def raw_pool():
+    with SandboxPool(SandboxConfig(workers=1, timeout_s=0.5, precheck=False)) as p:
+        if p.isolation != "bwrap":
+            pytest.skip("bubblewrap cannot run here")
+        yield p
+
+
+def status(v) -> str:
+    return v.status if v.status != "error" else f"error:{v.error_kind}"
+
+
+def _nobody(procs: list[psutil.Process]) -> int:
+    count = 0
+    for proc in procs:
+        try:
+            count += proc.uids().real == 65534 and proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            pass
+    return count
+
+
+def stray_processes() -> int:
+    """Sandboxed (uid nobody) processes beyond one worker Python per live worker sandbox."""
+    me = psutil.Process()
+    sandboxes = [c for c in me.children() if c.name() == "bwrap"]
+    total = _nobody(me.children(recursive=True))
+    per_sandbox = [_nobody(s.children(recursive=True)) for s in sandboxes]
+    return max(total - len(sandboxes), sum(max(0, n - 1) for n in per_sandbox))
+
+
+def run_attack(pool, code_template: str, tmp_path: Path, listener: socket.socket):
+    target = tmp_path / "pwned"
+    repo_target = REPO / f"PWNED_{os.getpid()}"
+    code = code_template.format(target=str(target), repo_target=str(repo_target), port=listener.getsockname()[1])
+    t0 = time.monotonic()
+    verdicts = pool.run_sync(code, ["да", "нет"])
+    elapsed = time.monotonic() - t0
+    # Host-side containment checks.
+    assert not target.exists(), "attack created a file on the host"
+    assert not repo_target.exists(), "attack wrote into the repository"
+    assert not select.select([listener], [], [], 0)[0], "attack connected to a host listener"
+    deadline = time.monotonic() + 3
+    while stray_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stray_processes() == 0, "sandboxed processes outlived the call"
+    # The pool still gives correct verdicts.
+    assert [v.value for v in pool.run_sync(YES, ["да", "нет", "и да"])] == [True, False, True]
+    assert elapsed < 5
+    return verdicts
+
+
+@pytest.mark.parametrize(("name", "code", "allowed"), CASES, ids=[c[0] for c in CASES])
+def test_attack_is_contained(pool, listener, tmp_path, name, code, allowed):
+    verdicts = run_attack(pool, code, tmp_path, listener)
+    assert {status(v) for v in verdicts} <= allowed, [(status(v), v.message) for v in verdicts]
+
+
+def test_most_attacks_bypass_the_precheck():
+    """The corpus tests the runtime isolation, not just the static fence."""
+    bypass = [name for name, code, _ in CASES if not precheck(code.format(target="/x", repo_target="/y", port=1))]
+    assert set(bypass) == {name for name, _, _ in CASES} - PRECHECKED
+    assert len(CASES) + len(TAMPERING) + len(UNCHECKED) >= 30
+
+
+@pytest.mark.parametrize(("name", "code"), TAMPERING, ids=[t[0] for t in TAMPERING])
+def test_tampering_does_not_leak_into_later_verifiers(name, code):
+    with SandboxPool(SandboxConfig(workers=1, timeout_s=0.5)) as p:
+        assert not precheck(code)
+        p.run_sync(code, ["x"])
+        for _ in range(3):
+            assert [v.value for v in p.run_sync(YES, ["да", "нет", "ну да", "данет"])] == [True, False, True, False]
+
+
+@pytest.mark.parametrize(("name", "code", "allowed"), UNCHECKED, ids=[c[0] for c in UNCHECKED])
+def test_runtime_isolation_without_precheck(raw_pool, listener, tmp_path, name, code, allowed):
+    verdicts = run_attack(raw_pool, code, tmp_path, listener)
+    assert {status(v) for v in verdicts} <= allowed, [(status(v), v.message) for v in verdicts]
+
+
+def test_printing_megabytes_neither_blocks_nor_bloats_parent(pool):
+    rss = psutil.Process().memory_info().rss
+    verdicts = pool.run_sync(fn("for _ in range(64):\n    print('x' * 10 ** 6)\nreturn True"), ["a", "b"])
+    assert [v.value for v in verdicts] == [True, True]
+    assert psutil.Process().memory_info().rss - rss < 50 * 2 ** 20
+
+
+def test_scratch_tmp_is_private(pool, tmp_path):
+    name = f"/tmp/fabrika_scratch_{os.getpid()}"
+    verdicts = pool.run_sync(B + fn(f"B.open({name!r}, 'w').write('x')\nreturn B.open({name!r}).read() == 'x'"), ["a"])
+    assert [v.value for v in verdicts] == [True]  # writing scratch space inside is allowed
+    assert not Path(name).exists()  # ...and it is not the host's /tmp
