@@ -9,25 +9,29 @@ parses arguments, prints, and maps errors to exit codes: 2 for a user error
 from __future__ import annotations
 
 import importlib
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 import fabrika
 from fabrika.errors import ConfigError, InputError, StoreError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="fabrika: synthetic post-training data factory (Russian first).")
-out = Console()
-err = Console(stderr=True)
+# Piped output (CI logs, tests) gets a wide fixed width so tables do not fold words.
+out = Console() if sys.stdout.isatty() else Console(width=160)
+err = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=240)
 
 
 def fail(message: str, code: int = 2) -> None:
     """Print one line per message line to stderr and exit with ``code``."""
     for line in str(message).splitlines() or [""]:
-        err.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
+        prefix = "" if ": error: " in line else "[red]error:[/] "
+        err.print(f"{prefix}{escape(line)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -51,7 +55,7 @@ def validate(config: Annotated[Path, typer.Argument(help="Pipeline YAML.")]) -> 
 
     cfg, issues = validate_file(config)
     for issue in issues:
-        (err if issue.level == "error" else out).print(str(issue), highlight=False, soft_wrap=True)
+        (err if issue.level == "error" else out).print(escape(str(issue)), highlight=False, soft_wrap=True)
     if cfg is None:
         raise typer.Exit(2)
     out.print(f"[green]ok[/]: {config} ({len(cfg.stages)} stages, run dir {cfg.resolved_run_dir})")
@@ -74,7 +78,7 @@ def run(
     if cfg is None:
         fail("\n".join(errors))
     for w in issues:
-        err.print(f"[yellow]{w}[/]", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]{escape(str(w))}[/]", highlight=False, soft_wrap=True)
     assert cfg is not None
     try:
         result = run_pipeline(cfg, resume=resume, cache_only=cache_only, progress=progress, version=version)

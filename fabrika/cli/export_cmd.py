@@ -1,12 +1,88 @@
-"""`fabrika export`: placeholder until the export engineer (fabrika.export) fills it in.
+"""``fabrika export RUN``: write a materialised version as an SFT or GRPO dataset.
 
-It must expose ``register(app: typer.Typer) -> None`` adding the command.
+Logic lives in :mod:`fabrika.export` (callable without the CLI); this module
+parses options, prints the result and maps errors to exit code 2.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
+import yaml
+
+
+def _mix_config(mix: str | None, size: int | None, seed: int):  # noqa: ANN202 - MixConfig | None
+    from fabrika.errors import ConfigError
+    from fabrika.export.mix import MixConfig
+
+    if mix is None and size is None:
+        return None
+    if size is None:
+        raise ConfigError("--mix needs --size N (the exact number of output rows)")
+    if mix in (None, "default", "reference"):
+        return MixConfig(size=size, seed=seed)
+    path = Path(mix)
+    if not path.is_file():
+        raise ConfigError(f"--mix {mix!r}: not a file; give a YAML file with `dimensions:` or 'default'")
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    dims = data.get("dimensions", data) if isinstance(data, dict) else data
+    try:
+        return MixConfig(size=size, seed=seed, dimensions=dims)
+    except ValueError as exc:
+        raise ConfigError(f"--mix {mix}: {exc}") from exc
 
 
 def register(app: typer.Typer) -> None:
-    """Adds nothing yet; the owning area replaces this module."""
+    """Add ``export`` to the fabrika app."""
+
+    @app.command("export")
+    def export_command(
+        run_dir: Annotated[Path, typer.Argument(help="Run directory (runs/<name>).")],
+        kind: Annotated[str, typer.Option("--kind", help="sft or grpo.")] = "sft",
+        fmt: Annotated[str, typer.Option("--format", help="hf (save_to_disk), parquet or jsonl.")] = "hf",
+        out_dir: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("export"),
+        version: Annotated[Optional[str], typer.Option("--version", help="Version to export (default latest).")] = None,
+        mix: Annotated[Optional[str], typer.Option("--mix", help="'default' (70/30 en/ru, 80/20 call/text, "
+                                                   "10% irrelevance) or a YAML file of dimensions.")] = None,
+        size: Annotated[Optional[int], typer.Option("--size", help="Exact output size when mixing.")] = None,
+        seed: Annotated[int, typer.Option("--seed", help="Mix seed.")] = 0,
+        validate_rows: Annotated[Optional[int], typer.Option(
+            "--validate-rows", help="Rows to render with the chat template (default all; 0 skips).")] = None,
+        template: Annotated[Optional[Path], typer.Option("--template", help="Chat template .jinja (default Qwen3).")] = None,
+        overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --out.")] = False,
+        license_: Annotated[str, typer.Option("--license", help="License field of the dataset card.")] = "other",
+        push_to_hub: Annotated[Optional[str], typer.Option("--push-to-hub", help="HF repo id (needs --token).")] = None,
+        token: Annotated[Optional[str], typer.Option("--token", help="HF token for --push-to-hub.", envvar="HF_TOKEN")] = None,
+    ) -> None:
+        """Export a version to HF datasets / parquet / jsonl, validated against a chat template."""
+        from fabrika.cli.app import err, fail, out
+        from fabrika.errors import ConfigError, InputError, StoreError
+        from fabrika.export.source import open_version
+        from fabrika.export.writer import ExportConfig, export
+
+        if kind not in ("sft", "grpo"):
+            fail(f"--kind must be 'sft' or 'grpo', got {kind!r}")
+        if fmt not in ("hf", "parquet", "jsonl"):
+            fail(f"--format must be 'hf', 'parquet' or 'jsonl', got {fmt!r}")
+        if push_to_hub and not token:
+            fail("--push-to-hub needs --token (or HF_TOKEN); nothing was pushed")
+        try:
+            cfg = ExportConfig(kind=kind, format=fmt, out=out_dir, mix=_mix_config(mix, size, seed),
+                               validate_rows=validate_rows, template=str(template) if template else None,
+                               overwrite=overwrite, license=license_, push_to_hub=push_to_hub, token=token)
+            result = export(open_version(run_dir, version), cfg)
+        except (ConfigError, InputError, StoreError, FileNotFoundError) as exc:
+            fail(str(exc))
+        out.print(f"exported {result.rows} rows ({kind}, {fmt}) to {result.out} in {result.seconds:.1f}s")
+        if result.mix is not None:
+            for dim, shares in result.mix.achieved_shares.items():
+                out.print(f"  {dim}: " + ", ".join(f"{k} {v:.1%}" for k, v in shares.items()))
+        if result.validation is not None:
+            v = result.validation
+            (out if v.ok else err).print(v.summary(), highlight=False, soft_wrap=True)
+            if not v.ok:
+                fail(f"{v.failed} row(s) fail chat-template validation; the export is written but must not be trained on")
+        if result.pushed_to:
+            out.print(f"pushed to https://huggingface.co/datasets/{result.pushed_to}")

@@ -1,0 +1,143 @@
+"""The fabrika CLI: exit codes, one-line errors, nothing written on a bad config, refilter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import fabrika
+from fabrika.cli.app import app
+from fabrika.store.versions import scan_version
+
+runner = CliRunner()
+
+
+def write_config(tmp_path: Path, **over: object) -> Path:
+    doc = {
+        "name": "clitest",
+        "run_dir": str(tmp_path / "run"),
+        "plugins": ["pipeline_stages"],
+        "llm": {"backend": "sim"},
+        "stages": [
+            {"kind": "test.count", "n": 20},
+            {"kind": "test.ask", "input": "test.count", "chunk_size": 5},
+            {"kind": "test.score", "name": "judge", "input": "test.ask"},
+        ],
+        "dataset": {"stages": ["test.ask"]},
+        "filters": {"testscore": {"min_score": 0.05}},
+    }
+    doc.update(over)
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def manifest(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "run" / "manifest.json").read_text(encoding="utf-8"))
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout.strip() == f"fabrika {fabrika.__version__}"
+
+
+def test_run_then_unchanged_rerun_makes_zero_llm_calls(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path)
+    first = runner.invoke(app, ["run", str(cfg), "--no-progress"])
+    assert first.exit_code == 0, first.output
+    m1 = manifest(tmp_path)
+    assert m1["accounting"]["totals"]["requests"] == 16  # 20 items minus 3 too_odd minus the raising 13
+    rows1 = scan_version(tmp_path / "run", "v1").sort("id").collect()
+    assert rows1.height > 0 and set(rows1["llm_backend"]) == {"sim"}
+    second = runner.invoke(app, ["run", str(cfg), "--no-progress"])
+    assert second.exit_code == 0, second.output
+    m2 = manifest(tmp_path)
+    assert m2["accounting"]["totals"]["requests"] == 0
+    assert m2["stages"]["test.ask"]["llm"]["requests"] == 0
+    assert scan_version(tmp_path / "run", "v1").sort("id").collect().equals(rows1)
+    status = runner.invoke(app, ["status", str(tmp_path / "run")])
+    assert status.exit_code == 0
+    for needle in ("test.count", "too_odd", "internal_error", "dropped_low_score", "LLM accounting"):
+        assert needle in status.stdout, needle
+
+
+@pytest.mark.parametrize(
+    ("over", "needle"),
+    [
+        ({"colour": "blue"}, "colour: unknown key; allowed:"),
+        ({"stages": [{"kind": "generic.prompts", "path": "nope.jsonl"}], "dataset": {"stages": ["generic.prompts"]}},
+         "stages[0].path: input file not found"),
+        ({"stages": [{"kind": "fc.nonexistent"}], "dataset": {}}, "stages[0].kind: unknown stage kind 'fc.nonexistent'"),
+        ({"seed": "abc"}, "seed: Input should be a valid integer"),
+    ],
+)
+def test_bad_config_exits_2_with_one_line_and_writes_nothing(tmp_path: Path, over: dict, needle: str) -> None:
+    cfg = write_config(tmp_path, **over)
+    result = runner.invoke(app, ["run", str(cfg), "--no-progress"])
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert not (tmp_path / "run").exists()
+    assert runner.invoke(app, ["validate", str(cfg)]).exit_code == 2
+
+
+def test_validate_ok_prints_summary(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["validate", str(write_config(tmp_path))])
+    assert result.exit_code == 0 and "ok" in result.stdout and "3 stages" in result.stdout
+
+
+def test_refilter_changes_output_with_zero_llm_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = write_config(tmp_path)
+    assert runner.invoke(app, ["run", str(cfg), "--no-progress"]).exit_code == 0
+    run_dir = tmp_path / "run"
+    v1 = scan_version(run_dir, "v1").collect()
+
+    def no_engine(*a: object, **k: object) -> None:
+        raise AssertionError("refilter must not build an LLM engine")
+
+    monkeypatch.setattr("fabrika.llm.config.build_engine", no_engine)
+    monkeypatch.setattr("fabrika.pipeline.runner.build_engine_for", no_engine)
+    result = runner.invoke(app, ["refilter", str(run_dir), "--set", "testscore.min_score=0.12", "--name", "strict"])
+    assert result.exit_code == 0, result.output
+    strict = scan_version(run_dir, "strict").collect()
+    assert 0 < strict.height < v1.height
+    assert min(strict["score"]) >= 0.12
+    assert scan_version(run_dir, "v1").collect().height == v1.height  # the old version stays
+    th = json.loads((run_dir / "versions/strict/thresholds.json").read_text(encoding="utf-8"))
+    assert th["testscore"]["min_score"] == 0.12
+    assert "dropped_low_score" in result.stdout and "v1" in result.stdout  # funnel difference vs v1
+    funnel = json.loads((run_dir / "versions/strict/funnel.json").read_text(encoding="utf-8"))
+    assert funnel["gates"]["test.ask"]["out"] == strict.height
+    assert manifest(tmp_path)["latest_version"] == "strict"
+    # next refilter starts from the latest thresholds: min_score stays 0.12, max_i added
+    again = runner.invoke(app, ["refilter", str(run_dir), "--set", "testscore.max_i=15"])
+    assert again.exit_code == 0, again.output
+    v2 = scan_version(run_dir, "v2").collect()
+    assert min(v2["score"]) >= 0.12 and max(v2["i"]) <= 15
+
+
+@pytest.mark.parametrize(
+    ("assignment", "needle"),
+    [
+        ("nogate.x=1", "unknown gate group 'nogate'"),
+        ("testscore.min_score=abc", "filters.testscore.min_score"),
+        ("testscore.oops=1", "allowed: min_score, max_i"),
+    ],
+)
+def test_refilter_bad_set_exits_2_one_line(tmp_path: Path, assignment: str, needle: str) -> None:
+    cfg = write_config(tmp_path, stages=[{"kind": "test.count", "n": 3}], dataset={"stages": ["test.count"]}, filters={})
+    assert runner.invoke(app, ["run", str(cfg), "--no-progress"]).exit_code == 0
+    result = runner.invoke(app, ["refilter", str(tmp_path / "run"), "--set", assignment])
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert sorted(p.name for p in (tmp_path / "run/versions").iterdir()) == ["v1"]
+
+
+def test_status_and_refilter_on_missing_run_exit_2(tmp_path: Path) -> None:
+    assert runner.invoke(app, ["status", str(tmp_path / "nope")]).exit_code == 2
+    assert runner.invoke(app, ["refilter", str(tmp_path / "nope")]).exit_code == 2
