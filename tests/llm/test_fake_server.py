@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import weakref
 
 import jsonschema
 import openai
@@ -17,8 +18,14 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
     "required": ["city", "days"]}}}
 
 
+_CLIENTS: weakref.WeakKeyDictionary[FakeOpenAIServer, openai.OpenAI] = weakref.WeakKeyDictionary()
+
+
 def client(srv: FakeOpenAIServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0, timeout=5)
+    """One client per server (building a client costs more than a request)."""
+    if srv not in _CLIENTS:
+        _CLIENTS[srv] = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0, timeout=5)
+    return _CLIENTS[srv]
 
 
 def ask(srv: FakeOpenAIServer, text: str = "привет", **kw: object) -> object:
