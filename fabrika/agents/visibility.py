@@ -63,6 +63,13 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=1)
 
 
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
 def user_view(state: EpisodeState) -> UserView:
     """Persona, goal card and the plain text of the conversation (no calls, no tool output)."""
     text_turns = tuple(
@@ -131,7 +138,7 @@ def render_assistant_request(view: AssistantView) -> tuple[list[dict[str, Any]],
 
 def render_tool_prompt(view: ToolView) -> list[dict[str, Any]]:
     """Messages for the tool agent (it writes the tool's JSON output)."""
-    earlier = [{"call": {"name": c.name, "arguments": c.arguments}, "output": out} for c, out in view.earlier]
+    earlier = [{"call": {"name": c.name, "arguments": c.arguments}, "output": _loads(out)} for c, out in view.earlier]
     body = prompt_text("tool_turn", view.lang).format(
         schema=_dumps(view.tool.to_openai()),
         call=_dumps({"name": view.call.name, "arguments": view.call.arguments}),

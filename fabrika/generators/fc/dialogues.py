@@ -77,10 +77,10 @@ class Episode:
         text = ((await self._ask(req, "user")).content or "").strip()
         if not text:
             raise EpisodeRejected("user_empty: the user agent wrote nothing")
-        if not language_ok(text, self.plan.lang):
-            raise EpisodeRejected(f"user_wrong_language: expected {self.plan.lang!r}: {text[:60]!r}")
         if any(name in text for name in self.tools):
             raise EpisodeRejected("user_leak: the user message names a tool")
+        if not language_ok(text, self.plan.lang):
+            raise EpisodeRejected(f"user_wrong_language: expected {self.plan.lang!r}: {text[:60]!r}")
         self.messages.append(Message(role="user", content=text))
 
     async def tool_replies(self, calls: list[ToolCall], expected: list[ExpectedCall | None], step: int) -> None:

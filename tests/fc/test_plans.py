@@ -1,0 +1,101 @@
+"""fc.plans: deterministic sampling, rule checks, planner ↔ judge rounds, rejected plans recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from fc_helpers import FakeCtx, ScriptedLLM, sequence
+
+from fabrika.generators.fc.plan_checks import check_plan, parse_steps
+from fabrika.generators.fc.plans import PlansConfig, PlansStage
+from fabrika.schemas import Tool
+from fabrika.schemas.fc import ToolSpec
+
+
+def spec(topic: str, name: str) -> ToolSpec:
+    params = {"type": "object", "required": ["city"], "properties": {
+        "city": {"type": "string", "description": "Город"},
+        "days": {"type": "integer", "description": "Дней", "default": 1},
+        "units": {"type": "string", "enum": ["c", "f"], "description": "Шкала"}}}
+    return ToolSpec(id=f"tool-{topic}-{name}", topic_id=topic, lang="ru",
+                    tool=Tool.model_validate({"function": {"name": name, "description": "Погода подробно", "parameters": params}}),
+                    tiers=["Погода", "Погода в городе", "Погода в городе сейчас", "Погода подробно по городу"])
+
+
+TOOLS = [spec("t1", "get_weather"), spec("t1", "get_forecast"), spec("t2", "get_rates"), spec("t3", "get_news")]
+ROWS = {"fc.tools_dedup": [{"id": t.id, "status": "ok", "spec": t.model_dump_json()} for t in TOOLS]}
+CALL = {"name": "get_weather", "arguments": {"city": "Тверь"}, "result": {"t": 5}}
+
+
+def single_step(**over):
+    step = {"kind": "tool_call", "intent": "Узнать погоду", "user_message": "Какая погода в Твери?",
+            "slots": {"city": "в Твери"}, "rounds": [[CALL]], "final_answer": "В Твери +5."}
+    return {"steps": [{**step, **over}]}
+
+
+def make_stage(llm, **cfg) -> PlansStage:
+    config = PlansConfig(kind="fc.plans", input="fc.tools_dedup", plans_per_topic=3, **cfg)
+    return PlansStage(config, FakeCtx(llm, rows=ROWS, seed=3))
+
+
+def test_items_and_sampling_are_deterministic():
+    a, b = make_stage(None), make_stage(None)
+    items = list(a.input_rows())
+    assert len(items) == 9 and items == list(b.input_rows())
+    for item in items:
+        ta, ga, pa, tier_a = a.sample_setup(item)
+        tb, gb, pb, tier_b = b.sample_setup(item)
+        assert (ta, [t.id for t in ga], pa.id, tier_a) == (tb, [t.id for t in gb], pb.id, tier_b)
+        own = {t.id for t in TOOLS if t.topic_id == item["topic_id"]}
+        if ta == "irrelevance":
+            assert not own & {t.id for t in ga}, "irrelevance groups must not hold the topic's tools"
+        else:
+            assert own <= {t.id for t in ga}
+
+
+def test_rule_checks_name_the_problem():
+    group = TOOLS[:2]
+    steps, problems = parse_steps(single_step())
+    assert problems == [] and check_plan(steps, group, "single", "ru") == []
+    cases = {
+        "unknown_tool": single_step(rounds=[[{**CALL, "name": "rm_rf"}]]),
+        "'city' is a required property": single_step(rounds=[[{**CALL, "arguments": {"days": 2}}]]),
+        "is not one of": single_step(rounds=[[{**CALL, "arguments": {"city": "Тверь", "units": "k"}}]]),
+        "is not in 'ru'": single_step(user_message="What is the weather?"),
+        "parallel plans have one round": single_step(),
+    }
+    for needle, plan in cases.items():
+        steps, _ = parse_steps(plan)
+        problems = check_plan(steps, group, "parallel" if needle.startswith("parallel") else "single", "ru")
+        assert any(needle in p for p in problems), (needle, problems)
+    assert parse_steps({"steps": [{"kind": "tool_call", "intent": "x"}]})[1]  # a call step without calls
+
+
+def test_planner_revises_after_rule_problem_and_judge_issue():
+    planner = sequence("не json вовсе", json.dumps(single_step(rounds=[[{**CALL, "name": "nope"}]])),
+                       json.dumps(single_step(), ensure_ascii=False))
+    judge = sequence('{"approved": false, "issues": ["слишком сухо"]}', '{"approved": true, "issues": []}')
+    llm = ScriptedLLM({"fc.planner": planner, "fc.judge": judge})
+    stage = make_stage(llm, sample_types={"single": 1.0}, max_rounds=4)
+    item = next(i for i in stage.input_rows() if i["topic_id"] == "t1")
+    [row] = asyncio.run(stage.process(item))
+    assert row["status"] == "ok" and row["n_rounds"] == 4
+    plan = json.loads(row["plan"])
+    rounds = plan["rounds"]
+    assert rounds[0]["problems"][0].startswith("invalid_json") and rounds[0]["verdict"] is None
+    assert "unknown_tool" in rounds[1]["problems"][0]
+    assert rounds[2]["verdict"] == {"approved": False, "issues": ["слишком сухо"]}
+    assert rounds[3]["verdict"]["approved"] is True
+    revise = llm.tagged("fc.planner")[3].messages[-1]["content"]
+    assert "слишком сухо" in revise  # the judge's issue reached the planner
+    assert len(llm.tagged("fc.judge")) == 2  # rule failures never reach the judge
+
+
+def test_never_approved_plan_is_a_recorded_rejection():
+    llm = ScriptedLLM({"fc.planner": lambda r: json.dumps(single_step(), ensure_ascii=False),
+                       "fc.judge": lambda r: '{"approved": false, "issues": ["нереалистично"]}'})
+    stage = make_stage(llm, sample_types={"single": 1.0}, max_rounds=2)
+    [row] = asyncio.run(stage.process(next(iter(stage.input_rows()))))
+    assert row["status"] == "rejected" and row["reason"] == "judge_rejected: нереалистично"
+    assert len(json.loads(row["rounds"])) == 2
