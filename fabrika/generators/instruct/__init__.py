@@ -1,0 +1,32 @@
+"""The AutoIF-style Russian instruction-following pipeline.
+
+Stages (each a resumable stage of ``fabrika run``; thresholds only in gates):
+
+``if.expand``         seeds (library + user files) → LLM-written candidate constraints
+``if.dedup``          exact + MinHash near-duplicate removal (global)
+``if.verifiers``      K ``evaluate(response)`` functions with 3 test cases each
+``if.consistency``    sandbox cross-validation scores (annotates ``if.verifiers``) — gate ``consistency``
+``if.backtranslation`` function → instruction similarity (annotates ``if.verifiers``) — gate ``backtranslation``
+``if.queries``        constraint × queries, user- or system-level placement
+``if.responses``      K answers, verified by every verifier + the trusted library — gate ``if_response``
+``if.samples``        SFT samples (expert ``if``)
+``if.grpo``           GRPO prompts with ``ground_truth`` for the IF reward
+
+Importing this package registers the stages, the gate groups and the ``sim`` responders.
+"""
+
+from __future__ import annotations
+
+from fabrika.generators.instruct import (  # noqa: F401 - register stages and gate groups
+    backtranslation,
+    expand,
+    queries,
+    responses,
+    verifiers,
+)
+from fabrika.generators.instruct.sim_responders import register_sim_responders
+
+register_sim_responders()
+
+STAGE_KINDS = ("if.expand", "if.dedup", "if.verifiers", "if.consistency", "if.backtranslation", "if.queries",
+               "if.responses", "if.samples", "if.grpo")

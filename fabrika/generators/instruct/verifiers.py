@@ -1,0 +1,254 @@
+"""``if.verifiers`` and ``if.consistency``: K LLM-written verifiers per constraint, cross-checked.
+
+``if.verifiers`` asks K times (``sample_index`` 0..K-1) for an ``evaluate(response)``
+function with 3 labelled cases. One ``ok`` row per constraint carries the parsed
+answers (``verifiers`` JSON); every unusable answer is its own ``rejected`` row
+with the reason (``invalid_json``, ``syntax_error``, ``llm_error`` …).
+
+``if.consistency`` (annotating scorer) runs every function on every case of its
+constraint in the sandbox (AutoIF cross-validation) and stores, per constraint:
+unique functions (normalised source), unique cases, each case's support (how many
+runnable functions reproduce its label), each function's accuracy on the
+supported cases (``function_accuracies``, aligned with ``functions`` JSON), and
+summaries. ``function_accuracies`` is a JSON list (a scalar-typed column keeps
+shards with no runnable function schema-compatible); ``max_function_accuracy``
+is what the gate reads. The ``consistency`` gate group applies AutoIF's thresholds at read time.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+from typing import Any, ClassVar
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
+
+from fabrika.generators.instruct import prompts
+from fabrika.generators.instruct.parsing import is_failure, parse_verifier_answer
+from fabrika.pipeline.gates import GatePredicate, register_gate_group
+from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.schemas import stable_id
+from fabrika.schemas.rows import dumps
+
+_FATAL = frozenset({"precheck", "syntax", "no_function", "memory", "crash"})
+CONSTRAINT_COLS = ("text", "lang", "source", "parent_id", "family", "params")
+
+
+class VerifiersConfig(StageConfig):
+    """Config of ``if.verifiers``."""
+
+    kind: str = Field(default="if.verifiers", description="Stage kind.")
+    k: int = Field(default=8, ge=1, le=64, description="Verifier answers per constraint (AutoIF default 8).")
+    model: str | None = Field(default=None, description="Model name (None: the engine default).")
+    temperature: float = Field(default=0.8, ge=0, le=2, description="Sampling temperature (diversity across K).")
+
+
+@register_stage
+class VerifiersStage(Stage):
+    """Per constraint: K verifier answers → one ok row + one rejected row per bad answer."""
+
+    kind: ClassVar[str] = "if.verifiers"
+    Config: ClassVar[type[StageConfig]] = VerifiersConfig
+    config: VerifiersConfig
+
+    async def process(self, row: Row) -> list[Row]:
+        cfg = self.config
+        cid = str(row["id"])
+        base = {"constraint_id": cid, **{k: row.get(k) for k in CONSTRAINT_COLS}}
+        reqs = [prompts.verifier_request(row["text"], sample_index=i, model=cfg.model, temperature=cfg.temperature,
+                                         meta={"constraint_id": cid}) for i in range(cfg.k)]
+        parsed: list[dict[str, Any]] = []
+        out: list[Row] = []
+        for i, resp in enumerate(await self.ctx.llm.complete(reqs)):
+            rid = stable_id(cid, "verifier", i, prefix="ifv-")
+            if not resp.ok:
+                out.append(rejected(rid, f"llm_error: {resp.error.kind}", **base, sample_index=i,  # type: ignore[union-attr]
+                                    verifiers="[]", n_verifiers=0))
+                continue
+            if resp.choices and resp.choices[0].truncated:
+                out.append(rejected(rid, "truncated: answer cut off (finish_reason=length)", **base,
+                                    sample_index=i, verifiers="[]", n_verifiers=0))
+                continue
+            v = parse_verifier_answer(resp.text)
+            if is_failure(v):
+                out.append(rejected(rid, str(v), **base, sample_index=i, verifiers="[]", n_verifiers=0))
+                continue
+            parsed.append({"sample_index": i, "code": v.code,  # type: ignore[union-attr]
+                           "cases": [c.model_dump() for c in v.test_cases]})  # type: ignore[union-attr]
+        cols = {**base, "sample_index": None, "verifiers": dumps(parsed), "n_verifiers": len(parsed)}
+        if parsed:
+            out.append(ok(cid, **cols))
+        else:
+            out.append(rejected(cid, f"no_valid_verifiers: 0 of {cfg.k} answers parsed", **cols))
+        return out
+
+
+def normalise_code(code: str) -> str:
+    """Source with comments/formatting removed (``ast.unparse``): the identity of a function."""
+    try:
+        return ast.unparse(ast.parse(code))
+    except (SyntaxError, ValueError):
+        return code.strip()
+
+
+def cross_validate(functions: list[str], cases: list[tuple[str, bool]],
+                   verdicts: list[list[Any]]) -> dict[str, Any]:
+    """AutoIF cross-validation over ``verdicts[f][c]`` (sandbox Verdicts of function f on case c).
+
+    A function is *runnable* when every case gives a bool. A case is *supported* when at
+    least one runnable function reproduces its label. A function's accuracy is its share
+    of supported cases it gets right. Pure: easy to test without a sandbox.
+    """
+    runnable = [all(v.status in ("true", "false") for v in row) for row in verdicts]
+    support = [sum(1 for f, row in enumerate(verdicts) if runnable[f] and row[c].passed is label)
+               for c, (_, label) in enumerate(cases)]
+    supported = [c for c, s in enumerate(support) if s > 0]
+    accuracies = []
+    for f, row in enumerate(verdicts):
+        if not runnable[f] or not supported:
+            accuracies.append(0.0)
+            continue
+        right = sum(1 for c in supported if row[c].passed is cases[c][1])
+        accuracies.append(round(right / len(supported), 4))
+    return {"runnable": runnable, "support": support, "accuracies": accuracies, "n_supported": len(supported)}
+
+
+def _first_error(row: list[Any]) -> str | None:
+    for v in row:
+        if v.status == "timeout":
+            return "timeout"
+        if v.status == "error":
+            return f"{v.error_kind}: {(v.message or '')[:120]}"
+    return None
+
+
+class ConsistencyConfig(StageConfig):
+    """Config of ``if.consistency`` (sandbox settings; thresholds live in ``filters.consistency``)."""
+
+    kind: str = Field(default="if.consistency", description="Stage kind.")
+    timeout_s: float = Field(default=1.0, gt=0, le=60, description="Sandbox wall-clock budget per response.")
+    workers: int | None = Field(default=None, ge=1, description="Sandbox worker processes (None: CPU count).")
+
+
+def get_sandbox(ctx: Any, timeout_s: float = 1.0, workers: int | None = None) -> Any:
+    """The run-wide sandbox pool (``ctx.resource("sandbox")``); injected pools win in tests."""
+    from fabrika.sandbox import SandboxConfig, SandboxPool
+
+    def factory() -> Any:
+        kwargs: dict[str, Any] = {"timeout_s": timeout_s}
+        if workers:
+            kwargs["workers"] = workers
+        return SandboxPool(SandboxConfig(**kwargs))
+
+    return ctx.resource("sandbox", factory)
+
+
+@register_stage
+class ConsistencyStage(Stage):
+    """Annotating scorer over ``if.verifiers``: one row per constraint with the cross-validation scores."""
+
+    kind: ClassVar[str] = "if.consistency"
+    Config: ClassVar[type[StageConfig]] = ConsistencyConfig
+    annotates: ClassVar[bool] = True
+    config: ConsistencyConfig
+
+    async def setup(self) -> None:
+        self.pool = get_sandbox(self.ctx, self.config.timeout_s, self.config.workers)
+        report = getattr(self.ctx, "report", None)
+        if callable(report):
+            report("sandbox_isolation", getattr(self.pool, "isolation", "unknown"))
+
+    async def _run(self, code: str, responses: list[str]) -> list[Any]:
+        """Probe one case first: code that hangs or cannot load fails every case without costing a timeout each."""
+        first = await self.pool.run(code, responses[:1])
+        fatal = first[0].status == "timeout" or (first[0].status == "error" and first[0].error_kind in _FATAL)
+        if fatal or len(responses) == 1:
+            return list(first) * len(responses)
+        return list(first) + list(await self.pool.run(code, responses[1:]))
+
+    async def process(self, row: Row) -> list[Row]:
+        answers = json.loads(row.get("verifiers") or "[]")
+        funcs: dict[str, tuple[str, int]] = {}  # normalised → (code, sample_index)
+        for a in answers:
+            funcs.setdefault(normalise_code(a["code"]), (a["code"], a["sample_index"]))
+        cases: dict[str, bool] = {}
+        conflicting: set[str] = set()
+        for a in answers:
+            for c in a["cases"]:
+                if c["response"] in cases and cases[c["response"]] != c["label"]:
+                    conflicting.add(c["response"])
+                cases.setdefault(c["response"], c["label"])
+        # a response labelled both ways by different answers cannot be a test case
+        case_list = [(r, lab) for r, lab in cases.items() if r not in conflicting]
+        codes = list(funcs.values())
+        responses = [r for r, _ in case_list]
+        verdicts = await asyncio.gather(*(self._run(code, responses) for code, _ in codes)) if responses else \
+            [[] for _ in codes]
+        cv = cross_validate([c for c, _ in codes], case_list, [list(v) for v in verdicts])
+        functions = [{"sample_index": idx, "code": code, "accuracy": acc, "runnable": run,
+                      "error": None if run else _first_error(list(vs))}
+                     for (code, idx), acc, run, vs in zip(codes, cv["accuracies"], cv["runnable"], verdicts)]
+        order = sorted(range(len(functions)), key=lambda i: (-functions[i]["accuracy"], functions[i]["sample_index"]))
+        functions = [functions[i] for i in order]
+        runnable = [f for f in functions if f["runnable"]]
+        cols = {
+            "functions": dumps(functions),
+            "function_accuracies": dumps([f["accuracy"] for f in runnable]),
+            "case_support": dumps([{"response": r, "label": lab, "support": s}
+                                   for (r, lab), s in zip(case_list, cv["support"])]),
+            "n_functions": len(answers),
+            "n_unique_functions": len(runnable),
+            "n_broken_functions": len(functions) - len(runnable),
+            "n_unique_cases": len(case_list),
+            "n_conflicting_cases": len(conflicting),
+            "n_supported_cases": cv["n_supported"],
+            "max_function_accuracy": max((f["accuracy"] for f in runnable), default=0.0),
+        }
+        return [ok(str(row["id"]), **cols)]
+
+
+class ConsistencyParams(BaseModel):
+    """``filters.consistency``: AutoIF's cross-validation thresholds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_unique_functions: int = Field(default=3, ge=1, description="Keep a constraint with at least this many "
+                                      "distinct runnable verifier functions.")
+    min_unique_cases: int = Field(default=10, ge=1, description="Keep a constraint with at least this many distinct, "
+                                  "consistently labelled test cases.")
+    min_function_accuracy: float = Field(default=0.8, ge=0, le=1, description="A function survives with at least "
+                                         "this accuracy on the supported cases; a constraint needs one survivor; a "
+                                         "response must pass every survivor.")
+
+
+def consistency_predicates(p: ConsistencyParams) -> list[GatePredicate]:
+    t = p.min_function_accuracy
+    return [
+        GatePredicate("consistency_few_functions", pl.col("n_unique_functions") >= p.min_unique_functions,
+                      ("n_unique_functions",)),
+        GatePredicate("consistency_few_cases", pl.col("n_unique_cases") >= p.min_unique_cases, ("n_unique_cases",)),
+        # max over the stored per-function accuracies: "at least one function survives t"
+        GatePredicate("consistency_no_accurate_function", pl.col("max_function_accuracy") >= t,
+                      ("max_function_accuracy",)),
+        # responses: the best accuracy among verifiers that FAILED the response must stay below t
+        # (-1.0 when none failed), i.e. the response passes every surviving verifier.
+        GatePredicate("if_response_failed_verifier", pl.col("max_failed_verifier_accuracy") < t,
+                      ("max_failed_verifier_accuracy",)),
+    ]
+
+
+register_gate_group("consistency", ConsistencyParams, consistency_predicates)
+
+
+def surviving_functions(functions_json: str | None, min_accuracy: float, limit: int | None = None) -> list[dict]:
+    """Runnable functions at or above ``min_accuracy``, best first."""
+    funcs = [f for f in json.loads(functions_json or "[]") if f["runnable"] and f["accuracy"] >= min_accuracy]
+    return funcs[:limit] if limit else funcs
+
+
+def current_min_accuracy(ctx: Any) -> float:
+    """``filters.consistency.min_function_accuracy`` of the running pipeline (default 0.8)."""
+    filters = getattr(getattr(ctx, "pipeline", None), "filters", None) or {}
+    return float(ConsistencyParams.model_validate(filters.get("consistency") or {}).min_function_accuracy)
