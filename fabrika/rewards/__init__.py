@@ -1,1 +1,8 @@
-"""TODO"""
+"""Pure reward functions (no torch at module import): IF (``instruct``), FC (``fc``), general chat (``general``).
+
+Each area adds its own exports below; keep this file additive.
+"""
+
+from fabrika.rewards.instruct import IFRewardConfig, IFScore, make_if_reward, rm_corrected, score_if, verifier_score
+
+__all__ = ["IFRewardConfig", "IFScore", "make_if_reward", "rm_corrected", "score_if", "verifier_score"]

@@ -1,0 +1,268 @@
+"""Instruction-following reward: verifier score V with a reward-model correction.
+
+    V = share of the prompt's constraints that pass  (or 1/0 all-or-nothing)
+    R = V + 1     if V > 0 and S > α
+        V − 0.5   if V > 0 and S ≤ α
+        V         if V ≤ 0
+
+S is the RM score of the completion, α the per-prompt mean RM score of the
+teacher's completions (the ``teacher_rm_mean`` column). The RM term keeps a
+policy from satisfying the letter of the constraints with a worse answer than
+the teacher's; it only ever applies once some constraint is met.
+
+``bonus_only_when_all_pass``: with fractional V a partly compliant answer with
+a high RM score (V=0.5, S>α → 1.5) outscores a fully compliant one with a low
+RM score (V=1, S≤α → 0.5), so the policy can learn to trade constraints for
+style. With the option the +1 is granted only at V = 1 (0.5 and 0.5 above:
+no longer ahead).
+
+Pure functions; no torch. Library constraints run in-process (trusted code);
+LLM-written ``verifier_code`` runs only through an injected sandbox runner
+(``fabrika.sandbox.SandboxPool.run_sync`` by default, created lazily).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fabrika.errors import ConfigError
+
+__all__ = [
+    "IFRewardConfig",
+    "IFScore",
+    "completion_text",
+    "make_if_reward",
+    "parse_constraints",
+    "rm_corrected",
+    "score_if",
+    "verifier_score",
+]
+
+SandboxRunner = Callable[[str, list[str]], Sequence[Any]]
+RMScorer = Callable[[Sequence[Any], Sequence[Any]], Sequence[float]]
+
+
+class IFRewardConfig(BaseModel):
+    """How the IF reward is computed (one config, documented per field)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    aggregation: Literal["fraction", "all"] = Field(
+        default="fraction",
+        description="V: 'fraction' = share of constraints that pass; 'all' = 1 only if every constraint passes, else 0.",
+    )
+    loose: bool = Field(
+        default=False,
+        description="Use the IFEval-style loose verdict for library constraints (first/last line and markdown forgiven).",
+    )
+    rm_correction: bool = Field(
+        default=True,
+        description="Apply R = V+1 / V-0.5 / V with the RM score S and the teacher mean α; False returns V.",
+    )
+    bonus_only_when_all_pass: bool = Field(
+        default=False,
+        description="Grant the +1 RM bonus only when V = 1, so a partly compliant answer cannot outscore a compliant one.",
+    )
+    bonus: float = Field(default=1.0, description="The RM bonus added when V > 0 and S > α.")
+    penalty: float = Field(default=0.5, description="Subtracted when V > 0 and S ≤ α.")
+    constraints_column: str = Field(default="constraints", description="Dataset column with the prompt's constraint specs.")
+    rm_score_column: str = Field(default="rm_score", description="Column with S when no rm_scorer callable is given.")
+    teacher_rm_column: str = Field(default="teacher_rm_mean", description="Column with α, the teacher's mean RM score.")
+
+
+def verifier_score(verdicts: Sequence[bool], aggregation: str = "fraction") -> float:
+    """V from per-constraint verdicts; an empty list scores 0 (nothing to reward)."""
+    if not verdicts:
+        return 0.0
+    if aggregation == "fraction":
+        return sum(bool(v) for v in verdicts) / len(verdicts)
+    if aggregation == "all":
+        return float(all(verdicts))
+    raise ConfigError(f"aggregation must be 'fraction' or 'all', got {aggregation!r}")
+
+
+def rm_corrected(
+    v: float,
+    s: float,
+    alpha: float,
+    *,
+    bonus_only_when_all_pass: bool = False,
+    bonus: float = 1.0,
+    penalty: float = 0.5,
+) -> float:
+    """R from V, the completion's RM score S and the teacher mean α (see module doc)."""
+    if v <= 0:
+        return v
+    if s > alpha:
+        return v + bonus if (v >= 1 or not bonus_only_when_all_pass) else v
+    return v - penalty
+
+
+def completion_text(completion: Any) -> str:
+    """The assistant text of a completion: a string or TRL's conversational message list."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Mapping):
+        completion = [completion]
+    return "".join(str(m.get("content") or "") for m in completion if m.get("role", "assistant") == "assistant")
+
+
+def parse_constraints(value: Any) -> list[dict[str, Any]]:
+    """The constraint specs of one row: a list of dicts, or its JSON string (as rows store it)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ConfigError(f"constraints column holds invalid JSON {value[:80]!r}; write a JSON list of specs") from exc
+    if isinstance(value, Mapping):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"constraints must be a list of {{'id', 'params'}} or {{'verifier_code'}} dicts, got {value!r}")
+    specs = [dict(s) for s in value]
+    for s in specs:
+        if "verifier_code" not in s and "id" not in s and "parent_id" not in s:
+            raise ConfigError(f"constraint spec {s!r} has neither 'id' (library) nor 'verifier_code' (LLM-written)")
+    return specs
+
+
+@dataclass(frozen=True)
+class IFScore:
+    """One completion's reward with its parts (for logging and offline evaluation)."""
+
+    verdicts: tuple[bool, ...]
+    v: float
+    s: float | None
+    alpha: float | None
+    reward: float
+
+
+def _library_verdict(spec: Mapping[str, Any], text: str, loose: bool) -> bool:
+    from fabrika.constraints import get  # the library loads pymorphy3 lazily; keep import cost off module import
+
+    c = get(str(spec.get("id") or spec.get("parent_id")))
+    params = spec.get("params") or {}
+    return c.verify_loose(text, params) if loose else c.verify(text, params)
+
+
+def _passed(verdict: Any) -> bool:
+    """A sandbox verdict (``.passed``) or a plain bool; anything else fails."""
+    if isinstance(verdict, bool):
+        return verdict
+    return bool(getattr(verdict, "passed", False))
+
+
+def _verdicts(
+    specs_per_row: list[list[dict[str, Any]]], texts: list[str], loose: bool, runner: SandboxRunner | None
+) -> list[list[bool]]:
+    """Per-row verdicts; LLM verifiers are batched: one sandbox call per distinct code."""
+    out: list[list[bool]] = [[False] * len(specs) for specs in specs_per_row]
+    by_code: dict[str, list[tuple[int, int]]] = {}
+    for i, specs in enumerate(specs_per_row):
+        for j, spec in enumerate(specs):
+            if "verifier_code" in spec:
+                by_code.setdefault(str(spec["verifier_code"]), []).append((i, j))
+            else:
+                out[i][j] = _library_verdict(spec, texts[i], loose)
+    if by_code and runner is None:
+        raise ConfigError("constraints hold 'verifier_code' but no sandbox runner was given; pass sandbox_runner=")
+    for code, slots in by_code.items():
+        verdicts = list(runner(code, [texts[i] for i, _ in slots]))  # type: ignore[misc]
+        if len(verdicts) != len(slots):
+            raise ConfigError(f"sandbox runner returned {len(verdicts)} verdicts for {len(slots)} responses")
+        for (i, j), verdict in zip(slots, verdicts):
+            out[i][j] = _passed(verdict)
+    return out
+
+
+def _column(kwargs: Mapping[str, Any], name: str, n: int) -> list[Any] | None:
+    col = kwargs.get(name)
+    if col is None:
+        return None
+    col = list(col)
+    if len(col) != n:
+        raise ConfigError(f"column {name!r} has {len(col)} values for {n} completions")
+    return col
+
+
+def score_if(
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    config: IFRewardConfig | None = None,
+    *,
+    sandbox_runner: SandboxRunner | None = None,
+    rm_scorer: RMScorer | None = None,
+    **columns: Any,
+) -> list[IFScore]:
+    """Score a batch; ``columns`` are the dataset columns TRL passes (one value per completion)."""
+    cfg = config or IFRewardConfig()
+    n = len(completions)
+    raw = _column(columns, cfg.constraints_column, n)
+    if raw is None:
+        raise ConfigError(f"the dataset has no {cfg.constraints_column!r} column; set constraints_column")
+    texts = [completion_text(c) for c in completions]
+    verdicts = _verdicts([parse_constraints(r) for r in raw], texts, cfg.loose, sandbox_runner)
+    vs = [verifier_score(v, cfg.aggregation) for v in verdicts]
+
+    s_col: list[Any] | None = None
+    alpha_col: list[Any] | None = None
+    if cfg.rm_correction:
+        s_col = list(rm_scorer(prompts, completions)) if rm_scorer is not None else _column(columns, cfg.rm_score_column, n)
+        if s_col is not None:
+            if len(s_col) != n:
+                raise ConfigError(f"rm_scorer returned {len(s_col)} scores for {n} completions")
+            alpha_col = _column(columns, cfg.teacher_rm_column, n)
+            if alpha_col is None:
+                raise ConfigError(f"RM correction needs the {cfg.teacher_rm_column!r} column (α); add it or set rm_correction=False")
+    out = []
+    for i in range(n):
+        v = vs[i]
+        if s_col is None or alpha_col is None:
+            out.append(IFScore(tuple(verdicts[i]), v, None, None, v))
+            continue
+        s, alpha = float(s_col[i]), float(alpha_col[i])
+        r = rm_corrected(v, s, alpha, bonus_only_when_all_pass=cfg.bonus_only_when_all_pass, bonus=cfg.bonus, penalty=cfg.penalty)
+        out.append(IFScore(tuple(verdicts[i]), v, s, alpha, r))
+    return out
+
+
+def _default_runner() -> SandboxRunner:
+    """A lazily created ``SandboxPool`` (default config), shared by the reward function."""
+    pool: list[Any] = []
+
+    def run(code: str, responses: list[str]) -> Sequence[Any]:
+        if not pool:
+            from fabrika.sandbox import SandboxConfig, SandboxPool
+
+            pool.append(SandboxPool(SandboxConfig()))
+        return pool[0].run_sync(code, responses)
+
+    return run
+
+
+def make_if_reward(
+    config: IFRewardConfig | None = None,
+    *,
+    sandbox_runner: SandboxRunner | None = None,
+    rm_scorer: RMScorer | None = None,
+) -> Callable[..., list[float]]:
+    """A TRL reward function: ``reward(prompts=..., completions=..., **columns) -> list[float]``.
+
+    ``sandbox_runner(code, responses) -> verdicts`` runs LLM-written verifiers
+    (default: a lazily started ``fabrika.sandbox.SandboxPool``); ``rm_scorer``
+    gives S, else the ``rm_score`` column does, else no RM correction is applied.
+    """
+    cfg = config or IFRewardConfig()
+    runner = sandbox_runner or _default_runner()
+
+    def if_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        kwargs.pop("completion_ids", None)
+        kwargs.pop("trainer_state", None)
+        return [s.reward for s in score_if(prompts, completions, cfg, sandbox_runner=runner, rm_scorer=rm_scorer, **kwargs)]
+
+    if_reward.__name__ = "if_reward"
+    return if_reward
