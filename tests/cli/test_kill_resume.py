@@ -1,0 +1,89 @@
+"""kill -9 at random moments, resume, and get exactly the dataset of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+from fabrika.pipeline.config import load_config
+from fabrika.pipeline.runner import run_pipeline
+from fabrika.store import RunStore
+from fabrika.store.versions import scan_version
+
+N = 480
+
+
+def make(tmp_path: Path, run_name: str) -> Path:
+    prompts = tmp_path / "prompts.jsonl"
+    if not prompts.exists():
+        with prompts.open("w", encoding="utf-8") as fh:
+            for i in range(N):
+                fh.write(json.dumps({"prompt": f"Вопрос номер {i}: сколько будет {i} плюс {i}?"}, ensure_ascii=False) + "\n")
+    doc = {
+        "name": run_name,
+        "run_dir": str(tmp_path / run_name),
+        "max_in_flight": 8,
+        "llm": {"backend": "sim", "sim": {"latency_ms": 25}},
+        "stages": [
+            {"kind": "generic.prompts", "name": "prompts", "path": "prompts.jsonl", "chunk_size": 100},
+            {"kind": "generic.complete", "name": "answers", "input": "prompts", "chunk_size": 8},
+        ],
+        "dataset": {"stages": ["answers"]},
+    }
+    path = tmp_path / f"{run_name}.yaml"
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def start(cfg: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fabrika", "run", str(cfg), "--no-progress"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cfg.parent,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_kill_9_and_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    cfg = make(tmp_path, "killed")
+    answers = RunStore(tmp_path / "killed").stage_dir("answers")
+    partial_kills = 0
+    for _ in range(3):
+        proc = start(cfg)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any(answers.glob("part-*.parquet")):
+                break
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.4))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        written = RunStore(tmp_path / "killed").scan_raw("answers")
+        n = 0 if written is None else written.select(pl.len()).collect().item()
+        partial_kills += 0 < n < N
+    assert partial_kills >= 2, "kills should land mid-stage"
+
+    final = start(cfg)
+    _, stderr = final.communicate(timeout=60)
+    assert final.returncode == 0, stderr.decode()
+
+    reference = run_pipeline(load_config(make(tmp_path, "clean")), progress=False)
+    got = scan_version(tmp_path / "killed", "v1").sort("id").collect()
+    want = scan_version(reference.run_dir, "v1").sort("id").collect()
+    assert got.height == N and got["id"].n_unique() == N
+    assert got.equals(want)
+    raw = RunStore(tmp_path / "killed").scan_raw("answers").collect()
+    assert raw.height == N and raw["input_id"].n_unique() == N  # nothing duplicated, nothing lost
+    assert not [p for p in answers.iterdir() if not p.name.startswith("part-")]
+    assert os.path.exists(tmp_path / "killed" / "manifest.json")
