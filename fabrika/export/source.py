@@ -69,7 +69,7 @@ def open_version(run_dir: str | Path, version: str | None = None) -> ExportSourc
     name = version or latest_version(run_dir, manifest)
     vdir = run_dir / "versions" / name
     if not vdir.is_dir():
-        raise StoreError(f"{vdir}: no such version; materialise it with `fabrika refilter {run_dir} --version {name}`")
+        raise StoreError(f"{vdir}: no such version; materialise it with `fabrika refilter {run_dir} --name {name}`")
     files = sorted((vdir / "data").glob("*.parquet")) or sorted(vdir.glob("*.parquet"))
     if not files:
         raise StoreError(f"{vdir}: version holds no data shards")

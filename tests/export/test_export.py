@@ -83,10 +83,11 @@ def test_push_only_with_repo_and_token(run_dir: Path, tmp_path: Path, monkeypatc
     monkeypatch.setattr(datasets.Dataset, "push_to_hub", lambda self, repo, **kw: calls.append((repo, kw)))
     export(open_version(run_dir), ExportConfig(kind="sft", out=tmp_path / "a", push_to_hub="me/ds"))
     assert calls == []  # no token: nothing leaves the machine
-    res = export(open_version(run_dir), ExportConfig(kind="sft", out=tmp_path / "b", push_to_hub="me/ds", token="t"))
-    assert res.pushed_to == "me/ds" and calls[0][0] == "me/ds" and calls[0][1]["token"] == "t"
-    assert "token" not in (tmp_path / "b" / "README.md").read_text("utf-8")
-    assert "'t'" not in repr(ExportConfig(kind="sft", out=tmp_path, token="t"))  # the token is never printed
+    res = export(open_version(run_dir), ExportConfig(kind="sft", out=tmp_path / "b", push_to_hub="me/ds",
+                                                          token="hf_SECRET123"))
+    assert res.pushed_to == "me/ds" and calls[0][0] == "me/ds" and calls[0][1]["token"] == "hf_SECRET123"
+    assert "hf_SECRET123" not in (tmp_path / "b" / "README.md").read_text("utf-8")
+    assert "hf_SECRET123" not in repr(ExportConfig(kind="sft", out=tmp_path, token="hf_SECRET123"))
 
 
 def test_missing_version_is_a_clear_error(run_dir: Path):

@@ -1,0 +1,238 @@
+"""``fabrika report RUN``: one static HTML page with PNG charts about a run.
+
+Order follows what a reader asks first: where did rows go (the funnel per
+stage and per gate), then what the kept data looks like (lengths, language and
+target-type shares, tools per sample, turns per sample), then what it cost
+(requests, tokens, cache hits, failures). Everything comes from the manifest,
+the store's counts and the latest (or named) version; sample statistics are
+computed on at most ``max_rows`` rows so the report stays fast on big runs.
+Charts use matplotlib's Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from fabrika.export.source import open_version
+from fabrika.filters.text import count_tokens, messages_text
+
+CHARTS = ("funnel", "rejections", "lengths", "shares", "tools", "turns", "accounting")
+
+
+def _plt():  # noqa: ANN202 - pyplot module
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    _plt().close(fig)
+
+
+def _empty(ax: Any, what: str) -> None:
+    ax.text(0.5, 0.5, f"no {what} in this run", ha="center", va="center", fontsize=12, color="#666")
+    ax.set_axis_off()
+
+
+def _barh(ax: Any, labels: list[str], values: list[float], title: str, color: str = "#3b6ea8") -> None:
+    if not labels:
+        _empty(ax, title.lower())
+        return
+    ax.barh(range(len(labels)), values, color=color)
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_title(title)
+    for i, v in enumerate(values):
+        ax.text(v, i, f" {v:g}", va="center", fontsize=7)
+
+
+def chart_funnel(funnel: dict[str, Any], stages: dict[str, Any], path: Path) -> None:
+    plt = _plt()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    names = list(stages)
+    if names:
+        ok = [stages[n].get("ok", 0) for n in names]
+        rej = [sum((stages[n].get("rejected") or {}).values()) for n in names]
+        a.barh(range(len(names)), ok, color="#4c9a5b", label="ok")
+        a.barh(range(len(names)), rej, left=ok, color="#c0504d", label="rejected")
+        a.set_yticks(range(len(names)), names, fontsize=8)
+        a.invert_yaxis()
+        a.legend(fontsize=8)
+        a.set_title("Rows per stage")
+    else:
+        _empty(a, "stages")
+    labels, values = [], []
+    for stage, counts in (funnel.get("gates") or {}).items():
+        left = counts.get("in", 0)
+        labels.append(f"{stage}: in")
+        values.append(left)
+        for key, n in counts.items():
+            if key.startswith("dropped_") and n:
+                left -= n
+                labels.append(f"  − {key[len('dropped_'):]}")
+                values.append(left)
+        labels.append(f"{stage}: out")
+        values.append(counts.get("out", left))
+    _barh(b, labels, values, "Gate funnel (rows left after each gate)", "#7b5ea7")
+    _save(fig, path)
+
+
+def chart_rejections(stages: dict[str, Any], path: Path) -> None:
+    totals: dict[str, int] = {}
+    for name, s in stages.items():
+        for reason, n in (s.get("rejected") or {}).items():
+            totals[f"{name}: {reason}"] = totals.get(f"{name}: {reason}", 0) + n
+    top = sorted(totals.items(), key=lambda kv: -kv[1])[:25]
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(10, max(3, 0.3 * len(top) + 1)))
+    _barh(ax, [k for k, _ in top], [v for _, v in top], "Rejections by reason", "#c0504d")
+    _save(fig, path)
+
+
+def sample_stats(frame: pl.DataFrame) -> dict[str, Any]:
+    """Per-row lengths, tool counts and turn counts of (a sample of) the kept rows."""
+    stats: dict[str, Any] = {"prompt_tokens": [], "completion_tokens": [], "tools": [], "turns": []}
+    for row in frame.iter_rows(named=True):
+        prompt, completion = row.get("prompt"), row.get("completion")
+        if "len_prompt_tokens" in row and row["len_prompt_tokens"] is not None:
+            stats["prompt_tokens"].append(row["len_prompt_tokens"])
+            stats["completion_tokens"].append(row.get("len_completion_tokens") or 0)
+        else:
+            stats["prompt_tokens"].append(count_tokens(messages_text(prompt)))
+            stats["completion_tokens"].append(count_tokens(messages_text(completion, with_calls=True)))
+        tools = row.get("tools")
+        stats["tools"].append(len(json.loads(tools)) if isinstance(tools, str) and tools else 0)
+        msgs = (json.loads(prompt) if isinstance(prompt, str) and prompt else []) + \
+               (json.loads(completion) if isinstance(completion, str) and completion else [])
+        stats["turns"].append(sum(1 for m in msgs if m.get("role") in ("user", "assistant")))
+    return stats
+
+
+def chart_lengths(stats: dict[str, Any], path: Path) -> None:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for ax, key in zip(axes, ("prompt_tokens", "completion_tokens")):
+        if stats[key]:
+            ax.hist(stats[key], bins=40, color="#3b6ea8")
+            ax.set_title(f"{key.replace('_', ' ')} (n={len(stats[key])})")
+        else:
+            _empty(ax, key)
+    _save(fig, path)
+
+
+def chart_shares(shares: dict[str, dict[str, int]], path: Path) -> None:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for ax, col in zip(axes, ("lang", "target_type")):
+        counts = shares.get(col) or {}
+        total = sum(counts.values()) or 1
+        _barh(ax, list(counts), [round(100 * v / total, 1) for v in counts.values()], f"{col} share, %")
+    _save(fig, path)
+
+
+def chart_hist(values: list[int], title: str, path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if values:
+        lo, hi = min(values), max(values)
+        ax.hist(values, bins=range(lo, hi + 2), color="#4c9a5b", align="left", rwidth=0.8)
+        ax.set_title(f"{title} (n={len(values)})")
+    else:
+        _empty(ax, title)
+    _save(fig, path)
+
+
+def chart_accounting(rows: list[dict[str, Any]], path: Path) -> None:
+    plt = _plt()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, max(3, 0.35 * len(rows) + 1.5)))
+    labels = [f"{r.get('stage')} / {r.get('model')}" for r in rows]
+    if rows:
+        req = [r.get("requests", 0) for r in rows]
+        hits = [r.get("cache_hits", 0) for r in rows]
+        a.barh(range(len(rows)), req, color="#3b6ea8", label="requests")
+        a.barh(range(len(rows)), hits, color="#e0a030", label="cache hits")
+        a.set_yticks(range(len(rows)), labels, fontsize=8)
+        a.invert_yaxis()
+        a.legend(fontsize=8)
+        a.set_title("LLM requests")
+        pt = [r.get("prompt_tokens", 0) for r in rows]
+        ct = [r.get("completion_tokens", 0) for r in rows]
+        b.barh(range(len(rows)), pt, color="#7b5ea7", label="prompt tokens")
+        b.barh(range(len(rows)), ct, left=pt, color="#c0504d", label="completion tokens")
+        b.set_yticks(range(len(rows)), labels, fontsize=8)
+        b.invert_yaxis()
+        b.legend(fontsize=8)
+        b.set_title("Tokens (real calls only)")
+    else:
+        _empty(a, "LLM requests")
+        _empty(b, "tokens")
+    _save(fig, path)
+
+
+def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(r.get(c, '')))}</td>" for c in cols) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def build_report(run_dir: str | Path, out: str | Path | None = None, version: str | None = None,
+                 max_rows: int = 20_000) -> Path:
+    """Write ``report/index.html`` (+ PNGs) for ``run_dir``; returns the HTML path."""
+    run_dir = Path(run_dir)
+    out = Path(out) if out is not None else run_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    source = open_version(run_dir, version)
+    manifest = source.manifest
+    stages = {n: s for n, s in (source.funnel.get("stages") or manifest.get("stages") or {}).items()}
+    lf = source.frame
+    names = lf.collect_schema().names()
+    shares = {c: {str(k): int(v) for k, v in lf.group_by(c).len().sort(c).collect().iter_rows()}
+              for c in ("lang", "target_type", "llm_backend") if c in names}
+    total = int(lf.select(pl.len()).collect().item())
+    cols = [c for c in ("prompt", "completion", "tools", "len_prompt_tokens", "len_completion_tokens") if c in names]
+    stats = sample_stats(lf.select(cols).head(max_rows).collect()) if cols else sample_stats(pl.DataFrame())
+    accounting = manifest.get("accounting") or {}
+    chart_funnel(source.funnel, stages, out / "funnel.png")
+    chart_rejections(stages, out / "rejections.png")
+    chart_lengths(stats, out / "lengths.png")
+    chart_shares(shares, out / "shares.png")
+    chart_hist(stats["tools"], "tools per sample", out / "tools.png")
+    chart_hist(stats["turns"], "user+assistant turns per sample", out / "turns.png")
+    chart_accounting(accounting.get("rows") or [], out / "accounting.png")
+    sim = "sim" in shares.get("llm_backend", {}) or manifest.get("backend") == "sim"
+    totals = accounting.get("totals") or {}
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>fabrika report: {html.escape(run_dir.name)}</title>",
+        "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto}img{max-width:100%;"
+        "border:1px solid #ddd;margin:.5em 0}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+        "padding:2px 6px;font-size:12px}.sim{background:#fdd;padding:1em;font-weight:bold}</style></head><body>",
+        f"<h1>Run {html.escape(run_dir.name)} — version {html.escape(str(source.version))}</h1>",
+    ]
+    if sim:
+        parts.append("<p class='sim'>SIMULATED DATA (sim backend): for pipeline tests only, never for training.</p>")
+    parts += [
+        f"<p>{total} rows kept in version {html.escape(str(source.version))}; statistics over "
+        f"{len(stats['turns'])} of them.</p>",
+        "<h2>Funnel</h2><img src='funnel.png' alt='funnel'><img src='rejections.png' alt='rejections'>",
+        "<h2>Lengths</h2><img src='lengths.png' alt='lengths'>",
+        "<h2>Shares</h2><img src='shares.png' alt='shares'>",
+        "<h2>Tools and turns</h2><img src='tools.png' alt='tools'><img src='turns.png' alt='turns'>",
+        "<h2>Accounting</h2><img src='accounting.png' alt='accounting'>",
+        _table([totals], [k for k in totals if k != "failures"]) if totals else "<p>no LLM accounting recorded</p>",
+        "<h2>Thresholds</h2><pre>" + html.escape(json.dumps(source.thresholds, ensure_ascii=False, indent=2)) + "</pre>",
+        "</body></html>",
+    ]
+    page = out / "index.html"
+    page.write_text("\n".join(parts), encoding="utf-8")
+    return page
