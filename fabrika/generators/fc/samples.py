@@ -3,7 +3,7 @@
 The prompt is the assistant's system prompt plus every earlier message of the
 episode — wrong turns and their replies included, with their flags — so the
 model learns to recover from its own mistakes; the completion is the target turn
-(``train=True``). ``ground_truth`` holds the expected calls (the FC reward's
+(``train=True``; earlier targets are plain context in the prompt, ``train=False``). ``ground_truth`` holds the expected calls (the FC reward's
 input). Wrong and injected turns are never completions. This is a dataset stage.
 """
 
@@ -36,7 +36,7 @@ def episode_samples(dialogue: Dialogue) -> list[Sample]:
             raise ValueError(f"episode {dialogue.id}: message {i} is listed as a target but is not trainable")
         out.append(Sample(
             id=stable_id(dialogue.id, i, prefix="fcs-"), expert="fc", lang=dialogue.lang or "ru",
-            prompt=[system, *dialogue.messages[:i]], completion=[msg], tools=dialogue.tools,
+            prompt=[system, *(m.model_copy(update={"train": False}) for m in dialogue.messages[:i])], completion=[msg], tools=dialogue.tools,
             target_type=target["target_type"], ground_truth={"calls": target["expected"]},
             meta={"episode_id": dialogue.id, "plan_id": dialogue.meta.get("plan_id"), "step": target["step"],
                   "round": target["round"], "sample_type": dialogue.meta.get("sample_type"),
