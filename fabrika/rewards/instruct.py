@@ -230,18 +230,23 @@ def score_if(
     return out
 
 
-def _default_runner() -> SandboxRunner:
-    """A lazily created ``SandboxPool`` (default config), shared by the reward function."""
-    pool: list[Any] = []
+class _LazySandbox:
+    """A ``SandboxPool`` (default config) started on the first LLM-written verifier, closed by ``close()``."""
 
-    def run(code: str, responses: list[str]) -> Sequence[Any]:
-        if not pool:
+    def __init__(self) -> None:
+        self._pool: Any = None
+
+    def __call__(self, code: str, responses: list[str]) -> Sequence[Any]:
+        if self._pool is None:
             from fabrika.sandbox import SandboxConfig, SandboxPool
 
-            pool.append(SandboxPool(SandboxConfig()))
-        return pool[0].run_sync(code, responses)
+            self._pool = SandboxPool(SandboxConfig())
+        return self._pool.run_sync(code, responses)
 
-    return run
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
 
 def make_if_reward(
@@ -255,9 +260,11 @@ def make_if_reward(
     ``sandbox_runner(code, responses) -> verdicts`` runs LLM-written verifiers
     (default: a lazily started ``fabrika.sandbox.SandboxPool``); ``rm_scorer``
     gives S, else the ``rm_score`` column does, else no RM correction is applied.
+    Call ``reward.close()`` when done to stop a default sandbox pool.
     """
     cfg = config or IFRewardConfig()
-    runner = sandbox_runner or _default_runner()
+    lazy = _LazySandbox() if sandbox_runner is None else None
+    runner = sandbox_runner or lazy
 
     def if_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         kwargs.pop("completion_ids", None)
@@ -265,4 +272,5 @@ def make_if_reward(
         return [s.reward for s in score_if(prompts, completions, cfg, sandbox_runner=runner, rm_scorer=rm_scorer, **kwargs)]
 
     if_reward.__name__ = "if_reward"
+    if_reward.close = lazy.close if lazy is not None else (lambda: None)  # type: ignore[attr-defined]
     return if_reward

@@ -92,3 +92,11 @@ def test_number_agreement_in_rendered_instructions(n: int, nomn: str, gent: str)
     rendered = {words_min.render({"n": n})}
     assert rendered & {f"Ответ должен содержать не менее {n} {gent}.", f"Напишите развёрнутый ответ объёмом от {n} {gent}.", f"Объём ответа — минимум {n} {nomn}."}
     assert agree("предложение", n) == {1: "предложение", 21: "предложение", 2: "предложения", 22: "предложения"}.get(n, "предложений")
+
+
+def test_tense_reads_ambiguous_words_in_the_writers_favour() -> None:
+    present = REGISTRY["ru.russian.present_tense"]
+    assert present.verify("Дуло ружья блестит на солнце.", {})  # «дуло» is a noun here, not «дуть» (past)
+    assert not present.verify("Ветер дул, и дуло блестело.", {})  # «дул» can only be a past verb
+    assert not present.verify("Пой громче, и всё получится.", {})  # an imperative is in no tense
+    assert REGISTRY["ru.russian.past_tense"].verify("Стали сильнее те, кто учился.", {})

@@ -157,3 +157,19 @@ def test_module_imports_no_torch() -> None:
     code = "import sys, fabrika.rewards.instruct; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
+
+
+def test_default_runner_uses_the_real_sandbox() -> None:
+    pytest.importorskip("fabrika.sandbox")
+    reward = make_if_reward(IFRewardConfig(rm_correction=False))
+    code = "def evaluate(response):\n    return 'кот' in response.lower()\n"
+    hostile = "import os\ndef evaluate(response):\n    os.system('true')\n    return True\n"
+    try:
+        out = reward(
+            prompts=["p"] * 3,
+            completions=["Кот спит.", "Пёс спит.", "Кот"],
+            constraints=[[{"verifier_code": code}], [{"verifier_code": code}], [{"verifier_code": hostile}]],
+        )
+    finally:
+        reward.close()
+    assert out == [1.0, 0.0, 0.0]  # the hostile verifier is an error verdict, which never passes
