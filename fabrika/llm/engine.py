@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from typing import TYPE_CHECKING, Any, Sequence
 
 from fabrika.errors import CacheMissError, LLMError
@@ -35,6 +36,8 @@ from fabrika.llm.accounting import Accounting
 from fabrika.llm.cache import request_key
 from fabrika.llm.retry import RetryPolicy, call_with_retries, map_exception
 from fabrika.llm.types import ChatRequest, ChatResponse
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from fabrika.llm.base import Backend
@@ -130,10 +133,13 @@ class LLMEngine:
                 acct.record(acct.key(r, r.model or ""), resp)
             todo = []
 
+        # One task per request up to the backend's capacity; beyond it a fixed pool of
+        # workers (no thousands of tasks parked on a semaphore).
+        width = min(self.max_in_flight, getattr(self.backend, "capacity", None) or self.max_in_flight)
         if len(todo) == 1:
             i = todo[0]
             out[i] = await self._call(prepared[i], keys[i])
-        elif todo and len(todo) <= self.max_in_flight:
+        elif todo and len(todo) <= width:
             results = await asyncio.gather(*[self._call(prepared[i], keys[i]) for i in todo])
             for i, resp in zip(todo, results):
                 out[i] = resp
@@ -144,7 +150,7 @@ class LLMEngine:
                 for i in it:
                     out[i] = await self._call(prepared[i], keys[i])
 
-            await asyncio.gather(*[worker() for _ in range(self.max_in_flight)])
+            await asyncio.gather(*[worker() for _ in range(width)])
         return out  # type: ignore[return-value]
 
     async def _call(self, request: ChatRequest, key: str) -> ChatResponse:
@@ -161,7 +167,9 @@ class LLMEngine:
                                 attempts=getattr(exc, "attempts", 1))
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a backend bug must still become a recorded failure
+        except Exception as exc:  # a backend or sim-responder bug: recorded, and logged loudly
+            _log.exception("LLM backend %r raised %s for tag %r; recorded as a failed request",
+                           self.backend.name, type(exc).__name__, request.tag)
             err = map_exception(exc)
             err.__cause__ = exc
             resp = ChatResponse(error=err, model=request.model or "", backend=self.backend.name)

@@ -119,6 +119,8 @@ class OpenAICompatBackend:
         ]
         self._base_urls = [ep.base_url.rstrip("/") for ep in config.endpoints]
         self._limit = sum(ep.max_concurrency for ep in config.endpoints)
+        #: requests this backend can have in flight; the engine sizes its worker pool by it
+        self.capacity = self._limit
         self._session: Any = None
         self._rr = 0
 

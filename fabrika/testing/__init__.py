@@ -5,12 +5,19 @@
   injection, request counters (see :mod:`fabrika.testing.fake_server`).
 * :func:`break_arguments` — tool-call arguments that violate a schema.
 * :data:`FAULT_KINDS` — the faults the server can inject.
-* :func:`sim_engine` — an :class:`~fabrika.llm.engine.LLMEngine` on the ``sim``
-  backend with the cache off, for pipeline tests.
 """
 
 from __future__ import annotations
 
-from fabrika.testing.fake_server import FAULT_KINDS, FakeOpenAIApp, FakeOpenAIServer, break_arguments
+from typing import Any
 
 __all__ = ["FAULT_KINDS", "FakeOpenAIApp", "FakeOpenAIServer", "break_arguments"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so `python -m fabrika.testing.fake_server` does not import the module twice.
+    if name in __all__:
+        from fabrika.testing import fake_server
+
+        return getattr(fake_server, name)
+    raise AttributeError(f"module 'fabrika.testing' has no attribute {name!r}")

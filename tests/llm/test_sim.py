@@ -127,3 +127,17 @@ def test_schema_gen_handles_bounds_and_rejects_false() -> None:
         assert len(s) <= 4
     with pytest.raises(ValueError):
         generate_instance(False, rng)
+
+
+async def test_responder_bug_through_engine_is_a_logged_failure(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(request: ChatRequest, rng: random.Random) -> str:
+        raise KeyError("missing field")
+
+    register_sim_responder("t_broken", broken)
+    try:
+        async with build_engine(LLMConfig(), None) as eng:
+            ok, bad = await eng.complete([req("fine"), req("x", tag="t_broken.role")])
+    finally:
+        unregister_sim_responder("t_broken")
+    assert ok.ok and not bad.ok and isinstance(bad.error.__cause__, KeyError)
+    assert "t_broken.role" in caplog.text and "KeyError" in caplog.text
