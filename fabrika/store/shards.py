@@ -143,14 +143,23 @@ def clean_temp(directory: Path) -> int:
     return removed
 
 
+def canonical_columns(names: Iterable[str]) -> list[str]:
+    """Base columns first, the rest sorted: column order must not depend on which shard came first."""
+    names = list(dict.fromkeys(names))
+    return [c for c in BASE_SCHEMA if c in names] + sorted(c for c in names if c not in BASE_SCHEMA)
+
+
 def scan_files(files: Iterable[Path]) -> pl.LazyFrame | None:
-    """Lazily scan shards whose schemas may differ (a column null in one shard, absent in another)."""
+    """Lazily scan shards whose schemas may differ (a column null in one shard, absent in another).
+
+    Columns come in :func:`canonical_columns` order, so the table is the same
+    whatever order items completed in (DESIGN contract 7).
+    """
     frames = [pl.scan_parquet(f) for f in files]
     if not frames:
         return None
-    if len(frames) == 1:
-        return frames[0]
-    return pl.concat(frames, how="diagonal_relaxed")
+    lf = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
+    return lf.select(canonical_columns(lf.collect_schema().names()))
 
 
 def iter_frame_rows(lf: pl.LazyFrame, batch_size: int = 1024) -> Iterator[dict[str, Any]]:

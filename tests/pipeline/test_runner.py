@@ -149,3 +149,37 @@ def test_rng_is_per_stage_and_item(tmp_path: Path) -> None:
 
     assert item_rng(0, "a", "x").random() == item_rng(0, "a", "x").random()
     assert item_rng(0, "a", "x").random() != item_rng(0, "b", "x").random()
+
+
+def test_downstream_stage_reads_gated_rows_with_scores_joined(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, stages=[
+        {"kind": "test.count", "n": 30},
+        {"kind": "test.ask", "input": "test.count"},
+        {"kind": "test.ask", "name": "ask2", "input": "test.ask"},
+        {"kind": "test.score", "name": "judge", "input": "test.ask"},  # listed last, still runs before ask2
+    ], dataset={"stages": ["ask2"]})
+    engine = ps.FakeEngine()
+    result = run_pipeline(cfg, progress=True, engine=engine)
+    assert result.manifest["order"] == ["test.count", "test.ask", "judge", "ask2"]
+    # ask2 only sees test.ask rows passing the judge's gate (16 of 25)
+    assert result.manifest["stages"]["ask2"]["seen"] == 16
+    assert engine.calls == 25 + 16
+    assert all(r["answer"].startswith("echo: echo: ") for r in ps.dataset_rows(result.run_dir))
+
+
+def test_cache_miss_items_are_left_pending_not_rejected(tmp_path: Path) -> None:
+    from fabrika.errors import CacheMissError
+    from fabrika.llm.types import ChatResponse
+
+    class MissEngine(ps.FakeEngine):
+        async def complete_one(self, request):  # type: ignore[no-untyped-def]
+            self.calls += 1
+            return ChatResponse(error=CacheMissError("not cached"))
+
+    cfg = make_config(tmp_path)
+    result = run_pipeline(cfg, progress=False, engine=MissEngine())
+    assert result.stats["test.ask"].cache_miss == 25
+    assert result.version is None and not RunStore(result.run_dir).has_rows("test.ask")
+    assert result.manifest["stages"]["test.ask"]["complete"] is False
+    later = run_pipeline(cfg, progress=False, engine=ps.FakeEngine())
+    assert later.stats["test.ask"].processed == 25
