@@ -9,7 +9,7 @@ from typing import Any
 from fabrika.constraints.base import REGISTRY
 from fabrika.constraints.conflicts import params_conflict
 from fabrika.errors import ConfigError
-from fabrika.schemas import Constraint, stable_id
+from fabrika.schemas import Constraint, derive_seed, stable_id
 
 Combination = list[tuple[str, dict[str, Any]]]
 _PARAM_TRIES = 5
@@ -110,6 +110,19 @@ def to_constraint_record(cid: str, params: Mapping[str, Any], lang: str = "ru") 
         family=c.family,
         params=dict(params),
     )
+
+
+def library_seeds(seed: int = 0, lang: str = "ru") -> list[Constraint]:
+    """One record per library constraint, params drawn from ``derive_seed(id, seed)`` (stable).
+
+    The IF pipeline's seed pool: each record can be combined, or expanded by an LLM
+    (its ``parent_id`` then points back at the library id).
+    """
+    out = []
+    for cid in sorted(REGISTRY):
+        params = REGISTRY[cid].sample_params(random.Random(derive_seed(cid, seed)))
+        out.append(to_constraint_record(cid, params, lang=lang))
+    return out
 
 
 def verify_all(response: str, combo: Sequence[tuple[str, Mapping[str, Any]]], *, loose: bool = False) -> list[bool]:

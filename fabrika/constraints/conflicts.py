@@ -15,11 +15,11 @@ Two levels:
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fabrika.constraints.base import SeedConstraint
+from fabrika.constraints.bounds import bounds_conflict
 from fabrika.textutil.morph import lemma, lemmas
 from fabrika.textutil.script import has_latin
 from fabrika.textutil.segment import words
@@ -67,27 +67,15 @@ def _strings(params: Mapping[str, Any]) -> list[str]:
 
 
 def _num(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
-    """Numeric incompatibilities between length-like constraints (a, b ordered by caller)."""
-    lo_words = {"ru.length.words_min": "n", "ru.length.words_range": "lo"}
-    hi_words = {"ru.length.words_max": "n", "ru.length.words_range": "hi"}
-    if a in hi_words and b in lo_words and pa[hi_words[a]] < pb[lo_words[b]]:
+    """Numeric incompatibilities: implied bounds (see :mod:`bounds`) plus a few direct ones."""
+    if bounds_conflict(a, pa, b, pb):
         return True
-    if a == "ru.length.sentences_max" and b in ("ru.length.sentences_min", "ru.length.sentences_exact"):
-        return pa["n"] < pb["n"]
-    if a == "ru.length.sentences_exact" and b == "ru.length.sentences_min":
-        return pa["n"] < pb["n"]
-    if a in hi_words and b in ("ru.length.sentences_min", "ru.length.paragraphs_min", "ru.length.paragraphs_exact"):
-        return pa[hi_words[a]] < 6 * pb["n"]  # a sentence/paragraph needs a few words
-    if a == "ru.length.chars_max" and b in lo_words:
-        return pa["n"] < 8 * pb[lo_words[b]]  # ~7 chars per Russian word with its space
-    if a == "ru.length.paragraphs_exact" and b == "ru.length.paragraphs_min":
-        return pa["n"] < pb["n"]
     if a == "ru.length.paragraphs_exact" and b == "ru.keywords.paragraph_first_word":
         return pa["n"] != pb["n"]
-    if a == "ru.length.sentences_max" and b == "ru.length.paragraphs_exact":
-        return pa["n"] < pb["n"]
     if a == "ru.case.capital_words_max" and b == "ru.case.capital_words_min":
         return pa["n"] < pb["n"]
+    if a == "ru.keywords.frequency" and b == "ru.keywords.frequency" and pa["keyword"] == pb["keyword"]:
+        return True
     return False
 
 
@@ -116,7 +104,6 @@ def forbid_chars(cid: str, chars: Callable[[Mapping[str, Any]], str]) -> None:
 
 
 _PARAM_RULES: list[Callable[[str, Mapping[str, Any], str, Mapping[str, Any]], bool]] = [_num, _keyword_ban, _chars]
-_DIGIT = re.compile(r"\d")
 
 
 def params_conflict(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:

@@ -77,8 +77,7 @@ add_pairs("ru.russian.acrostic_lines", ["ru.russian.acrostic_sentences", "ru.rus
 add_pairs("ru.russian.acrostic_lines", ["ru.length.paragraphs_exact", "ru.length.paragraphs_min"])
 add_pairs("ru.russian.acrostic_lines", ["ru.format.title", "ru.startend.start_phrase", "ru.repeat.request_first"])
 add_pairs("ru.russian.acrostic_lines", ["ru.keywords.paragraph_first_word", "ru.language.ru_then_en"])
-add_pairs("ru.russian.acrostic_sentences", ["ru.length.sentences_max", "ru.length.sentences_min"])
-add_pairs("ru.russian.acrostic_sentences", ["ru.length.sentences_exact", "ru.startend.start_phrase"])
+add_pairs("ru.russian.acrostic_sentences", ["ru.startend.start_phrase"])  # sentence counts: see bounds.py
 add_pairs("ru.russian.acrostic_sentences", ["ru.repeat.request_first", "ru.keywords.paragraph_first_word"])
 add_pairs("ru.russian.acrostic_sentences", ["ru.language.ru_then_en", "ru.repeat.phrase_n"])
 add_pairs(
@@ -137,12 +136,5 @@ def _frequency_vs_lipogram(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[st
     return a == "ru.keywords.letter_frequency" and b == "ru.keywords.lipogram" and pa["letter"] == pb["letter"]
 
 
-def _frequency_vs_ban(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
-    """A required keyword frequency that a ban or a low cap makes impossible."""
-    if a == "ru.keywords.frequency" and b == "ru.length.words_max":
-        return pa["relation"] != "at_most" and pb["n"] < 3 * pa["n"]
-    return False
-
-
-for _rule in (_foreign_answer, _frequency_vs_lipogram, _frequency_vs_ban):
+for _rule in (_foreign_answer, _frequency_vs_lipogram):
     add_param_rule(_rule)

@@ -10,6 +10,7 @@ from fabrika.constraints import (
     REGISTRY,
     check_combination,
     get,
+    library_seeds,
     params_conflict,
     render_combination,
     sample_combination,
@@ -54,6 +55,26 @@ def test_parameter_level_conflicts() -> None:
     assert params_conflict("ru.language.response_lang", {"lang": "en"}, "ru.russian.yo_everywhere", {})
     assert not params_conflict("ru.language.response_lang", {"lang": "ru"}, "ru.russian.yo_everywhere", {})
     assert params_conflict("ru.keywords.letter_frequency", {"letter": "о", "n": 5, "relation": "at_least"}, "ru.keywords.lipogram", {"letter": "о"})
+
+
+@pytest.mark.parametrize(
+    ("a", "pa", "b", "pb", "conflict"),
+    [
+        ("ru.length.sentences_max", {"n": 2}, "ru.format.bullets_exact", {"n": 4}, True),
+        ("ru.length.sentences_max", {"n": 5}, "ru.format.bullets_exact", {"n": 4}, False),
+        ("ru.length.chars_max", {"n": 100}, "ru.length.words_min", {"n": 80}, True),
+        ("ru.length.chars_max", {"n": 500}, "ru.length.words_min", {"n": 50}, False),
+        ("ru.length.paragraphs_exact", {"n": 4}, "ru.length.sentences_max", {"n": 3}, True),
+        ("ru.length.words_max", {"n": 15}, "ru.repeat.phrase_n", {"phrase": "Век живи — век учись", "n": 4}, True),
+        ("ru.length.words_max", {"n": 50}, "ru.repeat.phrase_n", {"phrase": "Век живи — век учись", "n": 4}, False),
+        ("ru.length.sentences_exact", {"n": 3}, "ru.russian.acrostic_sentences", {"word": "ЛЕТО"}, True),
+        ("ru.length.words_max", {"n": 3}, "ru.russian.acrostic_lines", {"word": "ЛЕТО"}, True),
+        ("ru.length.chars_max", {"n": 100}, "ru.repeat.request_first", {"request": "Как научиться рано вставать?"}, False),
+    ],
+)
+def test_implied_numeric_bounds(a: str, pa: dict, b: str, pb: dict, conflict: bool) -> None:
+    assert params_conflict(a, pa, b, pb) is conflict
+    assert params_conflict(b, pb, a, pa) is conflict
 
 
 def test_sampled_combinations_are_valid_sized_and_deterministic() -> None:
@@ -101,3 +122,11 @@ def test_unknown_id_is_a_config_error_naming_the_id() -> None:
         get("ru.nope")
     with pytest.raises(ConfigError, match="slot"):
         REGISTRY["ru.length.words_max"].render({})
+
+
+def test_library_seeds_cover_the_library_and_are_stable() -> None:
+    seeds = library_seeds()
+    assert [s.parent_id for s in seeds] == sorted(REGISTRY)
+    assert all(s.source == "library" and s.text for s in seeds)
+    assert [s.id for s in seeds] == [s.id for s in library_seeds()]
+    assert [s.id for s in seeds] != [s.id for s in library_seeds(seed=1)]
