@@ -98,6 +98,7 @@ class BacktranslationParams(BaseModel):
 
 register_gate_group(
     "backtranslation", BacktranslationParams,
+    # null = back-translation never ran on that id (an earlier gate dropped it): not this gate's drop
     lambda p: [GatePredicate("backtranslation_dissimilar", pl.col("bt_min_similarity") >= p.min_similarity,
-                             ("bt_min_similarity",))],
+                             ("bt_min_similarity",), keep_null=True)],
 )
