@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from fabrika.schemas.tools import FunctionSpec, Tool, ToolCall
 
@@ -143,9 +143,13 @@ class Plan(BaseModel):
     tier: int = Field(ge=0, le=N_TIERS - 1, description="Description tier shown to the assistant.")
     steps: list[PlanStep]
     rounds: list[PlanRound] = Field(default_factory=list)
+    _tier_tools: list[Tool] | None = PrivateAttr(default=None)
 
     def tools_at_tier(self) -> list[Tool]:
-        return [t.at_tier(self.tier) for t in self.tools]
+        """The group at the plan's tier (built once per Plan object; Tool is frozen)."""
+        if self._tier_tools is None:
+            self._tier_tools = [t.at_tier(self.tier) for t in self.tools]
+        return list(self._tier_tools)
 
     def spec(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)

@@ -184,7 +184,8 @@ class DialoguesStage(Stage):
         except EpisodeRejected as exc:
             return [rejected(ep_id, str(exc), **base, n_wrong=episode.n_wrong, n_injected=episode.n_injected)]
         share = episode.n_injected / max(1, episode.n_steps)
-        stats = {"n_wrong": episode.n_wrong, "n_injected": episode.n_injected, "n_targets": len(episode.targets)}
+        stats = {"n_wrong": episode.n_wrong, "n_injected": episode.n_injected, "n_targets": len(episode.targets),
+                 "n_messages": len(episode.messages)}
         if share > self.config.max_injected_share:  # type: ignore[attr-defined]
             return [rejected(ep_id, f"too_many_injected: {episode.n_injected}/{episode.n_steps} steps", **base, **stats)]
         dialogue = Dialogue(id=ep_id, messages=episode.messages, tools=plan.tools_at_tier(), lang=plan.lang,

@@ -1,0 +1,165 @@
+"""FC pipeline scale bench: Russian episodes over real HTTP against the fake server.
+
+The fake OpenAI server runs in its own process with a fixed latency and answers
+every FC role with the sim responders (so the content is valid and the error
+paths run). Each size runs in a fresh child process (so its peak RSS is its
+own) through the real runner and engine (openai backend, aiohttp transport):
+fc.tools → fc.tools_dedup → fc.plans → fc.dialogues → fc.samples → fc.irrelevance.
+
+A *turn* is one message of an accepted dialogue (user, assistant or tool).
+
+    .venv/bin/python bench/fc_scale.py --turns 30000 300000 --concurrency 256 --latency-ms 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TURNS_PER_EPISODE = 7.5  # measured on the sim demo; only used to size the topic pool
+PLANS_PER_TOPIC = 10
+NOUNS = ["Доставка", "Бронирование", "Ремонт", "Аренда", "Запись", "Оплата", "Обучение", "Страхование"]
+
+
+def serve(latency_ms: float) -> None:
+    """Child: the fake server, every FC tag answered by the sim responders."""
+    from fabrika.generators.fc import sim_responders as sr
+    from fabrika.llm.types import ChatRequest, Choice
+    from fabrika.schemas.ids import derive_seed
+    from fabrika.testing import FakeOpenAIServer
+
+    def wrap(tag: str, fn):  # noqa: ANN001, ANN202
+        def responder(req: dict) -> object:
+            request = ChatRequest(messages=tuple(req["messages"]), tools=tuple(req.get("tools") or ()) or None,
+                                  tag=tag, meta={"sim_error_rate": 0.1})
+            out = fn(request, random.Random(derive_seed(tag, req["messages"])))
+            if isinstance(out, Choice):
+                if out.tool_calls:
+                    return {"tool_calls": [{"name": c["name"], "arguments": c["arguments"]} for c in out.tool_calls]}
+                return out.content or ""
+            return out
+        return responder
+
+    srv = FakeOpenAIServer(latency_ms=latency_ms)
+    for tag in ["fc.tools", "fc.planner", "fc.judge", "fc.user", "fc.tool", "fc.assistant",
+                "fc.irrelevance.answer", "fc.irrelevance.judge"]:
+        fn = sr.RESPONDERS["fc.irrelevance" if tag.startswith("fc.irrelevance") else tag]
+        srv.script(tag=tag, responder=wrap(tag, fn))
+    srv.start()
+    print(f"READY {srv.port}", flush=True)
+    threading.Event().wait()
+
+
+def child(turns: int, port: int, concurrency: int, workdir: Path) -> dict:
+    """Child: one pipeline run of about ``turns`` turns; prints its measurements as JSON."""
+    import polars as pl
+
+    from fabrika.pipeline.config import validate_data
+    from fabrika.pipeline.runner import run_pipeline
+    from fabrika.store.run import RunStore
+
+    n_topics = max(1, math.ceil(turns / (TURNS_PER_EPISODE * PLANS_PER_TOPIC)))
+    topics = workdir / "topics.jsonl"
+    with topics.open("w", encoding="utf-8") as f:
+        for i in range(n_topics):
+            noun = NOUNS[i % len(NOUNS)]
+            f.write(json.dumps({"id": f"topic-{i}", "topic": f"{noun} номер {i}", "lang": "ru",
+                                "description": f"{noun}: услуги и заказы, раздел {i}",
+                                "keywords": [f"{noun.lower()}{i}"]}, ensure_ascii=False) + "\n")
+    config, issues = validate_data({
+        "name": "fc_scale", "seed": 1, "run_dir": str(workdir / "run"), "max_in_flight": concurrency,
+        "plugins": ["fabrika.generators.fc.stages"],
+        "llm": {"backend": "openai", "model": "fake", "max_in_flight": concurrency, "max_retries": 2,
+                "endpoints": [{"base_url": f"http://127.0.0.1:{port}/v1", "max_concurrency": concurrency}],
+                "cache": {"enabled": False}},
+        "stages": [
+            {"kind": "fc.tools", "topics_file": str(topics), "tools_per_topic": 3},
+            {"kind": "fc.tools_dedup", "input": "fc.tools"},
+            {"kind": "fc.plans", "input": "fc.tools_dedup", "plans_per_topic": PLANS_PER_TOPIC},
+            {"kind": "fc.dialogues", "input": "fc.plans", "sim_error_rate": 0.1},
+            {"kind": "fc.samples", "input": "fc.dialogues"},
+            {"kind": "fc.irrelevance", "input": "fc.samples", "share": 0.3},
+        ],
+        "dataset": {"stages": ["fc.samples", "fc.irrelevance"]},
+    }, "bench", workdir)
+    if config is None:
+        raise SystemExit("\n".join(str(i) for i in issues))
+    t0 = time.perf_counter()
+    result = run_pipeline(config, resume=False, progress=False)
+    wall = time.perf_counter() - t0
+    store = RunStore(workdir / "run")
+    dialogues = store.scan_raw("fc.dialogues").select("status", "n_messages").collect()
+    ok = dialogues.filter(pl.col("status") == "ok")
+    stages = {name: {"seconds": round(s.seconds, 1), "requests": s.llm.requests, "rows": s.rows_written}
+              for name, s in result.stats.items()}
+    n_turns = int(ok["n_messages"].sum())
+    return {
+        "target_turns": turns, "topics": n_topics, "episodes": dialogues.height, "episodes_ok": ok.height,
+        "turns": n_turns, "samples": stages["fc.samples"]["rows"], "wall_s": round(wall, 1),
+        "turns_per_s": round(n_turns / wall, 1),
+        "dialogue_turns_per_s": round(n_turns / max(1e-9, stages["fc.dialogues"]["seconds"]), 1),
+        "requests": sum(s["requests"] for s in stages.values()),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "concurrency": concurrency, "stages": stages,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--turns", type=int, nargs="+", default=[30000, 300000], help="Sizes to run (turns).")
+    ap.add_argument("--concurrency", type=int, default=256, help="Engine and endpoint in-flight limit.")
+    ap.add_argument("--latency-ms", type=float, default=20.0, help="Fake server latency per request.")
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve:
+        serve(args.latency_ms)
+        return
+    if args.child:
+        with tempfile.TemporaryDirectory(prefix="fc_scale_") as tmp:
+            print(json.dumps(child(args.turns[0], args.port, args.concurrency, Path(tmp))), flush=True)
+        return
+    server = subprocess.Popen([sys.executable, __file__, "--serve", "--latency-ms", str(args.latency_ms)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline() if server.stdout else ""
+        if not line.startswith("READY"):
+            raise SystemExit(f"fake server did not start: {line!r}")
+        port = int(line.split()[1])
+        results = []
+        for turns in args.turns:
+            out = subprocess.run([sys.executable, __file__, "--child", "--turns", str(turns), "--port", str(port),
+                                  "--concurrency", str(args.concurrency)], capture_output=True, text=True, check=False)
+            if out.returncode != 0:
+                raise SystemExit(f"child for {turns} turns failed:\n{out.stderr[-3000:]}")
+            res = json.loads(out.stdout.strip().splitlines()[-1])
+            results.append(res)
+            print(json.dumps(res, ensure_ascii=False), flush=True)
+        print(f"\nlatency {args.latency_ms} ms, concurrency {args.concurrency}")
+        print(f"{'turns':>9} {'episodes':>9} {'samples':>8} {'wall s':>8} {'turns/s':>8} {'peak RSS MB':>12}")
+        for r in results:
+            print(f"{r['turns']:>9} {r['episodes']:>9} {r['samples']:>8} {r['wall_s']:>8} {r['turns_per_s']:>8} "
+                  f"{r['peak_rss_mb']:>12}")
+        if len(results) > 1:
+            print(f"RSS growth {results[0]['turns']} → {results[-1]['turns']} turns: "
+                  f"{results[-1]['peak_rss_mb'] / results[0]['peak_rss_mb']:.2f}x")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
