@@ -3,7 +3,8 @@
 Each expert is the same trainer with its own reward and KL β:
 
 * ``fc`` — :func:`fabrika.rewards.fc.fc_reward` (exact match of tool calls), β = 0.001;
-* ``if`` — :func:`fabrika.rewards.instruct.make_if_reward` (verifiers + RM correction), β = 0.001;
+* ``if`` — :func:`fabrika.rewards.instruct.make_if_reward` (verifiers + RM correction; S from
+  ``rm_path`` or the ``rm_score`` column, α from ``teacher_rm_mean``), β = 0.001;
 * ``general`` — :func:`fabrika.rewards.general.make_general_reward` (RM × length penalty), β = 0.01.
 
 Shared preset (reference recipe): 8 generations per prompt, lr 1e-6, T = 1.0,
@@ -60,12 +61,12 @@ class FabrikaGRPOConfig(GRPOConfig):
         dataset_path (`str`): directory of the exported GRPO dataset (``save_to_disk``).
         dataset_split (`str`, defaults to ``"train"``): split when the export is a ``DatasetDict``.
         torch_dtype (`str`, defaults to ``"auto"``): dtype the policy is loaded in.
-        rm_path (`str` or `None`): general expert — local sequence-classification RM; ``None`` reads
-            ``rm_score_column`` (per-prompt, for tests and offline checks only).
+        rm_path (`str` or `None`): general and IF experts — local sequence-classification RM (S / R);
+            ``None`` reads the ``rm_score`` column (per-prompt, for tests and offline checks only).
         rm_score_column (`str`): general expert — column with R when ``rm_path`` is ``None``.
         ref_length_column (`str`): general expert — column with the reference length L0.
         length_unit (`str`): general expert — unit of L(y) and L0: ``chars``, ``words`` or ``tokens``.
-        if_reward_kwargs (`dict`): IF expert — keyword arguments for ``make_if_reward``.
+        if_reward_kwargs (`dict`): IF expert — fields of ``fabrika.rewards.instruct.IFRewardConfig``.
         dynamic_sampling (`bool`): keep only groups whose mean reward is in (low, high] (see module doc).
         dynamic_sampling_low / dynamic_sampling_high (`float`): the band, (0, 0.8] by default.
         dynamic_sampling_column (`str` or `None`): stored difficulty column for the pre-filter variant.
@@ -77,12 +78,12 @@ class FabrikaGRPOConfig(GRPOConfig):
     dataset_path: str | None = field(default=None, metadata={"help": "Directory of the exported GRPO dataset."})
     dataset_split: str = field(default="train", metadata={"help": "Split to use if the export is a DatasetDict."})
     torch_dtype: str = field(default="auto", metadata={"help": "dtype the policy is loaded in."})
-    rm_path: str | None = field(default=None, metadata={"help": "General expert: local RM directory."})
+    rm_path: str | None = field(default=None, metadata={"help": "General/IF expert: local RM directory."})
     rm_score_column: str = field(default="rm_score", metadata={"help": "General expert: R column if no rm_path."})
     ref_length_column: str = field(default="ref_length", metadata={"help": "General expert: L0 column."})
     length_unit: str = field(default="chars", metadata={"help": "General expert: chars, words or tokens."})
     if_reward_kwargs: dict[str, Any] = field(default_factory=dict,
-                                             metadata={"help": "IF expert: kwargs for make_if_reward."})
+                                             metadata={"help": "IF expert: IFRewardConfig fields."})
     dynamic_sampling: bool = field(default=False, metadata={"help": "Keep groups with mean reward in (low, high]."})
     dynamic_sampling_low: float = field(default=0.0, metadata={"help": "Exclusive lower bound of the band."})
     dynamic_sampling_high: float = field(default=0.8, metadata={"help": "Inclusive upper bound of the band."})
@@ -118,12 +119,22 @@ def load_grpo_config(expert: str, path: str | Path | None = None, overrides: dic
     return config
 
 
+def _if_config(config: FabrikaGRPOConfig) -> Any:
+    from fabrika.rewards.instruct import IFRewardConfig
+
+    try:
+        return IFRewardConfig(**config.if_reward_kwargs)
+    except ValueError as exc:
+        raise ConfigError(f"grpo config: if_reward_kwargs {config.if_reward_kwargs!r} is not a valid "
+                          f"IFRewardConfig: {exc}") from exc
+
+
 def required_columns(config: FabrikaGRPOConfig) -> list[str]:
     """Dataset columns the expert's reward reads (checked before training)."""
     if config.expert == "fc":
         return ["ground_truth", "target_type"]
     if config.expert == "if":
-        return ["constraints"]
+        return [_if_config(config).constraints_column]
     cols = [config.ref_length_column]
     if config.rm_path is None:
         cols.append(config.rm_score_column)
@@ -137,12 +148,14 @@ def expert_reward(config: FabrikaGRPOConfig) -> RewardFn:
 
         return fc_reward
     if config.expert == "if":
-        try:
-            from fabrika.rewards.instruct import make_if_reward
-        except ImportError as exc:
-            raise ConfigError("expert 'if' needs fabrika.rewards.instruct.make_if_reward, which is not installed "
-                              f"in this checkout ({exc})") from exc
-        return make_if_reward(**config.if_reward_kwargs)
+        from fabrika.rewards.instruct import make_if_reward
+
+        rm_scorer = None
+        if config.rm_path is not None:
+            from fabrika.rewards.general import SequenceClassifierRM
+
+            rm_scorer = SequenceClassifierRM(config.rm_path)
+        return make_if_reward(_if_config(config), rm_scorer=rm_scorer)
     from fabrika.rewards.general import make_general_reward
 
     return make_general_reward(config.rm_path, score_column=config.rm_score_column,

@@ -66,8 +66,14 @@ def grpo_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     gen = [{"prompt": _prompt(q), "target_type": "general", "lang": "ru", "ground_truth": "null",
             "ref_length": ref, "rm_score": rm}
            for q, ref, rm in [("Расскажи о Казани.", 150, 0.5), ("Что такое JSON?", 120, -0.25)]]
+    constraints = [{"id": "ru.length.words_max", "params": {"n": 3}}, {"id": "ru.punct.no_commas", "params": {}}]
+    if_rows = [{"prompt": _prompt(q), "target_type": "text", "lang": "ru", "ground_truth": json.dumps(
+        {"constraints": constraints}, ensure_ascii=False), "constraints": json.dumps(constraints),
+        "rm_score": rm, "teacher_rm_mean": 0.5}
+        for q, rm in [("Опиши Москву не более чем тремя словами без запятых.", 0.9),
+                      ("Назови город тремя словами без запятых.", 0.1)]]
     out = {}
-    for name, rows in (("fc", fc), ("general", gen)):
+    for name, rows in (("fc", fc), ("general", gen), ("if", if_rows)):
         path = root / name
         Dataset.from_list(rows).save_to_disk(str(path))
         out[name] = path

@@ -58,7 +58,7 @@ def test_presets_follow_the_recipe(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.train
-@pytest.mark.parametrize("expert", ["fc", "general"])
+@pytest.mark.parametrize("expert", ["if", "fc", "general"])
 def test_two_steps_logged_rewards_match_direct(expert: str, tmp_path: Path, tiny_model: Path,
                                                grpo_exports: dict[str, Path]) -> None:
     cfg = _config(expert, tmp_path, tiny_model, grpo_exports[expert])
@@ -79,6 +79,10 @@ def test_two_steps_logged_rewards_match_direct(expert: str, tmp_path: Path, tiny
     assert list(trainer._logs["completion"]) == rec.calls[-1][1]
     if expert == "fc":  # the prompt the policy saw carries the tools in its system turn
         assert "get_weather" in rec.calls[0][0][0][0]["content"]
+    elif expert == "if":  # V ∈ {0, .5, 1}, shifted by the RM correction (+1 if S > α, −0.5 otherwise)
+        for prompts, _, _, kwargs, out in rec.calls:
+            allowed = {0.0, 1.5, 2.0} if kwargs["rm_score"][0] > 0.5 else {0.0, 0.0, 0.5}
+            assert set(out) <= allowed
     else:  # the general reward really used rm_score and ref_length
         kwargs, out = rec.calls[0][3], rec.calls[0][4]
         assert all(math.copysign(1, o) == math.copysign(1, r) for o, r in zip(out, kwargs["rm_score"]) if o)
@@ -97,6 +101,10 @@ def test_missing_reward_column_fails_before_training(tmp_path: Path, tiny_model:
         build_grpo_trainer(_config("general", tmp_path, tiny_model, bad))
     with pytest.raises(InputError, match=r"lacks column\(s\) \['ground_truth', 'target_type'\]"):
         build_grpo_trainer(_config("fc", tmp_path, tiny_model, bad))
+    with pytest.raises(InputError, match=r"lacks column\(s\) \['constraints'\]"):
+        build_grpo_trainer(_config("if", tmp_path, tiny_model, bad))
+    with pytest.raises(ConfigError, match="if_reward_kwargs"):
+        build_grpo_trainer(_config("if", tmp_path, tiny_model, bad, if_reward_kwargs={"agregation": "all"}))
     ends_with_answer = tmp_path / "ans"
     Dataset.from_list([{"prompt": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
                         "rm_score": 1.0, "ref_length": 3}]).save_to_disk(str(ends_with_answer))
