@@ -9,7 +9,7 @@ from typing import Any
 from fabrika.constraints.base import const, constraint
 from fabrika.constraints.pools import COPY_PHRASES, END_PHRASES, END_WORDS, REQUESTS, START_PHRASES
 from fabrika.textutil.lang import LANGUAGE_NAMES_RU, detect_language
-from fabrika.textutil.morph import lemma, lemmas, parses
+from fabrika.textutil.morph import agree, lemma, lemmas, parses
 from fabrika.textutil.script import homoglyph_words
 from fabrika.textutil.segment import paragraphs, sentences, words
 
@@ -26,7 +26,7 @@ def _norm(s: str) -> str:
 @constraint(
     "ru.startend.start_phrase",
     "startend",
-    ["Начните ответ ровно с фразы «{phrase}»."],
+    ["Начните ответ ровно с фразы «{phrase}»", "Первые слова ответа должны быть такими: «{phrase}»"],
     lambda rng: {"phrase": rng.choice(START_PHRASES)},
 )
 def start_phrase(text: str, p: Mapping[str, Any]) -> bool:
@@ -105,8 +105,13 @@ def shouted_words(text: str) -> list[str]:
 @constraint(
     "ru.case.capital_words_max",
     "case",
-    ["Слов, целиком написанных заглавными буквами, должно быть не более {n} (аббревиатуры вроде РФ не считаются)."],
+    ["{rule} (аббревиатуры вроде РФ или СССР не в счёт)."],
     lambda rng: {"n": rng.choice((0, 1, 2, 3))},
+    derive=lambda p: {
+        "rule": "Не пишите целиком заглавными буквами ни одного слова"
+        if p["n"] == 0
+        else f"Целиком заглавными буквами можно написать не более {p['n']} {agree('слово', p['n'], 'gent')}"
+    },
 )
 def capital_words_max(text: str, p: Mapping[str, Any]) -> bool:
     """At most ``n`` all-caps words; abbreviations (РФ, СССР) are not counted."""

@@ -1,6 +1,7 @@
 """Russian-aware segmentation: words, sentences, paragraphs, lines.
 
-Why not ``\\w+`` and English sentence rules: «кто-то» is one word, «3,5» is one
+Results are cached per text (a reward checks one completion against several
+constraints). Why not ``\\w+`` and English sentence rules: «кто-то» is one word, «3,5» is one
 number, «т. е.», «г.» and initials («А. С. Пушкин») do not end a sentence.
 razdel handles all of these; we only decide what counts as a *word* token.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 
 import razdel
 
@@ -24,6 +26,12 @@ def nfc(text: str) -> str:
 
 
 def tokens(text: str) -> list[str]:
+    """razdel tokens (see :func:`_tokens`); a fresh list, so callers may mutate it."""
+    return list(_tokens(text))
+
+
+@lru_cache(maxsize=512)
+def _tokens(text: str) -> tuple[str, ...]:
     """razdel tokens (words, numbers, punctuation) of NFC-normalised ``text``.
 
     razdel splits a word at a script change («пр», «o», «грамма» for a Cyrillic
@@ -40,7 +48,7 @@ def tokens(text: str) -> list[str]:
         else:
             out.append(t.text)
         last_stop, last_alnum = t.stop, alnum
-    return out
+    return tuple(out)
 
 
 def words(text: str) -> list[str]:
@@ -67,12 +75,17 @@ def sentences(text: str) -> list[str]:
 
     Fragments without a letter or digit (a lone «—» or «***») are not sentences.
     """
+    return list(_sentences(text))
+
+
+@lru_cache(maxsize=512)
+def _sentences(text: str) -> tuple[str, ...]:
     out: list[str] = []
     for line in lines(text):
         for s in razdel.sentenize(line):
             if _HAS_ALNUM.search(s.text):
                 out.append(s.text.strip())
-    return out
+    return tuple(out)
 
 
 def strip_markdown(text: str) -> str:
