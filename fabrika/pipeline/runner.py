@@ -335,6 +335,7 @@ class _Run:
         name = stage.name
         task = self.progress.add(name, None)
         if self.resume and before.get("complete") and self.store.has_rows(name):
+            stats.seen = stats.skipped = int(before.get("seen", 0))  # done in an earlier invocation
             self.progress.finish(task, stats)
             return
         self.store.drop_stage(name)

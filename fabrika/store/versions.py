@@ -11,6 +11,12 @@ applies the gates, and writes ``versions/<name>/``::
 The version is built in a hidden temporary directory and renamed into place, so
 a crash leaves either the old version or the new one. It never builds an LLM
 engine: refiltering is pure polars.
+
+Refiltering re-gates the *dataset* stages. Gates also decide, at run time,
+which upstream rows a stage consumes; a changed threshold there takes effect
+on the next ``fabrika run`` (new passing items are processed, rows already
+written stay). Stages that want their upstream scores re-gated at
+materialisation copy those score columns into their output rows.
 """
 
 from __future__ import annotations
