@@ -8,7 +8,8 @@ Template slots (``string.Formatter`` syntax):
 
 * ``{n}`` — the parameter as is; a list renders as «а», «б» и «в»;
 * ``{n:слово}`` — the number with the noun agreed: «1 слово», «5 слов»;
-* ``{n:слово:gent}`` — agreed in an oblique case (after «не более»): «1 слова», «2 слов».
+* ``{n:слово:gent}`` — agreed in an oblique case (after «не более»): «1 слова», «2 слов»;
+* ``{n:word}`` (an ASCII noun, English templates) — «1 word», «5 words».
 """
 
 from __future__ import annotations
@@ -37,10 +38,19 @@ def quote_list(items: list[Any]) -> str:
     return ", ".join(quoted[:-1]) + " и " + quoted[-1]
 
 
+def english_plural(noun: str) -> str:
+    """Plural of the last word of a regular English noun phrase («data row» → «data rows»)."""
+    head, _, last = noun.rpartition(" ")
+    last = last + "es" if last.endswith(("s", "ch", "sh", "x")) else last + "s"
+    return f"{head} {last}" if head else last
+
+
 class _RuFormatter(string.Formatter):
     """Formatter whose format spec is a noun to agree with a number (see module doc)."""
 
     def format_field(self, value: Any, format_spec: str) -> str:
+        if format_spec and isinstance(value, int) and format_spec.isascii() and format_spec[0].isalpha():
+            return f"{value} {format_spec if value == 1 else english_plural(format_spec)}"
         if format_spec and isinstance(value, int) and not format_spec[0].isdigit():
             noun, _, case = format_spec.partition(":")
             return f"{value} {agree(noun, value, case or 'nomn')}"
@@ -156,12 +166,13 @@ def constraint(
 
 RELATIONS = ("at_least", "at_most", "exactly")
 RELATION_RU = {"at_least": "не менее", "at_most": "не более", "exactly": "ровно"}
+RELATION_EN = {"at_least": "at least", "at_most": "at most", "exactly": "exactly"}
 
 
 def relation_slots(params: Mapping[str, Any]) -> Params:
     """Derived slots for a ``relation`` param: the Russian words and the case they govern."""
     rel = params["relation"]
-    return {"rel": RELATION_RU[rel], "case": "nomn" if rel == "exactly" else "gent"}
+    return {"rel": RELATION_RU[rel], "rel_en": RELATION_EN[rel], "case": "nomn" if rel == "exactly" else "gent"}
 
 
 def compare(count: int, relation: str, n: int) -> bool:

@@ -50,6 +50,7 @@ def _kw_slots(p: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "kw": f"{'слово' if one else 'слова'} {listed}",
         "kw_gent": f"{'слова' if one else 'слов'} {listed}",
+        "kw_en": f"{'the word' if one else 'the words'} {listed.replace(' и ', ' and ')}",
     }
 
 

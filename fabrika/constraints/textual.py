@@ -8,7 +8,7 @@ from typing import Any
 
 from fabrika.constraints.base import const, constraint
 from fabrika.constraints.pools import COPY_PHRASES, END_PHRASES, END_WORDS, REQUESTS, START_PHRASES
-from fabrika.textutil.lang import LANGUAGE_NAMES_RU, detect_language
+from fabrika.textutil.lang import LANGUAGE_NAMES_RU, LANGUAGES, detect_language
 from fabrika.textutil.morph import agree, lemma, lemmas, parses
 from fabrika.textutil.script import homoglyph_words
 from fabrika.textutil.segment import paragraphs, sentences, words
@@ -220,7 +220,7 @@ def copy_only(text: str, p: Mapping[str, Any]) -> bool:
     "language",
     ["Отвечайте только на {lang_name} языке.", "Весь ответ должен быть на {lang_name} языке."],
     lambda rng: {"lang": rng.choice(("ru", "ru", "en", "uk", "kk", "de"))},
-    derive=lambda p: {"lang_name": LANGUAGE_NAMES_RU[p["lang"]]},
+    derive=lambda p: {"lang_name": LANGUAGE_NAMES_RU[p["lang"]], "lang_name_en": LANGUAGES[p["lang"]].name.title()},
 )
 def response_lang(text: str, p: Mapping[str, Any]) -> bool:
     """lingua (restricted language set) detects ``lang``; Cyrillic answers must hold no homoglyph words."""

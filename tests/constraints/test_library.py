@@ -44,6 +44,8 @@ def test_every_constraint_renders_sampled_params_without_unfilled_slots(cid: str
         assert text and not re.search(r"[{}]", text), text
         assert re.search(r"[а-яё]", text), text  # a Russian instruction
         assert c.render(params) == text  # stable template choice
+        en = c.render(params, lang="en")
+        assert en and not re.search(r"[{}]", en) and re.match(r"[A-Z]", en), en
     assert c.sample_params(random.Random(7)) == c.sample_params(random.Random(7))
     assert c.family and cid.startswith(f"ru.{cid.split('.')[1]}.")
 
@@ -67,3 +69,11 @@ def test_loose_forgives_a_preface_line_and_markdown() -> None:
     assert not end.verify(text, {"phrase": "На этом всё."}) and end.verify_loose(text, {"phrase": "На этом всё."})
     # loose is not anything-goes: a response that violates on every variant still fails
     assert not js.verify_loose("Конечно!\nЭто не JSON.\nПока.", {})
+
+
+def test_english_rendering_agrees_numbers() -> None:
+    c = REGISTRY["ru.length.words_max"]
+    assert c.render({"n": 1}, lang="en") == "Answer in at most 1 word."
+    assert c.render({"n": 21}, lang="en") == "Answer in at most 21 words."
+    assert "exactly 3 data rows" in REGISTRY["ru.format.markdown_table"].render({"n": 3}, lang="en")
+    assert "«река» and «лес»" in REGISTRY["ru.keywords.include"].render({"keywords": ["река", "лес"]}, lang="en")
