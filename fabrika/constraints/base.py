@@ -122,7 +122,7 @@ def loose_variants(response: str) -> list[str]:
     ]
     out: list[str] = []
     for v in base + [strip_markdown(b) for b in base]:
-        if v not in out:
+        if v.strip() and v not in out:  # an emptied variant would pass every "no X" constraint
             out.append(v)
     return out
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from fabrika.constraints import REGISTRY
-from tests.constraints import cases_format, cases_keywords, cases_length, cases_russian, cases_textual
+from . import cases_format, cases_keywords, cases_length, cases_russian, cases_textual
 
 ALL_CASES = [*cases_length.CASES, *cases_keywords.CASES, *cases_format.CASES, *cases_textual.CASES, *cases_russian.CASES]
 _IDS = [f"{cid}-{i}" for i, (cid, *_rest) in enumerate(ALL_CASES)]
@@ -67,7 +67,10 @@ def test_loose_forgives_a_preface_line_and_markdown() -> None:
     end = REGISTRY["ru.startend.end_phrase"]
     text = "Ответ готов. На этом всё.\nЕсли нужно, спрашивайте."
     assert not end.verify(text, {"phrase": "На этом всё."}) and end.verify_loose(text, {"phrase": "На этом всё."})
-    # loose is not anything-goes: a response that violates on every variant still fails
+    # loose is not anything-goes: a response that violates on every variant still fails,
+    # and a one-line answer is not "forgiven" into an empty one
+    assert not REGISTRY["ru.punct.no_commas"].verify_loose("Да, конечно.", {})
+    assert not REGISTRY["ru.punct.no_commas"].verify_loose("Да, конечно.\nНу, ладно.", {})
     assert not js.verify_loose("Конечно!\nЭто не JSON.\nПока.", {})
 
 
