@@ -155,11 +155,31 @@ def scan_files(files: Iterable[Path]) -> pl.LazyFrame | None:
     Columns come in :func:`canonical_columns` order, so the table is the same
     whatever order items completed in (DESIGN contract 7).
     """
-    frames = [pl.scan_parquet(f) for f in files]
-    if not frames:
+    groups: dict[tuple[tuple[str, str], ...], list[Path]] = {}
+    for f in files:
+        groups.setdefault(file_schema(f), []).append(f)
+    if not groups:
         return None
+    # one scan per distinct schema (usually one or a few), not one per shard
+    frames = [pl.scan_parquet(group) for group in groups.values()]
     lf = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
     return lf.select(canonical_columns(lf.collect_schema().names()))
+
+
+_SCHEMAS: dict[tuple[str, int, int], tuple[tuple[str, str], ...]] = {}
+
+
+def file_schema(path: Path) -> tuple[tuple[str, str], ...]:
+    """A shard's schema from its footer; cached, shards are immutable once renamed into place."""
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    cached = _SCHEMAS.get(key)
+    if cached is None:
+        cached = tuple((k, str(v)) for k, v in pl.read_parquet_schema(path).items())
+        if len(_SCHEMAS) > 100_000:
+            _SCHEMAS.clear()
+        _SCHEMAS[key] = cached
+    return cached
 
 
 def iter_frame_rows(lf: pl.LazyFrame, batch_size: int = 1024) -> Iterator[dict[str, Any]]:
