@@ -80,3 +80,11 @@ def test_english_rendering_agrees_numbers() -> None:
     assert c.render({"n": 21}, lang="en") == "Answer in at most 21 words."
     assert "exactly 3 data rows" in REGISTRY["ru.format.markdown_table"].render({"n": 3}, lang="en")
     assert "«река» and «лес»" in REGISTRY["ru.keywords.include"].render({"keywords": ["река", "лес"]}, lang="en")
+
+
+@pytest.mark.parametrize(("cid", "params", "positives", "negatives"), ALL_CASES, ids=_IDS)
+def test_loose_still_rejects_one_line_plain_negatives(cid: str, params: dict, positives: list[str], negatives: list[str]) -> None:
+    c = REGISTRY[cid]
+    for text in negatives:
+        if "\n" not in text.strip() and not any(ch in text for ch in "*#`") and text.strip():
+            assert not c.verify_loose(text, params), text
