@@ -155,3 +155,30 @@ def test_bad_inputs_rejected_with_clear_errors(server: FakeOpenAIServer) -> None
     with pytest.raises(ValueError, match="exactly one"):
         server.script(match="x")
     assert set(FAULT_KINDS) >= {"rate_limit", "hang", "bad_args"}
+
+
+def test_runs_as_a_subprocess_for_benches() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "fabrika.testing.fake_server", "--port", "0", "--fault-rate", "1",
+                             "--fault-kinds", "server"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().split()
+        assert line[0] == "READY"
+        c = openai.OpenAI(base_url=f"http://127.0.0.1:{line[1]}/v1", api_key="x", max_retries=0, timeout=5)
+        assert [m.id for m in c.models.list().data] == ["fake-model"]
+        with pytest.raises(openai.InternalServerError):
+            c.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=5)
+    assert "RuntimeWarning" not in err
+
+
+def test_public_exports() -> None:
+    import fabrika.testing
+
+    assert sorted(fabrika.testing.__all__) == ["FAULT_KINDS", "FakeOpenAIApp", "FakeOpenAIServer", "break_arguments"]
+    assert all(getattr(fabrika.testing, name) is not None for name in fabrika.testing.__all__)
