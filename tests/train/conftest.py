@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from datasets import Dataset, Features, Json, Value  # noqa: E402
+from datasets import Dataset, Features, Json, List  # noqa: E402
 
 from fabrika.train.tiny import save_tiny  # noqa: E402
 
@@ -36,7 +36,8 @@ SFT_ROWS = [
      "completion": [{"role": "assistant", "content": "1. Проверить. 2. Описать. 3. Отправить."}], "tools": []},
 ]
 
-SFT_FEATURES = Features({"prompt": Json(), "completion": Json(), "tools": Json()})
+# The export's layout: one JSON value per message / tool (``List(Json())``).
+SFT_FEATURES = Features({"prompt": List(Json()), "completion": List(Json()), "tools": List(Json())})
 
 
 @pytest.fixture(scope="session")

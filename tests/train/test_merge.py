@@ -13,7 +13,7 @@ from fabrika.errors import ConfigError
 from fabrika.train.merge import MergeConfig, grid_search, load_merge_config, slerp_config, two_stage_merge
 from fabrika.train.tiny import build_model, build_tokenizer
 
-pytestmark = [pytest.mark.train]
+pytestmark = [pytest.mark.slow, pytest.mark.train]
 
 
 def slerp_ref(t: float, a: np.ndarray, b: np.ndarray, threshold: float = 0.9995) -> np.ndarray:
