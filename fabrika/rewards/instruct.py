@@ -71,7 +71,7 @@ class IFRewardConfig(BaseModel):
     bonus: float = Field(default=1.0, description="The RM bonus added when V > 0 and S > α.")
     penalty: float = Field(default=0.5, description="Subtracted when V > 0 and S ≤ α.")
     constraints_column: str = Field(default="constraints", description="Dataset column with the prompt's constraint specs.")
-    rm_score_column: str = Field(default="rm_score", description="Column with S when no rm_scorer callable is given.")
+    rm_score_column: str = Field(default="rm_scores", description="Column with S (one per completion) when no rm_scorer callable is given.")
     teacher_rm_column: str = Field(default="teacher_rm_mean", description="Column with α, the teacher's mean RM score.")
 
 
@@ -259,7 +259,9 @@ def make_if_reward(
 
     ``sandbox_runner(code, responses) -> verdicts`` runs LLM-written verifiers
     (default: a lazily started ``fabrika.sandbox.SandboxPool``); ``rm_scorer``
-    gives S, else the ``rm_score`` column does, else no RM correction is applied.
+    gives S, else the ``rm_scores`` column does, else no RM correction is applied.
+    Under TRL, the mean V and the all-pass share are logged through ``log_metric``
+    (``if/verifier_score``, ``if/all_pass``) and V per completion through ``log_extra``.
     Call ``reward.close()`` when done to stop a default sandbox pool.
     """
     cfg = config or IFRewardConfig()
@@ -267,9 +269,16 @@ def make_if_reward(
     runner = sandbox_runner or lazy
 
     def if_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        kwargs.pop("completion_ids", None)
-        kwargs.pop("trainer_state", None)
-        return [s.reward for s in score_if(prompts, completions, cfg, sandbox_runner=runner, rm_scorer=rm_scorer, **kwargs)]
+        for key in ("completion_ids", "trainer_state", "environments"):
+            kwargs.pop(key, None)
+        log_metric, log_extra = kwargs.pop("log_metric", None), kwargs.pop("log_extra", None)
+        scores = score_if(prompts, completions, cfg, sandbox_runner=runner, rm_scorer=rm_scorer, **kwargs)
+        if scores and callable(log_metric):
+            log_metric("if/verifier_score", sum(s.v for s in scores) / len(scores))
+            log_metric("if/all_pass", sum(s.v >= 1 for s in scores) / len(scores))
+        if callable(log_extra):
+            log_extra("if_verifier_score", [s.v for s in scores])
+        return [s.reward for s in scores]
 
     if_reward.__name__ = "if_reward"
     if_reward.close = lazy.close if lazy is not None else (lambda: None)  # type: ignore[attr-defined]

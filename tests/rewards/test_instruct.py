@@ -66,6 +66,8 @@ def test_completion_text_string_and_conversational() -> None:
 
 
 def test_trl_call_with_library_constraints_and_rm_columns() -> None:
+    metrics: list[tuple[str, float]] = []
+    extra: list[tuple[str, list[float]]] = []
     reward = make_if_reward()
     completions = [
         [{"role": "assistant", "content": OK3}],  # V=1
@@ -78,11 +80,16 @@ def test_trl_call_with_library_constraints_and_rm_columns() -> None:
         completions=completions,
         completion_ids=[[1, 2]] * 4,
         constraints=[SPECS] * 4,
-        rm_score=[2.0, 2.0, 2.0, 0.5],
+        rm_scores=[2.0, 2.0, 2.0, 0.5],
         teacher_rm_mean=[1.0, 1.0, 1.0, 1.0],
+        trainer_state=object(),
+        log_metric=lambda name, value: metrics.append((name, value)),
+        log_extra=lambda column, values: extra.append((column, values)),
     )
     assert out == pytest.approx([2.0, 2 / 3 + 1, 0.0, 0.5])
     assert reward.__name__ == "if_reward"
+    assert metrics == [("if/verifier_score", pytest.approx((1 + 2 / 3 + 0 + 1) / 4)), ("if/all_pass", 0.5)]
+    assert extra == [("if_verifier_score", pytest.approx([1.0, 2 / 3, 0.0, 1.0]))]
 
 
 def test_all_or_nothing_and_no_rm() -> None:
@@ -142,7 +149,7 @@ def test_llm_verifiers_go_through_the_injected_runner_batched_per_code() -> None
 def test_errors_name_the_column_and_fix() -> None:
     reward = make_if_reward()
     with pytest.raises(ConfigError, match="teacher_rm_mean"):
-        reward(prompts=["p"], completions=["Кот."], constraints=[[MAX5]], rm_score=[1.0])
+        reward(prompts=["p"], completions=["Кот."], constraints=[[MAX5]], rm_scores=[1.0])
     with pytest.raises(ConfigError, match="'constraints'"):
         reward(prompts=["p"], completions=["Кот."])
     with pytest.raises(ConfigError, match="neither"):
