@@ -36,6 +36,8 @@ from fabrika.store.shards import iter_frame_rows
 from fabrika.store.versions import VersionInfo, materialise
 
 FLUSH_SECONDS = 30.0
+#: A running stage refreshes its manifest entry at most this often (``fabrika status`` on a live run).
+MANIFEST_SECONDS = 5.0
 console = Console(stderr=True)
 
 
@@ -166,6 +168,7 @@ class _Run:
         self.stats: dict[str, StageStats] = {}
         self.progress = RunProgress(enabled=progress)
         self.manifest: dict[str, Any] = {}
+        self._last_manifest = time.monotonic()
 
     # -- manifest -----------------------------------------------------------------
     def _write_manifest(self, status: str) -> None:
@@ -197,6 +200,18 @@ class _Run:
             llm=stats.llm.as_dict(),
             report=stats.report,
         )
+
+    def _live_entry(self, name: str, stats: StageStats) -> None:
+        """Progress of a running stage in the manifest, from counters only (no pass over the store)."""
+        t = time.monotonic()
+        if t - self._last_manifest < MANIFEST_SECONDS:
+            return
+        self._last_manifest = t
+        entry = self.manifest.setdefault("stages", {}).setdefault(name, {})
+        entry.update(complete=False, seen=stats.seen, processed=stats.processed, skipped=stats.skipped,
+                     rows_written_this_run=stats.rows_written, internal_errors=stats.internal_errors,
+                     llm=stats.llm.as_dict())
+        self._write_manifest("running")
 
     # -- running ------------------------------------------------------------------
     async def run(self) -> None:
@@ -290,6 +305,7 @@ class _Run:
                 stats.shards += 1
                 stats.rows_written += len(rows)
             last_flush = time.monotonic()
+            self._live_entry(name, stats)
 
         try:
             while True:

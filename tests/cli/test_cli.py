@@ -141,3 +141,16 @@ def test_refilter_bad_set_exits_2_one_line(tmp_path: Path, assignment: str, need
 def test_status_and_refilter_on_missing_run_exit_2(tmp_path: Path) -> None:
     assert runner.invoke(app, ["status", str(tmp_path / "nope")]).exit_code == 2
     assert runner.invoke(app, ["refilter", str(tmp_path / "nope")]).exit_code == 2
+
+
+def test_cache_only_leaves_uncached_items_pending_and_exits_3(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path)
+    result = runner.invoke(app, ["run", str(cfg), "--no-progress", "--cache-only"])
+    assert result.exit_code == 3, result.output
+    assert "rerun without --cache-only" in result.stderr
+    assert not (tmp_path / "run/stages/test.ask").exists()
+    assert manifest(tmp_path)["stages"]["test.ask"]["cache_miss"] == 16
+    assert runner.invoke(app, ["run", str(cfg), "--no-progress"]).exit_code == 0
+    cached = runner.invoke(app, ["run", str(cfg), "--no-progress", "--cache-only", "--no-resume"])
+    assert cached.exit_code == 0, cached.output  # everything is cached now: a full rebuild with no model
+    assert manifest(tmp_path)["stages"]["test.ask"]["rows"] == 16
