@@ -56,9 +56,16 @@ def apply_conflicts(registry: dict[str, SeedConstraint]) -> None:
         registry[cid] = dataclasses.replace(c, conflicts=frozenset(table[cid]))
 
 
+# Parameters whose text must appear in the response (not settings such as ``relation`` or ``lang``).
+TEXT_PARAMS = frozenset({"phrase", "keywords", "keyword", "word", "request", "marker", "letter"})
+
+
 def _strings(params: Mapping[str, Any]) -> list[str]:
+    """The response text a constraint's parameters require (see :data:`TEXT_PARAMS`)."""
     out: list[str] = []
-    for v in params.values():
+    for k, v in params.items():
+        if k not in TEXT_PARAMS:
+            continue
         if isinstance(v, str):
             out.append(v)
         elif isinstance(v, (list, tuple)):
@@ -107,7 +114,10 @@ _PARAM_RULES: list[Callable[[str, Mapping[str, Any], str, Mapping[str, Any]], bo
 
 
 def params_conflict(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
-    """True if ``a`` with ``pa`` and ``b`` with ``pb`` cannot both hold (either order)."""
+    """True if ``a`` with ``pa`` and ``b`` with ``pb`` cannot both hold (either order).
+
+    The same id twice always conflicts: a combination holds each constraint once.
+    """
     if a == b:
         return True
     return any(rule(x, px, y, py) for rule in _PARAM_RULES for x, px, y, py in ((a, pa, b, pb), (b, pb, a, pa)))

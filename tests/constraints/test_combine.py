@@ -54,6 +54,9 @@ def test_parameter_level_conflicts() -> None:
     assert params_conflict("ru.russian.yo_nowhere", {}, "ru.startend.start_phrase", {"phrase": "Давайте разберёмся."})
     assert params_conflict("ru.language.response_lang", {"lang": "en"}, "ru.russian.yo_everywhere", {})
     assert not params_conflict("ru.language.response_lang", {"lang": "ru"}, "ru.russian.yo_everywhere", {})
+    # settings («relation», «lang») are not response text: no false conflicts with character bans
+    assert not params_conflict("ru.russian.no_latin", {}, "ru.keywords.frequency", {"keyword": "река", "n": 2, "relation": "at_least"})
+    assert not params_conflict("ru.russian.no_latin", {}, "ru.language.response_lang", {"lang": "ru"})
     assert params_conflict("ru.keywords.letter_frequency", {"letter": "о", "n": 5, "relation": "at_least"}, "ru.keywords.lipogram", {"letter": "о"})
 
 
