@@ -38,7 +38,11 @@ BACKEND_NAME = "openai"
 
 
 def build_body(request: ChatRequest, model: str) -> dict[str, Any]:
-    """The chat-completions JSON body for ``request`` (``sample_index``, ``tag``, ``meta`` stay local)."""
+    """The chat-completions JSON body for ``request``.
+
+    ``tag`` and ``meta`` stay local; ``sample_index`` is sent only as an offset to
+    ``seed`` (when a seed is set), so repeated samples of one prompt differ.
+    """
     r = request
     body: dict[str, Any] = {"model": r.model or model, "messages": list(r.messages)}
     if r.tools:
@@ -54,7 +58,8 @@ def build_body(request: ChatRequest, model: str) -> dict[str, Any]:
     if r.n != 1:
         body["n"] = r.n
     if r.seed is not None:
-        body["seed"] = r.seed
+        # K samples of one prompt with one seed would be K copies: offset by sample_index
+        body["seed"] = r.seed + r.sample_index
     if r.response_format is not None:
         body["response_format"] = r.response_format
     if r.stop:

@@ -86,10 +86,12 @@ class VLLMLocalBackend:
 
     def _sampling(self, request: ChatRequest) -> Any:
         kwargs: dict[str, Any] = {"n": request.n}
-        for name in ("temperature", "top_p", "max_tokens", "seed"):
+        for name in ("temperature", "top_p", "max_tokens"):
             value = getattr(request, name)
             if value is not None:
                 kwargs[name] = value
+        if request.seed is not None:
+            kwargs["seed"] = request.seed + request.sample_index  # as in openai_compat.build_body
         if request.stop:
             kwargs["stop"] = list(request.stop)
         schema = response_format_schema(request.response_format)

@@ -1,0 +1,93 @@
+"""What goes over the wire (both transports) and the vLLM adapter against a stand-in ``vllm`` module."""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any, Callable
+
+import pytest
+
+from fabrika.llm import LLMConfig, LLMEngine, build_engine
+from fabrika.testing import FakeOpenAIServer
+from llm_helpers import req
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+FMT = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "openai_sdk"])
+async def test_request_fields_reach_the_server(server: FakeOpenAIServer, make_engine: Callable[..., LLMEngine],
+                                               transport: str) -> None:
+    full = req("Привет", tools=(TOOL,), tool_choice="auto", temperature=0.3, top_p=0.9, max_tokens=64, n=2, seed=10,
+               sample_index=2, response_format=FMT, stop=("###",), extra_body={"guided_json": {"type": "object"}},
+               tag="fc.user", meta={"stage": "s"})
+    async with make_engine(server, transport=transport) as eng:
+        resp, bare = await eng.complete([full, req("коротко")])
+    assert resp.ok and len(resp.choices) == 2 and bare.ok
+    sent = {r["messages"][0]["content"]: r for r in server.requests}
+    body = sent["Привет"]
+    assert body["model"] == "fake-model" and body["tools"] == [TOOL] and body["tool_choice"] == "auto"
+    assert (body["temperature"], body["top_p"], body["max_tokens"], body["n"]) == (0.3, 0.9, 64, 2)
+    assert body["seed"] == 12  # seed + sample_index: K samples of one prompt must differ
+    assert body["response_format"] == FMT and body["stop"] == ["###"] and body["guided_json"] == {"type": "object"}
+    assert not {"tag", "meta", "sample_index"} & set(body)
+    assert set(sent["коротко"]) == {"model", "messages"}
+
+
+class _Obj:
+    def __init__(self, **kw: Any) -> None:
+        self.__dict__.update(kw)
+
+
+def fake_vllm(outputs: list[tuple[str, str]], fail: Exception | None = None) -> tuple[types.ModuleType, dict]:
+    seen: dict[str, Any] = {}
+
+    class Tokenizer:
+        def apply_chat_template(self, messages: list, tools: Any = None, **kw: Any) -> str:
+            seen["template"] = {"messages": messages, "tools": tools, **kw}
+            return "PROMPT"
+
+    class Engine:
+        def get_tokenizer(self) -> Tokenizer:
+            return Tokenizer()
+
+        async def generate(self, prompt: str, params: Any, request_id: str) -> Any:
+            seen["params"] = params.kw
+            if fail is not None:
+                raise fail
+            yield _Obj(outputs=[_Obj(text=t, finish_reason=f, token_ids=[1, 2, 3]) for t, f in outputs],
+                       prompt_token_ids=[1] * 7)
+
+    mod = types.ModuleType("vllm")
+    mod.AsyncEngineArgs = lambda **kw: seen.setdefault("args", kw)  # type: ignore[attr-defined]
+    mod.AsyncLLMEngine = _Obj(from_engine_args=lambda args: Engine())  # type: ignore[attr-defined]
+    mod.SamplingParams = lambda **kw: _Obj(kw=kw)  # type: ignore[attr-defined]
+    mod.sampling_params = _Obj(StructuredOutputsParams=lambda json: ("structured", json))  # type: ignore[attr-defined]
+    return mod, seen
+
+
+async def test_vllm_adapter_maps_requests_and_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod, seen = fake_vllm([('Ищу.<tool_call>{"name": "f", "arguments": {"q": "x"}}</tool_call>', "stop"),
+                           ("обрыв", "length")])
+    monkeypatch.setitem(sys.modules, "vllm", mod)
+    cfg = LLMConfig(backend="vllm", model="tiny", cache={"enabled": False}, vllm={"max_model_len": 4096})
+    async with build_engine(cfg, None) as eng:
+        resp = await eng.complete_one(req("Найди", tools=(TOOL,), n=2, seed=1, sample_index=1, response_format=FMT,
+                                          extra_body={"chat_template_kwargs": {"enable_thinking": False}}))
+    assert seen["args"]["model"] == "tiny" and seen["args"]["max_model_len"] == 4096
+    assert seen["template"]["tools"] == [TOOL] and seen["template"]["enable_thinking"] is False
+    assert seen["params"]["seed"] == 2 and seen["params"]["n"] == 2
+    assert seen["params"]["structured_outputs"] == ("structured", {"type": "object"})
+    first, second = resp.choices
+    assert first.content == "Ищу." and first.tool_calls[0]["name"] == "f" and first.finish_reason == "tool_calls"
+    assert second.truncated and resp.backend == "vllm" and resp.usage.prompt_tokens == 7
+    assert eng.accounting.totals()["truncated"] == 1
+
+
+async def test_vllm_adapter_maps_context_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod, _ = fake_vllm([], fail=ValueError("prompt is longer than max_model_len"))
+    monkeypatch.setitem(sys.modules, "vllm", mod)
+    async with build_engine(LLMConfig(backend="vllm", model="tiny", cache={"enabled": False}), None) as eng:
+        resp = await eng.complete_one(req("x"))
+    assert resp.error.kind == "context_length" and resp.attempts == 1
