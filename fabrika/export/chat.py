@@ -18,8 +18,10 @@ test pins it to ``Message.to_chat`` so the two cannot drift.
 
 from __future__ import annotations
 
-import json
+from functools import lru_cache
 from typing import Any, Literal
+
+from fabrika.export.fastjson import dumps, loads
 
 ExportKind = Literal["sft", "grpo"]
 
@@ -35,7 +37,7 @@ def _loads(value: Any, default: Any) -> Any:
     if isinstance(value, (bytes, bytearray)):
         value = value.decode("utf-8")
     if isinstance(value, str):
-        return json.loads(value) if value else default
+        return loads(value) if value else default
     return value
 
 
@@ -43,7 +45,7 @@ def _arguments_dict(arguments: Any) -> dict[str, Any]:
     if arguments is None or arguments == "":
         return {}
     if isinstance(arguments, str):
-        arguments = json.loads(arguments)
+        arguments = loads(arguments)
     if not isinstance(arguments, dict):
         raise ValueError(f"tool call arguments must be a JSON object, got {type(arguments).__name__}")
     return arguments
@@ -87,6 +89,17 @@ def tools_to_chat(value: Any) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
         raise ValueError(f"tools must be a JSON list, got {type(tools).__name__}")
     return tools
+
+
+@lru_cache(maxsize=4096)
+def tool_elements(value: str) -> tuple[str, ...]:
+    """Each tool of a tools JSON string as its own JSON text (cached: episodes repeat their tool sets)."""
+    return tuple(dumps(t) for t in tools_to_chat(value))
+
+
+def message_elements(value: Any) -> list[str]:
+    """Each chat message of a stored message list as its own JSON text."""
+    return [dumps(m) for m in messages_to_chat(value)]
 
 
 def sft_record(row: dict[str, Any]) -> dict[str, Any]:

@@ -24,15 +24,19 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Iterator, Literal, Sequence
 
 import polars as pl
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import ConfigError
+from fabrika.schemas.ids import stable_id
 from fabrika.export.card import render_card
-from fabrika.export.chat import LIST_FIELDS, NESTED_FIELDS, ExportKind, to_record
+from fabrika.export.chat import (LIST_FIELDS, NESTED_FIELDS, ExportKind, message_elements, to_record, tool_elements,
+                                 tools_to_chat)
+from fabrika.export.fastjson import dumps as fast_dumps
+from fabrika.export.fastjson import loads
 from fabrika.export.mix import MixConfig, MixReport, mix
 from fabrika.export.source import ExportSource, iter_batches
 from fabrika.export.validate import ValidationReport, load_template, validate_pairs
@@ -76,7 +80,7 @@ class ExportResult(BaseModel):
     pushed_to: str | None = None
 
 
-def _records(source: ExportSource, lf: pl.LazyFrame, kind: ExportKind, batch_rows: int) -> Iterator[list[dict[str, Any]]]:
+def _records(lf: pl.LazyFrame, kind: ExportKind, batch_rows: int) -> Iterator[list[dict[str, Any]]]:
     for batch in iter_batches(lf, batch_rows):
         yield [to_record(r, kind) for r in batch]
 
@@ -85,24 +89,50 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _arrow_batch(records: list[dict[str, Any]], kind: ExportKind, columns: list[str]) -> pa.Table:
-    """Column-wise Arrow table: list fields as ``list<json>``, other nested fields as ``json``."""
+def _list_array(elements: Iterator[Sequence[str]]) -> pa.Array:
+    offsets, flat = [0], []
+    for items in elements:
+        flat.extend(items)
+        offsets.append(len(flat))
+    items_arr = pa.ExtensionArray.from_storage(pa.json_(), pa.array(flat, pa.string()))
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), items_arr)
+
+
+def _json_array(values: Iterator[str | None]) -> pa.Array:
+    return pa.ExtensionArray.from_storage(pa.json_(), pa.array(list(values), pa.string()))
+
+
+def _gt_constraints(value: Any) -> str | None:
+    gt = loads(value) if isinstance(value, str) and value else value
+    return fast_dumps(gt["constraints"]) if isinstance(gt, dict) and gt.get("constraints") is not None else None
+
+
+def arrow_batch(frame: pl.DataFrame, kind: ExportKind, columns: list[str]) -> pa.Table:
+    """Stored rows → export Arrow table, column-wise, without building per-row record dicts.
+
+    List fields become ``list<json>`` (one JSON text per message/tool), other
+    nested fields ``json``; the same conversion as :func:`fabrika.export.chat.to_record`.
+    """
     arrays: dict[str, pa.Array] = {}
-    nested = NESTED_FIELDS[kind]
+    names = set(frame.columns)
     for col in columns:
-        values = [r.get(col) for r in records]
-        if col in nested and col in LIST_FIELDS:
-            offsets, flat = [0], []
-            for v in values:
-                flat.extend(_dumps(x) for x in (v or []))
-                offsets.append(len(flat))
-            items = pa.ExtensionArray.from_storage(pa.json_(), pa.array(flat, pa.string()))
-            arrays[col] = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), items)
-        elif col in nested:
-            strings = pa.array([None if v is None else _dumps(v) for v in values], pa.string())
-            arrays[col] = pa.ExtensionArray.from_storage(pa.json_(), strings)
+        if col in ("prompt", "completion"):
+            values = frame[col].to_list() if col in names else [None] * frame.height
+            arrays[col] = _list_array(message_elements(v) for v in values)
+        elif col == "tools":
+            values = frame[col].to_list() if col in names else [None] * frame.height
+            arrays[col] = _list_array(tool_elements(v) if isinstance(v, str) else
+                                      tuple(fast_dumps(t) for t in tools_to_chat(v)) for v in values)
+        elif col == "ground_truth":
+            values = frame[col].to_list() if col in names else [None] * frame.height
+            arrays[col] = _json_array((v if isinstance(v, str) and v else (None if v in (None, "") else fast_dumps(v)))
+                                      for v in values)
+        elif col == "constraints":
+            values = frame["ground_truth"].to_list() if "ground_truth" in names else [None] * frame.height
+            arrays[col] = _json_array(_gt_constraints(v) for v in values)
         else:
-            arrays[col] = pa.array(values, SCALAR_TYPES.get(col, pa.string()))
+            typ = SCALAR_TYPES.get(col, pa.string())
+            arrays[col] = frame[col].to_arrow().cast(typ) if col in names else pa.nulls(frame.height, typ)
     return pa.table(arrays)
 
 
@@ -125,12 +155,14 @@ def _columns(lf: pl.LazyFrame, kind: ExportKind) -> list[str]:
     return scalars + list(NESTED_FIELDS[kind]) + optional
 
 
-def _write_hf(tmp: Path, batches: Iterator[list[dict[str, Any]]], kind: ExportKind, columns: list[str]) -> int:
+def _write_hf(tmp: Path, lf: pl.LazyFrame, kind: ExportKind, columns: list[str], batch_rows: int) -> int:
     import datasets
 
-    tables = [_arrow_batch(b, kind, columns) for b in batches]
-    table = pa.concat_tables(tables) if tables else _arrow_batch([], kind, columns)
-    ds = datasets.Dataset(table, info=datasets.DatasetInfo(features=_features(kind, columns)))
+    tables = [arrow_batch(f, kind, columns) for f in lf.collect_batches(chunk_size=batch_rows) if f.height]
+    table = pa.concat_tables(tables) if tables else arrow_batch(lf.head(0).collect(), kind, columns)
+    # An explicit fingerprint: datasets would otherwise hash the whole table with dill (seconds at 10^5 rows).
+    fingerprint = stable_id("fabrika-export", kind, columns, table.num_rows, str(tmp))
+    ds = datasets.Dataset(table, info=datasets.DatasetInfo(features=_features(kind, columns)), fingerprint=fingerprint)
     ds.save_to_disk(str(tmp))
     return ds.num_rows
 
@@ -190,12 +222,11 @@ def export(source: ExportSource, config: ExportConfig) -> ExportResult:
     tmp = out.parent / f".tmp-export-{out.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    batches = _records(source, lf, config.kind, config.batch_rows)
     try:
         if config.format == "hf":
-            rows = _write_hf(tmp, batches, config.kind, columns)
+            rows = _write_hf(tmp, lf, config.kind, columns, config.batch_rows)
         else:
-            rows = _write_flat(tmp, batches, config.kind, columns, config.format)
+            rows = _write_flat(tmp, _records(lf, config.kind, config.batch_rows), config.kind, columns, config.format)
         validation = _validate(tmp, lf, config) if config.validate_rows != 0 else None
         stats = _stats(lf)
         (tmp / "README.md").write_text(
