@@ -217,7 +217,13 @@ def build_grpo_trainer(config: FabrikaGRPOConfig, callbacks: list[Any] | None = 
 def run_grpo(config: FabrikaGRPOConfig) -> GRPOTrainer:
     """Train and save the expert to ``config.output_dir``."""
     trainer = build_grpo_trainer(config)
-    trainer.train()
+    try:
+        trainer.train()
+    finally:  # the IF reward may hold a sandbox pool for LLM-written verifiers
+        for fn in trainer.reward_funcs:
+            close = getattr(fn, "close", None)
+            if callable(close):
+                close()
     trainer.save_model(config.output_dir)
     trainer.processing_class.save_pretrained(config.output_dir)
     return trainer

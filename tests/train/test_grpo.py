@@ -94,6 +94,34 @@ def test_two_steps_logged_rewards_match_direct(expert: str, tmp_path: Path, tiny
         assert signal  # lengths differ within each group, so the length penalty always gives variance
 
 
+@pytest.mark.slow
+@pytest.mark.train
+def test_dynamic_sampling_in_training_zeroes_out_of_band_groups(tmp_path: Path, tiny_model: Path,
+                                                                 grpo_exports: dict[str, Path]) -> None:
+    cfg = _config("general", tmp_path, tiny_model, grpo_exports["general"], dynamic_sampling=True)
+    trainer = build_grpo_trainer(cfg)
+    rec = Recorder(trainer.reward_funcs[0])
+    trainer.reward_funcs[0] = rec
+    advantages = []
+    original = trainer._generate_and_score_completions
+
+    def spy(inputs):
+        out = original(inputs)
+        advantages.append(out["advantages"].tolist())
+        return out
+
+    trainer._generate_and_score_completions = spy
+    trainer.train()
+    assert trainer.state.global_step == 2
+    by_score = {}
+    for (_, _, _, kwargs, out), adv in zip(rec.calls, advantages):
+        by_score[kwargs["rm_score"][0]] = (out, adv)
+    masked, adv_masked = by_score[-0.25]  # negative RM score: group mean < 0, outside (0, 0.8]
+    kept, adv_kept = by_score[0.5]         # mean reward ≈ 0.35–0.45: inside the band
+    assert masked == [None] * 4 and adv_masked == [0.0] * 4
+    assert all(isinstance(r, float) and 0 < r <= 0.45 for r in kept) and any(a != 0 for a in adv_kept)
+
+
 def test_missing_reward_column_fails_before_training(tmp_path: Path, tiny_model: Path) -> None:
     bad = tmp_path / "bad"
     Dataset.from_list([{"prompt": [{"role": "user", "content": "q"}], "rm_score": 1.0}]).save_to_disk(str(bad))
