@@ -8,8 +8,12 @@ of *paraphrase* pairs from ``fabrika/data/instruct/similarity_calibration_ru.jso
 and ``lo`` is chosen so that calibrated 0.6 falls on the raw cut that best
 separates paraphrases from *unrelated* constraint pairs (:func:`fit_anchors`).
 This matters most for e5: its raw cosines sit at 0.85–0.90 even for unrelated
-Russian constraints, so a raw 0.6 threshold would keep everything (e5: raw cut
-≈ 0.895, unrelated pairs score ≈ 0.0–0.5 after calibration, paraphrases ≈ 1).
+Russian constraints, so a raw 0.6 threshold would keep everything. Measured on
+the 36 shipped pairs with the shipped anchors (calibrated scores, mean):
+
+    backend   paraphrases  unrelated  accuracy at 0.6
+    e5        0.90         0.56       0.83   (raw cut ≈ 0.895)
+    tfidf     0.87         0.41       0.89
 Known limit of both offline backends: "не менее 100 слов" vs "не более 50 слов"
 (same words, opposite requirement) look related; only ``llm_judge`` can tell.
 

@@ -8,6 +8,7 @@ only checks syntax, the sandbox runs it.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -73,6 +74,26 @@ def _first(obj: dict[str, Any], keys: tuple[str, ...]) -> Any:
     return None
 
 
+def _verifier_object(text: str | None) -> dict[str, Any] | ParseFailure:
+    """The first JSON object that looks like a verifier answer (has a function or cases key).
+
+    Decodes with ``strict=False`` so raw newlines inside strings (common in model output)
+    are accepted; falls back to the shared :func:`extract_json` for its failure reasons.
+    """
+    if text:
+        decoder = json.JSONDecoder(strict=False)
+        for i, ch in enumerate(text):
+            if ch != "{":
+                continue
+            try:
+                value, _ = decoder.raw_decode(text, i)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict) and any(k in value for k in (*_FUNC_KEYS, *_CASES_KEYS)):
+                return value
+    return extract_json(text, expect=dict)
+
+
 def parse_verifier_answer(text: str | None) -> ParsedVerifier | ParseFailure:
     """Parse ``{"func": "def evaluate(response): ...", "cases": [{"input": ..., "output": true}]}``.
 
@@ -80,7 +101,7 @@ def parse_verifier_answer(text: str | None) -> ParsedVerifier | ParseFailure:
     in a separate ```python block. Reasons: ``invalid_json: …``, ``missing_function``,
     ``no_evaluate_function``, ``syntax_error: …``, ``no_test_cases``, ``bad_test_case: …``.
     """
-    value = extract_json(text, expect=dict)
+    value = _verifier_object(text)
     if is_failure(value):
         return value
     code = _first(value, _FUNC_KEYS)
