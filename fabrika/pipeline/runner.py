@@ -18,21 +18,18 @@ import inspect
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-import polars as pl
 from rich.console import Console
 
 from fabrika.errors import ConfigError, StoreError
 from fabrika.pipeline.config import PipelineConfig, config_hash, execution_order, inputs_of
-from fabrika.pipeline.context import item_rng
-from fabrika.pipeline.gates import gate_lazy
-from fabrika.pipeline.llm_wrap import ITEM_CACHE_MISS, LLMCounters, StageLLM
+from fabrika.pipeline.llm_wrap import ITEM_CACHE_MISS, LLMCounters
 from fabrika.pipeline.progress import RunProgress
+from fabrika.pipeline.run_context import RunContext
 from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig, rejected
 from fabrika.store.manifest import base_manifest, now
 from fabrika.store.run import RunStore
-from fabrika.store.shards import iter_frame_rows
 from fabrika.store.versions import VersionInfo, materialise
 
 FLUSH_SECONDS = 30.0
@@ -68,58 +65,6 @@ class RunResult:
     @property
     def internal_errors(self) -> int:
         return sum(s.internal_errors for s in self.stats.values())
-
-
-class RunContext:
-    """The :class:`~fabrika.pipeline.context.StageContext` the runner hands to one stage."""
-
-    def __init__(self, run: "_Run", stage: StageConfig, stats: StageStats) -> None:
-        self._run = run
-        self._stage = stage.stage_name
-        self._stats = stats
-        self.llm = StageLLM(run.engine, self._stage, stats.llm) if run.engine is not None else None
-        self.seed = run.config.seed
-        self.run_dir = run.store.run_dir
-        self.pipeline = run.config
-        self.backend_name = run.backend_name
-
-    def iter_rows(self, stage_name: str, *, gated: bool = True, columns: list[str] | None = None) -> Iterator[Row]:
-        """Rows of an upstream stage, with the annotations that ran before this stage joined."""
-        before = self._run.order[: self._run.order.index(self._stage)] if self._stage in self._run.order else self._run.order
-        annotators = [a for a in self._run.annotators.get(stage_name, []) if a in before]
-        lf = self._run.store.scan(stage_name, annotators)
-        if lf is None:
-            return
-        if gated:
-            lf = gate_lazy(lf, self._run.config.filters)
-        if columns:
-            lf = lf.select(columns)
-        yield from iter_frame_rows(lf)
-
-    def count_rows(self, stage_name: str, gated: bool = True) -> int:
-        before = self._run.order[: self._run.order.index(self._stage)]
-        lf = self._run.store.scan(stage_name, [a for a in self._run.annotators.get(stage_name, []) if a in before])
-        if lf is None:
-            return 0
-        if gated:
-            lf = gate_lazy(lf, self._run.config.filters)
-        return int(lf.select(pl.len()).collect().item())
-
-    def rng(self, *parts: Any):  # noqa: ANN201 - random.Random
-        return item_rng(self.seed, self._stage, *parts)
-
-    def resource(self, name: str, factory: Callable[[], Any]) -> Any:
-        if name not in self._run.resources:
-            self._run.resources[name] = factory()
-        return self._run.resources[name]
-
-    def stage_dir(self, stage_name: str) -> Path:
-        path = self._run.store.stage_dir(stage_name)
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    def report(self, key: str, value: Any) -> None:
-        self._stats.report[key] = value
 
 
 def build_engine_for(config: PipelineConfig, run_dir: Path, cache_only: bool) -> Any:
