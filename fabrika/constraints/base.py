@@ -97,9 +97,33 @@ class SeedConstraint:
                 f"pass params from sample_params()"
             ) from exc
 
+    @property
+    def param_keys(self) -> frozenset[str]:
+        """The parameter names this constraint takes (those its sampler returns)."""
+        return frozenset(self.sampler(random.Random(0)))
+
+    def check_params(self, params: Mapping[str, Any]) -> list[str]:
+        """Problems with ``params`` (missing or unknown keys); empty when they fit.
+
+        Use it on parameters that did not come from :meth:`sample_params` (an LLM's, a user's).
+        """
+        keys = self.param_keys
+        problems = [f"{self.id}: missing param {k!r}" for k in sorted(keys - set(params))]
+        problems += [f"{self.id}: unknown param {k!r} (takes {sorted(keys)})" for k in sorted(set(params) - keys)]
+        return problems
+
+    def _run(self, text: str, params: Mapping[str, Any]) -> bool:
+        try:
+            return bool(self.check(text, params))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ConfigError(
+                f"constraint {self.id!r} cannot use params={dict(params)!r} ({exc!r}); "
+                f"pass params with keys {sorted(self.param_keys)}, e.g. from sample_params()"
+            ) from exc
+
     def verify(self, response: str, params: Mapping[str, Any]) -> bool:
         """Strict verdict: does ``response`` satisfy the constraint with ``params``?"""
-        return bool(self.check(nfc(response), params))
+        return self._run(nfc(response), params)
 
     def verify_loose(self, response: str, params: Mapping[str, Any]) -> bool:
         """IFEval-style loose verdict: strict on any of the relaxed variants.
@@ -108,7 +132,7 @@ class SeedConstraint:
         without both — each as is and with markdown stripped. This forgives a
         chatty preface («Конечно! Вот ответ:») or a closing remark.
         """
-        return any(self.check(v, params) for v in loose_variants(nfc(response)))
+        return any(self._run(v, params) for v in loose_variants(nfc(response)))
 
 
 def loose_variants(response: str) -> list[str]:

@@ -125,6 +125,17 @@ def test_unknown_id_is_a_config_error_naming_the_id() -> None:
         get("ru.nope")
     with pytest.raises(ConfigError, match="slot"):
         REGISTRY["ru.length.words_max"].render({})
+    with pytest.raises(ConfigError, match="ru.length.words_max.*keys \\['n'\\]"):
+        REGISTRY["ru.length.words_max"].verify("Текст.", {"max": 3})
+
+
+def test_check_params_names_missing_and_unknown_keys() -> None:
+    c = REGISTRY["ru.keywords.frequency"]
+    assert c.param_keys == {"keyword", "n", "relation"}
+    assert c.check_params({"keyword": "река", "n": 2, "relation": "at_least"}) == []
+    problems = c.check_params({"keyword": "река", "count": 2})
+    assert any("missing param 'n'" in p for p in problems) and any("unknown param 'count'" in p for p in problems)
+    assert all(REGISTRY[cid].check_params(REGISTRY[cid].sample_params(random.Random(3))) == [] for cid in REGISTRY)
 
 
 def test_library_seeds_cover_the_library_and_are_stable() -> None:
