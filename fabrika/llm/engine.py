@@ -19,6 +19,9 @@ Per request:
    counted as truncated and cached under their own ``max_tokens``;
 4. the outcome is counted in :attr:`LLMEngine.accounting` and successes are cached.
 
+With the cache on, identical requests in flight at the same time share one
+backend call (the followers count as cache hits).
+
 The hot path avoids per-request validation and allocations beyond the
 response itself; batches larger than ``max_in_flight`` run through a fixed pool
 of workers instead of one task per request.
@@ -69,6 +72,7 @@ class LLMEngine:
         self.max_in_flight = cfg.max_in_flight
         self.cache_misses = 0
         self.closed = False
+        self._inflight: dict[str, asyncio.Future[ChatResponse | None]] = {}
         defaults = {"model": cfg.model, "temperature": cfg.temperature, "top_p": cfg.top_p,
                     "max_tokens": cfg.max_tokens, "seed": cfg.seed}
         self._defaults = {k: v for k, v in defaults.items() if v is not None}
@@ -154,6 +158,36 @@ class LLMEngine:
         return out  # type: ignore[return-value]
 
     async def _call(self, request: ChatRequest, key: str) -> ChatResponse:
+        """One request through the backend; identical requests in flight share one call.
+
+        Coalescing follows the cache's rule (same key ⇒ same answer), so it is on
+        only with the cache; a follower is counted as a cache hit.
+        """
+        if self.cache is None:
+            return await self._call_backend(request, key)
+        leader = self._inflight.get(key)
+        if leader is not None:
+            resp = await asyncio.shield(leader)
+            if resp is not None:
+                if resp.error is None:
+                    resp = dataclasses.replace(resp, cached=True, attempts=0)
+                self.accounting.record(self.accounting.key(request, request.model or ""), resp)
+                return resp
+            return await self._call(request, key)  # the leader was cancelled: ask ourselves
+        fut: asyncio.Future[ChatResponse | None] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = fut
+        try:
+            resp = await self._call_backend(request, key)
+        except BaseException:
+            fut.set_result(None)
+            raise
+        finally:
+            if self._inflight.get(key) is fut:
+                del self._inflight[key]
+        fut.set_result(resp)
+        return resp
+
+    async def _call_backend(self, request: ChatRequest, key: str) -> ChatResponse:
         acct = self.accounting
         akey = acct.key(request, request.model or "")
         send = self.backend.send

@@ -118,3 +118,18 @@ async def test_cache_only_miss_is_a_cache_miss_error(make_engine: Callable[..., 
 def test_cache_only_without_cache_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="cache_only"):
         build_engine(LLMConfig(cache_only=True, cache={"enabled": False}), None)
+
+
+async def test_identical_requests_in_flight_share_one_call(make_engine: Callable[..., LLMEngine]) -> None:
+    with FakeOpenAIServer(latency_ms=50) as srv:
+        async with make_engine(srv, cache=True) as eng:
+            resps = await eng.complete([req("один"), req("один"), req("два"), req("один")])
+        assert srv.served == 2
+        assert [r.cached for r in resps] == [False, True, False, True]
+        assert resps[0].text == resps[1].text == resps[3].text
+        t = eng.accounting.totals()
+        assert (t["requests"], t["cache_hits"], t["successes"]) == (4, 2, 2)
+        srv.reset_counts()
+        async with make_engine(srv, cache=False) as eng:  # without a cache every request is its own call
+            await eng.complete([req("три"), req("три")])
+        assert srv.served == 2
