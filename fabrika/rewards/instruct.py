@@ -113,7 +113,12 @@ def completion_text(completion: Any) -> str:
 
 
 def parse_constraints(value: Any) -> list[dict[str, Any]]:
-    """The constraint specs of one row: a list of dicts, or its JSON string (as rows store it)."""
+    """The constraint specs of one row: a list of dicts, or its JSON string (as rows store it).
+
+    A spec is ``{"verifier_code": ...}`` (LLM-written, sandboxed) or a library
+    constraint named by ``library_id``, ``parent_id`` or ``id`` (``id@hash`` record
+    ids work), with ``params``; other keys (``text``, ``family`` …) are ignored.
+    """
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -125,7 +130,7 @@ def parse_constraints(value: Any) -> list[dict[str, Any]]:
         raise ConfigError(f"constraints must be a list of {{'id', 'params'}} or {{'verifier_code'}} dicts, got {value!r}")
     specs = [dict(s) for s in value]
     for s in specs:
-        if "verifier_code" not in s and "id" not in s and "parent_id" not in s:
+        if not any(s.get(k) for k in ("verifier_code", "library_id", "parent_id", "id")):
             raise ConfigError(f"constraint spec {s!r} has neither 'id' (library) nor 'verifier_code' (LLM-written)")
     return specs
 
@@ -144,7 +149,7 @@ class IFScore:
 def _library_verdict(spec: Mapping[str, Any], text: str, loose: bool) -> bool:
     from fabrika.constraints import get  # the library loads pymorphy3 lazily; keep import cost off module import
 
-    c = get(str(spec.get("id") or spec.get("parent_id")))
+    c = get(str(spec.get("library_id") or spec.get("parent_id") or spec.get("id")))
     params = spec.get("params") or {}
     return c.verify_loose(text, params) if loose else c.verify(text, params)
 

@@ -106,6 +106,13 @@ def test_constraints_column_as_json_string_and_record_ids() -> None:
     assert out[0].verdicts == (True,) and out[0].s is None
 
 
+def test_specs_as_the_if_pipeline_writes_them() -> None:
+    spec = {"id": "ru.punct.no_commas@1a2b", "text": "Не используйте запятых.", "source": "library",
+            "family": "punctuation", "params": {}, "library_id": "ru.punct.no_commas"}
+    out = score_if(["p", "p"], ["Да.", "Да, да."], IFRewardConfig(rm_correction=False), constraints=[[spec], [spec]])
+    assert [s.reward for s in out] == [1.0, 0.0]
+
+
 def test_rm_scorer_callable_and_loose_mode() -> None:
     seen: list[int] = []
 
