@@ -28,6 +28,7 @@ from fabrika.pipeline.llm_wrap import ITEM_CACHE_MISS, LLMCounters
 from fabrika.pipeline.progress import RunProgress
 from fabrika.pipeline.run_context import RunContext
 from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig, rejected
+from fabrika.schemas.ids import stable_id
 from fabrika.store.manifest import base_manifest, now
 from fabrika.store.run import RunStore
 from fabrika.store.versions import VersionInfo, materialise
@@ -53,6 +54,7 @@ class StageStats:
     seconds: float = 0.0
     llm: LLMCounters = field(default_factory=LLMCounters)
     report: dict[str, Any] = field(default_factory=dict)
+    fingerprint: str | None = None
 
 
 @dataclass
@@ -145,6 +147,8 @@ class _Run:
             llm=stats.llm.as_dict(),
             report=stats.report,
         )
+        if stats.fingerprint is not None:
+            entry["input_fingerprint"] = stats.fingerprint
 
     def _live_entry(self, name: str, stats: StageStats) -> None:
         """Progress of a running stage in the manifest, from counters only (no pass over the store)."""
@@ -195,6 +199,16 @@ class _Run:
             console.print(f"[bold red]{name}: {stats.internal_errors} item(s) failed with internal_error (a bug in the stage; see reasons)")
         self._stage_entry(name, stats, complete=stats.cache_miss == 0)
         self._write_manifest("running")
+
+    def _input_fingerprint(self, cfg: StageConfig) -> str:
+        """What a global stage's output depends on: its config, the thresholds and its input shards
+        (shard names carry a content hash; shards are immutable), so a grown input redoes the stage."""
+        parts: list[Any] = [cfg.model_dump(mode="json"), self.config.filters]
+        for src in inputs_of(cfg):
+            for table in [src, *self.annotators.get(src, [])]:
+                if table != cfg.stage_name:
+                    parts.append([table, [p.name for p in self.store.shards(table)]])
+        return stable_id(parts)
 
     def _finish_rows(self, out: Any, item_id: str | None) -> list[Row]:
         if not isinstance(out, list) or not all(isinstance(r, dict) and r.get("id") for r in out):
@@ -295,7 +309,9 @@ class _Run:
     async def _run_global(self, stage: Stage, ctx: RunContext, stats: StageStats, before: dict[str, Any]) -> None:
         name = stage.name
         task = self.progress.add(name, None)
-        if self.resume and before.get("complete") and self.store.has_rows(name):
+        stats.fingerprint = self._input_fingerprint(stage.config)
+        if (self.resume and before.get("complete") and self.store.has_rows(name)
+                and before.get("input_fingerprint") == stats.fingerprint):
             stats.seen = stats.skipped = int(before.get("seen", 0))  # done in an earlier invocation
             self.progress.finish(task, stats)
             return

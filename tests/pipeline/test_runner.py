@@ -142,6 +142,11 @@ def test_global_stage_and_reports(tmp_path: Path) -> None:
     assert result.manifest["sandbox_isolation"] == "rlimits"  # reported by the stage via ctx.report
     again = run_pipeline(cfg, progress=False, engine=ps.FakeEngine())
     assert again.stats["test.collect"].processed == 0  # complete global stage is not redone
+    grown = cfg.model_copy(deep=True)
+    grown.stages[0].n = 12
+    result = run_pipeline(grown, progress=False, engine=ps.FakeEngine())
+    assert result.stats["test.collect"].processed == 10  # its input grew: redone over all of it
+    assert [r["n"] for r in ps.dataset_rows(result.run_dir)] == [10]
 
 
 def test_rng_is_per_stage_and_item(tmp_path: Path) -> None:
