@@ -38,7 +38,8 @@ class ExpandConfig(StageConfig):
     seed_files: list[Path] = Field(default_factory=list, description="User seed files: jsonl (or parquet) with "
                                    "'text' and optional 'id'; paths relative to the config file.")
     target_count: int = Field(default=100_000, ge=0, description="How many candidates to ask for in total "
-                              "(reference recipe: ~100K); spread evenly over the seeds.")
+                              "(reference recipe: ~100K): ceil(target / candidates_per_request) calls spread "
+                              "evenly over the seeds; 0 keeps only the seeds.")
     candidates_per_request: int = Field(default=10, ge=1, le=100, description="Constraints asked for per LLM call.")
     examples_per_request: int = Field(default=4, ge=1, le=20, description="Seeds shown as examples per call "
                                       "(the row's own seed first).")
@@ -115,7 +116,10 @@ class ExpandStage(Stage):
                           params=_json(row.get("params")))
         out: list[Row] = [ok(**to_row(seed.model_copy(update={"parent_id": seed.parent_id or seed.id})), sample_index=None)]
         seeds = self.seeds()
-        n_requests = math.ceil(cfg.target_count / max(1, len(seeds)) / cfg.candidates_per_request)
+        # ceil(target / per_request) calls in all, spread over the seeds (the first ones take the remainder)
+        total = math.ceil(cfg.target_count / cfg.candidates_per_request)
+        position = next((i for i, s in enumerate(seeds) if s.id == seed.id), len(seeds))
+        n_requests = total // max(1, len(seeds)) + (1 if position < total % max(1, len(seeds)) else 0)
         rng = self.ctx.rng(seed.id)
         others = [s.text for s in seeds if s.id != seed.id]
         requests = []
