@@ -1,0 +1,334 @@
+"""The fake OpenAI server's logic: routes, scripts, faults and counters (no sockets).
+
+Kept apart from the transport (:mod:`fabrika.testing.http`) and the thread/CLI
+wrapper (:mod:`fabrika.testing.fake_server`, whose docstring documents the
+response specs and fault kinds) so each piece stays small and testable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from fabrika.llm.schema_gen import generate_instance, response_format_schema, tool_name, tool_parameters
+from fabrika.llm.sim import generic_choice
+from fabrika.llm.types import ChatRequest
+from fabrika.testing.http import HttpReply, HttpRequest
+
+FAULT_KINDS: tuple[str, ...] = (
+    "rate_limit", "server", "hang", "bad_request", "auth", "not_found", "context_length",
+    "truncated_json", "length", "unknown_tool", "bad_args", "wrong_language",
+)
+RETRYABLE_FAULTS: tuple[str, ...] = ("rate_limit", "server")
+
+Spec = Any  # str | dict | Callable[[dict], str | dict]
+Matcher = str | Callable[[dict[str, Any]], bool] | None
+
+
+@dataclass
+class _Script:
+    name: str
+    match: Matcher
+    tag: str | None
+    responses: list[Spec] | None
+    responder: Callable[[dict[str, Any]], Spec] | None
+    cycle: bool
+    latency_ms: float | None
+    used: int = 0
+
+    def exhausted(self) -> bool:
+        return self.responses is not None and not self.cycle and self.used >= len(self.responses)
+
+    def next_spec(self, req: dict[str, Any]) -> Spec:
+        if self.responder is not None:
+            self.used += 1
+            return self.responder(req)
+        assert self.responses is not None
+        spec = self.responses[self.used % len(self.responses)]
+        self.used += 1
+        return spec
+
+
+@dataclass
+class _FaultRule:
+    kind: str
+    match: Matcher
+    tag: str | None
+    times: int | None
+    retry_after: float | None
+    hits: int = 0
+
+
+@dataclass
+class _RateFaults:
+    rate: float
+    kinds: tuple[str, ...]
+    seed: int
+    retry_after: float | None
+    attempts: dict[str, int] = field(default_factory=dict)
+
+
+def _contents(req: dict[str, Any]) -> Iterable[str]:
+    for m in req.get("messages") or ():
+        c = m.get("content")
+        if isinstance(c, str):
+            yield c
+        elif isinstance(c, list):
+            for part in c:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    yield part["text"]
+
+
+def _matches(match: Matcher, tag_prefix: str | None, req: dict[str, Any], tag: str) -> bool:
+    if tag_prefix is not None and not tag.startswith(tag_prefix):
+        return False
+    if match is None:
+        return True
+    if callable(match):
+        return bool(match(req))
+    return any(match in c for c in _contents(req))
+
+
+def _error_body(kind: str, message: str, code: str | None = None) -> bytes:
+    return json.dumps({"error": {"message": message, "type": kind, "code": code, "param": None}}).encode()
+
+
+class FakeOpenAIApp:
+    """Routing, scripts, faults and counters; transport-free so it is easy to reason about."""
+
+    def __init__(self, *, latency_ms: float = 0.0, model: str = "fake-model", seed: int = 0,
+                 hang_s: float = 30.0, retry_after: float = 0.05, record: int = 10_000) -> None:
+        self.latency_ms = latency_ms
+        self.model = model
+        self.seed = seed
+        self.hang_s = hang_s
+        self.retry_after = retry_after
+        self.record_limit = record
+        self._scripts: list[_Script] = []
+        self._rules: list[_FaultRule] = []
+        self._rate: _RateFaults | None = None
+        self.requests: list[dict[str, Any]] = []
+        self.reset_counts()
+
+    # -- counters ---------------------------------------------------------
+    def reset_counts(self) -> None:
+        self.served = 0
+        self.routes: Counter[str] = Counter()
+        self.fault_counts: Counter[str] = Counter()
+        self.status_counts: Counter[int] = Counter()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.requests = []
+
+    def on_start(self) -> None:
+        self.in_flight += 1
+        if self.in_flight > self.max_in_flight:
+            self.max_in_flight = self.in_flight
+
+    def on_done(self) -> None:
+        self.in_flight -= 1
+
+    # -- configuration ----------------------------------------------------
+    def script(self, *, match: Matcher = None, tag: str | None = None, responses: list[Spec] | None = None,
+               responder: Callable[[dict[str, Any]], Spec] | None = None, name: str | None = None,
+               cycle: bool = False, latency_ms: float | None = None) -> None:
+        if (responses is None) == (responder is None):
+            raise ValueError("script(): give exactly one of responses=[...] or responder=callable")
+        if responses is not None and not responses:
+            raise ValueError("script(responses=[]) is empty; give at least one response spec")
+        listed = list(responses) if responses is not None else None
+        self._scripts.append(_Script(name or f"script{len(self._scripts)}", match, tag, listed, responder,
+                                     cycle, latency_ms))
+
+    def faults(self, *, rate: float | None = None, kinds: Iterable[str] | None = None, seed: int = 0,
+               match: Matcher = None, tag: str | None = None, kind: str | None = None,
+               times: int | None = None, retry_after: float | None = None) -> None:
+        if rate is not None:
+            chosen = tuple(kinds or RETRYABLE_FAULTS)
+            for k in chosen:
+                _check_kind(k)
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"faults(rate=...) must be in [0, 1], got {rate}")
+            self._rate = _RateFaults(rate, chosen, seed, retry_after) if rate > 0 else None
+        if kind is not None:
+            _check_kind(kind)
+            self._rules.append(_FaultRule(kind, match, tag, times, retry_after))
+        elif rate is None:
+            raise ValueError("faults(): give rate=... (with kinds=[...]) or kind=... (with match/tag/times)")
+
+    def clear(self) -> None:
+        """Drop all scripts and faults (counters stay; see :meth:`reset_counts`)."""
+        self._scripts.clear()
+        self._rules.clear()
+        self._rate = None
+
+    # -- handling ---------------------------------------------------------
+    def handle(self, http: HttpRequest) -> HttpReply:
+        path = http.path.split("?", 1)[0].rstrip("/")
+        if http.method == "GET" and path.endswith("/models"):
+            self._count("models", 200)
+            body = {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "fabrika-fake"}]}
+            return HttpReply(200, json.dumps(body).encode())
+        if http.method != "POST" or not path.endswith("/chat/completions"):
+            self._count("unknown_route", 404)
+            return HttpReply(404, _error_body("not_found", f"no route {http.method} {http.path}"))
+        try:
+            req = json.loads(http.body)
+        except ValueError:
+            self._count("bad_json", 400)
+            return HttpReply(400, _error_body("invalid_request_error", "request body is not JSON"))
+        if len(self.requests) < self.record_limit:
+            self.requests.append(req)
+        tag = http.headers.get("x-fabrika-tag", "")
+        delay = self.latency_ms
+        fault, retry_after = self._fault_for(req, http.body, tag)
+        route, spec = "default", None
+        if fault is None:
+            for s in self._scripts:
+                if not s.exhausted() and _matches(s.match, s.tag, req, tag):
+                    route, spec = s.name, s.next_spec(req)
+                    if s.latency_ms is not None:
+                        delay = s.latency_ms
+                    break
+            if isinstance(spec, dict) and spec.get("fault"):
+                fault, retry_after = spec["fault"], spec.get("retry_after")
+                _check_kind(fault)
+            if isinstance(spec, dict) and spec.get("latency_ms") is not None:
+                delay = float(spec["latency_ms"])
+        if fault is not None:
+            reply = self._fault_reply(fault, req, retry_after)
+            self.fault_counts[fault] += 1
+            route = f"fault:{fault}" if route == "default" else route
+        else:
+            reply = HttpReply(200, json.dumps(self._completion(req, spec), ensure_ascii=False).encode())
+        self._count(route, reply.status)
+        if reply.hang_s <= 0:
+            reply.delay_s = delay / 1000.0
+        return reply
+
+    def _count(self, route: str, status: int) -> None:
+        self.served += 1
+        self.routes[route] += 1
+        self.status_counts[status] += 1
+
+    def _fault_for(self, req: dict[str, Any], body: bytes, tag: str) -> tuple[str | None, float | None]:
+        for rule in self._rules:
+            if (rule.times is None or rule.hits < rule.times) and _matches(rule.match, rule.tag, req, tag):
+                rule.hits += 1
+                return rule.kind, rule.retry_after
+        rate = self._rate
+        if rate is not None:
+            digest = hashlib.sha1(body).hexdigest()
+            attempt = rate.attempts.get(digest, 0)
+            rate.attempts[digest] = attempt + 1
+            h = hashlib.sha256(f"{rate.seed}:{digest}:{attempt}".encode()).digest()
+            if int.from_bytes(h[:8], "big") / 2**64 < rate.rate:
+                return rate.kinds[h[8] % len(rate.kinds)], rate.retry_after
+        return None, None
+
+    def _fault_reply(self, kind: str, req: dict[str, Any], retry_after: float | None) -> HttpReply:
+        if kind == "rate_limit":
+            ra = self.retry_after if retry_after is None else retry_after
+            return HttpReply(429, _error_body("rate_limit_error", "fake: rate limited", "rate_limit_exceeded"),
+                             {"Retry-After": f"{ra:g}"})
+        if kind == "server":
+            return HttpReply(500, _error_body("server_error", "fake: internal error"))
+        if kind == "hang":
+            return HttpReply(200, hang_s=self.hang_s)
+        if kind == "bad_request":
+            return HttpReply(400, _error_body("invalid_request_error", "fake: bad request"))
+        if kind == "auth":
+            return HttpReply(401, _error_body("invalid_request_error", "fake: invalid api key", "invalid_api_key"))
+        if kind == "not_found":
+            return HttpReply(404, _error_body("invalid_request_error", "fake: model not found", "model_not_found"))
+        if kind == "context_length":
+            return HttpReply(400, _error_body("invalid_request_error",
+                                              "This model's maximum context length is 8192 tokens.",
+                                              "context_length_exceeded"))
+        rng = self._rng(req, kind)
+        if kind == "truncated_json":
+            schema = response_format_schema(req.get("response_format")) or {"type": "object", "properties": {
+                "answer": {"type": "string"}}, "required": ["answer"]}
+            text = json.dumps(generate_instance(schema, rng, marker="[fake]", all_optional=True), ensure_ascii=False)
+            spec: dict[str, Any] = {"content": text[: max(1, len(text) // 2)]}
+        elif kind == "length":
+            spec = {"content": "[fake] Ответ обрывается на середине", "finish_reason": "length"}
+        elif kind == "unknown_tool":
+            spec = {"tool_calls": [{"name": "no_such_tool", "arguments": {"q": "[fake]"}}]}
+        elif kind == "bad_args":
+            tools = req.get("tools") or [{"type": "function", "function": {"name": "some_tool", "parameters": {}}}]
+            tool = rng.choice(tools)
+            spec = {"tool_calls": [{"name": tool_name(tool), "arguments": break_arguments(tool_parameters(tool), rng)}]}
+        elif kind == "wrong_language":
+            spec = {"content": "[fake] This answer is written in English on purpose, not in Russian."}
+        else:  # pragma: no cover - _check_kind guards
+            raise ValueError(kind)
+        return HttpReply(200, json.dumps(self._completion(req, spec), ensure_ascii=False).encode())
+
+    def _rng(self, req: dict[str, Any], salt: str) -> random.Random:
+        blob = json.dumps(req, sort_keys=True, ensure_ascii=False)
+        return random.Random(f"{self.seed}:{salt}:{hashlib.sha1(blob.encode()).hexdigest()}")
+
+    def _choice(self, req: dict[str, Any], spec: Spec, index: int) -> dict[str, Any]:
+        if callable(spec):
+            spec = spec(req)
+        if spec is None:
+            tools = req.get("tools")
+            creq = ChatRequest(messages=tuple(req.get("messages") or ()), tools=tuple(tools) if tools else None,
+                               tool_choice=req.get("tool_choice"), response_format=req.get("response_format"))
+            c = generic_choice(creq, self._rng(req, f"default:{index}"), marker="[fake]")
+            spec = {"content": c.content, "finish_reason": c.finish_reason,
+                    "tool_calls": [{"id": t["id"], "name": t["name"], "arguments": t["arguments"]} for t in c.tool_calls]}
+        if isinstance(spec, str):
+            spec = {"content": spec}
+        calls = []
+        for i, call in enumerate(spec.get("tool_calls") or ()):
+            args = call.get("arguments", {})
+            calls.append({"id": call.get("id") or f"call_{index}_{i}", "type": "function",
+                          "function": {"name": call["name"],
+                                       "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}})
+        message: dict[str, Any] = {"role": "assistant", "content": spec.get("content")}
+        if calls:
+            message["tool_calls"] = calls
+        finish = spec.get("finish_reason") or ("tool_calls" if calls else "stop")
+        return {"index": index, "message": message, "finish_reason": finish, "logprobs": None}
+
+    def _completion(self, req: dict[str, Any], spec: Spec) -> dict[str, Any]:
+        n = int(req.get("n") or 1)
+        if isinstance(spec, dict) and spec.get("choices"):
+            specs = list(spec["choices"])
+        else:
+            specs = [spec] * n
+        choices = [self._choice(req, s, i) for i, s in enumerate(specs)]
+        usage = spec.get("usage") if isinstance(spec, dict) else None
+        if usage is None:
+            prompt = sum(len(c) for c in _contents(req)) // 4 + 1
+            completion = sum(len(c["message"].get("content") or "") + len(json.dumps(c["message"].get("tool_calls") or ""))
+                             for c in choices) // 4
+            usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        return {"id": f"chatcmpl-fake{self.served}", "object": "chat.completion", "created": 0,
+                "model": req.get("model") or self.model, "choices": choices, "usage": usage}
+
+
+def break_arguments(schema: dict[str, Any], rng: random.Random) -> dict[str, Any] | list[int]:
+    """Arguments that violate ``schema``: a required property gets a value of the wrong type."""
+    args = generate_instance(schema, rng, marker="[fake]", all_optional=True)
+    props = schema.get("properties") or {}
+    required = list(schema.get("required") or props)
+    if not isinstance(args, dict) or not required:
+        return [1, 2, 3]  # not even an object
+    key = required[0]
+    kind = (props.get(key) or {}).get("type", "string")
+    wrong: dict[str, Any] = {"string": 12345, "integer": "не число", "number": "не число", "boolean": "да",
+                             "object": "not-an-object", "array": "not-an-array"}
+    args[key] = wrong.get(kind if isinstance(kind, str) else "string", None)
+    return args
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in FAULT_KINDS:
+        raise ValueError(f"unknown fault kind {kind!r}; choose one of {', '.join(FAULT_KINDS)}")
