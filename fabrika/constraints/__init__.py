@@ -8,6 +8,7 @@ Families register themselves on import; the conflict table is applied last.
 
 from fabrika.constraints import formatting, keywords, length, russian, table, textual  # noqa: F401 - register
 from fabrika.constraints.english import apply_english
+from fabrika.constraints.paraphrases import apply_paraphrases
 from fabrika.constraints.base import REGISTRY, SeedConstraint, loose_variants
 from fabrika.constraints.combine import (
     Combination,
@@ -24,6 +25,7 @@ from fabrika.constraints.conflicts import apply_conflicts, params_conflict
 
 apply_conflicts(REGISTRY)
 apply_english(REGISTRY)
+apply_paraphrases(REGISTRY)
 
 __all__ = [
     "REGISTRY",

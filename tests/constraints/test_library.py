@@ -88,3 +88,17 @@ def test_loose_still_rejects_one_line_plain_negatives(cid: str, params: dict, po
     for text in negatives:
         if "\n" not in text.strip() and not any(ch in text for ch in "*#`") and text.strip():
             assert not c.verify_loose(text, params), text
+
+
+def test_every_template_renders_with_agreement_for_many_numbers() -> None:
+    """Each template (not just the one a hash picks) renders for n = 1, 2, 5, 21 without slots left."""
+    from fabrika.constraints.base import _FORMATTER
+
+    for cid, c in REGISTRY.items():
+        base = c.sample_params(random.Random(0))
+        for tpl in c.templates + c.templates_en:
+            for n in (1, 2, 5, 21) if "n" in base and cid != "ru.keywords.paragraph_first_word" else (None,):
+                params = dict(base) if n is None else {**base, "n": n}
+                slots = {**params, **(c.derive(params) if c.derive else {})}
+                text = _FORMATTER.format(tpl, **slots)
+                assert not re.search(r"[{}]", text), (cid, text)
