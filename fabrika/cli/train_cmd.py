@@ -61,7 +61,7 @@ def sft(config: ConfigArg, set_: SetOption = None, no_preset: NoPreset = False) 
 
         cfg = load_sft_config(config, parse_overrides(set_), use_preset=not no_preset)
         trainer = run_sft(cfg)
-        _out.print(f"sft: {trainer.state.global_step} steps, model saved to {cfg.output_dir}")
+        _out.print(f"sft: {trainer.state.global_step} steps, model saved to {cfg.output_dir}", markup=False)
 
     _guard(go)
 
@@ -80,7 +80,7 @@ def grpo(
 
         cfg = load_grpo_config(expert, config, parse_overrides(set_), use_preset=not no_preset)
         trainer = run_grpo(cfg)
-        _out.print(f"grpo[{expert}]: {trainer.state.global_step} steps, model saved to {cfg.output_dir}")
+        _out.print(f"grpo {expert}: {trainer.state.global_step} steps, model saved to {cfg.output_dir}", markup=False)
 
     _guard(go)
 
@@ -95,9 +95,9 @@ def merge(config: ConfigArg, set_: SetOption = None) -> None:
         cfg = load_merge_config(config, parse_overrides(set_))
         path = run_merge_config(cfg)
         if cfg.grid is not None:
-            _out.print(f"merge grid: {len(cfg.grid)} candidates scored; table at {path / 'scores.csv'}")
+            _out.print(f"merge grid: {len(cfg.grid)} candidates scored; table at {path / 'scores.csv'}", markup=False)
         else:
-            _out.print(f"merge: model written to {path}")
+            _out.print(f"merge: model written to {path}", markup=False)
 
     _guard(go)
 
@@ -112,7 +112,7 @@ def tiny(
     from fabrika.train.tiny import save_tiny
 
     path = save_tiny(out_dir, seed=seed, num_labels=1 if rm else None)
-    _out.print(f"tiny model written to {path}")
+    _out.print(f"tiny model written to {path}", markup=False)
 
 
 def register(app: typer.Typer) -> None:

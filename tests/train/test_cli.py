@@ -84,3 +84,18 @@ def test_cli_errors_exit_2(app: typer.Typer, tmp_path: Path) -> None:
     assert res.exit_code == 2 and "--expert must be one of" in res.output
     res = runner.invoke(app, ["train", "merge", str(tmp_path / "missing.yaml")])
     assert res.exit_code == 2 and "does not exist" in res.output
+
+
+@pytest.mark.slow
+@pytest.mark.train
+def test_cli_grpo_saves_the_expert(app: typer.Typer, tmp_path: Path, tiny_model: Path,
+                                   grpo_exports: dict[str, Path]) -> None:
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(yaml.safe_dump({"expert": "general", "model_name_or_path": str(tiny_model),
+                                   "dataset_path": str(grpo_exports["general"]), "output_dir": str(tmp_path / "g"),
+                                   "num_generations": 2, "per_device_train_batch_size": 2,
+                                   "gradient_accumulation_steps": 1, "max_completion_length": 6, "max_steps": 1,
+                                   "use_vllm": False}))
+    res = CliRunner().invoke(app, ["train", "grpo", str(cfg), "--expert", "general", *CPU])
+    assert res.exit_code == 0, res.output
+    assert "grpo general: 1 steps" in res.output and (tmp_path / "g" / "model.safetensors").is_file()
