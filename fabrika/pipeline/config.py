@@ -15,7 +15,7 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, ValidationError
@@ -135,23 +135,33 @@ def inputs_of(stage: StageConfig) -> list[str]:
     return [stage.input] if isinstance(stage.input, str) else list(stage.input)
 
 
-def _path_fields(cfg: StageConfig) -> list[str]:
-    hints = typing.get_type_hints(type(cfg))
-    out = []
-    for name in type(cfg).model_fields:
-        ann = hints.get(name)
-        if ann is Path or (typing.get_origin(ann) in (typing.Union, types.UnionType) and Path in typing.get_args(ann)):
-            out.append(name)
-    return out
+def _is_path(ann: Any) -> bool:
+    return ann is Path or (typing.get_origin(ann) in (typing.Union, types.UnionType) and Path in typing.get_args(ann))
+
+
+def _paths_in(model: BaseModel, prefix: str) -> Iterator[tuple[str, Any]]:
+    """``(key path, value)`` of every ``Path``-typed field, nested models and lists of models included."""
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        key = f"{prefix}{name}"
+        if _is_path(info.annotation):
+            if value is not None:
+                yield key, value
+        elif isinstance(value, BaseModel):
+            yield from _paths_in(value, f"{key}.")
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    yield from _paths_in(item, f"{key}[{i}].")
 
 
 def check_paths(cfg: StageConfig, config: Any) -> list[tuple[str, str]]:
-    """Every ``Path``-typed field of a stage config must name an existing file or directory."""
+    """Every ``Path``-typed field of a stage config (nested too) must name an existing file or directory."""
     missing = []
-    for name in _path_fields(cfg):
-        value = getattr(cfg, name)
-        if value is not None and not config.resolve_path(value).exists():
-            missing.append((name, f"input file not found: {config.resolve_path(value)}"))
+    for key, value in _paths_in(cfg, ""):
+        resolved = config.resolve_path(value)
+        if not resolved.exists():
+            missing.append((key, f"input file not found: {resolved}"))
     return missing
 
 
@@ -311,6 +321,11 @@ def load_config(path: str | Path) -> PipelineConfig:
     return config
 
 
+def validate(path: str | Path) -> list[Issue]:
+    """Every error and warning of the pipeline at ``path`` (see :func:`validate_file`)."""
+    return validate_file(path)[1]
+
+
 def config_hash(config: PipelineConfig) -> str:
     from fabrika.schemas.ids import stable_id
 
@@ -325,6 +340,7 @@ __all__ = [
     "execution_order",
     "inputs_of",
     "load_config",
+    "validate",
     "validate_data",
     "validate_file",
 ]

@@ -133,3 +133,27 @@ def test_consumers_run_after_annotators(tmp_path: Path) -> None:
     doc["dataset"] = {"stages": ["consumer"]}
     order = [s.stage_name for s in execution_order(load_config(write(tmp_path, doc)))]
     assert order == ["test.count", "s2", "s1", "consumer"]
+
+
+def test_nested_path_fields_are_checked(tmp_path: Path) -> None:
+    from pydantic import BaseModel, Field
+
+    from fabrika.pipeline.config import check_paths, validate
+    from fabrika.pipeline.stage import StageConfig
+
+    class Source(BaseModel):
+        path: Path = Field(description="a file")
+
+    class Nested(StageConfig):
+        sources: list[Source] = Field(default_factory=list, description="files")
+        extra: Path | None = Field(default=None, description="optional file")
+
+    (tmp_path / "here.txt").write_text("x", encoding="utf-8")
+    cfg = Nested(kind="k", sources=[Source(path=Path("here.txt")), Source(path=Path("gone.txt"))])
+
+    class Resolver:
+        def resolve_path(self, p: Path) -> Path:
+            return tmp_path / p
+
+    assert check_paths(cfg, Resolver()) == [("sources[1].path", f"input file not found: {tmp_path / 'gone.txt'}")]
+    assert [i.level for i in validate(tmp_path / "absent.yaml")] == ["error"]
