@@ -18,6 +18,7 @@ STAGE_MODULES: list[str] = [
     "fabrika.filters.difficulty",
     "fabrika.filters.length",
     "fabrika.filters.gates",
+    "fabrika.generators.instruct",
 ]
 
 _loaded: set[str] = set()
