@@ -82,7 +82,8 @@ def _number(schema: dict[str, Any], rng: random.Random, integer: bool) -> int | 
         if isinstance(mult, int) and mult > 0:
             value = max(lo_i, (value // mult) * mult)
         return value
-    return round(rng.uniform(lo, hi), 3)
+    value = round(rng.uniform(lo, hi), 3)
+    return min(max(value, lo), hi)  # rounding must not step outside the bounds
 
 
 def generate_instance(
