@@ -6,7 +6,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from fabrika.constraints.base import REGISTRY
+from fabrika.constraints.base import REGISTRY, SeedConstraint
 from fabrika.constraints.conflicts import params_conflict
 from fabrika.errors import ConfigError
 from fabrika.schemas import Constraint, derive_seed, stable_id
@@ -15,7 +15,7 @@ Combination = list[tuple[str, dict[str, Any]]]
 _PARAM_TRIES = 5
 
 
-def get(cid: str) -> Any:
+def get(cid: str) -> SeedConstraint:
     """The registered constraint ``cid`` (an ``id@hash`` record id also works)."""
     base = cid.split("@", 1)[0]
     try:
