@@ -10,6 +10,7 @@ from fabrika.constraints import formatting, keywords, length, russian, table, te
 from fabrika.constraints.english import apply_english
 from fabrika.constraints.paraphrases import apply_paraphrases
 from fabrika.constraints.base import REGISTRY, SeedConstraint, loose_variants
+from fabrika.constraints.catalogue import catalogue
 from fabrika.constraints.combine import (
     Combination,
     check_combination,
@@ -31,6 +32,7 @@ __all__ = [
     "REGISTRY",
     "Combination",
     "SeedConstraint",
+    "catalogue",
     "check_combination",
     "compatible",
     "get",

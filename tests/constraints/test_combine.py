@@ -8,6 +8,7 @@ import pytest
 
 from fabrika.constraints import (
     REGISTRY,
+    catalogue,
     check_combination,
     get,
     library_seeds,
@@ -144,3 +145,11 @@ def test_library_seeds_cover_the_library_and_are_stable() -> None:
     assert all(s.source == "library" and s.text for s in seeds)
     assert [s.id for s in seeds] == [s.id for s in library_seeds()]
     assert [s.id for s in seeds] != [s.id for s in library_seeds(seed=1)]
+
+
+def test_catalogue_lists_every_constraint_once() -> None:
+    table = catalogue()
+    rows = table.splitlines()[2:]
+    assert len(rows) == len(REGISTRY)
+    assert all(sum(f"`{cid}`" in r for r in rows) == 1 for cid in REGISTRY)
+    assert all(r.count(" | ") == 4 for r in rows)  # pipes inside cells are escaped
