@@ -78,8 +78,20 @@ def message_to_chat(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def messages_to_chat(value: Any) -> list[dict[str, Any]]:
-    """A JSON string (or list) of stored messages → chat messages."""
+def messages_to_chat(value: Any, role: str = "user") -> list[dict[str, Any]]:
+    """A JSON string (or list) of stored messages → chat messages.
+
+    Plain text (``generic.*`` stages store prompt and answer as text) becomes one
+    message of ``role``.
+    """
+    if isinstance(value, str) and value:
+        try:
+            parsed = loads(value) if value.lstrip().startswith("[") else None
+        except ValueError:
+            parsed = None
+        if not (isinstance(parsed, list) and all(isinstance(m, dict) and "role" in m for m in parsed)):
+            return [{"role": role, "content": value}]
+        value = parsed
     return [message_to_chat(m) for m in _loads(value, [])]
 
 
@@ -97,16 +109,16 @@ def tool_elements(value: str) -> tuple[str, ...]:
     return tuple(dumps(t) for t in tools_to_chat(value))
 
 
-def message_elements(value: Any) -> list[str]:
+def message_elements(value: Any, role: str = "user") -> list[str]:
     """Each chat message of a stored message list as its own JSON text."""
-    return [dumps(m) for m in messages_to_chat(value)]
+    return [dumps(m) for m in messages_to_chat(value, role)]
 
 
 def sft_record(row: dict[str, Any]) -> dict[str, Any]:
     """TRL conversational prompt–completion record: ``prompt``, ``completion``, ``tools`` + scalars."""
     rec: dict[str, Any] = {c: row[c] for c in SCALAR_COLUMNS if c in row}
     rec["prompt"] = messages_to_chat(row.get("prompt"))
-    rec["completion"] = messages_to_chat(row.get("completion"))
+    rec["completion"] = messages_to_chat(row.get("completion"), role="assistant")
     rec["tools"] = tools_to_chat(row.get("tools"))
     return rec
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from fabrika.export.chat import messages_to_chat, tools_to_chat
 from fabrika.export.source import open_version
 from fabrika.filters.text import count_tokens, messages_text
 
@@ -110,10 +111,11 @@ def sample_stats(frame: pl.DataFrame) -> dict[str, Any]:
         else:
             stats["prompt_tokens"].append(count_tokens(messages_text(prompt)))
             stats["completion_tokens"].append(count_tokens(messages_text(completion, with_calls=True)))
-        tools = row.get("tools")
-        stats["tools"].append(len(json.loads(tools)) if isinstance(tools, str) and tools else 0)
-        msgs = (json.loads(prompt) if isinstance(prompt, str) and prompt else []) + \
-               (json.loads(completion) if isinstance(completion, str) and completion else [])
+        try:
+            stats["tools"].append(len(tools_to_chat(row.get("tools"))))
+        except ValueError:
+            stats["tools"].append(0)
+        msgs = messages_to_chat(prompt) + messages_to_chat(completion, role="assistant")
         stats["turns"].append(sum(1 for m in msgs if m.get("role") in ("user", "assistant")))
     return stats
 

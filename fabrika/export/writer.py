@@ -118,7 +118,8 @@ def arrow_batch(frame: pl.DataFrame, kind: ExportKind, columns: list[str]) -> pa
     for col in columns:
         if col in ("prompt", "completion"):
             values = frame[col].to_list() if col in names else [None] * frame.height
-            arrays[col] = _list_array(message_elements(v) for v in values)
+            role = "assistant" if col == "completion" else "user"
+            arrays[col] = _list_array(message_elements(v, role) for v in values)
         elif col == "tools":
             values = frame[col].to_list() if col in names else [None] * frame.height
             arrays[col] = _list_array(tool_elements(v) if isinstance(v, str) else
