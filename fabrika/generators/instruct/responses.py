@@ -4,8 +4,8 @@
 verifier of its constraint (sandbox; stored with the verifier's accuracy so the
 ``consistency`` gate can recompute "passes every surviving verifier" for any
 threshold via ``max_failed_verifier_accuracy``) and, for library constraints, with
-the trusted library verifier (``library_pass``). An optional LLM judge writes
-``quality_score`` (0–10). ``if.samples`` turns kept responses into SFT
+the trusted library verifier (``if_library_pass``). An optional LLM judge writes
+``if_quality_score`` (0–10). ``if.samples`` turns kept responses into SFT
 :class:`~fabrika.schemas.Sample` rows; ``if.grpo`` turns prompts into GRPO rows
 whose ``ground_truth`` carries what the IF reward needs. Both carry the upstream
 score columns, so ``fabrika refilter`` over the dataset changes the output.
@@ -30,7 +30,7 @@ from fabrika.schemas import Message, Sample, stable_id, to_row
 from fabrika.schemas.rows import dumps
 
 PROMPT_COLS = ("constraint_id", "query_id", "query", "placement", "messages", "constraints", "library_constraints")
-RESPONSE_SCORES = ("max_failed_verifier_accuracy", "n_verifiers_passed", "library_pass", "quality_score")
+RESPONSE_SCORES = ("max_failed_verifier_accuracy", "n_verifiers_passed", "if_library_pass", "if_quality_score")
 
 
 class ResponsesConfig(StageConfig):
@@ -110,8 +110,8 @@ class ResponsesStage(Stage):
                           verifier_results=dumps(results), library_results=dumps(lib_results[j]),
                           max_failed_verifier_accuracy=max(failed) if failed else -1.0,
                           n_verifiers_passed=sum(r["passed"] for r in results),
-                          library_pass=all(lib_results[j]) if library else None,
-                          quality_score=scores[j], judge_note=judge_notes[j]))
+                          if_library_pass=all(lib_results[j]) if library else None,
+                          if_quality_score=scores[j], judge_note=judge_notes[j]))
         return out
 
 
@@ -135,10 +135,10 @@ class ResponseParams(BaseModel):
 
 
 def response_predicates(p: ResponseParams) -> list[GatePredicate]:
-    preds = [GatePredicate("if_response_low_quality", pl.col("quality_score") >= p.min_quality, ("quality_score",),
+    preds = [GatePredicate("if_response_low_quality", pl.col("if_quality_score") >= p.min_quality, ("if_quality_score",),
                            keep_null=p.min_quality <= 0)]
     if p.require_library_pass:
-        preds.insert(0, GatePredicate("if_response_library_failed", pl.col("library_pass"), ("library_pass",),
+        preds.insert(0, GatePredicate("if_response_library_failed", pl.col("if_library_pass"), ("if_library_pass",),
                                       keep_null=True))
     return preds
 
