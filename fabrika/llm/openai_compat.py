@@ -70,22 +70,44 @@ def build_body(request: ChatRequest, model: str) -> dict[str, Any]:
 
 
 def parse_completion(data: Any, backend: str) -> ChatResponse:
-    """A :class:`ChatResponse` from a chat-completion JSON object; malformed → ``LLMError("server")``."""
+    """A :class:`ChatResponse` from a chat-completion JSON object.
+
+    The server's answer is untrusted: anything that is not the expected shape
+    becomes ``LLMError("server")`` (retryable), never an ``AttributeError``.
+    """
+    try:
+        return _parse_completion(data, backend)
+    except LLMError:
+        raise
+    except (AttributeError, TypeError, ValueError, KeyError) as exc:
+        raise LLMError("server", f"malformed completion ({type(exc).__name__}: {exc}): {str(data)[:200]}") from exc
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):  # content parts
+        return "".join(p.get("text", "") for p in value if isinstance(p, dict))
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _parse_completion(data: Any, backend: str) -> ChatResponse:
     if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
         raise LLMError("server", f"malformed completion (no choices): {str(data)[:200]}")
     choices = []
     for ch in data["choices"]:
         msg = ch.get("message") or {}
-        calls = ()
+        calls: tuple[dict[str, Any], ...] = ()
         raw_calls = msg.get("tool_calls")
         if raw_calls:
             calls = tuple(
-                {"id": tc.get("id") or "", "name": (tc.get("function") or {}).get("name") or "",
-                 "arguments": (tc.get("function") or {}).get("arguments") or ""}
+                {"id": str(tc.get("id") or ""), "name": str((tc.get("function") or {}).get("name") or ""),
+                 "arguments": _text((tc.get("function") or {}).get("arguments")) or ""}
                 for tc in raw_calls if isinstance(tc, dict)
             )
-        choices.append(Choice(content=msg.get("content"), tool_calls=calls, finish_reason=ch.get("finish_reason"),
-                              reasoning=msg.get("reasoning_content") or msg.get("reasoning")))
+        choices.append(Choice(content=_text(msg.get("content")), tool_calls=calls,
+                              finish_reason=ch.get("finish_reason"),
+                              reasoning=_text(msg.get("reasoning_content") or msg.get("reasoning"))))
     usage = data.get("usage") or {}
     return ChatResponse(
         choices=tuple(choices),

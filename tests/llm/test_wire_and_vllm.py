@@ -91,3 +91,26 @@ async def test_vllm_adapter_maps_context_errors(monkeypatch: pytest.MonkeyPatch)
     async with build_engine(LLMConfig(backend="vllm", model="tiny", cache={"enabled": False}), None) as eng:
         resp = await eng.complete_one(req("x"))
     assert resp.error.kind == "context_length" and resp.attempts == 1
+
+
+@pytest.mark.parametrize("data", [None, [], {"choices": []}, {"choices": ["x"]}, {"choices": [{"message": "hi"}]},
+                                  {"choices": [{"message": {}}], "usage": {"prompt_tokens": "many"}}])
+def test_malformed_completions_are_retryable_server_errors(data: Any) -> None:
+    from fabrika.errors import LLMError
+    from fabrika.llm.openai_compat import parse_completion
+
+    with pytest.raises(LLMError) as info:
+        parse_completion(data, "openai")
+    assert info.value.kind == "server" and info.value.retryable
+
+
+def test_odd_but_usable_completions_are_normalised() -> None:
+    from fabrika.llm.openai_compat import parse_completion
+
+    resp = parse_completion({"choices": [{"message": {"content": [{"type": "text", "text": "при"}, {"text": "вет"}],
+                                                      "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}},
+                                                                     "junk"], "reasoning_content": "думаю"},
+                                          "finish_reason": "stop"}]}, "openai")
+    [c] = resp.choices
+    assert c.content == "привет" and c.reasoning == "думаю"
+    assert c.tool_calls == ({"id": "", "name": "f", "arguments": '{"a": 1}'},)
