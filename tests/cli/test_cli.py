@@ -154,3 +154,17 @@ def test_cache_only_leaves_uncached_items_pending_and_exits_3(tmp_path: Path) ->
     cached = runner.invoke(app, ["run", str(cfg), "--no-progress", "--cache-only", "--no-resume"])
     assert cached.exit_code == 0, cached.output  # everything is cached now: a full rebuild with no model
     assert manifest(tmp_path)["stages"]["test.ask"]["rows"] == 16
+
+
+def test_smoke_config_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    smoke = Path(__file__).parents[2] / "configs" / "smoke.yaml"
+    monkeypatch.chdir(tmp_path)  # run_dir defaults to runs/<name> under the working directory
+    result = runner.invoke(app, ["run", str(smoke), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    run_dir = tmp_path / "runs" / "smoke"
+    v1 = scan_version(run_dir, "v1").collect()
+    assert v1.height == 12 and set(v1["llm_backend"]) == {"sim"} and set(v1["lang_detected"]) == {"ru"}
+    strict = runner.invoke(app, ["refilter", str(run_dir), "--set", "length.min_completion_tokens=1000"])
+    assert strict.exit_code == 0, strict.output
+    assert scan_version(run_dir, "v2").collect().height == 0
+    assert "dropped_length.min_completion_tokens" in strict.stdout
