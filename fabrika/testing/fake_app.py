@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -18,6 +20,8 @@ from fabrika.llm.schema_gen import generate_instance, response_format_schema, to
 from fabrika.llm.sim import generic_choice
 from fabrika.llm.types import ChatRequest
 from fabrika.testing.http import HttpReply, HttpRequest
+
+_log = logging.getLogger(__name__)
 
 FAULT_KINDS: tuple[str, ...] = (
     "rate_limit", "server", "hang", "bad_request", "auth", "not_found", "context_length",
@@ -123,6 +127,8 @@ class FakeOpenAIApp:
         self.in_flight = 0
         self.max_in_flight = 0
         self.requests = []
+        #: tracebacks of exceptions raised by scripted responders
+        self.errors: list[str] = []
 
     def on_start(self) -> None:
         self.in_flight += 1
@@ -168,6 +174,17 @@ class FakeOpenAIApp:
 
     # -- handling ---------------------------------------------------------
     def handle(self, http: HttpRequest) -> HttpReply:
+        """Answer one HTTP request. A bug in a test's responder answers 500 *and* is kept in
+        :attr:`errors` (and logged), so the test can show it instead of a puzzling retry story."""
+        try:
+            return self._handle(http)
+        except Exception as exc:
+            _log.exception("fake OpenAI server: responder/script raised %s", type(exc).__name__)
+            self.errors.append("".join(traceback.format_exception(exc)))
+            self._count("handler_error", 500)
+            return HttpReply(500, _error_body("server_error", f"fake server: responder raised {type(exc).__name__}: {exc}"))
+
+    def _handle(self, http: HttpRequest) -> HttpReply:
         path = http.path.split("?", 1)[0].rstrip("/")
         if http.method == "GET" and path.endswith("/models"):
             self._count("models", 200)

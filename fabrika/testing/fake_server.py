@@ -107,6 +107,11 @@ class FakeOpenAIServer:
         return self.app.requests
 
     @property
+    def errors(self) -> list[str]:
+        """Tracebacks of exceptions raised by scripted responders (each answered 500)."""
+        return self.app.errors
+
+    @property
     def counts(self) -> dict[str, Any]:
         return {"total": self.app.served, "routes": dict(self.app.routes), "faults": dict(self.app.fault_counts),
                 "status": dict(self.app.status_counts), "max_in_flight": self.app.max_in_flight}

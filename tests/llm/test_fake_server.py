@@ -182,3 +182,11 @@ def test_public_exports() -> None:
 
     assert sorted(fabrika.testing.__all__) == ["FAULT_KINDS", "FakeOpenAIApp", "FakeOpenAIServer", "break_arguments"]
     assert all(getattr(fabrika.testing, name) is not None for name in fabrika.testing.__all__)
+
+
+def test_responder_bug_answers_500_and_is_kept(server: FakeOpenAIServer) -> None:
+    server.script(responder=lambda r: r["no_such_key"])
+    with pytest.raises(openai.InternalServerError, match="KeyError"):
+        ask(server, "x")
+    assert len(server.errors) == 1 and "no_such_key" in server.errors[0]
+    assert server.counts["routes"] == {"handler_error": 1}
