@@ -109,3 +109,16 @@ def test_rerun_is_identical_and_calls_nothing(demo):
     assert before.keys() == after.keys()
     for name in before:
         assert before[name].equals(after[name])
+
+
+def test_funnel_report_narrows_and_follows_thresholds(demo_run: Path):
+    from fabrika.generators.instruct.report import if_funnel
+
+    steps = dict(if_funnel(demo_run))
+    chain = ["after dedup", "with parsed verifiers", "after cross-validation", "after back-translation"]
+    counts = [steps[s] for s in chain]
+    assert counts == sorted(counts, reverse=True) and counts[-1] > 0
+    assert steps["candidates asked"] > steps["candidates in Russian, well-formed"] > steps["after dedup"] - steps["seeds"]
+    strict = dict(if_funnel(demo_run, {"consistency": {"min_unique_functions": 4}, "if_response": {"min_quality": 8}}))
+    assert strict["after cross-validation"] < steps["after cross-validation"]
+    assert strict["SFT samples"] < steps["SFT samples"]
