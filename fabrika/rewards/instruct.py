@@ -71,7 +71,11 @@ class IFRewardConfig(BaseModel):
     bonus: float = Field(default=1.0, description="The RM bonus added when V > 0 and S > α.")
     penalty: float = Field(default=0.5, description="Subtracted when V > 0 and S ≤ α.")
     constraints_column: str = Field(default="constraints", description="Dataset column with the prompt's constraint specs.")
-    rm_score_column: str = Field(default="rm_scores", description="Column with S (one per completion) when no rm_scorer callable is given.")
+    rm_score_column: str = Field(
+        default="rm_score",
+        description="Column with S when no rm_scorer callable is given (the project-wide name, as the general reward "
+        "and GRPO use; under TRL a column is per prompt, so use it for offline checks, a rm_scorer for training).",
+    )
     teacher_rm_column: str = Field(default="teacher_rm_mean", description="Column with α, the teacher's mean RM score.")
 
 
@@ -264,7 +268,7 @@ def make_if_reward(
 
     ``sandbox_runner(code, responses) -> verdicts`` runs LLM-written verifiers
     (default: a lazily started ``fabrika.sandbox.SandboxPool``); ``rm_scorer``
-    gives S, else the ``rm_scores`` column does, else no RM correction is applied.
+    gives S, else the ``rm_score`` column does, else no RM correction is applied.
     Under TRL, the mean V and the all-pass share are logged through ``log_metric``
     (``if/verifier_score``, ``if/all_pass``) and V per completion through ``log_extra``.
     Call ``reward.close()`` when done to stop a default sandbox pool.

@@ -80,7 +80,7 @@ def test_trl_call_with_library_constraints_and_rm_columns() -> None:
         completions=completions,
         completion_ids=[[1, 2]] * 4,
         constraints=[SPECS] * 4,
-        rm_scores=[2.0, 2.0, 2.0, 0.5],
+        rm_score=[2.0, 2.0, 2.0, 0.5],
         teacher_rm_mean=[1.0, 1.0, 1.0, 1.0],
         trainer_state=object(),
         log_metric=lambda name, value: metrics.append((name, value)),
@@ -156,7 +156,7 @@ def test_llm_verifiers_go_through_the_injected_runner_batched_per_code() -> None
 def test_errors_name_the_column_and_fix() -> None:
     reward = make_if_reward()
     with pytest.raises(ConfigError, match="teacher_rm_mean"):
-        reward(prompts=["p"], completions=["Кот."], constraints=[[MAX5]], rm_scores=[1.0])
+        reward(prompts=["p"], completions=["Кот."], constraints=[[MAX5]], rm_score=[1.0])
     with pytest.raises(ConfigError, match="'constraints'"):
         reward(prompts=["p"], completions=["Кот."])
     with pytest.raises(ConfigError, match="neither"):
