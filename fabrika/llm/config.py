@@ -106,6 +106,8 @@ class LLMConfig(_Strict):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0, description="Default top_p for requests that set none.")
     max_tokens: int | None = Field(default=None, ge=1, description="Default max_tokens for requests that set none.")
     seed: int | None = Field(default=None, description="Default sampling seed for requests that set none.")
+    extra_body: dict[str, Any] | None = Field(
+        default=None, description="Default extra_body (e.g. vLLM chat_template_kwargs); a request's own keys win.")
     max_in_flight: int = Field(default=4096, ge=1, description="Engine-wide cap on requests in flight.")
 
     @field_validator("endpoints")

@@ -8,7 +8,7 @@ failure comes back as ``ChatResponse(error=LLMError(kind))`` in its slot.
 Per request:
 
 1. defaults from :class:`~fabrika.llm.config.LLMConfig` (model, temperature,
-   top_p, max_tokens, seed) fill unset fields *before* the cache key is taken,
+   top_p, max_tokens, seed, extra_body) fill unset fields *before* the cache key is taken,
    so changing a default re-asks exactly the requests it changes;
 2. the cache answers if it can (one batched SQLite lookup per ``complete``);
    with ``cache_only`` a miss becomes a :class:`~fabrika.errors.CacheMissError`
@@ -76,6 +76,9 @@ class LLMEngine:
         defaults = {"model": cfg.model, "temperature": cfg.temperature, "top_p": cfg.top_p,
                     "max_tokens": cfg.max_tokens, "seed": cfg.seed}
         self._defaults = {k: v for k, v in defaults.items() if v is not None}
+        self._extra_body = dict(cfg.extra_body) if cfg.extra_body else None
+        #: requests currently at the backend (for progress displays)
+        self.in_flight = 0
 
     @property
     def backend_name(self) -> str:
@@ -90,6 +93,12 @@ class LLMEngine:
                 if missing is None:
                     missing = {}
                 missing[name] = value
+        if self._extra_body is not None:
+            own = request.extra_body
+            merged = self._extra_body if not own else {**self._extra_body, **own}
+            if merged != own:
+                missing = missing or {}
+                missing["extra_body"] = merged
         return dataclasses.replace(request, **missing) if missing else request
 
     def key(self, request: ChatRequest) -> str:
@@ -191,6 +200,7 @@ class LLMEngine:
         acct = self.accounting
         akey = acct.key(request, request.model or "")
         send = self.backend.send
+        self.in_flight += 1
         try:
             resp, attempts = await call_with_retries(lambda: send(request), self.policy,
                                                      lambda _e: acct.record_retry(akey))
@@ -207,6 +217,8 @@ class LLMEngine:
             err = map_exception(exc)
             err.__cause__ = exc
             resp = ChatResponse(error=err, model=request.model or "", backend=self.backend.name)
+        finally:
+            self.in_flight -= 1
         acct.record(akey, resp)
         if resp.error is None and self.cache is not None:
             self.cache.put(key, resp)

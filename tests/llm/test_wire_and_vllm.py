@@ -114,3 +114,21 @@ def test_odd_but_usable_completions_are_normalised() -> None:
     [c] = resp.choices
     assert c.content == "привет" and c.reasoning == "думаю"
     assert c.tool_calls == ({"id": "", "name": "f", "arguments": '{"a": 1}'},)
+
+
+async def test_default_extra_body_merges_under_the_request_and_in_flight_counts(
+        server: FakeOpenAIServer, make_engine: Callable[..., LLMEngine]) -> None:
+    server.app.latency_ms = 50
+    eng = make_engine(server, extra_body={"chat_template_kwargs": {"enable_thinking": False}, "top_k": 20})
+    async with eng:
+        import asyncio
+
+        task = asyncio.ensure_future(eng.complete([req("a"), req("b", extra_body={"top_k": 5})]))
+        await asyncio.sleep(0.02)
+        assert eng.in_flight == 2
+        await task
+        assert eng.in_flight == 0
+        assert eng.key(req("a")) != make_engine(server).key(req("a"))  # the default is part of the key
+    sent = {r["messages"][0]["content"]: r for r in server.requests}
+    assert sent["a"]["chat_template_kwargs"] == {"enable_thinking": False} and sent["a"]["top_k"] == 20
+    assert sent["b"]["top_k"] == 5 and sent["b"]["chat_template_kwargs"] == {"enable_thinking": False}
