@@ -198,6 +198,10 @@ class _Run:
         if stats.internal_errors:
             console.print(f"[bold red]{name}: {stats.internal_errors} item(s) failed with internal_error (a bug in the stage; see reasons)")
         self._stage_entry(name, stats, complete=stats.cache_miss == 0)
+        dups = self.manifest["stages"][name].get("duplicate_ids", 0)
+        if dups:
+            console.print(f"[bold red]{name}: {dups} output id(s) written more than once — ids must be unique per stage "
+                          "(derive them from the inputs that make the item distinct)")
         self._write_manifest("running")
 
     def _input_fingerprint(self, cfg: StageConfig) -> str:

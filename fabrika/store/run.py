@@ -119,7 +119,7 @@ class RunStore:
         """Rows, ok and rejected-by-reason counts of a stage (an aggregate; nothing else is loaded)."""
         lf = self.scan_raw(stage)
         if lf is None:
-            return {"rows": 0, "ok": 0, "rejected": {}}
+            return {"rows": 0, "ok": 0, "rejected": {}, "duplicate_ids": 0}
         names = lf.collect_schema().names()
         status = pl.col("status") if "status" in names else pl.lit("ok")
         reason = pl.col("reason") if "reason" in names else pl.lit(None, dtype=pl.String)
@@ -129,6 +129,7 @@ class RunStore:
             .len()
             .collect()
         )
+        unique_ids = lf.select(pl.col("id").n_unique()).collect().item()
         out: dict[str, Any] = {"rows": 0, "ok": 0, "rejected": {}}
         for s, r, n in agg.iter_rows():
             out["rows"] += n
@@ -138,6 +139,7 @@ class RunStore:
                 key = r or s or "unknown"
                 out["rejected"][key] = out["rejected"].get(key, 0) + n
         out["rejected"] = dict(sorted(out["rejected"].items()))
+        out["duplicate_ids"] = out["rows"] - unique_ids
         return out
 
     # -- manifest ---------------------------------------------------------------

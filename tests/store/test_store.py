@@ -97,8 +97,11 @@ def test_counts_group_rejections_by_reason_prefix(tmp_path: Path) -> None:
         {"id": "3", "status": "rejected", "reason": "invalid_json: line 7"},
         {"id": "4", "status": "rejected", "reason": "unknown_tool: foo"},
     ])
-    assert store.counts("a") == {"rows": 4, "ok": 1, "rejected": {"invalid_json": 2, "unknown_tool": 1}}
-    assert store.counts("missing") == {"rows": 0, "ok": 0, "rejected": {}}
+    assert store.counts("a") == {"rows": 4, "ok": 1, "rejected": {"invalid_json": 2, "unknown_tool": 1},
+                                 "duplicate_ids": 0}
+    store.write("a", [{"id": "1", "status": "ok", "reason": None}])
+    assert store.counts("a")["duplicate_ids"] == 1
+    assert store.counts("missing") == {"rows": 0, "ok": 0, "rejected": {}, "duplicate_ids": 0}
 
 
 def test_manifest_roundtrip_and_corruption_message(tmp_path: Path) -> None:
