@@ -191,7 +191,7 @@ class SimBackend:
                 completion += estimate_tokens(call.get("arguments", "")) + 2
         return ChatResponse(
             choices=tuple(choices),
-            usage=Usage(prompt_tokens=estimate_tokens("x" * _prompt_chars(request)), completion_tokens=completion),
+            usage=Usage(prompt_tokens=(_prompt_chars(request) + 3) // 4, completion_tokens=completion),
             model=request.model or self.model,
             backend=self.name,
         )
