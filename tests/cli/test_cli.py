@@ -168,3 +168,12 @@ def test_smoke_config_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert strict.exit_code == 0, strict.output
     assert scan_version(run_dir, "v2").collect().height == 0
     assert "dropped_length.min_completion_tokens" in strict.stdout
+
+
+def test_malformed_input_found_mid_run_exits_2_one_line(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, stages=[{"kind": "test.badsource"}], dataset={"stages": ["test.badsource"]}, filters={})
+    result = runner.invoke(app, ["run", str(cfg), "--no-progress"])
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines == ["error: seeds.jsonl:2: invalid JSON (Expecting value); one JSON object per line"]
+    assert manifest(tmp_path)["status"] == "failed"

@@ -143,3 +143,19 @@ def dataset_rows(run_dir: Any, version: str = "v1") -> list[dict[str, Any]]:
 
     lf = scan_version(run_dir, version)
     return [] if lf is None else lf.sort("id").collect().to_dicts()
+
+
+@register_stage
+class BadSourceStage(Stage):
+    """A source whose seed file turns out malformed only while streaming."""
+
+    kind = "test.badsource"
+
+    def input_rows(self) -> Iterator[Row]:
+        from fabrika.errors import InputError
+
+        yield {"id": "fine"}
+        raise InputError("seeds.jsonl:2: invalid JSON (Expecting value); one JSON object per line")
+
+    async def process(self, row: Row) -> list[Row]:
+        return [ok(row["id"])]
