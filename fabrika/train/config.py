@@ -102,3 +102,20 @@ def with_preset(preset: dict[str, Any], user: dict[str, Any], overrides: dict[st
     out.update(user)
     out.update(overrides or {})
     return out
+
+
+def resolve_checkpoint(value: str | None, output_dir: str) -> str | None:
+    """``resume_from_checkpoint``: a path, or ``auto`` = the last ``checkpoint-N`` in ``output_dir`` (None if none).
+
+    Training runs resume like pipeline stages do: re-running the same command
+    with ``--set resume_from_checkpoint=auto`` continues where a crash stopped it.
+    """
+    if value is None or str(value).lower() in ("", "false", "none"):
+        return None
+    if str(value).lower() in ("auto", "last", "true"):
+        from transformers.trainer_utils import get_last_checkpoint
+
+        return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    if not Path(value).is_dir():
+        raise ConfigError(f"resume_from_checkpoint {value!r} is not a checkpoint directory; pass one, or `auto`")
+    return str(value)

@@ -40,7 +40,15 @@ from typing import TYPE_CHECKING, Any, Callable
 from trl import GRPOConfig
 
 from fabrika.errors import ConfigError
-from fabrika.train.config import EXPERT_PRESETS, EXPERTS, GRPO_PRESET, build_dataclass, read_yaml, vllm_available
+from fabrika.train.config import (
+    EXPERT_PRESETS,
+    EXPERTS,
+    GRPO_PRESET,
+    build_dataclass,
+    read_yaml,
+    resolve_checkpoint,
+    vllm_available,
+)
 from fabrika.train.data import load_split, prepare_grpo_dataset
 from fabrika.train.sft import load_model_and_tokenizer
 
@@ -215,10 +223,11 @@ def build_grpo_trainer(config: FabrikaGRPOConfig, callbacks: list[Any] | None = 
 
 
 def run_grpo(config: FabrikaGRPOConfig) -> GRPOTrainer:
-    """Train and save the expert to ``config.output_dir``."""
+    """Train (resuming when ``resume_from_checkpoint`` is a path or ``auto``) and save the expert."""
+    checkpoint = resolve_checkpoint(config.resume_from_checkpoint, config.output_dir)
     trainer = build_grpo_trainer(config)
     try:
-        trainer.train()
+        trainer.train(resume_from_checkpoint=checkpoint)
     finally:  # the IF reward may hold a sandbox pool for LLM-written verifiers
         for fn in trainer.reward_funcs:
             close = getattr(fn, "close", None)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from trl import SFTConfig
 
 from fabrika.errors import ConfigError
-from fabrika.train.config import SFT_PRESET, build_dataclass, read_yaml, with_preset
+from fabrika.train.config import SFT_PRESET, build_dataclass, read_yaml, resolve_checkpoint, with_preset
 from fabrika.train.data import load_split, prepare_sft_dataset
 
 if TYPE_CHECKING:
@@ -85,9 +85,10 @@ def build_sft_trainer(config: FabrikaSFTConfig, callbacks: list[Any] | None = No
 
 
 def run_sft(config: FabrikaSFTConfig) -> SFTTrainer:
-    """Train and save model + tokenizer to ``config.output_dir``."""
+    """Train (resuming when ``resume_from_checkpoint`` is a path or ``auto``) and save to ``output_dir``."""
+    checkpoint = resolve_checkpoint(config.resume_from_checkpoint, config.output_dir)
     trainer = build_sft_trainer(config)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(config.output_dir)
     trainer.processing_class.save_pretrained(config.output_dir)
     return trainer

@@ -107,3 +107,16 @@ def test_chat_template_from_file_qwen3(tmp_path: Path, tiny_model: Path, sft_exp
                        "\n</tool_call><|im_end|>\n")
     prompt_part = tok.decode([t for t, lab in zip(row["input_ids"], row["labels"]) if lab == -100])
     assert prompt_part.endswith("<|im_start|>assistant\n") and "Какая погода в Москве?" in prompt_part
+
+
+def test_resume_from_last_checkpoint(tmp_path: Path, tiny_model: Path, sft_export: Path) -> None:
+    first = _config(tmp_path, tiny_model, sft_export, max_steps=2, save_strategy="steps", save_steps=2)
+    run_sft(first)
+    assert (tmp_path / "out" / "checkpoint-2").is_dir()
+    second = _config(tmp_path, tiny_model, sft_export, max_steps=3, save_strategy="no",
+                     resume_from_checkpoint="auto")
+    trainer = run_sft(second)
+    assert trainer.state.global_step == 3
+    assert [h["step"] for h in trainer.state.log_history if "loss" in h] == [1, 2, 3]  # 1–2 restored, 3 new
+    with pytest.raises(ConfigError, match="not a checkpoint directory"):
+        run_sft(_config(tmp_path, tiny_model, sft_export, resume_from_checkpoint=str(tmp_path / "nope")))
