@@ -70,7 +70,15 @@ class IFRewardConfig(BaseModel):
     )
     bonus: float = Field(default=1.0, description="The RM bonus added when V > 0 and S > α.")
     penalty: float = Field(default=0.5, description="Subtracted when V > 0 and S ≤ α.")
+    llm_vote: Literal["majority", "all", "any"] = Field(
+        default="majority",
+        description="How several LLM-written verifiers of one constraint combine: more than half, all, or any must pass.",
+    )
     constraints_column: str = Field(default="constraints", description="Dataset column with the prompt's constraint specs.")
+    ground_truth_column: str = Field(
+        default="ground_truth",
+        description="Column whose 'verifiers' list ({'code', ...}) verifies the row's LLM-written constraint.",
+    )
     rm_score_column: str = Field(
         default="rm_score",
         description="Column with S when no rm_scorer callable is given (the project-wide name, as the general reward "
@@ -119,9 +127,10 @@ def completion_text(completion: Any) -> str:
 def parse_constraints(value: Any) -> list[dict[str, Any]]:
     """The constraint specs of one row: a list of dicts, or its JSON string (as rows store it).
 
-    A spec is ``{"verifier_code": ...}`` (LLM-written, sandboxed) or a library
+    A spec is ``{"verifier_code": ...}`` (LLM-written, sandboxed), a library
     constraint named by ``library_id``, ``parent_id`` or ``id`` (``id@hash`` record
-    ids work), with ``params``; other keys (``text``, ``family`` …) are ignored.
+    ids work) with ``params``, or an LLM-written constraint without code, verified
+    by the row's ``ground_truth["verifiers"]``; other keys (``text`` …) are ignored.
     """
     if isinstance(value, str):
         try:
@@ -150,10 +159,21 @@ class IFScore:
     reward: float
 
 
-def _library_verdict(spec: Mapping[str, Any], text: str, loose: bool) -> bool:
-    from fabrika.constraints import get  # the library loads pymorphy3 lazily; keep import cost off module import
+def _library_id(spec: Mapping[str, Any]) -> str | None:
+    """The library constraint a spec names, or None for an LLM-written constraint."""
+    from fabrika.constraints import REGISTRY  # loads pymorphy3 lazily; keep it off module import
 
-    c = get(str(spec.get("library_id") or spec.get("parent_id") or spec.get("id")))
+    for key in ("library_id", "parent_id"):
+        if spec.get(key):
+            return str(spec[key])
+    cid = str(spec.get("id") or "")
+    return cid if cid.split("@", 1)[0] in REGISTRY else None
+
+
+def _library_verdict(cid: str, spec: Mapping[str, Any], text: str, loose: bool) -> bool:
+    from fabrika.constraints import get
+
+    c = get(cid)
     params = spec.get("params") or {}
     return c.verify_loose(text, params) if loose else c.verify(text, params)
 
@@ -165,26 +185,64 @@ def _passed(verdict: Any) -> bool:
     return bool(getattr(verdict, "passed", False))
 
 
+def _vote(passes: list[bool], mode: str) -> bool:
+    if mode == "all":
+        return all(passes)
+    if mode == "any":
+        return any(passes)
+    return sum(passes) * 2 > len(passes)
+
+
+def _row_verifier_codes(ground_truth: Any) -> list[str]:
+    """Verifier code kept for the row's LLM-written constraint (``ground_truth["verifiers"][*]["code"]``)."""
+    if isinstance(ground_truth, str):
+        try:
+            ground_truth = json.loads(ground_truth)
+        except ValueError:
+            return []
+    if not isinstance(ground_truth, Mapping):
+        return []
+    return [str(v["code"]) for v in ground_truth.get("verifiers") or [] if isinstance(v, Mapping) and v.get("code")]
+
+
 def _verdicts(
-    specs_per_row: list[list[dict[str, Any]]], texts: list[str], loose: bool, runner: SandboxRunner | None
+    specs_per_row: list[list[dict[str, Any]]],
+    texts: list[str],
+    row_codes: list[list[str]],
+    cfg: IFRewardConfig,
+    runner: SandboxRunner | None,
 ) -> list[list[bool]]:
-    """Per-row verdicts; LLM verifiers are batched: one sandbox call per distinct code."""
+    """Per-row verdicts. Library constraints run in-process; LLM-written ones through the sandbox,
+    batched as one call per distinct code, several verifiers of one constraint combined by ``cfg.llm_vote``."""
     out: list[list[bool]] = [[False] * len(specs) for specs in specs_per_row]
     by_code: dict[str, list[tuple[int, int]]] = {}
+    votes: dict[tuple[int, int], list[bool]] = {}
     for i, specs in enumerate(specs_per_row):
         for j, spec in enumerate(specs):
-            if "verifier_code" in spec:
-                by_code.setdefault(str(spec["verifier_code"]), []).append((i, j))
-            else:
-                out[i][j] = _library_verdict(spec, texts[i], loose)
+            code = spec.get("verifier_code")
+            lib = None if code else _library_id(spec)
+            if lib is not None:
+                out[i][j] = _library_verdict(lib, spec, texts[i], cfg.loose)
+                continue
+            codes = ([code] if isinstance(code, str) else list(code)) if code else row_codes[i]
+            if not codes:
+                raise ConfigError(
+                    f"constraint {spec.get('id')!r} is neither a library constraint nor has verifier code "
+                    "(spec 'verifier_code' or ground_truth['verifiers']); fix the export"
+                )
+            votes[(i, j)] = []
+            for c in codes:
+                by_code.setdefault(str(c), []).append((i, j))
     if by_code and runner is None:
-        raise ConfigError("constraints hold 'verifier_code' but no sandbox runner was given; pass sandbox_runner=")
+        raise ConfigError("constraints need LLM-written verifiers but no sandbox runner was given; pass sandbox_runner=")
     for code, slots in by_code.items():
         verdicts = list(runner(code, [texts[i] for i, _ in slots]))  # type: ignore[misc]
         if len(verdicts) != len(slots):
             raise ConfigError(f"sandbox runner returned {len(verdicts)} verdicts for {len(slots)} responses")
-        for (i, j), verdict in zip(slots, verdicts):
-            out[i][j] = _passed(verdict)
+        for slot, verdict in zip(slots, verdicts):
+            votes[slot].append(_passed(verdict))
+    for (i, j), passes in votes.items():
+        out[i][j] = _vote(passes, cfg.llm_vote)
     return out
 
 
@@ -214,7 +272,9 @@ def score_if(
     if raw is None:
         raise ConfigError(f"the dataset has no {cfg.constraints_column!r} column; set constraints_column")
     texts = [completion_text(c) for c in completions]
-    verdicts = _verdicts([parse_constraints(r) for r in raw], texts, cfg.loose, sandbox_runner)
+    gt = _column(columns, cfg.ground_truth_column, n) or [None] * n
+    row_codes = [_row_verifier_codes(g) for g in gt]
+    verdicts = _verdicts([parse_constraints(r) for r in raw], texts, row_codes, cfg, sandbox_runner)
     vs = [verifier_score(v, cfg.aggregation) for v in verdicts]
 
     s_col: list[Any] | None = None

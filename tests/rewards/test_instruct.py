@@ -153,6 +153,35 @@ def test_llm_verifiers_go_through_the_injected_runner_batched_per_code() -> None
     assert len(calls) == 1 and calls[0][0] == code and len(calls[0][1]) == 3  # one sandbox call for the group
 
 
+def _code(word: str) -> str:
+    return f"def evaluate(response):\n    return {word!r} in response.lower()\n"
+
+
+@pytest.mark.parametrize(("vote", "expected"), [("majority", [1.0, 0.0, 0.0]), ("any", [1.0, 1.0, 0.0]), ("all", [0.0, 0.0, 0.0])])
+def test_llm_constraint_verified_by_ground_truth_verifiers(vote: str, expected: list[float]) -> None:
+    """The if.grpo layout: the LLM-written constraint has no code in its spec; its verifiers sit in ground_truth."""
+    calls: list[str] = []
+
+    def runner(code: str, responses: list[str]) -> list[bool]:
+        calls.append(code)
+        word = code.split("'")[1]
+        return [word in r.lower() for r in responses]
+
+    spec = [{"id": "c-1234", "text": "Упомяните кота и мышь.", "library_id": None, "params": {}}]
+    gt = {"constraints": spec, "verifiers": [{"code": _code("кот"), "accuracy": 1.0}, {"code": _code("мыш"), "accuracy": 0.9},
+                                             {"code": _code("сыр"), "accuracy": 0.8}]}
+    out = score_if(
+        ["p"] * 3,
+        ["Кот поймал мышь.", "Кот спит.", "Пёс спит."],
+        IFRewardConfig(rm_correction=False, llm_vote=vote),
+        sandbox_runner=runner,
+        constraints=[spec] * 3,
+        ground_truth=[json.dumps(gt, ensure_ascii=False)] * 3,
+    )
+    assert [s.reward for s in out] == expected
+    assert sorted(calls) == sorted(_code(w) for w in ("кот", "мыш", "сыр"))  # one batched call per verifier
+
+
 def test_errors_name_the_column_and_fix() -> None:
     reward = make_if_reward()
     with pytest.raises(ConfigError, match="teacher_rm_mean"):
@@ -161,8 +190,10 @@ def test_errors_name_the_column_and_fix() -> None:
         reward(prompts=["p"], completions=["Кот."])
     with pytest.raises(ConfigError, match="neither"):
         reward(prompts=["p"], completions=["Кот."], constraints=[[{"params": {}}]])
-    with pytest.raises(ConfigError, match="unknown library constraint"):
+    with pytest.raises(ConfigError, match="'ru.nope' is neither a library constraint nor has verifier code"):
         reward(prompts=["p"], completions=["Кот."], constraints=[[{"id": "ru.nope"}]])
+    with pytest.raises(ConfigError, match="unknown library constraint id 'ru.nope'"):
+        reward(prompts=["p"], completions=["Кот."], constraints=[[{"library_id": "ru.nope"}]])
     with pytest.raises(ConfigError, match="sandbox runner"):
         score_if(["p"], ["x"], constraints=[[{"verifier_code": "def evaluate(r): return True"}]])
 
