@@ -3,6 +3,20 @@
 The runner builds the engine with exactly :func:`build_engine` (``build_engine(config,
 run_dir)``); everything a stage needs — cache, retries, concurrency limits,
 accounting — comes configured from here.
+
+Example (two vLLM servers for one model, prices for the cost column)::
+
+    llm:
+      backend: openai
+      model: Qwen/Qwen3-8B
+      endpoints:
+        - {base_url: "http://gpu-1:8000/v1", max_concurrency: 256}
+        - {base_url: "http://gpu-2:8000/v1", max_concurrency: 256}
+      temperature: 0.7
+      extra_body: {chat_template_kwargs: {enable_thinking: false}}
+      price_per_1m: {Qwen/Qwen3-8B: {prompt: 0.05, completion: 0.2}}
+
+Offline (the default): ``llm: {backend: sim, sim: {seed: 7, error_rate: 0.05}}``.
 """
 
 from __future__ import annotations
