@@ -3,7 +3,7 @@
 ``materialise`` reads the dataset stages lazily (shards + annotation joins),
 applies the gates, and writes ``versions/<name>/``::
 
-    data/<stage>.parquet      kept rows (the samples)
+    data/<stage>.parquet      kept rows (the samples), sorted by id
     dropped/<stage>.parquet   dropped rows with ``dropped_by`` (the first gate that dropped them)
     thresholds.json           the thresholds used (every registered gate group, defaults filled)
     funnel.json               per stage: rows/ok/rejected-by-reason; per dataset stage: in/out/dropped_<gate>
@@ -143,9 +143,10 @@ def materialise(
         counts = gates.funnel_of(marked, reasons)
         funnel["gates"][stage] = counts
         total += counts["out"]
-        kept = marked.filter(pl.col(gates.DROPPED_BY).is_null()).drop(gates.DROPPED_BY)
+        # sorted by id: a version's files do not depend on the order items completed in
+        kept = marked.filter(pl.col(gates.DROPPED_BY).is_null()).drop(gates.DROPPED_BY).sort("id")
         kept.sink_parquet(tmp / "data" / f"{stage}.parquet", sync_on_close="all")
-        marked.filter(pl.col(gates.DROPPED_BY).is_not_null()).sink_parquet(
+        marked.filter(pl.col(gates.DROPPED_BY).is_not_null()).sort("id").sink_parquet(
             tmp / "dropped" / f"{stage}.parquet", sync_on_close="all"
         )
     dumped = gates.thresholds_dump(params)

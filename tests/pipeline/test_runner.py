@@ -97,6 +97,8 @@ def test_output_does_not_depend_on_completion_order(tmp_path: Path) -> None:
     b_cfg.stages[0].delay = 0.003  # items finish in a scrambled order
     b = run_pipeline(b_cfg, progress=False, engine=ps.FakeEngine(delay=0.001))
     assert ps.dataset_rows(a.run_dir) == ps.dataset_rows(b.run_dir)
+    va, vb = (r.run_dir / "versions/v1/data/test.ask.parquet" for r in (a, b))
+    assert pl.read_parquet(va).equals(pl.read_parquet(vb))  # same rows in the same order, not just the same set
     for stage in ("test.count", "test.ask", "judge"):
         sa = RunStore(a.run_dir).scan_raw(stage).sort("id").collect()
         sb = RunStore(b.run_dir).scan_raw(stage).sort("id").collect()
