@@ -31,9 +31,23 @@ TAG = "filter.difficulty"
 SCORE_COLUMNS = ("difficulty_pass_rate", "difficulty_k", "difficulty_errors")
 DEFAULT_REWARDS: dict[str, str] = {
     "fc": "fabrika.rewards.fc:fc_reward",
-    "if": "fabrika.rewards.instruct:if_reward",
+    "if": "fabrika.filters.difficulty:if_verifier_reward",
 }
 RewardFn = Callable[..., list[float]]
+_IF_REWARD: list[RewardFn] = []
+
+
+def if_verifier_reward(prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float]:
+    """IF pass signal: the verifier score V of ``fabrika.rewards.instruct`` (all constraints, no RM term).
+
+    Difficulty asks "did the policy satisfy the instruction", so the RM correction
+    (which needs the teacher's α) is off and V is all-or-nothing.
+    """
+    if not _IF_REWARD:
+        from fabrika.rewards.instruct import IFRewardConfig, make_if_reward
+
+        _IF_REWARD.append(make_if_reward(IFRewardConfig(aggregation="all", rm_correction=False)))
+    return _IF_REWARD[0](prompts=prompts, completions=completions, **columns)
 
 
 def resolve_reward(spec: str) -> RewardFn:
@@ -78,8 +92,11 @@ def pass_rate(row: Row, responses: Sequence[ChatResponse], reward: RewardFn,
         prompt = messages_to_chat(row.get("prompt"))
         n = len(good)
         gt = row.get("ground_truth")
+        gt = json.loads(gt) if isinstance(gt, str) and gt else gt
+        constraints = gt.get("constraints") if isinstance(gt, dict) else None
         columns = {
-            "ground_truth": [json.loads(gt) if isinstance(gt, str) and gt else gt] * n,
+            "ground_truth": [gt] * n,
+            "constraints": [constraints] * n,
             "target_type": [row.get("target_type")] * n,
             "tools": [tools_to_chat(row.get("tools"))] * n,
             "lang": [row.get("lang")] * n,

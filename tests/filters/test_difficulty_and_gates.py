@@ -98,3 +98,24 @@ def test_gate_funnel_with_defaults_and_overrides():
                          "language.allowed=[ru]"])
     kept, funnel = apply_gates(_scored(), relaxed)
     assert kept.collect()["id"].to_list() == ["a", "b", "d", "e", "f"] and funnel["dropped_language.allowed"] == 1
+
+
+class TextLLM:
+    """Answers sample i with ``answers[i]``."""
+
+    def __init__(self, answers: list[str]) -> None:
+        self.answers = answers
+
+    async def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResponse]:
+        return [ChatResponse(choices=(Choice(content=self.answers[r.sample_index]),)) for r in requests]
+
+
+async def test_if_rows_use_the_if_verifier_reward():
+    spec = {"id": "ru.punct.no_commas@1a2b", "library_id": "ru.punct.no_commas", "params": {}}
+    row = {"id": "q1", "expert": "if", "lang": "ru", "target_type": "text",
+           "prompt": json.dumps([{"role": "user", "content": "Опиши кота. Не используйте запятых."}], ensure_ascii=False),
+           "ground_truth": json.dumps({"constraints": [spec]}, ensure_ascii=False)}
+    answers = ["Кот спит.", "Кот спит, мурлычет.", "Кот ест.", "Кот, кошка."]
+    stage = DifficultyScorer(DifficultyConfig(k=4), SimpleNamespace(llm=TextLLM(answers)))
+    (out,) = await stage.process(row)
+    assert out["difficulty_pass_rate"] == 0.5 and out["difficulty_errors"] == 0
