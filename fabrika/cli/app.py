@@ -108,6 +108,8 @@ def status(run_dir: Annotated[Path, typer.Argument(help="Run directory (runs/<na
     if not manifest:
         fail(f"{run_dir}: not a run directory (no manifest.json)")
     out.print(views.stages_table(manifest))
+    if manifest.get("versions"):
+        out.print(views.versions_table(manifest))
     latest = manifest.get("latest_version")
     if latest:
         try:

@@ -75,3 +75,14 @@ def flat_table(data: Mapping[str, Any], title: str) -> Table:
 
     walk("", data)
     return t
+
+
+def versions_table(manifest: Mapping[str, Any]) -> Table:
+    """Materialised versions: rows, the version each derives from, and when."""
+    t = Table(title="versions")
+    for col in ("version", "samples", "from", "created"):
+        t.add_column(col, justify="right" if col == "samples" else "left")
+    for name, info in manifest.get("versions", {}).items():
+        latest = " (latest)" if name == manifest.get("latest_version") else ""
+        t.add_row(name + latest, str(info.get("rows", "?")), info.get("previous") or "-", info.get("created_at", "?"))
+    return t

@@ -113,6 +113,8 @@ def test_refilter_changes_output_with_zero_llm_calls(tmp_path: Path, monkeypatch
     funnel = json.loads((run_dir / "versions/strict/funnel.json").read_text(encoding="utf-8"))
     assert funnel["gates"]["test.ask"]["out"] == strict.height
     assert manifest(tmp_path)["latest_version"] == "strict"
+    status = runner.invoke(app, ["status", str(run_dir)])
+    assert "strict (latest)" in status.stdout and "version strict" in status.stdout
     # next refilter starts from the latest thresholds: min_score stays 0.12, max_i added
     again = runner.invoke(app, ["refilter", str(run_dir), "--set", "testscore.max_i=15"])
     assert again.exit_code == 0, again.output
