@@ -25,8 +25,8 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
-__all__ = ["LengthUnit", "SequenceClassifierRM", "completion_length", "length_alpha", "length_penalized",
-           "make_general_reward"]
+__all__ = ["LengthUnit", "SequenceClassifierRM", "completion_length", "general_reward", "length_alpha",
+           "length_penalized", "make_general_reward"]
 
 LengthUnit = Literal["chars", "words", "tokens"]
 RMCallable = Callable[[Sequence[Any], Sequence[Any]], Sequence[float]]
@@ -156,3 +156,8 @@ def make_general_reward(
         return out
 
     return general_reward
+
+
+#: Column-driven default (R from ``rm_score``, L0 from ``ref_length``, lengths in chars), importable as
+#: ``"fabrika.rewards.general:general_reward"`` where a ``module:function`` spec is expected.
+general_reward = make_general_reward()

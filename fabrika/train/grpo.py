@@ -17,8 +17,8 @@ in (low, high] = (0, 0.8]. TRL cannot resample a batch, so it is done in two
 honest ways:
 
 * ``dynamic_sampling_column`` set: a *pre-filter* on a stored difficulty
-  (e.g. the pass rate of a reference policy written by the difficulty scorer)
-  — rows outside the band never reach the trainer;
+  (``difficulty_pass_rate``, the pass rate of a reference policy written by
+  ``fabrika.filters.difficulty``) — rows outside the band never reach the trainer;
 * otherwise an *online mask*: the reward wrapper :func:`dynamic_sampling`
   returns ``None`` for every completion of an out-of-band group, which TRL
   treats as unscorable (advantage 0). The group's generation compute is still

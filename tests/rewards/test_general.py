@@ -57,6 +57,14 @@ def test_reward_from_score_column_trl_signature() -> None:
     assert out == pytest.approx([0.9, -2.5, 0.35], abs=1e-12)
 
 
+def test_module_level_default_reads_columns() -> None:
+    from fabrika.rewards.general import general_reward
+
+    assert general_reward.__name__ == "general_reward"
+    out = general_reward(prompts=["p"], completions=["x" * 50], ref_length=[100], rm_score=[-1.0])
+    assert out == pytest.approx([-1.3], abs=1e-12)
+
+
 def test_reward_with_callable_rm_and_token_lengths() -> None:
     seen = {}
 
