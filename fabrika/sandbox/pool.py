@@ -124,7 +124,10 @@ class _Worker:
         self.rfd, self.proc, self.buf, self.pos = -1, None, b"", 0
 
     def send(self, code: str, responses: list[Any], guard: bool) -> None:
-        body = json.dumps({"code": code, "responses": responses, "guard": guard}, ensure_ascii=False).encode()
+        try:
+            body = json.dumps({"code": code, "responses": responses, "guard": guard}, ensure_ascii=False).encode()
+        except (TypeError, ValueError) as exc:
+            raise SandboxError(f"responses must be JSON-serialisable (str, numbers, lists, dicts): {exc}") from exc
         assert self.proc is not None and self.proc.stdin is not None
         try:
             self.proc.stdin.write(struct.pack(">I", len(body)) + body)

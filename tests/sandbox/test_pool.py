@@ -84,6 +84,12 @@ def test_json_responses_and_empty_batch(pool):
     assert pool.run_sync(code, []) == []
 
 
+def test_unserialisable_response_is_a_clear_caller_error(pool):
+    with pytest.raises(SandboxError, match="JSON-serialisable"):
+        pool.run_sync(YES, [object()])
+    assert [v.value for v in pool.run_sync(YES, ["да"])] == [True]
+
+
 def test_allowed_russian_libraries_work(pool):
     code = (
         "import razdel, pymorphy3\n"
