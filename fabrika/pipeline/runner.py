@@ -115,6 +115,7 @@ class _Run:
         self.stats: dict[str, StageStats] = {}
         self.progress = RunProgress(enabled=progress)
         self.manifest: dict[str, Any] = {}
+        self._invocation: dict[str, Any] = {}
         self._last_manifest = time.monotonic()
 
     # -- manifest -----------------------------------------------------------------
@@ -128,6 +129,9 @@ class _Run:
                 m["accounting"] = snap()
             except Exception as exc:  # noqa: BLE001 - accounting must not kill a run
                 m["accounting"] = {"error": f"{type(exc).__name__}: {exc}"}
+        # one record per `fabrika run` of this directory: a resumed run's cost is the sum of these
+        self._invocation.update(status=status, updated_at=m["updated_at"],
+                                llm_totals=m.get("accounting", {}).get("totals"))
         isolation = {s.report["sandbox_isolation"] for s in self.stats.values() if "sandbox_isolation" in s.report}
         if isolation:
             m["sandbox_isolation"] = sorted(isolation)[0] if len(isolation) == 1 else sorted(isolation)
@@ -170,9 +174,13 @@ class _Run:
             self.manifest["started_at"] = previous.get("started_at", self.manifest["started_at"])
             self.manifest["versions"] = previous.get("versions", {})
             self.manifest["stages"] = previous.get("stages", {})
+            if previous.get("latest_version"):
+                self.manifest["latest_version"] = previous["latest_version"]
             if previous.get("config_hash") != self.manifest["config_hash"]:
                 console.print(f"[yellow]warning:[/] config changed since the last run of {self.store.run_dir}; resuming anyway")
                 self.manifest["config_changed_on_resume"] = True
+        self._invocation = {"started_at": now(), "resume": self.resume}
+        self.manifest["invocations"] = [*previous.get("invocations", []), self._invocation]
         self._write_manifest("running")
         with self.progress:
             for cfg in self.stages:

@@ -58,6 +58,8 @@ def test_run_then_unchanged_rerun_makes_zero_llm_calls(tmp_path: Path) -> None:
     m2 = manifest(tmp_path)
     assert m2["accounting"]["totals"]["requests"] == 0
     assert m2["stages"]["test.ask"]["llm"]["requests"] == 0
+    assert [i["llm_totals"]["requests"] for i in m2["invocations"]] == [16, 0]
+    assert [i["status"] for i in m2["invocations"]] == ["done", "done"]
     assert scan_version(tmp_path / "run", "v1").sort("id").collect().equals(rows1)
     status = runner.invoke(app, ["status", str(tmp_path / "run")])
     assert status.exit_code == 0
