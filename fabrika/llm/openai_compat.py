@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,8 @@ class _Endpoint:
     semaphore: asyncio.Semaphore
     in_flight: int = 0
     sdk: Any = None
+    down_until: float = 0.0
+    cooldown_s: float = 0.0
 
 
 class OpenAICompatBackend:
@@ -152,15 +155,38 @@ class OpenAICompatBackend:
         self._rr = 0
 
     def _pick(self) -> _Endpoint:
+        """Least requests in flight among healthy endpoints (round-robin on ties).
+
+        An endpoint that refused a connection or answered 502/503/504 cools down
+        (1 s, doubling to 30 s, reset by a success): a dead server fails fast, and
+        least-in-flight alone would send it ever more traffic.
+        """
         eps = self.endpoints
         if len(eps) == 1:
             return eps[0]
         self._rr = (self._rr + 1) % len(eps)
-        best = eps[self._rr]
-        for ep in eps:
-            if ep.in_flight < best.in_flight:
+        now = time.monotonic()
+        best: _Endpoint | None = None
+        for k in range(len(eps)):
+            ep = eps[(self._rr + k) % len(eps)]
+            if ep.down_until > now:
+                continue
+            if best is None or ep.in_flight < best.in_flight:
                 best = ep
+        if best is None:  # all cooling down: the one that recovers first
+            best = min(eps, key=lambda e: e.down_until)
         return best
+
+    @staticmethod
+    def _observe(ep: _Endpoint, error: LLMError | None) -> None:
+        if error is None:
+            if ep.cooldown_s:
+                ep.cooldown_s = 0.0
+                ep.down_until = 0.0
+            return
+        if error.kind == "connection" or error.status_code in (502, 503, 504):
+            ep.cooldown_s = min(30.0, ep.cooldown_s * 2 or 1.0)
+            ep.down_until = time.monotonic() + ep.cooldown_s
 
     def endpoint_load(self) -> list[int]:
         """Requests in flight per endpoint (for progress displays and tests)."""
@@ -172,10 +198,16 @@ class OpenAICompatBackend:
         try:
             async with ep.semaphore:
                 if self.transport == "openai_sdk":
-                    return await self._send_sdk(ep, request)
-                return await self._send_aiohttp(ep, request)
+                    resp = await self._send_sdk(ep, request)
+                else:
+                    resp = await self._send_aiohttp(ep, request)
+        except LLMError as exc:
+            self._observe(ep, exc)
+            raise
         finally:
             ep.in_flight -= 1
+        self._observe(ep, None)
+        return resp
 
     # -- aiohttp -----------------------------------------------------------
     def _get_session(self) -> Any:

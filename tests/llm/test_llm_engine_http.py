@@ -157,3 +157,16 @@ async def test_thirty_percent_faults_every_request_accounted(make_engine: Callab
     assert srv.served == sum(r.attempts for r in resps)
     rows = eng.accounting.snapshot()["rows"]
     assert {r["stage"] for r in rows} == {"s"} and {r["tag"] for r in rows} == {"t0", "t1", "t2"}
+
+
+async def test_dead_endpoint_cools_down_and_traffic_moves(make_engine: Callable[..., LLMEngine],
+                                                          transport: str) -> None:
+    dead = FakeOpenAIServer().start()
+    dead.stop()
+    with FakeOpenAIServer(latency_ms=5) as live:
+        async with make_engine(dead, live, transport=transport, max_retries=3) as eng:
+            resps = [await eng.complete_one(req(f"q{i}")) for i in range(30)]
+    assert all(r.ok for r in resps)
+    assert live.served == 30
+    # the dead endpoint is tried once, then skipped while it cools down
+    assert sum(r.attempts for r in resps) == 31
