@@ -190,3 +190,9 @@ def test_responder_bug_answers_500_and_is_kept(server: FakeOpenAIServer) -> None
         ask(server, "x")
     assert len(server.errors) == 1 and "no_such_key" in server.errors[0]
     assert server.counts["routes"] == {"handler_error": 1}
+
+
+def test_large_bodies_arrive_whole(server: FakeOpenAIServer) -> None:
+    big = "длинный текст " * 50_000  # ~1.4 MB of UTF-8, many TCP segments
+    server.script(responder=lambda r: {"content": str(len(r["messages"][0]["content"]))})
+    assert ask(server, big).choices[0].message.content == str(len(big))
