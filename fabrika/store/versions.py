@@ -6,7 +6,9 @@ applies the gates, and writes ``versions/<name>/``::
     data/<stage>.parquet      kept rows (the samples), sorted by id
     dropped/<stage>.parquet   dropped rows with ``dropped_by`` (the first gate that dropped them)
     thresholds.json           the thresholds used (every registered gate group, defaults filled)
-    funnel.json               per stage: rows/ok/rejected-by-reason; per dataset stage: in/out/dropped_<gate>
+    funnel.json               ``stages``: rows/ok/rejected-by-reason of every stage; ``gates``: in/out/
+                              dropped_<gate> of every dataset stage; ``upstream_gates``: the same for the
+                              other stages (what their consumers read, under these thresholds)
 
 The version is built in a hidden temporary directory and renamed into place, so
 a crash leaves either the old version or the new one. It never builds an LLM
@@ -130,11 +132,18 @@ def materialise(
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "data").mkdir(parents=True)
     (tmp / "dropped").mkdir()
-    funnel: dict[str, Any] = {"stages": {}, "gates": {}}
-    for stage in manifest.get("order", list(manifest.get("layout", {}))):
+    funnel: dict[str, Any] = {"stages": {}, "gates": {}, "upstream_gates": {}}
+    dataset_stages = config.get("dataset", {}).get("stages", [])
+    layout = manifest.get("layout", {})
+    for stage in manifest.get("order", list(layout)):
         funnel["stages"][stage] = store.counts(stage)
+        if stage not in dataset_stages and not layout.get(stage, {}).get("annotates"):
+            # what these thresholds let through to the stages reading this one (they applied at run time)
+            lf = store.scan(stage, store.annotators_of(stage, manifest))
+            if lf is not None:
+                funnel["upstream_gates"][stage] = gates.funnel_of(*gates.mark_dropped(lf, thresholds))
     total = 0
-    for stage in config.get("dataset", {}).get("stages", []):
+    for stage in dataset_stages:
         lf = store.scan(stage, store.annotators_of(stage, manifest))
         if lf is None:
             funnel["gates"][stage] = {"in": 0, "out": 0}

@@ -47,6 +47,7 @@ def test_run_counts_rejections_and_materialises(tmp_path: Path, engine: ps.FakeE
     # gates: judge fails on i == 5 (rejected), score i/100 < 0.1 drops i < 10
     funnel = result.version.funnel["gates"]["test.ask"]
     assert funnel == {"in": 25, "out": 16, "dropped_rejected": 1, "dropped_low_score": 8}
+    assert result.version.funnel["upstream_gates"] == {"test.count": {"in": 30, "out": 25, "dropped_rejected": 5}}
     data = ps.dataset_rows(result.run_dir)
     assert len(data) == 16 and all(r["score"] >= 0.1 and r["llm_backend"] == "fake" for r in data)
     assert {r["i"] for r in data} == {i for i in range(10, 30) if i % 7 != 3 and i != 13}
