@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fabrika.errors import ConfigError
 from fabrika.pipeline.gates import DROPPED_BY, apply_gates, mark_dropped, parse_set, validate_thresholds
@@ -77,3 +79,48 @@ def test_parse_set_merges_over_base_and_types_values() -> None:
 def test_unknown_group_in_thresholds_is_config_error() -> None:
     with pytest.raises(ConfigError, match="filters.bogus: unknown gate group"):
         validate_thresholds({"bogus": {}})
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(["ok", "rejected"]),
+            st.one_of(st.none(), st.floats(0, 1, allow_nan=False)),
+            st.integers(0, 30),
+            st.sampled_from(["ok", "rejected", None]),
+        ),
+        max_size=40,
+    ),
+    min_score=st.floats(0, 1, allow_nan=False),
+    max_i=st.one_of(st.none(), st.integers(0, 30)),
+)
+def test_gates_match_a_plain_python_reference(rows: list, min_score: float, max_i: int | None) -> None:
+    lf = pl.LazyFrame(
+        {
+            "id": [str(k) for k in range(len(rows))],
+            "status": [r[0] for r in rows],
+            "score": [r[1] for r in rows],
+            "i": [r[2] for r in rows],
+            "status__judge": [r[3] for r in rows],
+        },
+        schema={"id": pl.String, "status": pl.String, "score": pl.Float64, "i": pl.Int64, "status__judge": pl.String},
+    )
+    thresholds = {"testscore": {"min_score": min_score, "max_i": max_i}}
+
+    def reference(status: str, score: float | None, i: int, judge: str | None) -> str | None:
+        if status != "ok" or judge == "rejected":
+            return "rejected"
+        if score is None or score < min_score:
+            return "low_score"
+        if max_i is not None and i > max_i:
+            return "big_i"
+        return None
+
+    marked, _ = mark_dropped(lf, thresholds)
+    got = marked.sort(pl.col("id").cast(pl.Int64)).collect()[DROPPED_BY].to_list()
+    want = [reference(*r) for r in rows]
+    assert got == want
+    kept, funnel = apply_gates(lf, thresholds)
+    assert funnel["in"] == len(rows) and funnel["out"] == want.count(None) == kept.collect().height
+    assert sum(v for k, v in funnel.items() if k.startswith("dropped_")) == len(rows) - funnel["out"]
