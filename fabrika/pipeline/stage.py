@@ -37,6 +37,12 @@ join the scorer's ``status``/``reason`` are named ``status__<scorer>`` /
 A consumer of a table runs after all its annotators; an annotator sees the
 scores of the annotators listed before it.
 
+``process`` returns at least one row per item (an empty list is recorded as
+``rejected("no_output")`` so resume does not redo the item forever); an exception
+escaping it is recorded as ``internal_error: <type>: <msg>`` and counted loudly.
+Output ids must be unique within a stage (the manifest counts duplicates).
+Facts for the manifest (e.g. the sandbox isolation mode) go through ``ctx.report``.
+
 Paths in a stage config should be typed ``Path``: the validate step checks they
 exist (relative to the config file) and ``ctx.pipeline.resolve_path`` resolves them.
 """
