@@ -69,7 +69,10 @@ def completion_length(completion: Any, unit: LengthUnit, completion_ids: Sequenc
 
 
 class SequenceClassifierRM:
-    """A local sequence-classification model used as RM; loads on first call, scores logit 0."""
+    """A local sequence-classification model used as RM; loads on first call, scores logit 0.
+
+    ``device=None`` picks this rank's GPU (bf16) when there is one, else the CPU (fp32).
+    """
 
     def __init__(self, path: str | Path, *, batch_size: int = 8, device: str | None = None) -> None:
         self.path = Path(path)
@@ -82,12 +85,20 @@ class SequenceClassifierRM:
         self._tokenizer: Any = None
 
     def _load(self) -> None:
+        import os
+
+        import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+        device = self.device
+        if device is None and torch.cuda.is_available():  # next to the policy: this rank's GPU
+            device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+        dtype = torch.bfloat16 if device and device.startswith("cuda") else torch.float32
         self._tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
-        self._model = AutoModelForSequenceClassification.from_pretrained(self.path, local_files_only=True).eval()
-        if self.device:
-            self._model.to(self.device)
+        self._model = AutoModelForSequenceClassification.from_pretrained(
+            self.path, local_files_only=True, dtype=dtype).eval()
+        if device:
+            self._model.to(device)
 
     def _render(self, prompt: Any, completion: Any) -> str:
         if isinstance(prompt, list):

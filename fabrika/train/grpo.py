@@ -149,6 +149,17 @@ def required_columns(config: FabrikaGRPOConfig) -> list[str]:
     return cols
 
 
+def _check_if_rm_columns(config: FabrikaGRPOConfig, dataset: Dataset) -> None:
+    """The IF RM correction needs α (teacher mean) whenever S exists; say so before training, not at step 1."""
+    from fabrika.errors import InputError
+
+    cfg = _if_config(config)
+    has_s = config.rm_path is not None or cfg.rm_score_column in dataset.column_names
+    if cfg.rm_correction and has_s and cfg.teacher_rm_column not in dataset.column_names:
+        raise InputError(f"IF reward: RM correction needs the {cfg.teacher_rm_column!r} column (teacher mean RM "
+                         "score α); add it to the export or set if_reward_kwargs: {rm_correction: false}")
+
+
 def expert_reward(config: FabrikaGRPOConfig) -> RewardFn:
     """The expert's TRL reward function."""
     if config.expert == "fc":
@@ -207,6 +218,8 @@ def build_grpo_trainer(config: FabrikaGRPOConfig, callbacks: list[Any] | None = 
     from trl import GRPOTrainer
 
     dataset = prepare_grpo_dataset(load_split(config.dataset_path, config.dataset_split), required_columns(config))
+    if config.expert == "if":
+        _check_if_rm_columns(config, dataset)
     reward = expert_reward(config)
     if config.dynamic_sampling:
         if config.dynamic_sampling_column:
