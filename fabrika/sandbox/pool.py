@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import queue
 import select
@@ -39,7 +40,10 @@ from fabrika.sandbox.config import ERROR_KINDS, FALSE, TRUE, SandboxConfig, Verd
 from fabrika.sandbox.isolation import WORKER_ENV, resolve_isolation, worker_command, worker_config
 from fabrika.sandbox.precheck import is_syntax_error, precheck
 
+log = logging.getLogger(__name__)
+
 MAX_LINE = 64 * 1024
+SELF_TEST_CODE = "def evaluate(r):\n    return r == 1\n"
 MESSAGE_MAX = 400
 
 
@@ -185,6 +189,27 @@ class SandboxPool:
         self._executor = ThreadPoolExecutor(max_workers=self.config.workers, thread_name_prefix="sandbox")
         self._closed = False
         self._lock = threading.Lock()
+        self._self_test()
+
+    def _self_test(self) -> None:
+        """Fail at construction, not on the millionth call, when workers cannot run code here."""
+        worker = self._workers[0]
+        verdict = self._run_batch(worker, SELF_TEST_CODE, [1])[0]
+        if verdict.status == "true":
+            return
+        problem = f"{verdict.status} {verdict.error_kind or ''} {verdict.message or ''}".strip()
+        if self.config.isolation == "auto" and self.isolation == "bwrap":
+            log.warning("fabrika.sandbox: bwrap workers fail their self-test (%s); FALLING BACK to rlimits-only "
+                        "workers", problem)
+            worker.kill()
+            self.isolation = "rlimits"
+            for w in self._workers:
+                w.isolation = "rlimits"
+            self._self_test()
+            return
+        self.close()
+        raise SandboxError(f"sandbox workers ({self.isolation}) fail their self-test: {problem}; "
+                           "check that bubblewrap works here or use SandboxConfig(isolation='rlimits')")
 
     # -- public API -----------------------------------------------------------------
 

@@ -159,3 +159,11 @@ def test_precheck_reports_problems():
     assert precheck("def evaluate(r):\n    return type('X', (), {})\n")
     assert precheck("from re import *\ndef evaluate(r):\n    return True\n")
     assert precheck("def evaluate(r)\n    return True\n") == []  # syntax is the worker's verdict
+
+
+def test_workers_that_cannot_start_fail_at_construction(monkeypatch):
+    import fabrika.sandbox.pool as pool_module
+
+    monkeypatch.setattr(pool_module, "worker_command", lambda isolation, cfg: ["/bin/false"])
+    with pytest.raises(SandboxError, match="self-test"):
+        SandboxPool(SandboxConfig(workers=1, isolation="rlimits"))
