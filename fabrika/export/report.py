@@ -101,8 +101,14 @@ def chart_rejections(stages: dict[str, Any], path: Path) -> None:
 
 
 def sample_stats(frame: pl.DataFrame) -> dict[str, Any]:
-    """Per-row lengths, tool counts and turn counts of (a sample of) the kept rows."""
+    """Per-row lengths and tool counts of (a sample of) the kept rows, and turns per episode.
+
+    Rows whose ``meta`` names an ``episode_id`` (FC samples, one per assistant step)
+    count once per episode, with the user+assistant turns of its longest sample;
+    other rows count their own turns.
+    """
     stats: dict[str, Any] = {"prompt_tokens": [], "completion_tokens": [], "tools": [], "turns": []}
+    episodes: dict[str, int] = {}
     for row in frame.iter_rows(named=True):
         prompt, completion = row.get("prompt"), row.get("completion")
         if "len_prompt_tokens" in row and row["len_prompt_tokens"] is not None:
@@ -116,8 +122,27 @@ def sample_stats(frame: pl.DataFrame) -> dict[str, Any]:
         except ValueError:
             stats["tools"].append(0)
         msgs = messages_to_chat(prompt) + messages_to_chat(completion, role="assistant")
-        stats["turns"].append(sum(1 for m in msgs if m.get("role") in ("user", "assistant")))
+        turns = sum(1 for m in msgs if m.get("role") in ("user", "assistant"))
+        episode = _episode_id(row.get("meta"))
+        if episode is None:
+            stats["turns"].append(turns)
+        else:  # samples are steps of an episode: the episode's length is its longest sample
+            episodes[episode] = max(episodes.get(episode, 0), turns)
+    stats["turns"] += list(episodes.values())
+    stats["episodes"] = len(episodes)
     return stats
+
+
+def _episode_id(meta: Any) -> str | None:
+    if isinstance(meta, str) and meta.startswith("{"):
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            return None
+    if isinstance(meta, dict):
+        value = meta.get("episode_id") or meta.get("episode")
+        return str(value) if value is not None else None
+    return None
 
 
 def chart_lengths(stats: dict[str, Any], path: Path) -> None:
@@ -201,7 +226,8 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, version: st
     shares = {c: {str(k): int(v) for k, v in lf.group_by(c).len().sort(c).collect().iter_rows()}
               for c in ("lang", "target_type", "llm_backend") if c in names}
     total = int(lf.select(pl.len()).collect().item())
-    cols = [c for c in ("prompt", "completion", "tools", "len_prompt_tokens", "len_completion_tokens") if c in names]
+    cols = [c for c in ("prompt", "completion", "tools", "meta", "len_prompt_tokens", "len_completion_tokens")
+            if c in names]
     stats = sample_stats(lf.select(cols).head(max_rows).collect()) if cols else sample_stats(pl.DataFrame())
     accounting = manifest.get("accounting") or {}
     chart_funnel(source.funnel, stages, out / "funnel.png")
@@ -209,7 +235,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, version: st
     chart_lengths(stats, out / "lengths.png")
     chart_shares(shares, out / "shares.png")
     chart_hist(stats["tools"], "tools per sample", out / "tools.png")
-    chart_hist(stats["turns"], "user+assistant turns per sample", out / "turns.png")
+    chart_hist(stats["turns"], "user+assistant turns per episode", out / "turns.png")
     chart_accounting(accounting.get("rows") or [], out / "accounting.png")
     sim = "sim" in shares.get("llm_backend", {}) or manifest.get("backend") == "sim"
     totals = accounting.get("totals") or {}

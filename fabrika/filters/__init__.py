@@ -6,16 +6,5 @@ columns keyed by the scored row's ``id``; :mod:`fabrika.filters.gates` turns
 thresholds into polars predicates applied at materialisation. Each scorer's
 logic is also a plain function (``score_rows``, ``near_duplicate_clusters``,
 ``score_texts``, ``pass_rate``, ``score_lengths``) usable without the runner.
+Their modules are listed in ``fabrika.pipeline.registry.STAGE_MODULES``.
 """
-
-from __future__ import annotations
-
-#: Modules that register stage kinds and gate groups when imported.
-STAGE_MODULES: tuple[str, ...] = (
-    "fabrika.filters.language",
-    "fabrika.filters.dedup",
-    "fabrika.filters.decontam",
-    "fabrika.filters.difficulty",
-    "fabrika.filters.length",
-    "fabrika.filters.gates",
-)

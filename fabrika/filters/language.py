@@ -8,7 +8,8 @@ share is the fraction of Cyrillic-bearing words that also hold Latin letters
 
 Scores (never thresholds): ``lang_detected`` (ISO 639-1 or null), ``lang_confidence``
 (lingua's confidence of that label; 0 for empty text), ``lang_matches`` (detected
-== the row's ``lang``), ``homoglyph_share``.
+== the row's ``lang``), ``homoglyph_share``. The share counts only Latin letters
+that look Cyrillic, per hyphen part, so «SQL-запрос» and «Wi-Fi-сеть» are clean.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pydantic import Field, field_validator
 from fabrika.filters.text import row_text
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 from fabrika.textutil.lang import LANGUAGES
-from fabrika.textutil.script import has_cyrillic, is_mixed_script
+from fabrika.textutil.script import LATIN_TO_CYRILLIC, has_cyrillic, is_mixed_script
 from fabrika.textutil.segment import words
 
 _CODES = {lang: code for code, lang in LANGUAGES.items()}
@@ -40,12 +41,27 @@ def language_detector(languages: tuple[str, ...]) -> LanguageDetector:
     return LanguageDetectorBuilder.from_languages(*(LANGUAGES[c] for c in languages)).build()
 
 
+def is_homoglyph_word(word: str) -> bool:
+    """A Cyrillic word hiding Latin look-alikes («прoграмма» with a Latin 'o').
+
+    Checked per hyphen part, and only Latin letters that look Cyrillic count, so
+    legitimate mixed terms stay clean: «SQL-запрос», «Wi-Fi-сеть», «iPhone-ом».
+    """
+    for part in word.split("-"):
+        if not is_mixed_script(part):
+            continue
+        latin = [ch for ch in part if "a" <= ch.lower() <= "z"]
+        if latin and all(ch in LATIN_TO_CYRILLIC for ch in latin):
+            return True
+    return False
+
+
 def homoglyph_share(text: str) -> float:
-    """Share of Cyrillic-bearing words that contain Latin letters (0 when there are none)."""
+    """Share of Cyrillic-bearing words that hide Latin look-alikes (0 when there are none)."""
     cyr = [w for w in words(text) if has_cyrillic(w)]
     if not cyr:
         return 0.0
-    return sum(1 for w in cyr if is_mixed_script(w)) / len(cyr)
+    return sum(1 for w in cyr if is_homoglyph_word(w)) / len(cyr)
 
 
 def score_languages(texts: Sequence[str], languages: Sequence[str] = ("ru", "en")) -> list[dict[str, Any]]:
@@ -53,7 +69,10 @@ def score_languages(texts: Sequence[str], languages: Sequence[str] = ("ru", "en"
     det = language_detector(tuple(languages))
     out: list[dict[str, Any]] = []
     nonempty = [i for i, t in enumerate(texts) if t.strip()]
-    confs = det.compute_language_confidence_values_in_parallel([texts[i] for i in nonempty]) if nonempty else []
+    if len(nonempty) == 1:  # the per-row stage path: no thread pool for one text
+        confs = [det.compute_language_confidence_values(texts[nonempty[0]])]
+    else:
+        confs = det.compute_language_confidence_values_in_parallel([texts[i] for i in nonempty]) if nonempty else []
     best: dict[int, tuple[str | None, float]] = {}
     for i, values in zip(nonempty, confs):
         top = values[0] if values else None

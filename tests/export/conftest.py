@@ -54,7 +54,7 @@ def make_sample(i: int, kind: str = "tool_call", lang: str = "ru") -> Sample:
         gt = {"calls": []}
     return Sample(id=f"s{i:05d}", expert="fc", lang=lang, prompt=prompt, completion=completion,
                   tools=[WEATHER, BOOK] if i % 3 else [BOOK, WEATHER], target_type=kind, ground_truth=gt,
-                  meta={"episode": f"e{i}"})
+                  meta={"episode_id": f"e{i // 2}", "step": i % 2})
 
 
 def make_rows(n: int) -> list[dict[str, Any]]:

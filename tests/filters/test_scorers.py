@@ -33,6 +33,8 @@ def test_language_labels_confidence_and_homoglyphs():
     assert got[0]["lang_confidence"] > 0.8 and got[3]["lang_confidence"] == 0.0
     assert got[0]["homoglyph_share"] == 0.0 and got[2]["homoglyph_share"] == pytest.approx(2 / 4)
     assert homoglyph_share("Latin only words") == 0.0
+    assert homoglyph_share("Отправь SQL-запрос через Wi-Fi-сеть с iPhone-а") == 0.0  # real terms, not disguise
+    assert homoglyph_share("Отправь запрос сейчaс") == pytest.approx(1 / 3)  # Latin 'a' in «сейчaс»
 
 
 def test_language_rows_flag_mismatch_with_declared_lang():

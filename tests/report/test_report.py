@@ -58,3 +58,24 @@ def test_report_cli_writes_to_out(tmp_path: Path):
     assert (tmp_path / "rep" / "index.html").is_file() and (tmp_path / "rep" / "accounting.png").is_file()
     res = CliRunner().invoke(app, ["report", str(tmp_path / "nope")])
     assert res.exit_code == 2
+
+
+def test_turns_count_once_per_episode():
+    import json
+
+    import polars as pl
+
+    from fabrika.export.report import sample_stats
+
+    def msgs(n: int) -> str:
+        return json.dumps([{"role": "user" if i % 2 == 0 else "assistant", "content": "x"} for i in range(n)])
+
+    frame = pl.DataFrame({
+        "prompt": [msgs(1), msgs(3), msgs(1), "просто текст"],
+        "completion": [msgs(0)[:-1] + ']', msgs(0), msgs(0), "ответ"],
+        "tools": ["[]", "[]", '[{"type": "function", "function": {"name": "f"}}]', None],
+        "meta": ['{"episode_id": "a"}', '{"episode_id": "a"}', '{"episode_id": "b"}', None],
+    })
+    stats = sample_stats(frame)
+    assert sorted(stats["turns"]) == [1, 2, 3] and stats["episodes"] == 2  # a: max(1, 3); b: 1; plain row: 2
+    assert stats["tools"] == [0, 0, 1, 0]
