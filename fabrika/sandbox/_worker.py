@@ -3,7 +3,7 @@
 This file runs as a *script* inside the sandbox (bubblewrap or rlimits-only), so it
 imports only the standard library (plus the allowed text libraries it preloads)
 and nothing from fabrika. The parent (:mod:`fabrika.sandbox.pool`) starts it as
-``python -I _worker.py CONFIG_JSON``.
+``python -s -P -B _worker.py CONFIG_JSON``.
 
 Protocol (why so small: millions of calls, the parent parses every reply):
 
@@ -63,6 +63,7 @@ def _install_morph_singleton() -> None:
         return _morph_cache[0]
 
     mod.MorphAnalyzer = shared_analyzer
+    shared_analyzer()  # load the dictionaries now, in trusted context, not on a verifier's clock
 
 
 for _name in sorted(ALLOWED - LAZY):

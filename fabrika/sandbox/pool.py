@@ -43,6 +43,7 @@ from fabrika.sandbox.precheck import is_syntax_error, precheck
 log = logging.getLogger(__name__)
 
 MAX_LINE = 64 * 1024
+LAZY_IMPORT_GRACE_S = 3.0  # first pymorphy3 use in a worker loads its dictionaries (~0.3 s)
 SELF_TEST_CODE = "def evaluate(r):\n    return r == 1\n"
 MESSAGE_MAX = 400
 
@@ -311,7 +312,9 @@ class SandboxPool:
             done, started, finished = 0, False, False
             try:
                 while not finished:
-                    line = worker.read_line(time.monotonic() + timeout)
+                    # Before "K" the worker may still be loading a heavy allowed library.
+                    grace = 0.0 if started or "pymorphy3" not in code else LAZY_IMPORT_GRACE_S
+                    line = worker.read_line(time.monotonic() + timeout + grace)
                     tag = line[:1]
                     if tag == b"K" and not started:
                         started = True
