@@ -178,7 +178,12 @@ def _gt_constraint(c: dict[str, Any]) -> dict[str, Any]:
 
 
 class GrpoConfig(StageConfig):
-    """Config of ``if.grpo`` (GRPO prompts from ``if.queries``)."""
+    """Config of ``if.grpo``: ``input: [<if.queries stage>]`` or ``[<if.queries>, <if.responses>]``.
+
+    With the responses stage as a second input, ``teacher_rm_mean`` is the mean judge
+    score (``if_quality_score`` / 10) of that prompt's ok responses; prompts still come
+    only from the first input.
+    """
 
     kind: str = Field(default="if.grpo", description="Stage kind.")
 
@@ -190,8 +195,29 @@ class GrpoStage(Stage):
     kind: ClassVar[str] = "if.grpo"
     Config: ClassVar[type[StageConfig]] = GrpoConfig
 
+    @classmethod
+    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+        inputs = [config.input] if isinstance(config.input, str) else list(config.input or [])
+        if not 1 <= len(inputs) <= 2:
+            return [("input", f"if.grpo takes [queries] or [queries, responses], got {inputs!r}")]
+        return []
+
+    def _inputs(self) -> list[str]:
+        return [self.config.input] if isinstance(self.config.input, str) else list(self.config.input or [])
+
+    def input_rows(self):  # noqa: ANN201 - Iterator[Row]
+        yield from self.ctx.iter_rows(self._inputs()[0], gated=True)
+
     async def setup(self) -> None:
         self.min_accuracy = current_min_accuracy(self.ctx)
+        self.teacher: dict[str, float] = {}
+        inputs = self._inputs()
+        if len(inputs) == 2:  # one float per prompt: stays small next to the data
+            sums: dict[str, list[float]] = {}
+            for r in self.ctx.iter_rows(inputs[1], gated=False, columns=["prompt_id", "status", "if_quality_score"]):
+                if r["status"] == "ok" and r.get("if_quality_score") is not None:
+                    sums.setdefault(r["prompt_id"], []).append(float(r["if_quality_score"]) / 10.0)
+            self.teacher = {k: round(sum(v) / len(v), 4) for k, v in sums.items()}
 
     async def process(self, row: Row) -> list[Row]:
         verifiers = [v for v in json.loads(row.get("verifiers") or "[]") if v["accuracy"] >= self.min_accuracy]
@@ -202,5 +228,5 @@ class GrpoStage(Stage):
                         prompt=[Message(**m) for m in json.loads(row["messages"])], completion=[],
                         ground_truth=gt, meta={"constraint_id": row.get("constraint_id"), "prompt_id": row["id"],
                                                "placement": row.get("placement")})
-        return [ok(**to_row(sample), placement=row.get("placement"), teacher_rm_mean=None,
+        return [ok(**to_row(sample), placement=row.get("placement"), teacher_rm_mean=self.teacher.get(str(row["id"])),
                    **{k: row.get(k) for k in CARRIED_SCORES})]
