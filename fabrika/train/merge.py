@@ -64,6 +64,8 @@ class MergeConfig(BaseModel):
     dtype: str | None = Field(default=None, description="Merge dtype (float32, bfloat16, float16); None keeps "
                                                         "mergekit's default.")
     keep_stage1: bool = Field(default=False, description="Keep the intermediate stage-1 model on disk.")
+    keep_candidates: bool = Field(default=True, description="Grid search: keep every candidate merge; False keeps "
+                                  "only the best so far (a full model per candidate adds up on real sizes).")
 
     @field_validator("attn_t")
     @classmethod
@@ -217,12 +219,20 @@ def grid_search(cfg: MergeConfig) -> Any:
     root = Path(cfg.output_dir)
     root.mkdir(parents=True, exist_ok=True)
     rows = []
+    best_dir, best_score = None, -math.inf
     for t in cfg.grid:
         model_dir = two_stage_merge(cfg, root / f"attn_t={t:g}", attn_t=t)
         score, rc, err = score_model(cfg.eval_command, model_dir, cfg.eval_timeout_s)
         rows.append({"attn_t": t, "mlp_t": 1 - t, "default_t": cfg.default_t, "t2": cfg.t2,
                      "order": ",".join(cfg.order), "model_dir": str(model_dir), "score": score,
                      "returncode": rc, "stderr_tail": err})
+        if not cfg.keep_candidates:
+            if not math.isnan(score) and score > best_score:
+                if best_dir is not None:
+                    shutil.rmtree(best_dir, ignore_errors=True)
+                best_dir, best_score = model_dir, score
+            else:
+                shutil.rmtree(model_dir, ignore_errors=True)
     table = pl.DataFrame(rows)
     _write_atomic(root / "scores.csv", table.write_csv)
     _write_atomic(root / "scores.parquet", table.write_parquet)

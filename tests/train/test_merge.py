@@ -151,6 +151,10 @@ def test_grid_search_scores_each_candidate(tmp_path: Path, experts: dict[str, st
     assert len(set(table["score"].to_list())) == 3
     best = json.loads((tmp_path / "grid" / "best.json").read_text())
     assert best["score"] == max(table["score"].to_list())
+    lean = grid_search(cfg.model_copy(update={"output_dir": str(tmp_path / "lean"), "keep_candidates": False}))
+    assert lean["score"].to_list() == table["score"].to_list()
+    kept = sorted(p.name for p in (tmp_path / "lean").iterdir() if p.is_dir())
+    assert kept == [f"attn_t={best['attn_t']:g}"]
     failing = grid_search(cfg.model_copy(update={"grid": [0.3], "output_dir": str(tmp_path / "g2"),
                                                  "eval_command": "exit 3 # {model_dir}"}))
     assert failing["returncode"].to_list() == [3] and np.isnan(failing["score"][0])
