@@ -8,6 +8,7 @@ parses arguments, prints, and maps errors to exit codes: 2 for a user error
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import sys
 from pathlib import Path
@@ -84,6 +85,8 @@ def run(
         result = run_pipeline(cfg, resume=resume, cache_only=cache_only, progress=progress, version=version)
     except (ConfigError, InputError, StoreError) as exc:
         fail(str(exc))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        fail("interrupted: finished items are saved; rerun the same command to resume", code=130)
     from fabrika.cli import views
 
     out.print(views.stages_table(result.manifest))

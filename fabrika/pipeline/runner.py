@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -313,6 +314,13 @@ class _Run:
                 elif pending and time.monotonic() - last_flush > FLUSH_SECONDS:
                     flush(all_items=True)
             flush(all_items=True)
+        except BaseException:
+            # interrupted (Ctrl-C, SIGTERM) or failed: keep what already finished, lose only what was in flight
+            try:
+                flush(all_items=True)
+            except Exception as exc:  # noqa: BLE001 - the original error matters more
+                console.print(f"[red]{name}: could not save finished items while stopping: {exc}")
+            raise
         finally:
             for t in in_flight:
                 t.cancel()
@@ -369,15 +377,25 @@ async def arun_pipeline(
         store.reset()
     run_dir.mkdir(parents=True, exist_ok=True)
     run = _Run(config, engine, resume, progress)
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    try:  # SIGTERM stops like Ctrl-C: finished items are written, the manifest says "interrupted"
+        loop.add_signal_handler(signal.SIGTERM, main.cancel)  # type: ignore[union-attr]
+        handling = True
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / platform without it
+        handling = False
     try:
         await run.run()
-    except BaseException:
+    except BaseException as exc:
+        interrupted = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
         try:
-            run._write_manifest("failed")
+            run._write_manifest("interrupted" if interrupted else "failed")
         except StoreError:
             pass
         raise
     finally:
+        if handling:
+            loop.remove_signal_handler(signal.SIGTERM)
         if own_engine and hasattr(engine, "aclose"):
             await engine.aclose()
     info = None

@@ -87,3 +87,30 @@ def test_kill_9_and_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
     assert raw.height == N and raw["input_id"].n_unique() == N  # nothing duplicated, nothing lost
     assert not [p for p in answers.iterdir() if not p.name.startswith("part-")]
     assert os.path.exists(tmp_path / "killed" / "manifest.json")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_sigterm_saves_finished_items_and_resumes(tmp_path: Path) -> None:
+    cfg = make(tmp_path, "termed")
+    doc = yaml.safe_load(cfg.read_text(encoding="utf-8"))
+    doc["stages"][1]["chunk_size"] = 10_000  # bigger than the run: only a stop-time flush can write anything
+    cfg.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
+    store = RunStore(tmp_path / "termed")
+    proc = start(cfg)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not store.has_rows("prompts"):
+        time.sleep(0.01)
+    time.sleep(0.8)  # answers are being produced now
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr.decode()
+    assert "interrupted" in stderr.decode()
+    saved = store.scan_raw("answers")
+    assert saved is not None and 0 < saved.select(pl.len()).collect().item() < N
+    assert json.loads((tmp_path / "termed" / "manifest.json").read_text(encoding="utf-8"))["status"] == "interrupted"
+    final = start(cfg)
+    _, stderr = final.communicate(timeout=60)
+    assert final.returncode == 0, stderr.decode()
+    raw = store.scan_raw("answers").collect()
+    assert raw.height == N and raw["input_id"].n_unique() == N
