@@ -107,7 +107,11 @@ class LanguageConfig(StageConfig):
     @field_validator("languages")
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
-        language_detector(tuple(v))  # raises with the supported codes
+        unknown = [c for c in v if c not in LANGUAGES]
+        if unknown:
+            raise ValueError(f"languages {unknown} are not supported; use codes from {sorted(LANGUAGES)}")
+        if len(v) < 2:
+            raise ValueError(f"languages needs at least two candidates (lingua compares them), got {v}")
         return v
 
 

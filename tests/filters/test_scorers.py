@@ -117,3 +117,23 @@ def test_row_text_views():
                                    ensure_ascii=False)
     assert row_text(row, "user") == "вопрос" and row_text(row, "prompt") == "Система\nвопрос"
     assert row_text(row, "completion") == 'f {"город": "Тверь"}' and row_text(row, "lang") == "ru"
+
+
+def test_length_with_a_local_hf_tokenizer(tmp_path: Path):
+    pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from fabrika.filters.length import LengthConfig, token_counter
+
+    vocab = {"[UNK]": 0, "привет": 1, "мир": 2, "да": 3}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(tmp_path / "tok")
+    cfg = LengthConfig(tokenizer=str(tmp_path / "tok"))
+    count = token_counter(cfg.tokenizer)
+    assert count("привет мир") == 2 and count("привет, мир!") == 4  # WordLevel: ',' and '!' are [UNK] tokens
+    (got,) = score_lengths([_row(1, "привет мир", "да")], count)
+    assert got["len_completion_tokens"] == 1
+    with pytest.raises(ValueError, match="not a local directory"):
+        LengthConfig(tokenizer=str(tmp_path / "missing"))
