@@ -62,6 +62,7 @@ def test_rule_checks_name_the_problem():
         "unknown_tool": single_step(rounds=[[{**CALL, "name": "rm_rf"}]]),
         "'city' is a required property": single_step(rounds=[[{**CALL, "arguments": {"days": 2}}]]),
         "is not one of": single_step(rounds=[[{**CALL, "arguments": {"city": "Тверь", "units": "k"}}]]),
+        "needs an entry in enum_phrases": single_step(rounds=[[{**CALL, "arguments": {"city": "Тверь", "units": "c"}}]]),
         "is not in 'ru'": single_step(user_message="What is the weather?"),
         "parallel plans have one round": single_step(),
     }

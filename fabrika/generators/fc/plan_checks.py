@@ -76,6 +76,12 @@ def check_plan(steps: list[PlanStep], tools: list[ToolSpec], sample_type: Sample
                 problems.append(f"steps[{i}].{field} is empty")
             elif not language_ok(text, lang):
                 problems.append(f"steps[{i}].{field} is not in {lang!r}: {text[:60]!r}")
+        for call in (c for r in step.rounds for c in r):
+            props = (by_name[call.name].function.parameters.get("properties") or {}) if call.name in by_name else {}
+            for arg, value in call.arguments.items():
+                if isinstance(props.get(arg), dict) and props[arg].get("enum") and str(value) not in step.enum_phrases:
+                    problems.append(f"steps[{i}]: enum value {value!r} of {call.name}.{arg} needs an entry in "
+                                    "enum_phrases (how the user says it)")
         for w in step.withheld:
             phrase = step.slots.get(w)
             if phrase and phrase.lower() in step.user_message.lower():

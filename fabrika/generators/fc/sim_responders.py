@@ -120,6 +120,12 @@ def _call(fn: dict[str, Any], lang: str, rng: random.Random, withheld: bool = Fa
     return {"name": fn["name"], "arguments": args, "result": result}, {k: str(v) for k, v in args.items()}, hidden
 
 
+def _enum_phrases(fn: dict[str, Any], args: dict[str, Any]) -> dict[str, str]:
+    """How the sim user says each enum literal: the literal itself (sim enums are plain words)."""
+    props = fn["parameters"].get("properties", {})
+    return {str(v): str(v) for k, v in args.items() if props.get(k, {}).get("enum")}
+
+
 def _say(fn: dict[str, Any], args: dict[str, Any], skip: str | None = None) -> str:
     props = fn["parameters"].get("properties", {})
     parts = [f"{props[k]['description']} — {v}" for k, v in args.items() if k != skip]
@@ -138,7 +144,9 @@ def planner_responder(request: ChatRequest, rng: random.Random) -> str:
         say = polite + joiner.join(_say(fn, c[0]["arguments"]) for fn, c in zip(fns, calls))
         rounds = [[c[0]] for c in calls] if rounds_split else [[c[0] for c in calls]]
         slots = {k: v for c in calls for k, v in c[1].items()}
-        return {"kind": "tool_call", "intent": say, "user_message": say, "slots": slots, "rounds": rounds,
+        phrases = {k: v for fn, c in zip(fns, calls) for k, v in _enum_phrases(fn, c[0]["arguments"]).items()}
+        return {"kind": "tool_call", "intent": say, "user_message": say, "slots": slots, "enum_phrases": phrases,
+                "rounds": rounds,
                 "final_answer": f"{w['done']}: {w['ok']}."}
 
     picks = rng.sample(tools, min(2, len(tools)))
@@ -157,7 +165,8 @@ def planner_responder(request: ChatRequest, rng: random.Random) -> str:
         steps = [{"kind": "clarification", "intent": first, "user_message": first, "withheld": [hidden],
                   "slots": slots, "final_answer": w["ask"].format(desc)},
                  {"kind": "tool_call", "intent": second, "user_message": second, "slots": {hidden: slots[hidden]},
-                  "rounds": [[call]], "final_answer": f"{w['done']}: {w['ok']}."}]
+                  "enum_phrases": _enum_phrases(fn, call["arguments"]), "rounds": [[call]],
+                  "final_answer": f"{w['done']}: {w['ok']}."}]
     elif kind == "irrelevance":
         say = polite + (task.get("unavailable") or [w["chat"]])[0]
         steps = [{"kind": "irrelevance", "intent": say, "user_message": say, "final_answer": w["none"]}]

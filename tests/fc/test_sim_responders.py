@@ -1,0 +1,53 @@
+"""The sim stand-ins produce valid, language-correct content from the request alone."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from fabrika.agents.prompts import prompt_text
+from fabrika.generators.fc.common import parse_tool
+from fabrika.generators.fc.sim_responders import assistant_responder, tools_responder
+from fabrika.llm.sim import find_sim_responder
+from fabrika.llm.types import ChatRequest
+
+
+def tools_request(lang: str, topic: str) -> ChatRequest:
+    body = json.dumps({"topic": topic, "description": topic, "keywords": [topic.split()[0]], "lang": lang},
+                      ensure_ascii=False)
+    return ChatRequest(messages=({"role": "user", "content": prompt_text("tools", lang).format(n=3, topic=body)},),
+                       tag="fc.tools")
+
+
+def test_sim_tools_are_valid_in_both_languages():
+    for lang, topic in [("ru", "Запись к врачу"), ("en", "Flight bookings")]:
+        raw = json.loads(tools_responder(tools_request(lang, topic), random.Random(1)))["tools"]
+        assert len(raw) == 3
+        for t in raw:
+            spec, reason = parse_tool(t, topic_id="t", lang=lang)
+            assert reason is None, reason
+
+
+def test_sim_assistant_fills_arguments_from_the_users_words_and_errs_on_demand():
+    raw = json.loads(tools_responder(tools_request("ru", "Запись к врачу"), random.Random(2)))["tools"]
+    fn = {"name": raw[0]["name"], "description": raw[0]["tiers"][2], "parameters": raw[0]["parameters"]}
+    props = fn["parameters"]["properties"]
+    values = {k: (p["enum"][0] if "enum" in p else 3 if p["type"] == "integer" else "Тверь") for k, p in props.items()}
+    words = raw[0]["tiers"][0].lower() + ": " + ", ".join(f"{props[k]['description']} — {v}" for k, v in values.items())
+    messages = ({"role": "system", "content": "Ты ассистент"}, {"role": "user", "content": words})
+    good = assistant_responder(ChatRequest(messages=messages, tools=({"type": "function", "function": fn},),
+                                           tag="fc.assistant", meta={"sim_error_rate": 0.0}), random.Random(0))
+    assert [(c["name"], json.loads(c["arguments"])) for c in good.tool_calls] == [(fn["name"], values)]
+    wrong = [assistant_responder(ChatRequest(messages=messages, tools=({"type": "function", "function": fn},),
+                                             tag="fc.assistant", meta={"sim_error_rate": 1.0}), random.Random(s))
+             for s in range(6)]
+    assert all((c.tool_calls[0]["name"], json.loads(c.tool_calls[0]["arguments"])) != (fn["name"], values) for c in wrong)
+
+
+def test_responders_are_registered_with_the_sim_backend():
+    import fabrika.generators.fc.sim_responders  # noqa: F401
+
+    for tag in ["fc.tools", "fc.planner", "fc.judge", "fc.user", "fc.tool", "fc.assistant", "fc.irrelevance.judge"]:
+        assert find_sim_responder(tag) is not None, tag
+    assert find_sim_responder("fc.tools").__name__ == "tools_responder"
+    assert find_sim_responder("fc.tool").__name__ == "tool_responder"
