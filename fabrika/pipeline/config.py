@@ -326,10 +326,18 @@ def validate(path: str | Path) -> list[Issue]:
     return validate_file(path)[1]
 
 
+#: Keys that do not change what a run produces; left out of :func:`config_hash`.
+HASH_EXCLUDED_TOP = ("run_dir", "max_in_flight")
+HASH_EXCLUDED_STAGE = ("chunk_size", "max_in_flight")
+
+
 def config_hash(config: PipelineConfig) -> str:
+    """Hash of what changes the output (not where it is written, nor how many items run at once)."""
     from fabrika.schemas.ids import stable_id
 
-    return stable_id(config.model_dump(mode="json"))
+    data = config.model_dump(mode="json", exclude=set(HASH_EXCLUDED_TOP))
+    data["stages"] = [{k: v for k, v in s.items() if k not in HASH_EXCLUDED_STAGE} for s in data["stages"]]
+    return stable_id(data)
 
 
 __all__ = [

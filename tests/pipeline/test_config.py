@@ -157,3 +157,15 @@ def test_nested_path_fields_are_checked(tmp_path: Path) -> None:
 
     assert check_paths(cfg, Resolver()) == [("sources[1].path", f"input file not found: {tmp_path / 'gone.txt'}")]
     assert [i.level for i in validate(tmp_path / "absent.yaml")] == ["error"]
+
+
+def test_config_hash_ignores_placement_and_concurrency(tmp_path: Path) -> None:
+    from fabrika.pipeline.config import config_hash
+
+    a = load_config(write(tmp_path, base(), "a.yaml"))
+    doc = base(run_dir=str(tmp_path / "elsewhere"), max_in_flight=3)
+    doc["stages"][1]["chunk_size"] = 7
+    b = load_config(write(tmp_path, doc, "b.yaml"))
+    assert config_hash(a) == config_hash(b)
+    doc["stages"][0]["n"] = 6
+    assert config_hash(load_config(write(tmp_path, doc, "c.yaml"))) != config_hash(a)
