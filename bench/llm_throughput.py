@@ -146,7 +146,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     args = ap.parse_args(argv)
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally: stop the server process
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally: stop the server
+    try:
+        rows = run_cells(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+def run_cells(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     print(f"host: {psutil.cpu_count()} CPUs, load {psutil.getloadavg()[0]:.2f}; {args.requests} requests per cell")
     for latency in args.latency_ms:
@@ -174,8 +183,7 @@ def main(argv: list[str] | None = None) -> None:
                 fab = cell["fabrika"]["rps"]
                 print(f"  latency {latency:5.0f} ms  c={c:<4d} fabrika {fab:8.1f}  "
                       f"x raw-aiohttp {fab / cell['raw-aiohttp']['rps']:.2f}  x 430 {fab / REFERENCE_RPS:.2f}")
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+    return rows
 
 
 if __name__ == "__main__":
