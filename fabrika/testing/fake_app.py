@@ -124,8 +124,8 @@ class FakeOpenAIApp:
         self.routes: Counter[str] = Counter()
         self.fault_counts: Counter[str] = Counter()
         self.status_counts: Counter[int] = Counter()
-        self.in_flight = 0
-        self.max_in_flight = 0
+        self.in_flight = getattr(self, "in_flight", 0)  # requests still open keep counting down
+        self.max_in_flight = self.in_flight
         self.requests = []
         #: tracebacks of exceptions raised by scripted responders
         self.errors: list[str] = []
