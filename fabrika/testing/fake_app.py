@@ -127,6 +127,7 @@ class FakeOpenAIApp:
         self.in_flight = getattr(self, "in_flight", 0)  # requests still open keep counting down
         self.max_in_flight = self.in_flight
         self.requests = []
+        self.request_tags: list[str] = []
         #: tracebacks of exceptions raised by scripted responders
         self.errors: list[str] = []
 
@@ -198,9 +199,10 @@ class FakeOpenAIApp:
         except ValueError:
             self._count("bad_json", 400)
             return HttpReply(400, _error_body("invalid_request_error", "request body is not JSON"))
+        tag = http.headers.get("x-fabrika-tag", "")
         if len(self.requests) < self.record_limit:
             self.requests.append(req)
-        tag = http.headers.get("x-fabrika-tag", "")
+            self.request_tags.append(tag)
         delay = self.latency_ms
         fault, retry_after = self._fault_for(req, http.body, tag)
         route, spec = "default", None

@@ -106,6 +106,10 @@ class FakeOpenAIServer:
         """Request bodies received (JSON), in arrival order (first 10,000)."""
         return self.app.requests
 
+    def requests_for(self, tag_prefix: str) -> list[dict[str, Any]]:
+        """Recorded request bodies whose ``x-fabrika-tag`` starts with ``tag_prefix`` (assert on prompts per role)."""
+        return [r for r, t in zip(self.app.requests, self.app.request_tags) if t.startswith(tag_prefix)]
+
     @property
     def errors(self) -> list[str]:
         """Tracebacks of exceptions raised by scripted responders (each answered 500)."""

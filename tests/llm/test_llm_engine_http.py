@@ -29,6 +29,8 @@ async def test_success_fields_and_tag_header(server: FakeOpenAIServer, make_engi
     assert b.text.startswith("[fake]")
     assert a.usage.prompt_tokens > 0
     assert server.counts["routes"] == {"script0": 1, "default": 1}
+    assert [r["messages"][0]["content"] for r in server.requests_for("fc.user")] == ["x"]
+    assert [r["messages"][0]["content"] for r in server.requests_for("if")] == ["y"]
 
 
 @pytest.mark.parametrize("kind", ["rate_limit", "server"])
