@@ -16,6 +16,8 @@ Usage (sync or async tests alike — the server runs on its own thread and loop)
         client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="x")
         ...
         assert srv.served == 10 and srv.counts["faults"]["rate_limit"] == 2
+        prompts = srv.requests_for("fc.user")   # bodies one role sent (contract 8 over HTTP)
+        assert not srv.errors                    # tracebacks of responders that raised (answered 500)
 
 Scripts are tried in registration order; ``match`` is a substring of any
 message content (or a callable on the request JSON), ``tag`` a prefix of the
