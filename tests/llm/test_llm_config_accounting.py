@@ -96,3 +96,14 @@ async def test_engine_prices_and_stats(tmp_path: Path) -> None:
     assert stats["totals"]["cost"] > 0 and stats["rows"][0]["stage"] == "s1"
     with pytest.raises(RuntimeError, match="aclose"):
         await eng.complete([req("x")])
+
+
+def test_engine_and_backends_satisfy_the_protocols() -> None:
+    from fabrika.llm import Backend, LLMClient
+    from fabrika.llm.openai_compat import OpenAICompatBackend
+    from fabrika.llm.sim import SimBackend
+
+    assert isinstance(build_engine(LLMConfig(), None), LLMClient)
+    assert isinstance(SimBackend(), Backend)
+    cfg = LLMConfig(backend="openai", endpoints=[{"base_url": "http://127.0.0.1:1/v1"}])
+    assert isinstance(OpenAICompatBackend(cfg), Backend)
