@@ -13,7 +13,9 @@ def _fmt_reasons(rejected: Mapping[str, int]) -> str:
 
 def stages_table(manifest: Mapping[str, Any]) -> Table:
     """Per-stage funnel: rows in the store, ok, rejected by reason, this run's work and LLM use."""
-    t = Table(title=f"run {manifest.get('name', '?')} [{manifest.get('status', '?')}] backend={manifest.get('backend', '?')}")
+    from fabrika.store.manifest import effective_status
+
+    t = Table(title=f"run {manifest.get('name', '?')} \\[{effective_status(dict(manifest))}] backend={manifest.get('backend', '?')}")
     t.add_column("stage", no_wrap=True)
     for col in ("in", "rows", "ok"):
         t.add_column(col, justify="right")

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import signal
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,7 +182,7 @@ class _Run:
             if previous.get("config_hash") != self.manifest["config_hash"]:
                 console.print(f"[yellow]warning:[/] config changed since the last run of {self.store.run_dir}; resuming anyway")
                 self.manifest["config_changed_on_resume"] = True
-        self._invocation = {"started_at": now(), "resume": self.resume}
+        self._invocation = {"started_at": now(), "resume": self.resume, "pid": os.getpid(), "host": socket.gethostname()}
         self.manifest["invocations"] = [*previous.get("invocations", []), self._invocation]
         self._write_manifest("running")
         with self.progress:

@@ -58,3 +58,21 @@ def base_manifest(config: Any, config_hash: str, backend: str, ordered: Sequence
         "versions": {},
         "started_at": now(),
     }
+
+
+def effective_status(manifest: dict[str, Any]) -> str:
+    """The manifest's status, or ``killed`` when it says running but its process is gone (kill -9, OOM)."""
+    import os
+    import socket
+
+    status = str(manifest.get("status", "unknown"))
+    last = (manifest.get("invocations") or [{}])[-1]
+    if status != "running" or last.get("host") != socket.gethostname() or not last.get("pid"):
+        return status
+    try:
+        os.kill(int(last["pid"]), 0)
+    except ProcessLookupError:
+        return "killed"
+    except PermissionError:
+        return status
+    return status

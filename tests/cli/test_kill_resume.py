@@ -18,6 +18,7 @@ import yaml
 from fabrika.pipeline.config import load_config
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.store import RunStore
+from fabrika.store.manifest import effective_status
 from fabrika.store.versions import scan_version
 
 N = 480
@@ -69,6 +70,7 @@ def test_kill_9_and_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
         time.sleep(rng.uniform(0.0, 0.4))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        assert effective_status(json.loads((tmp_path / "killed" / "manifest.json").read_text(encoding="utf-8"))) == "killed"
         written = RunStore(tmp_path / "killed").scan_raw("answers")
         n = 0 if written is None else written.select(pl.len()).collect().item()
         partial_kills += 0 < n < N
@@ -114,3 +116,16 @@ def test_sigterm_saves_finished_items_and_resumes(tmp_path: Path) -> None:
     assert final.returncode == 0, stderr.decode()
     raw = store.scan_raw("answers").collect()
     assert raw.height == N and raw["input_id"].n_unique() == N
+
+
+def test_status_tells_a_killed_run_from_a_running_one(tmp_path: Path) -> None:
+    import socket
+
+    from fabrika.store.manifest import effective_status
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    here = socket.gethostname()
+    assert effective_status({"status": "running", "invocations": [{"pid": dead.pid, "host": here}]}) == "killed"
+    assert effective_status({"status": "running", "invocations": [{"pid": os.getpid(), "host": here}]}) == "running"
+    assert effective_status({"status": "done", "invocations": [{"pid": dead.pid, "host": here}]}) == "done"
