@@ -30,6 +30,7 @@ from fabrika.schemas import Message, Sample, stable_id, to_row
 from fabrika.schemas.rows import dumps
 
 PROMPT_COLS = ("constraint_id", "query_id", "query", "placement", "messages", "constraints", "library_constraints")
+LANGUAGE_FAMILY = "ru.language."
 RESPONSE_SCORES = ("max_failed_verifier_accuracy", "n_verifiers_passed", "if_library_pass", "if_quality_score")
 
 
@@ -45,7 +46,8 @@ class ResponsesConfig(StageConfig):
                         "filters.if_response.min_quality).")
     judge_model: str | None = Field(default=None, description="Judge model (None: the engine default).")
     timeout_s: float = Field(default=1.0, gt=0, le=60, description="Sandbox budget per verifier call.")
-    check_language: bool = Field(default=True, description="Reject responses that are not Russian.")
+    check_language: bool = Field(default=True, description="Reject responses that are not Russian (skipped when a "
+                                 "library ru.language.* constraint sets the language).")
 
 
 @register_stage
@@ -71,6 +73,9 @@ class ResponsesStage(Stage):
                                         max_tokens=cfg.max_tokens) for i in range(cfg.k)]
         out: list[Row] = []
         good: list[tuple[int, str]] = []
+        library = [(cid, params) for cid, params in json.loads(row.get("library_constraints") or "[]")]
+        # a library constraint may itself ask for another language (ru.language.*): then it decides
+        check_language = cfg.check_language and not any(cid.startswith(LANGUAGE_FAMILY) for cid, _ in library)
         for i, resp in enumerate(await self.ctx.llm.complete(reqs)):
             rid = stable_id(pid, "response", i, prefix="ifr-")
             empty = {"response": None, "sample_index": i, **base}
@@ -80,7 +85,7 @@ class ResponsesStage(Stage):
                 out.append(rejected(rid, "truncated: answer cut off (finish_reason=length)", **empty))
             elif not (resp.text or "").strip():
                 out.append(rejected(rid, "empty_answer", **empty))
-            elif cfg.check_language and (why := check_russian(resp.text or "")):
+            elif check_language and (why := check_russian(resp.text or "")):
                 out.append(rejected(rid, why, **{**empty, "response": resp.text}))
             else:
                 good.append((i, str(resp.text)))
@@ -89,7 +94,6 @@ class ResponsesStage(Stage):
         verifiers = json.loads(row.get("verifiers") or "[]")
         texts = [t for _, t in good]
         verdicts = await asyncio.gather(*(self.pool.run(v["code"], texts) for v in verifiers))
-        library = [(cid, params) for cid, params in json.loads(row.get("library_constraints") or "[]")]
         lib_results = [_library_verdicts(t, library) for t in texts]
         scores: list[float | None] = [None] * len(good)
         judge_notes: list[str | None] = [None] * len(good)
