@@ -94,25 +94,34 @@ class VLLMLocalBackend:
             kwargs["seed"] = request.seed + request.sample_index  # as in openai_compat.build_body
         if request.stop:
             kwargs["stop"] = list(request.stop)
+        extra = dict(request.extra_body or {})
+        extra.pop("chat_template_kwargs", None)
         schema = response_format_schema(request.response_format)
+        if "guided_json" in extra:  # the vLLM server's extra_body spelling of guided JSON
+            guided = extra.pop("guided_json")
+            schema = json.loads(guided) if isinstance(guided, str) else guided
         if schema is not None:
             params_mod = self._vllm.sampling_params
             if hasattr(params_mod, "StructuredOutputsParams"):
                 kwargs["structured_outputs"] = params_mod.StructuredOutputsParams(json=schema)
             else:
                 kwargs["guided_decoding"] = params_mod.GuidedDecodingParams(json=schema)
-        if request.extra_body:
-            kwargs.update({k: v for k, v in request.extra_body.items() if k not in ("chat_template_kwargs",)})
-        return self._vllm.SamplingParams(**kwargs)
+        kwargs.update(extra)
+        try:
+            return self._vllm.SamplingParams(**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise LLMError("bad_request", f"vllm.SamplingParams rejected {sorted(kwargs)}: {exc}; check the "
+                                          "request's extra_body / llm.extra_body keys") from exc
 
     async def send(self, request: ChatRequest) -> ChatResponse:
         tokenizer = await self._get_tokenizer()
         template_kwargs = dict((request.extra_body or {}).get("chat_template_kwargs") or {})
+        sampling = self._sampling(request)  # a bad_request here is terminal, not a server error
         try:
             prompt = tokenizer.apply_chat_template(list(request.messages), tools=list(request.tools or []) or None,
                                                    add_generation_prompt=True, tokenize=False, **template_kwargs)
             final = None
-            async for out in self.engine.generate(prompt, self._sampling(request), str(uuid.uuid4())):
+            async for out in self.engine.generate(prompt, sampling, str(uuid.uuid4())):
                 final = out
         except Exception as exc:
             low = str(exc).lower()

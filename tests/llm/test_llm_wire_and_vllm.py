@@ -62,7 +62,12 @@ def fake_vllm(outputs: list[tuple[str, str]], fail: Exception | None = None) -> 
     mod = types.ModuleType("vllm")
     mod.AsyncEngineArgs = lambda **kw: seen.setdefault("args", kw)  # type: ignore[attr-defined]
     mod.AsyncLLMEngine = _Obj(from_engine_args=lambda args: Engine())  # type: ignore[attr-defined]
-    mod.SamplingParams = lambda **kw: _Obj(kw=kw)  # type: ignore[attr-defined]
+    def sampling_params(**kw: Any) -> _Obj:
+        if "bogus" in kw:
+            raise TypeError("unexpected keyword argument 'bogus'")
+        return _Obj(kw=kw)
+
+    mod.SamplingParams = sampling_params  # type: ignore[attr-defined]
     mod.sampling_params = _Obj(StructuredOutputsParams=lambda json: ("structured", json))  # type: ignore[attr-defined]
     return mod, seen
 
@@ -132,3 +137,14 @@ async def test_default_extra_body_merges_under_the_request_and_in_flight_counts(
     sent = {r["messages"][0]["content"]: r for r in server.requests}
     assert sent["a"]["chat_template_kwargs"] == {"enable_thinking": False} and sent["a"]["top_k"] == 20
     assert sent["b"]["top_k"] == 5 and sent["b"]["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+async def test_vllm_adapter_guided_json_and_bad_extra_body(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod, seen = fake_vllm([("{}", "stop")])
+    monkeypatch.setitem(sys.modules, "vllm", mod)
+    async with build_engine(LLMConfig(backend="vllm", model="tiny", cache={"enabled": False}), None) as eng:
+        ok = await eng.complete_one(req("x", extra_body={"guided_json": '{"type": "array"}', "top_k": 5}))
+        bad = await eng.complete_one(req("y", extra_body={"bogus": 1}))
+    assert ok.ok and seen["params"]["structured_outputs"] == ("structured", {"type": "array"})
+    assert seen["params"]["top_k"] == 5 and "guided_json" not in seen["params"]
+    assert bad.error.kind == "bad_request" and "bogus" in bad.error.message and bad.attempts == 1
