@@ -97,13 +97,14 @@ def test_sigterm_saves_finished_items_and_resumes(tmp_path: Path) -> None:
     cfg = make(tmp_path, "termed")
     doc = yaml.safe_load(cfg.read_text(encoding="utf-8"))
     doc["stages"][1]["chunk_size"] = 10_000  # bigger than the run: only a stop-time flush can write anything
+    doc["llm"]["sim"]["latency_ms"] = 100  # answers take >= 6 s: the signal lands mid-stage
     cfg.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
     store = RunStore(tmp_path / "termed")
     proc = start(cfg)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not store.has_rows("prompts"):
         time.sleep(0.01)
-    time.sleep(0.8)  # answers are being produced now
+    time.sleep(1.5)  # answers are being produced now
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, stderr.decode()
