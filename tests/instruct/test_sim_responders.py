@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 
 from fabrika.generators.instruct import prompts, sim_families as fams

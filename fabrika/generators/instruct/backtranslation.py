@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import ClassVar
 
+import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.filters.similarity import SimilarityConfig, build_similarity
@@ -21,8 +22,6 @@ from fabrika.generators.instruct.verifiers import current_min_accuracy, survivin
 from fabrika.pipeline.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.rows import dumps
-
-import polars as pl
 
 
 class BacktranslationConfig(StageConfig):

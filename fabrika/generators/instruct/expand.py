@@ -12,6 +12,7 @@ smaller id, so the result is order-independent.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any, AsyncIterator, ClassVar, Iterator
@@ -103,6 +104,12 @@ class ExpandStage(Stage):
             self._seeds: list[Constraint] = cached
         return cached
 
+    def _positions(self) -> dict[str, int]:
+        cached = getattr(self, "_pos", None)
+        if cached is None:
+            cached = self._pos = {s.id: i for i, s in enumerate(self.seeds())}
+        return cached
+
     def input_rows(self) -> Iterator[Row]:
         for c in self.seeds():
             yield to_row(c)
@@ -118,7 +125,7 @@ class ExpandStage(Stage):
         seeds = self.seeds()
         # ceil(target / per_request) calls in all, spread over the seeds (the first ones take the remainder)
         total = math.ceil(cfg.target_count / cfg.candidates_per_request)
-        position = next((i for i, s in enumerate(seeds) if s.id == seed.id), len(seeds))
+        position = self._positions().get(seed.id, len(seeds))
         n_requests = total // max(1, len(seeds)) + (1 if position < total % max(1, len(seeds)) else 0)
         rng = self.ctx.rng(seed.id)
         others = [s.text for s in seeds if s.id != seed.id]
@@ -155,8 +162,6 @@ class ExpandStage(Stage):
 
 
 def _json(value: Any) -> dict[str, Any]:
-    import json
-
     if isinstance(value, str):
         return json.loads(value) if value else {}
     return dict(value or {})

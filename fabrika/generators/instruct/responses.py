@@ -21,7 +21,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.generators.instruct import prompts
-from fabrika.generators.instruct.parsing import check_russian, is_failure, parse_score
+from fabrika.generators.instruct.parsing import check_russian, parse_score
 from fabrika.generators.instruct.queries import CARRIED_SCORES
 from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sandbox
 from fabrika.pipeline.gates import GatePredicate, register_gate_group
