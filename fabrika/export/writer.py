@@ -8,7 +8,8 @@ Per format:
 * ``hf``: ``datasets.save_to_disk`` with ``prompt``/``completion``/``tools`` as
   ``List(Json())`` (one JSON value per message/tool) and ``ground_truth`` /
   ``constraints`` as ``Json()``; loading gives back exactly the dicts written.
-  The Arrow table is built column-wise (no per-row feature encoding).
+  The Arrow table is built column-wise (no per-row feature encoding), batch by
+  batch into a staging Arrow file, so memory is bounded by ``batch_rows``.
 * ``parquet``: the same columns, nested ones as JSON strings (``ensure_ascii=False``)
   for consumers that want plain strings.
 * ``jsonl``: one JSON object per line with real nested values.
@@ -31,7 +32,6 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import ConfigError
-from fabrika.schemas.ids import stable_id
 from fabrika.export.card import render_card
 from fabrika.export.chat import (LIST_FIELDS, NESTED_FIELDS, ExportKind, message_elements, to_record, tool_elements,
                                  tools_to_chat)
@@ -157,15 +157,29 @@ def _columns(lf: pl.LazyFrame, kind: ExportKind) -> list[str]:
 
 
 def _write_hf(tmp: Path, lf: pl.LazyFrame, kind: ExportKind, columns: list[str], batch_rows: int) -> int:
+    """Stream batches into one Arrow file (memory bounded by a batch), then ``save_to_disk`` from the mmap."""
     import datasets
+    from datasets.arrow_writer import ArrowWriter
 
-    tables = [arrow_batch(f, kind, columns) for f in lf.collect_batches(chunk_size=batch_rows) if f.height]
-    table = pa.concat_tables(tables) if tables else arrow_batch(lf.head(0).collect(), kind, columns)
-    # An explicit fingerprint: datasets would otherwise hash the whole table with dill (seconds at 10^5 rows).
-    fingerprint = stable_id("fabrika-export", kind, columns, table.num_rows, str(tmp))
-    ds = datasets.Dataset(table, info=datasets.DatasetInfo(features=_features(kind, columns)), fingerprint=fingerprint)
-    ds.save_to_disk(str(tmp))
-    return ds.num_rows
+    features = _features(kind, columns)
+    staging = tmp.parent / f"{tmp.name}.arrow"
+    try:
+        writer = ArrowWriter(features=features, path=str(staging))
+        try:
+            wrote = False
+            for frame in lf.collect_batches(chunk_size=batch_rows):
+                if frame.height:
+                    writer.write_table(arrow_batch(frame, kind, columns))
+                    wrote = True
+            if not wrote:
+                writer.write_table(arrow_batch(lf.head(0).collect(), kind, columns))
+        finally:
+            writer.finalize()
+        ds = datasets.Dataset.from_file(str(staging), info=datasets.DatasetInfo(features=features))
+        ds.save_to_disk(str(tmp))
+        return ds.num_rows
+    finally:
+        staging.unlink(missing_ok=True)
 
 
 def _write_flat(tmp: Path, batches: Iterator[list[dict[str, Any]]], kind: ExportKind, columns: list[str],
