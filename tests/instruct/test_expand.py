@@ -36,6 +36,11 @@ def test_seed_file_errors_name_path_and_line(tmp_path: Path):
     no_text = _write(tmp_path / "notext.jsonl", ['{"id": "x"}'])
     with pytest.raises(InputError, match=r"notext\.jsonl:1: missing or empty 'text'"):
         load_seed_file(no_text)
+    dup = _write(tmp_path / "dup.jsonl", ['{"id": "a", "text": "Первое ограничение."}', '{"id": "a", "text": "Второе."}'])
+    with pytest.raises(InputError, match=r"dup\.jsonl:2: seed id 'a' repeats line 1"):
+        load_seed_file(dup)
+    with pytest.raises(InputError, match="seed file not found"):
+        load_seed_file(tmp_path / "missing.jsonl")
     config, issues = validate_data({"name": "x", "plugins": ["fabrika.generators.instruct"],
                                     "stages": [{"kind": "if.expand", "library_seeds": False, "seed_files": [str(bad)]}]},
                                    "test", tmp_path)

@@ -52,14 +52,21 @@ class ExpandConfig(StageConfig):
 
 def load_seed_file(path: Path) -> list[Constraint]:
     """User seeds from jsonl/parquet (``text`` + optional ``id``); :class:`InputError` names path and line."""
+    if not path.is_file():
+        raise InputError(f"{path}: seed file not found; give a jsonl/parquet file with a 'text' field per record")
     out = []
+    seen: dict[str, int] = {}
     for lineno, rec in iter_prompt_records(path, "text"):
         rid = rec.get("id")
         if rid is not None and not isinstance(rid, (str, int)):
             raise InputError(f"{path}:{lineno}: 'id' must be a string or integer, got {type(rid).__name__}")
         text = rec["text"].strip()
-        out.append(Constraint(id=str(rid) if rid is not None else stable_id(text, prefix="seed-"), text=text,
-                              source="user", parent_id=None))
+        cid = str(rid) if rid is not None else stable_id(text, prefix="seed-")
+        if cid in seen:
+            raise InputError(f"{path}:{lineno}: seed id {cid!r} repeats line {seen[cid]}; give each seed a unique "
+                             "id (or drop the duplicate)")
+        seen[cid] = lineno
+        out.append(Constraint(id=cid, text=text, source="user", parent_id=None))
     return out
 
 
@@ -85,12 +92,10 @@ class ExpandStage(Stage):
         assert isinstance(config, ExpandConfig)
         problems = []
         for i, p in enumerate(config.seed_files):
-            path = pipeline.resolve_path(p)
-            if path.is_file():
-                try:
-                    load_seed_file(path)
-                except InputError as exc:
-                    problems.append((f"seed_files[{i}]", str(exc)))
+            try:
+                load_seed_file(pipeline.resolve_path(p))
+            except InputError as exc:
+                problems.append((f"seed_files[{i}]", str(exc)))
         if not config.library_seeds and not config.seed_files:
             problems.append(("seed_files", "no seeds: set library_seeds: true or give seed_files"))
         return problems
