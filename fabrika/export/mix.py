@@ -182,7 +182,8 @@ def mix(frame: pl.DataFrame | pl.LazyFrame, config: MixConfig) -> tuple[pl.LazyF
     """Select exactly ``config.size`` rows with the target shares.
 
     Only ``id`` and the mixed columns are collected for planning; the returned
-    lazy frame semi-joins the chosen ids back onto ``frame`` and is ordered by rank.
+    lazy frame semi-joins the chosen ids back onto ``frame`` in source order
+    (which rows are chosen does not depend on that order; shuffling is the trainer's job).
     """
     lf = frame.lazy()
     dims = config.dimensions
@@ -218,8 +219,9 @@ def mix(frame: pl.DataFrame | pl.LazyFrame, config: MixConfig) -> tuple[pl.LazyF
         .filter(pl.int_range(pl.len()).over(labels) < pl.col("__quota"))
     )
     report = _report(chosen, dims, targets, counts, available, config, unassigned)
-    selection = chosen.select("id", "__rank").lazy()
-    out = lf.with_columns(pl.col("id").cast(pl.String)).join(selection, on="id", how="inner").sort("__rank").drop("__rank")
+    selection = chosen.select("id").lazy()
+    # A semi join in source order keeps the payload streaming (a sort would load it all).
+    out = lf.with_columns(pl.col("id").cast(pl.String)).join(selection, on="id", how="semi", maintain_order="left")
     return out, report
 
 

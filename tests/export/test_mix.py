@@ -37,7 +37,8 @@ def test_same_seed_same_rows_regardless_of_input_order():
     b, _ = mix(frame.sample(fraction=1.0, shuffle=True, seed=99), MixConfig(size=500, seed=1))
     c, _ = mix(frame, MixConfig(size=500, seed=2))
     ids_a, ids_b, ids_c = (x.collect()["id"].to_list() for x in (a, b, c))
-    assert ids_a == ids_b and set(ids_a) != set(ids_c)
+    assert sorted(ids_a) == sorted(ids_b) and set(ids_a) != set(ids_c)
+    assert ids_a == sorted(ids_a)  # source order kept (the frame is sorted by id)
 
 
 def test_rounding_keeps_exact_size():
