@@ -93,3 +93,27 @@ def test_push_only_with_repo_and_token(run_dir: Path, tmp_path: Path, monkeypatc
 def test_missing_version_is_a_clear_error(run_dir: Path):
     with pytest.raises(StoreError, match="no such version"):
         open_version(run_dir, "v9")
+
+
+def test_grpo_if_rows_carry_constraints_and_teacher_rm_mean(tmp_path: Path):
+    from conftest import make_run
+
+    from fabrika.schemas import Message, Sample, to_row
+
+    rows = []
+    for i in range(3):
+        spec = [{"id": "ru.punct.no_commas", "params": {}}] if i % 2 else \
+            [{"id": "ru.length.words_max", "params": {"n": 5 + i}}, {"verifier_code": "def evaluate(r): return True"}]
+        s = Sample(id=f"if{i}", expert="if", lang="ru", prompt=[Message(role="user", content=f"Опиши кота {i}.")],
+                   completion=[Message(role="assistant", content="Кот спит.", train=True)], target_type="text",
+                   ground_truth={"constraints": spec})
+        rows.append({**to_row(s), "status": "ok", "reason": None, "llm_backend": "openai", "teacher_rm_mean": 0.25 * i})
+    run = make_run(tmp_path, rows, stage="if.grpo")
+    res = export(open_version(run), ExportConfig(kind="grpo", out=tmp_path / "g"))
+    ds = datasets.load_from_disk(str(tmp_path / "g"))
+    assert res.validation.ok and {"constraints", "teacher_rm_mean", "ground_truth"} <= set(ds.column_names)
+    got = {r["id"]: r for r in ds}
+    assert got["if0"]["constraints"][1] == {"verifier_code": "def evaluate(r): return True"}
+    assert got["if1"]["constraints"] == [{"id": "ru.punct.no_commas", "params": {}}]  # no keys merged in
+    assert [got[f"if{i}"]["teacher_rm_mean"] for i in range(3)] == [0.0, 0.25, 0.5]
+    assert "SIMULATED" not in (tmp_path / "g" / "README.md").read_text("utf-8")
