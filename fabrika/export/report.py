@@ -73,7 +73,8 @@ def chart_funnel(funnel: dict[str, Any], stages: dict[str, Any], path: Path) -> 
     else:
         _empty(a, "stages")
     labels, values = [], []
-    for stage, counts in (funnel.get("gates") or {}).items():
+    gated = {**(funnel.get("upstream_gates") or {}), **(funnel.get("gates") or {})}  # pipeline order: upstream first
+    for stage, counts in gated.items():
         left = counts.get("in", 0)
         labels.append(f"{stage}: in")
         values.append(left)
