@@ -58,9 +58,11 @@ CALIBRATION_FILE = Path(__file__).resolve().parent.parent / "data" / "instruct" 
 DEFAULT_CALIBRATION: dict[str, tuple[float, float]] = {
     "e5": (0.833, 0.936),  # passage mode; acc@0.6 = 0.83 on the 36 calibration pairs
     "tfidf": (-0.0569, 0.3859),  # acc@0.6 = 0.89
-    "sentence_transformers": (0.0, 1.0),
-    "llm_judge": (0.0, 1.0),
+    "sentence_transformers": (0.0, 1.0),  # unused unless given: a local model is fitted at build time
+    "llm_judge": (0.0, 1.0),  # the judge's 0–10 scale / 10: 0.6 means "6 of 10"
 }
+#: The threshold auto-fitted anchors are placed for (the default ``backtranslation.min_similarity``).
+AUTO_FIT_THRESHOLD = 0.6
 
 
 class SimilarityConfig(BaseModel):
@@ -74,7 +76,8 @@ class SimilarityConfig(BaseModel):
                                    "(backend sentence_transformers only; never downloaded from a hub).")
     calibration: tuple[float, float] | None = Field(
         default=None, description="Raw-score anchors (lo, hi) mapped to 0 and 1; None uses the backend's "
-        "shipped constants measured on the Russian calibration pairs.")
+        "shipped constants measured on the Russian calibration pairs (sentence_transformers: fitted on them "
+        "when the backend is built).")
     judge_model: str | None = Field(default=None, description="Model name for llm_judge (None: the engine default).")
 
     @model_validator(mode="after")
@@ -139,11 +142,13 @@ class EmbeddingBackend:
         self._embedder = embedder
         self.name = name
 
-    async def raw_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+    def raw_pairs_sync(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         a = [p[0] for p in pairs]
         b = [p[1] for p in pairs]
-        ea, eb = await asyncio.to_thread(lambda: (self._embedder.embed(a), self._embedder.embed(b)))
-        return _cosine_rows(ea, eb)
+        return _cosine_rows(self._embedder.embed(a), self._embedder.embed(b))
+
+    async def raw_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        return await asyncio.to_thread(self.raw_pairs_sync, pairs)
 
 
 def E5Backend() -> EmbeddingBackend:
@@ -245,7 +250,14 @@ def build_similarity(config: SimilarityConfig, llm: "LLMClient | None" = None) -
     if config.backend == "e5":
         backend = E5Backend()
     elif config.backend == "sentence_transformers":
-        backend = SentenceTransformersBackend(str(config.model_path))
+        st = SentenceTransformersBackend(str(config.model_path))
+        if config.calibration is None:  # an arbitrary local model: fit its anchors on the shipped pairs
+            pairs = load_calibration_pairs()
+            raw = st.raw_pairs_sync([(a, b) for a, b, _ in pairs])
+            anchors = fit_anchors([r for r, p in zip(raw, pairs) if p[2]], [r for r, p in zip(raw, pairs) if not p[2]],
+                                  AUTO_FIT_THRESHOLD)
+            return Similarity(st, anchors)
+        backend = st
     elif config.backend == "tfidf":
         backend = TfidfBackend()
     else:

