@@ -183,7 +183,7 @@ def chart_hist(values: list[int], title: str, path: Path) -> None:
 def chart_accounting(rows: list[dict[str, Any]], path: Path) -> None:
     plt = _plt()
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, max(3, 0.35 * len(rows) + 1.5)))
-    labels = [f"{r.get('stage')} / {r.get('model')}" for r in rows]
+    labels = [f"{r.get('stage')} / {r.get('tag')} / {r.get('model')}" for r in rows]
     if rows:
         req = [r.get("requests", 0) for r in rows]
         hits = [r.get("cache_hits", 0) for r in rows]
