@@ -124,3 +124,14 @@ def test_funnel_report_narrows_and_follows_thresholds(demo_run: Path):
     strict = dict(if_funnel(demo_run, {"consistency": {"min_unique_functions": 4}, "if_response": {"min_quality": 8}}))
     assert strict["after cross-validation"] < steps["after cross-validation"]
     assert strict["SFT samples"] < steps["SFT samples"]
+
+
+def test_fresh_run_gives_the_same_dataset(demo, tmp_path: Path):
+    """Contract 7: same config and seeds → the same samples, byte for byte, order-independent."""
+    run_dir, config = demo
+    again = config.model_copy(update={"run_dir": tmp_path / "again"})
+    run_pipeline(again, resume=False, progress=False)
+    for name in ("if_samples.parquet", "if_grpo.parquet"):
+        a = pl.read_parquet(run_dir / "versions" / "v1" / "data" / name).sort("id")
+        b = pl.read_parquet(tmp_path / "again" / "versions" / "v1" / "data" / name).sort("id")
+        assert a.drop("input_id").equals(b.drop("input_id"))
