@@ -52,6 +52,9 @@ class PipelineConfig(BaseModel):
     plugins: list[str] = Field(default_factory=list, description="Extra modules to import (they register stages/gates).")
     llm: LLMField = Field(default_factory=LLMField, description="LLM engine config (fabrika.llm.config.LLMConfig).")
     max_in_flight: int = Field(default=256, ge=1, description="Items processed concurrently per stage (default for all stages).")
+    max_parallel_stages: int = Field(
+        default=4, ge=1, description="Stages run at once when their inputs are ready (independent branches overlap); 1 = one by one."
+    )
     stages: list[SerializeAsAny[StageConfig]] = Field(description="Stage configs, discriminated by `kind`.")
     filters: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Gate thresholds by group: filters.<group>.<param>.")
     dataset: DatasetConfig = Field(default_factory=DatasetConfig, description="Which stages form the final dataset.")
@@ -165,9 +168,9 @@ def check_paths(cfg: StageConfig, config: Any) -> list[tuple[str, str]]:
     return missing
 
 
-def execution_order(config: PipelineConfig) -> list[StageConfig]:
-    """Stages in dependency order (stable w.r.t. the document). Annotators of a table run
-    before its non-annotating consumers, and after the annotators listed before them."""
+def stage_dependencies(config: PipelineConfig) -> dict[str, set[str]]:
+    """Stages each stage waits for: its inputs, and the annotators of its inputs (an annotator
+    waits only for the annotators of the same table listed before it)."""
     names = [s.stage_name for s in config.stages]
     deps: dict[str, set[str]] = {n: set(inputs_of(s)) & set(names) for n, s in zip(names, config.stages)}
     ann_of: dict[str, list[str]] = {}
@@ -183,6 +186,13 @@ def execution_order(config: PipelineConfig) -> list[StageConfig]:
                 deps[s.stage_name].update(peers[: peers.index(s.stage_name)])
             else:
                 deps[s.stage_name].update(peers)
+    return deps
+
+
+def execution_order(config: PipelineConfig) -> list[StageConfig]:
+    """Stages in dependency order (stable w.r.t. the document), see :func:`stage_dependencies`."""
+    names = [s.stage_name for s in config.stages]
+    deps = stage_dependencies(config)
     order: list[str] = []
     done: set[str] = set()
     while len(order) < len(names):
@@ -327,7 +337,7 @@ def validate(path: str | Path) -> list[Issue]:
 
 
 #: Keys that do not change what a run produces; left out of :func:`config_hash`.
-HASH_EXCLUDED_TOP = ("run_dir", "max_in_flight")
+HASH_EXCLUDED_TOP = ("run_dir", "max_in_flight", "max_parallel_stages")
 HASH_EXCLUDED_STAGE = ("chunk_size", "max_in_flight")
 
 
@@ -346,6 +356,7 @@ __all__ = [
     "PipelineConfig",
     "config_hash",
     "execution_order",
+    "stage_dependencies",
     "inputs_of",
     "load_config",
     "validate",

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 from rich.console import Console
 
 from fabrika.errors import ConfigError, StoreError
-from fabrika.pipeline.config import PipelineConfig, config_hash, execution_order, inputs_of
+from fabrika.pipeline.config import PipelineConfig, config_hash, execution_order, inputs_of, stage_dependencies
 from fabrika.pipeline.llm_wrap import ITEM_CACHE_MISS, LLMCounters
 from fabrika.pipeline.progress import RunProgress
 from fabrika.pipeline.run_context import RunContext
@@ -186,9 +186,32 @@ class _Run:
         self.manifest["invocations"] = [*previous.get("invocations", []), self._invocation]
         self._write_manifest("running")
         with self.progress:
-            for cfg in self.stages:
-                await self._run_stage(cfg, previous.get("stages", {}).get(cfg.stage_name, {}))
+            await self._schedule(previous.get("stages", {}))
         self._write_manifest("done")
+
+    async def _schedule(self, before: dict[str, Any]) -> None:
+        """Start each stage once the stages it depends on are done, at most ``max_parallel_stages`` at once.
+
+        Independent branches overlap; outputs do not depend on the interleaving (each stage reads
+        only finished tables). The first failure cancels the others (they save finished items).
+        """
+        deps = stage_dependencies(self.config)
+        finished = {cfg.stage_name: asyncio.Event() for cfg in self.stages}
+        slots = asyncio.Semaphore(self.config.max_parallel_stages)
+
+        async def one(cfg: StageConfig) -> None:
+            for dep in sorted(deps[cfg.stage_name]):
+                await finished[dep].wait()
+            async with slots:
+                await self._run_stage(cfg, before.get(cfg.stage_name, {}))
+            finished[cfg.stage_name].set()
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for cfg in self.stages:
+                    group.create_task(one(cfg), name=f"stage {cfg.stage_name}")
+        except BaseExceptionGroup as eg:
+            raise _first_error(eg) from None
 
     async def _run_stage(self, cfg: StageConfig, before: dict[str, Any]) -> None:
         name = cfg.stage_name
@@ -359,6 +382,16 @@ class _Run:
         finally:
             stats.seen = stats.processed = seen
             self.progress.finish(task, stats)
+
+
+def _first_error(eg: BaseExceptionGroup) -> BaseException:
+    """The error a stage raised (not the cancellations it caused in its siblings)."""
+    for exc in eg.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            return _first_error(exc)
+        if not isinstance(exc, asyncio.CancelledError):
+            return exc
+    return eg.exceptions[0]
 
 
 async def arun_pipeline(

@@ -25,16 +25,22 @@ class FakeEngine:
         self.stages_seen: set[str] = set()
         self.in_flight = 0
         self.max_in_flight = 0
+        self.stage_in_flight: dict[str, int] = {}
+        self.max_parallel_stages = 0
 
     async def complete_one(self, request: ChatRequest) -> ChatResponse:
         self.calls += 1
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        self.stages_seen.add(request.meta.get("stage", "?"))
+        stage = request.meta.get("stage", "?")
+        self.stages_seen.add(stage)
+        self.stage_in_flight[stage] = self.stage_in_flight.get(stage, 0) + 1
+        self.max_parallel_stages = max(self.max_parallel_stages, sum(1 for v in self.stage_in_flight.values() if v))
         try:
             await asyncio.sleep(self.delay)
         finally:
             self.in_flight -= 1
+            self.stage_in_flight[stage] -= 1
         text = request.messages[-1]["content"]
         return ChatResponse(choices=(Choice(content=f"echo: {text}"),), usage=Usage(3, 2), backend="fake")
 

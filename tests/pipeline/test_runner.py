@@ -191,3 +191,37 @@ def test_cache_miss_items_are_left_pending_not_rejected(tmp_path: Path) -> None:
     assert result.manifest["stages"]["test.ask"]["complete"] is False
     later = run_pipeline(cfg, progress=False, engine=ps.FakeEngine())
     assert later.stats["test.ask"].processed == 25
+
+
+def branches(tmp_path: Path, name: str, parallel: int) -> PipelineConfig:
+    return make_config(tmp_path, name=name, max_parallel_stages=parallel, stages=[
+        {"kind": "test.count", "n": 40},
+        {"kind": "test.ask", "name": "left", "input": "test.count", "max_in_flight": 4},
+        {"kind": "test.ask", "name": "right", "input": "test.count", "max_in_flight": 4},
+        {"kind": "test.ask", "name": "join", "input": ["left", "right"]},
+    ], dataset={"stages": ["join"]})
+
+
+def test_independent_branches_overlap_without_changing_output(tmp_path: Path) -> None:
+    serial_engine, parallel_engine = ps.FakeEngine(delay=0.005), ps.FakeEngine(delay=0.005)
+    serial = run_pipeline(branches(tmp_path, "serial", 1), progress=False, engine=serial_engine)
+    parallel = run_pipeline(branches(tmp_path, "parallel", 4), progress=False, engine=parallel_engine)
+    assert serial_engine.max_parallel_stages == 1
+    assert parallel_engine.max_parallel_stages == 2  # left and right at once; join waits for both
+    assert parallel.manifest["order"] == ["test.count", "left", "right", "join"]
+    assert ps.dataset_rows(serial.run_dir) == ps.dataset_rows(parallel.run_dir)
+    # left and right emit the same ids (same salt), so join processes each id once: 40 - 6 rejected - item 13
+    assert len(ps.dataset_rows(parallel.run_dir)) == 33
+
+
+def test_a_failing_stage_raises_its_own_error_and_stops_the_others(tmp_path: Path) -> None:
+    from fabrika.errors import InputError
+
+    cfg = make_config(tmp_path, stages=[
+        {"kind": "test.count", "n": 400, "delay": 0.01},
+        {"kind": "test.badsource"},
+    ], dataset={"stages": ["test.count"]})
+    with pytest.raises(InputError, match="seeds.jsonl:2"):
+        run_pipeline(cfg, progress=False, engine=ps.FakeEngine())
+    manifest = RunStore(cfg.resolved_run_dir).read_manifest()
+    assert manifest["status"] == "failed"
