@@ -8,7 +8,9 @@ An exception escaping ``process`` is recorded as a rejection
 ``internal_error: <type>: <msg>`` and counted loudly. Global stages run
 ``run_all`` and are redone from scratch unless they completed.
 Shard content is sorted by id; the union of shards does not depend on the
-order in which items completed (DESIGN contract 7).
+order in which items completed (DESIGN contract 7). Stages whose inputs are
+ready run at the same time (``max_parallel_stages``), so independent branches
+overlap; each stage only ever reads finished tables.
 """
 
 from __future__ import annotations
