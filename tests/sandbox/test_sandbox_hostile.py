@@ -128,7 +128,7 @@ def listener():
 def pool():
     with SandboxPool(SandboxConfig(workers=2, timeout_s=0.5)) as p:
         if p.isolation != "bwrap":
-            pytest.skip("bubblewrap cannot run here; the rlimits fallback is tested in test_pool.py")
+            pytest.skip("bubblewrap cannot run here; the rlimits fallback is tested in test_sandbox_pool.py")
         yield p
 
 
