@@ -294,8 +294,9 @@ class SandboxPool:
         results: list[Verdict | None] = [None] * len(responses)
         pending = list(range(len(responses)))
         timeout = self.config.timeout_s
-        tainted = False
+        tainted, retried = False, False
         while pending:
+            reused = worker.alive and worker.served > 0
             if not worker.alive:
                 if worker.proc is not None:
                     worker.kill()
@@ -346,6 +347,9 @@ class SandboxPool:
                     pending = pending[done + 1:]
             except _WorkerGone as exc:
                 how = worker.kill()
+                if not started and reused and not retried:
+                    retried = True  # a long-lived worker died between batches (e.g. CPU backstop): not this code's fault
+                    continue
                 kind = "protocol" if str(exc).startswith("protocol") else "crash"
                 verdict = Verdict.error(kind, f"worker died ({how}): {exc}" if kind == "crash" else str(exc))
                 if started and done == len(pending):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 
 import pytest
@@ -167,3 +169,12 @@ def test_workers_that_cannot_start_fail_at_construction(monkeypatch):
     monkeypatch.setattr(pool_module, "worker_command", lambda isolation, cfg: ["/bin/false"])
     with pytest.raises(SandboxError, match="self-test"):
         SandboxPool(SandboxConfig(workers=1, isolation="rlimits"))
+
+
+def test_worker_that_died_between_batches_is_replaced_transparently():
+    with SandboxPool(SandboxConfig(workers=1)) as p:
+        assert [v.value for v in p.run_sync(YES, ["да"])] == [True]
+        worker = p._workers[0]
+        os.killpg(worker.proc.pid, signal.SIGKILL)  # e.g. the RLIMIT_CPU backstop fired while idle
+        worker.proc.wait()
+        assert [v.value for v in p.run_sync(YES, ["да", "нет"])] == [True, False]
