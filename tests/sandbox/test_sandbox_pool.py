@@ -146,6 +146,10 @@ def test_rlimits_fallback_pool_works_and_limits_hold():
         assert statuses(p.run_sync("def evaluate(r):\n    while True:\n        pass\n", ["x"])) == ["timeout"]
         bomb = "def evaluate(r):\n    x = bytearray(2 ** 33)\n    return True\n"
         assert statuses(p.run_sync(bomb, ["x"])) == ["error:memory"]
+        fork = "import pymorphy3\nos = pymorphy3.analyzer.os\ndef evaluate(r):\n    os.fork()\n    return True\n"
+        assert statuses(p.run_sync(fork, ["x"])) == ["error:exception"]  # RLIMIT_NPROC holds (uid nobody)
+        morph = "import pymorphy3\ndef evaluate(r):\n    return pymorphy3.MorphAnalyzer().parse(r)[0].tag.POS == 'VERB'\n"
+        assert statuses(p.run_sync(morph, ["бежит", "дом"])) == ["true", "false"]
         assert [v.value for v in p.run_sync(YES, ["да"])] == [True]
 
 
