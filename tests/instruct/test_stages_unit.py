@@ -165,3 +165,18 @@ async def test_library_constraints_combine_only_without_conflicts():
             assert lib[0][0] == cid and check_combination(lib) == []
             combos += len(lib) > 1
     assert combos > 0
+
+
+def test_validate_requires_consistency_before_its_readers(tmp_path: Path):
+    from fabrika.pipeline.config import validate_data
+
+    stages = [{"kind": "if.expand", "target_count": 0},
+              {"kind": "if.verifiers", "input": "if.expand"},
+              {"kind": "if.backtranslation", "input": "if.verifiers"},
+              {"kind": "if.consistency", "input": "if.verifiers"},
+              {"kind": "if.queries", "input": "if.verifiers"}]
+    config, issues = validate_data({"name": "x", "stages": stages}, "test", tmp_path)
+    assert config is None
+    errors = [(i.path, i.message) for i in issues if i.level == "error"]
+    assert errors == [("stages[2].input", "if.backtranslation needs an if.consistency stage with input "
+                                          "'if.verifiers' listed before it (it reads the per-function accuracies)")]

@@ -10,7 +10,7 @@ against the original constraint. All values and min/mean are stored; the
 from __future__ import annotations
 
 import statistics
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fabrika.filters.similarity import SimilarityConfig, build_similarity
 from fabrika.generators.instruct import prompts
 from fabrika.generators.instruct.parsing import check_russian, is_failure, parse_instruction
-from fabrika.generators.instruct.verifiers import current_min_accuracy, surviving_functions
+from fabrika.generators.instruct.verifiers import consistency_before, current_min_accuracy, surviving_functions
 from fabrika.pipeline.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.rows import dumps
@@ -42,6 +42,10 @@ class BacktranslationStage(Stage):
     Config: ClassVar[type[StageConfig]] = BacktranslationConfig
     annotates: ClassVar[bool] = True
     config: BacktranslationConfig
+
+    @classmethod
+    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+        return consistency_before(config, pipeline)
 
     async def setup(self) -> None:
         sim_cfg = self.config.similarity

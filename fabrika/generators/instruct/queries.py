@@ -70,6 +70,12 @@ class QueriesStage(Stage):
     Config: ClassVar[type[StageConfig]] = QueriesConfig
     config: QueriesConfig
 
+    @classmethod
+    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+        from fabrika.generators.instruct.verifiers import consistency_before
+
+        return consistency_before(config, pipeline)
+
     async def setup(self) -> None:
         path = self.ctx.pipeline.resolve_path(self.config.query_pool) if self.config.query_pool else DEFAULT_POOL
         self.pool = load_pool(path)

@@ -252,3 +252,19 @@ def current_min_accuracy(ctx: Any) -> float:
     """``filters.consistency.min_function_accuracy`` of the running pipeline (default 0.8)."""
     filters = getattr(getattr(ctx, "pipeline", None), "filters", None) or {}
     return float(ConsistencyParams.model_validate(filters.get("consistency") or {}).min_function_accuracy)
+
+
+def consistency_before(config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+    """Validation: an ``if.consistency`` stage must score this stage's input, listed earlier in the document.
+
+    Annotators run in document order, so a stage reading ``functions`` placed before the
+    scorer would see none and reject everything.
+    """
+    src = config.input if isinstance(config.input, str) else (config.input or [None])[0]
+    for s in getattr(pipeline, "stages", []):
+        if s is config:
+            break
+        if s.kind == "if.consistency" and s.input == src:
+            return []
+    return [("input", f"{config.kind} needs an if.consistency stage with input {src!r} listed before it "
+                      "(it reads the per-function accuracies)")]
