@@ -6,12 +6,20 @@ candidate pairs whose estimated Jaccard clears the threshold are unioned into
 clusters. The cluster id is the smallest row id in it, and that row is the
 representative, so the result does not depend on input order (contract 7).
 
-Scores: ``dup_cluster`` (str), ``dup_is_representative`` (bool), ``dup_cluster_size``.
-A global stage: it needs every row at once.
+Samples cut from one episode (one per assistant step) repeat the same user
+turns, so by default rows are grouped into *units* by ``meta.episode_id``: a
+unit's text is its longest row's text and its id its smallest row id, units are
+clustered, and every row of a unit shares its verdict — a duplicate episode goes as a whole, and steps of a
+kept episode are never each other's duplicates. Rows without the key are
+units of their own.
+
+Scores: ``dup_cluster`` (str), ``dup_is_representative`` (bool), ``dup_cluster_size``
+(units in the cluster). A global stage: it needs every row at once.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, AsyncIterator, ClassVar, Iterator, Sequence
 
 from datasketch import MinHash, MinHashLSH
@@ -70,6 +78,23 @@ def near_duplicate_clusters(ids: Sequence[str], texts: Sequence[str], threshold:
              "dup_cluster_size": sizes[roots[i]]} for i in ids]
 
 
+def unit_key(row: Row, field: str | None) -> str | None:
+    """The unit a row belongs to: a column value or ``meta.<key>`` (``meta`` may be a JSON string)."""
+    if field is None:
+        return None
+    if field.startswith("meta."):
+        meta = row.get("meta")
+        if isinstance(meta, str):
+            try:
+                meta = json.loads(meta) if meta else {}
+            except json.JSONDecodeError:
+                return None
+        value = meta.get(field[5:]) if isinstance(meta, dict) else None
+    else:
+        value = row.get(field)
+    return None if value is None else f"{field}:{value}"
+
+
 class DedupConfig(StageConfig):
     """``filter.dedup``: MinHash LSH parameters."""
 
@@ -78,6 +103,9 @@ class DedupConfig(StageConfig):
     threshold: float = Field(default=0.8, gt=0, le=1, description="Jaccard similarity at which rows are duplicates.")
     num_perm: int = Field(default=128, ge=16, le=1024, description="MinHash permutations (accuracy vs speed).")
     shingle: int = Field(default=3, ge=1, le=16, description="Words per shingle.")
+    unit: str | None = Field(default="meta.episode_id",
+                             description="Rows sharing this column (or 'meta.<key>') form one unit judged together; "
+                             "None = every row alone.")
     out_chunk: int = Field(default=10000, ge=1, description="Annotation rows per written chunk.")
 
 
@@ -92,11 +120,22 @@ class DedupScorer(Stage):
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:
         cfg: DedupConfig = self.config  # type: ignore[assignment]
-        ids: list[str] = []
-        texts: list[str] = []
+        row_units: list[tuple[str, str]] = []
+        unit_text: dict[str, str] = {}
+        unit_id: dict[str, str] = {}  # a unit is named by its smallest row id
         for row in rows:
-            ids.append(str(row["id"]))
-            texts.append(row_text(row, cfg.text_field))
-        result = near_duplicate_clusters(ids, texts, cfg.threshold, cfg.num_perm, cfg.shingle)
-        for start in range(0, len(result), cfg.out_chunk):
-            yield [ok(**r) for r in result[start:start + cfg.out_chunk]]
+            rid = str(row["id"])
+            unit = unit_key(row, cfg.unit) or f"row:{rid}"
+            text = row_text(row, cfg.text_field)
+            row_units.append((rid, unit))
+            if unit not in unit_text or len(text) > len(unit_text[unit]):
+                unit_text[unit] = text
+            unit_id[unit] = min(rid, unit_id.get(unit, rid))
+        units = sorted(unit_text, key=unit_id.__getitem__)
+        found = near_duplicate_clusters([unit_id[u] for u in units], [unit_text[u] for u in units], cfg.threshold,
+                                        cfg.num_perm, cfg.shingle)
+        verdict = {u: r for u, r in zip(units, found)}
+        out = [ok(rid, dup_cluster=verdict[u]["dup_cluster"], dup_is_representative=verdict[u]["dup_is_representative"],
+                  dup_cluster_size=verdict[u]["dup_cluster_size"]) for rid, u in row_units]
+        for start in range(0, len(out), cfg.out_chunk):
+            yield out[start:start + cfg.out_chunk]

@@ -4,7 +4,8 @@ A scorer is configured with a ``text_field``: ``prompt`` / ``completion`` (JSON
 message lists: the ``content`` of their messages joined by newlines, tool-call
 arguments included for completion so a call-only answer is not empty),
 ``user`` (only the user turns of the prompt: what a benchmark question would
-look like) or any other column, used as is.
+look like) or any other column: a JSON message list or a stored ``Dialogue``
+(``{"messages": [...]}``) is joined like ``completion``, anything else used as is.
 """
 
 from __future__ import annotations
@@ -57,6 +58,15 @@ def row_text(row: dict[str, Any], field: str) -> str:
     value = row.get(field)
     if value is None:
         return ""
+    if isinstance(value, str) and value[:1] in "[{":
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    if isinstance(value, dict) and isinstance(value.get("messages"), list):  # a stored Dialogue
+        value = value["messages"]
+    if isinstance(value, list) and value and all(isinstance(m, dict) and "role" in m for m in value):
+        return messages_text(value, with_calls=True)
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 

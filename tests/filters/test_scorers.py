@@ -137,3 +137,30 @@ def test_length_with_a_local_hf_tokenizer(tmp_path: Path):
     assert got["len_completion_tokens"] == 1
     with pytest.raises(ValueError, match="not a local directory"):
         LengthConfig(tokenizer=str(tmp_path / "missing"))
+
+
+async def test_dedup_judges_episodes_as_units():
+    def step(i: int, episode: str, user: str, answer: str) -> dict[str, Any]:
+        row = _row(i, user, answer)
+        row["meta"] = json.dumps({"episode_id": episode, "step": i % 2})
+        return row
+
+    ask = "Забронируй столик на двоих в ресторане у Красной площади на вечер пятницы"
+    rows = [step(1, "ep-a", ask, "шаг один"), step(2, "ep-a", ask, "шаг два"),   # steps share the user turns
+            step(3, "ep-b", ask + ".", "шаг один"), step(4, "ep-b", ask, "шаг два"),  # a duplicate episode
+            step(5, "ep-c", "Какая погода завтра в Казани и нужен ли зонт утром", "ответ")]
+    flat = [r for c in [c async for c in DedupScorer(DedupConfig(), SimpleNamespace()).run_all(iter(rows))] for r in c]
+    by = {r["id"]: r for r in flat}
+    assert [by[f"id00{i}"]["dup_is_representative"] for i in range(1, 6)] == [True, True, False, False, True]
+    assert by["id003"]["dup_cluster"] == by["id004"]["dup_cluster"] == "id001" and by["id001"]["dup_cluster_size"] == 2
+    per_row = DedupScorer(DedupConfig(unit=None), SimpleNamespace())
+    flat = [r for c in [c async for c in per_row.run_all(iter(rows))] for r in c]
+    assert sum(r["dup_is_representative"] for r in flat) == 2  # without units the steps collapse too
+
+
+def test_row_text_reads_dialogue_columns():
+    dialogue = {"id": "d", "messages": [{"role": "user", "content": "Привет"},
+                                        {"role": "assistant", "content": None,
+                                         "tool_calls": [{"name": "f", "arguments": {"a": 1}}]}]}
+    assert row_text({"dialogue": json.dumps(dialogue, ensure_ascii=False)}, "dialogue") == 'Привет\nf {"a": 1}'
+    assert row_text({"x": "[не json"}, "x") == "[не json" and row_text({"x": 5}, "x") == "5"
