@@ -49,12 +49,18 @@ def _root(
     """fabrika: synthetic post-training data factory."""
 
 
+SetOption = Annotated[
+    Optional[list[str]],
+    typer.Option("--set", help="Override a config key: KEY=VALUE, e.g. stages.answers.max_items=5 (repeatable)."),
+]
+
+
 @app.command()
-def validate(config: Annotated[Path, typer.Argument(help="Pipeline YAML.")]) -> None:
+def validate(config: Annotated[Path, typer.Argument(help="Pipeline YAML.")], set_: SetOption = None) -> None:
     """Check a pipeline document; print every error and warning. Exit 2 on errors."""
     from fabrika.pipeline.config import validate_file
 
-    cfg, issues = validate_file(config)
+    cfg, issues = validate_file(config, list(set_ or []))
     for issue in issues:
         (err if issue.level == "error" else out).print(escape(str(issue)), highlight=False, soft_wrap=True)
     if cfg is None:
@@ -69,12 +75,13 @@ def run(
     cache_only: Annotated[bool, typer.Option("--cache-only", help="Answer only from the LLM cache; uncached items stay pending.")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Live per-stage progress.")] = True,
     version: Annotated[Optional[str], typer.Option("--version-name", help="Name of the materialised version (default dataset.version).")] = None,
+    set_: SetOption = None,
 ) -> None:
     """Run a pipeline (validated first; nothing is written on a bad config) and materialise its dataset."""
     from fabrika.pipeline.config import validate_file
     from fabrika.pipeline.runner import run_pipeline
 
-    cfg, issues = validate_file(config)
+    cfg, issues = validate_file(config, list(set_ or []))
     errors = [str(i) for i in issues if i.level == "error"]
     if cfg is None:
         fail("\n".join(errors))

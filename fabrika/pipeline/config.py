@@ -15,13 +15,14 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Iterator, Literal, Sequence
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, ValidationError
 
 from fabrika.errors import ConfigError
 from fabrika.pipeline import gates, registry
+from fabrika.pipeline.overrides import apply_overrides
 from fabrika.pipeline.stage import STAGES, StageConfig
 
 try:  # the LLM layer owns its config; until it is importable, keep the raw mapping
@@ -305,8 +306,9 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
     return config, issues
 
 
-def validate_file(path: str | Path) -> tuple[PipelineConfig | None, list[Issue]]:
-    """Load and validate a YAML pipeline; returns the config (``None`` on errors) and all issues."""
+def validate_file(path: str | Path, overrides: Sequence[str] = ()) -> tuple[PipelineConfig | None, list[Issue]]:
+    """Load and validate a YAML pipeline (with ``--set`` overrides, see :mod:`fabrika.pipeline.overrides`);
+    returns the config (``None`` on errors) and all issues."""
     path = Path(path)
     file = str(path)
     if not path.is_file():
@@ -319,12 +321,16 @@ def validate_file(path: str | Path) -> tuple[PipelineConfig | None, list[Issue]]
         return None, [Issue("error", where, f"invalid YAML: {getattr(exc, 'problem', exc)}", file)]
     except (OSError, UnicodeDecodeError) as exc:
         return None, [Issue("error", "(file)", f"cannot read: {exc}", file)]
+    try:
+        data = apply_overrides(data, overrides)
+    except ConfigError as exc:
+        return None, [Issue("error", "--set", str(exc), file)]
     return validate_data(data, file, path.resolve().parent)
 
 
-def load_config(path: str | Path) -> PipelineConfig:
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> PipelineConfig:
     """Validated config or :class:`ConfigError` whose message lists every error, one per line."""
-    config, issues = validate_file(path)
+    config, issues = validate_file(path, overrides)
     errors = [str(i) for i in issues if i.level == "error"]
     if config is None:
         raise ConfigError("\n".join(errors))

@@ -181,3 +181,14 @@ def test_malformed_input_found_mid_run_exits_2_one_line(tmp_path: Path) -> None:
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines == ["error: seeds.jsonl:2: invalid JSON (Expecting value); one JSON object per line"]
     assert manifest(tmp_path)["status"] == "failed"
+
+
+def test_run_with_set_overrides(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path)
+    result = runner.invoke(app, ["run", str(cfg), "--no-progress", "--set", "stages.test.count.n=5",
+                                 "--set", "filters.testscore.min_score=0"])
+    assert result.exit_code == 0, result.output
+    assert manifest(tmp_path)["stages"]["test.count"]["rows"] == 5
+    assert manifest(tmp_path)["config"]["stages"][0]["n"] == 5  # the manifest records the effective config
+    bad = runner.invoke(app, ["validate", str(cfg), "--set", "stages.test.count.n=lots"])
+    assert bad.exit_code == 2 and "stages[0].n: Input should be a valid integer" in bad.stderr

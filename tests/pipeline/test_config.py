@@ -169,3 +169,19 @@ def test_config_hash_ignores_placement_and_concurrency(tmp_path: Path) -> None:
     assert config_hash(a) == config_hash(b)
     doc["stages"][0]["n"] = 6
     assert config_hash(load_config(write(tmp_path, doc, "c.yaml"))) != config_hash(a)
+
+
+def test_set_overrides_apply_before_validation(tmp_path: Path) -> None:
+    path = write(tmp_path, base())
+    cfg = load_config(path, ["seed=3", "stages.test.count.n=9", "stages.judge.chunk_size=2", "filters.testscore.max_i=4",
+                             "llm.sim.latency_ms=0"])
+    assert cfg.seed == 3 and cfg.stages[0].n == 9 and cfg.stages[2].chunk_size == 2
+    assert cfg.filters["testscore"]["max_i"] == 4
+    _, issues = validate_file(path, ["stages.ghost.n=1"])
+    assert [str(i) for i in issues] == [f"{path}: error: --set: --set 'stages.ghost.n=1': no stage named 'ghost'…; "
+                                        "stages: test.count, test.ask, judge"]
+    assert load_config(path, ["stages.0.n=4"]).stages[0].n == 4
+    _, issues = validate_file(path, ["stages.judge.colour=red"])
+    assert any("stages[2].colour: unknown key" in str(i) for i in issues)
+    _, issues = validate_file(path, ["seed"])
+    assert "expected KEY=VALUE" in str(issues[0])
