@@ -12,6 +12,7 @@ from fabrika.constraints import verify_all
 from fabrika.pipeline.config import load_config
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.schemas import Sample, from_row
+from fabrika.schemas.instruct import IFGroundTruth
 from fabrika.store.run import RunStore
 from fabrika.store.versions import materialise
 
@@ -52,6 +53,7 @@ def test_samples_are_valid_if_samples_that_pass_their_checks(demo_run: Path):
     responses = {r["id"]: r for r in store.scan_raw("if_responses").collect().iter_rows(named=True)}
     for row in rows:
         sample = from_row(Sample, row)
+        IFGroundTruth.model_validate(sample.ground_truth)
         assert sample.expert == "if" and sample.lang == "ru" and sample.completion[0].train
         assert row["max_failed_verifier_accuracy"] < 0.8 and row["bt_min_similarity"] >= 0.6
         assert row["n_unique_functions"] >= 3 and row["n_unique_cases"] >= 10
@@ -70,6 +72,7 @@ def test_grpo_rows_carry_what_the_reward_needs(demo_run: Path):
     assert rows
     for row in rows:
         gt = json.loads(row["ground_truth"])
+        IFGroundTruth.model_validate(gt)
         assert gt["constraints"] and gt["verifiers"] and gt["min_function_accuracy"] == 0.8
         assert all(v["accuracy"] >= 0.8 and "def evaluate" in v["code"] for v in gt["verifiers"])
         assert json.loads(row["completion"]) == []

@@ -27,6 +27,7 @@ from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sand
 from fabrika.pipeline.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import Message, Sample, stable_id, to_row
+from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth, IFVerifierRef
 from fabrika.schemas.rows import dumps
 
 PROMPT_COLS = ("constraint_id", "query_id", "query", "placement", "messages", "constraints", "library_constraints")
@@ -169,7 +170,7 @@ class SamplesStage(Stage):
         sample = Sample(
             id=stable_id(row["id"], prefix="ifs-"), expert="if", lang="ru", prompt=prompt,
             completion=[Message(role="assistant", content=row["response"], train=True)], target_type="text",
-            ground_truth={"constraints": [_gt_constraint(c) for c in constraints]},
+            ground_truth=IFGroundTruth(constraints=[_gt_constraint(c) for c in constraints]).model_dump(),
             meta={"constraint_id": row.get("constraint_id"), "prompt_id": row.get("prompt_id"),
                   "response_id": row["id"], "query_id": row.get("query_id"), "placement": row.get("placement")},
         )
@@ -177,8 +178,8 @@ class SamplesStage(Stage):
         return [ok(**to_row(sample), placement=row.get("placement"), **scores)]
 
 
-def _gt_constraint(c: dict[str, Any]) -> dict[str, Any]:
-    return {"id": c["id"], "text": c["text"], "library_id": c.get("library_id"), "params": c.get("params") or {}}
+def _gt_constraint(c: dict[str, Any]) -> IFConstraintRef:
+    return IFConstraintRef(id=c["id"], text=c["text"], library_id=c.get("library_id"), params=c.get("params") or {})
 
 
 class GrpoConfig(StageConfig):
@@ -225,9 +226,9 @@ class GrpoStage(Stage):
 
     async def process(self, row: Row) -> list[Row]:
         verifiers = [v for v in json.loads(row.get("verifiers") or "[]") if v["accuracy"] >= self.min_accuracy]
-        gt = {"constraints": [_gt_constraint(c) for c in json.loads(row.get("constraints") or "[]")],
-              "verifiers": [{"code": v["code"], "accuracy": v["accuracy"]} for v in verifiers],
-              "min_function_accuracy": self.min_accuracy}
+        gt = IFGroundTruth(constraints=[_gt_constraint(c) for c in json.loads(row.get("constraints") or "[]")],
+                           verifiers=[IFVerifierRef(code=v["code"], accuracy=v["accuracy"]) for v in verifiers],
+                           min_function_accuracy=self.min_accuracy).model_dump()
         sample = Sample(id=stable_id(row["id"], prefix="ifg-"), expert="if", lang="ru",
                         prompt=[Message(**m) for m in json.loads(row["messages"])], completion=[],
                         ground_truth=gt, meta={"constraint_id": row.get("constraint_id"), "prompt_id": row["id"],

@@ -1,0 +1,46 @@
+"""IF records: what a sample's ``ground_truth`` holds for the IF reward.
+
+``Sample.ground_truth`` of an IF sample (SFT and GRPO alike) validates as
+:class:`IFGroundTruth`. A reward checks each constraint with the trusted library
+verifier when ``library_id`` is set (``fabrika.constraints.get(library_id).verify``)
+and otherwise runs the LLM-written ``verifiers`` (in the sandbox) whose
+``accuracy`` is at least ``min_function_accuracy``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class IFConstraintRef(BaseModel):
+    """One instruction in the prompt."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(description="Constraint id (library ids look like 'ru.length.words_max@<hash>').")
+    text: str = Field(description="The instruction as shown to the model.")
+    library_id: str | None = Field(default=None, description="Library constraint id when a trusted verifier exists.")
+    params: dict[str, Any] = Field(default_factory=dict, description="Library parameters for the trusted verifier.")
+
+
+class IFVerifierRef(BaseModel):
+    """An LLM-written verifier that survived cross-validation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: str = Field(description="Python source defining evaluate(response) -> bool; run it only in the sandbox.")
+    accuracy: float = Field(ge=0, le=1, description="Accuracy on the constraint's supported test cases.")
+
+
+class IFGroundTruth(BaseModel):
+    """What the IF reward needs to score a completion."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    constraints: list[IFConstraintRef] = Field(description="Every instruction in the prompt.")
+    verifiers: list[IFVerifierRef] = Field(default_factory=list, description="Surviving verifiers of the main "
+                                           "(first) constraint; empty in SFT samples.")
+    min_function_accuracy: float | None = Field(default=None, ge=0, le=1, description="The consistency threshold "
+                                                "the verifiers were selected with.")
