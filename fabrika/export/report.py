@@ -221,7 +221,14 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, version: st
     out.mkdir(parents=True, exist_ok=True)
     source = open_version(run_dir, version)
     manifest = source.manifest
-    stages = {n: s for n, s in (source.funnel.get("stages") or manifest.get("stages") or {}).items()}
+    order = {name: i for i, name in enumerate(manifest.get("order") or [])}  # funnel.json keys are sorted
+
+    def in_order(d: dict[str, Any]) -> dict[str, Any]:
+        return dict(sorted(d.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
+
+    stages = in_order(source.funnel.get("stages") or manifest.get("stages") or {})
+    funnel = {**source.funnel, "gates": in_order(source.funnel.get("gates") or {}),
+              "upstream_gates": in_order(source.funnel.get("upstream_gates") or {})}
     lf = source.frame
     names = lf.collect_schema().names()
     shares = {c: {str(k): int(v) for k, v in lf.group_by(c).len().sort(c).collect().iter_rows()}
@@ -231,7 +238,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, version: st
             if c in names]
     stats = sample_stats(lf.select(cols).head(max_rows).collect()) if cols else sample_stats(pl.DataFrame())
     accounting = manifest.get("accounting") or {}
-    chart_funnel(source.funnel, stages, out / "funnel.png")
+    chart_funnel(funnel, stages, out / "funnel.png")
     chart_rejections(stages, out / "rejections.png")
     chart_lengths(stats, out / "lengths.png")
     chart_shares(shares, out / "shares.png")
