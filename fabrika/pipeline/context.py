@@ -38,7 +38,10 @@ class StageContext(Protocol):
         ...
 
     def resource(self, name: str, factory: Callable[[], Any]) -> Any:
-        """A run-wide shared object (sandbox pool, embedder), created once by ``factory``."""
+        """A run-wide shared object (sandbox pool, embedder), created once by ``factory``.
+
+        The runner closes it (``aclose()`` or ``close()``) after the last stage; stages must not.
+        """
         ...
 
     def stage_dir(self, stage_name: str) -> Path:

@@ -386,6 +386,21 @@ class _Run:
             self.progress.finish(task, stats)
 
 
+async def close_resources(resources: dict[str, Any]) -> None:
+    """Close run-wide resources (sandbox pools, embedders) once every stage is done, newest first."""
+    for name, res in reversed(list(resources.items())):
+        closer = getattr(res, "aclose", None) or getattr(res, "close", None)
+        if not callable(closer):
+            continue
+        try:
+            result = closer()
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:  # noqa: BLE001 - a failing close must not hide the run's outcome
+            console.print(f"[yellow]warning:[/] closing resource {name!r} failed: {type(exc).__name__}: {exc}")
+    resources.clear()
+
+
 def _first_error(eg: BaseExceptionGroup) -> BaseException:
     """The error a stage raised (not the cancellations it caused in its siblings)."""
     for exc in eg.exceptions:
@@ -433,6 +448,7 @@ async def arun_pipeline(
     finally:
         if handling:
             loop.remove_signal_handler(signal.SIGTERM)
+        await close_resources(run.resources)
         if own_engine and hasattr(engine, "aclose"):
             await engine.aclose()
     info = None

@@ -165,3 +165,28 @@ class BadSourceStage(Stage):
 
     async def process(self, row: Row) -> list[Row]:
         return [ok(row["id"])]
+
+
+class Pool:
+    """A run-wide resource that must be closed by the runner, not by the stages."""
+
+    instances: list["Pool"] = []
+
+    def __init__(self) -> None:
+        self.used = 0
+        self.closed = False
+        Pool.instances.append(self)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@register_stage
+class PooledStage(Stage):
+    kind = "test.pooled"
+
+    async def process(self, row: Row) -> list[Row]:
+        pool = self.ctx.resource("pool", Pool)
+        assert not pool.closed
+        pool.used += 1
+        return [ok(stable_id(row["id"], self.name))]

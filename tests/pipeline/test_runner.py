@@ -225,3 +225,39 @@ def test_a_failing_stage_raises_its_own_error_and_stops_the_others(tmp_path: Pat
         run_pipeline(cfg, progress=False, engine=ps.FakeEngine())
     manifest = RunStore(cfg.resolved_run_dir).read_manifest()
     assert manifest["status"] == "failed"
+
+
+def test_shared_resources_are_created_once_and_closed_after_the_run(tmp_path: Path) -> None:
+    import asyncio
+
+    from fabrika.pipeline.runner import close_resources
+
+    class Pool:
+        made = 0
+
+        def __init__(self) -> None:
+            Pool.made += 1
+            self.closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    class APool:
+        closed = False
+
+        async def aclose(self) -> None:
+            APool.closed = True
+
+    resources = {"a": Pool(), "b": APool(), "c": object()}
+    asyncio.run(close_resources(resources))
+    assert resources == {} and APool.closed
+
+    ps.Pool.instances.clear()
+    cfg = make_config(tmp_path, stages=[
+        {"kind": "test.count", "n": 6},
+        {"kind": "test.pooled", "name": "p1", "input": "test.count"},
+        {"kind": "test.pooled", "name": "p2", "input": "test.count"},
+    ], dataset={"stages": ["p1", "p2"]})
+    run_pipeline(cfg, progress=False, engine=ps.FakeEngine())
+    assert len(ps.Pool.instances) == 1  # shared by both stages
+    assert ps.Pool.instances[0].used == 10 and ps.Pool.instances[0].closed
