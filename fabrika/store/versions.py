@@ -101,35 +101,11 @@ def read_version(run_dir: str | Path, name: str) -> dict[str, Any]:
     }
 
 
-def materialise(
-    run_dir: str | Path,
-    thresholds: Mapping[str, Any] | None = None,
-    name: str | None = None,
-    previous: str | None = None,
-) -> VersionInfo:
-    """Gate the dataset stages of ``run_dir`` into ``versions/<name>``.
-
-    Args:
-        thresholds: gate thresholds by group; ``None`` uses the config's ``filters``.
-        name: version name; default the next free ``vN``. An existing version of that name is replaced.
-        previous: version this one derives from (recorded for ``status``/diffs).
-    """
-    store = RunStore(run_dir)
-    manifest = store.read_manifest()
-    if not manifest:
-        raise StoreError(f"{store.run_dir}: not a run directory (no manifest.json); run `fabrika run CONFIG` first")
-    load_run_modules(manifest)
-    config = manifest.get("config", {})
-    thresholds = dict(config.get("filters", {}) if thresholds is None else thresholds)
-    params = gates.validate_thresholds(thresholds)
-    name = name or next_version_name(run_dir)
-    if not VERSION_NAME.match(name):
-        raise StoreError(f"version name {name!r}: use letters, digits, '.', '_' or '-'")
-
-    root = store.run_dir / "versions"
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".tmp-{name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+def _build(
+    store: RunStore, manifest: dict[str, Any], config: dict[str, Any], thresholds: dict[str, Any],
+    params: Mapping[str, Any], tmp: Path,
+) -> tuple[dict[str, Any], int, dict[str, Any]]:
+    """Write a version's files into ``tmp``; returns the funnel, the sample count and the thresholds."""
     (tmp / "data").mkdir(parents=True)
     (tmp / "dropped").mkdir()
     funnel: dict[str, Any] = {"stages": {}, "gates": {}, "upstream_gates": {}}
@@ -162,6 +138,58 @@ def materialise(
     atomic_write_json(tmp / "thresholds.json", dumped)
     atomic_write_json(tmp / "funnel.json", funnel)
     fsync_dir(tmp)
+    return funnel, total, dumped
+
+
+def _clean_stale(root: Path) -> None:
+    """Remove ``.tmp-*``/``.old-*`` directories left by materialisations whose process is gone."""
+    for p in root.iterdir():
+        m = re.match(r"^\.(?:tmp|old)-.+-(\d+)$", p.name)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(p, ignore_errors=True)
+        except PermissionError:
+            pass
+
+
+def materialise(
+    run_dir: str | Path,
+    thresholds: Mapping[str, Any] | None = None,
+    name: str | None = None,
+    previous: str | None = None,
+) -> VersionInfo:
+    """Gate the dataset stages of ``run_dir`` into ``versions/<name>``.
+
+    Args:
+        thresholds: gate thresholds by group; ``None`` uses the config's ``filters``.
+        name: version name; default the next free ``vN``. An existing version of that name is replaced.
+        previous: version this one derives from (recorded for ``status``/diffs).
+    """
+    store = RunStore(run_dir)
+    manifest = store.read_manifest()
+    if not manifest:
+        raise StoreError(f"{store.run_dir}: not a run directory (no manifest.json); run `fabrika run CONFIG` first")
+    load_run_modules(manifest)
+    config = manifest.get("config", {})
+    thresholds = dict(config.get("filters", {}) if thresholds is None else thresholds)
+    params = gates.validate_thresholds(thresholds)
+    name = name or next_version_name(run_dir)
+    if not VERSION_NAME.match(name):
+        raise StoreError(f"version name {name!r}: use letters, digits, '.', '_' or '-'")
+
+    root = store.run_dir / "versions"
+    root.mkdir(parents=True, exist_ok=True)
+    _clean_stale(root)
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        funnel, total, dumped = _build(store, manifest, config, thresholds, params, tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed build never becomes (or hides) a version
+        raise
 
     final = root / name
     old = root / f".old-{name}-{os.getpid()}"

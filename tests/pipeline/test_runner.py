@@ -261,3 +261,22 @@ def test_shared_resources_are_created_once_and_closed_after_the_run(tmp_path: Pa
     run_pipeline(cfg, progress=False, engine=ps.FakeEngine())
     assert len(ps.Pool.instances) == 1  # shared by both stages
     assert ps.Pool.instances[0].used == 10 and ps.Pool.instances[0].closed
+
+
+def test_failed_materialisation_keeps_the_old_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fabrika.store.versions import materialise
+
+    result = run_pipeline(make_config(tmp_path), progress=False, engine=ps.FakeEngine())
+    before = ps.dataset_rows(result.run_dir)
+    stale = result.run_dir / "versions" / ".tmp-v9-999999999"  # left by a process that no longer exists
+    stale.mkdir()
+
+    def disk_full(self: pl.LazyFrame, *a: object, **k: object) -> None:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(pl.LazyFrame, "sink_parquet", disk_full)
+    with pytest.raises(OSError):
+        materialise(result.run_dir, thresholds={"testscore": {"min_score": 0.5}}, name="v1")
+    monkeypatch.undo()
+    assert ps.dataset_rows(result.run_dir) == before
+    assert sorted(p.name for p in (result.run_dir / "versions").iterdir()) == ["v1"]  # no temp dirs left
