@@ -139,7 +139,10 @@ class DecontamScorer(Stage):
 
     def _index(self) -> NgramIndex:
         cfg: DecontamConfig = self.config  # type: ignore[assignment]
-        return self.ctx.resource(f"decontam:{self.name}", lambda: build_index(cfg.benchmarks, cfg.ngram))
+        pipeline = getattr(self.ctx, "pipeline", None)
+        sources = [src.model_copy(update={"path": pipeline.resolve_path(src.path)}) if pipeline is not None else src
+                   for src in cfg.benchmarks]  # paths are relative to the config file
+        return self.ctx.resource(f"decontam:{self.name}", lambda: build_index(sources, cfg.ngram))
 
     async def setup(self) -> None:
         self._index()

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from fabrika.filters.text import count_tokens, row_text
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
@@ -35,9 +35,13 @@ def hf_token_counter(path: str) -> TokenCounter:
     return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
 
 
-def token_counter(tokenizer: str | None = None) -> TokenCounter:
-    """razdel counting by default, a local HF tokenizer when ``tokenizer`` is a path."""
-    return count_tokens if tokenizer is None else hf_token_counter(str(tokenizer))
+def token_counter(tokenizer: str | Path | None = None) -> TokenCounter:
+    """razdel counting by default, a local HF tokenizer when ``tokenizer`` is a directory."""
+    if tokenizer is None:
+        return count_tokens
+    if not Path(tokenizer).is_dir():
+        raise ValueError(f"tokenizer {str(tokenizer)!r} is not a local directory; give a saved tokenizer's path or omit it")
+    return hf_token_counter(str(tokenizer))
 
 
 def score_lengths(rows: Sequence[Row], counter: TokenCounter = count_tokens) -> list[dict[str, Any]]:
@@ -55,14 +59,8 @@ class LengthConfig(StageConfig):
     """``filter.length``: which tokenizer counts tokens."""
 
     kind: str = Field(default="filter.length", description="Stage kind.")
-    tokenizer: str | None = Field(default=None, description="Local HF tokenizer directory; None = razdel tokens.")
-
-    @field_validator("tokenizer")
-    @classmethod
-    def _local(cls, v: str | None) -> str | None:
-        if v is not None and not Path(v).is_dir():
-            raise ValueError(f"tokenizer {v!r} is not a local directory; give a saved tokenizer's path or omit it")
-        return v
+    tokenizer: Path | None = Field(default=None, description="Local HF tokenizer directory (relative to the config "
+                                   "file); None = razdel tokens.")
 
 
 @register_stage
@@ -75,5 +73,12 @@ class LengthScorer(Stage):
 
     async def process(self, row: Row) -> list[Row]:
         cfg: LengthConfig = self.config  # type: ignore[assignment]
-        (scores,) = score_lengths([row], token_counter(cfg.tokenizer))
-        return [ok(**scores)]
+        return [ok(**score_lengths([row], self._counter())[0])]
+
+    def _counter(self) -> TokenCounter:
+        cfg: LengthConfig = self.config  # type: ignore[assignment]
+        if cfg.tokenizer is None:
+            return count_tokens
+        pipeline = getattr(self.ctx, "pipeline", None)
+        path = pipeline.resolve_path(cfg.tokenizer) if pipeline is not None else cfg.tokenizer
+        return self.ctx.resource(f"tokenizer:{path}", lambda: token_counter(path))

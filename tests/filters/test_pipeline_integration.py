@@ -60,3 +60,24 @@ dataset:
 
     page = build_report(result.run_dir)
     assert "funnel.png" in page.read_text("utf-8")
+
+
+def test_validate_reports_a_missing_benchmark_file(tmp_path: Path):
+    from fabrika.pipeline.config import validate_file
+
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "привет"}\n', "utf-8")
+    (tmp_path / "bench.jsonl").write_text('{"prompt": "раз два три"}\n', "utf-8")
+    doc = """
+name: v
+llm: {backend: sim}
+stages:
+  - {kind: generic.prompts, name: prompts, path: prompts.jsonl}
+  - {kind: filter.decontam, name: decontam, input: prompts, benchmarks: [{path: BENCH}]}
+dataset: {stages: [prompts]}
+"""
+    (tmp_path / "ok.yaml").write_text(doc.replace("BENCH", "bench.jsonl"), "utf-8")
+    (tmp_path / "bad.yaml").write_text(doc.replace("BENCH", "missing.jsonl"), "utf-8")
+    cfg, issues = validate_file(tmp_path / "ok.yaml")
+    assert cfg is not None and not [i for i in issues if i.level == "error"]
+    cfg, issues = validate_file(tmp_path / "bad.yaml")
+    assert cfg is None and any("missing.jsonl" in str(i) for i in issues)

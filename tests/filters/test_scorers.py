@@ -124,19 +124,21 @@ def test_length_with_a_local_hf_tokenizer(tmp_path: Path):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from fabrika.filters.length import LengthConfig, token_counter
+    from fabrika.filters.length import LengthConfig, LengthScorer, token_counter
 
     vocab = {"[UNK]": 0, "привет": 1, "мир": 2, "да": 3}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(tmp_path / "tok")
-    cfg = LengthConfig(tokenizer=str(tmp_path / "tok"))
-    count = token_counter(cfg.tokenizer)
+    cfg = LengthConfig(tokenizer="tok")
+    ctx = SimpleNamespace(pipeline=SimpleNamespace(resolve_path=lambda p: tmp_path / p),
+                          resource=lambda name, factory: factory())
+    count = LengthScorer(cfg, ctx)._counter()  # relative to the config file's directory
     assert count("привет мир") == 2 and count("привет, мир!") == 4  # WordLevel: ',' and '!' are [UNK] tokens
     (got,) = score_lengths([_row(1, "привет мир", "да")], count)
     assert got["len_completion_tokens"] == 1
     with pytest.raises(ValueError, match="not a local directory"):
-        LengthConfig(tokenizer=str(tmp_path / "missing"))
+        token_counter(tmp_path / "missing")
 
 
 async def test_dedup_judges_episodes_as_units():
