@@ -89,6 +89,11 @@ def render_card(source: "ExportSource", kind: str, fmt: str, rows: int, stats: d
     else:
         lines += ["", "## Format", "", "GRPO: `prompt` messages, `tools`, `ground_truth` (what the reward needs), "
                   "`target_type`, `lang`; IF rows carry `constraints`."]
+    load = {"hf": "from datasets import load_from_disk\nds = load_from_disk(\"<this directory>\")",
+            "parquet": "from datasets import load_dataset\nds = load_dataset(\"parquet\", data_files=\"data/*.parquet\")"
+                       "  # nested columns are JSON strings",
+            "jsonl": "from datasets import load_dataset\nds = load_dataset(\"json\", data_files=\"data/*.jsonl\")"}[fmt]
+    lines += ["", "## Loading", "", "```python", load, "```"]
     if validation is not None:
         lines += ["", "## Validation", "", f"{validation.rows} rows rendered with `{validation.template}`: "
                   f"{validation.failed} failed."]
