@@ -16,7 +16,6 @@ overlap; each stage only ever reads finished tables.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
 import signal
 import socket
@@ -27,8 +26,9 @@ from typing import Any, Iterator
 
 from rich.console import Console
 
-from fabrika.errors import ConfigError, StoreError
+from fabrika.errors import StoreError
 from fabrika.pipeline.config import PipelineConfig, config_hash, execution_order, inputs_of, stage_dependencies
+from fabrika.pipeline.lifecycle import _first_error, backend_of, build_engine_for, close_resources
 from fabrika.pipeline.llm_wrap import ITEM_CACHE_MISS, LLMCounters
 from fabrika.pipeline.progress import RunProgress
 from fabrika.pipeline.run_context import RunContext
@@ -72,34 +72,6 @@ class RunResult:
     @property
     def internal_errors(self) -> int:
         return sum(s.internal_errors for s in self.stats.values())
-
-
-def build_engine_for(config: PipelineConfig, run_dir: Path, cache_only: bool) -> Any:
-    """The LLM engine of ``config.llm`` (``fabrika.llm.config.build_engine``), honouring ``--cache-only``."""
-    try:
-        from fabrika.llm.config import build_engine
-    except ImportError as exc:  # pragma: no cover - the LLM layer is a separate area
-        raise ConfigError(f"llm: the LLM engine is not available ({exc})") from exc
-    llm_cfg = config.llm
-    kwargs: dict[str, Any] = {}
-    if cache_only:
-        fields = getattr(type(llm_cfg), "model_fields", {})
-        if "cache_only" in fields:
-            llm_cfg = llm_cfg.model_copy(update={"cache_only": True})
-        elif "cache_only" in inspect.signature(build_engine).parameters:
-            kwargs["cache_only"] = True
-        else:
-            raise ConfigError("--cache-only: this LLM engine has no cache-only mode")
-    return build_engine(llm_cfg, run_dir, **kwargs)
-
-
-def backend_of(config: PipelineConfig, engine: Any) -> str:
-    name = getattr(engine, "backend_name", None)
-    if isinstance(name, str) and name:
-        return name
-    llm = config.llm
-    value = llm.get("backend") if isinstance(llm, dict) else getattr(llm, "backend", None)
-    return str(getattr(value, "name", value) or "unknown")
 
 
 class _Run:
@@ -384,31 +356,6 @@ class _Run:
         finally:
             stats.seen = stats.processed = seen
             self.progress.finish(task, stats)
-
-
-async def close_resources(resources: dict[str, Any]) -> None:
-    """Close run-wide resources (sandbox pools, embedders) once every stage is done, newest first."""
-    for name, res in reversed(list(resources.items())):
-        closer = getattr(res, "aclose", None) or getattr(res, "close", None)
-        if not callable(closer):
-            continue
-        try:
-            result = closer()
-            if inspect.isawaitable(result):
-                await result
-        except Exception as exc:  # noqa: BLE001 - a failing close must not hide the run's outcome
-            console.print(f"[yellow]warning:[/] closing resource {name!r} failed: {type(exc).__name__}: {exc}")
-    resources.clear()
-
-
-def _first_error(eg: BaseExceptionGroup) -> BaseException:
-    """The error a stage raised (not the cancellations it caused in its siblings)."""
-    for exc in eg.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            return _first_error(exc)
-        if not isinstance(exc, asyncio.CancelledError):
-            return exc
-    return eg.exceptions[0]
 
 
 async def arun_pipeline(
