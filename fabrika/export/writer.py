@@ -247,9 +247,11 @@ def export(source: ExportSource, config: ExportConfig) -> ExportResult:
         (tmp / "README.md").write_text(
             render_card(source, config.kind, config.format, rows, stats, config.license, mix_report, validation),
             encoding="utf-8")
+        old = out.parent / f".old-export-{out.name}-{os.getpid()}"
         if out.exists():
-            shutil.rmtree(out)
+            os.replace(out, old)  # a crash from here on leaves the old export under .old-*, never half a new one
         os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     pushed = _push(out, config) if config.push_to_hub and config.token else None
