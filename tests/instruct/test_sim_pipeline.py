@@ -138,3 +138,28 @@ def test_fresh_run_gives_the_same_dataset(demo, tmp_path: Path):
         a = pl.read_parquet(run_dir / "versions" / "v1" / "data" / name).sort("id")
         b = pl.read_parquet(tmp_path / "again" / "versions" / "v1" / "data" / name).sort("id")
         assert a.drop("input_id").equals(b.drop("input_id"))
+
+
+def test_if_reward_scores_grpo_rows_with_their_ground_truth(demo_run: Path):
+    """The GRPO rows feed ``fabrika.rewards.score_if`` as is: the kept response of a prompt earns V = 1."""
+    from fabrika.export.chat import grpo_record
+    from fabrika.rewards import score_if
+    from fabrika.sandbox import SandboxConfig, SandboxPool
+
+    grpo = {r["meta"]: r for r in pl.read_parquet(demo_run / "versions" / "v1" / "data" / "if_grpo.parquet").to_dicts()}
+    by_prompt = {json.loads(m)["prompt_id"]: r for m, r in grpo.items()}
+    samples = [from_row(Sample, r) for r in
+               pl.read_parquet(demo_run / "versions" / "v1" / "data" / "if_samples.parquet").to_dicts()]
+    pairs = [(by_prompt[s.meta["prompt_id"]], s.completion[0].content) for s in samples
+             if s.meta["prompt_id"] in by_prompt][:20]
+    assert pairs
+    records = [grpo_record(row) for row, _ in pairs]
+    with SandboxPool(SandboxConfig(workers=1)) as pool:
+        scores = score_if([r["prompt"] for r in records], [[{"role": "assistant", "content": t}] for _, t in pairs],
+                          sandbox_runner=pool.run_sync, constraints=[r["constraints"] for r in records],
+                          ground_truth=[r["ground_truth"] for r in records])
+        wrong = score_if([records[0]["prompt"]], [[{"role": "assistant", "content": "Sorry!"}]],
+                         sandbox_runner=pool.run_sync, constraints=[records[0]["constraints"]],
+                         ground_truth=[records[0]["ground_truth"]])
+    assert [s.v for s in scores] == [1.0] * len(scores)
+    assert wrong[0].v < 1.0
