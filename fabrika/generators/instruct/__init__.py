@@ -12,7 +12,19 @@ Stages (each a resumable stage of ``fabrika run``; thresholds only in gates):
 ``if.samples``        SFT samples (expert ``if``)
 ``if.grpo``           GRPO prompts with ``ground_truth`` for the IF reward
 
-Importing this package registers the stages, the gate groups and the ``sim`` responders.
+Gate groups (thresholds in ``filters:``; ``fabrika refilter --set`` changes them with no LLM call):
+
+``consistency``      ``min_unique_functions`` 3 (``n_unique_functions``), ``min_unique_cases`` 10
+                     (``n_unique_cases``), ``min_function_accuracy`` 0.8 (``max_function_accuracy`` for
+                     constraints; ``max_failed_verifier_accuracy`` for responses: a response must pass
+                     every verifier at or above the threshold)
+``backtranslation``  ``min_similarity`` 0.6 (``bt_min_similarity``; calibrated for e5)
+``if_response``      ``require_library_pass`` (``if_library_pass``), ``min_quality`` 0 = off (``if_quality_score``)
+
+These score columns are carried from constraints to prompts, responses and samples,
+so the gates act again on the dataset tables. ``python -m fabrika.generators.instruct.report
+RUN_DIR`` prints the funnel. Importing this package registers the stages, the gate
+groups and the ``sim`` responders.
 """
 
 from __future__ import annotations
