@@ -7,21 +7,28 @@ parses options, prints the result and maps errors to exit code 2.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 import yaml
 
 
-def _mix_config(mix: str | None, size: int | None, seed: int):  # noqa: ANN202 - MixConfig | None
+def _mix_config(mix: str | None, size: int | None, seed: int | None, default: Any):  # noqa: ANN202
+    """``--mix/--size/--seed`` over the run's ``export.mix`` (``default``); None = no mixing."""
     from fabrika.errors import ConfigError
     from fabrika.export.mix import MixConfig
 
     if mix is None and size is None:
-        return None
+        if default is not None and seed is not None:
+            return default.model_copy(update={"seed": seed})
+        return default
+    size = size if size is not None else (default.size if default is not None else None)
     if size is None:
         raise ConfigError("--mix needs --size N (the exact number of output rows)")
-    if mix in (None, "default", "reference"):
+    seed = seed if seed is not None else (default.seed if default is not None else 0)
+    if mix is None:
+        return default.model_copy(update={"size": size, "seed": seed})
+    if mix in ("default", "reference"):
         return MixConfig(size=size, seed=seed)
     path = Path(mix)
     if not path.is_file():
@@ -40,39 +47,48 @@ def register(app: typer.Typer) -> None:
     @app.command("export")
     def export_command(
         run_dir: Annotated[Path, typer.Argument(help="Run directory (runs/<name>).")],
-        kind: Annotated[str, typer.Option("--kind", help="sft or grpo.")] = "sft",
-        fmt: Annotated[str, typer.Option("--format", help="hf (save_to_disk), parquet or jsonl.")] = "hf",
+        kind: Annotated[Optional[str], typer.Option("--kind", help="sft or grpo (default: the run's export.kind, "
+                                                    "else sft).")] = None,
+        fmt: Annotated[Optional[str], typer.Option("--format", help="hf (save_to_disk), parquet or jsonl (default: "
+                                                   "export.format, else hf).")] = None,
         out_dir: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("export"),
         version: Annotated[Optional[str], typer.Option("--version", help="Version to export (default latest).")] = None,
         mix: Annotated[Optional[str], typer.Option("--mix", help="'default' (70/30 en/ru, 80/20 call/text, "
                                                    "10% irrelevance) or a YAML file of dimensions.")] = None,
         size: Annotated[Optional[int], typer.Option("--size", help="Exact output size when mixing.")] = None,
-        seed: Annotated[int, typer.Option("--seed", help="Mix seed.")] = 0,
+        seed: Annotated[Optional[int], typer.Option("--seed", help="Mix seed (default export.mix.seed, else 0).")] = None,
         validate_rows: Annotated[Optional[int], typer.Option(
             "--validate-rows", help="Rows to render with the chat template (default all; 0 skips).")] = None,
         template: Annotated[Optional[Path], typer.Option("--template", help="Chat template .jinja (default Qwen3).")] = None,
         overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --out.")] = False,
-        license_: Annotated[str, typer.Option("--license", help="License field of the dataset card.")] = "other",
+        license_: Annotated[Optional[str], typer.Option("--license", help="License field of the dataset card "
+                                                        "(default export.license, else other).")] = None,
         push_to_hub: Annotated[Optional[str], typer.Option("--push-to-hub", help="HF repo id (needs --token).")] = None,
         token: Annotated[Optional[str], typer.Option("--token", help="HF token for --push-to-hub.", envvar="HF_TOKEN")] = None,
     ) -> None:
         """Export a version to HF datasets / parquet / jsonl, validated against a chat template."""
         from fabrika.cli.app import err, fail, out
         from fabrika.errors import ConfigError, InputError, StoreError
+        from fabrika.export.settings import settings_from_manifest
         from fabrika.export.source import open_version
         from fabrika.export.writer import ExportConfig, export
 
-        if kind not in ("sft", "grpo"):
+        if kind is not None and kind not in ("sft", "grpo"):
             fail(f"--kind must be 'sft' or 'grpo', got {kind!r}")
-        if fmt not in ("hf", "parquet", "jsonl"):
+        if fmt is not None and fmt not in ("hf", "parquet", "jsonl"):
             fail(f"--format must be 'hf', 'parquet' or 'jsonl', got {fmt!r}")
         if push_to_hub and not token:
             fail("--push-to-hub needs --token (or HF_TOKEN); nothing was pushed")
         try:
-            cfg = ExportConfig(kind=kind, format=fmt, out=out_dir, mix=_mix_config(mix, size, seed),
-                               validate_rows=validate_rows, template=str(template) if template else None,
-                               overwrite=overwrite, license=license_, push_to_hub=push_to_hub, token=token)
-            result = export(open_version(run_dir, version), cfg)
+            source = open_version(run_dir, version)
+            base = settings_from_manifest(source.manifest)
+            kind = kind or base.kind
+            fmt = fmt or base.format
+            cfg = ExportConfig(kind=kind, format=fmt, out=out_dir, mix=_mix_config(mix, size, seed, base.mix),
+                               validate_rows=validate_rows if validate_rows is not None else base.validate_rows,
+                               template=str(template) if template else base.template, overwrite=overwrite,
+                               license=license_ or base.license, push_to_hub=push_to_hub, token=token)
+            result = export(source, cfg)
         except (ConfigError, InputError, StoreError, FileNotFoundError) as exc:
             fail(str(exc))
         out.print(f"exported {result.rows} rows ({kind}, {fmt}) to {result.out} in {result.seconds:.1f}s")

@@ -9,6 +9,7 @@ Never calls an LLM (DESIGN: ``export`` must not).
 
 from fabrika.export.chat import grpo_record, sft_record, to_record
 from fabrika.export.mix import MixConfig, MixDimension, MixInfeasibleError, MixReport, mix, reference_dimensions
+from fabrika.export.settings import ExportSettings, validate_export_section
 from fabrika.export.source import ExportSource, open_files, open_version
 from fabrika.export.validate import ValidationReport, check_record, load_template, validate_pairs, validate_records
 from fabrika.export.writer import ExportConfig, ExportResult, export, read_export
@@ -16,6 +17,7 @@ from fabrika.export.writer import ExportConfig, ExportResult, export, read_expor
 __all__ = [
     "ExportConfig",
     "ExportResult",
+    "ExportSettings",
     "ExportSource",
     "MixConfig",
     "MixDimension",
@@ -34,5 +36,6 @@ __all__ = [
     "sft_record",
     "to_record",
     "validate_pairs",
+    "validate_export_section",
     "validate_records",
 ]

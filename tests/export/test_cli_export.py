@@ -33,3 +33,23 @@ def test_export_cli_user_errors_exit_2(run_dir: Path, tmp_path: Path):
     assert res.exit_code == 2 and "infeasible" in res.output
     res = runner.invoke(app, ["export", str(run_dir), "--version", "v7", "--out", str(tmp_path / "d")])
     assert res.exit_code == 2 and "no such version" in res.output
+
+
+def test_export_section_of_the_run_gives_defaults(run_dir: Path, tmp_path: Path):
+    from fabrika.export.settings import validate_export_section
+    from fabrika.store import RunStore
+
+    store = RunStore(run_dir)
+    manifest = store.read_manifest()
+    manifest["config"]["export"] = {"kind": "grpo", "format": "jsonl", "license": "apache-2.0",
+                                    "mix": {"size": 6, "seed": 1, "dimensions": [{"column": "lang",
+                                                                                  "shares": {"en": 0.5, "ru": 0.5}}]}}
+    store.write_manifest(manifest)
+    res = CliRunner().invoke(app, ["export", str(run_dir), "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert "exported 6 rows (grpo, jsonl)" in res.output and "lang: en 50.0%, ru 50.0%" in res.output
+    assert "license: apache-2.0" in (tmp_path / "a" / "README.md").read_text("utf-8")
+    res = CliRunner().invoke(app, ["export", str(run_dir), "--out", str(tmp_path / "b"), "--kind", "sft", "--size", "4"])
+    assert res.exit_code == 0 and "exported 4 rows (sft, jsonl)" in res.output  # options win, the rest stays
+    assert validate_export_section({"kind": "dpo", "mix": {"size": 0}}) and not validate_export_section({})
+    assert [f for f, _ in validate_export_section({"kind": "dpo"})] == ["export.kind"]

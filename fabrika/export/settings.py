@@ -1,0 +1,55 @@
+"""The pipeline YAML's ``export:`` section: defaults for ``fabrika export``.
+
+    export:
+      kind: sft
+      format: hf
+      license: apache-2.0
+      mix: {size: 10000, seed: 0}            # reference recipe shares
+      # mix: {size: 10000, dimensions: [...]} # or your own
+
+Command-line options win over the section; the section wins over built-in
+defaults. :func:`validate_export_section` returns every problem as a
+``(field, message)`` pair so ``fabrika validate`` can report it before a run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fabrika.errors import ConfigError
+from fabrika.export.mix import MixConfig
+
+
+class ExportSettings(BaseModel):
+    """Export defaults stored with the pipeline (``export:`` in YAML)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["sft", "grpo"] = Field(default="sft", description="'sft' or 'grpo'.")
+    format: Literal["hf", "parquet", "jsonl"] = Field(default="hf", description="'hf', 'parquet' or 'jsonl'.")
+    license: str = Field(default="other", description="License field of the dataset card.")
+    mix: MixConfig | None = Field(default=None, description="Exact size, seed and shares; None = every kept row.")
+    validate_rows: int | None = Field(default=None, ge=0, description="Rows rendered with the chat template; "
+                                      "None = all, 0 = skip.")
+    template: str | None = Field(default=None, description="Chat template .jinja path; None = packaged Qwen3.")
+
+
+def validate_export_section(data: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """Every problem of an ``export:`` section as ``("export.<field>", message)``."""
+    try:
+        ExportSettings.model_validate(dict(data or {}))
+    except ValidationError as exc:
+        return [("export." + ".".join(str(p) for p in err["loc"]), err["msg"]) for err in exc.errors()]
+    return []
+
+
+def settings_from_manifest(manifest: Mapping[str, Any]) -> ExportSettings:
+    """The run's ``export:`` section (from the manifest's config), checked."""
+    section = (manifest.get("config") or {}).get("export") or {}
+    problems = validate_export_section(section)
+    if problems:
+        field, msg = problems[0]
+        raise ConfigError(f"{field}: {msg} (in the run's pipeline config); fix the YAML or pass the option on the command line")
+    return ExportSettings.model_validate(section)
