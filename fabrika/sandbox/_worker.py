@@ -28,6 +28,7 @@ import os
 import resource
 import struct
 import sys
+import types
 
 CONFIG = json.loads(sys.argv[1])
 ALLOWED = frozenset(CONFIG["allowed_modules"])
@@ -68,6 +69,10 @@ def _install_morph_singleton() -> None:
 
 for _name in sorted(ALLOWED - LAZY):
     _preload(_name)
+if "collections" in ALLOWED:
+    # ``import collections.abc`` would otherwise set the attribute on first use, which the
+    # taint check (rightly) reads as a changed module and recycles the worker.
+    import collections.abc  # noqa: F401
 
 
 def _die_with_parent() -> None:
@@ -117,12 +122,43 @@ _BLOCKED_BUILTINS = (
     "credits", "license", "__build_class__", "__loader__", "__spec__",
 )
 _REAL_IMPORT = builtins.__import__
+#: ``string.Formatter().get_field`` resolves attribute paths (dunders too) from a string.
+_HIDDEN_ATTRIBUTES = frozenset({"Formatter"})
+_VIEWS: dict[str, types.ModuleType] = {}
+_NEW_MODULES: list[str] = []
+
+
+def _view(module: types.ModuleType) -> types.ModuleType:
+    """What verifier code gets for an allowed module: a copy with only its public names, and
+    without the modules it imported itself (``statistics.sys``, ``json.codecs``…), so the
+    usual attribute chains out of the allow-list end here. Submodules of allowed packages
+    get views too. Cached per worker; the taint check watches the views as well."""
+    name = module.__name__
+    cached = _VIEWS.get(name)
+    if cached is not None:
+        return cached
+    view = types.ModuleType(name, getattr(module, "__doc__", None))
+    _VIEWS[name] = view
+    for key, value in list(vars(module).items()):
+        if key.startswith("_") or key in _HIDDEN_ATTRIBUTES:
+            continue
+        if isinstance(value, types.ModuleType):
+            if value.__name__.split(".")[0] not in ALLOWED:
+                continue
+            value = _view(value)
+        setattr(view, key, value)
+    return view
 
 
 def _guarded_import(name: str, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002
     if level != 0 or name.split(".")[0] not in ALLOWED:
         raise ImportError(f"import of {name!r} is not allowed in the sandbox")
-    return _REAL_IMPORT(name, globals, locals, fromlist, level)
+    known = name in sys.modules
+    _REAL_IMPORT(name, globals, locals, fromlist, level)
+    if not known:
+        _VIEWS.clear()  # a new submodule: rebuild views so parents show it...
+        _NEW_MODULES.append(name)  # ...and recycle this worker after the batch (its snapshot is stale)
+    return _view(sys.modules[name if fromlist else name.split(".")[0]])
 
 
 _SAFE_BUILTINS = {k: v for k, v in vars(builtins).items() if k not in _BLOCKED_BUILTINS}
@@ -166,8 +202,9 @@ def _prepare(code: str, guard: bool):
     for name in LAZY:
         if name in code and name not in sys.modules:
             _preload(name)
-            _SNAPSHOT.clear()
-            _SNAPSHOT.update(_snapshot())
+            if name in sys.modules:
+                _view(sys.modules[name])
+            _snapshot()
     # Compiled per batch on purpose: a code cache would be state a hostile verifier could poison.
     try:
         compiled = compile(code, "<verifier>", "exec")
@@ -206,47 +243,57 @@ def _call(fn, response) -> bytes:
     return _err("E", "non_bool", f"evaluate returned {type(result).__name__} {shown}, expected a bool")
 
 
-def _snapshot() -> dict[str, tuple[object, dict[str, object]]]:
-    snap = {name: (mod, dict(vars(mod))) for name, mod in sys.modules.items()
-            if name.split(".")[0] in ALLOWED or name in ("builtins", "sys", "os", "json", "struct", "__main__")}
-    snap["<safe builtins>"] = (None, dict(_SAFE_BUILTINS))
-    return snap
+_SNAP_MODULES: dict[str, object] = {}
+_SNAP_DICTS: list[tuple[dict, dict]] = []
 
 
-_SNAPSHOT: dict[str, tuple[object, dict[str, object]]] = {}
+def _snapshot() -> None:
+    """Remember what must not change between batches: allowed modules and their views, the
+    worker's own globals, the guarded builtins."""
+    _SNAP_MODULES.clear()
+    _SNAP_DICTS.clear()
+    for name, mod in list(sys.modules.items()):
+        if name.split(".")[0] in ALLOWED or name in ("builtins", "sys", "os", "json", "struct", "types", "__main__"):
+            _SNAP_MODULES[name] = mod
+            _SNAP_DICTS.append((vars(mod), dict(vars(mod))))
+    for view in _VIEWS.values():
+        _SNAP_DICTS.append((vars(view), dict(vars(view))))
+    _SNAP_DICTS.append((_SAFE_BUILTINS, dict(_SAFE_BUILTINS)))
+
+
 _RECURSION_LIMIT = sys.getrecursionlimit()
-_listdir, _len = os.listdir, len
+_listdir, _len, _MISSING = os.listdir, len, object()
 
 
 def _tainted() -> bool:
     """Whether the next batch could not trust this process: a thread still runs, or code
-    replaced a module (``sys.modules`` entry) or a module attribute. Identity checks only,
-    so no hostile ``__eq__`` runs here."""
+    replaced a module (``sys.modules`` entry), a module attribute or a view attribute.
+    Identity checks only, so no hostile ``__eq__`` runs here."""
     try:
         if _len(_listdir("/proc/self/task")) > 1:
             return True
     except OSError:
         pass
-    if sys.getrecursionlimit() != _RECURSION_LIMIT:
+    if sys.getrecursionlimit() != _RECURSION_LIMIT or _NEW_MODULES:
         return True
     modules = sys.modules
-    for name, (mod, attrs) in _SNAPSHOT.items():
-        if mod is None:
-            now = _SAFE_BUILTINS
-        elif modules.get(name) is not mod:
+    for name, mod in _SNAP_MODULES.items():
+        if modules.get(name) is not mod:
             return True
-        else:
-            now = vars(mod)
-        if _len(now) != _len(attrs):
+    for live, frozen in _SNAP_DICTS:
+        if _len(live) != _len(frozen):
             return True
-        for key, value in attrs.items():
-            if now.get(key, _SNAPSHOT) is not value:
+        for key, value in frozen.items():
+            if live.get(key, _MISSING) is not value:
                 return True
     return False
 
 
 def main() -> None:
-    _SNAPSHOT.update(_snapshot())
+    for name in sorted(ALLOWED):
+        if name in sys.modules:
+            _view(sys.modules[name])
+    _snapshot()
     while True:
         header = _read_exact(4)
         if header is None:

@@ -89,9 +89,18 @@ class _Worker:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def kill(self) -> str:
-        """SIGKILL the worker's process group (bwrap takes its pid namespace down with it)."""
+    def kill(self, grace_s: float = 0.0) -> str:
+        """SIGKILL the worker's process group (bwrap takes its pid namespace down with it).
+
+        ``grace_s`` first waits that long for a worker that is already dying, so the
+        returned description names its real end (a segfault, not our SIGKILL)."""
         proc, how = self.proc, ""
+        if proc is not None and grace_s:
+            try:
+                code = proc.wait(timeout=grace_s)
+                how = _describe_exit(code)
+            except subprocess.TimeoutExpired:
+                pass
         if proc is not None:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -99,9 +108,9 @@ class _Worker:
                 pass
             try:
                 code = proc.wait(timeout=5)
-                how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-            except (subprocess.TimeoutExpired, ValueError):
-                how = "unknown"
+                how = how or _describe_exit(code)
+            except subprocess.TimeoutExpired:
+                how = how or "unknown"
             if proc.stdin:
                 try:
                     proc.stdin.close()
@@ -160,6 +169,15 @@ class _Worker:
             if not chunk:
                 raise _WorkerGone("eof")
             self.buf += chunk
+
+
+def _describe_exit(code: int) -> str:
+    """Exit status in words; bwrap reports a child killed by signal N as exit code 128+N."""
+    sig = -code if code < 0 else code - 128 if code > 128 else 0
+    try:
+        return f"signal {signal.Signals(sig).name}" if sig else f"exit code {code}"
+    except ValueError:
+        return f"exit code {code}"
 
 
 def _parse_error(line: bytes) -> Verdict:
@@ -346,7 +364,7 @@ class SandboxPool:
                     results[pending[done]] = Verdict("timeout", None, f"evaluate ran past {timeout}s")
                     pending = pending[done + 1:]
             except _WorkerGone as exc:
-                how = worker.kill()
+                how = worker.kill(grace_s=0.2)
                 if not started and reused and not retried:
                     retried = True  # a long-lived worker died between batches (e.g. CPU backstop): not this code's fault
                     continue

@@ -15,10 +15,13 @@ import ast
 
 #: Modules a verifier may import. The Russian text libraries are preloaded in the
 #: worker (``pymorphy3.MorphAnalyzer()`` returns one shared analyzer per worker).
+#: Not ``operator`` (``attrgetter('__globals__')`` reads dunders from a string) nor
+#: ``statistics`` (``statistics.sys``). Verifier code gets *views* of these modules:
+#: public names only, no foreign submodules (see ``_worker._view``).
 ALLOWED_MODULES: frozenset[str] = frozenset(
     {
         "re", "string", "math", "json", "collections", "itertools", "functools",
-        "unicodedata", "statistics", "operator", "razdel", "pymorphy3",
+        "unicodedata", "razdel", "pymorphy3",
     }
 )
 
