@@ -14,6 +14,7 @@ that look Cyrillic, per hyphen part, so «SQL-запрос» and «Wi-Fi-сет�
 
 from __future__ import annotations
 
+import asyncio
 from functools import lru_cache
 from typing import Any, ClassVar, Sequence
 
@@ -125,5 +126,6 @@ class LanguageScorer(Stage):
 
     async def process(self, row: Row) -> list[Row]:
         cfg: LanguageConfig = self.config  # type: ignore[assignment]
-        (scores,) = score_rows([row], cfg.text_field, cfg.languages)
+        # lingua is CPU-bound: off the event loop, so LLM stages running alongside keep their requests flowing
+        (scores,) = await asyncio.to_thread(score_rows, [row], cfg.text_field, cfg.languages)
         return [ok(**scores)]
