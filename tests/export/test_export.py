@@ -117,3 +117,14 @@ def test_grpo_if_rows_carry_constraints_and_teacher_rm_mean(tmp_path: Path):
     assert got["if1"]["constraints"] == [{"id": "ru.punct.no_commas", "params": {}}]  # no keys merged in
     assert [got[f"if{i}"]["teacher_rm_mean"] for i in range(3)] == [0.0, 0.25, 0.5]
     assert "SIMULATED" not in (tmp_path / "g" / "README.md").read_text("utf-8")
+
+
+def test_exports_pass_the_trainers_dataset_checks(run_dir: Path, tmp_path: Path):
+    from fabrika.train.data import load_split, prepare_grpo_dataset, prepare_sft_dataset
+
+    export(open_version(run_dir), ExportConfig(kind="sft", out=tmp_path / "sft"))
+    export(open_version(run_dir), ExportConfig(kind="grpo", out=tmp_path / "grpo"))
+    sft = prepare_sft_dataset(load_split(tmp_path / "sft"))
+    grpo = prepare_grpo_dataset(load_split(tmp_path / "grpo"), ["ground_truth", "target_type"])
+    assert len(sft) == len(grpo) == 24
+    assert grpo[0]["prompt"][0]["role"] == "system" and "<tools>" in grpo[0]["prompt"][0]["content"]
