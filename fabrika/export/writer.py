@@ -102,6 +102,19 @@ def _json_array(values: Iterator[str | None]) -> pa.Array:
     return pa.ExtensionArray.from_storage(pa.json_(), pa.array(list(values), pa.string()))
 
 
+def _json_text(value: Any) -> str | None:
+    """A stored JSON value as JSON text, checked (a broken string would only fail when a trainer loads it)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            loads(value)
+        except ValueError as exc:
+            raise ConfigError(f"ground_truth holds invalid JSON {value[:80]!r}: {exc}; fix the producing stage") from exc
+        return value
+    return fast_dumps(value)
+
+
 def _gt_constraints(value: Any) -> str | None:
     gt = loads(value) if isinstance(value, str) and value else value
     return fast_dumps(gt["constraints"]) if isinstance(gt, dict) and gt.get("constraints") is not None else None
@@ -126,8 +139,7 @@ def arrow_batch(frame: pl.DataFrame, kind: ExportKind, columns: list[str]) -> pa
                                       tuple(fast_dumps(t) for t in tools_to_chat(v)) for v in values)
         elif col == "ground_truth":
             values = frame[col].to_list() if col in names else [None] * frame.height
-            arrays[col] = _json_array((v if isinstance(v, str) and v else (None if v in (None, "") else fast_dumps(v)))
-                                      for v in values)
+            arrays[col] = _json_array(_json_text(v) for v in values)
         elif col == "constraints":
             values = frame["ground_truth"].to_list() if "ground_truth" in names else [None] * frame.height
             arrays[col] = _json_array(_gt_constraints(v) for v in values)
