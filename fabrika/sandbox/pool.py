@@ -22,6 +22,7 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -171,6 +172,17 @@ class _Worker:
             self.buf += chunk
 
 
+@functools.lru_cache(maxsize=4096)
+def _static_verdict(code: str, check: bool) -> Verdict | None:
+    """Pre-check and syntax verdict of ``code`` (cached: one verifier meets many batches)."""
+    if check:
+        problems = precheck(code)
+        if problems:
+            return Verdict.error("precheck", "; ".join(problems)[:MESSAGE_MAX])
+    syntax = is_syntax_error(code)
+    return Verdict.error("syntax", syntax[:MESSAGE_MAX]) if syntax else None
+
+
 def _describe_exit(code: int) -> str:
     """Exit status in words; bwrap reports a child killed by signal N as exit code 128+N."""
     sig = -code if code < 0 else code - 128 if code > 128 else 0
@@ -284,14 +296,9 @@ class SandboxPool:
             raise SandboxError("SandboxPool is closed; create a new one")
         if not responses:
             return []
-        if self.config.precheck:
-            problems = precheck(code)
-            if problems:
-                return [Verdict.error("precheck", "; ".join(problems)[:MESSAGE_MAX])] * len(responses)
-        syntax = is_syntax_error(code) if isinstance(code, str) else "code is not a str"
-        if syntax:
-            return [Verdict.error("syntax", syntax[:MESSAGE_MAX])] * len(responses)
-        return None
+        verdict = _static_verdict(code, self.config.precheck) if isinstance(code, str) else \
+            Verdict.error("precheck", f"code must be a str, got {type(code).__name__}")
+        return None if verdict is None else [verdict] * len(responses)
 
     def _batches(self, responses: Sequence[Any]) -> list[list[Any]]:
         size = self.config.batch_size
