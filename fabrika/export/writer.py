@@ -31,7 +31,7 @@ import polars as pl
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from fabrika.errors import ConfigError
+from fabrika.errors import ConfigError, InputError
 from fabrika.export.card import render_card
 from fabrika.export.chat import (LIST_FIELDS, NESTED_FIELDS, ExportKind, message_elements, to_record, tool_elements,
                                  tools_to_chat)
@@ -110,7 +110,7 @@ def _json_text(value: Any) -> str | None:
         try:
             loads(value)
         except ValueError as exc:
-            raise ConfigError(f"ground_truth holds invalid JSON {value[:80]!r}: {exc}; fix the producing stage") from exc
+            raise InputError(f"ground_truth holds invalid JSON {value[:80]!r}: {exc}; fix the producing stage") from exc
         return value
     return fast_dumps(value)
 
