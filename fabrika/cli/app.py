@@ -76,6 +76,7 @@ def run(
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Live per-stage progress.")] = True,
     version: Annotated[Optional[str], typer.Option("--version-name", help="Name of the materialised version (default dataset.version).")] = None,
     set_: SetOption = None,
+    until: Annotated[Optional[list[str]], typer.Option("--until", help="Run only this stage and what it needs (repeatable).")] = None,
 ) -> None:
     """Run a pipeline (validated first; nothing is written on a bad config) and materialise its dataset."""
     from fabrika.pipeline.config import validate_file
@@ -88,8 +89,16 @@ def run(
     for w in issues:
         err.print(f"[yellow]{escape(str(w))}[/]", highlight=False, soft_wrap=True)
     assert cfg is not None
+    if until:
+        from fabrika.pipeline.runner import stages_until
+
+        try:
+            stages_until(cfg, until)  # before anything is written
+        except ConfigError as exc:
+            fail(str(exc))
     try:
-        result = run_pipeline(cfg, resume=resume, cache_only=cache_only, progress=progress, version=version)
+        result = run_pipeline(cfg, resume=resume, cache_only=cache_only, progress=progress, version=version,
+                              until=until or None)
     except (ConfigError, InputError, StoreError) as exc:
         fail(str(exc))
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -102,6 +111,8 @@ def run(
     misses = sum(s.cache_miss for s in result.stats.values())
     if misses:
         fail(f"{misses} item(s) need uncached LLM answers; rerun without --cache-only", code=3)
+    if until:
+        out.print(f"ran up to {', '.join(until)}; no version materialised (run without --until for the dataset)")
     if result.version is not None:
         out.print(views.gates_table(result.version.funnel, f"version {result.version.name}: {result.version.rows} samples"))
         out.print(f"dataset: {result.version.path}")

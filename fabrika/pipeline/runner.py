@@ -22,11 +22,11 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from rich.console import Console
 
-from fabrika.errors import StoreError
+from fabrika.errors import ConfigError, StoreError
 from fabrika.pipeline.config import PipelineConfig, config_hash, execution_order, inputs_of, stage_dependencies
 from fabrika.pipeline.lifecycle import _first_error, backend_of, build_engine_for, close_resources
 from fabrika.pipeline.llm_wrap import ITEM_CACHE_MISS, LLMCounters
@@ -74,8 +74,25 @@ class RunResult:
         return sum(s.internal_errors for s in self.stats.values())
 
 
+def stages_until(config: PipelineConfig, targets: Sequence[str]) -> set[str]:
+    """The named stages and everything they depend on (``fabrika run --until``)."""
+    deps = stage_dependencies(config)
+    unknown = [t for t in targets if t not in deps]
+    if unknown:
+        raise ConfigError(f"--until {unknown[0]!r}: no such stage; stages: {', '.join(deps)}")
+    selected: set[str] = set()
+    todo = list(targets)
+    while todo:
+        name = todo.pop()
+        if name not in selected:
+            selected.add(name)
+            todo.extend(deps[name])
+    return selected
+
+
 class _Run:
-    def __init__(self, config: PipelineConfig, engine: Any, resume: bool, progress: bool) -> None:
+    def __init__(self, config: PipelineConfig, engine: Any, resume: bool, progress: bool,
+                 until: Sequence[str] | None = None) -> None:
         self.config = config
         self.engine = engine
         self.resume = resume
@@ -83,6 +100,9 @@ class _Run:
         self.backend_name = backend_of(config, engine)
         self.stages = execution_order(config)
         self.order = [s.stage_name for s in self.stages]
+        if until:
+            chosen = stages_until(config, until)
+            self.stages = [s for s in self.stages if s.stage_name in chosen]
         self.annotators: dict[str, list[str]] = {}
         for s in config.stages:
             if STAGES[s.kind].annotates:
@@ -170,7 +190,9 @@ class _Run:
         only finished tables). The first failure cancels the others (they save finished items).
         """
         deps = stage_dependencies(self.config)
-        finished = {cfg.stage_name: asyncio.Event() for cfg in self.stages}
+        finished = {name: asyncio.Event() for name in self.order}
+        for name in set(self.order) - {cfg.stage_name for cfg in self.stages}:
+            finished[name].set()  # not part of this invocation (--until)
         slots = asyncio.Semaphore(self.config.max_parallel_stages)
 
         async def one(cfg: StageConfig) -> None:
@@ -365,6 +387,7 @@ async def arun_pipeline(
     progress: bool = True,
     engine: Any = None,
     version: str | None = None,
+    until: Sequence[str] | None = None,
 ) -> RunResult:
     """Async :func:`run_pipeline`. ``engine`` injects an LLM client (tests); otherwise one is built and closed."""
     run_dir = config.resolved_run_dir
@@ -375,7 +398,7 @@ async def arun_pipeline(
     if not resume:
         store.reset()
     run_dir.mkdir(parents=True, exist_ok=True)
-    run = _Run(config, engine, resume, progress)
+    run = _Run(config, engine, resume, progress, until)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     try:  # SIGTERM stops like Ctrl-C: finished items are written, the manifest says "interrupted"
@@ -399,7 +422,8 @@ async def arun_pipeline(
         if own_engine and hasattr(engine, "aclose"):
             await engine.aclose()
     info = None
-    if config.dataset.stages and all(s.cache_miss == 0 for s in run.stats.values()):
+    ran_all = len(run.stages) == len(config.stages)  # --until: a partial pipeline is not a dataset
+    if config.dataset.stages and ran_all and all(s.cache_miss == 0 for s in run.stats.values()):
         info = materialise(run_dir, name=version or config.dataset.version)
     return RunResult(run_dir=run_dir, manifest=store.read_manifest(), version=info, stats=run.stats)
 
@@ -411,6 +435,11 @@ def run_pipeline(
     progress: bool = True,
     engine: Any = None,
     version: str | None = None,
+    until: Sequence[str] | None = None,
 ) -> RunResult:
-    """Run ``config`` to completion and materialise ``dataset.version``; see module docs."""
-    return asyncio.run(arun_pipeline(config, resume, cache_only, progress, engine, version))
+    """Run ``config`` to completion and materialise ``dataset.version``; see module docs.
+
+    ``until`` runs only the named stages and what they depend on; no version is materialised
+    then (scorers that did not run would leave their gates out).
+    """
+    return asyncio.run(arun_pipeline(config, resume, cache_only, progress, engine, version, until))

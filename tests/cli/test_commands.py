@@ -192,3 +192,13 @@ def test_run_with_set_overrides(tmp_path: Path) -> None:
     assert manifest(tmp_path)["config"]["stages"][0]["n"] == 5  # the manifest records the effective config
     bad = runner.invoke(app, ["validate", str(cfg), "--set", "stages.test.count.n=lots"])
     assert bad.exit_code == 2 and "stages[0].n: Input should be a valid integer" in bad.stderr
+
+
+def test_until_in_the_cli(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path)
+    bad = runner.invoke(app, ["run", str(cfg), "--no-progress", "--until", "nope"])
+    assert bad.exit_code == 2 and "--until 'nope': no such stage" in bad.stderr
+    assert not (tmp_path / "run").exists()
+    ok = runner.invoke(app, ["run", str(cfg), "--no-progress", "--until", "test.count"])
+    assert ok.exit_code == 0 and "no version materialised" in ok.stdout
+    assert sorted(manifest(tmp_path)["stages"]) == ["test.count"]

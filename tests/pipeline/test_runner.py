@@ -280,3 +280,18 @@ def test_failed_materialisation_keeps_the_old_version(tmp_path: Path, monkeypatc
     monkeypatch.undo()
     assert ps.dataset_rows(result.run_dir) == before
     assert sorted(p.name for p in (result.run_dir / "versions").iterdir()) == ["v1"]  # no temp dirs left
+
+
+def test_until_runs_a_stage_and_its_dependencies_only(tmp_path: Path) -> None:
+    from fabrika.errors import ConfigError
+
+    cfg = make_config(tmp_path)
+    engine = ps.FakeEngine()
+    partial = run_pipeline(cfg, progress=False, engine=engine, until=["test.ask"])
+    assert set(partial.stats) == {"test.count", "test.ask"} and partial.version is None
+    assert not RunStore(partial.run_dir).has_rows("judge")
+    rest = run_pipeline(cfg, progress=False, engine=engine)
+    assert rest.stats["test.ask"].processed == 0 and rest.stats["judge"].processed == 25
+    assert rest.version is not None and rest.version.rows == 16
+    with pytest.raises(ConfigError, match="--until 'nope': no such stage"):
+        run_pipeline(cfg, progress=False, engine=engine, until=["nope"])
