@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -119,15 +120,27 @@ def run(
 
 
 @app.command()
-def status(run_dir: Annotated[Path, typer.Argument(help="Run directory (runs/<name>).")]) -> None:
+def status(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (runs/<name>).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document (for scripts) instead of tables.")] = False,
+) -> None:
     """Per-stage funnel (in/out/rejected by reason), gates of the latest version, LLM accounting."""
     from fabrika.cli import views
     from fabrika.store import RunStore
+    from fabrika.store.manifest import effective_status
     from fabrika.store.versions import read_version
 
     manifest = RunStore(run_dir).read_manifest() if run_dir.is_dir() else {}
     if not manifest:
         fail(f"{run_dir}: not a run directory (no manifest.json)")
+    if as_json:
+        latest = manifest.get("latest_version")
+        doc = {k: manifest.get(k) for k in ("name", "backend", "stages", "versions", "latest_version", "accounting",
+                                            "sandbox_isolation", "invocations")}
+        doc["status"] = effective_status(manifest)
+        doc["latest_funnel"] = read_version(run_dir, latest)["funnel"] if latest else None
+        print(json.dumps(doc, ensure_ascii=False, indent=2, default=str))
+        return
     out.print(views.stages_table(manifest))
     if manifest.get("versions"):
         out.print(views.versions_table(manifest))

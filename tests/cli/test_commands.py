@@ -117,6 +117,9 @@ def test_refilter_changes_output_with_zero_llm_calls(tmp_path: Path, monkeypatch
     assert manifest(tmp_path)["latest_version"] == "strict"
     status = runner.invoke(app, ["status", str(run_dir)])
     assert "strict (latest)" in status.stdout and "version strict" in status.stdout
+    doc = json.loads(runner.invoke(app, ["status", str(run_dir), "--json"]).stdout)
+    assert doc["status"] == "done" and doc["latest_version"] == "strict"
+    assert doc["latest_funnel"]["gates"]["test.ask"]["out"] == strict.height
     # next refilter starts from the latest thresholds: min_score stays 0.12, max_i added
     again = runner.invoke(app, ["refilter", str(run_dir), "--set", "testscore.max_i=15"])
     assert again.exit_code == 0, again.output
