@@ -182,3 +182,18 @@ def test_worker_that_died_between_batches_is_replaced_transparently():
         os.killpg(worker.proc.pid, signal.SIGKILL)  # e.g. the RLIMIT_CPU backstop fired while idle
         worker.proc.wait()
         assert [v.value for v in p.run_sync(YES, ["да", "нет"])] == [True, False]
+
+
+async def test_concurrent_runs_mixing_hangs_crashes_and_normal_code():
+    hang = "def evaluate(r):\n    while r == 'h':\n        pass\n    return r == 'да'\n"
+    crash = "import json\ndef evaluate(r):\n    if r == 'c':\n        raise MemoryError\n    return r == 'да'\n"
+    jobs = []
+    for i in range(30):
+        code = (hang, crash, YES)[i % 3]
+        responses = ["да", "h" if code is hang else "c" if code is crash else "нет", "да"]
+        jobs.append((code, responses))
+    async with SandboxPool(SandboxConfig(workers=2, timeout_s=0.3, batch_size=2)) as p:
+        results = await asyncio.gather(*(p.run(code, responses) for code, responses in jobs))
+    for (code, _), verdicts in zip(jobs, results):
+        middle = "timeout" if code is hang else "error:memory" if code is crash else "false"
+        assert statuses(verdicts) == ["true", middle, "true"]
