@@ -292,7 +292,8 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
         try:
             gates.validate_thresholds({group: params})
         except ConfigError as exc:
-            err(f"filters.{group}", str(exc))
+            where, _, msg = str(exc).partition(": ")  # the message starts with its key path
+            err(where if where.startswith("filters.") and msg else f"filters.{group}", msg or str(exc))
     if config is not None and not any(i.level == "error" for i in issues):
         try:
             execution_order(config)

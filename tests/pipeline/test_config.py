@@ -68,8 +68,8 @@ def test_every_violation_is_reported_with_key_path_and_file(tmp_path: Path) -> N
         "bogus: unknown key; allowed: name, seed",
         "seed: Input should be a valid integer",
         "dataset.stages[0]: unknown stage 'missing'",
-        "filters.testscore: filters.testscore.min_score: Input should be less than or equal to 1",
-        "filters.unknown_gate: filters.unknown_gate: unknown gate group",
+        "error: filters.testscore.min_score: Input should be less than or equal to 1",
+        "error: filters.unknown_gate: unknown gate group",
     ]:
         assert needle in text, needle
     with pytest.raises(ConfigError):
