@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-TURNS_PER_EPISODE = 7.5  # measured on the sim demo; only used to size the topic pool
+TURNS_PER_EPISODE = 4.9  # measured (sim content, RU); only used to size the topic pool
 PLANS_PER_TOPIC = 10
 NOUNS = ["Доставка", "Бронирование", "Ремонт", "Аренда", "Запись", "Оплата", "Обучение", "Страхование"]
 
@@ -62,6 +62,29 @@ def serve(latency_ms: float) -> None:
     threading.Event().wait()
 
 
+def use_per_shard_reader() -> None:
+    """Experiment: read upstream rows one shard file at a time instead of the store's lazy scan.
+
+    The store's ``iter_frame_rows`` uses polars ``collect_batches``, which runs the
+    whole query ahead of the consumer and buffers every batch, so a stage holds its
+    entire upstream in memory. This bench-only patch shows what a per-shard reader
+    saves. It is valid here because the bench pipeline has no annotating stages and
+    no gates beyond ``status`` (it is NOT a general replacement).
+    """
+    import polars as pl
+
+    from fabrika.pipeline import run_context
+
+    def iter_rows(self, stage_name: str, *, gated: bool = True, columns: list[str] | None = None):  # noqa: ANN001, ANN202
+        for shard in self._run.store.shards(stage_name):
+            df = pl.read_parquet(shard)
+            if gated:
+                df = df.filter(pl.col("status") == "ok")
+            yield from (df.select(columns) if columns else df).iter_rows(named=True)
+
+    run_context.RunContext.iter_rows = iter_rows
+
+
 def child(turns: int, port: int, concurrency: int, workdir: Path) -> dict:
     """Child: one pipeline run of about ``turns`` turns; prints its measurements as JSON."""
     import polars as pl
@@ -78,7 +101,7 @@ def child(turns: int, port: int, concurrency: int, workdir: Path) -> dict:
             f.write(json.dumps({"id": f"topic-{i}", "topic": f"{noun} номер {i}", "lang": "ru",
                                 "description": f"{noun}: услуги и заказы, раздел {i}",
                                 "keywords": [f"{noun.lower()}{i}"]}, ensure_ascii=False) + "\n")
-    config, issues = validate_data({
+    doc = {
         "name": "fc_scale", "seed": 1, "run_dir": str(workdir / "run"), "max_in_flight": concurrency,
         "plugins": ["fabrika.generators.fc.stages"],
         "llm": {"backend": "openai", "model": "fake", "max_in_flight": concurrency, "max_retries": 2,
@@ -93,17 +116,28 @@ def child(turns: int, port: int, concurrency: int, workdir: Path) -> dict:
             {"kind": "fc.irrelevance", "input": "fc.samples", "share": 0.3},
         ],
         "dataset": {"stages": ["fc.samples", "fc.irrelevance"]},
-    }, "bench", workdir)
-    if config is None:
-        raise SystemExit("\n".join(str(i) for i in issues))
+    }
+    # Run the stage list growing one stage at a time (resume skips finished stages), so the
+    # monotone peak RSS after each run tells which stage raised it.
+    stats: dict = {}
+    rss_after: dict[str, float] = {}
     t0 = time.perf_counter()
-    result = run_pipeline(config, resume=False, progress=False)
+    for k in range(1, len(doc["stages"]) + 1):
+        config, issues = validate_data({**doc, "stages": doc["stages"][:k],
+                                        "dataset": {"stages": []} if k < len(doc["stages"]) else doc["dataset"]},
+                                       "bench", workdir)
+        if config is None:
+            raise SystemExit("\n".join(str(i) for i in issues))
+        result = run_pipeline(config, resume=True, progress=False)
+        name = doc["stages"][k - 1]["kind"]
+        stats[name] = result.stats[name]
+        rss_after[name] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     wall = time.perf_counter() - t0
     store = RunStore(workdir / "run")
     dialogues = store.scan_raw("fc.dialogues").select("status", "n_messages").collect()
     ok = dialogues.filter(pl.col("status") == "ok")
     stages = {name: {"seconds": round(s.seconds, 1), "requests": s.llm.requests, "rows": s.rows_written}
-              for name, s in result.stats.items()}
+              for name, s in stats.items()}
     n_turns = int(ok["n_messages"].sum())
     return {
         "target_turns": turns, "topics": n_topics, "episodes": dialogues.height, "episodes_ok": ok.height,
@@ -112,7 +146,7 @@ def child(turns: int, port: int, concurrency: int, workdir: Path) -> dict:
         "dialogue_turns_per_s": round(n_turns / max(1e-9, stages["fc.dialogues"]["seconds"]), 1),
         "requests": sum(s["requests"] for s in stages.values()),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "concurrency": concurrency, "stages": stages,
+        "concurrency": concurrency, "peak_rss_mb_after_stage": rss_after, "stages": stages,
     }
 
 
@@ -121,6 +155,8 @@ def main() -> None:
     ap.add_argument("--turns", type=int, nargs="+", default=[30000, 300000], help="Sizes to run (turns).")
     ap.add_argument("--concurrency", type=int, default=256, help="Engine and endpoint in-flight limit.")
     ap.add_argument("--latency-ms", type=float, default=20.0, help="Fake server latency per request.")
+    ap.add_argument("--per-shard-reader", action="store_true",
+                    help="Experiment: stream upstream rows shard by shard (see use_per_shard_reader).")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -129,6 +165,8 @@ def main() -> None:
         serve(args.latency_ms)
         return
     if args.child:
+        if args.per_shard_reader:
+            use_per_shard_reader()
         with tempfile.TemporaryDirectory(prefix="fc_scale_") as tmp:
             print(json.dumps(child(args.turns[0], args.port, args.concurrency, Path(tmp))), flush=True)
         return
@@ -142,13 +180,16 @@ def main() -> None:
         results = []
         for turns in args.turns:
             out = subprocess.run([sys.executable, __file__, "--child", "--turns", str(turns), "--port", str(port),
-                                  "--concurrency", str(args.concurrency)], capture_output=True, text=True, check=False)
+                                  "--concurrency", str(args.concurrency)]
+                                 + (["--per-shard-reader"] if args.per_shard_reader else []),
+                                 capture_output=True, text=True, check=False)
             if out.returncode != 0:
                 raise SystemExit(f"child for {turns} turns failed:\n{out.stderr[-3000:]}")
             res = json.loads(out.stdout.strip().splitlines()[-1])
             results.append(res)
             print(json.dumps(res, ensure_ascii=False), flush=True)
-        print(f"\nlatency {args.latency_ms} ms, concurrency {args.concurrency}")
+        reader = "per-shard reader (experiment)" if args.per_shard_reader else "store reader"
+        print(f"\nlatency {args.latency_ms} ms, concurrency {args.concurrency}, {reader}")
         print(f"{'turns':>9} {'episodes':>9} {'samples':>8} {'wall s':>8} {'turns/s':>8} {'peak RSS MB':>12}")
         for r in results:
             print(f"{r['turns']:>9} {r['episodes']:>9} {r['samples']:>8} {r['wall_s']:>8} {r['turns_per_s']:>8} "
