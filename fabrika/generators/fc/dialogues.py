@@ -44,7 +44,7 @@ class DialoguesConfig(StageConfig):
     """Config of ``fc.dialogues`` (input: ``fc.plans``)."""
 
     kind: Literal["fc.dialogues"] = "fc.dialogues"
-    max_retries: int = Field(default=2, ge=0, le=5, description="Failed assistant attempts per round before the reference is injected.")
+    max_retries: int = Field(default=2, ge=0, le=5, description="Retries after a failed assistant attempt before the reference is injected (0: inject at the first failure).")
     max_injected_share: float = Field(default=0.34, ge=0, le=1, description="Reject episodes whose share of injected assistant steps exceeds this.")
     temperature: float = Field(default=0.7, ge=0, le=2, description="Temperature of the user and assistant agents.")
     max_tokens: int = Field(default=1024, ge=64, description="Completion budget of one agent turn.")
