@@ -67,18 +67,25 @@ class PlansStage(Stage):
     Config: ClassVar[type[StageConfig]] = PlansConfig
 
     @cached_property
-    def _index(self) -> tuple[dict[str, list[ToolSpec]], dict[str, list[str]]]:
-        """topic id → its tools; language → all tool ids (distractor pool). One entry per tool."""
-        by_topic: dict[str, list[ToolSpec]] = {}
+    def _index(self) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """topic id → its tools' JSON (sorted by id); language → topic ids (the distractor pool).
+
+        Specs stay JSON strings (about a third of the parsed models' memory) and are
+        parsed per plan; the pool is one entry per tool, not per plan.
+        """
+        by_topic: dict[str, list[tuple[str, str]]] = {}
+        langs: dict[str, str] = {}
         for row in super().input_rows():
             spec = ToolSpec.model_validate_json(row["spec"])
-            by_topic.setdefault(spec.topic_id, []).append(spec)
-        for tools in by_topic.values():
-            tools.sort(key=lambda t: t.id)
+            by_topic.setdefault(spec.topic_id, []).append((spec.id, row["spec"]))
+            langs[spec.topic_id] = spec.lang
         by_lang: dict[str, list[str]] = {}
         for topic_id in sorted(by_topic):
-            by_lang.setdefault(by_topic[topic_id][0].lang, []).append(topic_id)
-        return by_topic, by_lang
+            by_lang.setdefault(langs[topic_id], []).append(topic_id)
+        return {t: [js for _, js in sorted(v)] for t, v in by_topic.items()}, by_lang
+
+    def _tools(self, topic_id: str) -> list[ToolSpec]:
+        return [ToolSpec.model_validate_json(js) for js in self._index[0][topic_id]]
 
     @cached_property
     def _personas(self) -> dict[str, list[Persona]]:
@@ -96,14 +103,14 @@ class PlansStage(Stage):
         """Deterministic choices for one plan: type, tool group, persona, tier."""
         cfg: PlansConfig = self.config  # type: ignore[assignment]
         by_topic, by_lang = self._index
-        own = by_topic[item["topic_id"]]
+        own = self._tools(item["topic_id"])
         lang = own[0].lang
         rng = self.ctx.rng(item["id"])
         types = {t: w for t, w in sorted(cfg.sample_types.items()) if w > 0 and (len(own) > 1 or t not in NEEDS_TWO_TOOLS)}
         sample_type: SampleType = rng.choices(list(types), weights=list(types.values()))[0]
         others = [t for t in by_lang.get(lang, []) if t != item["topic_id"]]
         picked = rng.sample(others, min(len(others), cfg.distractors + (2 if sample_type == "irrelevance" else 0)))
-        distractors = [rng.choice(by_topic[t]) for t in picked]
+        distractors = [ToolSpec.model_validate_json(rng.choice(by_topic[t])) for t in picked]
         group = distractors if sample_type == "irrelevance" else own + distractors
         rng.shuffle(group)
         personas = self._personas.get(lang) or []
@@ -125,7 +132,7 @@ class PlansStage(Stage):
         cfg: PlansConfig = self.config  # type: ignore[assignment]
         sample_type, group, persona, tier = self.sample_setup(item)
         lang = persona.lang
-        task = self._task(sample_type, group, persona, self._index[0][item["topic_id"]])
+        task = self._task(sample_type, group, persona, self._tools(item["topic_id"]))
         task_json = json.dumps(task, ensure_ascii=False, indent=1)
         convo: list[dict[str, Any]] = [{"role": "user", "content": prompt_text("planner", lang).format(task=task_json)}]
         rounds: list[PlanRound] = []
