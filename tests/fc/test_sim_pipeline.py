@@ -15,7 +15,7 @@ from fabrika.store.run import RunStore
 DEMO = Path(__file__).parents[2] / "configs" / "fc_demo.yaml"
 
 
-def run_demo(run_dir: Path, plans_per_topic: int = 2) -> RunStore:
+def run_demo(run_dir: Path, plans_per_topic: int = 2, irrelevance_input: str = "fc.dialogues") -> RunStore:
     data = yaml.safe_load(DEMO.read_text(encoding="utf-8"))
     data["run_dir"] = str(run_dir)
     for stage in data["stages"]:
@@ -23,6 +23,7 @@ def run_demo(run_dir: Path, plans_per_topic: int = 2) -> RunStore:
             stage["plans_per_topic"] = plans_per_topic
         if stage["kind"] == "fc.irrelevance":
             stage["share"] = 1.0
+            stage["input"] = irrelevance_input
     config, issues = validate_data(data, str(DEMO), DEMO.parent)
     assert config is not None, [str(i) for i in issues]
     run_pipeline(config, resume=False, progress=False)
@@ -56,6 +57,9 @@ def test_sim_pipeline_targets_earn_the_reward_and_rerun_is_identical(tmp_path: P
     plans = store.scan_raw("fc.plans").collect()
     assert plans["n_rounds"].max() > 1  # the sim judge sent some plans back for revision
 
-    again = run_demo(tmp_path / "b")
+    # rerun: identical samples; irrelevance read from fc.samples derives the same as from episodes
+    again = run_demo(tmp_path / "b", irrelevance_input="fc.samples")
     assert sorted(s.model_dump_json() for s in _samples(again, "fc.samples")) == \
         sorted(s.model_dump_json() for s in samples)
+    assert sorted(s.model_dump_json() for s in _samples(again, "fc.irrelevance")) == \
+        sorted(s.model_dump_json() for s in derived)

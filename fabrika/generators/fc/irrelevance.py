@@ -6,6 +6,11 @@ the assistant's text answer saying no available tool can do it, and a judge
 confirms that no remaining tool satisfies the request — otherwise the derived
 sample is rejected with the judge's issue. Samples whose history already calls
 a removed tool are skipped (the prompt would contradict the tool list).
+
+Input: ``fc.dialogues`` (preferred: an episode row is far smaller than its
+samples, which repeat the prompt prefix, so the stage streams less) or
+``fc.samples``. Derived ids depend only on the source sample, so both give the
+same samples.
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ from pydantic import Field
 from fabrika.agents.prompts import prompt_text
 from fabrika.generators.fc.common import language_ok, response_error
 from fabrika.generators.fc.plans import parse_verdict
+from fabrika.generators.fc.samples import episode_samples
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
-from fabrika.schemas.messages import Message
+from fabrika.schemas.messages import Dialogue, Message
 from fabrika.schemas.records import Sample
 from fabrika.schemas.rows import from_row, to_row
 
@@ -30,6 +36,7 @@ class IrrelevanceConfig(StageConfig):
     """Config of ``fc.irrelevance`` (input: ``fc.samples``)."""
 
     kind: Literal["fc.irrelevance"] = "fc.irrelevance"
+    # input: fc.dialogues (preferred) or fc.samples
     share: float = Field(default=0.3, ge=0, le=1, description="Share of eligible samples to derive from (chosen by ctx.rng).")
     temperature: float = Field(default=0.7, ge=0, le=2, description="Temperature of the answer writer.")
     max_tokens: int = Field(default=512, ge=64, description="Completion budget of the answer and the judge.")
@@ -52,8 +59,21 @@ class IrrelevanceStage(Stage):
         return removed, sample.prompt[-1].content or ""
 
     async def process(self, row: Row) -> list[Row]:
+        """One ``fc.samples`` row, or one ``fc.dialogues`` row (every sample of the episode)."""
+        if "dialogue" in row:
+            candidates = [s for s in episode_samples(Dialogue.model_validate_json(row["dialogue"]))
+                          if self.eligible(s) is not None]
+            if not candidates:
+                return [rejected(stable_id(row["id"], prefix="fci-none-"),
+                                 "not_eligible: no turn-opening tool_call sample with tools left")]
+            out: list[Row] = []
+            for sample in candidates:
+                out += await self.derive(sample)
+            return out
+        return await self.derive(from_row(Sample, row))
+
+    async def derive(self, sample: Sample) -> list[Row]:
         cfg: IrrelevanceConfig = self.config  # type: ignore[assignment]
-        sample = from_row(Sample, row)
         out_id = stable_id(sample.id, prefix="fci-")
         found = self.eligible(sample)
         if found is None:
