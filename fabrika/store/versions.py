@@ -4,7 +4,7 @@
 applies the gates, and writes ``versions/<name>/``::
 
     data/<stage>.parquet      kept rows (the samples), sorted by id
-    dropped/<stage>.parquet   dropped rows with ``dropped_by`` (the first gate that dropped them)
+    dropped/<stage>.parquet   ``id, dropped_by`` of each dropped row (the first gate that dropped it), sorted by id
     thresholds.json           the thresholds used (every registered gate group, defaults filled)
     funnel.json               ``stages``: rows/ok/rejected-by-reason of every stage; ``gates``: in/out/
                               dropped_<gate> of every dataset stage; ``upstream_gates``: the same for the
@@ -23,6 +23,7 @@ materialisation copy those score columns into their output rows.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -34,8 +35,9 @@ from typing import Any, Mapping
 import polars as pl
 
 from fabrika.errors import StoreError
+from fabrika.schemas.ids import stable_id
 from fabrika.pipeline import gates, registry
-from fabrika.store.run import RunStore
+from fabrika.store.run import JOIN_DROP, RunStore, annotation_column
 from fabrika.store.shards import atomic_write_json, fsync_dir, scan_files
 
 VERSION_NAME = re.compile(r"^[\w.-]+$")
@@ -90,8 +92,6 @@ def scan_version(run_dir: str | Path, name: str, dropped: bool = False) -> pl.La
 
 
 def read_version(run_dir: str | Path, name: str) -> dict[str, Any]:
-    import json
-
     vdir = version_dir(run_dir, name)
     if not vdir.is_dir():
         raise StoreError(f"{vdir}: no such version; versions: {', '.join(list_versions(run_dir)) or '(none)'}")
@@ -101,44 +101,150 @@ def read_version(run_dir: str | Path, name: str) -> dict[str, Any]:
     }
 
 
+def _gate_columns(names: list[str], params: Mapping[str, Any]) -> list[str]:
+    """``id`` plus every column a gate decision reads (status columns and the active predicates' scores)."""
+    cols = {"id"}
+    for p in gates.active_predicates(names, params):
+        cols.update(p.columns)
+    return [c for c in names if c in cols]
+
+
+def _aligned_gate_table(store: RunStore, stage: str, annotators: list[str], names: list[str],
+                        params: Mapping[str, Any]) -> pl.DataFrame | None:
+    """The gate columns of ``stage`` + annotations, sorted by id, without a hash join; ``None`` if not aligned.
+
+    The usual case: every scorer annotated every row once, so the annotation
+    tables, sorted by id, line up row for row with the (unique-id) stage and a
+    horizontal concat equals :meth:`RunStore.scan`'s left join (a test pins
+    that), at a fraction of the cost of joining on string ids. Anything else —
+    a missing, extra or duplicated id — returns ``None`` and the caller joins.
+    Column naming mirrors :meth:`RunStore.scan`.
+    """
+    wanted = set(_gate_columns(names, params))
+    raw = store.scan_raw(stage)
+    if raw is None:
+        return None
+    parts = [raw.select([c for c in raw.collect_schema().names() if c in wanted])]
+    taken = set(raw.collect_schema().names())
+    for scorer in annotators:
+        ann = store.scan_raw(scorer)
+        if ann is None:
+            continue
+        own = [c for c in ann.collect_schema().names() if c not in JOIN_DROP]
+        renames = {c: annotation_column(c, scorer) for c in own
+                   if c != "id" and (c in ("status", "reason") or c in taken)}
+        taken.update(renames.get(c, c) for c in own)
+        keep = [c for c in own if c == "id" or renames.get(c, c) in wanted]
+        parts.append(ann.select(keep).rename({c: n for c, n in renames.items() if c in keep}))
+    frames = pl.collect_all(parts)
+    # scorers usually write in their input's order: then one sort of the stacked table is enough
+    if not all(f["id"].equals(frames[0]["id"]) for f in frames[1:]):
+        frames = [f.sort("id") for f in frames]
+        if not all(f["id"].equals(frames[0]["id"]) for f in frames[1:]):
+            return None
+    table = pl.concat([frames[0], *(f.drop("id") for f in frames[1:])], how="horizontal").sort("id")
+    ids = table["id"]
+    unique = len(ids) < 2 or bool((ids.slice(1) > ids.slice(0, len(ids) - 1)).all())  # sorted: strictly increasing
+    return table if unique and not ids.null_count() else None
+
+
+def _decide(store: RunStore, stage: str, annotators: list[str], thresholds: Mapping[str, Any],
+            params: Mapping[str, Any]) -> tuple[pl.LazyFrame, pl.DataFrame, list[str]] | None:
+    """``(joined rows lazily, (id, dropped_by) of every row sorted by id, gate reasons)``; ``None`` if no rows.
+
+    Only the columns the gates read are loaded for the decision; payload
+    columns are read later, for the kept rows only.
+    """
+    lf = store.scan(stage, annotators)
+    if lf is None:
+        return None
+    names = lf.collect_schema().names()
+    table = _aligned_gate_table(store, stage, annotators, names, params)
+    source = table.lazy() if table is not None else lf.select(_gate_columns(names, params))
+    marked, reasons = gates.mark_dropped(source, thresholds)
+    decided = marked.select("id", gates.DROPPED_BY)
+    if table is None:
+        decided = decided.sort("id")
+    return lf, decided.collect(), reasons
+
+
+def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
+    """Write and fsync (the version directory is renamed into place only after every file is durable)."""
+    with open(path, "wb") as fh:
+        frame.write_parquet(fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _shards_fingerprint(files: list[Path]) -> str:
+    """Shards are immutable once renamed into place: names, sizes and mtimes identify a stage's content."""
+    stats = [(f.name, st.st_size, st.st_mtime_ns) for f in files for st in (f.stat(),)]
+    return stable_id(stats)
+
+
+def _stage_counts(store: RunStore, stages: list[str], cache: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{stage: {"fingerprint", "counts"}}``: :meth:`RunStore.counts`, reused from ``cache`` for unchanged stages.
+
+    Stage rows never change between refilters, so recounting them every time is
+    pure cost; a stage whose shard fingerprint changed is counted afresh. The
+    cache is the manifest's ``stage_counts`` (rewritten by every materialisation).
+    """
+    out = {}
+    for stage in stages:
+        key = _shards_fingerprint(store.shards(stage))
+        hit = cache.get(stage)
+        counts = hit["counts"] if isinstance(hit, dict) and hit.get("fingerprint") == key else store.counts(stage)
+        out[stage] = {"fingerprint": key, "counts": counts}
+    return out
+
+
 def _build(
     store: RunStore, manifest: dict[str, Any], config: dict[str, Any], thresholds: dict[str, Any],
     params: Mapping[str, Any], tmp: Path,
-) -> tuple[dict[str, Any], int, dict[str, Any]]:
-    """Write a version's files into ``tmp``; returns the funnel, the sample count and the thresholds."""
+) -> tuple[dict[str, Any], int, dict[str, Any], dict[str, Any]]:
+    """Write a version's files into ``tmp``; returns the funnel, the sample count, the thresholds, the counts cache.
+
+    Per stage, one narrow pass decides every row (id + gate columns); the funnel
+    and the dropped file (``id, dropped_by``) come from that decision in memory,
+    and only the kept rows' payload is read (an ``id`` filter pushed into every
+    scan of the join).
+    """
     (tmp / "data").mkdir(parents=True)
     (tmp / "dropped").mkdir()
     funnel: dict[str, Any] = {"stages": {}, "gates": {}, "upstream_gates": {}}
     dataset_stages = config.get("dataset", {}).get("stages", [])
     layout = manifest.get("layout", {})
-    for stage in manifest.get("order", list(layout)):
-        funnel["stages"][stage] = store.counts(stage)
+    order = list(manifest.get("order", list(layout)))
+    stage_counts = _stage_counts(store, order, manifest.get("stage_counts") or {})
+    funnel["stages"] = {stage: got["counts"] for stage, got in stage_counts.items()}
+    for stage in order:
         if stage not in dataset_stages and not layout.get(stage, {}).get("annotates"):
             # what these thresholds let through to the stages reading this one (they applied at run time)
-            lf = store.scan(stage, store.annotators_of(stage, manifest))
-            if lf is not None:
-                funnel["upstream_gates"][stage] = gates.funnel_of(*gates.mark_dropped(lf, thresholds))
+            got = _decide(store, stage, store.annotators_of(stage, manifest), thresholds, params)
+            if got is not None:
+                funnel["upstream_gates"][stage] = gates.funnel_of(got[1].lazy(), got[2])
     total = 0
     for stage in dataset_stages:
-        lf = store.scan(stage, store.annotators_of(stage, manifest))
-        if lf is None:
+        got = _decide(store, stage, store.annotators_of(stage, manifest), thresholds, params)
+        if got is None:
             funnel["gates"][stage] = {"in": 0, "out": 0}
             continue
-        marked, reasons = gates.mark_dropped(lf, thresholds)
-        counts = gates.funnel_of(marked, reasons)
+        lf, decided, reasons = got
+        counts = gates.funnel_of(decided.lazy(), reasons)
         funnel["gates"][stage] = counts
         total += counts["out"]
+        dropped = pl.col(gates.DROPPED_BY).is_not_null()
+        _write_parquet(decided.filter(dropped), tmp / "dropped" / f"{stage}.parquet")
+        kept_ids = decided.filter(~dropped)["id"]
         # sorted by id: a version's files do not depend on the order items completed in
-        kept = marked.filter(pl.col(gates.DROPPED_BY).is_null()).drop(gates.DROPPED_BY).sort("id")
-        kept.sink_parquet(tmp / "data" / f"{stage}.parquet", sync_on_close="all")
-        marked.filter(pl.col(gates.DROPPED_BY).is_not_null()).sort("id").sink_parquet(
-            tmp / "dropped" / f"{stage}.parquet", sync_on_close="all"
-        )
+        # (collected, not sunk: the sort holds the kept rows in memory either way, and a sink is slower here)
+        kept = lf.filter(pl.col("id").is_in(kept_ids.implode())).sort("id").collect()
+        _write_parquet(kept, tmp / "data" / f"{stage}.parquet")
     dumped = gates.thresholds_dump(params)
     atomic_write_json(tmp / "thresholds.json", dumped)
     atomic_write_json(tmp / "funnel.json", funnel)
     fsync_dir(tmp)
-    return funnel, total, dumped
+    return funnel, total, dumped, stage_counts
 
 
 def _clean_stale(root: Path) -> None:
@@ -186,7 +292,7 @@ def materialise(
     tmp = root / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        funnel, total, dumped = _build(store, manifest, config, thresholds, params, tmp)
+        funnel, total, dumped, stage_counts = _build(store, manifest, config, thresholds, params, tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a failed build never becomes (or hides) a version
         raise
@@ -207,6 +313,7 @@ def materialise(
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     manifest["latest_version"] = name
+    manifest["stage_counts"] = stage_counts
     store.write_manifest(manifest)
     return VersionInfo(name=name, path=final, thresholds=dumped, funnel=funnel, rows=total, previous=previous)
 

@@ -1,0 +1,111 @@
+"""Materialisation: the narrow gate decision equals the joined one; dropped rows; counts reused across refilters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from fabrika.pipeline import gates
+from fabrika.store import RunStore
+from fabrika.store import versions
+from fabrika.store.versions import materialise
+
+ANNOTATORS = ["filter.length", "filter.dedup"]
+
+
+def _run(tmp_path: Path, *, missing: str | None = None, reverse: bool = False) -> Path:
+    """A run: ``data`` (6 rows over 2 shards) annotated by a length and a dedup scorer (in another order)."""
+    run = tmp_path / "run"
+    store = RunStore(run)
+    ids = [f"id{i}" for i in range(6)]
+    rows = [{"id": i, "input_id": i, "status": "rejected" if i == "id5" else "ok", "reason": None,
+             "lang": "ru", "text": f"текст {i}"} for i in ids]
+    store.write("data", rows[:3])
+    store.write("data", rows[3:])
+    order = list(reversed(ids)) if reverse else ids
+    store.write("filter.length", [{"id": i, "input_id": i, "status": "ok", "reason": None, "lang": "en",
+                                   "len_total_tokens": 100 * (k + 1)} for k, i in enumerate(order) if i != missing])
+    store.write("filter.dedup", [{"id": i, "input_id": i, "status": "ok", "reason": None,
+                                  "dup_is_representative": i != "id1"} for i in order])
+    layout = {"data": {"inputs": [], "annotates": False},
+              **{a: {"inputs": ["data"], "annotates": True} for a in ANNOTATORS}}
+    store.write_manifest({"config": {"dataset": {"stages": ["data"]}, "filters": {}},
+                          "order": list(layout), "layout": layout})
+    return run
+
+
+THRESHOLDS = {"length": {"max_tokens": 450}}
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_aligned_gate_table_equals_the_left_join(tmp_path: Path, reverse: bool) -> None:
+    run = _run(tmp_path, reverse=reverse)
+    store = RunStore(run)
+    versions.load_run_modules(store.read_manifest())
+    params = gates.validate_thresholds(THRESHOLDS)
+    joined = store.scan("data", ANNOTATORS)
+    names = joined.collect_schema().names()
+    table = versions._aligned_gate_table(store, "data", ANNOTATORS, names, params)
+    assert table is not None
+    want = joined.select(table.columns).sort("id").collect()
+    assert table.equals(want) and "status__filter.length" in table.columns
+
+
+def test_unaligned_annotations_fall_back_to_the_join(tmp_path: Path) -> None:
+    run = _run(tmp_path, missing="id2")
+    store = RunStore(run)
+    versions.load_run_modules(store.read_manifest())
+    params = gates.validate_thresholds(THRESHOLDS)
+    names = store.scan("data", ANNOTATORS).collect_schema().names()
+    assert versions._aligned_gate_table(store, "data", ANNOTATORS, names, params) is None
+    info = materialise(run, THRESHOLDS, name="v1")
+    marked, _ = gates.mark_dropped(store.scan("data", ANNOTATORS), THRESHOLDS)
+    want = marked.select("id", gates.DROPPED_BY).sort("id").collect()
+    kept = pl.read_parquet(info.path / "data" / "data.parquet")
+    dropped = pl.read_parquet(info.path / "dropped" / "data.parquet")
+    assert kept["id"].to_list() == want.filter(pl.col(gates.DROPPED_BY).is_null())["id"].to_list()
+    assert dropped.equals(want.filter(pl.col(gates.DROPPED_BY).is_not_null()))
+    assert {"id1", "id5"} <= set(dropped["id"]) and kept["lang__filter.length"].to_list()[0] == "en"
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_version_files_decisions_and_funnel(tmp_path: Path, reverse: bool) -> None:
+    info = materialise(_run(tmp_path, reverse=reverse), THRESHOLDS, name="v1")
+    dropped = pl.read_parquet(info.path / "dropped" / "data.parquet")
+    assert dropped.columns == ["id", gates.DROPPED_BY]  # no payload copy of dropped rows
+    got = dict(dropped.iter_rows())
+    if reverse:  # lengths 600, 500, 400, 300, 200, 100 for id0..id5
+        want = {"id0": "length.max_tokens", "id1": "dedup.keep_representatives_only", "id5": "rejected"}
+        kept_ids = ["id2", "id3", "id4"]
+    else:  # lengths 100..600
+        want = {"id1": "dedup.keep_representatives_only", "id4": "length.max_tokens", "id5": "rejected"}
+        kept_ids = ["id0", "id2", "id3"]
+    assert got == want and dropped["id"].to_list() == sorted(want)
+    kept = pl.read_parquet(info.path / "data" / "data.parquet")
+    assert kept["id"].to_list() == kept_ids and gates.DROPPED_BY not in kept.columns
+    assert kept["text"].to_list() == [f"текст {i}" for i in kept_ids]
+    gate_funnel = info.funnel["gates"]["data"]
+    assert gate_funnel["in"] == 6 and gate_funnel["out"] == 3 and gate_funnel["dropped_rejected"] == 1
+    assert set(info.funnel) == {"stages", "gates", "upstream_gates"}
+    assert info.funnel["stages"]["data"]["rows"] == 6 and (info.path / "thresholds.json").is_file()
+
+
+def test_stage_counts_are_reused_until_a_stage_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _run(tmp_path)
+    first = materialise(run, THRESHOLDS, name="v1")
+    counted: list[str] = []
+    real = RunStore.counts
+
+    def counting(self: RunStore, stage: str) -> dict:
+        counted.append(stage)
+        return real(self, stage)
+
+    monkeypatch.setattr(RunStore, "counts", counting)
+    second = materialise(run, {"length": {"max_tokens": 10_000}}, name="v2")
+    assert counted == [] and second.funnel["stages"] == first.funnel["stages"]
+    RunStore(run).write("data", [{"id": "id9", "input_id": "id9", "status": "ok", "reason": None, "lang": "ru",
+                                  "text": "новый"}])
+    third = materialise(run, THRESHOLDS, name="v3")
+    assert counted == ["data"] and third.funnel["stages"]["data"]["rows"] == 7
