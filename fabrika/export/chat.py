@@ -27,8 +27,12 @@ ExportKind = Literal["sft", "grpo"]
 
 #: Columns copied as scalars into every exported record when the source has them.
 SCALAR_COLUMNS: tuple[str, ...] = ("id", "expert", "lang", "target_type")
-#: Optional score columns the GRPO record carries when present (IF reward correction).
-GRPO_OPTIONAL_COLUMNS: tuple[str, ...] = ("teacher_rm_mean",)
+#: Optional numeric columns the GRPO record carries when the source has them: the IF RM correction's α
+#: (``teacher_rm_mean``), the general expert's R (``rm_score``) and L0 (``ref_length``), and the stored
+#: difficulty the trainer's dynamic sampling pre-filters on (``difficulty_pass_rate``).
+GRPO_OPTIONAL_COLUMNS: tuple[str, ...] = ("teacher_rm_mean", "rm_score", "ref_length", "difficulty_pass_rate")
+#: Unit of a derived ``ref_length``: the general reward's default ``length_unit`` (``fabrika.rewards.general``).
+REF_LENGTH_UNIT = "chars"
 
 
 def _loads(value: Any, default: Any) -> Any:
@@ -124,7 +128,7 @@ def sft_record(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def grpo_record(row: dict[str, Any]) -> dict[str, Any]:
-    """GRPO record: ``prompt``, ``tools``, ``ground_truth`` + scalars (+ ``constraints``, ``teacher_rm_mean``).
+    """GRPO record: ``prompt``, ``tools``, ``ground_truth`` + scalars (+ ``constraints`` and optional scores).
 
     ``constraints`` is lifted out of ``ground_truth`` for IF rows because TRL passes
     extra dataset columns to reward functions as keyword arguments.
@@ -138,7 +142,26 @@ def grpo_record(row: dict[str, Any]) -> dict[str, Any]:
     for col in GRPO_OPTIONAL_COLUMNS:
         if col in row:
             rec[col] = row[col]
+    if "ref_length" in row or "completion" in row:
+        rec["ref_length"] = ref_length(row.get("ref_length"), row.get("completion"))
     return rec
+
+
+def ref_length(stored: Any, completion: Any) -> float | None:
+    """L0 of the general reward: the stored value, else the reference completion's visible text length.
+
+    A stored ``ref_length`` is taken as is (it must be in the trainer's
+    ``length_unit``); a derived one is in :data:`REF_LENGTH_UNIT` (chars), measured
+    exactly as :func:`fabrika.rewards.general.completion_length` measures L(y).
+    ``None`` when there is no reference answer (the trainer rejects null L0 up front).
+    """
+    if stored is not None:
+        return float(stored)
+    from fabrika.rewards.general import completion_length
+
+    messages = messages_to_chat(completion, role="assistant")
+    length = completion_length(messages, REF_LENGTH_UNIT) if messages else 0  # type: ignore[arg-type]
+    return float(length) if length > 0 else None
 
 
 def to_record(row: dict[str, Any], kind: ExportKind) -> dict[str, Any]:

@@ -33,8 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import ConfigError, InputError
 from fabrika.export.card import render_card
-from fabrika.export.chat import (LIST_FIELDS, NESTED_FIELDS, ExportKind, message_elements, to_record, tool_elements,
-                                 tools_to_chat)
+from fabrika.export.chat import (GRPO_OPTIONAL_COLUMNS, LIST_FIELDS, NESTED_FIELDS, ExportKind, message_elements,
+                                 ref_length, to_record, tool_elements, tools_to_chat)
 from fabrika.export.fastjson import dumps as fast_dumps
 from fabrika.export.fastjson import loads
 from fabrika.export.mix import MixConfig, MixReport, mix
@@ -44,7 +44,8 @@ from fabrika.export.validate import ValidationReport, load_template, validate_pa
 ExportFormat = Literal["hf", "parquet", "jsonl"]
 SCALAR_TYPES: dict[str, pa.DataType] = {
     "id": pa.string(), "expert": pa.string(), "lang": pa.string(), "target_type": pa.string(),
-    "teacher_rm_mean": pa.float64(),
+    "teacher_rm_mean": pa.float64(), "rm_score": pa.float64(), "ref_length": pa.float64(),
+    "difficulty_pass_rate": pa.float64(),
 }
 
 
@@ -140,6 +141,10 @@ def arrow_batch(frame: pl.DataFrame, kind: ExportKind, columns: list[str]) -> pa
         elif col == "ground_truth":
             values = frame[col].to_list() if col in names else [None] * frame.height
             arrays[col] = _json_array(_json_text(v) for v in values)
+        elif col == "ref_length":
+            stored = frame[col].to_list() if col in names else [None] * frame.height
+            completions = frame["completion"].to_list() if "completion" in names else [None] * frame.height
+            arrays[col] = pa.array([ref_length(s, c) for s, c in zip(stored, completions)], pa.float64())
         elif col == "constraints":
             values = frame["ground_truth"].to_list() if "ground_truth" in names else [None] * frame.height
             arrays[col] = _json_array(_gt_constraints(v) for v in values)
@@ -164,7 +169,10 @@ def _features(kind: ExportKind, columns: list[str]) -> Any:
 def _columns(lf: pl.LazyFrame, kind: ExportKind) -> list[str]:
     names = set(lf.collect_schema().names())
     scalars = [c for c in ("id", "expert", "lang", "target_type") if c in names]
-    optional = ["teacher_rm_mean"] if kind == "grpo" and "teacher_rm_mean" in names else []
+    if kind != "grpo":
+        return scalars + list(NESTED_FIELDS[kind])
+    # ref_length is derived from the reference completion when the source has none (general expert's L0)
+    optional = [c for c in GRPO_OPTIONAL_COLUMNS if c in names or (c == "ref_length" and "completion" in names)]
     return scalars + list(NESTED_FIELDS[kind]) + optional
 
 
