@@ -36,12 +36,31 @@ class ExportSettings(BaseModel):
     template: str | None = Field(default=None, description="Chat template .jinja path; None = packaged Qwen3.")
 
 
+def _key_path(loc: tuple[Any, ...]) -> str:
+    """``export.mix.dimensions[0].shares``: the same key-path style as the rest of ``fabrika validate``."""
+    out = "export"
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
 def validate_export_section(data: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    """Every problem of an ``export:`` section as ``("export.<field>", message)``."""
+    """Every problem of an ``export:`` section as ``("export.<key path>", message)``."""
+    if data is not None and not isinstance(data, Mapping):
+        return [("export", f"expected a mapping of export settings, got {data!r}")]
     try:
         ExportSettings.model_validate(dict(data or {}))
     except ValidationError as exc:
-        return [("export." + ".".join(str(p) for p in err["loc"]), err["msg"]) for err in exc.errors()]
+        out = []
+        for err in exc.errors():
+            if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
+                msg = f"unknown key; allowed: {', '.join(ExportSettings.model_fields)}"
+            elif err["type"] == "extra_forbidden":
+                msg = "unknown key"
+            else:
+                msg = f"{err['msg']} (got {err.get('input')!r})"
+            out.append((_key_path(tuple(err["loc"])), msg))
+        return out
     return []
 
 

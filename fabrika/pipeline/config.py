@@ -275,7 +275,7 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
             err(f"stages[{i}].{field}", msg)
         for field, msg in cls.check_config(s, resolver):
             err(f"stages[{i}].{field}", msg)
-    # dataset and filters are checked from the raw document so other errors do not hide theirs
+    # dataset, filters and export are checked from the raw document so other errors do not hide theirs
     raw_ds = data.get("dataset")
     ds_stages = raw_ds.get("stages") if isinstance(raw_ds, dict) else None
     ds_stages = [str(n) for n in ds_stages] if isinstance(ds_stages, list) else []
@@ -294,6 +294,12 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
         except ConfigError as exc:
             where, _, msg = str(exc).partition(": ")  # the message starts with its key path
             err(where if where.startswith("filters.") and msg else f"filters.{group}", msg or str(exc))
+    raw_export = data.get("export")
+    if isinstance(raw_export, dict):  # a non-mapping is already reported by the PipelineConfig check
+        from fabrika.export.settings import validate_export_section  # lazy: export pulls pyarrow and polars
+
+        for where, msg in validate_export_section(raw_export):
+            err(where, msg)
     if config is not None and not any(i.level == "error" for i in issues):
         try:
             execution_order(config)

@@ -185,3 +185,17 @@ def test_set_overrides_apply_before_validation(tmp_path: Path) -> None:
     assert any("stages[2].colour: unknown key" in str(i) for i in issues)
     _, issues = validate_file(path, ["seed"])
     assert "expected KEY=VALUE" in str(issues[0])
+
+
+def test_export_section_is_validated_with_file_and_key_path(tmp_path: Path) -> None:
+    path = write(tmp_path, base(export={"kind": "dpo", "formatt": "hf", "mix": {"size": 0},
+                                        "validate_rows": -1}))
+    got = errors(path)
+    assert f"{path}: error: export.kind: Input should be 'sft' or 'grpo' (got 'dpo')" in got
+    assert any(e.startswith(f"{path}: error: export.formatt: unknown key; allowed: kind, format") for e in got)
+    assert any(e.startswith(f"{path}: error: export.mix.size: ") for e in got)
+    assert any(e.startswith(f"{path}: error: export.validate_rows: ") for e in got)
+    with pytest.raises(ConfigError, match="export.kind"):
+        load_config(path)
+    good = write(tmp_path, base(export={"kind": "grpo", "format": "jsonl", "mix": {"size": 10, "seed": 1}}), "ok.yaml")
+    assert errors(good) == [] and load_config(good).export["kind"] == "grpo"
