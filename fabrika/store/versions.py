@@ -1,7 +1,8 @@
 """Materialised versions: gated dataset snapshots, rebuilt from scores in seconds.
 
-``materialise`` reads the dataset stages lazily (shards + annotation joins),
-applies the gates, and writes ``versions/<name>/``::
+``materialise`` decides every row of a dataset stage from the gate columns
+alone (the stage's and its scorers', lined up by id), then reads the payload of
+the kept rows only, and writes ``versions/<name>/``::
 
     data/<stage>.parquet      kept rows (the samples), sorted by id
     dropped/<stage>.parquet   ``id, dropped_by`` of each dropped row (the first gate that dropped it), sorted by id
@@ -12,7 +13,9 @@ applies the gates, and writes ``versions/<name>/``::
 
 The version is built in a hidden temporary directory and renamed into place, so
 a crash leaves either the old version or the new one. It never builds an LLM
-engine: refiltering is pure polars.
+engine: refiltering is pure polars. Stage counts are kept in the manifest
+(``stage_counts``, keyed by a fingerprint of each stage's immutable shards), so
+a refilter recounts only stages that changed since the last materialisation.
 
 Refiltering re-gates the *dataset* stages. Gates also decide, at run time,
 which upstream rows a stage consumes; a changed threshold there takes effect
