@@ -88,7 +88,10 @@ def render_card(source: "ExportSource", kind: str, fmt: str, rows: int, stats: d
                   "messages (tool call `function.arguments` is an object), `tools` are OpenAI tool dicts."]
     else:
         lines += ["", "## Format", "", "GRPO: `prompt` messages, `tools`, `ground_truth` (what the reward needs), "
-                  "`target_type`, `lang`; IF rows carry `constraints`."]
+                  "`target_type`, `lang`; IF rows carry `constraints`. When the source has them: `teacher_rm_mean` "
+                  "(IF RM correction α), `rm_score` (general R), `difficulty_pass_rate` (dynamic sampling). "
+                  "`ref_length` (general L0) is the stored value, else the reference answer's length in "
+                  "characters (the general reward's default `length_unit: chars`)."]
     load = {"hf": "from datasets import load_from_disk\nds = load_from_disk(\"<this directory>\")",
             "parquet": "from datasets import load_dataset\nds = load_dataset(\"parquet\", data_files=\"data/*.parquet\")"
                        "  # nested columns are JSON strings",

@@ -31,7 +31,7 @@ def _general_rows() -> list[dict[str, Any]]:
     return rows
 
 
-@pytest.mark.parametrize("fmt", ["hf", "jsonl"])
+@pytest.mark.parametrize("fmt", ["hf", "parquet", "jsonl"])
 def test_general_grpo_export_carries_rm_score_ref_length_and_difficulty(tmp_path: Path, fmt: str) -> None:
     from fabrika.export.writer import read_export
 
