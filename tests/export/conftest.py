@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from export_fixtures import make_rows, make_run
+from tests.export.export_fixtures import make_rows, make_run
 
 
 @pytest.fixture

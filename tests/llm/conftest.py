@@ -9,7 +9,7 @@ import pytest
 
 from fabrika.llm import LLMEngine, build_engine
 from fabrika.testing import FakeOpenAIServer
-from llm_helpers import http_config
+from tests.llm.llm_helpers import http_config
 
 @pytest.fixture
 def server() -> Iterator[FakeOpenAIServer]:

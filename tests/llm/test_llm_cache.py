@@ -12,7 +12,7 @@ from fabrika.errors import CacheMissError, ConfigError
 from fabrika.llm import CACHE_KEY_VERSION, LLMConfig, LLMEngine, ResponseCache, build_engine, request_key
 from fabrika.llm.types import ChatResponse, Choice, Usage
 from fabrika.testing import FakeOpenAIServer
-from llm_helpers import req
+from tests.llm.llm_helpers import req
 
 BASE = req("Привет", model="m", temperature=0.7)
 

@@ -12,7 +12,7 @@ from fabrika.errors import ConfigError, LLMError
 from fabrika.llm import LLMConfig, LLMEngine, build_engine
 from fabrika.llm.accounting import Accounting
 from fabrika.llm.types import ChatResponse, Choice, Usage
-from llm_helpers import req
+from tests.llm.llm_helpers import req
 
 
 def test_defaults_are_sim_with_cache_in_run_dir(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from fabrika.llm import LLMEngine
 from fabrika.testing import FakeOpenAIServer
 
-from llm_helpers import req
+from tests.llm.llm_helpers import req
 
 TRANSPORTS = ["aiohttp", "openai_sdk"]
 

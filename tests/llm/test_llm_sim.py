@@ -12,7 +12,7 @@ import pytest
 from fabrika.llm import ChatRequest, LLMConfig, build_engine, register_sim_responder, unregister_sim_responder
 from fabrika.llm.sim import SimBackend, find_sim_responder
 from fabrika.llm.types import Choice
-from llm_helpers import req
+from tests.llm.llm_helpers import req
 
 PARAMS = {"type": "object", "properties": {
     "city": {"type": "string", "minLength": 2}, "unit": {"type": "string", "enum": ["c", "f"]},

@@ -10,7 +10,7 @@ import pytest
 
 from fabrika.llm import LLMConfig, LLMEngine, build_engine
 from fabrika.testing import FakeOpenAIServer
-from llm_helpers import req
+from tests.llm.llm_helpers import req
 
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
 FMT = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}

@@ -10,8 +10,7 @@ import numpy as np
 from PIL import Image
 from typer.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "export"))
-from export_fixtures import make_rows, make_run  # noqa: E402
+from tests.export.export_fixtures import make_rows, make_run  # noqa: E402
 
 from fabrika.cli.app import app  # noqa: E402
 from fabrika.export.report import CHARTS, build_report  # noqa: E402
