@@ -20,8 +20,19 @@ $(VENV)/.dev: $(PY) pyproject.toml
 	$(PIP) install -q -e ".[dev,embed,train]"
 	touch $@ $(VENV)/.core
 
+DEMO_RUN ?= runs/demo
+
 demo: $(VENV)/.core
 	$(VENV)/bin/fabrika run $(DEMO_CONFIG)
+	$(VENV)/bin/fabrika export $(DEMO_RUN) --kind sft --format hf --out $(DEMO_RUN)/export/sft --overwrite
+	$(VENV)/bin/fabrika export $(DEMO_RUN) --kind grpo --format hf --out $(DEMO_RUN)/export/grpo --overwrite
+	$(VENV)/bin/fabrika report $(DEMO_RUN)
+	@echo
+	@echo "Dataset (gated, all stages): $(DEMO_RUN)/versions/  (made by the offline 'sim' backend: a stand-in, not model quality)"
+	@echo "HF datasets:                  $(DEMO_RUN)/export/sft  $(DEMO_RUN)/export/grpo"
+	@echo "Look at it:  $(VENV)/bin/fabrika status $(DEMO_RUN)"
+	@echo "             $(PY) -c \"import datasets; ds = datasets.load_from_disk('$(DEMO_RUN)/export/sft'); print(ds); print(ds[0])\""
+	@echo "             open $(DEMO_RUN)/report/index.html"
 
 test: $(VENV)/.dev
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

@@ -152,7 +152,7 @@ def status(
         except (StoreError, OSError) as exc:
             err.print(f"[yellow]version {latest}: {exc}")
     if manifest.get("accounting"):
-        out.print(views.flat_table(manifest["accounting"], "LLM accounting (last invocation)"))
+        out.print(views.accounting_table(manifest["accounting"], "LLM accounting (last invocation)"))
     if manifest.get("sandbox_isolation"):
         out.print(f"sandbox isolation: {manifest['sandbox_isolation']}")
 

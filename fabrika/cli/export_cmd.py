@@ -53,6 +53,8 @@ def register(app: typer.Typer) -> None:
                                                    "export.format, else hf).")] = None,
         out_dir: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("export"),
         version: Annotated[Optional[str], typer.Option("--version", help="Version to export (default latest).")] = None,
+        stages: Annotated[Optional[str], typer.Option("--stages", help="Comma-separated dataset stages to export "
+                                                      "(default export.stages.<kind>, else all).")] = None,
         mix: Annotated[Optional[str], typer.Option("--mix", help="'default' (70/30 en/ru, 80/20 call/text, "
                                                    "10% irrelevance) or a YAML file of dimensions.")] = None,
         size: Annotated[Optional[int], typer.Option("--size", help="Exact output size when mixing.")] = None,
@@ -80,9 +82,10 @@ def register(app: typer.Typer) -> None:
         if push_to_hub and not token:
             fail("--push-to-hub needs --token (or HF_TOKEN); nothing was pushed")
         try:
-            source = open_version(run_dir, version)
-            base = settings_from_manifest(source.manifest)
+            base = settings_from_manifest(open_version(run_dir, version).manifest)
             kind = kind or base.kind
+            chosen = [s.strip() for s in stages.split(",") if s.strip()] if stages else base.stages.get(kind)
+            source = open_version(run_dir, version, chosen)
             fmt = fmt or base.format
             cfg = ExportConfig(kind=kind, format=fmt, out=out_dir, mix=_mix_config(mix, size, seed, base.mix),
                                validate_rows=validate_rows if validate_rows is not None else base.validate_rows,
@@ -92,6 +95,8 @@ def register(app: typer.Typer) -> None:
         except (ConfigError, InputError, StoreError, FileNotFoundError) as exc:
             fail(str(exc))
         out.print(f"exported {result.rows} rows ({kind}, {fmt}) to {result.out} in {result.seconds:.1f}s")
+        if result.skipped_prompt_only:
+            out.print(f"  skipped {result.skipped_prompt_only} prompt-only rows (GRPO prompts have no SFT target)")
         if result.mix is not None:
             for dim, shares in result.mix.achieved_shares.items():
                 out.print(f"  {dim}: " + ", ".join(f"{k} {v:.1%}" for k, v in shares.items()))

@@ -79,6 +79,32 @@ def flat_table(data: Mapping[str, Any], title: str) -> Table:
     return t
 
 
+_ACCOUNTING_COLUMNS = ("requests", "cache_hits", "retries", "success_after_retry", "failed", "truncated",
+                       "prompt_tokens", "completion_tokens", "cost")
+
+
+def accounting_table(snapshot: Mapping[str, Any], title: str) -> Table:
+    """One row per (stage, tag, model) of the engine's snapshot, then the totals; failures by kind."""
+    rows = snapshot.get("rows")
+    if not isinstance(rows, list):
+        return flat_table(snapshot, title)
+    t = Table(title=title)
+    for col in ("stage", "tag", "model", *_ACCOUNTING_COLUMNS, "failures"):
+        t.add_column(col, justify="left" if col in ("stage", "tag", "model", "failures") else "right")
+
+    def cells(r: Mapping[str, Any]) -> list[str]:
+        fails = r.get("failures") or {}
+        nums = ["-" if r.get(c) is None else (f"{r[c]:.4f}" if c == "cost" else str(r[c])) for c in _ACCOUNTING_COLUMNS]
+        return [*nums, ", ".join(f"{k}={v}" for k, v in sorted(fails.items())) or "-"]
+
+    for r in sorted(rows, key=lambda r: (str(r.get("stage")), str(r.get("tag")), str(r.get("model")))):
+        t.add_row(str(r.get("stage", "")), str(r.get("tag", "")), str(r.get("model", "")), *cells(r))
+    totals = snapshot.get("totals")
+    if isinstance(totals, Mapping):
+        t.add_row("[b]total[/b]", "", "", *cells(totals))
+    return t
+
+
 def versions_table(manifest: Mapping[str, Any]) -> Table:
     """Materialised versions: rows, the version each derives from, and when."""
     t = Table(title="versions")

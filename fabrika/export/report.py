@@ -59,7 +59,10 @@ def _barh(ax: Any, labels: list[str], values: list[float], title: str, color: st
 
 def chart_funnel(funnel: dict[str, Any], stages: dict[str, Any], path: Path) -> None:
     plt = _plt()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    gated = {**(funnel.get("upstream_gates") or {}), **(funnel.get("gates") or {})}  # pipeline order: upstream first
+    n_bars = max(len(stages), sum(2 + sum(1 for k, v in c.items() if k.startswith("dropped_") and v)
+                                  for c in gated.values()))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, max(4.5, 0.22 * n_bars + 1.5)))  # one readable line per bar
     names = list(stages)
     if names:
         ok = [stages[n].get("ok", 0) for n in names]
@@ -73,7 +76,6 @@ def chart_funnel(funnel: dict[str, Any], stages: dict[str, Any], path: Path) -> 
     else:
         _empty(a, "stages")
     labels, values = [], []
-    gated = {**(funnel.get("upstream_gates") or {}), **(funnel.get("gates") or {})}  # pipeline order: upstream first
     for stage, counts in gated.items():
         left = counts.get("in", 0)
         labels.append(f"{stage}: in")

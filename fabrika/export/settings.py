@@ -34,6 +34,10 @@ class ExportSettings(BaseModel):
     validate_rows: int | None = Field(default=None, ge=0, description="Rows rendered with the chat template; "
                                       "None = all, 0 = skip.")
     template: str | None = Field(default=None, description="Chat template .jinja path; None = packaged Qwen3.")
+    stages: dict[Literal["sft", "grpo"], list[str]] = Field(
+        default_factory=dict,
+        description="Dataset stages each kind reads, e.g. {sft: [fc.samples, if_samples], grpo: [fc.samples, if_grpo]}; "
+        "a kind not listed reads every dataset stage.")
 
 
 def _key_path(loc: tuple[Any, ...]) -> str:

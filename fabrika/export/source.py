@@ -60,8 +60,8 @@ def kept_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
     return lf
 
 
-def open_version(run_dir: str | Path, version: str | None = None) -> ExportSource:
-    """Scan a run's version (default the latest) for export."""
+def open_version(run_dir: str | Path, version: str | None = None, stages: list[str] | None = None) -> ExportSource:
+    """Scan a run's version (default the latest) for export; ``stages`` picks dataset stages (default all)."""
     run_dir = Path(run_dir)
     manifest = _read_json(run_dir / "manifest.json")
     if not manifest and not (run_dir / "versions").is_dir():
@@ -73,6 +73,13 @@ def open_version(run_dir: str | Path, version: str | None = None) -> ExportSourc
     files = sorted((vdir / "data").glob("*.parquet")) or sorted(vdir.glob("*.parquet"))
     if not files:
         raise StoreError(f"{vdir}: version holds no data shards")
+    if stages:
+        available = {f.stem: f for f in files}
+        unknown = [s for s in stages if s not in available]
+        if unknown:
+            raise StoreError(f"{vdir}: no dataset stage {', '.join(map(repr, unknown))}; "
+                             f"available: {', '.join(sorted(available))}")
+        files = [available[s] for s in stages]
     lf = pl.concat([pl.scan_parquet(f) for f in files], how="diagonal_relaxed")
     return ExportSource(frame=kept_rows(lf), run_dir=run_dir, version=name,
                         thresholds=_read_json(vdir / "thresholds.json"), funnel=_read_json(vdir / "funnel.json"),

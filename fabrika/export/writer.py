@@ -79,6 +79,7 @@ class ExportResult(BaseModel):
     mix: MixReport | None = None
     validation: ValidationReport | None = None
     pushed_to: str | None = None
+    skipped_prompt_only: int = 0
 
 
 def _records(lf: pl.LazyFrame, kind: ExportKind, batch_rows: int) -> Iterator[list[dict[str, Any]]]:
@@ -250,6 +251,12 @@ def export(source: ExportSource, config: ExportConfig) -> ExportResult:
     if out.exists() and any(out.iterdir()) and not config.overwrite:
         raise ConfigError(f"export --out {str(out)!r} exists and is not empty; pass --overwrite or another path")
     lf = source.frame
+    skipped = 0
+    if config.kind == "sft" and "completion" in lf.collect_schema().names():
+        # prompt-only rows (GRPO prompts such as if.grpo) have no target: nothing to fine-tune on
+        empty = pl.col("completion").is_null() | pl.col("completion").is_in(["", "[]", "null"])
+        skipped = int(lf.filter(empty).select(pl.len()).collect().item())
+        lf = lf.filter(~empty)
     mix_report: MixReport | None = None
     if config.mix is not None:
         lf, mix_report = mix(lf, config.mix)
@@ -277,7 +284,7 @@ def export(source: ExportSource, config: ExportConfig) -> ExportResult:
     pushed = _push(out, config) if config.push_to_hub and config.token else None
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     return ExportResult(out=out, rows=rows, files=files, seconds=round(time.perf_counter() - start, 3),
-                        mix=mix_report, validation=validation, pushed_to=pushed)
+                        mix=mix_report, validation=validation, pushed_to=pushed, skipped_prompt_only=skipped)
 
 
 def _validate(tmp: Path, lf: pl.LazyFrame, config: ExportConfig) -> ValidationReport:

@@ -85,7 +85,7 @@ def score_languages(texts: Sequence[str], languages: Sequence[str] = ("ru", "en"
     return out
 
 
-def score_rows(rows: Sequence[Row], text_field: str = "completion",
+def score_rows(rows: Sequence[Row], text_field: str = "completion_values",
                languages: Sequence[str] = ("ru", "en")) -> list[dict[str, Any]]:
     """Annotation rows ``{id, <scores>}`` for sample rows (``lang_matches`` compares with ``lang``)."""
     scores = score_languages([row_text(r, text_field) for r in rows], languages)
@@ -101,7 +101,10 @@ class LanguageConfig(StageConfig):
     """``filter.language``: which text to score and the candidate languages."""
 
     kind: str = Field(default="filter.language", description="Stage kind.")
-    text_field: str = Field(default="completion", description="'prompt', 'completion', 'user' or a column name.")
+    text_field: str = Field(
+        default="completion_values",
+        description="'completion_values' (text + string argument values; names and keys are identifiers, not "
+        "language), 'prompt', 'completion', 'user' or a column name.")
     languages: list[str] = Field(default_factory=lambda: ["ru", "en"],
                                  description="ISO 639-1 candidate set for lingua (at least two).")
 

@@ -4,7 +4,9 @@ A scorer is configured with a ``text_field``: ``prompt`` / ``completion`` (JSON
 message lists: the ``content`` of their messages joined by newlines, tool-call
 arguments included for completion so a call-only answer is not empty),
 ``user`` (only the user turns of the prompt: what a benchmark question would
-look like) or any other column: a JSON message list or a stored ``Dialogue``
+look like), ``completion_values`` (the completion's text plus only the *string values*
+of its call arguments — what the language scorer reads, since function names and
+argument keys are English identifiers even in a natively Russian sample) or any other column: a JSON message list or a stored ``Dialogue``
 (``{"messages": [...]}``) is joined like ``completion``, anything else used as is.
 """
 
@@ -29,8 +31,25 @@ def _messages(value: Any) -> list[dict[str, Any]]:
     return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
 
 
-def messages_text(value: Any, roles: Iterable[str] | None = None, with_calls: bool = False) -> str:
-    """Join message contents (optionally only ``roles``; ``with_calls`` adds call names and arguments)."""
+def _string_values(value: Any) -> list[str]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return [value]
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _string_values(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _string_values(v)]
+    return []
+
+
+def messages_text(value: Any, roles: Iterable[str] | None = None, with_calls: bool = False,
+                  call_values_only: bool = False) -> str:
+    """Join message contents (optionally only ``roles``; ``with_calls`` adds call names and arguments,
+    ``call_values_only`` adds just the string values of the arguments)."""
     keep = set(roles) if roles is not None else None
     parts: list[str] = []
     for m in _messages(value):
@@ -38,7 +57,11 @@ def messages_text(value: Any, roles: Iterable[str] | None = None, with_calls: bo
             continue
         if m.get("content"):
             parts.append(str(m["content"]))
-        if with_calls:
+        if call_values_only:
+            for call in m.get("tool_calls") or []:
+                fn = call.get("function", call) if isinstance(call, dict) else {}
+                parts.extend(_string_values(fn.get("arguments")))
+        elif with_calls:
             for call in m.get("tool_calls") or []:
                 fn = call.get("function", call) if isinstance(call, dict) else {}
                 args = fn.get("arguments")
@@ -55,6 +78,8 @@ def row_text(row: dict[str, Any], field: str) -> str:
         return messages_text(row.get("prompt"))
     if field == "completion":
         return messages_text(row.get("completion"), with_calls=True)
+    if field == "completion_values":
+        return messages_text(row.get("completion"), call_values_only=True)
     value = row.get(field)
     if value is None:
         return ""
