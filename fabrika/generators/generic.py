@@ -8,14 +8,13 @@ Together they make the smallest useful pipeline (``configs/smoke.yaml``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterator
 
-import polars as pl
 from pydantic import Field
 
 from fabrika.errors import InputError
+from fabrika.inputs import iter_records, where
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
@@ -29,30 +28,14 @@ class PromptsConfig(StageConfig):
     id_field: str | None = Field(default=None, description="Field holding a stable id; default: hash of the text.")
 
 
-def iter_prompt_records(path: Path, text_field: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line, record)`` pairs; raises :class:`InputError` naming the path and line of a bad record."""
-    if not path.is_file():
-        raise InputError(f"{path}: prompts file not found")
-    if path.suffix == ".parquet":
-        for i, batch in enumerate(pl.scan_parquet(path).collect_batches(chunk_size=1024)):
-            for j, rec in enumerate(batch.iter_rows(named=True)):
-                if not isinstance(rec.get(text_field), str) or not rec[text_field].strip():
-                    raise InputError(f"{path}: row {i * 1024 + j}: missing or empty {text_field!r}")
-                yield i * 1024 + j, rec
-        return
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}:{lineno}: invalid JSON ({exc.msg}); one JSON object per line") from exc
-            if not isinstance(rec, dict):
-                raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-            if not isinstance(rec.get(text_field), str) or not rec[text_field].strip():
-                raise InputError(f"{path}:{lineno}: missing or empty {text_field!r}")
-            yield lineno, rec
+def iter_prompt_records(path: Path, text_field: str, *,
+                        what: str = "prompts file") -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line, record)`` pairs whose ``text_field`` is a non-empty string (:func:`fabrika.inputs.iter_records`)."""
+    hint = f"one object with a {text_field!r} string per record"
+    for n, rec in iter_records(path, what=what, hint=hint):
+        if not isinstance(rec.get(text_field), str) or not rec[text_field].strip():
+            raise InputError(f"{where(path, n)}: missing or empty {text_field!r}")
+        yield n, rec
 
 
 @register_stage

@@ -25,6 +25,7 @@ from fabrika.filters.text import norm_tokens
 from fabrika.generators.generic import iter_prompt_records
 from fabrika.generators.instruct import prompts
 from fabrika.generators.instruct.parsing import check_russian, is_failure, parse_constraint_list
+from fabrika.inputs import where
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import Constraint, stable_id, to_row
 
@@ -52,19 +53,17 @@ class ExpandConfig(StageConfig):
 
 def load_seed_file(path: Path) -> list[Constraint]:
     """User seeds from jsonl/parquet (``text`` + optional ``id``); :class:`InputError` names path and line."""
-    if not path.is_file():
-        raise InputError(f"{path}: seed file not found; give a jsonl/parquet file with a 'text' field per record")
     out = []
     seen: dict[str, int] = {}
-    for lineno, rec in iter_prompt_records(path, "text"):
+    for lineno, rec in iter_prompt_records(path, "text", what="seed file"):
         rid = rec.get("id")
         if rid is not None and not isinstance(rid, (str, int)):
-            raise InputError(f"{path}:{lineno}: 'id' must be a string or integer, got {type(rid).__name__}")
+            raise InputError(f"{where(path, lineno)}: 'id' must be a string or integer, got {type(rid).__name__}")
         text = rec["text"].strip()
         cid = str(rid) if rid is not None else stable_id(text, prefix="seed-")
         if cid in seen:
-            raise InputError(f"{path}:{lineno}: seed id {cid!r} repeats line {seen[cid]}; give each seed a unique "
-                             "id (or drop the duplicate)")
+            raise InputError(f"{where(path, lineno)}: seed id {cid!r} repeats line {seen[cid]}; give each seed "
+                             "a unique id (or drop the duplicate)")
         seen[cid] = lineno
         out.append(Constraint(id=cid, text=text, source="user", parent_id=None))
     return out

@@ -52,7 +52,7 @@ class QueriesConfig(StageConfig):
 def load_pool(path: Path) -> list[tuple[str, str]]:
     """``(id, text)`` pairs; :class:`InputError` names path and line of a bad record."""
     pool = [(str(rec.get("id") or stable_id(rec["text"], prefix="q-")), rec["text"].strip())
-            for _, rec in iter_prompt_records(path, "text")]
+            for _, rec in iter_prompt_records(path, "text", what="query pool")]
     if not pool:
         raise InputError(f"{path}: query pool is empty; give at least one {{'text': ...}} record")
     return pool
