@@ -12,16 +12,15 @@ and ``decontam_benchmark`` (name of the benchmark of that item, null when 0).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
-import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import InputError
 from fabrika.filters.text import norm_tokens, row_text
+from fabrika.inputs import iter_records, where
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 
 SCORE_COLUMNS = ("decontam_max_overlap", "decontam_benchmark")
@@ -44,24 +43,12 @@ def _ngrams(tokens: list[str], n: int) -> set[tuple[str, ...]]:
 def load_benchmark_texts(source: BenchmarkSource) -> list[str]:
     """Texts of one benchmark file; :class:`InputError` names the file and field when they are wrong."""
     path = Path(source.path)
-    if not path.is_file():
-        raise InputError(f"benchmark file {str(path)!r} does not exist; fix `benchmarks[].path`")
-    if path.suffix == ".parquet":
-        frame = pl.read_parquet(path)
-        if source.field not in frame.columns:
-            raise InputError(f"{path}: no column {source.field!r} (columns: {frame.columns}); fix `benchmarks[].field`")
-        return [str(v) for v in frame[source.field].to_list() if v is not None]
     texts = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
-            if source.field not in item:
-                raise InputError(f"{path}:{lineno}: no key {source.field!r}; fix `benchmarks[].field`")
+    hint = "fix `benchmarks[].path` / `benchmarks[].field`"
+    for n, item in iter_records(path, what="benchmark file", hint=hint, columns=[source.field]):
+        if source.field not in item:
+            raise InputError(f"{where(path, n)}: no key {source.field!r}; fix `benchmarks[].field`")
+        if item[source.field] is not None:
             texts.append(str(item[source.field]))
     return texts
 

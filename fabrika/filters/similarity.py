@@ -31,7 +31,6 @@ every offline backend on the calibration pairs and prints lo/hi/accuracy.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import re
 from collections import Counter
@@ -44,6 +43,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fabrika.errors import ConfigError, InputError
+from fabrika.inputs import DATA_DIR, iter_records, where
 
 if TYPE_CHECKING:
     from fabrika.embeddings import Embedder
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 BackendName = Literal["e5", "sentence_transformers", "tfidf", "llm_judge"]
 
-CALIBRATION_FILE = Path(__file__).resolve().parent.parent / "data" / "instruct" / "similarity_calibration_ru.jsonl"
+CALIBRATION_FILE = DATA_DIR / "instruct" / "similarity_calibration_ru.jsonl"
 
 #: (lo, hi) raw-score anchors measured on the calibration pairs (see module docstring).
 #: Re-measure with ``python -m fabrika.filters.similarity`` after changing a model.
@@ -270,15 +270,11 @@ def build_similarity(config: SimilarityConfig, llm: "LLMClient | None" = None) -
 def load_calibration_pairs(path: Path = CALIBRATION_FILE) -> list[tuple[str, str, bool]]:
     """``(a, b, related)`` triples from a jsonl file (InputError names the line on a bad record)."""
     out: list[tuple[str, str, bool]] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                out.append((str(rec["a"]), str(rec["b"]), bool(rec["related"])))
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise InputError(f"{path}:{lineno}: calibration pair must be JSON with a, b, related ({exc})") from exc
+    for n, rec in iter_records(path, what="calibration file"):
+        try:
+            out.append((str(rec["a"]), str(rec["b"]), bool(rec["related"])))
+        except KeyError as exc:
+            raise InputError(f"{where(path, n)}: calibration pair must have a, b, related (missing {exc})") from exc
     return out
 
 

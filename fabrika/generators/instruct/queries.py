@@ -18,11 +18,12 @@ from pydantic import Field
 
 from fabrika.errors import InputError
 from fabrika.generators.generic import iter_prompt_records
+from fabrika.inputs import DATA_DIR
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id
 from fabrika.schemas.rows import dumps
 
-DEFAULT_POOL = Path(__file__).resolve().parents[2] / "data" / "instruct" / "queries_ru.jsonl"
+DEFAULT_POOL = DATA_DIR / "instruct" / "queries_ru.jsonl"
 
 #: Score columns copied from the constraint row to every prompt (and on to responses and samples).
 CARRIED_SCORES = ("n_unique_functions", "n_unique_cases", "max_function_accuracy", "function_accuracies",
