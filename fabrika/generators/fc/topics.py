@@ -23,6 +23,7 @@ from fabrika.errors import ConfigError, InputError
 from fabrika.generators.fc import topics_prompts as prompts
 from fabrika.generators.fc.topics_text import NearDuplicateIndex, keyword_tokens, language_ok
 from fabrika.generators.parsing import extract_json, is_failure
+from fabrika.inputs import iter_records, resolve_data_path, where
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
@@ -76,43 +77,19 @@ class TopicsConfig(StageConfig):
         return v
 
 
-def resolve_data_path(path: str, base_dir: Path | None = None) -> Path:
-    """``package://x`` → ``fabrika/data/x``; relative paths against ``base_dir``."""
-    if path.startswith("package://"):
-        return Path(__file__).resolve().parents[2] / "data" / path.removeprefix("package://")
-    p = Path(path)
-    if not p.is_absolute() and base_dir is not None:
-        p = base_dir / p
-    return p
-
-
 def read_corpus(files: list[CorpusFile], base_dir: Path | None) -> Iterator[dict[str, str]]:
     """Yield ``{"text", "lang"}``; a missing file or a bad line is an :class:`InputError` naming it."""
     for spec in files:
         path = resolve_data_path(spec.path, base_dir)
-        if not path.exists():
-            raise InputError(f"corpus file not found: {path}")
-        if path.suffix == ".parquet":
-            import polars as pl
-
-            cols = [spec.text_field] + ([spec.lang_field] if spec.lang_field else [])
-            for rec in pl.read_parquet(path, columns=cols).iter_rows(named=True):
-                yield _corpus_record(rec, spec, path, 0)
-            continue
-        with open(path, encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
-                yield _corpus_record(rec, spec, path, lineno)
+        cols = [spec.text_field] + ([spec.lang_field] if spec.lang_field else [])
+        hint = "fix `corpus[].path` or its `text_field`/`lang_field`"
+        for n, rec in iter_records(path, what="corpus file", hint=hint, columns=cols):
+            yield _corpus_record(rec, spec, where(path, n))
 
 
-def _corpus_record(rec: Any, spec: CorpusFile, path: Path, lineno: int) -> dict[str, str]:
-    if not isinstance(rec, dict) or not isinstance(rec.get(spec.text_field), str):
-        raise InputError(f"{path}:{lineno}: expected an object with a string field {spec.text_field!r}")
+def _corpus_record(rec: dict[str, Any], spec: CorpusFile, at: str) -> dict[str, str]:
+    if not isinstance(rec.get(spec.text_field), str):
+        raise InputError(f"{at}: expected an object with a string field {spec.text_field!r}; fix `corpus[].text_field`")
     text = rec[spec.text_field]
     lang = rec.get(spec.lang_field) if spec.lang_field else None
     if lang is None:
