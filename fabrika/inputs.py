@@ -53,8 +53,8 @@ def iter_records(path: str | Path, *, what: str, hint: str = "",
     ``n`` is the 1-based line number (blank lines are skipped but counted) or the
     1-based parquet row. ``what`` names the file in messages ("seed file");
     ``hint`` says how to fix it ("fix `benchmarks[].path`"). ``columns`` are
-    required parquet columns (the only ones read); JSON lines keep every key and
-    the caller checks its fields, worded with :func:`where`.
+    required parquet columns (the only ones read); JSON lines, whose keys vary by
+    line, keep every key and the caller checks its fields, worded with :func:`where`.
     """
     path = Path(path)
     fix = f"; {hint}" if hint else ""
