@@ -13,8 +13,9 @@ import json
 import os
 import re
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
 
 import polars as pl
 
@@ -47,13 +48,15 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary sibling, fsync and ``os.replace``."""
+@contextmanager
+def atomic_file(path: Path, suffix: str = "") -> Iterator[BinaryIO]:
+    """A binary handle on a temporary sibling of ``path``; on success it is fsynced and
+    ``os.replace``-d into place (and the directory fsynced), on failure it is deleted."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=suffix, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -61,6 +64,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary sibling, fsync and ``os.replace``."""
+    with atomic_file(path) as fh:
+        fh.write(data)
 
 
 def atomic_write_json(path: Path, value: Any) -> None:
@@ -117,17 +126,8 @@ def write_shard(directory: Path, rows: list[dict[str, Any]], seq: int | None = N
     seq = next_seq(directory) if seq is None else seq
     digest = stable_id(frame["id"].to_list())[:8]
     path = directory / f"part-{seq:06d}-{digest}.parquet"
-    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".parquet", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            frame.write_parquet(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(directory)
+    with atomic_file(path, suffix=".parquet") as fh:
+        frame.write_parquet(fh)
     return path
 
 
