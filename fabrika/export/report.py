@@ -57,6 +57,18 @@ def _barh(ax: Any, labels: list[str], values: list[float], title: str, color: st
         ax.text(v, i, f" {v:g}", va="center", fontsize=7)
 
 
+def _barh_pair(ax: Any, labels: list[str], series: tuple[tuple[str, list[float], str], tuple[str, list[float], str]],
+               title: str, stacked: bool) -> None:
+    """Two ``(label, values, color)`` bar series per row: the second on top of (stacked) or over the first."""
+    (name1, first, color1), (name2, second, color2) = series
+    ax.barh(range(len(labels)), first, color=color1, label=name1)
+    ax.barh(range(len(labels)), second, left=first if stacked else None, color=color2, label=name2)
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+
+
 def chart_funnel(funnel: dict[str, Any], stages: dict[str, Any], path: Path) -> None:
     plt = _plt()
     gated = {**(funnel.get("upstream_gates") or {}), **(funnel.get("gates") or {})}  # pipeline order: upstream first
@@ -67,12 +79,7 @@ def chart_funnel(funnel: dict[str, Any], stages: dict[str, Any], path: Path) -> 
     if names:
         ok = [stages[n].get("ok", 0) for n in names]
         rej = [sum((stages[n].get("rejected") or {}).values()) for n in names]
-        a.barh(range(len(names)), ok, color="#4c9a5b", label="ok")
-        a.barh(range(len(names)), rej, left=ok, color="#c0504d", label="rejected")
-        a.set_yticks(range(len(names)), names, fontsize=8)
-        a.invert_yaxis()
-        a.legend(fontsize=8)
-        a.set_title("Rows per stage")
+        _barh_pair(a, names, (("ok", ok, "#4c9a5b"), ("rejected", rej, "#c0504d")), "Rows per stage", stacked=True)
     else:
         _empty(a, "stages")
     labels, values = [], []
@@ -189,20 +196,12 @@ def chart_accounting(rows: list[dict[str, Any]], path: Path) -> None:
     if rows:
         req = [r.get("requests", 0) for r in rows]
         hits = [r.get("cache_hits", 0) for r in rows]
-        a.barh(range(len(rows)), req, color="#3b6ea8", label="requests")
-        a.barh(range(len(rows)), hits, color="#e0a030", label="cache hits")
-        a.set_yticks(range(len(rows)), labels, fontsize=8)
-        a.invert_yaxis()
-        a.legend(fontsize=8)
-        a.set_title("LLM requests")
+        _barh_pair(a, labels, (("requests", req, "#3b6ea8"), ("cache hits", hits, "#e0a030")), "LLM requests",
+                   stacked=False)  # hits are a part of requests: drawn over them
         pt = [r.get("prompt_tokens", 0) for r in rows]
         ct = [r.get("completion_tokens", 0) for r in rows]
-        b.barh(range(len(rows)), pt, color="#7b5ea7", label="prompt tokens")
-        b.barh(range(len(rows)), ct, left=pt, color="#c0504d", label="completion tokens")
-        b.set_yticks(range(len(rows)), labels, fontsize=8)
-        b.invert_yaxis()
-        b.legend(fontsize=8)
-        b.set_title("Tokens (real calls only)")
+        _barh_pair(b, labels, (("prompt tokens", pt, "#7b5ea7"), ("completion tokens", ct, "#c0504d")),
+                   "Tokens (real calls only)", stacked=True)
     else:
         _empty(a, "LLM requests")
         _empty(b, "tokens")
