@@ -7,15 +7,15 @@ read and edited without touching code. Tags name the role for accounting and ``s
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import jinja2
 import yaml
 
+from fabrika.inputs import DATA_DIR
 from fabrika.llm.types import ChatRequest
 
-PROMPTS_FILE = Path(__file__).resolve().parents[2] / "data" / "instruct" / "prompts_ru.yaml"
+PROMPTS_FILE = DATA_DIR / "instruct" / "prompts_ru.yaml"
 
 TAG_EXPAND = "if.expand"
 TAG_VERIFIERS = "if.verifiers"
