@@ -94,6 +94,9 @@ def bwrap_command(worker_args: list[str]) -> list[str]:
             cmd += ["--symlink", os.readlink(host), str(host)]
         elif host.is_dir():
             cmd += ["--ro-bind", str(host), str(host)]
+    # The private /tmp comes BEFORE the interpreter binds: a venv or checkout that lives
+    # under /tmp (a CI clone, a pytest tmp dir) must stay visible above the tmpfs.
+    cmd += ["--size", str(SCRATCH_TMPFS_BYTES), "--perms", "1777", "--tmpfs", "/tmp"]
     made: set[str] = set()
     for root in _mount_roots():
         # bwrap creates missing parents with the host's modes (e.g. /root 0700), which
@@ -105,8 +108,7 @@ def bwrap_command(worker_args: list[str]) -> list[str]:
                 made.add(parent)
         cmd += ["--ro-bind", root, root]
     cmd += ["--ro-bind", str(WORKER_SCRIPT), SANDBOX_WORKER_PATH,
-            "--proc", "/proc", "--dev", "/dev",
-            "--size", str(SCRATCH_TMPFS_BYTES), "--perms", "1777", "--tmpfs", "/tmp", "--chdir", "/tmp"]
+            "--proc", "/proc", "--dev", "/dev", "--chdir", "/tmp"]
     for key, value in WORKER_ENV.items():
         cmd += ["--setenv", key, value]
     return [*cmd, "--", sys.executable, *worker_args]

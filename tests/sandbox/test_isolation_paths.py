@@ -1,0 +1,30 @@
+"""The sandbox works when the interpreter or checkout lives under /tmp (CI clones, pytest tmp dirs)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fabrika.sandbox import isolation
+
+
+def test_private_tmp_is_mounted_before_the_interpreter_binds(monkeypatch):
+    monkeypatch.setattr(isolation, "_mount_roots", lambda: ["/tmp/ci-clone/.venv", "/opt/py"])
+    cmd = isolation.bwrap_command(["-c", "pass"]) if isolation.shutil.which("bwrap") else pytest.skip("no bwrap")
+    tmpfs = cmd.index("--tmpfs")
+    venv_bind = [i for i, a in enumerate(cmd) if a == "/tmp/ci-clone/.venv"][0]
+    assert tmpfs < venv_bind, "a /tmp bind placed before the tmpfs would be hidden by it"
+
+
+@pytest.mark.skipif(isolation.bwrap_probe() is not None, reason="bubblewrap cannot run here")
+def test_a_directory_under_tmp_stays_visible_inside_the_sandbox(tmp_path, monkeypatch):
+    assert str(tmp_path).startswith("/tmp/")
+    (tmp_path / "marker.txt").write_text("visible", encoding="utf-8")
+    real_roots = isolation._mount_roots()
+    monkeypatch.setattr(isolation, "_mount_roots", lambda: [*real_roots, str(tmp_path)])
+    code = f"print(open({str(tmp_path / 'marker.txt')!r}).read())"
+    proc = subprocess.run(isolation.bwrap_command(["-c", code]), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "visible"
