@@ -96,6 +96,10 @@ def test_fc_reward_by_target_type():
         tools=[TOOLS] * 7,
     )
     assert rewards == [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0]
+    # datasets store tools and ground truth as JSON strings
+    with_default = '<tool_call>{"name": "get_weather", "arguments": {"city": "Москва", "days": 1}}</tool_call>'
+    assert fc_reward([None], [with_default], [json.dumps(gt)], ["tool_call"], tools=[json.dumps(TOOLS)]) == [1.0]
+    assert fc_reward([None], [with_default], [json.dumps(gt)], ["tool_call"]) == [0.0]
 
 
 def test_no_torch_import():

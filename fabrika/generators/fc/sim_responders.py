@@ -29,7 +29,7 @@ _TRANSLIT = dict(zip("абвгдеёжзийклмнопрстуфхцчшщъы
                      "a b v g d e e zh z i y k l m n o p r s t u f h ts ch sh sch _ y _ e yu ya".split()))
 VERBS = {"ru": ["найти", "создать", "проверить", "отменить", "забронировать", "показать"],
          "en": ["find", "create", "check", "cancel", "book", "show"]}
-VERBS_EN = ["find", "create", "check", "cancel", "book", "show"]
+VERBS_EN = VERBS["en"]  # tool names are English in both languages
 # (name, ru description, en description, type, ru values, en values)
 PARAMS = [
     ("city", "город", "city", "string", ["Москва", "Казань", "Тверь"], ["London", "Boston", "Leeds"]),
