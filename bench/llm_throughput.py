@@ -35,7 +35,7 @@ from typing import Any, Awaitable, Callable
 import psutil
 
 import fabrika.llm  # noqa: F401 - imported up front so import time is not billed to the first cell
-import openai  # noqa: F401
+import openai
 
 REFERENCE_RPS = 430.0
 
@@ -85,8 +85,6 @@ async def run_raw_aiohttp(base_url: str, concurrency: int, payloads: list[dict[s
 
 
 async def run_openai(base_url: str, concurrency: int, payloads: list[dict[str, Any]], aio: bool) -> int:
-    import openai
-
     kwargs: dict[str, Any] = {"http_client": openai.DefaultAioHttpClient()} if aio else {}
     client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0, **kwargs)
 

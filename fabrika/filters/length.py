@@ -72,7 +72,6 @@ class LengthScorer(Stage):
     annotates: ClassVar[bool] = True
 
     async def process(self, row: Row) -> list[Row]:
-        cfg: LengthConfig = self.config  # type: ignore[assignment]
         return [ok(**score_lengths([row], self._counter())[0])]
 
     def _counter(self) -> TokenCounter:

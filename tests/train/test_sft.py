@@ -91,7 +91,7 @@ def test_wrong_format_fails_before_training(tmp_path: Path, tiny_model: Path) ->
         build_sft_trainer(_config(tmp_path, tiny_model, tmp_path / "missing"))
 
 
-QWEN3 = Path("/work/shared/chat_templates/qwen3.jinja")
+QWEN3 = Path(__file__).resolve().parents[2] / "fabrika" / "export" / "templates" / "qwen3.jinja"  # packaged copy of shared/chat_templates/qwen3.jinja
 
 
 @pytest.mark.skipif(not QWEN3.is_file(), reason="reference Qwen3 template not present")
@@ -100,8 +100,7 @@ def test_chat_template_from_file_qwen3(tmp_path: Path, tiny_model: Path, sft_exp
     trainer = build_sft_trainer(_config(tmp_path, tiny_model, sft_export, chat_template_path=str(QWEN3)))
     tok = trainer.processing_class
     assert tok.chat_template == QWEN3.read_text()
-    source = Dataset.load_from_disk(str(sft_export))
-    row, src = trainer.train_dataset[0], source[0]  # the tool-call row
+    row = trainer.train_dataset[0]  # the tool-call row
     trained = tok.decode([t for t, lab in zip(row["input_ids"], row["labels"]) if lab != -100])
     assert trained == ('<think>\n\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Москва"}}'
                        "\n</tool_call><|im_end|>\n")

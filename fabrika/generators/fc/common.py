@@ -9,8 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from pydantic import ValidationError
 
@@ -46,14 +45,6 @@ def language_ok(text: str, lang: str, min_share: float = 0.6) -> bool:
     return True
 
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"
-
-
-def resolve_data_path(path: str, resolve: Callable[[str], Path] | None = None) -> Path:
-    """'package://fc/x.jsonl' → inside fabrika/data; other paths via ``resolve`` (the config's base dir)."""
-    if path.startswith("package://"):
-        return DATA_DIR.joinpath(*path[len("package://"):].split("/"))
-    return resolve(path) if resolve is not None else Path(path)
 
 
 def response_error(resp: ChatResponse) -> str | None:

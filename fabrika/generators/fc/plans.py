@@ -21,7 +21,8 @@ from pydantic import Field, ValidationError
 
 from fabrika.agents.prompts import prompt_text
 from fabrika.errors import InputError
-from fabrika.generators.fc.common import resolve_data_path, response_error
+from fabrika.generators.fc.common import response_error
+from fabrika.inputs import resolve_data_path
 from fabrika.generators.fc.plan_checks import check_plan, parse_steps
 from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.types import ChatRequest

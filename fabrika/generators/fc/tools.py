@@ -22,7 +22,8 @@ from pydantic import Field
 
 from fabrika.agents.prompts import prompt_text
 from fabrika.errors import InputError
-from fabrika.generators.fc.common import parse_tool, resolve_data_path, response_error, signature
+from fabrika.generators.fc.common import parse_tool, response_error, signature
+from fabrika.inputs import iter_records, resolve_data_path, where
 from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
@@ -60,15 +61,10 @@ class ToolsStage(Stage):
         if cfg.input is not None or cfg.topics_file is None:
             yield from super().input_rows()
             return
-        path = cfg.topics_file
-        try:
-            text = resolve_data_path(path, getattr(self.ctx.pipeline, "resolve_path", None)).read_text("utf-8")
-            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError(f"fc.tools.topics_file {path!r} cannot be read: {exc}; give a jsonl of topic rows") from exc
-        for i, row in enumerate(rows):
-            if not isinstance(row, dict) or not row.get("topic"):
-                raise InputError(f"fc.tools.topics_file {path!r} line {i + 1}: each row needs a 'topic'")
+        path = resolve_data_path(cfg.topics_file, getattr(self.ctx.pipeline, "resolve_path", None))
+        for n, row in iter_records(path, what="fc.tools.topics_file", hint="give a jsonl of topic rows"):
+            if not row.get("topic"):
+                raise InputError(f"{where(path, n)}: each topic row needs a 'topic'")
             row.setdefault("id", stable_id(row["topic"], row.get("lang", "ru"), prefix="topic-"))
             yield row
 
