@@ -119,12 +119,33 @@ def _loc(prefix: str, loc: tuple[Any, ...]) -> str:
     return out
 
 
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model that owns the last key of ``loc`` (for 'allowed keys' messages)."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part) if isinstance(current, type) and issubclass(current, BaseModel) else None
+        if field is None:
+            return None
+        candidates = [field.annotation, *typing.get_args(field.annotation)]
+        nxt = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if nxt is None:  # list[Model] / dict[str, Model]
+            inner = [a for c in candidates for a in typing.get_args(c)]
+            nxt = next((c for c in inner if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if nxt is None:
+            return None
+        current = nxt
+    return current
+
+
 def _pydantic_issues(exc: ValidationError, prefix: str, model: type[BaseModel], file: str) -> list[Issue]:
     issues = []
     for err in exc.errors():
         path = _loc(prefix, tuple(err["loc"]))
         if err["type"] == "extra_forbidden":
-            msg = f"unknown key; allowed: {', '.join(model.model_fields)}"
+            owner = _model_at(model, tuple(err["loc"]))
+            msg = f"unknown key; allowed: {', '.join(owner.model_fields)}" if owner else "unknown key"
         elif err["type"] == "missing":
             msg = "required key is missing"
         else:

@@ -56,6 +56,14 @@ class ToolsStage(Stage):
     kind: ClassVar[str] = "fc.tools"
     Config: ClassVar[type[StageConfig]] = ToolsConfig
 
+    @classmethod
+    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+        assert isinstance(config, ToolsConfig)
+        if config.input is not None or config.topics_file is None:
+            return []
+        path = resolve_data_path(config.topics_file, getattr(pipeline, "resolve_path", None))
+        return [] if path.is_file() else [("topics_file", f"topics file not found: {path}")]
+
     def input_rows(self) -> Iterator[Row]:
         cfg: ToolsConfig = self.config  # type: ignore[assignment]
         if cfg.input is not None or cfg.topics_file is None:

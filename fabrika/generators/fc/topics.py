@@ -106,6 +106,20 @@ class TopicsStage(Stage):
     global_stage: ClassVar[bool] = True
     config: TopicsConfig
 
+    @classmethod
+    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+        assert isinstance(config, TopicsConfig)
+        base = getattr(pipeline, "base_dir", None)
+        problems = []
+        for i, spec in enumerate(config.corpus):
+            path = resolve_data_path(spec.path, Path(base) if base else None)
+            if not path.is_file():
+                problems.append((f"corpus[{i}].path", f"corpus file not found: {path}"))
+        for lang in config.languages:
+            if lang not in config.target_size:
+                problems.append(("target_size", f"no target size for language {lang!r}; add target_size.{lang}"))
+        return problems
+
     def input_rows(self) -> Iterator[Row]:
         base = getattr(self.ctx.pipeline, "base_dir", None)
         yield from read_corpus(self.config.corpus, Path(base) if base else None)
