@@ -12,7 +12,6 @@ from fabrika.pipeline.context import item_rng
 from fabrika.pipeline.gates import gate_lazy
 from fabrika.pipeline.llm_wrap import StageLLM
 from fabrika.pipeline.stage import Row, StageConfig
-from fabrika.store.shards import iter_frame_rows
 
 if TYPE_CHECKING:
     from fabrika.pipeline.runner import StageStats, _Run
@@ -31,28 +30,27 @@ class RunContext:
         self.pipeline = run.config
         self.backend_name = run.backend_name
 
-    def _scan(self, stage_name: str, gated: bool) -> pl.LazyFrame | None:
+    def _annotators(self, stage_name: str) -> list[str]:
+        """Annotating stages of ``stage_name`` that run before this stage (their scores are final)."""
         order = self._run.order
         before = order[: order.index(self._stage)] if self._stage in order else order
-        annotators = [a for a in self._run.annotators.get(stage_name, []) if a in before]
-        lf = self._run.store.scan(stage_name, annotators)
-        if lf is not None and gated:
-            lf = gate_lazy(lf, self._run.config.filters)
-        return lf
+        return [a for a in self._run.annotators.get(stage_name, []) if a in before]
+
+    def _where(self, gated: bool) -> Callable[[pl.LazyFrame], pl.LazyFrame] | None:
+        filters = self._run.config.filters
+        return (lambda lf: gate_lazy(lf, filters)) if gated else None
 
     def iter_rows(self, stage_name: str, *, gated: bool = True, columns: list[str] | None = None) -> Iterator[Row]:
-        """Rows of an upstream stage, streamed, with the annotations that ran before this stage joined."""
-        lf = self._scan(stage_name, gated)
-        if lf is None:
-            return
-        if columns:
-            lf = lf.select(columns)
-        yield from iter_frame_rows(lf)
+        """Rows of an upstream stage with the annotations that ran before this stage joined,
+        streamed a bounded group of shards at a time (:meth:`RunStore.iter_frames`)."""
+        frames = self._run.store.iter_frames(stage_name, self._annotators(stage_name),
+                                             where=self._where(gated), columns=columns)
+        for frame in frames:
+            yield from frame.iter_rows(named=True)
 
     def count_rows(self, stage_name: str, gated: bool = True) -> int:
-        """How many rows :meth:`iter_rows` would yield (one aggregate pass; for progress totals)."""
-        lf = self._scan(stage_name, gated)
-        return 0 if lf is None else int(lf.select(pl.len()).collect().item())
+        """How many rows :meth:`iter_rows` would yield (narrow columns only; for progress totals)."""
+        return self._run.store.count_rows(stage_name, self._annotators(stage_name), self._where(gated))
 
     def rng(self, *parts: Any) -> random.Random:
         return item_rng(self.seed, self._stage, *parts)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import polars as pl
 
@@ -28,6 +28,9 @@ from fabrika.store import shards
 
 MANIFEST = "manifest.json"
 JOIN_DROP = ("input_id", "llm_backend")
+#: One read of :meth:`RunStore.iter_frames` holds at most about this many rows / uncompressed bytes.
+READ_ROWS = 16_384
+READ_BYTES = 16 << 20
 
 
 def annotation_column(column: str, scorer: str) -> str:
@@ -78,12 +81,10 @@ class RunStore:
         """The stage's own rows, lazily; ``None`` when nothing is written yet."""
         return shards.scan_files(self.shards(stage))
 
-    def scan(self, stage: str, annotators: Sequence[str] = ()) -> pl.LazyFrame | None:
-        """The stage's rows with every annotating stage in ``annotators`` left-joined on ``id``."""
-        lf = self.scan_raw(stage)
-        if lf is None:
-            return None
-        taken = set(lf.collect_schema().names())
+    def _annotations(self, stage_names: Sequence[str], annotators: Sequence[str]) -> list[pl.LazyFrame]:
+        """Each present annotating stage's table, ready to left-join on ``id`` (see module docs for naming)."""
+        taken = set(stage_names)
+        out = []
         for scorer in annotators:
             ann = self.scan_raw(scorer)
             if ann is None:
@@ -98,10 +99,69 @@ class RunStore:
                     continue
                 if col in ("status", "reason") or col in taken:
                     renames[col] = annotation_column(col, scorer)
-            ann = ann.select(keep).rename(renames)
             taken.update(renames.get(c, c) for c in keep)
+            out.append(ann.select(keep).rename(renames))
+        return out
+
+    def scan(self, stage: str, annotators: Sequence[str] = ()) -> pl.LazyFrame | None:
+        """The stage's rows with every annotating stage in ``annotators`` left-joined on ``id``.
+
+        One lazy query over the whole table: fine for aggregates and narrow columns;
+        to go through the rows use :meth:`iter_frames` (bounded memory).
+        """
+        lf = self.scan_raw(stage)
+        if lf is None:
+            return None
+        for ann in self._annotations(lf.collect_schema().names(), annotators):
             lf = lf.join(ann, on="id", how="left", maintain_order="left")
         return lf
+
+    def iter_frames(
+        self,
+        stage: str,
+        annotators: Sequence[str] = (),
+        *,
+        where: Callable[[pl.LazyFrame], pl.LazyFrame] | None = None,
+        columns: Sequence[str] | None = None,
+        max_rows: int = READ_ROWS,
+        max_bytes: int = READ_BYTES,
+    ) -> Iterator[pl.DataFrame]:
+        """The rows of :meth:`scan`, a group of shards at a time (DESIGN contract 6: memory stays flat).
+
+        Shards are read in sequence order (rows in shard order), grouped up to ``max_rows`` rows / ``max_bytes``
+        uncompressed bytes; each group is conformed to the whole table's schema, so
+        ``where`` (e.g. :func:`fabrika.pipeline.gates.gate_lazy`, whose predicates depend
+        on which columns exist) sees the same columns as on :meth:`scan`. Annotations are
+        joined per group, reading only the annotation rows whose ``id`` is in the group
+        (one pass over the narrow annotation tables per group). ``columns`` selects after
+        ``where``. Empty groups are skipped.
+        """
+        files = self.shards(stage)
+        if not files:
+            return
+        schema = shards.scan_files(files).collect_schema()  # type: ignore[union-attr]
+        anns = self._annotations(schema.names(), annotators)
+        for group in shards.group_files(files, max_rows, max_bytes):
+            parts = [shards.conform(pl.scan_parquet(f), schema) for f in group]
+            lf = parts[0] if len(parts) == 1 else pl.concat(parts)  # in shard order, whatever the grouping
+            if anns:
+                ids = pl.concat([pl.scan_parquet(f).select("id") for f in group]).collect()["id"].implode()
+                for ann in anns:
+                    lf = lf.join(ann.filter(pl.col("id").is_in(ids)), on="id", how="left", maintain_order="left")
+            if where is not None:
+                lf = where(lf)
+            if columns:
+                lf = lf.select(list(columns))
+            frame = lf.collect()
+            if frame.height:
+                yield frame
+
+    def count_rows(self, stage: str, annotators: Sequence[str] = (),
+                   where: Callable[[pl.LazyFrame], pl.LazyFrame] | None = None) -> int:
+        """How many rows :meth:`iter_frames` yields; from shard footers when nothing filters or joins."""
+        if where is None and not annotators:
+            return sum(shards.shard_size(f)[0] for f in self.shards(stage))
+        return sum(f.height for f in self.iter_frames(stage, annotators, where=where, columns=["id"]))
 
     def done_input_ids(self, stage: str) -> set[str]:
         """Input ids already processed by ``stage`` (reads only the ``input_id`` column)."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator
 
 import polars as pl
+import pyarrow.parquet as pq
 
 from fabrika.errors import StoreError
 from fabrika.schemas.ids import stable_id
@@ -182,7 +183,53 @@ def file_schema(path: Path) -> tuple[tuple[str, str], ...]:
     return cached
 
 
+_SIZES: dict[tuple[str, int, int], tuple[int, int]] = {}
+
+
+def shard_size(path: Path) -> tuple[int, int]:
+    """``(rows, uncompressed bytes)`` of a shard from its footer (cached like :func:`file_schema`)."""
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    cached = _SIZES.get(key)
+    if cached is None:
+        meta = pq.read_metadata(path)
+        cached = (meta.num_rows, sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)))
+        if len(_SIZES) > 100_000:
+            _SIZES.clear()
+        _SIZES[key] = cached
+    return cached
+
+
+def group_files(files: Iterable[Path], max_rows: int, max_bytes: int) -> Iterator[list[Path]]:
+    """Consecutive shards in groups of at most ``max_rows`` rows and ``max_bytes`` (uncompressed)
+    bytes — a group is one read's memory; a shard larger than that is a group of its own."""
+    group: list[Path] = []
+    rows = size = 0
+    for f in files:
+        r, b = shard_size(f)
+        if group and (rows + r > max_rows or size + b > max_bytes):
+            yield group
+            group, rows, size = [], 0, 0
+        group.append(f)
+        rows += r
+        size += b
+    if group:
+        yield group
+
+
+def conform(lf: pl.LazyFrame, schema: pl.Schema) -> pl.LazyFrame:
+    """``lf`` with exactly ``schema``'s columns, types and order (absent columns as typed nulls):
+    a group of shards then reads like the same rows of the whole table's diagonal scan."""
+    have = set(lf.collect_schema().names())
+    return lf.select([pl.col(c).cast(t) if c in have else pl.lit(None, dtype=t).alias(c) for c, t in schema.items()])
+
+
 def iter_frame_rows(lf: pl.LazyFrame, batch_size: int = 1024) -> Iterator[dict[str, Any]]:
-    """Stream a lazy frame as dicts, one batch in memory at a time."""
+    """Rows of a lazy frame as dicts.
+
+    NOTE: polars ``collect_batches`` runs the whole query ahead of the consumer and
+    buffers every batch, so this holds the full result; stage tables are read with
+    :meth:`fabrika.store.run.RunStore.iter_frames`, which is bounded.
+    """
     for batch in lf.collect_batches(chunk_size=batch_size):
         yield from batch.iter_rows(named=True)

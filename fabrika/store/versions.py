@@ -36,14 +36,18 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import polars as pl
+import pyarrow.parquet as pq
 
 from fabrika.errors import StoreError
 from fabrika.schemas.ids import stable_id
 from fabrika.pipeline import gates, registry
 from fabrika.store.run import JOIN_DROP, RunStore, annotation_column
+from fabrika.store import shards
 from fabrika.store.shards import atomic_write_json, fsync_dir, scan_files
 
 VERSION_NAME = re.compile(r"^[\w.-]+$")
+#: Kept rows above this estimate (uncompressed bytes) are sorted externally (bounded memory: about this much per step).
+MATERIALISE_BYTES = 64 << 20
 
 
 @dataclass
@@ -179,6 +183,62 @@ def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
         os.fsync(fh.fileno())
 
 
+def _row_bytes(store: RunStore, stage: str, annotators: list[str]) -> float:
+    """Uncompressed bytes per row of the joined table, from shard footers (an estimate of memory per row)."""
+    rows = sum(shards.shard_size(f)[0] for f in store.shards(stage))
+    size = sum(shards.shard_size(f)[1] for t in [stage, *annotators] for f in store.shards(t))
+    return size / max(1, rows)
+
+
+def _write_kept(store: RunStore, stage: str, annotators: list[str], lf: pl.LazyFrame, kept_ids: pl.Series,
+                path: Path, spill: Path, budget: int | None = None) -> None:
+    """Write the kept rows (``kept_ids``, sorted) of the joined stage to ``path``, sorted by id, in bounded memory.
+
+    Sorted by id, so a version's files do not depend on the order items completed in.
+    Kept rows that fit ``budget`` (estimated uncompressed bytes) are collected and
+    sorted in memory. Larger ones take an external bucket sort: the kept ids, already
+    sorted, are cut into consecutive id ranges of about ``budget`` bytes each; the
+    stage is read a bounded group of shards at a time (:meth:`RunStore.iter_frames`)
+    and each group's kept rows are spilled to ``spill`` per range; then each range is
+    read back, sorted and appended to ``path`` as one parquet row group. Memory is
+    one group plus one range, whatever the size of the stage.
+    """
+    budget = MATERIALISE_BYTES if budget is None else budget
+    per_row = _row_bytes(store, stage, annotators)
+    if len(kept_ids) * per_row <= budget:
+        _write_parquet(lf.filter(pl.col("id").is_in(kept_ids.implode())).sort("id").collect(), path)
+        return
+    step = max(1, int(budget / max(per_row, 1.0)))
+    bounds = kept_ids.gather(list(range(step, len(kept_ids), step)))
+    spill.mkdir(parents=True, exist_ok=True)
+    wanted = kept_ids.implode()
+    frames = store.iter_frames(stage, annotators, where=lambda g: g.filter(pl.col("id").is_in(wanted)),
+                               max_rows=step, max_bytes=budget)
+    for g, frame in enumerate(frames):
+        buckets = bounds.search_sorted(frame["id"], side="right")
+        for (b,), part in frame.with_columns(buckets.alias("__bucket")).partition_by("__bucket", as_dict=True).items():
+            part.drop("__bucket").write_parquet(spill / f"b{b:06d}-g{g:06d}.parquet")
+    writer: pq.ParquetWriter | None = None
+    with open(path, "wb") as fh:
+        for b in range(len(bounds) + 1):
+            files = sorted(spill.glob(f"b{b:06d}-g*.parquet"))
+            if not files:
+                continue
+            table = pl.read_parquet(files).sort("id").to_arrow(compat_level=pl.CompatLevel.oldest())
+            if writer is None:
+                writer = pq.ParquetWriter(fh, table.schema, compression="zstd")
+            writer.write_table(table)
+            for f in files:
+                f.unlink()
+        if writer is None:  # no kept row: an empty file with the table's columns
+            lf.head(0).collect().write_parquet(fh)
+        else:
+            writer.close()
+        fh.flush()
+        os.fsync(fh.fileno())
+    shutil.rmtree(spill, ignore_errors=True)
+
+
 def _shards_fingerprint(files: list[Path]) -> str:
     """Shards are immutable once renamed into place: names, sizes and mtimes identify a stage's content."""
     stats = [(f.name, st.st_size, st.st_mtime_ns) for f in files for st in (f.stat(),)]
@@ -239,10 +299,8 @@ def _build(
         dropped = pl.col(gates.DROPPED_BY).is_not_null()
         _write_parquet(decided.filter(dropped), tmp / "dropped" / f"{stage}.parquet")
         kept_ids = decided.filter(~dropped)["id"]
-        # sorted by id: a version's files do not depend on the order items completed in
-        # (collected, not sunk: the sort holds the kept rows in memory either way, and a sink is slower here)
-        kept = lf.filter(pl.col("id").is_in(kept_ids.implode())).sort("id").collect()
-        _write_parquet(kept, tmp / "data" / f"{stage}.parquet")
+        _write_kept(store, stage, store.annotators_of(stage, manifest), lf, kept_ids,
+                    tmp / "data" / f"{stage}.parquet", tmp / f".spill-{stage}")
     dumped = gates.thresholds_dump(params)
     atomic_write_json(tmp / "thresholds.json", dumped)
     atomic_write_json(tmp / "funnel.json", funnel)
