@@ -31,6 +31,8 @@ JOIN_DROP = ("input_id", "llm_backend")
 #: One read of :meth:`RunStore.iter_frames` holds at most about this many rows / uncompressed bytes.
 READ_ROWS = 16_384
 READ_BYTES = 16 << 20
+#: Annotation tables up to this size (uncompressed) are held in memory during a read.
+ANNOTATION_BYTES = 64 << 20
 
 
 def annotation_column(column: str, scorer: str) -> str:
@@ -132,8 +134,10 @@ class RunStore:
         uncompressed bytes; each group is conformed to the whole table's schema, so
         ``where`` (e.g. :func:`fabrika.pipeline.gates.gate_lazy`, whose predicates depend
         on which columns exist) sees the same columns as on :meth:`scan`. Annotations are
-        joined per group, reading only the annotation rows whose ``id`` is in the group
-        (one pass over the narrow annotation tables per group). ``columns`` selects after
+        joined per group, on the annotation rows whose ``id`` is in the group: annotation
+        tables (narrow: ids and scores) up to ``ANNOTATION_BYTES`` in all are read once and
+        kept; larger ones are scanned once per group (time, not memory, grows: about
+        rows / ``max_rows`` passes over them). ``columns`` selects after
         ``where``. Empty groups are skipped.
         """
         files = self.shards(stage)
@@ -141,8 +145,12 @@ class RunStore:
             return
         schema = shards.scan_files(files).collect_schema()  # type: ignore[union-attr]
         anns = self._annotations(schema.names(), annotators)
+        present = [a for a in annotators if self.has_rows(a)]
+        if anns and sum(shards.shard_size(f)[1] for a in present for f in self.shards(a)) <= ANNOTATION_BYTES:
+            # narrow tables that fit the budget are read once, not once per group
+            anns = [df.lazy() for df in pl.collect_all(anns)]
         for group in shards.group_files(files, max_rows, max_bytes):
-            parts = [shards.conform(pl.scan_parquet(f), schema) for f in group]
+            parts = [shards.conform(pl.scan_parquet(f), schema, shards.file_schema(f)) for f in group]
             lf = parts[0] if len(parts) == 1 else pl.concat(parts)  # in shard order, whatever the grouping
             if anns:
                 ids = pl.concat([pl.scan_parquet(f).select("id") for f in group]).collect()["id"].implode()

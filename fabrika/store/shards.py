@@ -217,10 +217,11 @@ def group_files(files: Iterable[Path], max_rows: int, max_bytes: int) -> Iterato
         yield group
 
 
-def conform(lf: pl.LazyFrame, schema: pl.Schema) -> pl.LazyFrame:
+def conform(lf: pl.LazyFrame, schema: pl.Schema, own: Iterable[tuple[str, str]] | None = None) -> pl.LazyFrame:
     """``lf`` with exactly ``schema``'s columns, types and order (absent columns as typed nulls):
-    a group of shards then reads like the same rows of the whole table's diagonal scan."""
-    have = set(lf.collect_schema().names())
+    a group of shards then reads like the same rows of the whole table's diagonal scan.
+    ``own``: ``lf``'s schema if known (:func:`file_schema`), saving a footer read."""
+    have = {c for c, _ in own} if own is not None else set(lf.collect_schema().names())
     return lf.select([pl.col(c).cast(t) if c in have else pl.lit(None, dtype=t).alias(c) for c, t in schema.items()])
 
 
