@@ -11,6 +11,11 @@ the kept rows only, and writes ``versions/<name>/``::
                               dropped_<gate> of every dataset stage; ``upstream_gates``: the same for the
                               other stages (what their consumers read, under these thresholds)
 
+Memory is bounded (DESIGN contract 6): the decision holds only ids and gate
+columns; kept rows beyond ``MATERIALISE_BYTES`` are sorted externally (spilled
+per id range, each range sorted and appended as a row group), so the data file
+is sorted by id whatever the size of the run.
+
 The version is built in a hidden temporary directory and renamed into place, so
 a crash leaves either the old version or the new one. It never builds an LLM
 engine: refiltering is pure polars. Stage counts are kept in the manifest
@@ -47,7 +52,7 @@ from fabrika.store.shards import atomic_write_json, fsync_dir, scan_files
 
 VERSION_NAME = re.compile(r"^[\w.-]+$")
 #: Kept rows above this estimate (uncompressed bytes) are sorted externally (bounded memory: about this much per step).
-MATERIALISE_BYTES = 64 << 20
+MATERIALISE_BYTES = 32 << 20
 
 
 @dataclass
