@@ -30,9 +30,11 @@ MANIFEST = "manifest.json"
 JOIN_DROP = ("input_id", "llm_backend")
 #: One read of :meth:`RunStore.iter_frames` holds at most about this many rows / uncompressed bytes.
 READ_ROWS = 16_384
-READ_BYTES = 16 << 20
+READ_BYTES = 4 << 20
 #: Annotation tables up to this size (uncompressed) are held in memory during a read.
 ANNOTATION_BYTES = 64 << 20
+#: Groups are this many times larger when annotation tables are too big to hold (each group scans them).
+SCANNED_GROUP_FACTOR = 8
 
 
 def annotation_column(column: str, scorer: str) -> str:
@@ -149,7 +151,9 @@ class RunStore:
         if anns and sum(shards.shard_size(f)[1] for a in present for f in self.shards(a)) <= ANNOTATION_BYTES:
             # narrow tables that fit the budget are read once, not once per group
             anns = [df.lazy() for df in pl.collect_all(anns)]
-        for group in shards.group_files(files, max_rows, max_bytes):
+        elif anns:  # scanned once per group: fewer, larger groups
+            max_rows, max_bytes = max_rows * SCANNED_GROUP_FACTOR, max_bytes * SCANNED_GROUP_FACTOR
+        for group in shards.group_files(files, max_rows, max_bytes, shards.memory_ratio(files[0])):
             parts = [shards.conform(pl.scan_parquet(f), schema, shards.file_schema(f)) for f in group]
             lf = parts[0] if len(parts) == 1 else pl.concat(parts)  # in shard order, whatever the grouping
             if anns:

@@ -200,13 +200,31 @@ def shard_size(path: Path) -> tuple[int, int]:
     return cached
 
 
-def group_files(files: Iterable[Path], max_rows: int, max_bytes: int) -> Iterator[list[Path]]:
-    """Consecutive shards in groups of at most ``max_rows`` rows and ``max_bytes`` (uncompressed)
-    bytes — a group is one read's memory; a shard larger than that is a group of its own."""
+_RATIOS: dict[tuple[str, int, int], float] = {}
+
+
+def memory_ratio(path: Path) -> float:
+    """In-memory bytes per footer byte of a shard (read once and cached): parquet's
+    "uncompressed" size is after dictionary encoding, several times below what the rows
+    take in memory when they repeat text (e.g. samples sharing a prompt prefix)."""
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _RATIOS:
+        if len(_RATIOS) > 10_000:
+            _RATIOS.clear()
+        _RATIOS[key] = max(1.0, pl.read_parquet(path).estimated_size() / max(1, shard_size(path)[1]))
+    return _RATIOS[key]
+
+
+def group_files(files: Iterable[Path], max_rows: int, max_bytes: int, ratio: float = 1.0) -> Iterator[list[Path]]:
+    """Consecutive shards in groups of at most ``max_rows`` rows and ``max_bytes`` bytes in memory
+    (footer size × ``ratio``, see :func:`memory_ratio`) — a group is one read's memory; a shard
+    larger than that is a group of its own."""
     group: list[Path] = []
     rows = size = 0
     for f in files:
         r, b = shard_size(f)
+        b = int(b * ratio)
         if group and (rows + r > max_rows or size + b > max_bytes):
             yield group
             group, rows, size = [], 0, 0

@@ -52,7 +52,7 @@ from fabrika.store.shards import atomic_write_json, fsync_dir, scan_files
 
 VERSION_NAME = re.compile(r"^[\w.-]+$")
 #: Kept rows above this estimate (uncompressed bytes) are sorted externally (bounded memory: about this much per step).
-MATERIALISE_BYTES = 32 << 20
+MATERIALISE_BYTES = 16 << 20
 
 
 @dataclass
@@ -189,9 +189,13 @@ def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
 
 
 def _row_bytes(store: RunStore, stage: str, annotators: list[str]) -> float:
-    """Uncompressed bytes per row of the joined table, from shard footers (an estimate of memory per row)."""
+    """Estimated in-memory bytes per row of the joined table (shard footers × :func:`shards.memory_ratio`)."""
     rows = sum(shards.shard_size(f)[0] for f in store.shards(stage))
-    size = sum(shards.shard_size(f)[1] for t in [stage, *annotators] for f in store.shards(t))
+    size = 0.0
+    for table in [stage, *annotators]:
+        files = store.shards(table)
+        if files:
+            size += sum(shards.shard_size(f)[1] for f in files) * shards.memory_ratio(files[0])
     return size / max(1, rows)
 
 
