@@ -64,29 +64,6 @@ def serve(latency_ms: float) -> None:
     threading.Event().wait()
 
 
-def use_per_shard_reader() -> None:
-    """Experiment: read upstream rows one shard file at a time instead of the store's lazy scan.
-
-    The store's ``iter_frame_rows`` uses polars ``collect_batches``, which runs the
-    whole query ahead of the consumer and buffers every batch, so a stage holds its
-    entire upstream in memory. This bench-only patch shows what a per-shard reader
-    saves. It is valid here because the bench pipeline has no annotating stages and
-    no gates beyond ``status`` (it is NOT a general replacement).
-    """
-    import polars as pl
-
-    from fabrika.pipeline import run_context
-
-    def iter_rows(self, stage_name: str, *, gated: bool = True, columns: list[str] | None = None):  # noqa: ANN001, ANN202
-        for shard in self._run.store.shards(stage_name):
-            df = pl.read_parquet(shard)
-            if gated:
-                df = df.filter(pl.col("status") == "ok")
-            yield from (df.select(columns) if columns else df).iter_rows(named=True)
-
-    run_context.RunContext.iter_rows = iter_rows
-
-
 def child(turns: int, port: int, concurrency: int, workdir: Path) -> dict:
     """Child: one pipeline run of about ``turns`` turns; prints its measurements as JSON."""
     import polars as pl
@@ -160,8 +137,6 @@ def main() -> None:
     ap.add_argument("--turns", type=int, nargs="+", default=[30000, 300000], help="Sizes to run (turns).")
     ap.add_argument("--concurrency", type=int, default=256, help="Engine and endpoint in-flight limit.")
     ap.add_argument("--latency-ms", type=float, default=20.0, help="Fake server latency per request.")
-    ap.add_argument("--per-shard-reader", action="store_true",
-                    help="Experiment: stream upstream rows shard by shard (see use_per_shard_reader).")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -170,8 +145,6 @@ def main() -> None:
         serve(args.latency_ms)
         return
     if args.child:
-        if args.per_shard_reader:
-            use_per_shard_reader()
         with tempfile.TemporaryDirectory(prefix="fc_scale_") as tmp:
             print(json.dumps(child(args.turns[0], args.port, args.concurrency, Path(tmp))), flush=True)
         return
@@ -185,23 +158,25 @@ def main() -> None:
         results = []
         for turns in args.turns:
             out = subprocess.run([sys.executable, __file__, "--child", "--turns", str(turns), "--port", str(port),
-                                  "--concurrency", str(args.concurrency)]
-                                 + (["--per-shard-reader"] if args.per_shard_reader else []),
+                                  "--concurrency", str(args.concurrency)],
                                  capture_output=True, text=True, check=False)
             if out.returncode != 0:
                 raise SystemExit(f"child for {turns} turns failed:\n{out.stderr[-3000:]}")
             res = json.loads(out.stdout.strip().splitlines()[-1])
             results.append(res)
             print(json.dumps(res, ensure_ascii=False), flush=True)
-        reader = "per-shard reader (experiment)" if args.per_shard_reader else "store reader"
-        print(f"\nlatency {args.latency_ms} ms, concurrency {args.concurrency}, {reader}")
-        print(f"{'turns':>9} {'episodes':>9} {'samples':>8} {'wall s':>8} {'turns/s':>8} {'peak RSS MB':>12}")
+        print(f"\nlatency {args.latency_ms} ms, concurrency {args.concurrency}")
+        print(f"{'turns':>9} {'episodes':>9} {'samples':>8} {'wall s':>8} {'turns/s':>8} {'peak RSS MB':>12} "
+              f"{'+ materialise':>14}")
         for r in results:
             print(f"{r['turns']:>9} {r['episodes']:>9} {r['samples']:>8} {r['wall_s']:>8} {r['turns_per_s']:>8} "
-                  f"{r['peak_rss_mb']:>12}")
+                  f"{r['peak_rss_mb']:>12} {r['peak_rss_mb_after_stage']['materialise']:>14}")
         if len(results) > 1:
-            print(f"RSS growth {results[0]['turns']} → {results[-1]['turns']} turns: "
-                  f"{results[-1]['peak_rss_mb'] / results[0]['peak_rss_mb']:.2f}x")
+            first, last = results[0], results[-1]
+            print(f"RSS growth {first['turns']} → {last['turns']} turns: "
+                  f"{last['peak_rss_mb'] / first['peak_rss_mb']:.2f}x (FC stages), "
+                  f"{last['peak_rss_mb_after_stage']['materialise'] / first['peak_rss_mb_after_stage']['materialise']:.2f}x "
+                  "(with materialise)")
     finally:
         server.terminate()
         server.wait(timeout=10)
