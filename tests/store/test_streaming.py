@@ -92,3 +92,17 @@ def test_external_sort_writes_the_same_version(tmp_path: Path, monkeypatch: pyte
     assert b["id"].to_list() == sorted(b["id"].to_list())
     assert pq.ParquetFile(spilled.path / "data" / "data.parquet").num_row_groups > 3  # it really spilled
     assert not list(spilled.path.glob(".spill-*")) and small.funnel == spilled.funnel
+
+
+def test_groups_are_sized_by_memory_not_footer_bytes(tmp_path: Path) -> None:
+    from fabrika.store import shards
+    store = RunStore(tmp_path / "run")
+    for s in range(4):  # repetitive text: parquet's (dictionary-encoded) size is far below memory
+        store.write("t", [{"id": f"{s}-{i}", "text": "одно и то же " * 200} for i in range(50)])
+    files = store.shards("t")
+    ratio = shards.memory_ratio(files[0])
+    in_memory = pl.read_parquet(files[0]).estimated_size()
+    assert ratio > 2 and abs(shards.shard_size(files[0])[1] * ratio - in_memory) <= 1
+    assert [len(g) for g in shards.group_files(files, 10**9, int(in_memory * 2.5), ratio)] == [2, 2]
+    assert [len(g) for g in shards.group_files(files, 10**9, 1, ratio)] == [1, 1, 1, 1]  # a big shard: alone
+    assert [len(g) for g in shards.group_files(files, 120, 10**12)] == [2, 2]  # the row bound
