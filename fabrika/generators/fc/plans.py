@@ -14,6 +14,8 @@ in it, never translated).
 from __future__ import annotations
 
 import json
+import random
+import zlib
 from functools import cached_property
 from typing import Any, ClassVar, Iterator, Literal
 
@@ -22,12 +24,19 @@ from pydantic import Field, ValidationError
 from fabrika.agents.prompts import prompt_text
 from fabrika.errors import InputError
 from fabrika.generators.fc.common import response_error
-from fabrika.inputs import resolve_data_path
 from fabrika.generators.fc.plan_checks import check_plan, parse_steps
 from fabrika.generators.parsing import extract_json, is_failure
+from fabrika.inputs import resolve_data_path
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
-from fabrika.schemas.fc import JudgeVerdict, Persona, Plan, PlanRound, SampleType, ToolSpec
+from fabrika.schemas.fc import (
+    JudgeVerdict,
+    Persona,
+    Plan,
+    PlanRound,
+    SampleType,
+    ToolSpec,
+)
 from fabrika.schemas.ids import stable_id
 
 DEFAULT_TYPES: dict[str, float] = {
@@ -62,31 +71,49 @@ def load_personas(path: str, resolve: Any = None) -> list[Persona]:
         raise InputError(f"personas file {path!r} cannot be read: {exc}; give a jsonl of Persona records") from exc
 
 
+def _sample_other_topics(rng: random.Random, pool: list[str], own: str, k: int) -> list[str]:
+    """``k`` distinct topics of ``pool`` other than ``own``, in O(k) draws (not O(pool) per plan)."""
+    k = min(k, len(pool) - (1 if own in pool else 0))
+    picked: list[str] = []
+    seen = {own}
+    while len(picked) < k:
+        topic = pool[rng.randrange(len(pool))]
+        if topic not in seen:
+            seen.add(topic)
+            picked.append(topic)
+    return picked
+
+
 @register_stage
 class PlansStage(Stage):
     kind: ClassVar[str] = "fc.plans"
     Config: ClassVar[type[StageConfig]] = PlansConfig
 
     @cached_property
-    def _index(self) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-        """topic id → its tools' JSON (sorted by id); language → topic ids (the distractor pool).
+    def _index(self) -> tuple[dict[str, list[bytes]], dict[str, list[str]]]:
+        """topic id → its tools' JSON, zlib-compressed (sorted by id); language → topic ids (the distractor pool).
 
-        Specs stay JSON strings (about a third of the parsed models' memory) and are
-        parsed per plan; the pool is one entry per tool, not per plan.
+        Any plan may draw distractors from any topic, so the whole tool pool stays
+        in memory; as compressed JSON it costs about a tenth of parsed models
+        (it was the one part of the FC run that grew with the pool: bench/RESULTS.md).
         """
-        by_topic: dict[str, list[tuple[str, str]]] = {}
+        by_topic: dict[str, list[tuple[str, bytes]]] = {}
         langs: dict[str, str] = {}
         for row in super().input_rows():
             spec = ToolSpec.model_validate_json(row["spec"])
-            by_topic.setdefault(spec.topic_id, []).append((spec.id, row["spec"]))
+            by_topic.setdefault(spec.topic_id, []).append((spec.id, zlib.compress(row["spec"].encode("utf-8"), 1)))
             langs[spec.topic_id] = spec.lang
         by_lang: dict[str, list[str]] = {}
         for topic_id in sorted(by_topic):
             by_lang.setdefault(langs[topic_id], []).append(topic_id)
         return {t: [js for _, js in sorted(v)] for t, v in by_topic.items()}, by_lang
 
+    @staticmethod
+    def _spec(blob: bytes) -> ToolSpec:
+        return ToolSpec.model_validate_json(zlib.decompress(blob))
+
     def _tools(self, topic_id: str) -> list[ToolSpec]:
-        return [ToolSpec.model_validate_json(js) for js in self._index[0][topic_id]]
+        return [self._spec(blob) for blob in self._index[0][topic_id]]
 
     @cached_property
     def _personas(self) -> dict[str, list[Persona]]:
@@ -109,9 +136,9 @@ class PlansStage(Stage):
         rng = self.ctx.rng(item["id"])
         types = {t: w for t, w in sorted(cfg.sample_types.items()) if w > 0 and (len(own) > 1 or t not in NEEDS_TWO_TOOLS)}
         sample_type: SampleType = rng.choices(list(types), weights=list(types.values()))[0]
-        others = [t for t in by_lang.get(lang, []) if t != item["topic_id"]]
-        picked = rng.sample(others, min(len(others), cfg.distractors + (2 if sample_type == "irrelevance" else 0)))
-        distractors = [ToolSpec.model_validate_json(rng.choice(by_topic[t])) for t in picked]
+        picked = _sample_other_topics(rng, by_lang.get(lang, []), item["topic_id"],
+                                      cfg.distractors + (2 if sample_type == "irrelevance" else 0))
+        distractors = [self._spec(rng.choice(by_topic[t])) for t in picked]
         group = distractors if sample_type == "irrelevance" else own + distractors
         rng.shuffle(group)
         personas = self._personas.get(lang) or []
