@@ -225,10 +225,14 @@ class SandboxPool:
     def _self_test(self) -> None:
         """Fail at construction, not on the millionth call, when workers cannot run code here."""
         worker = self._workers[0]
-        verdict = self._run_batch(worker, SELF_TEST_CODE, [1])[0]
-        if verdict.status == "true":
-            return
-        problem = f"{verdict.status} {verdict.error_kind or ''} {verdict.message or ''}".strip()
+        try:
+            verdict = self._run_batch(worker, SELF_TEST_CODE, [1])[0]
+        except SandboxError as exc:  # a worker that exits at once may close its pipe before we write
+            problem = str(exc)
+        else:
+            if verdict.status == "true":
+                return
+            problem = f"{verdict.status} {verdict.error_kind or ''} {verdict.message or ''}".strip()
         if self.config.isolation == "auto" and self.isolation == "bwrap":
             log.warning("fabrika.sandbox: bwrap workers fail their self-test (%s); FALLING BACK to rlimits-only "
                         "workers", problem)

@@ -197,3 +197,15 @@ async def test_concurrent_runs_mixing_hangs_crashes_and_normal_code():
     for (code, _), verdicts in zip(jobs, results):
         middle = "timeout" if code is hang else "error:memory" if code is crash else "false"
         assert statuses(verdicts) == ["true", middle, "true"]
+
+
+def test_a_worker_that_exits_before_reading_still_fails_the_self_test(monkeypatch):
+    """The race behind a flaky CI run: the worker closes its pipe before the request is written."""
+    import fabrika.sandbox.pool as pool_module
+
+    def gone(self, worker, code, responses):
+        raise SandboxError("sandbox worker dies before reading its request: [Errno 32] Broken pipe")
+
+    monkeypatch.setattr(pool_module.SandboxPool, "_run_batch", gone)
+    with pytest.raises(SandboxError, match="fail their self-test: sandbox worker dies before reading"):
+        SandboxPool(SandboxConfig(workers=1, isolation="rlimits"))
