@@ -19,6 +19,8 @@ STAGE_MODULES: list[str] = [
     "fabrika.filters.length",
     "fabrika.filters.gates",
     "fabrika.generators.instruct",
+    "fabrika.generators.instruct.multi",
+    "fabrika.generators.instruct.multi_responses",
     "fabrika.generators.fc.topics",
     "fabrika.generators.fc.stages",
 ]
