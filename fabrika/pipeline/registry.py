@@ -21,6 +21,7 @@ STAGE_MODULES: list[str] = [
     "fabrika.generators.instruct",
     "fabrika.generators.instruct.multi",
     "fabrika.generators.instruct.multi_responses",
+    "fabrika.generators.instruct.multiturn",
     "fabrika.generators.fc.topics",
     "fabrika.generators.fc.stages",
 ]
