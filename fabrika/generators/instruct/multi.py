@@ -345,3 +345,12 @@ class MultiPromptsStage(Stage):
 
 def _public(c: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in c.items() if not k.startswith("_")}
+
+
+def _register_sim() -> None:
+    from fabrika.generators.instruct.sim_multi import register_sim_responders
+
+    register_sim_responders()
+
+
+_register_sim()

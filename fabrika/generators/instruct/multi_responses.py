@@ -31,8 +31,8 @@ from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth
 from fabrika.schemas.rows import dumps
 
 TAG_MULTI_RESPOND = "if.multi.respond"
-PROMPT_COLS = ("slot_id", "query_id", "query", "placement", "lang", "messages", "constraints", "n_constraints",
-               "n_llm_constraints")
+PROMPT_COLS = ("slot_id", "query_id", "query", "placement", "lang", "messages", "constraints", "library_constraints",
+               "n_constraints", "n_llm_constraints")
 MULTI_SCORES = ("n_constraints", "n_llm_constraints", "n_passed", "n_passed_loose", "if_multi_all_pass",
                 "if_multi_all_pass_loose", "failed_constraints", "failed_constraints_loose", "if_quality_score")
 
@@ -80,7 +80,9 @@ class MultiResponsesStage(Stage):
         check_language = cfg.check_language and not any(str(s.get("library_id") or "").startswith("ru.language.")
                                                         for s in specs)
         reqs = [ChatRequest(messages=tuple(json.loads(row["messages"])), model=cfg.model, temperature=cfg.temperature,
-                            max_tokens=cfg.max_tokens, sample_index=i, tag=TAG_MULTI_RESPOND) for i in range(cfg.k)]
+                            max_tokens=cfg.max_tokens, sample_index=i, tag=TAG_MULTI_RESPOND,
+                            meta={"library": json.loads(row.get("library_constraints") or "[]")})
+                for i in range(cfg.k)]
         out: list[Row] = []
         good: list[tuple[int, str]] = []
         for i, resp in enumerate(await self.ctx.llm.complete(reqs)):
@@ -236,3 +238,12 @@ class MultiGrpoStage(Stage):
                         meta={"kind": "multi", "prompt_id": row["id"], "placement": row.get("placement")})
         return [ok(**to_row(sample), placement=row.get("placement"), n_constraints=row.get("n_constraints"),
                    n_llm_constraints=row.get("n_llm_constraints"), teacher_rm_mean=self.teacher.get(str(row["id"])))]
+
+
+def _register_sim() -> None:
+    from fabrika.generators.instruct.sim_multi import register_sim_responders
+
+    register_sim_responders()
+
+
+_register_sim()

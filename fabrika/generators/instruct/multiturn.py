@@ -373,3 +373,12 @@ class DialogueGrpoStage(Stage):
             out.append(ok(**to_row(sample), turn=turn["turn"], tactic=turn["tactic"], n_rubrics=row.get("n_rubrics"),
                           teacher_passed=turn["passed"]))
         return out or [rejected(stable_id(row["id"], prefix="ifdg-"), "no_assistant_turns")]
+
+
+def _register_sim() -> None:
+    from fabrika.generators.instruct.sim_multi import register_sim_responders
+
+    register_sim_responders()
+
+
+_register_sim()
