@@ -19,7 +19,7 @@ SKIP = {"if.queries", "if.responses", "if.samples", "if.grpo"}  # the single-con
 
 
 @pytest.fixture(scope="module")
-def version(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     config = load_config(ROOT / "configs" / "if_demo.yaml")
     stages = []
     for s in config.stages:
@@ -37,8 +37,13 @@ def version(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                                            if n.startswith(("if_multi", "if_dialogue"))]})
     config = config.model_copy(update={"stages": stages, "dataset": dataset,
                                        "run_dir": tmp_path_factory.mktemp("multi_demo") / "run"})
-    result = run_pipeline(config, resume=False, progress=False)
-    return result.version.path / "data"
+    run_pipeline(config, resume=False, progress=False)
+    return config.run_dir
+
+
+@pytest.fixture(scope="module")
+def version(run_dir: Path) -> Path:
+    return run_dir / "versions" / "v1" / "data"
 
 
 def test_multi_constraint_samples_pass_every_constraint(version: Path) -> None:
@@ -71,3 +76,36 @@ def test_dialogue_samples_are_passing_turns_in_both_languages(version: Path) -> 
         assert json.loads(row["failed_rubrics"]) == [] and sample.prompt[-1].role == "user"
     grpo = pl.read_parquet(version / "if_dialogue_grpo.parquet")
     assert grpo.height > len(rows)  # failing turns are GRPO prompts too
+
+
+def test_grpo_export_is_scored_by_the_if_and_rubric_rewards(run_dir: Path, tmp_path: Path) -> None:
+    """The exported rows carry what the rewards read: per-constraint verifiers, rules, rubrics, language."""
+    import datasets
+
+    from fabrika.export.source import open_version
+    from fabrika.export.writer import ExportConfig, export
+    from fabrika.rewards.instruct import IFRewardConfig, make_if_reward
+    from fabrika.rewards.rubric import RubricRewardConfig, make_rubric_reward
+
+    out = tmp_path / "grpo"
+    export(open_version(run_dir, stages=["if_multi_grpo", "if_dialogue_grpo"]),
+           ExportConfig(kind="grpo", format="hf", out=out, validate_rows=0))
+    ds = datasets.load_from_disk(str(out))
+    multi = [r for r in ds if not r["ground_truth"].get("rubrics")][:2]
+    dialogue = [r for r in ds if r["ground_truth"].get("rubrics")][:4]
+    assert multi and dialogue and {r["lang"] for r in ds} == {"ru", "en"}
+    if_reward = make_if_reward(IFRewardConfig(aggregation="all", rm_correction=False))
+    rubric = make_rubric_reward(RubricRewardConfig(if_reward={"rm_correction": False}),
+                                llm_config={"backend": "sim", "model": "sim"})
+    try:
+        cols = {k: [r[k] for r in multi] for k in ("constraints", "ground_truth")}
+        assert if_reward(prompts=[r["prompt"] for r in multi], completions=["[sim] не ответ, а заглушка"] * len(multi),
+                         **cols) == [0.0] * len(multi)
+        cols = {k: [r[k] for r in dialogue] for k in ("constraints", "ground_truth", "lang")}
+        scores = rubric(prompts=[r["prompt"] for r in dialogue], completions=["Hello, friend!"] * len(dialogue),
+                        **cols)
+        assert len(scores) == len(dialogue) and all(s in (0.0, 1.0, None) for s in scores)
+        assert any(s is not None for s in scores)  # the sim judge answered in structured form
+    finally:
+        if_reward.close()
+        rubric.close()
