@@ -139,18 +139,23 @@ _SPEAKERS = {"ru": {"system": "Системная инструкция", "user":
              "en": {"system": "System instruction", "user": "User", "assistant": "Assistant", "tool": "Tool"}}
 
 
+def fence(text: str) -> str:
+    """``text`` with the judge prompt's delimiters (``<<<``, ``>>>``) defused, so a reply cannot close its block."""
+    return text.replace("<<<", "<\u200b<<").replace(">>>", ">\u200b>>")
+
+
 def render_transcript(messages: Sequence[Mapping[str, Any]], lang: str = "ru") -> str:
     """The visible conversation as ``Speaker: text`` blocks (hidden reasoning is never shown to the judge)."""
     names = _SPEAKERS.get(lang, _SPEAKERS["ru"])
     return "\n\n".join(f"{names.get(str(m.get('role')), str(m.get('role')))}: "
-                       f"{strip_reasoning(str(m.get('content') or ''))}" for m in messages)
+                       f"{fence(strip_reasoning(str(m.get('content') or '')))}" for m in messages)
 
 
 def judge_request(messages: Sequence[Mapping[str, Any]], reply: str, rubrics: Sequence[str], *, lang: str = "ru",
                   model: str | None = None, n: int = 1, temperature: float = 0.0,
                   max_tokens: int | None = None) -> ChatRequest:
     """One judge request for ``reply`` (the last assistant turn) after ``messages``, all ``rubrics`` at once."""
-    prompt = render_prompt("judge", lang, transcript=render_transcript(messages, lang), reply=strip_reasoning(reply),
+    prompt = render_prompt("judge", lang, transcript=render_transcript(messages, lang), reply=fence(strip_reasoning(reply)),
                            rubrics=list(rubrics))
     return ChatRequest(messages=prompt, model=model, temperature=temperature, max_tokens=max_tokens, n=n,
                        response_format={"type": "json_schema",
@@ -187,11 +192,23 @@ def _as_bool(value: Any) -> bool | None:
     return None
 
 
+def _as_index(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
 def parse_verdicts(text: str | None, n_rubrics: int, *, key: str = "pass") -> list[bool] | ParseFailure:
     """One bool per rubric from a judge answer, or the reason it is unusable.
 
-    Every index 1..n must appear exactly once with a boolean ``key``; anything else
-    (missing, repeated, out-of-range index, non-boolean verdict) is a failure, never a pass.
+    Every index 1..n must appear exactly once with a boolean ``key`` (``"2"`` and ``"да"`` are
+    read as 2 and true; a list of exactly n items without any ``index`` is read in order).
+    Anything else — missing, repeated or out-of-range indices, a non-boolean verdict — is a
+    failure, never a pass.
     """
     value = extract_json(strip_reasoning(text), expect=dict)
     if is_failure(value):
@@ -199,13 +216,14 @@ def parse_verdicts(text: str | None, n_rubrics: int, *, key: str = "pass") -> li
     items = value.get("verdicts")
     if not isinstance(items, list):
         return ParseFailure("bad_verdicts: answer has no 'verdicts' list")
+    positional = len(items) == n_rubrics and all(isinstance(i, Mapping) and "index" not in i for i in items)
     found: dict[int, bool] = {}
     for pos, item in enumerate(items):
         if not isinstance(item, Mapping):
             return ParseFailure(f"bad_verdicts: item {pos} is not an object")
-        index = item.get("index")
-        if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= n_rubrics:
-            return ParseFailure(f"bad_verdicts: item {pos} has index {index!r}, need 1..{n_rubrics}")
+        index = pos + 1 if positional else _as_index(item.get("index"))
+        if index is None or not 1 <= index <= n_rubrics:
+            return ParseFailure(f"bad_verdicts: item {pos} has index {item.get('index')!r}, need 1..{n_rubrics}")
         verdict = _as_bool(item.get(key))
         if verdict is None:
             return ParseFailure(f"bad_verdicts: rubric {index} has no boolean {key!r}")

@@ -169,3 +169,11 @@ def test_english_dialogue_prompts_are_english(tmp_path: Path) -> None:
     assert "Write that message." in text and not re.search(r"[А-Яа-я]", text)
     stated = state_rules("Which bike should I get?", ["Answer in at most 40 words."], "en")
     assert stated.endswith("1. Answer in at most 40 words.") and "for the rest of this chat" in stated
+
+
+def test_user_agent_text_is_cleaned() -> None:
+    from fabrika.generators.instruct.multiturn import clean_user_text
+
+    assert clean_user_text("<think>что спросить?</think>Пользователь: «А что почитать?»") == "А что почитать?"
+    assert clean_user_text("А что почитать?\nАссистент: Советую «Капитанскую дочку».") == "А что почитать?"
+    assert clean_user_text("<think>долго думаю") == ""

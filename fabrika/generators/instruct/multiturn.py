@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar, Iterator
@@ -130,9 +131,15 @@ def state_rules(opening: str, rules: list[str], lang: str) -> str:
     return _render(_dialogue_prompts()["rules_intro"][lang], opening=opening, rules=rules)
 
 
+_ASSISTANT_LINE = re.compile(r"(?im)^\s*(?:ассистент|assistant)\s*:")
+
+
 def clean_user_text(text: str | None) -> str:
-    """The user agent's message without reasoning, labels or wrapping quotes."""
+    """The user agent's message without reasoning, labels, wrapping quotes or a reply it wrote for the assistant."""
     out = strip_reasoning(text)
+    m = _ASSISTANT_LINE.search(out)
+    if m:  # models playing the user sometimes continue with the other side of the chat
+        out = out[:m.start()].strip()
     if out.lower().startswith(_LABELS):
         out = out.split(":", 1)[1].strip()
     if len(out) > 1 and out[0] in "\"«“'" and out[-1] in "\"»”'":
