@@ -109,3 +109,40 @@ def test_grpo_export_is_scored_by_the_if_and_rubric_rewards(run_dir: Path, tmp_p
     finally:
         if_reward.close()
         rubric.close()
+
+
+def test_new_kinds_go_through_decontamination_and_difficulty(run_dir: Path, tmp_path: Path) -> None:
+    """The same run resumed with two more shared scorers: both new GRPO tables are decontaminated and scored."""
+    from fabrika.pipeline.config import validate_data
+    from fabrika.store.run import RunStore
+
+    store = RunStore(run_dir)
+    contaminated = {}
+    for table in ("if_multi_grpo", "if_dialogue_grpo"):
+        row = store.scan_raw(table).collect().row(0, named=True)
+        contaminated[table] = row["id"]
+        user = [m for m in json.loads(row["prompt"]) if m["role"] == "user"][-1]["content"]
+        (tmp_path / "bench.jsonl").open("a", encoding="utf-8").write(json.dumps({"prompt": user}, ensure_ascii=False)
+                                                                     + "\n")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    doc = dict(manifest["config"])
+    doc["stages"] = list(doc["stages"]) + [
+        {"kind": "filter.decontam", "name": f"{t}_decontam", "input": t, "ngram": 3,
+         "benchmarks": [{"path": str(tmp_path / "bench.jsonl")}]} for t in contaminated] + [
+        {"kind": "filter.difficulty", "name": f"{t}_difficulty", "input": t, "k": 2} for t in contaminated]
+    doc["run_dir"] = str(run_dir)
+    config, issues = validate_data(doc, "resumed", ROOT / "configs")
+    assert config is not None, [str(i) for i in issues]
+    result = run_pipeline(config, resume=True, progress=False)
+    for table, cid in contaminated.items():
+        dec = {r["id"]: r for r in store.scan_raw(f"{table}_decontam").collect().iter_rows(named=True)}
+        diff = store.scan_raw(f"{table}_difficulty").collect()
+        assert set(dec) == set(store.scan_raw(table).collect()["id"])
+        assert dec[cid]["decontam_max_overlap"] > 0.5
+        # difficulty (listed later) only spends samples on rows the decontamination gate keeps
+        assert set(diff["id"]) == {i for i, r in dec.items() if r["decontam_max_overlap"] <= 0.5} and cid not in \
+            set(diff["id"])
+        assert diff["difficulty_k"].to_list() == [2] * diff.height
+        assert diff["difficulty_pass_rate"].is_between(0, 1).all()
+        gates = result.version.funnel["gates"][table]
+        assert gates["dropped_decontam.max_overlap"] >= 1
