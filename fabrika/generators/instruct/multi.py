@@ -11,9 +11,14 @@ scores joined: their verifiers and stored test cases). A candidate is refused wh
 * it is LLM-written and its verifiers **contradict** another LLM-written member on the
   stored test cases: no supported positive case of either passes the other's surviving
   verifiers, so the cases hold no text that satisfies both (``verifier_contradiction: …``;
-  run only in the sandbox);
+  run only in the sandbox; ``contradiction: any_positive_fails`` refuses a pair as soon as
+  one positive case fails the other — stricter, and it refuses most pairs of short cases);
 * an **LLM conflict judge** (structured output) flags a pair that involves an
   LLM-written constraint (``conflict_judge: …``) — library pairs are the table's job.
+
+Library × LLM-written pairs have no stored cases on the library side, so the judge decides
+them. The surviving LLM-written pool is held in memory (text, kept verifiers, positive cases
+per constraint; about 2 KB each).
 
 Every refusal is a recorded ``rejected`` row naming both constraints, so a contradicting
 pair is visible in the funnel and never reaches a prompt. A judge failure rejects the slot
@@ -27,7 +32,7 @@ import json
 import random
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, Iterator, Literal
 
 from pydantic import Field, field_validator
 
@@ -71,8 +76,13 @@ class MultiPromptsConfig(StageConfig):
                                        description="Library id prefixes never drawn (other languages, copy tasks).")
     max_verifiers: int = Field(default=3, ge=1, le=16, description="Best surviving verifiers kept per LLM-written "
                                "constraint (all must pass: the strict verdict).")
-    min_witnesses: int = Field(default=1, ge=0, description="Stored positive cases that must satisfy both members of "
-                               "an LLM-written pair (0 turns the verifier contradiction check off).")
+    contradiction: Literal["no_joint_case", "any_positive_fails"] = Field(
+        default="no_joint_case", description="When two LLM-written constraints contradict on their stored cases: "
+        "'no_joint_case' = fewer than `min_witnesses` positive cases of either pass the other's verifiers (no stored "
+        "text satisfies both); 'any_positive_fails' = any positive case of one fails the other (much stricter: short "
+        "cases fail length constraints, so most pairs are refused).")
+    min_witnesses: int = Field(default=1, ge=0, description="'no_joint_case': stored positive cases that must satisfy "
+                               "both members of an LLM-written pair (0 turns the verifier check off).")
     conflict_judge: bool = Field(default=True, description="Ask an LLM judge whether a prompt with LLM-written "
                                  "constraints holds a contradiction.")
     judge_rounds: int = Field(default=2, ge=1, le=5, description="Judge → drop flagged → judge again, at most this "
@@ -207,15 +217,15 @@ class MultiPromptsStage(Stage):
         runs = await asyncio.gather(*(self.sandbox.run(code, texts) for code in codes))  # type: ignore[union-attr]
         return [all(run[i].passed for run in runs) for i in range(len(texts))]
 
-    async def witnesses(self, a: dict[str, Any], b: dict[str, Any]) -> int:
-        """Stored positive cases of either constraint that also pass every kept verifier of the other."""
+    async def witnesses(self, a: dict[str, Any], b: dict[str, Any]) -> tuple[int, int]:
+        """``(passing, total)``: stored positive cases of either constraint that pass every kept verifier of the other."""
         key = (min(a["id"], b["id"]), max(a["id"], b["id"]))
         fut = self.pairs.get(key)
         if fut is None:
-            async def count() -> int:
+            async def count() -> tuple[int, int]:
                 ab, ba = await asyncio.gather(self._passes_all(b["codes"], a["positives"]),
                                               self._passes_all(a["codes"], b["positives"]))
-                return sum(ab) + sum(ba)
+                return sum(ab) + sum(ba), len(ab) + len(ba)
             fut = self.pairs[key] = asyncio.ensure_future(count())
         return await fut
 
@@ -231,13 +241,14 @@ class MultiPromptsStage(Stage):
             return None
         if cand["id"] in {c["id"] for c in combo}:
             return "duplicate"
-        if self.config.min_witnesses:
+        strict = self.config.contradiction == "any_positive_fails"
+        if strict or self.config.min_witnesses:
             for other in combo:
                 if other["source"] != "library":
-                    w = await self.witnesses(cand["_pool"], other["_pool"])
-                    if w < self.config.min_witnesses:
-                        return (f"verifier_contradiction: {cand['id']} × {other['id']}: {w} stored positive cases "
-                                f"satisfy both (need {self.config.min_witnesses})")
+                    w, total = await self.witnesses(cand["_pool"], other["_pool"])
+                    if (w < total) if strict else (w < self.config.min_witnesses):
+                        return (f"verifier_contradiction: {cand['id']} × {other['id']}: {w} of {total} stored "
+                                f"positive cases satisfy both")
         return None
 
     def _library_candidate(self, rng: random.Random) -> dict[str, Any]:
