@@ -80,7 +80,10 @@ def respond(req: dict) -> str:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory):
-    tmp = tmp_path_factory.mktemp("multi")
+    return _run(tmp_path_factory.mktemp("multi"), conflict_judge, 16)
+
+
+def _run(tmp: Path, judge, target: int):  # noqa: ANN001, ANN202
     seeds = tmp / "seeds.jsonl"
     seeds.write_text("\n".join(json.dumps({"id": k, "text": v}, ensure_ascii=False) for k, v in SEEDS.items()),
                      encoding="utf-8")
@@ -90,7 +93,7 @@ def run(tmp_path_factory: pytest.TempPathFactory):
     with FakeOpenAIServer() as srv:
         for text, answers in VERIFIERS.items():
             srv.script(tag="if.verifiers", match=f"Ограничение: «{text}»", responses=answers)
-        srv.script(tag="if.multi.conflict", responder=conflict_judge)
+        srv.script(tag="if.multi.conflict", responder=judge)
         srv.script(tag="if.multi.respond", responder=respond)
         config, issues = validate_data({
             "name": "if_multi_fake", "seed": 5, "run_dir": str(tmp / "run"),
@@ -102,7 +105,7 @@ def run(tmp_path_factory: pytest.TempPathFactory):
                 {"kind": "if.dedup", "input": "if.expand"},
                 {"kind": "if.verifiers", "input": "if.dedup", "k": 3},
                 {"kind": "if.consistency", "input": "if.verifiers", "workers": 2},
-                {"kind": "if.multi.prompts", "input": "if.verifiers", "target_count": 16, "llm_share": 1.0,
+                {"kind": "if.multi.prompts", "input": "if.verifiers", "target_count": target, "llm_share": 1.0,
                  "count_weights": {2: 1, 3: 1}, "query_pool": str(pool)},
                 {"kind": "if.multi.responses", "input": "if.multi.prompts", "k": 1},
                 {"kind": "if.multi.samples", "input": "if.multi.responses"},
@@ -192,3 +195,42 @@ def test_grpo_rows_carry_what_the_if_reward_needs(run) -> None:
 def test_conflict_judge_answers_are_untrusted(text: str, ok: bool) -> None:
     parsed = parse_conflict(text, 3)
     assert isinstance(parsed, tuple) is ok
+
+
+def test_an_unusable_conflict_judge_never_lets_a_combination_through(tmp_path: Path) -> None:
+    answers = iter(["Сложно сказать, всё зависит от контекста.",
+                    {"content": '{"reason": "проверяю", "conflict": fal', "finish_reason": "length"},
+                    '{"reason": "есть", "conflict": true, "pairs": []}'])
+
+    def judge(req: dict):  # noqa: ANN202
+        return next(answers, "<think>думаю, думаю")
+
+    run_dir, _ = _run(tmp_path, judge, 4)
+    prompts = RunStore(run_dir).scan_raw("if.multi.prompts").collect()
+    assert prompts.filter(pl.col("status") == "ok").height == 0
+    failed = sorted(r for r in prompts["reason"].drop_nulls() if r.startswith("conflict_judge_failed"))
+    assert len(failed) == 4
+    assert any("truncated" in r for r in failed) and any("conflict flagged without pairs" in r for r in failed)
+    assert any("invalid_json" in r or "empty_answer" in r for r in failed)
+
+
+def test_library_only_prompts_respect_the_conflict_table(tmp_path: Path) -> None:
+    from fabrika.constraints import check_combination
+
+    config, issues = validate_data({
+        "name": "if_multi_lib", "seed": 2, "run_dir": str(tmp_path / "run"), "llm": {"backend": "sim"},
+        "stages": [{"kind": "if.multi.prompts", "target_count": 80, "count_weights": {5: 1, 6: 1}}],
+        "dataset": {"stages": ["if.multi.prompts"]},
+    }, "test", tmp_path)
+    assert config is not None, [str(i) for i in issues]
+    run_pipeline(config, resume=False, progress=False)
+    prompts = RunStore(tmp_path / "run").scan_raw("if.multi.prompts").collect()
+    kept = prompts.filter(pl.col("status") == "ok")
+    assert kept.height >= 60
+    for row in kept.iter_rows(named=True):
+        combo = [(cid, params) for cid, params in json.loads(row["library_constraints"])]
+        assert len(combo) == row["n_constraints"] >= 5 and check_combination(combo) == []
+        assert not any(cid.startswith(("ru.language.", "ru.repeat.")) for cid, _ in combo)
+    refused = [r for r in prompts["reason"].drop_nulls() if r.startswith("conflict_table:")]
+    assert refused  # the table had something to refuse, and every refusal names both constraints
+    assert all(len(re.findall(r"ru\.[a-z_]+\.[a-z_]+@", r)) == 2 for r in refused)
