@@ -47,9 +47,10 @@ VERIFIERS = {
             answer("return not ',' in response", [("ещё текст", True), ("раз, два", False), ("НЕТ", True)])],
     WORDS: [answer("return len(response.split()) >= 5", [("раз два три четыре пять", True), ("мало", False),
                                                           ("ОДИН ДВА ТРИ ЧЕТЫРЕ ПЯТЬ ШЕСТЬ", True)]),
-            answer("return len(response.split()) > 4", [("это пять слов тут есть", True), ("два слова", False),
+            answer("return len(response.split()) > 4", [("это шесть слов тут точно есть", True), ("два слова", False),
                                                          ("а б в г д е", True)]),
-            answer("words = response.split()\nreturn len(words) >= 5", [("семь слов в этом ответе точно есть", True),
+            # a slightly wrong verifier (>= 6) that still survives: 8 of the 9 supported cases
+            answer("words = response.split()\nreturn len(words) >= 6", [("семь слов в этом ответе точно есть", True),
                                                                          ("нет", False), ("а б", False)])],
 }
 
@@ -75,6 +76,8 @@ def respond(req: dict) -> str:
     text = "это простой и понятный ответ без лишнего"
     if "Казани" in json.dumps(req["messages"], ensure_ascii=False):
         text = "это простой, понятный ответ без лишнего"  # a comma: fails the no-comma constraint only
+    if "Сочи" in json.dumps(req["messages"], ensure_ascii=False):
+        text = "это короткий ответ про сочи"  # 5 words: fails only the >= 6 verifier of c-words
     return text.upper() if UPPER in wanted else text
 
 
@@ -89,7 +92,7 @@ def _run(tmp: Path, judge, target: int):  # noqa: ANN001, ANN202
                      encoding="utf-8")
     pool = tmp / "queries.jsonl"
     pool.write_text("\n".join(json.dumps({"id": f"q{i}", "text": t}, ensure_ascii=False)
-                              for i, t in enumerate(["Расскажи о Москве.", "Расскажи о Казани."])), encoding="utf-8")
+                              for i, t in enumerate(["Расскажи о Москве.", "Расскажи о Казани.", "Расскажи о Сочи."])), encoding="utf-8")
     with FakeOpenAIServer() as srv:
         for text, answers in VERIFIERS.items():
             srv.script(tag="if.verifiers", match=f"Ограничение: «{text}»", responses=answers)
@@ -161,6 +164,32 @@ def test_answer_failing_one_constraint_is_dropped_with_it_named(run) -> None:
     assert samples.height == passing.height
     assert set(samples["completion"].map_elements(lambda c: json.loads(c)[0]["content"], return_dtype=pl.String)) <= \
         set(passing["response"])
+    # the dataset funnel counts the drop, and the dropped sample still names its constraint
+    failing = resp.filter(~pl.col("if_multi_all_pass"))
+    assert failing.height == len(kazan_comma) + resp.filter(pl.col("query").str.contains("Сочи")
+                                                            & pl.col("constraints").str.contains('"c-words"')).height
+    gates = result.version.funnel["gates"]["if.multi.samples"]
+    assert gates["dropped_if_multi_failed_constraint"] == failing.height
+    raw = store.scan_raw("if.multi.samples").collect().filter(~pl.col("if_multi_all_pass"))
+    assert raw.height == failing.height and set(raw["failed_constraints"]) == {'["c-comma"]', '["c-words"]'}
+
+
+def test_loose_mode_is_a_refilter_without_llm_calls(run) -> None:
+    from fabrika.store.versions import materialise
+
+    run_dir, result = run
+    store = RunStore(run_dir)
+    resp = store.scan_raw("if.multi.responses").collect().filter(pl.col("status") == "ok")
+    sochi = resp.filter(pl.col("query").str.contains("Сочи") & pl.col("constraints").str.contains('"c-words"'))
+    assert sochi.height >= 1
+    for r in sochi.iter_rows(named=True):
+        words = next(c for c in json.loads(r["constraint_results"]) if c["id"] == "c-words")
+        assert (words["strict"], words["loose"], words["pass_share"]) == (False, True, 0.6667)
+        assert json.loads(r["failed_constraints"]) == ["c-words"] and json.loads(r["failed_constraints_loose"]) == []
+    strict = result.version.funnel["gates"]["if.multi.samples"]
+    loose = materialise(run_dir, {"if_multi": {"mode": "loose"}}, name="loose").funnel["gates"]["if.multi.samples"]
+    assert loose["out"] == strict["out"] + sochi.height
+    assert loose["dropped_if_multi_failed_constraint"] == strict["dropped_if_multi_failed_constraint"] - sochi.height
 
 
 def test_grpo_rows_carry_what_the_if_reward_needs(run) -> None:

@@ -6,8 +6,9 @@ the sandbox (strict: all pass; loose: more than half pass). The per-constraint r
 stored (``constraint_results``), with ``if_multi_all_pass`` / ``if_multi_all_pass_loose`` and the
 ids of the failing constraints (``failed_constraints``, ``failed_constraints_loose``). The
 ``if_multi`` gate keeps an answer only when every constraint passes (``mode: strict`` by
-default); a dropped answer names the constraints it failed. Samples carry the same columns,
-so ``fabrika refilter --set if_multi.mode=loose`` changes the dataset without an LLM call.
+default); a dropped answer names the constraints it failed. ``if.multi.samples`` makes a
+sample of every ok answer and carries the same columns, so the gate acts when the dataset is
+materialised and ``fabrika refilter --set if_multi.mode=loose`` switches it without an LLM call.
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ def _gt_constraint(c: dict[str, Any]) -> IFConstraintRef:
 
 
 class MultiSamplesConfig(StageConfig):
-    """Config of ``if.multi.samples`` (SFT rows from the answers the ``if_multi`` gate keeps)."""
+    """Config of ``if.multi.samples`` (SFT rows from every ok answer; the ``if_multi`` gate decides which stay)."""
 
     kind: str = Field(default="if.multi.samples", description="Stage kind.")
 
@@ -176,6 +177,15 @@ class MultiSamplesStage(Stage):
 
     kind: ClassVar[str] = "if.multi.samples"
     Config: ClassVar[type[StageConfig]] = MultiSamplesConfig
+
+    def input_rows(self):  # noqa: ANN201 - Iterator[Row]
+        """Every ok answer, passing or not: the verdict columns travel with the sample, so the ``if_multi``
+        gate (strict or loose) is applied when the dataset is materialised and a refilter can switch it."""
+        inputs = [self.config.input] if isinstance(self.config.input, str) else list(self.config.input or [])
+        for upstream in inputs:
+            for row in self.ctx.iter_rows(upstream, gated=False):
+                if row.get("status") == "ok":
+                    yield row
 
     async def process(self, row: Row) -> list[Row]:
         specs = json.loads(row.get("constraints") or "[]")
