@@ -177,3 +177,17 @@ def test_user_agent_text_is_cleaned() -> None:
     assert clean_user_text("<think>что спросить?</think>Пользователь: «А что почитать?»") == "А что почитать?"
     assert clean_user_text("А что почитать?\nАссистент: Советую «Капитанскую дочку».") == "А что почитать?"
     assert clean_user_text("<think>долго думаю") == ""
+
+
+@pytest.mark.parametrize("text, lang, why", [
+    ("Which bike should I get for commuting?", "en", None),
+    ("Какой велосипед выбрать для города?", "en", "not_english"),
+    ("Welches Fahrrad soll ich für die Stadt kaufen?", "en", "not_english"),
+    ("Какой велосипед выбрать для города?", "ru", None),
+    ("Which bike should I get for commuting?", "ru", "not_russian"),
+])
+def test_each_dialogue_language_is_checked(text: str, lang: str, why: str | None) -> None:
+    from fabrika.generators.instruct.rubrics import language_problem
+
+    got = language_problem(text, lang)
+    assert (got is None) if why is None else got.startswith(why)

@@ -9,7 +9,6 @@ decidable from one reply. Every drop is recorded with its reason.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Any
 
 from fabrika.generators.parsing import ParseFailure, extract_json, is_failure
@@ -106,14 +105,6 @@ def parse_decidable(text: str | None, n: int) -> list[bool] | ParseFailure:
     return parse_verdicts(text, n, key="decidable")
 
 
-@lru_cache(maxsize=1)
-def _detector() -> Any:
-    from lingua import Language, LanguageDetectorBuilder
-
-    return LanguageDetectorBuilder.from_languages(Language.RUSSIAN, Language.ENGLISH, Language.UKRAINIAN,
-                                                  Language.GERMAN, Language.FRENCH, Language.SPANISH).build()
-
-
 def language_problem(text: str, lang: str) -> str | None:
     """``None`` when ``text`` reads as ``lang`` (ru/en), else the reason."""
     if lang == "ru":
@@ -126,7 +117,9 @@ def language_problem(text: str, lang: str) -> str | None:
     latin = sum(c.isascii() for c in letters) / len(letters)
     if latin < 0.6:
         return f"not_english: latin share {latin:.2f} < 0.6"
-    found = _detector().detect_language_of(text)
-    if found is not None and found.name != "ENGLISH":
-        return f"not_english: detected {found.name.lower()}"
+    from fabrika.textutil.lang import detect_language  # the shared, cached detector
+
+    found = detect_language(text)
+    if found is not None and found != "en":
+        return f"not_english: detected {found}"
     return None
