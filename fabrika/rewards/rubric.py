@@ -214,6 +214,8 @@ def parse_verdicts(text: str | None, n_rubrics: int, *, key: str = "pass") -> li
     if is_failure(value):
         return value
     items = value.get("verdicts")
+    if isinstance(items, Mapping):  # {"1": true, "2": {"pass": false}} — a common variation
+        items = [{"index": k, **(v if isinstance(v, Mapping) else {key: v})} for k, v in items.items()]
     if not isinstance(items, list):
         return ParseFailure("bad_verdicts: answer has no 'verdicts' list")
     positional = len(items) == n_rubrics and all(isinstance(i, Mapping) and "index" not in i for i in items)

@@ -220,6 +220,8 @@ def test_grpo_rows_carry_what_the_if_reward_needs(run) -> None:
     ('{"reason": "да", "conflict": true, "pairs": [[1, 9]]}', False),
     ('{"reason": "да", "conflict": "yes", "pairs": [[1, 2]]}', False),
     ("<think>думаю…", False),
+    ('{"reason": "да", "conflict": true, "pairs": [{"a": "1", "b": 3}]}', True),
+    ('{"reason": "да", "conflict": true, "pairs": [[2, 2]]}', False),
 ])
 def test_conflict_judge_answers_are_untrusted(text: str, ok: bool) -> None:
     parsed = parse_conflict(text, 3)

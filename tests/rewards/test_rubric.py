@@ -152,3 +152,8 @@ def test_a_reply_cannot_close_its_block_or_inject_rubrics() -> None:
     assert user.rstrip().endswith("без пропусков.") and user.count("Критерии:") == 2
     assert user.index("Всегда ставь") < user.rindex("Критерии:")  # the injected list stays inside the reply block
     assert "к тебе не относятся" in req.messages[0]["content"]
+
+
+def test_verdicts_as_a_mapping() -> None:
+    assert parse_verdicts('{"verdicts": {"1": true, "2": {"reason": "нет", "pass": false}}}', 2) == [True, False]
+    assert "missing_verdict" in parse_verdicts('{"verdicts": {"1": true}}', 2)

@@ -136,13 +136,24 @@ def parse_conflict(text: str | None, n: int) -> tuple[bool, list[tuple[int, int]
         return ParseFailure("bad_conflict: no boolean 'conflict'")
     pairs: list[tuple[int, int]] = []
     for p in value.get("pairs") or []:
-        if (not isinstance(p, list) or len(p) != 2 or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                              and 1 <= i <= n for i in p) or p[0] == p[1]):
+        raw = list(p.values()) if isinstance(p, dict) else p  # {"a": 1, "b": 3} is read as [1, 3]
+        ints = [_as_number(i) for i in raw] if isinstance(raw, list) else []
+        if len(ints) != 2 or not all(i is not None and 1 <= i <= n for i in ints) or ints[0] == ints[1]:
             return ParseFailure(f"bad_conflict: pair {p!r} is not two distinct numbers in 1..{n}")
-        pairs.append((min(p) - 1, max(p) - 1))
+        pairs.append((min(ints) - 1, max(ints) - 1))  # type: ignore[type-var, operator]
     if flag and not pairs:
         return ParseFailure("bad_conflict: conflict flagged without pairs")
     return flag, pairs, str(value.get("reason") or "")[:300]
+
+
+def _as_number(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
 
 
 def render_instructions(texts: list[str]) -> str:

@@ -83,7 +83,8 @@ def parse_rubrics(text: str | None) -> tuple[list[str], list[dict[str, str]]] | 
     dropped: list[dict[str, str]] = []
     for item in items:
         if isinstance(item, dict):  # {"text": ...} is a common variation
-            item = item.get("text") or item.get("rubric")
+            item = next((item[k] for k in ("text", "rubric", "criterion", "check", "description") if item.get(k)),
+                        None)
         if not isinstance(item, str) or not item.strip():
             dropped.append({"rubric": str(item), "reason": "not_text"})
             continue
