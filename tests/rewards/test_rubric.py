@@ -157,3 +157,27 @@ def test_a_reply_cannot_close_its_block_or_inject_rubrics() -> None:
 def test_verdicts_as_a_mapping() -> None:
     assert parse_verdicts('{"verdicts": {"1": true, "2": {"reason": "нет", "pass": false}}}', 2) == [True, False]
     assert "missing_verdict" in parse_verdicts('{"verdicts": {"1": true}}', 2)
+
+
+@pytest.mark.parametrize("if_reward", [{}, {"aggregation": "all"}, {"bonus_only_when_all_pass": True}])
+def test_rows_without_rubrics_get_exactly_the_if_reward(if_reward: dict) -> None:
+    from fabrika.rewards.instruct import IFRewardConfig, make_if_reward
+
+    class Never:
+        async def complete(self, requests: Any) -> list[Any]:
+            assert not requests, "rows without rubrics must not reach the judge"
+            return []
+
+    cons = json.dumps([{"id": "ru.case.all_lowercase", "params": {}}, {"id": "ru.punct.no_commas", "params": {}}])
+    texts = ["всё просто", "Всё просто", "всё, просто", "Всё, Просто"]
+    cols = {"constraints": [cons] * 4, "ground_truth": [json.dumps({"constraints": json.loads(cons)})] * 4,
+            "rm_score": [0.9, 0.1, 0.9, 0.1], "teacher_rm_mean": [0.5] * 4}
+    rubric = make_rubric_reward(RubricRewardConfig(if_reward=if_reward), llm=Never())
+    plain = make_if_reward(IFRewardConfig(**if_reward))
+    try:
+        got = rubric(prompts=[PROMPT] * 4, completions=texts, **cols)
+        assert got == plain(prompts=[PROMPT] * 4, completions=texts, **cols)
+        assert got[0] == 2.0  # both constraints, S > α
+    finally:
+        rubric.close()
+        plain.close()
