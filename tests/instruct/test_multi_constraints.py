@@ -265,3 +265,20 @@ def test_library_only_prompts_respect_the_conflict_table(tmp_path: Path) -> None
     refused = [r for r in prompts["reason"].drop_nulls() if r.startswith("conflict_table:")]
     assert refused  # the table had something to refuse, and every refusal names both constraints
     assert all(len(re.findall(r"ru\.[a-z_]+\.[a-z_]+@", r)) == 2 for r in refused)
+
+
+@pytest.mark.parametrize("stage, needle", [
+    ({"kind": "if.multi.prompts", "count_weights": {0: 1}}, "count_weights"),
+    ({"kind": "if.multi.prompts", "library_ids": ["ru.nope.missing"]}, "ru.nope.missing"),
+    ({"kind": "if.multi.prompts", "input": "if.verifiers"}, "if.consistency"),
+    ({"kind": "if.dialogues", "turns_min": 5, "turns_max": 2}, "turns_min"),
+    ({"kind": "if.dialogues", "rules_en": ["ru.nope.missing"]}, "rules_en"),
+    ({"kind": "if.dialogues", "tactics": ["flattery"]}, "tactics"),
+])
+def test_bad_configs_are_reported_before_any_llm_call(tmp_path: Path, stage: dict, needle: str) -> None:
+    stages = [stage]
+    if stage.get("input") == "if.verifiers":
+        stages = [{"kind": "if.expand", "library_seeds": True, "target_count": 0},
+                  {"kind": "if.verifiers", "input": "if.expand"}, stage]
+    config, issues = validate_data({"name": "bad", "llm": {"backend": "sim"}, "stages": stages}, "test", tmp_path)
+    assert config is None and any(needle in str(i) for i in issues), [str(i) for i in issues]
