@@ -191,3 +191,21 @@ def test_each_dialogue_language_is_checked(text: str, lang: str, why: str | None
 
     got = language_problem(text, lang)
     assert (got is None) if why is None else got.startswith(why)
+
+
+def test_same_config_same_dialogues(tmp_path: Path) -> None:
+    """Determinism on sim: two fresh runs (no shared cache) write the same dialogues and samples."""
+    tables = []
+    for name in ("a", "b"):
+        config, issues = validate_data({
+            "name": f"det_{name}", "seed": 4, "run_dir": str(tmp_path / name), "llm": {"backend": "sim"},
+            "stages": [{"kind": "if.dialogues", "target_count": 3, "en_share": 0.5, "turns_min": 2, "turns_max": 2},
+                       {"kind": "if.dialogue.samples", "input": "if.dialogues"}],
+            "dataset": {"stages": ["if.dialogue.samples"]},
+        }, "test", tmp_path)
+        assert config is not None, [str(i) for i in issues]
+        run_pipeline(config, resume=False, progress=False)
+        store = RunStore(tmp_path / name)
+        tables.append([store.scan_raw(t).collect().drop("llm_backend", strict=False).sort("id").to_dicts()
+                       for t in ("if.dialogues", "if.dialogue.samples")])
+    assert tables[0] == tables[1] and len(tables[0][0]) == 3
