@@ -9,8 +9,9 @@ scores joined: their verifiers and stored test cases). A candidate is refused wh
 * the **conflict table** forbids it next to a library constraint already chosen
   (``conflict_table: …``);
 * it is LLM-written and its verifiers **contradict** another LLM-written member on the
-  stored test cases: no supported positive case of either passes the other's surviving
-  verifiers, so the cases hold no text that satisfies both (``verifier_contradiction: …``;
+  stored test cases: no supported positive case of either (with at least three letters:
+  letterless cases satisfy case rules vacuously) passes the other's surviving verifiers, so
+  the cases hold no text that satisfies both (``verifier_contradiction: …``;
   run only in the sandbox; ``contradiction: any_positive_fails`` refuses a pair as soon as
   one positive case fails the other — stricter, and it refuses most pairs of short cases);
 * an **LLM conflict judge** (structured output) flags a pair that involves an
@@ -146,6 +147,12 @@ def parse_conflict(text: str | None, n: int) -> tuple[bool, list[tuple[int, int]
     return flag, pairs, str(value.get("reason") or "")[:300]
 
 
+def _substantive(text: str) -> bool:
+    """A case that can witness compatibility: letterless cases ("2024", "") pass both "all lowercase" and
+    "all uppercase" vacuously, so they never count."""
+    return sum(ch.isalpha() for ch in text) >= 3
+
+
 def _as_number(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
@@ -212,7 +219,7 @@ class MultiPromptsStage(Stage):
             if not funcs:
                 continue
             positives = [c["response"] for c in json.loads(r.get("case_support") or "[]")
-                         if c["label"] and c["support"] > 0]
+                         if c["label"] and c["support"] > 0 and _substantive(c["response"])]
             out.append({"id": str(r["id"]), "text": r["text"], "source": r.get("source") or "llm",
                         "family": r.get("family"), "codes": [f["code"] for f in funcs],
                         "accuracy": [f["accuracy"] for f in funcs], "positives": positives})
