@@ -204,7 +204,7 @@ class MultiPromptsStage(Stage):
         self.library = sorted(ids)
         self.pool = self._llm_pool() if cfg.input else []
         self.sandbox = get_sandbox(self.ctx, cfg.timeout_s) if self.pool else None
-        self.pairs: dict[tuple[str, str], asyncio.Future[int]] = {}
+        self.pairs: dict[tuple[str, str], asyncio.Future[tuple[int, int]] | tuple[int, int]] = {}
 
     def _llm_pool(self) -> list[dict[str, Any]]:
         """Surviving LLM-written constraints: text, best verifiers, supported positive cases (sorted by id)."""
@@ -238,14 +238,17 @@ class MultiPromptsStage(Stage):
     async def witnesses(self, a: dict[str, Any], b: dict[str, Any]) -> tuple[int, int]:
         """``(passing, total)``: stored positive cases of either constraint that pass every kept verifier of the other."""
         key = (min(a["id"], b["id"]), max(a["id"], b["id"]))
-        fut = self.pairs.get(key)
-        if fut is None:
+        known = self.pairs.get(key)
+        if isinstance(known, tuple):
+            return known
+        if known is None:  # one sandbox run per pair, shared by concurrent slots; the result is kept, not the task
             async def count() -> tuple[int, int]:
                 ab, ba = await asyncio.gather(self._passes_all(b["codes"], a["positives"]),
                                               self._passes_all(a["codes"], b["positives"]))
-                return sum(ab) + sum(ba), len(ab) + len(ba)
-            fut = self.pairs[key] = asyncio.ensure_future(count())
-        return await fut
+                self.pairs[key] = result = (sum(ab) + sum(ba), len(ab) + len(ba))
+                return result
+            known = self.pairs[key] = asyncio.ensure_future(count())
+        return await known
 
     async def _refusal(self, combo: list[dict[str, Any]], cand: dict[str, Any]) -> str | None:
         from fabrika.constraints import compatible
