@@ -87,15 +87,16 @@ def run(tmp_path_factory: pytest.TempPathFactory):
     return _run(tmp_path_factory.mktemp("multi"), conflict_judge, 16)
 
 
-def _run(tmp: Path, judge, target: int):  # noqa: ANN001, ANN202
-    seeds = tmp / "seeds.jsonl"
-    seeds.write_text("\n".join(json.dumps({"id": k, "text": v}, ensure_ascii=False) for k, v in SEEDS.items()),
-                     encoding="utf-8")
+def _run(tmp: Path, judge, target: int, seeds: dict[str, str] = SEEDS,  # noqa: ANN001, ANN202
+         verifiers: dict[str, list[str]] = VERIFIERS):
+    seed_file = tmp / "seeds.jsonl"
+    seed_file.write_text("\n".join(json.dumps({"id": k, "text": v}, ensure_ascii=False) for k, v in seeds.items()),
+                         encoding="utf-8")
     pool = tmp / "queries.jsonl"
     pool.write_text("\n".join(json.dumps({"id": f"q{i}", "text": t}, ensure_ascii=False)
                               for i, t in enumerate(["Расскажи о Москве.", "Расскажи о Казани.", "Расскажи о Сочи."])), encoding="utf-8")
     with FakeOpenAIServer() as srv:
-        for text, answers in VERIFIERS.items():
+        for text, answers in verifiers.items():
             srv.script(tag="if.verifiers", match=f"Ограничение: «{text}»", responses=answers)
         srv.script(tag="if.multi.conflict", responder=judge)
         srv.script(tag="if.multi.respond", responder=respond)
@@ -105,7 +106,7 @@ def _run(tmp: Path, judge, target: int):  # noqa: ANN001, ANN202
             "llm": {"backend": "openai", "model": "fake", "endpoints": [{"base_url": srv.base_url}],
                     "max_retries": 0, "cache": {"enabled": False}},
             "stages": [
-                {"kind": "if.expand", "library_seeds": False, "seed_files": [str(seeds)], "target_count": 0},
+                {"kind": "if.expand", "library_seeds": False, "seed_files": [str(seed_file)], "target_count": 0},
                 {"kind": "if.dedup", "input": "if.expand"},
                 {"kind": "if.verifiers", "input": "if.dedup", "k": 3},
                 {"kind": "if.consistency", "input": "if.verifiers", "workers": 2},
@@ -283,3 +284,16 @@ def test_bad_configs_are_reported_before_any_llm_call(tmp_path: Path, stage: dic
                   {"kind": "if.verifiers", "input": "if.expand"}, stage]
     config, issues = validate_data({"name": "bad", "llm": {"backend": "sim"}, "stages": stages}, "test", tmp_path)
     assert config is None and any(needle in str(i) for i in issues), [str(i) for i in issues]
+
+
+def test_two_phrasings_of_one_rule_are_never_combined(tmp_path: Path) -> None:
+    no_commas = "Не используйте запятые."
+    seeds = {"c-comma": COMMA, "c-comma2": no_commas, "c-words": WORDS}
+    verifiers = {COMMA: VERIFIERS[COMMA], no_commas: VERIFIERS[COMMA], WORDS: VERIFIERS[WORDS]}
+    run_dir, _ = _run(tmp_path, lambda req: '{"reason": "нет", "conflict": false, "pairs": []}', 8, seeds, verifiers)
+    prompts = RunStore(run_dir).scan_raw("if.multi.prompts").collect()
+    for row in prompts.filter(pl.col("status") == "ok").iter_rows(named=True):
+        assert not {"c-comma", "c-comma2"} <= {c["id"] for c in json.loads(row["constraints"])}
+    redundant = [r for r in prompts["reason"].drop_nulls() if r.startswith("redundant:")]
+    assert redundant and all({"c-comma", "c-comma2"} <= set(re.findall(r"c-\w+", r)) for r in redundant)
+    assert not [r for r in prompts["reason"].drop_nulls() if "c-words" in r]  # the compatible pairs pass

@@ -17,7 +17,8 @@ scores joined: their verifiers and stored test cases). A candidate is refused wh
 * an **LLM conflict judge** (structured output) flags a pair that involves an
   LLM-written constraint (``conflict_judge: …``) — library pairs are the table's job.
 
-Library × LLM-written pairs have no stored cases on the library side, so the judge decides
+An LLM-written pair whose verifiers agree on every stored case (paraphrases of one rule that
+dedup did not catch) is refused as ``redundant: …``. Library × LLM-written pairs have no stored cases on the library side, so the judge decides
 them. The surviving LLM-written pool is held in memory (text, kept verifiers, positive cases
 per constraint; about 2 KB each).
 
@@ -84,6 +85,8 @@ class MultiPromptsConfig(StageConfig):
         "cases fail length constraints, so most pairs are refused).")
     min_witnesses: int = Field(default=1, ge=0, description="'no_joint_case': stored positive cases that must satisfy "
                                "both members of an LLM-written pair (0 turns the verifier check off).")
+    refuse_redundant: bool = Field(default=True, description="Refuse an LLM-written pair whose verifiers agree on "
+                                   "every stored case of both (two phrasings of one constraint).")
     conflict_judge: bool = Field(default=True, description="Ask an LLM judge whether a prompt with LLM-written "
                                  "constraints holds a contradiction.")
     judge_rounds: int = Field(default=2, ge=1, le=5, description="Judge → drop flagged → judge again, at most this "
@@ -218,11 +221,13 @@ class MultiPromptsStage(Stage):
             funcs = surviving_functions(r.get("functions"), min_acc, self.config.max_verifiers)
             if not funcs:
                 continue
-            positives = [c["response"] for c in json.loads(r.get("case_support") or "[]")
-                         if c["label"] and c["support"] > 0 and _substantive(c["response"])]
+            cases = [c for c in json.loads(r.get("case_support") or "[]") if c["support"] > 0]
+            positives = [c["response"] for c in cases if c["label"] and _substantive(c["response"])]
+            negatives = [c["response"] for c in cases if not c["label"]]
             out.append({"id": str(r["id"]), "text": r["text"], "source": r.get("source") or "llm",
                         "family": r.get("family"), "codes": [f["code"] for f in funcs],
-                        "accuracy": [f["accuracy"] for f in funcs], "positives": positives})
+                        "accuracy": [f["accuracy"] for f in funcs], "positives": positives,
+                        "negatives": negatives})
         return sorted(out, key=lambda c: c["id"])
 
     def _count(self, rng: random.Random) -> int:
@@ -235,17 +240,25 @@ class MultiPromptsStage(Stage):
         runs = await asyncio.gather(*(self.sandbox.run(code, texts) for code in codes))  # type: ignore[union-attr]
         return [all(run[i].passed for run in runs) for i in range(len(texts))]
 
-    async def witnesses(self, a: dict[str, Any], b: dict[str, Any]) -> tuple[int, int]:
-        """``(passing, total)``: stored positive cases of either constraint that pass every kept verifier of the other."""
+    async def witnesses(self, a: dict[str, Any], b: dict[str, Any]) -> tuple[int, int, bool]:
+        """``(passing, total, same)`` over the two constraints' stored cases.
+
+        ``passing`` of ``total`` positive cases of either pass every kept verifier of the other;
+        ``same``: the verifiers also reject each other's negative cases — on every stored case
+        the two constraints agree, so one of them adds nothing to a prompt.
+        """
         key = (min(a["id"], b["id"]), max(a["id"], b["id"]))
         known = self.pairs.get(key)
         if isinstance(known, tuple):
             return known
         if known is None:  # one sandbox run per pair, shared by concurrent slots; the result is kept, not the task
-            async def count() -> tuple[int, int]:
-                ab, ba = await asyncio.gather(self._passes_all(b["codes"], a["positives"]),
-                                              self._passes_all(a["codes"], b["positives"]))
-                self.pairs[key] = result = (sum(ab) + sum(ba), len(ab) + len(ba))
+            async def count() -> tuple[int, int, bool]:
+                ab, ba, nab, nba = await asyncio.gather(
+                    self._passes_all(b["codes"], a["positives"]), self._passes_all(a["codes"], b["positives"]),
+                    self._passes_all(b["codes"], a["negatives"]), self._passes_all(a["codes"], b["negatives"]))
+                passing, total = sum(ab) + sum(ba), len(ab) + len(ba)
+                same = total > 0 and passing == total and bool(nab or nba) and not any(nab) and not any(nba)
+                self.pairs[key] = result = (passing, total, same)
                 return result
             known = self.pairs[key] = asyncio.ensure_future(count())
         return await known
@@ -263,13 +276,15 @@ class MultiPromptsStage(Stage):
         if cand["id"] in {c["id"] for c in combo}:
             return "duplicate"
         strict = self.config.contradiction == "any_positive_fails"
-        if strict or self.config.min_witnesses:
+        if strict or self.config.min_witnesses or self.config.refuse_redundant:
             for other in combo:
                 if other["source"] != "library":
-                    w, total = await self.witnesses(cand["_pool"], other["_pool"])
+                    w, total, same = await self.witnesses(cand["_pool"], other["_pool"])
                     if (w < total) if strict else (w < self.config.min_witnesses):
                         return (f"verifier_contradiction: {cand['id']} × {other['id']}: {w} of {total} stored "
                                 f"positive cases satisfy both")
+                    if same and self.config.refuse_redundant:
+                        return f"redundant: {cand['id']} ≈ {other['id']}: the verifiers agree on every stored case"
         return None
 
     def _library_candidate(self, rng: random.Random) -> dict[str, Any]:
