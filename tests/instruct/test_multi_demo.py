@@ -76,6 +76,8 @@ def test_dialogue_samples_are_passing_turns_in_both_languages(version: Path) -> 
         assert json.loads(row["failed_rubrics"]) == [] and sample.prompt[-1].role == "user"
     grpo = pl.read_parquet(version / "if_dialogue_grpo.parquet")
     assert grpo.height > len(rows)  # failing turns are GRPO prompts too
+    alpha = grpo["teacher_rm_mean"].drop_nulls()
+    assert alpha.len() > 0 and alpha.is_between(0, 1).all()  # α of the RM correction, from the quality judge
 
 
 def test_grpo_export_is_scored_by_the_if_and_rubric_rewards(run_dir: Path, tmp_path: Path) -> None:

@@ -87,6 +87,8 @@ class DialoguesConfig(StageConfig):
     writer_model: str | None = Field(default=None, description="Rubric writer and decidability model.")
     judge_model: str | None = Field(default=None, description="Rubric judge model.")
     judge_samples: int = Field(default=1, ge=1, le=16, description="Judge samples per turn (request n; majority).")
+    judge_quality: bool = Field(default=False, description="Also rate each assistant turn 0–10 with the IF quality "
+                                "judge: the GRPO row's teacher_rm_mean (α of the RM correction) is that score / 10.")
     user_temperature: float = Field(default=0.9, ge=0, le=2, description="User-agent temperature.")
     assistant_temperature: float = Field(default=0.7, ge=0, le=2, description="Assistant temperature.")
     max_tokens: int | None = Field(default=None, ge=1, description="Token limit per assistant turn.")
@@ -277,8 +279,22 @@ class DialoguesStage(Stage):
         reqs = [judge_request(messages[:i], messages[i]["content"], rubrics, lang=lang, model=self.config.judge_model,
                               n=self.config.judge_samples,
                               temperature=0.0 if self.config.judge_samples == 1 else 0.7) for i in positions]
+        quality: list[float | None] = [None] * len(positions)
+        if self.config.judge_quality and positions:
+            from fabrika.generators.instruct import prompts
+            from fabrika.generators.instruct.parsing import parse_score
+
+            qreqs = [prompts.judge_quality_request(messages[i - 1]["content"], [r["text"] for r in rules],
+                                                   messages[i]["content"], model=self.config.judge_model)
+                     for i in positions]
+            reqs = reqs + qreqs
+        answers = await self.ctx.llm.complete(reqs) if reqs else []
+        if self.config.judge_quality and positions:
+            for j, resp in enumerate(answers[len(positions):]):
+                score = parse_score(strip_reasoning(resp.text)) if resp.ok else None
+                quality[j] = score if isinstance(score, float) else None
         out = []
-        for t, (i, resp) in enumerate(zip(positions, await self.ctx.llm.complete(reqs) if reqs else []), 1):
+        for t, (i, resp) in enumerate(zip(positions, answers[:len(positions)]), 1):
             reply = messages[i]["content"]
             verdicts = response_verdicts(resp, len(rubrics))
             lib = verify_all(reply, [(r["library_id"], r["params"]) for r in rules])
@@ -290,7 +306,7 @@ class DialoguesStage(Stage):
             out.append({"turn": t, "tactic": tactics[t - 1], "message_index": i, "passed": passed,
                         "rubric_verdicts": None if judge_error else list(verdicts),  # type: ignore[arg-type]
                         "failed_rubrics": failed_rubrics, "failed_rules": failed_rules, "judge_error": judge_error,
-                        "language_problem": lang_why})
+                        "language_problem": lang_why, "quality": quality[t - 1]})
         return out
 
 
@@ -377,8 +393,10 @@ class DialogueGrpoStage(Stage):
                             completion=[], ground_truth=gt,
                             meta={"kind": "dialogue", "dialogue_id": row["id"], "turn": turn["turn"],
                                   "tactic": turn["tactic"]})
+            quality = turn.get("quality")
             out.append(ok(**to_row(sample), turn=turn["turn"], tactic=turn["tactic"], n_rubrics=row.get("n_rubrics"),
-                          teacher_passed=turn["passed"]))
+                          teacher_passed=turn["passed"],
+                          teacher_rm_mean=round(quality / 10.0, 4) if quality is not None else None))
         return out or [rejected(stable_id(row["id"], prefix="ifdg-"), "no_assistant_turns")]
 
 
