@@ -276,6 +276,7 @@ def test_library_only_prompts_respect_the_conflict_table(tmp_path: Path) -> None
     ({"kind": "if.dialogues", "turns_min": 5, "turns_max": 2}, "turns_min"),
     ({"kind": "if.dialogues", "rules_en": ["ru.nope.missing"]}, "rules_en"),
     ({"kind": "if.dialogues", "tactics": ["flattery"]}, "tactics"),
+    ({"kind": "if.dialogues", "rules_ru": ["ru.punct.no_commas"], "rules_min": 2}, "rules_min"),
 ])
 def test_bad_configs_are_reported_before_any_llm_call(tmp_path: Path, stage: dict, needle: str) -> None:
     stages = [stage]

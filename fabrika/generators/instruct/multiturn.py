@@ -185,6 +185,9 @@ class DialoguesStage(Stage):
             unknown = [c for c in getattr(config, field) if c not in REGISTRY]
             if unknown:
                 problems.append((field, f"unknown library constraint ids {unknown}; see fabrika.constraints.REGISTRY"))
+            elif len(getattr(config, field)) < config.rules_min:
+                problems.append((field, f"{len(getattr(config, field))} rules cannot give rules_min="
+                                        f"{config.rules_min}; add rules or lower rules_min"))
         if config.seeds_file is not None:
             try:
                 _load_seeds(pipeline.resolve_path(config.seeds_file))
@@ -218,6 +221,8 @@ class DialoguesStage(Stage):
         rules = self._rules(rng, lang)
         rule_texts = [r["text"] for r in rules]
         base = {"lang": lang, "persona": persona, "topic": topic, "rules": dumps(rules)}
+        if len(rules) < cfg.rules_min:
+            return [rejected(did, f"too_few_rules: {len(rules)} compatible of {cfg.rules_min} wanted", **base)]
 
         written = (await self.ctx.llm.complete([writer_request(persona, rule_texts, topic, lang=lang,
                                                                model=cfg.writer_model)]))[0]
