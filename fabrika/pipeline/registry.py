@@ -19,6 +19,9 @@ STAGE_MODULES: list[str] = [
     "fabrika.filters.length",
     "fabrika.filters.gates",
     "fabrika.generators.instruct",
+    "fabrika.generators.instruct.multi",
+    "fabrika.generators.instruct.multi_responses",
+    "fabrika.generators.instruct.multiturn",
     "fabrika.generators.fc.topics",
     "fabrika.generators.fc.stages",
 ]

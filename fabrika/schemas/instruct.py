@@ -23,6 +23,8 @@ class IFConstraintRef(BaseModel):
     text: str = Field(description="The instruction as shown to the model.")
     library_id: str | None = Field(default=None, description="Library constraint id when a trusted verifier exists.")
     params: dict[str, Any] = Field(default_factory=dict, description="Library parameters for the trusted verifier.")
+    verifier_code: list[str] | None = Field(default=None, description="Surviving LLM-written verifiers of this "
+                                            "constraint (multi-constraint prompts; run only in the sandbox).")
 
 
 class IFVerifierRef(BaseModel):
@@ -44,3 +46,5 @@ class IFGroundTruth(BaseModel):
                                            "(first) constraint; empty in SFT samples.")
     min_function_accuracy: float | None = Field(default=None, ge=0, le=1, description="The consistency threshold "
                                                 "the verifiers were selected with.")
+    rubrics: list[str] | None = Field(default=None, description="Natural-language checks an LLM judge applies to "
+                                      "the completion (multi-turn IF dialogues); every one must pass.")

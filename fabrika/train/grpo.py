@@ -75,6 +75,8 @@ class FabrikaGRPOConfig(GRPOConfig):
         ref_length_column (`str`): general expert — column with the reference length L0.
         length_unit (`str`): general expert — unit of L(y) and L0: ``chars``, ``words`` or ``tokens``.
         if_reward_kwargs (`dict`): IF expert — fields of ``fabrika.rewards.instruct.IFRewardConfig``.
+        rubric_reward (`dict` or `None`): IF expert — use the all-rubrics-pass judge reward
+            (``fabrika.rewards.rubric``), composed with the IF reward: ``RubricRewardConfig`` fields + ``llm``.
         dynamic_sampling (`bool`): keep only groups whose mean reward is in (low, high] (see module doc).
         dynamic_sampling_low / dynamic_sampling_high (`float`): the band, (0, 0.8] by default.
         dynamic_sampling_column (`str` or `None`): stored difficulty column for the pre-filter variant.
@@ -92,6 +94,9 @@ class FabrikaGRPOConfig(GRPOConfig):
     length_unit: str = field(default="chars", metadata={"help": "General expert: chars, words or tokens."})
     if_reward_kwargs: dict[str, Any] = field(default_factory=dict,
                                              metadata={"help": "IF expert: IFRewardConfig fields."})
+    rubric_reward: dict[str, Any] | None = field(
+        default=None, metadata={"help": "IF expert: judge rubrics too (fabrika.rewards.rubric): RubricRewardConfig "
+                                "fields plus `llm` (fabrika llm settings of the judge)."})
     dynamic_sampling: bool = field(default=False, metadata={"help": "Keep groups with mean reward in (low, high]."})
     dynamic_sampling_low: float = field(default=0.0, metadata={"help": "Exclusive lower bound of the band."})
     dynamic_sampling_high: float = field(default=0.8, metadata={"help": "Inclusive upper bound of the band."})
@@ -174,12 +179,29 @@ def expert_reward(config: FabrikaGRPOConfig) -> RewardFn:
             from fabrika.rewards.general import SequenceClassifierRM
 
             rm_scorer = SequenceClassifierRM(config.rm_path)
+        if config.rubric_reward is not None:
+            return _rubric_reward(config, rm_scorer)
         return make_if_reward(_if_config(config), rm_scorer=rm_scorer)
     from fabrika.rewards.general import make_general_reward
 
     return make_general_reward(config.rm_path, score_column=config.rm_score_column,
                                ref_length_column=config.ref_length_column,
                                length_unit=config.length_unit)  # type: ignore[arg-type]
+
+
+def _rubric_reward(config: FabrikaGRPOConfig, rm_scorer: Any) -> RewardFn:
+    from fabrika.rewards.rubric import RubricRewardConfig, make_rubric_reward
+
+    spec = dict(config.rubric_reward or {})
+    llm = spec.pop("llm", None)
+    if not llm:
+        raise ConfigError("grpo config: rubric_reward needs `llm` (the judge's fabrika llm settings, e.g. "
+                          "{backend: openai, endpoints: [{base_url: ...}]})")
+    try:
+        cfg = RubricRewardConfig(**{"if_reward": dict(config.if_reward_kwargs), **spec})
+    except ValueError as exc:
+        raise ConfigError(f"grpo config: rubric_reward {spec!r} is not a valid RubricRewardConfig: {exc}") from exc
+    return make_rubric_reward(cfg, llm_config=llm, rm_scorer=rm_scorer)
 
 
 def dynamic_sampling(reward_fn: RewardFn, low: float = 0.0, high: float = 0.8) -> RewardFn:

@@ -12,6 +12,15 @@ Stages (each a resumable stage of ``fabrika run``; thresholds only in gates):
 ``if.samples``        SFT samples (expert ``if``)
 ``if.grpo``           GRPO prompts with ``ground_truth`` for the IF reward
 
+Multi-constraint prompts and adversarial dialogues (modules ``multi``, ``multi_responses``, ``multiturn``):
+
+``if.multi.prompts``    2–6 library + surviving LLM-written constraints per prompt (conflict table,
+                        verifier contradiction on stored cases, LLM conflict judge)
+``if.multi.responses``  K answers, a strict and a loose verdict per constraint — gate ``if_multi``
+``if.multi.samples``    SFT samples; ``if.multi.grpo`` GRPO prompts (per-constraint verifier code)
+``if.dialogues``        ru/en chats where the user sets rules and then pressures the assistant; rubrics
+``if.dialogue.samples`` the assistant turns that pass every rubric; ``if.dialogue.grpo`` one prompt per turn
+
 Gate groups (thresholds in ``filters:``; ``fabrika refilter --set`` changes them with no LLM call):
 
 ``consistency``      ``min_unique_functions`` 3 (``n_unique_functions``), ``min_unique_cases`` 10
