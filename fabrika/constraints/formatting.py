@@ -9,17 +9,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from fabrika.constraints.base import const, constraint
+from fabrika.constraints.markdown import emphasis_fragments
 from fabrika.constraints.pools import POSTSCRIPT_MARKERS, SECTION_MARKERS
 from fabrika.textutil.segment import lines
 
 F = "format"
 
 _FENCE = re.compile(r"^```(?:json|JSON)?\s*\n(.*)\n```$", re.DOTALL)
-_BULLET = re.compile(r"^\s*(?:[-•]|\*(?!\*))\s+\S")
+_BULLET = re.compile(r"^\s*(?:[-•–+]|\*(?!\*))\s+\S")  # «–»: what «- » becomes after autocorrect
 _NUMBERED = re.compile(r"^\s*(\d+)[.)]\s+\S")
 _TITLE = re.compile(r"<<[^\n<>]*\S[^\n<>]*>>")
 _PLACEHOLDER = re.compile(r"\[[^\[\]\n]*\S[^\[\]\n]*\]")
-_HIGHLIGHT = re.compile(r"\*\*[^\n*]*[^\s*][^\n*]*\*\*|(?<!\*)\*[^\n*]*[^\s*][^\n*]*\*(?!\*)")
+_JSON_WS = " \t\n\r"  # RFC 8259 whitespace; a no-break or zero-width space is not
+_SIX_STARS = re.compile(r"\n[ \t]*\*{6}[ \t]*\n|(?<![*])\*{6}(?![*])")
 _HEADER = re.compile(r"^\s{0,3}#{1,6}\s+\S", re.MULTILINE)
 _TABLE_SEP = re.compile(r"^\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?$")
 
@@ -36,18 +38,27 @@ def _n(choices: tuple[int, ...]):  # noqa: ANN202 - sampler factory
         "Ответьте только в формате JSON, без пояснений до или после.",
     ],
     const(),
+    raw_input=True,
 )
 def json_format(text: str, p: Mapping[str, Any]) -> bool:
-    """The whole response parses as JSON (optionally inside one ```json fence)."""
-    body = text.strip()
+    """The whole response is JSON per RFC 8259 (optionally inside one ```json fence).
+
+    Strict: ``NaN``/``Infinity`` (which Python's ``json`` accepts) are rejected, and only
+    JSON whitespace may surround the value; a leading byte order mark is ignored (RFC 8259 §8.1).
+    """
+    body = text.lstrip("\ufeff").strip(_JSON_WS)
     m = _FENCE.match(body)
     if m:
-        body = m.group(1)
+        body = m.group(1).strip(_JSON_WS)
     try:
-        json.loads(body)
+        json.loads(body, parse_constant=_not_json)
     except ValueError:
         return False
     return True
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value (RFC 8259)")
 
 
 @constraint(
@@ -128,8 +139,11 @@ def placeholders(text: str, p: Mapping[str, Any]) -> bool:
     _n((1, 2, 3, 4)),
 )
 def highlights(text: str, p: Mapping[str, Any]) -> bool:
-    """At least ``n`` *highlighted* or **bold** non-empty fragments."""
-    return len(_HIGHLIGHT.findall(text)) >= p["n"]
+    """At least ``n`` *highlighted* or **bold** non-empty fragments (CommonMark emphasis).
+
+    «2 * 3 * 4» and «2*3*4» are arithmetic, not emphasis; ``***x***`` is one fragment.
+    """
+    return len(emphasis_fragments(text)) >= p["n"]
 
 
 @constraint(
@@ -151,8 +165,8 @@ def postscript(text: str, p: Mapping[str, Any]) -> bool:
     const(),
 )
 def two_responses(text: str, p: Mapping[str, Any]) -> bool:
-    """Two different non-empty answers separated by ******."""
-    parts = [x.strip() for x in re.split(r"\n\s*\*{6}\s*\n|\*{6}", text)]
+    """Two different non-empty answers separated by exactly six stars (seven are not the separator)."""
+    parts = [x.strip() for x in _SIX_STARS.split(text)]
     return len(parts) == 2 and all(parts) and parts[0] != parts[1]
 
 
@@ -202,6 +216,16 @@ def headers(text: str, p: Mapping[str, Any]) -> bool:
     const(),
 )
 def wrapped_guillemets(text: str, p: Mapping[str, Any]) -> bool:
-    """The whole response starts with « and ends with » (trailing spaces ignored)."""
+    """The whole response is one «…»: the first « closes at the very end (trailing spaces ignored).
+
+    «Да» и «нет» starts with « and ends with » but is two quotes, not a wrapped answer.
+    """
     t = text.strip()
-    return len(t) > 2 and t.startswith("«") and t.endswith("»")
+    if len(t) <= 2 or not (t.startswith("«") and t.endswith("»")):
+        return False
+    depth = 0
+    for i, ch in enumerate(t):
+        depth += (ch == "«") - (ch == "»")
+        if depth <= 0:
+            return i == len(t) - 1 and bool(t[1:-1].strip())
+    return False

@@ -70,10 +70,22 @@ def no_latin(text: str, p: Mapping[str, Any]) -> bool:
     const(),
 )
 def guillemets(text: str, p: Mapping[str, Any]) -> bool:
-    """At least one «…» pair, balanced, and no straight or English/German double quotes."""
-    if any(ch in text for ch in "\"“”„"):
+    """No straight or English/German double quotes, and every «…» closed in order.
+
+    The instruction is conditional («если приводите цитаты…»): a text without any
+    quotes fulfils it.
+    """
+    if any(ch in text for ch in QUOTES_NOT_GUILLEMETS):
         return False
-    return text.count("«") >= 1 and text.count("«") == text.count("»")
+    depth = 0
+    for ch in text:
+        depth += (ch == "«") - (ch == "»")
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+QUOTES_NOT_GUILLEMETS = "\"“”„‟"  # after normalisation fullwidth «＂» is «\"»
 
 
 @constraint(

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 
-from fabrika.textutil.segment import nfc, words
+from fabrika.textutil.normalize import normalize
+from fabrika.textutil.segment import words
 
 # Latin letter -> Cyrillic look-alike (lower and upper case).
 LATIN_TO_CYRILLIC: dict[str, str] = {
@@ -29,8 +30,8 @@ def has_cyrillic(text: str) -> bool:
 
 
 def has_latin(text: str) -> bool:
-    """True if ``text`` holds a Latin letter (basic or with diacritics)."""
-    return bool(_LATIN_ANY.search(nfc(text)))
+    """True if ``text`` holds a Latin letter (basic or with diacritics; fullwidth and mathematical forms too)."""
+    return bool(_LATIN_ANY.search(normalize(text)))
 
 
 def is_mixed_script(word: str) -> bool:
