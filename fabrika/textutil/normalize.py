@@ -6,11 +6,14 @@ like a comma, «―» like a dash. :func:`normalize` maps such text to what it l
 like, so that a verifier judges what a careful human grader would see:
 
 1. NFC («й», «ё» typed as base letter + combining mark become one letter);
+   other marks typed on a Cyrillic letter never compose («у» + breve stays «у»,
+   not Belarusian «ў» hiding a word);
 2. invisible characters are removed: format characters (soft hyphen, zero-width
    space/joiners, word joiner, BOM, bidi controls), variation selectors, the
    combining grapheme joiner and Hangul fillers;
 3. combining marks left on a Cyrillic letter after NFC are stress marks
-   («мо́ре», «за̀мок») and are removed;
+   («мо́ре», «за̀мок») and are removed, as are marks on no letter at all (a
+   digit, a space, the start); marks on Latin or Greek letters stay (diacritics);
 4. every Unicode space becomes a plain space and every line or paragraph
    separator a newline (a paragraph separator becomes a blank line);
 5. compatibility letters and digits fold to what they look like: fullwidth
@@ -94,28 +97,42 @@ def _fold_char(ch: str) -> str:
     return PUNCTUATION.get(ch, ch)
 
 
+# Marks that make a letter of the Russian (and Ukrainian) alphabet when typed decomposed: «й», «ё», «ї».
+_LETTER_MARKS = frozenset({("и", "\u0306"), ("е", "\u0308"), ("і", "\u0308")})
+
+
+def _keep_mark(base: str, mark: str) -> bool:
+    """Keep a combining ``mark`` after ``base``? Only where it makes a letter or a Latin diacritic."""
+    if not base or not base.isalpha():
+        return False  # a mark on a digit, a space or nothing
+    if _is_cyrillic(base):
+        return (base.lower(), mark) in _LETTER_MARKS  # else a stress mark («мо́ре») or a fake letter («книгў»)
+    return True
+
+
 @lru_cache(maxsize=1024)
 def normalize(text: str) -> str:
     """``text`` as a reader sees it (see the module docstring for every step)."""
-    text = unicodedata.normalize("NFC", text)
     text = _LINE_BREAK_RE.sub(lambda m: _LINE_BREAKS[m.group(0)], text)
-    out: list[str] = []
+    kept: list[str] = []
     base = ""  # the last visible non-combining character
     for ch in text:
         if is_invisible(ch):
             continue
-        cat = unicodedata.category(ch)
-        if cat == "Mn":
-            if _is_cyrillic(base):
-                continue  # a stress mark (after NFC «й»/«ё» are precomposed)
-            out.append(ch)
+        if unicodedata.category(ch) == "Mn":
+            if _keep_mark(base, ch):
+                kept.append(ch)
             continue
-        if cat == "Zs" or ch == "\u2800":
-            ch = " "
+        kept.append(ch)
+        base = ch
+    out: list[str] = []
+    for ch in unicodedata.normalize("NFC", "".join(kept)):
+        if unicodedata.category(ch) == "Zs" or ch == "\u2800":
+            out.append(" ")
+        elif unicodedata.category(ch) == "Mn" and _is_cyrillic(out[-1][-1] if out else ""):
+            continue  # a stress mark after a precomposed Cyrillic letter («ё́»)
         else:
-            ch = _fold_char(ch)
-        out.append(ch)
-        base = ch[-1]
+            out.append(_fold_char(ch))
     result = unicodedata.normalize("NFC", "".join(out))
     return _DOUBLE_HYPHEN.sub("—", result)
 
