@@ -102,7 +102,8 @@ def _sections(rng: random.Random) -> dict[str, Any]:
 )
 def sections(text: str, p: Mapping[str, Any]) -> bool:
     """Exactly ``n`` sections headed «<marker> 1» … «<marker> n» (in order), each with content."""
-    head = re.compile(rf"^\s*(?:#+\s*)?\**{re.escape(p['marker'])}\s+(\d+)\b", re.MULTILINE)
+    # case-insensitive: «РАЗДЕЛ 1» is the heading when the answer must be in capitals
+    head = re.compile(rf"^\s*(?:#+\s*)?\**{re.escape(p['marker'])}\s+(\d+)\b", re.MULTILINE | re.IGNORECASE)
     nums = [int(m.group(1)) for m in head.finditer(text)]
     if nums != list(range(1, p["n"] + 1)):
         return False
@@ -153,8 +154,8 @@ def highlights(text: str, p: Mapping[str, Any]) -> bool:
     lambda rng: {"marker": rng.choice(POSTSCRIPT_MARKERS)},
 )
 def postscript(text: str, p: Mapping[str, Any]) -> bool:
-    """After the main text, a line starting with the marker, followed by some text."""
-    m = re.search(rf"(?:^|\n)\s*{re.escape(p['marker'])}\s*(\S.*)$", text.strip(), re.DOTALL)
+    """After the main text, a line starting with the marker (any case: «p.s.»), followed by some text."""
+    m = re.search(rf"(?:^|\n)\s*{re.escape(p['marker'])}\s*(\S.*)$", text.strip(), re.DOTALL | re.IGNORECASE)
     return bool(m) and bool(text.strip()[: m.start()].strip())
 
 

@@ -62,15 +62,15 @@ _COMPAT_BLOCKS: tuple[tuple[int, int], ...] = (
     (0xFF01, 0xFFEE),  # fullwidth and halfwidth forms
     (0x1D400, 0x1D7FF),  # mathematical alphanumeric symbols
 )
-_INVISIBLE_EXTRA = frozenset("\u034f\u115f\u1160\u3164\uffa0\u180b\u180c\u180d\u180f")
+_INVISIBLE_EXTRA = "\u034f\u115f\u1160\u3164\uffa0\u180b\u180c\u180d\u180f"
 _LINE_BREAKS = {"\r\n": "\n", "\r": "\n", "\x0b": "\n", "\x0c": "\n", "\x1c": "\n", "\x1d": "\n",
                 "\x1e": "\n", "\x85": "\n", "\u2028": "\n", "\u2029": "\n\n"}  # fmt: skip
 _LINE_BREAK_RE = re.compile("|".join(re.escape(k) for k in _LINE_BREAKS))
 _DOUBLE_HYPHEN = re.compile(r"(?:(?<=\s)|^)--(?=\s|$)|(?<=[^\W\d_])--(?=[^\W\d_])", re.MULTILINE)
-
-
-def _in_compat_block(cp: int) -> bool:
-    return any(lo <= cp <= hi for lo, hi in _COMPAT_BLOCKS)
+# Text made only of these characters is already what it looks like (the common case: no work).
+_PLAIN = re.compile(r"[\t\n\x20-\x7e\u0400-\u045f«»—–…№]*")
+# Marks that make a letter of the Russian (and Ukrainian) alphabet when typed decomposed: «й», «ё», «ї».
+_LETTER_MARKS = frozenset({("и", "\u0306"), ("е", "\u0308"), ("і", "\u0308")})
 
 
 def is_invisible(ch: str) -> bool:
@@ -89,52 +89,69 @@ def _is_cyrillic(ch: str) -> bool:
     return 0x0400 <= cp <= 0x052F or 0x1C80 <= cp <= 0x1C8F or 0x2DE0 <= cp <= 0x2DFF or 0xA640 <= cp <= 0xA69F
 
 
-def _fold_char(ch: str) -> str:
-    if _in_compat_block(ord(ch)):
-        folded = unicodedata.normalize("NFKC", ch)
-        if len(folded) == 1:
-            ch = folded
-    return PUNCTUATION.get(ch, ch)
+# Planes with format characters, combining marks or spaces (planes 2–13 hold none).
+_SCANNED = (*range(0x20000), *range(0xE0000, 0xE0200))
 
 
-# Marks that make a letter of the Russian (and Ukrainian) alphabet when typed decomposed: «й», «ё», «ї».
-_LETTER_MARKS = frozenset({("и", "\u0306"), ("е", "\u0308"), ("і", "\u0308")})
+def _char_class(pred) -> str:  # noqa: ANN001 - predicate over a character
+    """A regex character class of every code point satisfying ``pred``, as ranges."""
+    ranges: list[tuple[int, int]] = []
+    for cp in _SCANNED:
+        if 0xD800 <= cp <= 0xDFFF or not pred(chr(cp)):
+            continue
+        if ranges and ranges[-1][1] == cp - 1:
+            ranges[-1] = (ranges[-1][0], cp)
+        else:
+            ranges.append((cp, cp))
+    return "[" + "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges) + "]"
 
 
-def _keep_mark(base: str, mark: str) -> bool:
-    """Keep a combining ``mark`` after ``base``? Only where it makes a letter or a Latin diacritic."""
+@lru_cache(maxsize=1)
+def _tables() -> tuple[re.Pattern[str], re.Pattern[str], dict[int, str]]:
+    """Invisible-character and combining-mark patterns and the fold table (built once, ~0.3 s)."""
+    invisible = re.compile(_char_class(is_invisible) + "+")
+    mark = _char_class(lambda c: unicodedata.category(c) == "Mn" and not is_invisible(c))
+    marks = re.compile(f"([^{mark[1:-1]}]?)({mark}+)", re.S)  # a base (or nothing), then its marks
+    fold: dict[int, str] = {}
+    for lo, hi in _COMPAT_BLOCKS:
+        for cp in range(lo, hi + 1):
+            folded = unicodedata.normalize("NFKC", chr(cp))
+            if len(folded) == 1 and folded != chr(cp):
+                fold[cp] = folded
+    for cp in range(0x3001):  # every space separator is below U+3001
+        if unicodedata.category(chr(cp)) == "Zs":
+            fold[cp] = " "
+    fold[0x2800] = " "  # braille blank looks like a space
+    for src, dst in PUNCTUATION.items():
+        fold[ord(src)] = dst
+    for cp, dst in list(fold.items()):  # a fold that lands on a punctuation variant goes on to its look
+        fold[cp] = PUNCTUATION.get(dst, dst)
+    return invisible, marks, fold
+
+
+def _keep_marks(m: re.Match[str]) -> str:
+    """Keep combining marks only where they make a letter («й», «ё») or a Latin diacritic."""
+    base, marks = m.group(1), m.group(2)
     if not base or not base.isalpha():
-        return False  # a mark on a digit, a space or nothing
+        return base  # a mark on a digit, a space or nothing
     if _is_cyrillic(base):
-        return (base.lower(), mark) in _LETTER_MARKS  # else a stress mark («мо́ре») or a fake letter («книгў»)
-    return True
+        # a stress mark («мо́ре») or a fake letter («книгў» typed as у + breve) is dropped
+        kept = next((mk for mk in marks if (base.lower(), mk) in _LETTER_MARKS), "")
+        return base + kept
+    return base + marks
 
 
 @lru_cache(maxsize=1024)
 def normalize(text: str) -> str:
     """``text`` as a reader sees it (see the module docstring for every step)."""
+    if _PLAIN.fullmatch(text) and "--" not in text:
+        return text
+    invisible, marks, fold = _tables()
     text = _LINE_BREAK_RE.sub(lambda m: _LINE_BREAKS[m.group(0)], text)
-    kept: list[str] = []
-    base = ""  # the last visible non-combining character
-    for ch in text:
-        if is_invisible(ch):
-            continue
-        if unicodedata.category(ch) == "Mn":
-            if _keep_mark(base, ch):
-                kept.append(ch)
-            continue
-        kept.append(ch)
-        base = ch
-    out: list[str] = []
-    for ch in unicodedata.normalize("NFC", "".join(kept)):
-        if unicodedata.category(ch) == "Zs" or ch == "\u2800":
-            out.append(" ")
-        elif unicodedata.category(ch) == "Mn" and _is_cyrillic(out[-1][-1] if out else ""):
-            continue  # a stress mark after a precomposed Cyrillic letter («ё́»)
-        else:
-            out.append(_fold_char(ch))
-    result = unicodedata.normalize("NFC", "".join(out))
-    return _DOUBLE_HYPHEN.sub("—", result)
+    text = invisible.sub("", text)
+    text = marks.sub(_keep_marks, text)
+    text = unicodedata.normalize("NFC", unicodedata.normalize("NFC", text).translate(fold))
+    return _DOUBLE_HYPHEN.sub("—", text)
 
 
 def nfc(text: str) -> str:
