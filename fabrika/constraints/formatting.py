@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from fabrika.constraints.base import const, constraint
-from fabrika.constraints.markdown import emphasis_fragments
+from fabrika.constraints.markdown import atx_headings, emphasis_fragments, tables
 from fabrika.constraints.pools import POSTSCRIPT_MARKERS, SECTION_MARKERS
-from fabrika.textutil.segment import lines
+from fabrika.textutil.normalize import normalize
 
 F = "format"
 
@@ -23,7 +23,6 @@ _PLACEHOLDER = re.compile(r"\[[^\[\]\n]*\S[^\[\]\n]*\]")
 _JSON_WS = " \t\n\r"  # RFC 8259 whitespace; a no-break or zero-width space is not
 _SIX_STARS = re.compile(r"\n[ \t]*\*{6}[ \t]*\n|(?<![*])\*{6}(?![*])")
 _HEADER = re.compile(r"^\s{0,3}#{1,6}\s+\S", re.MULTILINE)
-_TABLE_SEP = re.compile(r"^\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?$")
 
 
 def _n(choices: tuple[int, ...]):  # noqa: ANN202 - sampler factory
@@ -154,8 +153,12 @@ def highlights(text: str, p: Mapping[str, Any]) -> bool:
     lambda rng: {"marker": rng.choice(POSTSCRIPT_MARKERS)},
 )
 def postscript(text: str, p: Mapping[str, Any]) -> bool:
-    """After the main text, a line starting with the marker (any case: «p.s.»), followed by some text."""
-    m = re.search(rf"(?:^|\n)\s*{re.escape(p['marker'])}\s*(\S.*)$", text.strip(), re.DOTALL | re.IGNORECASE)
+    """After the main text, a line starting with the marker, followed by some text.
+
+    Any case («p.s.») and any spacing after its dots («P. S.», «П.С.») is the marker.
+    """
+    marker = r"\.\s*".join(re.escape(part.strip()) for part in normalize(p["marker"]).split("."))
+    m = re.search(rf"(?:^|\n)\s*{marker}\s*(\S.*)$", text.strip(), re.DOTALL | re.IGNORECASE)
     return bool(m) and bool(text.strip()[: m.start()].strip())
 
 
@@ -166,8 +169,11 @@ def postscript(text: str, p: Mapping[str, Any]) -> bool:
     const(),
 )
 def two_responses(text: str, p: Mapping[str, Any]) -> bool:
-    """Two different non-empty answers separated by exactly six stars (seven are not the separator)."""
-    parts = [x.strip() for x in _SIX_STARS.split(text)]
+    """Two different non-empty answers separated by exactly six stars (seven are not the separator).
+
+    Answers that differ only in case or spacing are the same answer.
+    """
+    parts = [" ".join(x.split()).casefold() for x in _SIX_STARS.split(text)]
     return len(parts) == 2 and all(parts) and parts[0] != parts[1]
 
 
@@ -191,12 +197,13 @@ def no_markdown(text: str, p: Mapping[str, Any]) -> bool:
     _n((2, 3, 4, 5)),
 )
 def markdown_table(text: str, p: Mapping[str, Any]) -> bool:
-    """One markdown table: header row, separator row, exactly ``n`` data rows, equal column counts."""
-    rows = [ln for ln in lines(text) if ln.startswith("|") and ln.endswith("|")]
-    if len(rows) < 2 or not _TABLE_SEP.match(rows[1]):
+    """One markdown (GFM) table: header row, separator row, exactly ``n`` data rows, every row
+    with the header's number of cells; outer pipes optional, as GFM allows."""
+    found = tables(text)
+    if len(found) != 1:
         return False
-    cols = {r.count("|") for r in rows}
-    return len(cols) == 1 and len(rows) - 2 == p["n"]
+    rows, cells = found[0]
+    return rows == p["n"] and len(set(cells)) == 1
 
 
 @constraint(
@@ -206,8 +213,8 @@ def markdown_table(text: str, p: Mapping[str, Any]) -> bool:
     _n((2, 3, 4)),
 )
 def headers(text: str, p: Mapping[str, Any]) -> bool:
-    """Exactly ``n`` markdown heading lines."""
-    return len(_HEADER.findall(text)) == p["n"]
+    """Exactly ``n`` markdown «#» headings (not counting «# …» lines inside code blocks)."""
+    return atx_headings(text) == p["n"]
 
 
 @constraint(

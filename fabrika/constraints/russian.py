@@ -95,8 +95,12 @@ QUOTES_NOT_GUILLEMETS = "\"“”„‟"  # after normalisation fullwidth «＂�
     const(),
 )
 def numbers_in_words(text: str, p: Mapping[str, Any]) -> bool:
-    """No digits at all (any script)."""
-    return not any(ch.isdigit() for ch in text)
+    """No digits (any script, «½», «Ⅻ» included) and no Roman numerals («XIX век»)."""
+    return not any(ch.isnumeric() for ch in text) and not _ROMAN.search(text)
+
+
+# Two or more Roman digits forming a valid numeral, as a word of its own («XIX», «IV», not «I» or «MIX»).
+_ROMAN = re.compile(r"(?<![^\W\d_])(?=[MDCLXVI]{2,}(?![^\W\d_]))M{0,4}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})(?![^\W\d_])")
 
 
 def _is(w: str, pred) -> bool:  # noqa: ANN001 - predicate over a Parse

@@ -10,10 +10,10 @@ from typing import Any
 from fabrika.constraints.base import const, constraint
 from fabrika.constraints.pools import COPY_PHRASES, END_PHRASES, END_WORDS, REQUESTS, START_PHRASES
 from fabrika.textutil.lang import LANGUAGE_NAMES_RU, LANGUAGES, is_language
-from fabrika.textutil.morph import agree, lemma, lemmas, parses
+from fabrika.textutil.morph import agree, analyzer, lemma, lemmas, parses
 from fabrika.textutil.normalize import normalize
 from fabrika.textutil.script import homoglyph_words
-from fabrika.textutil.segment import paragraphs, sentences, words
+from fabrika.textutil.segment import lines, paragraphs, sentences, words
 
 _SPACES = re.compile(r"\s+")
 _LETTER = re.compile(r"[^\W\d_]")
@@ -63,25 +63,31 @@ def end_phrase(text: str, p: Mapping[str, Any]) -> bool:
 def ends_with_question(text: str, p: Mapping[str, Any]) -> bool:
     """The last sentence's terminal punctuation holds «?» («?», «?!», «?..»).
 
-    Closing quotes and brackets, markdown emphasis marks and emoji after it are
-    looked through: «Как вам?» 😊, «Вы придёте?», **Что скажете?**.
+    Closing quotes and brackets, markdown emphasis marks, emoji and emoticons after
+    it are looked through: «Как вам?» 😊, «Вы придёте?», **Что скажете?**, «Как дела?)))», «Ну как? :)».
     """
     return "?" in terminal_punctuation(text)
 
 
 _TRAILING = re.compile(r"[\s»\"”’')\]}*_~`]+$")
+# ASCII emoticons after the sentence: «:)», «:-(», «;)», «:D», «xD», «^_^» (a bare «)))» is a closing bracket run)
+_EMOTICON = re.compile(r"(?:[:;=8][-'^]?[)(\]\[DPpОо3*|/\\]+|\b[xX]D+|\^_*\^)$")
 _TERMINAL = re.compile(r"[.!?…]+$")
 
 
 def terminal_punctuation(text: str) -> str:
     """The run of «.!?…» that ends the text, past closing quotes, brackets, emphasis and emoji."""
     t = text
-    while True:
-        t = _TRAILING.sub("", t)
-        if t and not _ALNUM.match(t[-1]) and unicodedata.category(t[-1]) in _SYMBOL_CATEGORIES:
+    while t:
+        t = t.rstrip()
+        if _EMOTICON.search(t):
+            t = _EMOTICON.sub("", t)
+        elif _TRAILING.search(t):
+            t = _TRAILING.sub("", t)
+        elif not _ALNUM.match(t[-1]) and unicodedata.category(t[-1]) in _SYMBOL_CATEGORIES:
             t = t[:-1]  # an emoji or another symbol after the sentence («…? 😊»)
-            continue
-        break
+        else:
+            break
     m = _TERMINAL.search(t)
     return m.group(0) if m else ""
 
@@ -126,8 +132,17 @@ ABBREVIATIONS = frozenset(
 
 
 def is_abbreviation(word: str) -> bool:
-    """An all-caps abbreviation (РФ, СССР, API): known list or pymorphy3's «Abbr» tag."""
-    return word in ABBREVIATIONS or any("Abbr" in p.tag for p in parses(word))
+    """An all-caps abbreviation: the known list (РФ, СССР, API), pymorphy3's «Abbr» tag,
+    a short Latin word (NASA, COVID-19: Latin capitals in a Russian text name things),
+    or a short word that is no dictionary word in lower case (МФЦ, ФНС, ЦСКА)."""
+    if word in ABBREVIATIONS or any("Abbr" in p.tag for p in parses(word)):
+        return True
+    letters = "".join(ch for ch in word if ch.isalpha())
+    if len(letters) > 5:
+        return False
+    if letters.isascii():
+        return True
+    return not analyzer().word_is_known(letters.lower())
 
 
 def shouted_words(text: str) -> list[str]:
@@ -181,18 +196,32 @@ def sentence_capitalized(text: str, p: Mapping[str, Any]) -> bool:
     abbreviation («50 кв. м», «20 чел. на встречу»), an initial, an ellipsis
     («Я подумал… и решил») or a dialogue dash («— Привет! — сказал он.»), and
     splits «Привет. как дела?» in two. A sentence that starts with a number
-    («2024 год был…») or an ellipsis («…и тогда») has no first letter to check.
+    («2024 год был…») or an ellipsis («…и тогда») has no first letter to check, and
+    list items after a line ending in «:», «;» or «,» continue that sentence
+    («Купите:\n- хлеб;\n- молоко.»).
     """
-    sents = sentences(text)
-    if not sents:
-        return False
-    for s in sents:
-        m = _ALNUM.search(s)
-        if m is None or m.group(0).isdigit() or s.lstrip(" «\"(—–-").startswith(("…", "...")):
-            continue
-        if not m.group(0).isupper():
-            return False
-    return True
+    seen = False
+    prev_end = ""
+    for line in lines(text):
+        sents = sentences(line)
+        continues = bool(_LIST_ITEM.match(line)) and prev_end in (":", ";", ",")
+        for s in sents:
+            m = _ALNUM.search(s)
+            if m is None:
+                continue
+            seen = True
+            if m.group(0).isdigit() or s.lstrip(" «\"(—–-*•").startswith(("…", "...")):
+                continue  # «1.» of a numbered item, «2024 год …», «…и тогда»
+            if continues:
+                continues = False
+                continue
+            if not m.group(0).isupper():
+                return False
+        prev_end = line.rstrip(" *_")[-1:]
+    return seen
+
+
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+•–—]|\d+[.)])\s+")
 
 
 # ---------------------------------------------------------------- punctuation

@@ -49,6 +49,8 @@ PUNCTUATION: dict[str, str] = {
     "\u203c": "!!", "\u2047": "??", "\u2048": "?!", "\u2049": "!?",
     # double quotes that are not guillemets
     "\u301d": '"', "\u301e": '"', "\u301f": '"', "\u02ba": '"',
+    # asterisks and double angle brackets
+    "\u2217": "*", "\u204e": "*", "\u2731": "*", "\u226a": "<<", "\u226b": ">>",
 }  # fmt: skip
 
 # Blocks whose characters fold by NFKC when the result is a single character.

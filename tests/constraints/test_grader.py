@@ -211,6 +211,39 @@ CLASSES: dict[str, list[tuple[str, dict, str, bool]]] = {
     "Latin look-alikes inside Cyrillic words": _rows(INC, {"keywords": ["программа"]}, ["Новая программа."], ["Новая прoграмма."])
     + _rows(BAN, {"keywords": ["программа"]}, ["Новый код."], ["Новая прoграмма.", "Новая прогрaммa-то."])
     + _rows(INC, {"keywords": ["книга"]}, ["Возьмите книгу-то."], ["Возьмите книгў.", "Возьмите кнiгу."]),
+    "emoticons after a question": _rows(Q, {}, ["Как дела?)))", "Ну как? :)", "Что думаете? :-)", "Придёте? ;)", "Как вам? xD"], ["Отлично :)", "Хорошо)))"]),
+    "lower-case list items that continue a sentence": _rows(
+        CAP,
+        {},
+        ["Купите:\n- хлеб;\n- молоко.", "Нужно взять:\n1. паспорт,\n2. билет.", "Список.\n- Хлеб.\n- Молоко."],
+        ["Список.\n- хлеб.\n- молоко.", "Купите хлеб.\n- молоко."],
+    ),
+    "abbreviations in capitals are not shouting": _rows(
+        "ru.case.capital_words_max",
+        {"n": 0},
+        ["Данные NASA.", "Справка из МФЦ и ФНС.", "Вирус COVID-19 изучают.", "Стандарт ГОСТ и API."],
+        ["Это ОЧЕНЬ важно.", "СРОЧНО читайте.", "Пишите ПРАВИЛЬНО."],
+    ),
+    "numbers in words: Roman numerals and vulgar fractions are numbers": _rows(
+        "ru.russian.numbers_in_words", {}, ["Двадцатый век.", "Я и ты."], ["В XIX веке.", "Глава IV.", "Добавьте ½ стакана.", "Глава Ⅻ."]
+    ),
+    "GFM tables: outer pipes optional, ragged rows rejected": _rows(
+        "ru.format.markdown_table",
+        {"n": 2},
+        ["Город | Река\n--- | ---\nКазань | Волга\nОмск | Иртыш", "| Город | Река |\n|:---|---:|\n| Казань | Волга |\n| Омск | Иртыш |"],
+        ["| Город | Река |\n|---|---|\n| Казань |\n| Омск | Иртыш | Обь |", "| Город | Река |\n| Казань | Волга |\n| Омск | Иртыш |"],
+    ),
+    "headings inside code blocks do not count": _rows(
+        "ru.format.headers", {"n": 2}, ["# Итоги\n```\n# комментарий\n```\n## Вывод"], ["# Итоги\n# комментарий\n## Вывод", "#Итоги\n## Вывод"]
+    ),
+    "postscript marker spacing and case": _rows(
+        "ru.format.postscript", {"marker": "P.S."}, ["Текст.\nP. S. Привет.", "Текст.\np.s. привет.", "Текст.\nＰ.Ｓ. Привет."], ["Текст.\nPS привет.", "P.S. Привет."]
+    ),
+    "two answers that differ only in case or spacing are one answer": _rows(
+        "ru.format.two_responses", {}, ["Да.\n******\nНет."], ["Да.\n******\nда.", "Да  конечно.\n******\nДа конечно."]
+    ),
+    "asterisk and bracket look-alikes": _rows("ru.format.no_markdown", {}, ["Просто текст."], ["Это ∗важно∗.", "Это ＊важно＊."])
+    + _rows("ru.format.title", {}, ["<<Заголовок>>\nТекст."], ["≪\n≫ Текст."]),
 }
 
 ROWS = [(name, *row) for name, rows in CLASSES.items() for row in rows]
