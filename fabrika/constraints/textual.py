@@ -78,8 +78,7 @@ _TERMINAL = re.compile(r"[.!?…]+$")
 def terminal_punctuation(text: str) -> str:
     """The run of «.!?…» that ends the text, past closing quotes, brackets, emphasis and emoji."""
     t = text
-    while t:
-        t = t.rstrip()
+    while t := t.rstrip():
         if _EMOTICON.search(t):
             t = _EMOTICON.sub("", t)
         elif _TRAILING.search(t):

@@ -9,7 +9,8 @@ Why not ``\\w+`` and English sentence rules: «кто-то» is one word, «3,5�
 number, «т. е.», «г.» and initials («А. С. Пушкин») do not end a sentence.
 razdel does most of this; on top of it, as a careful grader counts:
 
-* words: «т. е.»/«т.е.», «и/или», «км/ч», «1 000 000», «О’Нил» are one word each;
+* words: «т. е.»/«т.е.», «и/или», «км/ч», «1 000 000», «О’Нил», «15:00», a link
+  or an e-mail address are one word each;
   a Cyrillic word with a Latin look-alike letter stays one (mixed-script) word;
 * sentences: a full stop followed by a lower-case word ends a sentence unless it
   ends an abbreviation (:data:`ABBREVIATIONS`) or an initial; an ellipsis, or
@@ -111,6 +112,29 @@ def _spans(text: str) -> tuple[_Tok, ...]:
                 continue
         out.append(t)
         i += 1
+    return _merge_atomic(norm, out)
+
+
+# Written as one word whatever their punctuation: links, e-mail addresses, times and scores («15:00», «2:1»).
+_ATOMIC = re.compile(
+    r"(?:https?://|www\.)[^\s<>«»\"]*[^\s<>«»\".,;:!?)\]]"
+    r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
+    r"|(?<![\d:])\d+(?::\d+)+(?![\d:])"
+)
+
+
+def _merge_atomic(norm: str, toks: list[_Tok]) -> tuple[_Tok, ...]:
+    """Tokens inside a link, an e-mail address or a clock time become one token."""
+    spans = [m.span() for m in _ATOMIC.finditer(norm)]
+    if not spans:
+        return tuple(toks)
+    out: list[_Tok] = []
+    for t in toks:
+        span = next(((a, b) for a, b in spans if a <= t.start and t.stop <= b), None)
+        if span is not None and out and span[0] <= out[-1].start:
+            out[-1] = _Tok(norm[out[-1].start : t.stop], out[-1].start, t.stop)
+        else:
+            out.append(t)
     return tuple(out)
 
 
