@@ -91,29 +91,9 @@ def _is_cyrillic(ch: str) -> bool:
     return 0x0400 <= cp <= 0x052F or 0x1C80 <= cp <= 0x1C8F or 0x2DE0 <= cp <= 0x2DFF or 0xA640 <= cp <= 0xA69F
 
 
-# Planes with format characters, combining marks or spaces (planes 2–13 hold none).
-_SCANNED = (*range(0x20000), *range(0xE0000, 0xE0200))
-
-
-def _char_class(pred) -> str:  # noqa: ANN001 - predicate over a character
-    """A regex character class of every code point satisfying ``pred``, as ranges."""
-    ranges: list[tuple[int, int]] = []
-    for cp in _SCANNED:
-        if 0xD800 <= cp <= 0xDFFF or not pred(chr(cp)):
-            continue
-        if ranges and ranges[-1][1] == cp - 1:
-            ranges[-1] = (ranges[-1][0], cp)
-        else:
-            ranges.append((cp, cp))
-    return "[" + "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges) + "]"
-
-
 @lru_cache(maxsize=1)
-def _tables() -> tuple[re.Pattern[str], re.Pattern[str], dict[int, str]]:
-    """Invisible-character and combining-mark patterns and the fold table (built once, ~0.3 s)."""
-    invisible = re.compile(_char_class(is_invisible) + "+")
-    mark = _char_class(lambda c: unicodedata.category(c) == "Mn" and not is_invisible(c))
-    marks = re.compile(f"([^{mark[1:-1]}]?)({mark}+)", re.S)  # a base (or nothing), then its marks
+def _fold_table() -> dict[int, str]:
+    """Code point → what it looks like: compatibility forms, spaces, punctuation (built once)."""
     fold: dict[int, str] = {}
     for lo, hi in _COMPAT_BLOCKS:
         for cp in range(lo, hi + 1):
@@ -128,19 +108,29 @@ def _tables() -> tuple[re.Pattern[str], re.Pattern[str], dict[int, str]]:
         fold[ord(src)] = dst
     for cp, dst in list(fold.items()):  # a fold that lands on a punctuation variant goes on to its look
         fold[cp] = PUNCTUATION.get(dst, dst)
-    return invisible, marks, fold
+    return fold
 
 
-def _keep_marks(m: re.Match[str]) -> str:
+def _strip_marks(text: str) -> str:
     """Keep combining marks only where they make a letter («й», «ё») or a Latin diacritic."""
-    base, marks = m.group(1), m.group(2)
-    if not base or not base.isalpha():
-        return base  # a mark on a digit, a space or nothing
-    if _is_cyrillic(base):
-        # a stress mark («мо́ре») or a fake letter («книгў» typed as у + breve) is dropped
-        kept = next((mk for mk in marks if (base.lower(), mk) in _LETTER_MARKS), "")
-        return base + kept
-    return base + marks
+    out: list[str] = []
+    base = ""  # the last non-mark character
+    kept_letter_mark = False
+    for ch in text:
+        if unicodedata.category(ch) != "Mn":
+            out.append(ch)
+            base, kept_letter_mark = ch, False
+            continue
+        if not base or not base.isalpha():
+            continue  # a mark on a digit, a space or nothing
+        if _is_cyrillic(base):
+            # a stress mark («мо́ре») or a fake letter («книгў» typed as у + breve) is dropped
+            if not kept_letter_mark and (base.lower(), ch) in _LETTER_MARKS:
+                out.append(ch)
+                kept_letter_mark = True
+            continue
+        out.append(ch)
+    return "".join(out)
 
 
 @lru_cache(maxsize=1024)
@@ -148,12 +138,15 @@ def normalize(text: str) -> str:
     """``text`` as a reader sees it (see the module docstring for every step)."""
     if _PLAIN.fullmatch(text) and "--" not in text:
         return text
-    invisible, marks, fold = _tables()
     text = _LINE_BREAK_RE.sub(lambda m: _LINE_BREAKS[m.group(0)], text)
-    text = invisible.sub("", text)
-    text = marks.sub(_keep_marks, text)
-    text = unicodedata.normalize("NFC", unicodedata.normalize("NFC", text).translate(fold))
-    return _DOUBLE_HYPHEN.sub("—", text)
+    chars = set(text)
+    invisible = {ord(c): None for c in chars if is_invisible(c)}
+    if invisible:
+        text = text.translate(invisible)
+    if any(unicodedata.category(c) == "Mn" for c in chars):
+        text = _strip_marks(text)
+    text = unicodedata.normalize("NFC", unicodedata.normalize("NFC", text).translate(_fold_table()))
+    return _DOUBLE_HYPHEN.sub("—", text) if "--" in text else text
 
 
 def nfc(text: str) -> str:
