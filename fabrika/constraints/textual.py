@@ -20,14 +20,19 @@ _LETTER = re.compile(r"[^\W\d_]")
 _ALNUM = re.compile(r"[^\W_]")
 
 
-def _norm(s: str) -> str:
-    """Case- and whitespace-insensitive form for phrase comparison (both sides normalised)."""
-    return _SPACES.sub(" ", normalize(s)).strip().casefold()
-
-
 def _spaced(s: str) -> str:
-    """Whitespace-insensitive (case-sensitive) form of normalised ``s``."""
-    return _SPACES.sub(" ", normalize(s)).strip()
+    """The form in which a phrase is compared, case kept: normalised, one space for any run of
+    whitespace, «ё» as «е» (optional in Russian print) and a spaced hyphen or en dash as «—»."""
+    s = _SPACES.sub(" ", normalize(s)).strip().replace("ё", "е").replace("Ё", "Е")
+    return _DASHES.sub(" — ", s)
+
+
+def _norm(s: str) -> str:
+    """Case-insensitive :func:`_spaced` (start and end phrases, repeated phrases)."""
+    return _spaced(s).casefold()
+
+
+_DASHES = re.compile(r" [-–—] ")
 
 
 # ---------------------------------------------------------------- start / end

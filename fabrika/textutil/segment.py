@@ -199,26 +199,40 @@ def _split_inner(s: str) -> list[str]:
     return [x for x in out if x]
 
 
+def _locate(line: str, parts: list[str]) -> list[tuple[int, int]]:
+    """The spans of ``parts`` (in order) in ``line``."""
+    spans, cursor = [], 0
+    for part in parts:
+        at = line.find(part, cursor)
+        if at < 0:  # cannot happen for pieces cut from ``line``; keep going rather than fail
+            at = cursor
+        spans.append((at, at + len(part)))
+        cursor = at + len(part)
+    return spans
+
+
 @lru_cache(maxsize=512)
 def _sentences(text: str) -> tuple[str, ...]:
     out: list[str] = []
     for line in lines(text):
-        pieces: list[str] = []
+        spans: list[tuple[int, int]] = []
         for s in razdel.sentenize(line):
             piece = s.text.strip()
             # razdel splits «см. табл. 3» after «табл.»: a number after an abbreviation continues
-            if pieces and _STARTS_NUMBER.match(piece) and _is_abbreviation_end(pieces[-1]):
-                pieces[-1] = f"{pieces[-1]} {piece}"
+            if spans and _STARTS_NUMBER.match(piece) and _is_abbreviation_end(line[slice(*spans[-1])]):
+                spans[-1] = (spans[-1][0], s.stop)
             else:
-                pieces.append(piece)
-        line_out: list[str] = []
-        for piece in pieces:
-            for s in _split_inner(piece):
-                if _alnum(s):
-                    line_out.append(s)
-                elif line_out:
-                    line_out[-1] = f"{line_out[-1]} {s}"
-        out.extend(line_out)
+                start = s.start + (len(s.text) - len(s.text.lstrip()))
+                spans.append((start, start + len(piece)))
+        line_spans: list[tuple[int, int]] = []
+        for a, b in spans:
+            parts = _split_inner(line[a:b])
+            for pa, pb in _locate(line[a:b], parts):
+                if _alnum(line[a + pa : a + pb]):
+                    line_spans.append((a + pa, a + pb))
+                elif line_spans:  # a trailing «—», «***» or emoji stays with its sentence
+                    line_spans[-1] = (line_spans[-1][0], a + pb)
+        out.extend(line[x:y] for x, y in line_spans)
     return tuple(out)
 
 

@@ -198,7 +198,11 @@ CLASSES: dict[str, list[tuple[str, dict, str, bool]]] = {
     )
     + _rows("ru.startend.end_phrase", {"phrase": "На этом всё."}, ["Вот ответ. На\u00a0этом всё.", "Вот. На этом\u200b всё."], ["Вот ответ."])
     + _rows("ru.startend.end_phrase", {"phrase": "Удачи!"}, ["Всем удачи!", "Удачи！"], ["Всем неудачи!"])
-    + _rows("ru.startend.start_phrase", {"phrase": "Итак,"}, ["Итак, начнём."], ["Итакой, начнём."]),
+    + _rows("ru.startend.start_phrase", {"phrase": "Итак,"}, ["Итак, начнём."], ["Итакой, начнём."])
+    + _rows("ru.startend.start_phrase", {"phrase": "Давайте разберёмся."}, ["Давайте разберемся. Всё просто."], ["Давайте разбираться."])
+    # a spaced hyphen or an en dash is how the dash is typed (no_dash counts them as dashes too)
+    + _rows("ru.repeat.phrase_n", {"phrase": "Век живи — век учись", "n": 2},
+            ["Век живи – век учись. И ещё: век живи - век учись."], ["Век живи, век учись. Век живи — век учись."]),
     "lists with «–» bullets": _rows(
         "ru.format.bullets_exact", {"n": 3}, ["– Хлеб\n– Молоко\n– Яйца", "+ Хлеб\n+ Молоко\n+ Яйца"], ["— Хлеб\n— Молоко\n— Яйца"]
     )
