@@ -19,7 +19,11 @@ _FENCE = re.compile(r"^```(?:json|JSON)?\s*\n(.*)\n```$", re.DOTALL)
 _BULLET = re.compile(r"^\s*(?:[-•–+]|\*(?!\*))\s+\S")  # «–»: what «- » becomes after autocorrect
 _NUMBERED = re.compile(r"^\s*(\d+)[.)]\s+\S")
 _TITLE = re.compile(r"<<[^\n<>]*\S[^\n<>]*>>")
-_PLACEHOLDER = re.compile(r"\[[^\[\]\n]*\S[^\[\]\n]*\]")
+# [адрес]; not a markdown link «[текст](url)» nor a task-list box «- [x]»
+_PLACEHOLDER = re.compile(r"\[[^\[\]\n]*\S[^\[\]\n]*\](?!\()")
+_TASK_BOX = re.compile(r"^(\s*[-*+]\s+)\[[ xX]\]", re.MULTILINE)
+_MD_LINK = re.compile(r"\[[^\]\n]+\]\([^)\n]*\)")
+_BLOCKQUOTE = re.compile(r"^\s{0,3}>\s", re.MULTILINE)
 _JSON_WS = " \t\n\r"  # RFC 8259 whitespace; a no-break or zero-width space is not
 _SIX_STARS = re.compile(r"\n[ \t]*\*{6}[ \t]*\n|(?<![*])\*{6}(?![*])")
 _HEADER = re.compile(r"^\s{0,3}#{1,6}\s+\S", re.MULTILINE)
@@ -128,8 +132,9 @@ def title(text: str, p: Mapping[str, Any]) -> bool:
     _n((1, 2, 3, 4)),
 )
 def placeholders(text: str, p: Mapping[str, Any]) -> bool:
-    """At least ``n`` non-empty [placeholders]."""
-    return len(_PLACEHOLDER.findall(text)) >= p["n"]
+    """At least ``n`` non-empty [placeholders]; a markdown link «[текст](url)» or a task-list
+    box «- [x]» is not one."""
+    return len(_PLACEHOLDER.findall(_TASK_BOX.sub(r"\1", text))) >= p["n"]
 
 
 @constraint(
@@ -184,8 +189,10 @@ def two_responses(text: str, p: Mapping[str, Any]) -> bool:
     const(),
 )
 def no_markdown(text: str, p: Mapping[str, Any]) -> bool:
-    """No emphasis (*, _ pairs), headings (#), code (`) or table pipes."""
+    """No emphasis (*, _ pairs), headings (#), code (`), table pipes, links or block quotes."""
     if any(ch in text for ch in "*`|"):
+        return False
+    if _MD_LINK.search(text) or _BLOCKQUOTE.search(text):
         return False
     return not _HEADER.search(text) and not re.search(r"(?<!\w)_[^_\n]+_(?!\w)", text)
 

@@ -28,7 +28,7 @@ import razdel
 
 from fabrika.textutil.normalize import nfc, normalize
 
-__all__ = ["ABBREVIATIONS", "lines", "nfc", "paragraphs", "sentences", "strip_markdown", "tokens", "words"]
+__all__ = ["ABBREVIATIONS", "lines", "nfc", "paragraphs", "prose_words", "sentences", "strip_markdown", "tokens", "words"]
 
 _HAS_ALNUM = re.compile(r"[^\W_]", re.UNICODE)
 _BLANK_LINE = re.compile(r"\n\s*\n")
@@ -143,14 +143,21 @@ def words(text: str) -> list[str]:
     return [t for t in tokens(text) if _alnum(t)]
 
 
+def prose_words(text: str) -> list[str]:
+    """:func:`words` without list numbering and heading marks: «1. Хлеб» is one word, as a
+    grader counts a list, not two."""
+    return words(_MD_LIST.sub("", _MD_HEADING.sub("", normalize(text))))
+
+
 def lines(text: str) -> list[str]:
     """Non-empty lines, stripped."""
     return [ln.strip() for ln in normalize(text).split("\n") if ln.strip()]
 
 
 def paragraphs(text: str) -> list[str]:
-    """Paragraphs separated by blank lines (empty ones dropped)."""
-    return [p.strip() for p in _BLANK_LINE.split(normalize(text).strip()) if p.strip()]
+    """Paragraphs separated by blank lines; a block without a letter or digit (a «---» or
+    «***» rule between paragraphs, a lone emoji) is not a paragraph."""
+    return [p.strip() for p in _BLANK_LINE.split(normalize(text).strip()) if _alnum(p)]
 
 
 def sentences(text: str) -> list[str]:

@@ -252,6 +252,19 @@ CLASSES: dict[str, list[tuple[str, dict, str, bool]]] = {
     ),
     "asterisk and bracket look-alikes": _rows("ru.format.no_markdown", {}, ["Просто текст."], ["Это ∗важно∗.", "Это ＊важно＊."])
     + _rows("ru.format.title", {}, ["<<Заголовок>>\nТекст."], ["≪\n≫ Текст."]),
+    "list numbering and heading marks are not words": _rows(
+        "ru.length.words_max", {"n": 3}, ["1. Хлеб\n2. Молоко\n3. Яйца", "## Итоги\nВсё хорошо."], ["Хлеб, молоко, яйца, сыр."]
+    ),
+    "a horizontal rule is not a paragraph": _rows(
+        "ru.length.paragraphs_exact", {"n": 2}, ["Первый абзац.\n\n---\n\nВторой абзац.", "Первый.\n\n***\n\nВторой."], ["Один.\n\n---"]
+    ),
+    "links and task boxes are not placeholders": _rows(
+        "ru.format.placeholders", {"n": 1}, ["Пишите по адресу [адрес].", "- [x] сделано, осталось [имя]"],
+        ["См. [документацию](https://ya.ru).", "- [x] сделано\n- [ ] нет"],
+    ),
+    "links and block quotes are markdown": _rows(
+        "ru.format.no_markdown", {}, ["Адрес: ya.ru, скобки [так] можно."], ["См. [сайт](https://ya.ru).", "> Цитата из книги."]
+    ),
 }
 
 ROWS = [(name, *row) for name, rows in CLASSES.items() for row in rows]
