@@ -95,10 +95,10 @@ add_pairs(
         "ru.repeat.phrase_n",
         "ru.keywords.paragraph_first_word",
         "ru.language.ru_then_en",
-        "ru.russian.syllables_line_max",
     ],
 )
-add_pairs("ru.startend.ends_with_question", ["ru.punct.no_question", "ru.startend.end_phrase", "ru.startend.last_word"])
+# haiku vs short lines and a closing question vs an end phrase: see the parameter rules below
+add_pairs("ru.startend.ends_with_question", ["ru.punct.no_question", "ru.startend.last_word"])
 add_pairs("ru.startend.end_phrase", ["ru.startend.last_word"])
 add_pairs("ru.startend.start_phrase", ["ru.repeat.request_first", "ru.keywords.paragraph_first_word"])
 add_pairs("ru.russian.numbers_in_words", ["ru.format.numbered_list", "ru.format.sections"])
@@ -165,5 +165,22 @@ def _last_paragraph_word_vs_english(a: str, pa: Mapping[str, Any], b: str, pb: M
     return a == "ru.keywords.paragraph_first_word" and b == "ru.language.ru_then_en" and pa["nth"] == pa["n"]
 
 
-for _rule in (_foreign_answer, _frequency_vs_lipogram, _letter_cap_vs_verbatim, _last_paragraph_word_vs_english):
+def _haiku_vs_short_lines(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
+    """A haiku's middle line has 7 syllables: lines of at most n < 7 syllables cannot hold it."""
+    return a == "ru.russian.haiku" and b == "ru.russian.syllables_line_max" and pb["n"] < 7
+
+
+def _question_vs_end_phrase(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
+    """Ending with a question and with a fixed phrase agree only if the phrase is a question."""
+    return a == "ru.startend.ends_with_question" and b == "ru.startend.end_phrase" and "?" not in pb["phrase"][-3:]
+
+
+for _rule in (
+    _foreign_answer,
+    _frequency_vs_lipogram,
+    _letter_cap_vs_verbatim,
+    _last_paragraph_word_vs_english,
+    _haiku_vs_short_lines,
+    _question_vs_end_phrase,
+):
     add_param_rule(_rule)

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from functools import lru_cache
 
 from fabrika.constraints import REGISTRY, params_conflict
-from fabrika.constraints.pools import END_PHRASES, REQUESTS, START_PHRASES
+from fabrika.constraints.pools import COPY_PHRASES, END_PHRASES, POSTSCRIPT_MARKERS, REQUESTS, START_PHRASES
 
 from . import cases_format, cases_keywords, cases_length, cases_russian, cases_textual
 
@@ -30,6 +30,8 @@ POOL_ENTRIES: list[Entry] = (
     [("ru.startend.start_phrase", {"phrase": ph}, [ph]) for ph in START_PHRASES]
     + [("ru.startend.end_phrase", {"phrase": ph}, [ph]) for ph in END_PHRASES]
     + [("ru.repeat.request_first", {"request": r}, [f"{r} Ответ ниже."]) for r in REQUESTS]
+    + [("ru.repeat.phrase_n", {"phrase": ph, "n": 2}, [f"{ph}. {ph}."]) for ph in COPY_PHRASES]
+    + [("ru.format.postscript", {"marker": m}, [f"Ответ готов.\n{m} Спасибо."]) for m in POSTSCRIPT_MARKERS]
 )
 
 

@@ -75,6 +75,8 @@ def test_the_check_finds_a_conflict_removed_from_the_table(monkeypatch: pytest.M
         ("ru.keywords.paragraph_first_word", {"n": 2, "nth": 2, "word": "зима"}, "ru.language.ru_then_en", {}),
         # id level
         ("ru.repeat.request_first", {"request": "Как научиться рано вставать?"}, "ru.case.all_lowercase", {}),
+        ("ru.startend.ends_with_question", {}, "ru.startend.end_phrase", {"phrase": "На этом всё."}),
+        ("ru.russian.haiku", {}, "ru.russian.syllables_line_max", {"n": 5}),
         ("ru.russian.acrostic_sentences", {"word": "ДОМ"}, "ru.format.sections", {"n": 2, "marker": "Шаг"}),
     ],
 )
@@ -91,6 +93,8 @@ def test_conflicts_the_pair_check_found_are_declared(a: str, pa: dict, b: str, p
         ("ru.keywords.letter_frequency", {"letter": "а", "n": 5, "relation": "at_most"},
          "ru.repeat.request_first", {"request": "Как научиться рано вставать?"}),
         ("ru.keywords.paragraph_first_word", {"n": 2, "nth": 1, "word": "зима"}, "ru.language.ru_then_en", {}),
+        ("ru.startend.ends_with_question", {}, "ru.startend.end_phrase", {"phrase": "Остались вопросы?"}),
+        ("ru.russian.haiku", {}, "ru.russian.syllables_line_max", {"n": 8}),
     ],
 )
 def test_no_false_conflicts_for_harmless_parameters(a: str, pa: dict, b: str, pb: dict) -> None:
