@@ -187,7 +187,8 @@ def _is_abbreviation_end(head: str) -> bool:
 
 def _split_inner(s: str) -> list[str]:
     """Split where razdel did not: a full stop before a lower-case word (not after an
-    abbreviation or an initial), «!»/«?» before a lower-case word, and «… табл. 3. Это» ."""
+    abbreviation or an initial), «!»/«?» before a lower-case word (not when a quote or
+    bracket closes after it), and «… табл. 3. Это» ."""
     out: list[str] = []
     start = 0
     for m in _INNER_END.finditer(s):
@@ -198,6 +199,8 @@ def _split_inner(s: str) -> list[str]:
                 continue  # razdel already decided on a capitalised next word
         elif "…" in run or ".." in run:
             continue  # an ellipsis before a lower-case word continues the sentence
+        elif m.group(2):
+            continue  # «…«Ты придёшь?» и ушёл», «Он (зачем?) ушёл»: a quote or bracket closed mid-sentence
         elif run == "." and _is_abbreviation_end(head):
             continue
         out.append(s[start : m.end(2)].strip())
