@@ -170,7 +170,7 @@ def sentences(text: str) -> list[str]:
 
 
 # A sentence end inside a razdel sentence: terminator run, closing quotes/brackets, space, a letter.
-_INNER_END = re.compile(r"([.!?…]+)([»\"”’)\]]*)(\s+)(?=[^\W\d_])")
+_INNER_END = re.compile(r"([.!?…]+)([»\"”’)\]*_]*)(\s+)(?=[^\W\d_])")
 _NUMBER_END = re.compile(r"\S\s+\d+\.$")
 _STARTS_NUMBER = re.compile(r"^\W*\d")
 _ENDS_ABBR = re.compile(r"(?:^|[\s(«\"])([^\W\d_][^\W\d_.-]*(?:[.-][^\W\d_]+)*)\.$")
@@ -188,14 +188,17 @@ def _is_abbreviation_end(head: str) -> bool:
 def _split_inner(s: str) -> list[str]:
     """Split where razdel did not: a full stop before a lower-case word (not after an
     abbreviation or an initial), «!»/«?» before a lower-case word (not when a quote or
-    bracket closes after it), and «… табл. 3. Это» ."""
+    bracket closes after it), «**Совет.** Даже» and «… табл. 3. Это» ."""
     out: list[str] = []
     start = 0
     for m in _INNER_END.finditer(s):
         run = m.group(1)
         head = s[start : m.start(1) + len(run)]
         if s[m.end()].isupper():
-            if not (run == "." and _NUMBER_END.search(head)):
+            markdown = "*" in m.group(2) or "_" in m.group(2)  # «**Совет.** Даже…»: razdel misses it
+            if markdown and not (run == "." and _is_abbreviation_end(head)):
+                pass
+            elif not (run == "." and _NUMBER_END.search(head)):
                 continue  # razdel already decided on a capitalised next word
         elif "…" in run or ".." in run:
             continue  # an ellipsis before a lower-case word continues the sentence
