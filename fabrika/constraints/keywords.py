@@ -127,7 +127,7 @@ def _letter_slots(p: Mapping[str, Any]) -> dict[str, Any]:
 )
 def letter_frequency(text: str, p: Mapping[str, Any]) -> bool:
     """The Cyrillic letter occurs ``relation`` ``n`` times, either case; Latin look-alikes do not count."""
-    return compare(text.lower().count(p["letter"].lower()), p["relation"], p["n"])
+    return compare(text.lower().count(normalize(p["letter"]).lower()), p["relation"], p["n"])
 
 
 @constraint(
@@ -138,7 +138,7 @@ def letter_frequency(text: str, p: Mapping[str, Any]) -> bool:
 )
 def lipogram(text: str, p: Mapping[str, Any]) -> bool:
     """The letter never occurs, in either case."""
-    return p["letter"].lower() not in text.lower()
+    return normalize(p["letter"]).lower() not in text.lower()
 
 
 def _nth(rng: random.Random) -> dict[str, Any]:

@@ -265,6 +265,9 @@ CLASSES: dict[str, list[tuple[str, dict, str, bool]]] = {
     "links and block quotes are markdown": _rows(
         "ru.format.no_markdown", {}, ["Адрес: ya.ru, скобки [так] можно."], ["См. [сайт](https://ya.ru).", "> Цитата из книги."]
     ),
+    "parameters from an LLM are normalised too": _rows("ru.keywords.lipogram", {"letter": NFD("ё")}, ["Елка."], ["Ёлка."])
+    + _rows(INC, {"keywords": ["кни\u00adга"]}, ["Вот книга."], ["Вот журнал."])
+    + _rows("ru.startend.start_phrase", {"phrase": "Коротко\u00a0говоря,"}, ["Коротко говоря, да."], ["Короче, да."]),
 }
 
 ROWS = [(name, *row) for name, rows in CLASSES.items() for row in rows]
