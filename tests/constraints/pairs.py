@@ -96,8 +96,9 @@ def _passes(cid: str, params: dict, text: str) -> bool:
 def witness(a: Entry, b: Entry, extra: Sequence[str] = ()) -> str | None:
     """A text that passes both verifiers, or None."""
     (ca, pa, pos_a), (cb, pb, pos_b) = a, b
+    first, second = ((ca, pa), (cb, pb)) if REGISTRY[ca].family != "language" else ((cb, pb), (ca, pa))
     for text in itertools.chain(extra, candidates(pos_a, pos_b)):
-        if _passes(ca, pa, text) and _passes(cb, pb, text):
+        if _passes(*first, text) and _passes(*second, text):  # lingua (language family) last: slowest
             return text
     return None
 
