@@ -23,7 +23,8 @@ from typing import Any
 from fabrika.errors import ConfigError
 from fabrika.schemas.ids import derive_seed
 from fabrika.textutil.morph import agree
-from fabrika.textutil.segment import nfc, strip_markdown
+from fabrika.textutil.normalize import nfc, normalize
+from fabrika.textutil.segment import strip_markdown
 
 Params = dict[str, Any]
 Checker = Callable[[str, Mapping[str, Any]], bool]
@@ -64,7 +65,13 @@ _FORMATTER = _RuFormatter()
 
 @dataclass(frozen=True)
 class SeedConstraint:
-    """One library constraint. ``check`` is the strict verifier over NFC text."""
+    """One library constraint. ``check`` is the strict verifier over normalised text.
+
+    ``check`` sees the response through :func:`fabrika.textutil.normalize.normalize`
+    (what a reader sees), or through NFC only when ``raw_input`` is set — for
+    checks whose standard is about code points, such as JSON (RFC 8259 treats a
+    zero-width space or a fullwidth brace as an error, not as what it looks like).
+    """
 
     id: str
     family: str
@@ -75,6 +82,7 @@ class SeedConstraint:
     templates_en: tuple[str, ...] = ()
     derive: Callable[[Mapping[str, Any]], Params] | None = None
     conflicts: frozenset[str] = field(default=frozenset())
+    raw_input: bool = False
 
     def sample_params(self, rng: random.Random) -> Params:
         """Draw parameters with ``rng`` (deterministic for a seeded rng)."""
@@ -121,9 +129,13 @@ class SeedConstraint:
                 f"pass params with keys {sorted(self.param_keys)}, e.g. from sample_params()"
             ) from exc
 
+    def prepare(self, response: str) -> str:
+        """The text ``check`` sees: normalised, or NFC only for ``raw_input`` checks."""
+        return nfc(response) if self.raw_input else normalize(response)
+
     def verify(self, response: str, params: Mapping[str, Any]) -> bool:
         """Strict verdict: does ``response`` satisfy the constraint with ``params``?"""
-        return self._run(nfc(response), params)
+        return self._run(self.prepare(response), params)
 
     def verify_loose(self, response: str, params: Mapping[str, Any]) -> bool:
         """IFEval-style loose verdict: strict on any of the relaxed variants.
@@ -132,7 +144,7 @@ class SeedConstraint:
         without both — each as is and with markdown stripped. This forgives a
         chatty preface («Конечно! Вот ответ:») or a closing remark.
         """
-        return any(self._run(v, params) for v in loose_variants(nfc(response)))
+        return any(self._run(v, params) for v in loose_variants(self.prepare(response)))
 
 
 def loose_variants(response: str) -> list[str]:
@@ -168,6 +180,8 @@ def constraint(
     templates: list[str] | tuple[str, ...],
     sampler: Sampler,
     derive: Callable[[Mapping[str, Any]], Params] | None = None,
+    *,
+    raw_input: bool = False,
 ) -> Callable[[Checker], Checker]:
     """Decorator form of :func:`register`; the checker's docstring becomes the description."""
 
@@ -181,6 +195,7 @@ def constraint(
                 check=fn,
                 description=(fn.__doc__ or "").strip(),
                 derive=derive,
+                raw_input=raw_input,
             )
         )
         return fn

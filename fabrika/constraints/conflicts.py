@@ -6,7 +6,12 @@ Two levels:
   (JSON vs bullets, all-lowercase vs all-caps, ё everywhere vs ё nowhere);
 * **parameter level** (:func:`params_conflict`): incompatible for these values
   (words_max=50 with words_min=100; a lipogram on «ф» with the keyword «фонарь»;
-  «P.S.» with no-Latin).
+  «P.S.» with no-Latin; «Давайте разберёмся.» as the start with «no first person»:
+  text a constraint requires verbatim that another constraint forbids, see
+  :func:`forbid_text`).
+
+``tests/constraints/test_conflict_pairs.py`` checks the table automatically: every
+pair it lets combine has a witness text that passes both verifiers.
 
 :func:`apply_conflicts` writes the symmetric id-level sets into each
 ``SeedConstraint.conflicts`` once every family is registered.
@@ -30,6 +35,8 @@ PAIRS: list[tuple[str, list[str]]] = []
 EXCLUSIVE: set[str] = set()
 # Constraints that forbid characters; params of other constraints must not require them.
 _FORBIDDEN_CHARS: dict[str, Callable[[Mapping[str, Any]], str]] = {}
+# Constraints that forbid words or forms; text other constraints require verbatim must not hold them.
+_FORBIDDEN_TEXT: dict[str, Callable[[str, Mapping[str, Any]], bool]] = {}
 
 
 def add_pairs(a: str, others: Iterable[str]) -> None:
@@ -58,6 +65,13 @@ def apply_conflicts(registry: dict[str, SeedConstraint]) -> None:
 
 # Parameters whose text must appear in the response (not settings such as ``relation`` or ``lang``).
 TEXT_PARAMS = frozenset({"phrase", "keywords", "keyword", "word", "request", "marker", "letter"})
+# Of those, the ones that must appear word for word (a keyword may be inflected).
+VERBATIM_PARAMS = frozenset({"phrase", "request", "marker"})
+
+
+def verbatim_texts(params: Mapping[str, Any]) -> list[str]:
+    """The texts ``params`` require word for word (see :data:`VERBATIM_PARAMS`)."""
+    return [v for k, v in params.items() if k in VERBATIM_PARAMS and isinstance(v, str)]
 
 
 def _strings(params: Mapping[str, Any]) -> list[str]:
@@ -110,7 +124,28 @@ def forbid_chars(cid: str, chars: Callable[[Mapping[str, Any]], str]) -> None:
     _FORBIDDEN_CHARS[cid] = chars
 
 
-_PARAM_RULES: list[Callable[[str, Mapping[str, Any], str, Mapping[str, Any]], bool]] = [_num, _keyword_ban, _chars]
+def forbid_text(cid: str, violates: Callable[[str, Mapping[str, Any]], bool]) -> None:
+    """Declare what ``cid`` forbids in any part of a response: ``violates(text, params)``.
+
+    The check must be local (a part that violates makes the whole response violate),
+    so a phrase or request another constraint requires verbatim can be tested alone.
+    """
+    _FORBIDDEN_TEXT[cid] = violates
+
+
+def _text_ban(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
+    """Verbatim text ``b`` requires that ``a`` forbids («Давайте разберёмся.» vs no first person)."""
+    if a not in _FORBIDDEN_TEXT:
+        return False
+    return any(_FORBIDDEN_TEXT[a](s, pa) for s in verbatim_texts(pb))
+
+
+_PARAM_RULES: list[Callable[[str, Mapping[str, Any], str, Mapping[str, Any]], bool]] = [
+    _num,
+    _keyword_ban,
+    _chars,
+    _text_ban,
+]
 
 
 def params_conflict(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:

@@ -9,19 +9,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from fabrika.constraints.base import const, constraint
+from fabrika.constraints.markdown import atx_headings, emphasis_fragments, tables
 from fabrika.constraints.pools import POSTSCRIPT_MARKERS, SECTION_MARKERS
-from fabrika.textutil.segment import lines
+from fabrika.textutil.normalize import normalize
 
 F = "format"
 
 _FENCE = re.compile(r"^```(?:json|JSON)?\s*\n(.*)\n```$", re.DOTALL)
-_BULLET = re.compile(r"^\s*(?:[-•]|\*(?!\*))\s+\S")
+_BULLET = re.compile(r"^\s*(?:[-•–+]|\*(?!\*))\s+\S")  # «–»: what «- » becomes after autocorrect
 _NUMBERED = re.compile(r"^\s*(\d+)[.)]\s+\S")
 _TITLE = re.compile(r"<<[^\n<>]*\S[^\n<>]*>>")
-_PLACEHOLDER = re.compile(r"\[[^\[\]\n]*\S[^\[\]\n]*\]")
-_HIGHLIGHT = re.compile(r"\*\*[^\n*]*[^\s*][^\n*]*\*\*|(?<!\*)\*[^\n*]*[^\s*][^\n*]*\*(?!\*)")
+# [адрес]; not a markdown link «[текст](url)» nor a task-list box «- [x]»
+_PLACEHOLDER = re.compile(r"\[[^\[\]\n]*\S[^\[\]\n]*\](?!\()")
+_TASK_BOX = re.compile(r"^(\s*[-*+]\s+)\[[ xX]\]", re.MULTILINE)
+_MD_LINK = re.compile(r"\[[^\]\n]+\]\([^)\n]*\)")
+_BLOCKQUOTE = re.compile(r"^\s{0,3}>\s", re.MULTILINE)
+_JSON_WS = " \t\n\r"  # RFC 8259 whitespace; a no-break or zero-width space is not
+_SIX_STARS = re.compile(r"\n[ \t]*\*{6}[ \t]*\n|(?<![*])\*{6}(?![*])")
 _HEADER = re.compile(r"^\s{0,3}#{1,6}\s+\S", re.MULTILINE)
-_TABLE_SEP = re.compile(r"^\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?$")
 
 
 def _n(choices: tuple[int, ...]):  # noqa: ANN202 - sampler factory
@@ -36,18 +41,27 @@ def _n(choices: tuple[int, ...]):  # noqa: ANN202 - sampler factory
         "Ответьте только в формате JSON, без пояснений до или после.",
     ],
     const(),
+    raw_input=True,
 )
 def json_format(text: str, p: Mapping[str, Any]) -> bool:
-    """The whole response parses as JSON (optionally inside one ```json fence)."""
-    body = text.strip()
+    """The whole response is JSON per RFC 8259 (optionally inside one ```json fence).
+
+    Strict: ``NaN``/``Infinity`` (which Python's ``json`` accepts) are rejected, and only
+    JSON whitespace may surround the value; a leading byte order mark is ignored (RFC 8259 §8.1).
+    """
+    body = text.lstrip("\ufeff").strip(_JSON_WS)
     m = _FENCE.match(body)
     if m:
-        body = m.group(1)
+        body = m.group(1).strip(_JSON_WS)
     try:
-        json.loads(body)
+        json.loads(body, parse_constant=_not_json)
     except ValueError:
         return False
     return True
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value (RFC 8259)")
 
 
 @constraint(
@@ -91,7 +105,8 @@ def _sections(rng: random.Random) -> dict[str, Any]:
 )
 def sections(text: str, p: Mapping[str, Any]) -> bool:
     """Exactly ``n`` sections headed «<marker> 1» … «<marker> n» (in order), each with content."""
-    head = re.compile(rf"^\s*(?:#+\s*)?\**{re.escape(p['marker'])}\s+(\d+)\b", re.MULTILINE)
+    # case-insensitive: «РАЗДЕЛ 1» is the heading when the answer must be in capitals
+    head = re.compile(rf"^\s*(?:#+\s*)?\**{re.escape(p['marker'])}\s+(\d+)\b", re.MULTILINE | re.IGNORECASE)
     nums = [int(m.group(1)) for m in head.finditer(text)]
     if nums != list(range(1, p["n"] + 1)):
         return False
@@ -117,8 +132,9 @@ def title(text: str, p: Mapping[str, Any]) -> bool:
     _n((1, 2, 3, 4)),
 )
 def placeholders(text: str, p: Mapping[str, Any]) -> bool:
-    """At least ``n`` non-empty [placeholders]."""
-    return len(_PLACEHOLDER.findall(text)) >= p["n"]
+    """At least ``n`` non-empty [placeholders]; a markdown link «[текст](url)» or a task-list
+    box «- [x]» is not one."""
+    return len(_PLACEHOLDER.findall(_TASK_BOX.sub(r"\1", text))) >= p["n"]
 
 
 @constraint(
@@ -128,8 +144,11 @@ def placeholders(text: str, p: Mapping[str, Any]) -> bool:
     _n((1, 2, 3, 4)),
 )
 def highlights(text: str, p: Mapping[str, Any]) -> bool:
-    """At least ``n`` *highlighted* or **bold** non-empty fragments."""
-    return len(_HIGHLIGHT.findall(text)) >= p["n"]
+    """At least ``n`` *highlighted* or **bold** non-empty fragments (CommonMark emphasis).
+
+    «2 * 3 * 4» and «2*3*4» are arithmetic, not emphasis; ``***x***`` is one fragment.
+    """
+    return len(emphasis_fragments(text)) >= p["n"]
 
 
 @constraint(
@@ -139,8 +158,12 @@ def highlights(text: str, p: Mapping[str, Any]) -> bool:
     lambda rng: {"marker": rng.choice(POSTSCRIPT_MARKERS)},
 )
 def postscript(text: str, p: Mapping[str, Any]) -> bool:
-    """After the main text, a line starting with the marker, followed by some text."""
-    m = re.search(rf"(?:^|\n)\s*{re.escape(p['marker'])}\s*(\S.*)$", text.strip(), re.DOTALL)
+    """After the main text, a line starting with the marker, followed by some text.
+
+    Any case («p.s.») and any spacing after its dots («P. S.», «П.С.») is the marker.
+    """
+    marker = r"\.\s*".join(re.escape(part.strip()) for part in normalize(p["marker"]).split("."))
+    m = re.search(rf"(?:^|\n)\s*{marker}\s*(\S.*)$", text.strip(), re.DOTALL | re.IGNORECASE)
     return bool(m) and bool(text.strip()[: m.start()].strip())
 
 
@@ -151,8 +174,11 @@ def postscript(text: str, p: Mapping[str, Any]) -> bool:
     const(),
 )
 def two_responses(text: str, p: Mapping[str, Any]) -> bool:
-    """Two different non-empty answers separated by ******."""
-    parts = [x.strip() for x in re.split(r"\n\s*\*{6}\s*\n|\*{6}", text)]
+    """Two different non-empty answers separated by exactly six stars (seven are not the separator).
+
+    Answers that differ only in case or spacing are the same answer.
+    """
+    parts = [" ".join(x.split()).casefold() for x in _SIX_STARS.split(text)]
     return len(parts) == 2 and all(parts) and parts[0] != parts[1]
 
 
@@ -163,8 +189,10 @@ def two_responses(text: str, p: Mapping[str, Any]) -> bool:
     const(),
 )
 def no_markdown(text: str, p: Mapping[str, Any]) -> bool:
-    """No emphasis (*, _ pairs), headings (#), code (`) or table pipes."""
+    """No emphasis (*, _ pairs), headings (#), code (`), table pipes, links or block quotes."""
     if any(ch in text for ch in "*`|"):
+        return False
+    if _MD_LINK.search(text) or _BLOCKQUOTE.search(text):
         return False
     return not _HEADER.search(text) and not re.search(r"(?<!\w)_[^_\n]+_(?!\w)", text)
 
@@ -176,12 +204,13 @@ def no_markdown(text: str, p: Mapping[str, Any]) -> bool:
     _n((2, 3, 4, 5)),
 )
 def markdown_table(text: str, p: Mapping[str, Any]) -> bool:
-    """One markdown table: header row, separator row, exactly ``n`` data rows, equal column counts."""
-    rows = [ln for ln in lines(text) if ln.startswith("|") and ln.endswith("|")]
-    if len(rows) < 2 or not _TABLE_SEP.match(rows[1]):
+    """One markdown (GFM) table: header row, separator row, exactly ``n`` data rows, every row
+    with the header's number of cells; outer pipes optional, as GFM allows."""
+    found = tables(text)
+    if len(found) != 1:
         return False
-    cols = {r.count("|") for r in rows}
-    return len(cols) == 1 and len(rows) - 2 == p["n"]
+    rows, cells = found[0]
+    return rows == p["n"] and len(set(cells)) == 1
 
 
 @constraint(
@@ -191,8 +220,8 @@ def markdown_table(text: str, p: Mapping[str, Any]) -> bool:
     _n((2, 3, 4)),
 )
 def headers(text: str, p: Mapping[str, Any]) -> bool:
-    """Exactly ``n`` markdown heading lines."""
-    return len(_HEADER.findall(text)) == p["n"]
+    """Exactly ``n`` markdown «#» headings (not counting «# …» lines inside code blocks)."""
+    return atx_headings(text) == p["n"]
 
 
 @constraint(
@@ -202,6 +231,16 @@ def headers(text: str, p: Mapping[str, Any]) -> bool:
     const(),
 )
 def wrapped_guillemets(text: str, p: Mapping[str, Any]) -> bool:
-    """The whole response starts with « and ends with » (trailing spaces ignored)."""
+    """The whole response is one «…»: the first « closes at the very end (trailing spaces ignored).
+
+    «Да» и «нет» starts with « and ends with » but is two quotes, not a wrapped answer.
+    """
     t = text.strip()
-    return len(t) > 2 and t.startswith("«") and t.endswith("»")
+    if len(t) <= 2 or not (t.startswith("«") and t.endswith("»")):
+        return False
+    depth = 0
+    for i, ch in enumerate(t):
+        depth += (ch == "«") - (ch == "»")
+        if depth <= 0:
+            return i == len(t) - 1 and bool(t[1:-1].strip())
+    return False

@@ -15,7 +15,8 @@ from typing import Any
 from fabrika.constraints.base import RELATIONS, compare, constraint, quote_list, relation_slots
 from fabrika.constraints.pools import FREQUENT_LETTERS, KEYWORDS, RARE_LETTERS
 from fabrika.textutil.morph import lemma, lemmas
-from fabrika.textutil.script import fold_homoglyphs, is_mixed_script
+from fabrika.textutil.normalize import normalize
+from fabrika.textutil.script import fold_lookalikes, is_lookalike_word
 from fabrika.textutil.segment import paragraphs, words
 
 F = "keywords"
@@ -24,16 +25,19 @@ F = "keywords"
 def keyword_count(text: str, keyword: str, *, fold: bool) -> int:
     """How many words of ``text`` are inflections of ``keyword``.
 
-    ``fold=True`` folds homoglyph words back to Cyrillic first (to catch evasion of
-    a ban); ``fold=False`` ignores mixed-script words (they do not fulfil a requirement).
+    Words come normalised (stress marks, soft hyphens and zero-width characters
+    removed); a hyphenated particle does not hide a word («книгу-то»).
+    ``fold=True`` folds look-alike words back to Russian letters first (to catch
+    evasion of a ban: Latin «o» or Belarusian «ў» inside a Cyrillic word);
+    ``fold=False`` ignores such words (they do not fulfil a requirement).
     """
-    target = lemma(keyword)
+    target = lemma(normalize(keyword))
     n = 0
     for w in words(text):
-        if is_mixed_script(w):
+        if is_lookalike_word(w):
             if not fold:
                 continue
-            w = fold_homoglyphs(w)
+            w = fold_lookalikes(w)
         if target in lemmas(w):
             n += 1
     return n
@@ -123,7 +127,7 @@ def _letter_slots(p: Mapping[str, Any]) -> dict[str, Any]:
 )
 def letter_frequency(text: str, p: Mapping[str, Any]) -> bool:
     """The Cyrillic letter occurs ``relation`` ``n`` times, either case; Latin look-alikes do not count."""
-    return compare(text.lower().count(p["letter"].lower()), p["relation"], p["n"])
+    return compare(text.lower().count(normalize(p["letter"]).lower()), p["relation"], p["n"])
 
 
 @constraint(
@@ -134,7 +138,7 @@ def letter_frequency(text: str, p: Mapping[str, Any]) -> bool:
 )
 def lipogram(text: str, p: Mapping[str, Any]) -> bool:
     """The letter never occurs, in either case."""
-    return p["letter"].lower() not in text.lower()
+    return normalize(p["letter"]).lower() not in text.lower()
 
 
 def _nth(rng: random.Random) -> dict[str, Any]:
@@ -157,4 +161,4 @@ def paragraph_first_word(text: str, p: Mapping[str, Any]) -> bool:
     if len(paras) != p["n"]:
         return False
     first = words(paras[p["nth"] - 1])[:1]
-    return bool(first) and not is_mixed_script(first[0]) and lemma(p["word"]) in lemmas(first[0])
+    return bool(first) and not is_lookalike_word(first[0]) and lemma(p["word"]) in lemmas(first[0])

@@ -1,6 +1,7 @@
 """Length constraints: words, sentences, paragraphs, characters (IFEval length family).
 
-Words and sentences come from razdel (see :mod:`fabrika.textutil.segment`).
+Words and sentences come from razdel (see :mod:`fabrika.textutil.segment`); list
+numbering («1.») and heading marks are not words.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fabrika.constraints.base import constraint
-from fabrika.textutil.segment import paragraphs, sentences, words
+from fabrika.textutil.segment import paragraphs, prose_words, sentences
 
 F = "length"
 
@@ -31,7 +32,7 @@ def _n(choices: tuple[int, ...]):  # noqa: ANN202 - tiny sampler factory
 )
 def words_max(text: str, p: Mapping[str, Any]) -> bool:
     """At most ``n`` words (razdel words; «кто-то» and «3,5» count once)."""
-    return len(words(text)) <= p["n"]
+    return len(prose_words(text)) <= p["n"]
 
 
 @constraint(
@@ -46,7 +47,7 @@ def words_max(text: str, p: Mapping[str, Any]) -> bool:
 )
 def words_min(text: str, p: Mapping[str, Any]) -> bool:
     """At least ``n`` words."""
-    return len(words(text)) >= p["n"]
+    return len(prose_words(text)) >= p["n"]
 
 
 def _range(rng: random.Random) -> dict[str, int]:
@@ -65,7 +66,7 @@ def _range(rng: random.Random) -> dict[str, int]:
 )
 def words_range(text: str, p: Mapping[str, Any]) -> bool:
     """Between ``lo`` and ``hi`` words inclusive."""
-    return p["lo"] <= len(words(text)) <= p["hi"]
+    return p["lo"] <= len(prose_words(text)) <= p["hi"]
 
 
 @constraint(

@@ -70,10 +70,22 @@ def no_latin(text: str, p: Mapping[str, Any]) -> bool:
     const(),
 )
 def guillemets(text: str, p: Mapping[str, Any]) -> bool:
-    """At least one «…» pair, balanced, and no straight or English/German double quotes."""
-    if any(ch in text for ch in "\"“”„"):
+    """No straight or English/German double quotes, and every «…» closed in order.
+
+    The instruction is conditional («если приводите цитаты…»): a text without any
+    quotes fulfils it.
+    """
+    if any(ch in text for ch in QUOTES_NOT_GUILLEMETS):
         return False
-    return text.count("«") >= 1 and text.count("«") == text.count("»")
+    depth = 0
+    for ch in text:
+        depth += (ch == "«") - (ch == "»")
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+QUOTES_NOT_GUILLEMETS = "\"“”„‟"  # after normalisation fullwidth «＂» is «\"»
 
 
 @constraint(
@@ -83,8 +95,12 @@ def guillemets(text: str, p: Mapping[str, Any]) -> bool:
     const(),
 )
 def numbers_in_words(text: str, p: Mapping[str, Any]) -> bool:
-    """No digits at all (any script)."""
-    return not any(ch.isdigit() for ch in text)
+    """No digits (any script, «½», «Ⅻ» included) and no Roman numerals («XIX век»)."""
+    return not any(ch.isnumeric() for ch in text) and not _ROMAN.search(text)
+
+
+# Two or more Roman digits forming a valid numeral, as a word of its own («XIX», «IV», not «I» or «MIX»).
+_ROMAN = re.compile(r"(?<![^\W\d_])(?=[MDCLXVI]{2,}(?![^\W\d_]))M{0,4}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})(?![^\W\d_])")
 
 
 def _is(w: str, pred) -> bool:  # noqa: ANN001 - predicate over a Parse
@@ -197,14 +213,19 @@ def haiku(text: str, p: Mapping[str, Any]) -> bool:
     return [syllables(ln) for ln in lines(text)] == [5, 7, 5]
 
 
+def other_tense_verbs(text: str, tense: str) -> list[str]:
+    """Words that can only be a finite verb outside ``tense`` (an imperative has no tense).
+
+    An ambiguous word («дуло»: verb or noun) is read in the writer's favour.
+    """
+    return [w for w in words(text) if all(q.tag.POS == "VERB" and tense not in q.tag for q in parses(w))]
+
+
 def _tense(name: str, tense: str, ru: str) -> None:
     def check(text: str, p: Mapping[str, Any]) -> bool:
-        ws = words(text)
-        # a violation needs every analysis to be a verb outside the tense («читал» for present);
-        # an ambiguous word («дуло»: verb or noun) is read in the writer's favour
-        if any(all(q.tag.POS == "VERB" and tense not in q.tag for q in parses(w)) for w in ws):
+        if other_tense_verbs(text, tense):
             return False
-        return any(_is(w, lambda q: q.tag.POS == "VERB") and _in_tense(w, tense) for w in ws)
+        return any(_is(w, lambda q: q.tag.POS == "VERB") and _in_tense(w, tense) for w in words(text))
 
     check.__doc__ = (
         f"At least one finite verb in {tense} tense and no word that can only be a finite verb in another "
@@ -236,6 +257,21 @@ _tense("future", "futr", "будущем")
 )
 def no_first_person(text: str, p: Mapping[str, Any]) -> bool:
     """No я/мы/мой/наш and no verb whose most likely analysis is 1st person."""
+    return not first_person_words(text)
+
+
+def first_person_words(text: str) -> list[str]:
+    """я/мы/мой/наш forms and verbs whose most likely analysis is 1st person («разберёмся»)."""
     def pred(q) -> bool:  # noqa: ANN001
         return q.normal_form in ("я", "мы", "мой", "наш") or (q.tag.POS == "VERB" and "1per" in q.tag)
-    return not any(_is(w, pred) for w in words(text))
+    return [w for w in words(text) if _is(w, pred)]
+
+
+def ty_words(text: str) -> list[str]:
+    """Words addressing the reader as «ты» (pronoun or verb form)."""
+    return [w for w in words(text) if _ty_form(w)]
+
+
+def vy_words(text: str) -> list[str]:
+    """Words addressing the reader as «вы» («Давайте», «Расскажите», «ваш»)."""
+    return [w for w in words(text) if _vy_form(w)]

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fabrika.constraints.conflicts import EXCLUSIVE, add_pairs, add_param_rule, forbid_chars
+from fabrika.constraints.conflicts import EXCLUSIVE, add_pairs, add_param_rule, forbid_chars, forbid_text, verbatim_texts
+from fabrika.constraints.russian import first_person_words, missing_yo, other_tense_verbs, ty_words, vy_words
 
 JSON = "ru.format.json"
 # Whole-layout constraints: each fixes how the response is laid out.
@@ -94,10 +95,10 @@ add_pairs(
         "ru.repeat.phrase_n",
         "ru.keywords.paragraph_first_word",
         "ru.language.ru_then_en",
-        "ru.russian.syllables_line_max",
     ],
 )
-add_pairs("ru.startend.ends_with_question", ["ru.punct.no_question", "ru.startend.end_phrase", "ru.startend.last_word"])
+# haiku vs short lines and a closing question vs an end phrase: see the parameter rules below
+add_pairs("ru.startend.ends_with_question", ["ru.punct.no_question", "ru.startend.last_word"])
 add_pairs("ru.startend.end_phrase", ["ru.startend.last_word"])
 add_pairs("ru.startend.start_phrase", ["ru.repeat.request_first", "ru.keywords.paragraph_first_word"])
 add_pairs("ru.russian.numbers_in_words", ["ru.format.numbered_list", "ru.format.sections"])
@@ -107,6 +108,20 @@ add_pairs("ru.language.ru_then_en", ["ru.russian.address_vy", "ru.russian.addres
 add_pairs("ru.language.ru_then_en", ["ru.case.capital_words_max", "ru.russian.no_first_person"])
 add_pairs("ru.language.ru_then_en", ["ru.russian.past_tense", "ru.russian.present_tense", "ru.russian.future_tense"])
 add_pairs("ru.repeat.request_first", ["ru.keywords.paragraph_first_word"])
+# The request is repeated verbatim, capital first letter included.
+add_pairs("ru.repeat.request_first", ["ru.case.all_lowercase", "ru.case.all_uppercase"])
+# Section headings («Раздел 1») are sentences of their own, starting with the marker's letter.
+add_pairs("ru.russian.acrostic_sentences", ["ru.format.sections"])
+
+# Words and forms banned anywhere, against text other constraints require verbatim
+# («Давайте разберёмся.»: a 1st-person verb and a «вы» imperative; «Остались вопросы?»: past tense).
+forbid_text("ru.russian.no_first_person", lambda s, p: bool(first_person_words(s)))
+forbid_text("ru.russian.address_ty", lambda s, p: bool(vy_words(s)))
+forbid_text("ru.russian.address_vy", lambda s, p: bool(ty_words(s)))
+forbid_text("ru.russian.past_tense", lambda s, p: bool(other_tense_verbs(s, "past")))
+forbid_text("ru.russian.present_tense", lambda s, p: bool(other_tense_verbs(s, "pres")))
+forbid_text("ru.russian.future_tense", lambda s, p: bool(other_tense_verbs(s, "futr")))
+forbid_text("ru.russian.yo_everywhere", lambda s, p: bool(missing_yo(s)))
 
 # Character bans against other constraints' parameters («P.S.» and no Latin; «Итак,» and no commas).
 forbid_chars("ru.keywords.lipogram", lambda p: p["letter"].lower())
@@ -136,5 +151,36 @@ def _frequency_vs_lipogram(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[st
     return a == "ru.keywords.letter_frequency" and b == "ru.keywords.lipogram" and pa["letter"] == pb["letter"]
 
 
-for _rule in (_foreign_answer, _frequency_vs_lipogram):
+def _letter_cap_vs_verbatim(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
+    """«letter X at most n times» against verbatim text that already holds more X (× its repeats)."""
+    if a != "ru.keywords.letter_frequency" or pa["relation"] == "at_least":
+        return False
+    repeats = pb.get("n", 1) if b == "ru.repeat.phrase_n" else 1
+    count = sum(s.lower().count(pa["letter"].lower()) for s in verbatim_texts(pb)) * repeats
+    return count > pa["n"]
+
+
+def _last_paragraph_word_vs_english(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
+    """A Russian first word for the last paragraph, which ru_then_en wants in English."""
+    return a == "ru.keywords.paragraph_first_word" and b == "ru.language.ru_then_en" and pa["nth"] == pa["n"]
+
+
+def _haiku_vs_short_lines(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
+    """A haiku's middle line has 7 syllables: lines of at most n < 7 syllables cannot hold it."""
+    return a == "ru.russian.haiku" and b == "ru.russian.syllables_line_max" and pb["n"] < 7
+
+
+def _question_vs_end_phrase(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
+    """Ending with a question and with a fixed phrase agree only if the phrase is a question."""
+    return a == "ru.startend.ends_with_question" and b == "ru.startend.end_phrase" and "?" not in pb["phrase"][-3:]
+
+
+for _rule in (
+    _foreign_answer,
+    _frequency_vs_lipogram,
+    _letter_cap_vs_verbatim,
+    _last_paragraph_word_vs_english,
+    _haiku_vs_short_lines,
+    _question_vs_end_phrase,
+):
     add_param_rule(_rule)

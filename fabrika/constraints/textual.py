@@ -3,23 +3,36 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
 from fabrika.constraints.base import const, constraint
 from fabrika.constraints.pools import COPY_PHRASES, END_PHRASES, END_WORDS, REQUESTS, START_PHRASES
-from fabrika.textutil.lang import LANGUAGE_NAMES_RU, LANGUAGES, detect_language
-from fabrika.textutil.morph import agree, lemma, lemmas, parses
+from fabrika.textutil.lang import LANGUAGE_NAMES_RU, LANGUAGES, is_language
+from fabrika.textutil.morph import agree, analyzer, lemma, lemmas, parses
+from fabrika.textutil.normalize import normalize
 from fabrika.textutil.script import homoglyph_words
-from fabrika.textutil.segment import paragraphs, sentences, words
+from fabrika.textutil.segment import lines, paragraphs, sentences, words
 
 _SPACES = re.compile(r"\s+")
 _LETTER = re.compile(r"[^\W\d_]")
+_ALNUM = re.compile(r"[^\W_]")
+
+
+def _spaced(s: str) -> str:
+    """The form in which a phrase is compared, case kept: normalised, one space for any run of
+    whitespace, «ё» as «е» (optional in Russian print) and a spaced hyphen or en dash as «—»."""
+    s = _SPACES.sub(" ", normalize(s)).strip().replace("ё", "е").replace("Ё", "Е")
+    return _DASHES.sub(" — ", s)
 
 
 def _norm(s: str) -> str:
-    """Case- and whitespace-insensitive form for phrase comparison."""
-    return _SPACES.sub(" ", s).strip().casefold()
+    """Case-insensitive :func:`_spaced` (start and end phrases, repeated phrases)."""
+    return _spaced(s).casefold()
+
+
+_DASHES = re.compile(r" [-–—] ")
 
 
 # ---------------------------------------------------------------- start / end
@@ -30,8 +43,9 @@ def _norm(s: str) -> str:
     lambda rng: {"phrase": rng.choice(START_PHRASES)},
 )
 def start_phrase(text: str, p: Mapping[str, Any]) -> bool:
-    """The response begins with the phrase (case and spacing ignored)."""
-    return _norm(text).startswith(_norm(p["phrase"]))
+    """The response begins with the phrase (case and spacing ignored), not inside a longer word."""
+    t, ph = _norm(text), _norm(p["phrase"])
+    return t.startswith(ph) and not (_ALNUM.match(ph[-1:]) and _ALNUM.match(t[len(ph) : len(ph) + 1]))
 
 
 @constraint(
@@ -41,14 +55,48 @@ def start_phrase(text: str, p: Mapping[str, Any]) -> bool:
     lambda rng: {"phrase": rng.choice(END_PHRASES)},
 )
 def end_phrase(text: str, p: Mapping[str, Any]) -> bool:
-    """The response ends with the phrase (case and spacing ignored); nothing after it."""
-    return _norm(text).endswith(_norm(p["phrase"]))
+    """The response ends with the phrase (case and spacing ignored); nothing after it.
+
+    «Неудачи!» does not end with «Удачи!»: the phrase must not start inside a word.
+    """
+    t, ph = _norm(text), _norm(p["phrase"])
+    before = t[len(t) - len(ph) - 1 : len(t) - len(ph)] if len(t) > len(ph) else ""
+    return t.endswith(ph) and not (_ALNUM.match(ph[:1]) and _ALNUM.match(before))
 
 
 @constraint("ru.startend.ends_with_question", "startend", ["Закончите ответ вопросом к собеседнику."], const())
 def ends_with_question(text: str, p: Mapping[str, Any]) -> bool:
-    """The last non-space character is «?»."""
-    return text.rstrip().endswith("?")
+    """The last sentence's terminal punctuation holds «?» («?», «?!», «?..»).
+
+    Closing quotes and brackets, markdown emphasis marks, emoji and emoticons after
+    it are looked through: «Как вам?» 😊, «Вы придёте?», **Что скажете?**, «Как дела?)))», «Ну как? :)».
+    """
+    return "?" in terminal_punctuation(text)
+
+
+_TRAILING = re.compile(r"[\s»\"”’')\]}*_~`]+$")
+# ASCII emoticons after the sentence: «:)», «:-(», «;)», «:D», «xD», «^_^» (a bare «)))» is a closing bracket run)
+_EMOTICON = re.compile(r"(?:[:;=8][-'^]?[)(\]\[DPpОо3*|/\\]+|\b[xX]D+|\^_*\^)$")
+_TERMINAL = re.compile(r"[.!?…]+$")
+
+
+def terminal_punctuation(text: str) -> str:
+    """The run of «.!?…» that ends the text, past closing quotes, brackets, emphasis and emoji."""
+    t = text
+    while t := t.rstrip():
+        if _EMOTICON.search(t):
+            t = _EMOTICON.sub("", t)
+        elif _TRAILING.search(t):
+            t = _TRAILING.sub("", t)
+        elif not _ALNUM.match(t[-1]) and unicodedata.category(t[-1]) in _SYMBOL_CATEGORIES:
+            t = t[:-1]  # an emoji or another symbol after the sentence («…? 😊»)
+        else:
+            break
+    m = _TERMINAL.search(t)
+    return m.group(0) if m else ""
+
+
+_SYMBOL_CATEGORIES = frozenset({"So", "Sk", "Sm", "Cn", "Co"})
 
 
 @constraint(
@@ -88,8 +136,17 @@ ABBREVIATIONS = frozenset(
 
 
 def is_abbreviation(word: str) -> bool:
-    """An all-caps abbreviation (РФ, СССР, API): known list or pymorphy3's «Abbr» tag."""
-    return word in ABBREVIATIONS or any("Abbr" in p.tag for p in parses(word))
+    """An all-caps abbreviation: the known list (РФ, СССР, API), pymorphy3's «Abbr» tag,
+    a short Latin word (NASA, COVID-19: Latin capitals in a Russian text name things),
+    or a short word that is no dictionary word in lower case (МФЦ, ФНС, ЦСКА)."""
+    if word in ABBREVIATIONS or any("Abbr" in p.tag for p in parses(word)):
+        return True
+    letters = "".join(ch for ch in word if ch.isalpha())
+    if len(letters) > 5:
+        return False
+    if letters.isascii():
+        return True
+    return not analyzer().word_is_known(letters.lower())
 
 
 def shouted_words(text: str) -> list[str]:
@@ -138,24 +195,37 @@ def capital_words_min(text: str, p: Mapping[str, Any]) -> bool:
 def sentence_capitalized(text: str, p: Mapping[str, Any]) -> bool:
     """The first letter of every sentence is upper-case.
 
-    razdel will not split «Привет. как дела?» (a lower-case start is its cue that
-    the sentence goes on), so we also look after every «.!?…» that does not end
-    an abbreviation («т. е.», «г.») or an initial.
+    Sentences come from :func:`fabrika.textutil.segment.sentences`, which keeps a
+    lower-case continuation in its sentence where Russian writes one: after an
+    abbreviation («50 кв. м», «20 чел. на встречу»), an initial, an ellipsis
+    («Я подумал… и решил») or a dialogue dash («— Привет! — сказал он.»), and
+    splits «Привет. как дела?» in two. A sentence that starts with a number
+    («2024 год был…») or an ellipsis («…и тогда») has no first letter to check, and
+    list items after a line ending in «:», «;» or «,» continue that sentence
+    («Купите:\n- хлеб;\n- молоко.»).
     """
-    firsts = [m.group(0) for s in sentences(text) if (m := _LETTER.search(s))]
-    for line in text.splitlines():
-        pieces = _SENT_END.split(line)
-        for prev, piece in zip(pieces, pieces[1:]):
-            last = re.findall(r"[^\W\d_]+(?=\W*$)", prev)
-            if last and (len(last[0]) == 1 or last[0].lower() in _ABBR_DOT):
+    seen = False
+    prev_end = ""
+    for line in lines(text):
+        sents = sentences(line)
+        continues = bool(_LIST_ITEM.match(line)) and prev_end in (":", ";", ",")
+        for s in sents:
+            m = _ALNUM.search(s)
+            if m is None:
                 continue
-            if m := _LETTER.search(piece):
-                firsts.append(m.group(0))
-    return bool(firsts) and all(ch.isupper() for ch in firsts)
+            seen = True
+            if m.group(0).isdigit() or s.lstrip(" «\"(—–-*•").startswith(("…", "...")):
+                continue  # «1.» of a numbered item, «2024 год …», «…и тогда»
+            if continues:
+                continues = False
+                continue
+            if not m.group(0).isupper():
+                return False
+        prev_end = line.rstrip(" *_")[-1:]
+    return seen
 
 
-_SENT_END = re.compile(r"(?<=[.!?…])\s+")
-_ABBR_DOT = frozenset("е д п г гг в вв др пр см ок тыс млн млрд руб коп ул им стр рис напр т".split())
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+•–—]|\d+[.)])\s+")
 
 
 # ---------------------------------------------------------------- punctuation
@@ -188,7 +258,7 @@ def no_dash(text: str, p: Mapping[str, Any]) -> bool:
 )
 def request_first(text: str, p: Mapping[str, Any]) -> bool:
     """Starts with the request verbatim (spacing aside) and then has an answer."""
-    t, r = _SPACES.sub(" ", text).strip(), _SPACES.sub(" ", p["request"]).strip()
+    t, r = _spaced(text), _spaced(p["request"])
     return t.startswith(r) and bool(words(t[len(r) :]))
 
 
@@ -211,7 +281,7 @@ def phrase_n(text: str, p: Mapping[str, Any]) -> bool:
 )
 def copy_only(text: str, p: Mapping[str, Any]) -> bool:
     """The response is the text itself (spacing and wrapping «» or quotes aside)."""
-    return _SPACES.sub(" ", text).strip().strip("«»\"") == _SPACES.sub(" ", p["request"]).strip()
+    return _spaced(text).strip("«»\"").strip() == _spaced(p["request"])
 
 
 # ---------------------------------------------------------------- language
@@ -223,10 +293,11 @@ def copy_only(text: str, p: Mapping[str, Any]) -> bool:
     derive=lambda p: {"lang_name": LANGUAGE_NAMES_RU[p["lang"]], "lang_name_en": LANGUAGES[p["lang"]].name.title()},
 )
 def response_lang(text: str, p: Mapping[str, Any]) -> bool:
-    """lingua (restricted language set) detects ``lang``; Cyrillic answers must hold no homoglyph words."""
+    """The answer is in ``lang`` (lingua, restricted set; a short Russian answer such as «Да.»
+    is recognised by its dictionary words); Cyrillic answers must hold no homoglyph words."""
     if p["lang"] in ("ru", "uk", "be", "bg", "kk") and homoglyph_words(text):
         return False
-    return detect_language(text) == p["lang"]
+    return is_language(text, p["lang"])
 
 
 @constraint(
@@ -241,4 +312,4 @@ def ru_then_en(text: str, p: Mapping[str, Any]) -> bool:
     if len(paras) < 2:
         return False
     first, last = paras[0], paras[-1]
-    return detect_language(first) == "ru" and not homoglyph_words(first) and detect_language(last) == "en"
+    return is_language(first, "ru") and not homoglyph_words(first) and is_language(last, "en")

@@ -25,19 +25,36 @@ def parses(word: str) -> tuple[pymorphy3.analyzer.Parse, ...]:
     return tuple(analyzer().parse(word.lower()))
 
 
+def _normal_form(p: pymorphy3.analyzer.Parse) -> str:
+    """The normal form without a hyphenated particle («книгу-то» → «книга», not «книга-то»).
+
+    pymorphy3 analyses «книгу-то», «смотри-ка», «город-таки» as the word plus a particle
+    and keeps the particle in the normal form; dictionary words such as «кто-то» or
+    «когда-то» are not touched (they are words of their own, not «кто» + particle).
+    """
+    nf = p.normal_form
+    last = p.methods_stack[-1] if p.methods_stack else None
+    if last is not None and type(last[0]).__name__ == "HyphenSeparatedParticleAnalyzer":
+        particle = str(last[1])
+        if nf.endswith(particle):
+            nf = nf[: -len(particle)]
+    return nf.replace("ё", "е")
+
+
 @lru_cache(maxsize=65536)
 def lemmas(word: str) -> frozenset[str]:
     """Every normal form of ``word`` across ALL analyses, with ё folded to е.
 
     Matching on all analyses catches a forbidden word in any inflection
-    («котами» → «кот») while «который» never lemmatises to «кот».
+    («котами» → «кот») while «который» never lemmatises to «кот»; an emphatic
+    particle does not hide a word («книгу-то» → «книга»).
     """
-    return frozenset(p.normal_form.replace("ё", "е") for p in parses(word))
+    return frozenset(_normal_form(p) for p in parses(word))
 
 
 def lemma(word: str) -> str:
-    """The most likely normal form (first analysis), ё folded to е."""
-    return parses(word)[0].normal_form.replace("ё", "е")
+    """The most likely normal form (first analysis), ё folded to е, particle dropped."""
+    return _normal_form(parses(word)[0])
 
 
 def agree(word: str, n: int, case: str = "nomn") -> str:

@@ -8,8 +8,10 @@ mixed-script words and fold them back so verifiers can count them as violations.
 from __future__ import annotations
 
 import re
+import unicodedata
 
-from fabrika.textutil.segment import nfc, words
+from fabrika.textutil.normalize import normalize
+from fabrika.textutil.segment import words
 
 # Latin letter -> Cyrillic look-alike (lower and upper case).
 LATIN_TO_CYRILLIC: dict[str, str] = {
@@ -29,8 +31,8 @@ def has_cyrillic(text: str) -> bool:
 
 
 def has_latin(text: str) -> bool:
-    """True if ``text`` holds a Latin letter (basic or with diacritics)."""
-    return bool(_LATIN_ANY.search(nfc(text)))
+    """True if ``text`` holds a Latin letter (basic or with diacritics; fullwidth and mathematical forms too)."""
+    return bool(_LATIN_ANY.search(normalize(text)))
 
 
 def is_mixed_script(word: str) -> bool:
@@ -48,3 +50,36 @@ def fold_homoglyphs(word: str) -> str:
     if not is_mixed_script(word):
         return word
     return "".join(LATIN_TO_CYRILLIC.get(ch, ch) for ch in word)
+
+
+RUSSIAN_LETTERS = frozenset("абвгдеёжзийклмнопрстуфхцчшщъыьэюя")
+_CYR_TO_RUSSIAN = {"і": "и", "ї": "и", "є": "е", "ґ": "г", "ј": "j"}
+
+
+def _russian_lookalike(ch: str) -> str:
+    """A non-Russian Cyrillic letter as the Russian letter it resembles («ў» → «у», «ѓ» → «г»)."""
+    low = ch.lower()
+    if low in RUSSIAN_LETTERS or not _CYR.match(ch):
+        return ch
+    if low in _CYR_TO_RUSSIAN:
+        out = _CYR_TO_RUSSIAN[low]
+    else:
+        out = "".join(c for c in unicodedata.normalize("NFD", low) if unicodedata.category(c) != "Mn")
+        if out not in RUSSIAN_LETTERS:
+            return ch
+    return out.upper() if ch.isupper() else out
+
+
+def is_lookalike_word(word: str) -> bool:
+    """A word a reader takes for a Russian one but whose letters are not all Russian:
+    mixed Cyrillic/Latin («прoграмма») or with a foreign Cyrillic letter («книгў»)."""
+    if is_mixed_script(word):
+        return True
+    return bool(_CYR.search(word)) and any(_russian_lookalike(ch) != ch for ch in word)
+
+
+def fold_lookalikes(word: str) -> str:
+    """``word`` with Latin look-alikes and foreign Cyrillic letters as Russian letters (for bans)."""
+    if not is_lookalike_word(word):
+        return word
+    return "".join(_russian_lookalike(ch) for ch in fold_homoglyphs(word))

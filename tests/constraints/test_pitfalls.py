@@ -68,9 +68,10 @@ def test_sentence_splitting_with_abbreviations_and_initials() -> None:
 
 def test_word_count_with_hyphens_and_numbers() -> None:
     text = "Кто-то из Санкт-Петербурга в 2020-м году заплатил 3,5 тысячи — т. е. немало."
-    assert words(text) == ["Кто-то", "из", "Санкт-Петербурга", "в", "2020-м", "году", "заплатил", "3,5", "тысячи", "т", "е", "немало"]
-    assert REGISTRY["ru.length.words_max"].verify(text, {"n": 12})
-    assert not REGISTRY["ru.length.words_max"].verify(text, {"n": 11})
+    # «т. е.» is one abbreviation, counted once (as «т.е.» would be)
+    assert words(text) == ["Кто-то", "из", "Санкт-Петербурга", "в", "2020-м", "году", "заплатил", "3,5", "тысячи", "т. е.", "немало"]
+    assert REGISTRY["ru.length.words_max"].verify(text, {"n": 11})
+    assert not REGISTRY["ru.length.words_max"].verify(text, {"n": 10})
 
 
 @pytest.mark.parametrize(
