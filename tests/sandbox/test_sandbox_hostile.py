@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from fabrika.sandbox import SandboxConfig, SandboxPool, precheck
+from fabrika.sandbox.isolation import SANDBOX_UID_BASE, SANDBOX_UID_SPAN
 
 REPO = Path(__file__).resolve().parents[2]
 YES = "import re\n\ndef evaluate(response):\n    return bool(re.search(r'\\bда\\b', response))\n"
@@ -71,7 +72,9 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("thread_outliving_call", "import pymorphy3\nthreading = pymorphy3.analyzer.threading\n" + fn(
         "threading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()\nreturn True"), {"error:exception"}),
     ("print_forever", fn("while True:\n    print('x' * 10 ** 6)"), {"timeout"}),
-    ("kill_every_process", OS + fn("os.kill(-1, 9)\nreturn True"), {"error:crash", "error:exception"}),
+    # A child has a uid of its own, so kill(-1) may find no process to signal ("true"); the
+    # pool, the parent and the next verdicts surviving is what run_attack checks.
+    ("kill_every_process", OS + fn("os.kill(-1, 9)\nreturn True"), {"error:crash", "error:exception", "true"}),
     ("kill_parent", OS + fn("os.kill(os.getppid(), 9)\nreturn True"), {"error:exception", "error:crash"}),
     ("os_exit", OS + B + fn("B.getattr(os, '_exit')(0)\nreturn True"), {"error:crash"}),
     ("garbage_on_reply_pipe", OS + fn("for fd in range(3, 64):\n    try:\n        os.write(fd, b'\\x00garbage' * 20000)\n"
@@ -148,7 +151,9 @@ def _nobody(procs: list[psutil.Process]) -> int:
     count = 0
     for proc in procs:
         try:
-            count += proc.uids().real == 65534 and proc.status() != psutil.STATUS_ZOMBIE
+            uid = proc.uids().real
+            sandboxed = uid == 65534 or SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + SANDBOX_UID_SPAN
+            count += sandboxed and proc.status() != psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             pass
     return count
