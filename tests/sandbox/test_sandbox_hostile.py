@@ -22,6 +22,7 @@ import pytest
 
 from fabrika.sandbox import SandboxConfig, SandboxPool, precheck
 from fabrika.sandbox.isolation import SANDBOX_UID_BASE, SANDBOX_UID_SPAN
+from tests.sandbox.conftest import require_bwrap
 
 REPO = Path(__file__).resolve().parents[2]
 YES = "import re\n\ndef evaluate(response):\n    return bool(re.search(r'\\bда\\b', response))\n"
@@ -89,6 +90,8 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("precheck_class_mro", fn("return ().__class__.__mro__[1].__subclasses__() != []"), {"error:precheck"}),
 ]
 PRECHECKED = {"precheck_dunder_builtins", "precheck_class_mro"}
+#: Refused by the lint since it reads dunders inside strings; still run with precheck=False.
+LINTED = {"builtins_eval_import"}
 
 # Attacks that *succeed in-process* (they are just code) but must not leak into later
 # verifiers: the worker's taint check recycles the process.
@@ -129,17 +132,15 @@ def listener():
 
 @pytest.fixture(scope="module")
 def pool():
-    with SandboxPool(SandboxConfig(workers=2, timeout_s=0.5)) as p:
-        if p.isolation != "bwrap":
-            pytest.skip("bubblewrap cannot run here; the rlimits fallback is tested in test_sandbox_pool.py")
+    require_bwrap()  # the rlimits mode is tested in test_sandbox_pool.py and test_contamination.py
+    with SandboxPool(SandboxConfig(workers=2, timeout_s=0.5, isolation="bwrap")) as p:
         yield p
 
 
 @pytest.fixture(scope="module")
 def raw_pool():
-    with SandboxPool(SandboxConfig(workers=1, timeout_s=0.5, precheck=False)) as p:
-        if p.isolation != "bwrap":
-            pytest.skip("bubblewrap cannot run here")
+    require_bwrap()
+    with SandboxPool(SandboxConfig(workers=1, timeout_s=0.5, precheck=False, isolation="bwrap")) as p:
         yield p
 
 
@@ -197,7 +198,8 @@ def test_attack_is_contained(pool, listener, tmp_path, name, code, allowed):
     """Default config: pre-check, guarded builtins and module views, then bwrap. The module
     views usually stop a chain early (AttributeError), hence the extra allowed kind."""
     verdicts = run_attack(pool, code, tmp_path, listener)
-    guarded = allowed | ({"error:exception"} if name not in PRECHECKED else set())
+    guarded = allowed | ({"error:exception"} if name not in PRECHECKED else set()) | \
+        ({"error:precheck"} if name in LINTED else set())
     assert {status(v) for v in verdicts} <= guarded, [(status(v), v.message) for v in verdicts]
 
 
@@ -218,7 +220,7 @@ def test_module_views_cut_the_usual_chains(pool):
 def test_most_attacks_bypass_the_precheck():
     """The corpus tests the runtime isolation, not just the static fence."""
     bypass = [name for name, code, _ in CASES if not precheck(code.format(target="/x", repo_target="/y", port=1))]
-    assert set(bypass) == {name for name, _, _ in CASES} - PRECHECKED
+    assert set(bypass) == {name for name, _, _ in CASES} - PRECHECKED - LINTED
     assert len(CASES) + len(TAMPERING) + len(UNCHECKED) >= 30
 
 
