@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import ConfigError
+from fabrika.sandbox.policy import SandboxSettings
 
 __all__ = [
     "IFRewardConfig",
@@ -75,6 +76,11 @@ class IFRewardConfig(BaseModel):
         description="How several LLM-written verifiers of one constraint combine: more than half, all, or any must pass.",
     )
     constraints_column: str = Field(default="constraints", description="Dataset column with the prompt's constraint specs.")
+    sandbox: SandboxSettings = Field(
+        default_factory=SandboxSettings,
+        description="How LLM-written verifiers run (the pipeline's `sandbox:` block): 'auto' requires bubblewrap "
+        "(the verifiers were written by a real model); 'rlimits' accepts weaker isolation.",
+    )
     ground_truth_column: str = Field(
         default="ground_truth",
         description="Column whose 'verifiers' list ({'code', ...}) verifies the row's LLM-written constraint.",
@@ -300,16 +306,17 @@ def score_if(
 
 
 class _LazySandbox:
-    """A ``SandboxPool`` (default config) started on the first LLM-written verifier, closed by ``close()``."""
+    """A ``SandboxPool`` of ``settings`` started on the first LLM-written verifier, closed by ``close()``."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: SandboxSettings) -> None:
         self._pool: Any = None
+        self._settings = settings
 
     def __call__(self, code: str, responses: list[str]) -> Sequence[Any]:
         if self._pool is None:
-            from fabrika.sandbox import SandboxConfig, SandboxPool
+            from fabrika.sandbox import SandboxPool
 
-            self._pool = SandboxPool(SandboxConfig())
+            self._pool = SandboxPool(self._settings.pool_config(backend="model"))
         return self._pool.run_sync(code, responses)
 
     def close(self) -> None:
@@ -334,7 +341,7 @@ def make_if_reward(
     Call ``reward.close()`` when done to stop a default sandbox pool.
     """
     cfg = config or IFRewardConfig()
-    lazy = _LazySandbox() if sandbox_runner is None else None
+    lazy = _LazySandbox(cfg.sandbox) if sandbox_runner is None else None
     runner = sandbox_runner or lazy
 
     def if_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:

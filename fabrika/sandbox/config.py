@@ -25,13 +25,18 @@ ERROR_KINDS: frozenset[str] = frozenset(
 )
 
 
+def default_workers() -> int:
+    """One worker per CPU."""
+    return os.cpu_count() or 1
+
+
 class SandboxConfig(BaseModel):
     """How the verifier sandbox runs. Every field has a safe default for production use."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workers: int = Field(
-        default_factory=lambda: os.cpu_count() or 1, ge=1,
+        default_factory=default_workers, ge=1,
         description="Number of long-lived worker processes; concurrent `run` calls spread over them.",
     )
     timeout_s: float = Field(
