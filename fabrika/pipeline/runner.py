@@ -28,7 +28,7 @@ from rich.console import Console
 
 from fabrika.errors import ConfigError, StoreError
 from fabrika.pipeline.config import (PipelineConfig, config_hash, execution_order, inputs_of, sandbox_problem,
-                                     stage_dependencies)
+                                     stage_dependencies, uses_sandbox)
 from fabrika.pipeline.lifecycle import _first_error, backend_of, build_engine_for, close_resources
 from fabrika.pipeline.llm_wrap import ITEM_CACHE_MISS, LLMCounters
 from fabrika.pipeline.progress import RunProgress
@@ -181,6 +181,10 @@ class _Run:
         self.manifest["invocations"] = [*previous.get("invocations", []), self._invocation]
         self._write_manifest("running")
         with self.progress:
+            if uses_sandbox(self.config):
+                from fabrika.sandbox.policy import header_line
+
+                self.progress.note(header_line(self.config.sandbox, self.backend_name))
             await self._schedule(previous.get("stages", {}))
         self._write_manifest("done")
 

@@ -64,3 +64,14 @@ def expected_isolation(settings: SandboxSettings, backend: str) -> str:
     if requested == "rlimits":
         return "rlimits"
     return "bwrap" if bwrap_probe() is None else "rlimits"
+
+
+WEAK_NOTE = "WEAKER ISOLATION: rlimits only — the host's filesystem view and loopback network stay reachable"
+
+
+def header_line(settings: SandboxSettings, backend: str) -> str:
+    """The progress header's sandbox line (rich markup)."""
+    mode = expected_isolation(settings, backend)
+    if mode == "bwrap":
+        return "sandbox: [green]bwrap[/] (a fresh namespaced process per verifier)"
+    return f"sandbox: [bold red]rlimits[/] — {WEAK_NOTE}"

@@ -69,8 +69,9 @@ def test_run_and_validate_exit_2_with_one_line_and_write_nothing(tmp_path, serve
 
 def test_rlimits_opt_in_runs_and_the_manifest_says_so(tmp_path, server):
     config = pipeline(tmp_path, server.base_url, sandbox={"isolation": "rlimits", "timeout_s": 2.0, "workers": 1})
-    proc = cli("run", str(config), "--no-progress")
+    proc = cli("run", str(config))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "sandbox: rlimits — WEAKER ISOLATION" in proc.stderr  # the progress header
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["sandbox_isolation"] == "rlimits"
     assert server.served == 2
