@@ -60,3 +60,27 @@ def test_without_bwrap_ci_fails():
     proc = _pytest_without_bwrap(ci=True)
     assert proc.returncode != 0, proc.stdout[-2000:]
     assert "required because CI or FABRIKA_REQUIRE_BWRAP is set" in proc.stdout
+
+
+def _ensure_bwrap(tmp_path: Path, uid: str) -> subprocess.CompletedProcess[str]:
+    """.ci/ensure-bwrap.sh on a PATH without bwrap (and without apt-get), as ``uid``."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "id").write_text(f"#!/bin/sh\necho {uid}\n", encoding="utf-8")
+    (fake / "id").chmod(0o755)
+    return subprocess.run(["/bin/bash", str(REPO / ".ci" / "ensure-bwrap.sh")], env={"PATH": str(fake)},
+                          capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_make_test_says_loudly_when_bwrap_cannot_be_installed(tmp_path):
+    proc = _ensure_bwrap(tmp_path, "1000")
+    assert proc.returncode == 0
+    assert "bubblewrap is NOT installed" in proc.stderr and "SKIPPED (FAIL with CI=true)" in proc.stderr
+
+
+def test_make_test_and_ci_share_the_install_step():
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    test_target = makefile[makefile.index("\ntest:"):]
+    assert "ensure-bwrap.sh" in test_target.split("\n\n")[0]
+    assert ".ci/ensure-bwrap.sh" in ci and 'export CI="${CI:-true}"' in ci and "make test" in ci
