@@ -20,8 +20,8 @@ Protocol (why so small: millions of calls, the parent parses every reply):
   ``{"code": str, "responses": [...], "guard": bool, "nonce": str}``;
 * zygote -> parent, on ``reply_fd``: for each response, in order, one line
   ``<nonce>T`` (True), ``<nonce>F`` (False), ``<nonce>E{"k": kind, "m": message}``
-  (error) or ``<nonce>X{"m": message}`` (timeout), then ``<nonce>D`` (done) or
-  ``<nonce>R`` (done; restart me). The nonce is fresh per batch and the child never
+  (error) or ``<nonce>X{"m": message}`` (timeout), then ``<nonce>D`` (done). The
+  nonce is fresh per batch and the child never
   holds the parent's pipe, so nothing a verifier writes can pass for a reply.
 * child -> zygote, on a pipe of its own: ``K`` once the module body ran, then ``T``,
   ``F`` or ``E{...}`` per response; ``C{...}`` instead of ``K`` when the code cannot
@@ -210,8 +210,42 @@ def _child_limits(responses_left: int) -> None:
                 resource.setrlimit(res, (value, hard))
 
 
-def _child(wfd: int, code: str, responses: list, start: int, guard: bool) -> None:
-    """Body of a forked child; never returns (``os._exit``: no atexit, no thread joins)."""
+#: Trusted warm-up a spare child runs while it waits: a fork shares the zygote's heap, and the
+#: first compile/exec in a child copies many of its pages (reference counts); doing that here
+#: takes it off the verifier's clock.
+WARM_UP = (
+    "import re, json\n"
+    "WORD = re.compile(r'[а-яёa-z]+', re.IGNORECASE)\n"
+    "def evaluate(response):\n"
+    "    words = WORD.findall(response.lower())\n"
+    "    return len(words) > 1 and json.loads(json.dumps({'n': len(words)}))['n'] == len(words)\n"
+)
+
+
+def _warm_up() -> None:
+    namespace = {"__name__": "verifier", "__builtins__": _SAFE_BUILTINS}
+    exec(compile(WARM_UP, "<warm-up>", "exec"), namespace)  # noqa: S102 - our own code
+    for text in ("Пример ответа, в котором есть слова.", "ещё один пример"):
+        namespace["evaluate"](text)
+
+
+def _read_fd(fd: int, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _child(go_fd: int, wfd: int) -> None:
+    """Body of a forked child; never returns (``os._exit``: no atexit, no thread joins).
+
+    It warms up, then waits for its request (``>II`` body length and first response
+    index, then the request JSON) from the zygote, drops to its own uid and limits, and
+    only then runs the verifier."""
     write = os.write
 
     def send(data: bytes) -> None:
@@ -220,6 +254,15 @@ def _child(wfd: int, code: str, responses: list, start: int, guard: bool) -> Non
             view = view[write(wfd, view):]
 
     try:
+        try:
+            _warm_up()
+        except BaseException:  # noqa: BLE001 - a warm-up problem must not cost a verdict
+            pass
+        size, start = struct.unpack(">II", _read_fd(go_fd, 8))
+        request = json.loads(_read_fd(go_fd, size))
+        os.close(go_fd)
+        code, responses, guard = request["code"], request["responses"], bool(request.get("guard", True))
+        del request
         _child_limits(len(responses) - start)
         if SCRATCH:
             os.chdir(SCRATCH)
@@ -303,27 +346,52 @@ class _ChildOutput:
 
 
 class _Child:
-    """One forked child and the zygote's end of its pipe."""
+    """One forked child (started as a warming-up spare) and the zygote's ends of its pipes."""
 
-    def __init__(self, code: str, responses: list, start: int, guard: bool) -> None:
+    def __init__(self) -> None:
+        go_r, go_w = os.pipe()
         rfd, wfd = os.pipe()
         pid = os.fork()
-        if pid == 0:  # child: drop every fd but its own pipe's write end
-            try:
-                os.close(rfd)
-                os.close(_REQ)
-                os.close(_REP)
-            except OSError:
-                pass
-            _child(wfd, code, responses, start, guard)
+        if pid == 0:  # child: keep only its request pipe's read end and its reply pipe's write end
+            for fd in (go_w, rfd, _REQ, _REP):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            _child(go_r, wfd)
+        os.close(go_r)
         os.close(wfd)
-        self.pid, self.out, self.how = pid, _ChildOutput(rfd), None
+        self.pid, self.go_w, self.out, self.how = pid, go_w, _ChildOutput(rfd), None
+
+    def go(self, body: bytes, start: int) -> bool:
+        """Hand the child its request; False when it is gone already."""
+        data = memoryview(struct.pack(">II", len(body), start) + body)
+        try:
+            while data:
+                data = data[os.write(self.go_w, data):]
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(self.go_w)
+            self.go_w = -1
+
+    def kill(self) -> None:
+        """SIGKILL without waiting; :meth:`reap` (before the next verifier starts) waits."""
+        if self.how is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def reap(self, grace_s: float = 0.0) -> str:
         """SIGKILL the child (done or not) and reap it; its end in words. ``grace_s`` first
         waits for a child that is already dying, so the words name its real end."""
         if self.how is not None:
             return self.how
+        if self.go_w >= 0:
+            os.close(self.go_w)
+            self.go_w = -1
         status = None
         deadline = time.monotonic() + grace_s
         while grace_s and time.monotonic() < deadline:
@@ -365,12 +433,17 @@ def _error(kind: str, message: str) -> bytes:
     return b"E" + json.dumps({"k": kind, "m": message[:MSG_MAX]}).encode()
 
 
-def _run_batch(code: str, responses: list, guard: bool, emit) -> None:
-    """Verdict lines for every response; a crash, hang or protocol breach costs one verdict
+def _run_batch(body: bytes, n: int, spare: _Child, emit) -> None:
+    """Verdict lines for every response of the request ``body`` (``n`` responses), the first
+    child being the warmed-up ``spare``; a crash, hang or protocol breach costs one verdict
     (all of them when it happens before the module body finished)."""
-    n, i = len(responses), 0
+    i = 0
     while i < n:
-        child = _Child(code, responses, i, guard)
+        child, spare = spare or _Child(), None
+        if not child.go(body, i):
+            child.reap()
+            child = _Child()
+            child.go(body, i)
         started = False
         try:
             while i < n:
@@ -407,7 +480,20 @@ def _run_batch(code: str, responses: list, guard: bool, emit) -> None:
                     i += count
                     break
         finally:
-            child.reap()
+            child.kill()
+            _DYING.append(child)
+
+
+#: Children killed at the end of a batch, reaped (and their scratch files removed) before the
+#: next verifier runs: their exit costs nothing on the clock of the batch that ended.
+_DYING: list[_Child] = []
+
+
+def _settle() -> bool:
+    """Wait for every killed child and empty the scratch dir; False when it cannot be emptied."""
+    while _DYING:
+        _DYING.pop().reap()
+    return _clean_scratch()
 
 
 def _clean_scratch() -> bool:
@@ -450,6 +536,7 @@ def main() -> None:
         if name in sys.modules:
             _view(sys.modules[name])
     gc.freeze()  # children share the preloaded heap; the collector need not touch (and copy) it
+    spare = _Child()
     while True:
         header = _read_exact(4)
         if header is None:
@@ -461,19 +548,22 @@ def main() -> None:
         code, nonce = request["code"], request["nonce"].encode()
         for name in LAZY:
             if name in code and name not in sys.modules:
+                spare.reap()  # forked before the library was loaded: stale
                 _preload(name)
                 if name in sys.modules:
                     _view(sys.modules[name])
                 gc.freeze()
+                spare = _Child()
 
         def emit(lines: list[bytes]) -> None:
             _write(b"".join(nonce + line + b"\n" for line in lines))
 
-        _run_batch(code, request["responses"], bool(request.get("guard", True)), emit)
-        if not _clean_scratch():
-            _write(nonce + b"R\n")
-            return
+        _run_batch(body, len(request["responses"]), spare, emit)
+        del request
         _write(nonce + b"D\n")
+        spare = _Child()  # warms up while the parent reads the verdicts
+        if not _settle():
+            return  # files a verifier left in scratch cannot be removed: the parent starts a fresh zygote
 
 
 if __name__ == "__main__":

@@ -350,7 +350,7 @@ class SandboxPool:
         results: list[Verdict | None] = [None] * len(responses)
         pending = list(range(len(responses)))
         timeout = self.config.timeout_s
-        retried, recycle = False, False
+        retried = False
         while pending:
             reused = worker.alive and worker.served > 0
             if not worker.alive:
@@ -378,11 +378,10 @@ class SandboxPool:
                     done += 1
                     worker.served += 1
                 end = worker.read_line(time.monotonic() + BACKSTOP_S)
-                if end not in (tag + b"D", tag + b"R"):
+                if end != tag + b"D":
                     raise _WorkerGone(f"protocol: expected the end marker, got {end[:40]!r}")
                 if worker.has_leftover():
                     raise _WorkerGone("protocol: bytes after the end marker")
-                recycle = end == tag + b"R"
                 pending = []
             except _Timeout:
                 worker.kill()
@@ -406,6 +405,6 @@ class SandboxPool:
                     pending = pending[done + 1:]
                 else:
                     pending = []
-        if worker.proc is not None and (recycle or worker.served >= self.config.recycle_after):
+        if worker.proc is not None and worker.served >= self.config.recycle_after:
             worker.kill()  # recycle: nothing in a zygote is worth a graceful stop
         return [v if v is not None else Verdict.error("protocol", "no reply") for v in results]

@@ -143,7 +143,7 @@ ATTACKS: list[tuple[str, str, set[str]]] = [
         "nonce = reqs[0]['nonce'].encode() if reqs else b''\n"
         "forged = (nonce + b'T\\n') * 200 + nonce + b'D\\n' + b'T\\n' * 50\n"
         "for fd in range(3, 256):\n    try:\n        os.write(fd, forged)\n    except OSError:\n        pass\n"
-        "return True"), {"error:protocol", "error:precheck"}),
+        "return True"), {"error:protocol", "error:precheck", "true"}),  # "true": it forged only its own verdict
     ("own_code_objects_overwritten", GC_FIND + fn(
         "always = (lambda f, x: b'T\\n').__code__\n"
         "for f in find(lambda o: type(o).__name__ == 'function' and o.__name__ in "
@@ -174,7 +174,7 @@ ATTACKS: list[tuple[str, str, set[str]]] = [
 ]
 DEFERRED = {"sigalrm_timer_fires_later", "thread_left_running_patches_re"}
 #: With the pre-check off these must report "true": proof that the edit really happened.
-MAY_BE_STOPPED_EARLY = {"thread_left_running_patches_re", "sys_setprofile_raises"}
+MAY_BE_STOPPED_EARLY = {"thread_left_running_patches_re", "sys_setprofile_raises", "reply_stream_forgery_with_nonce"}
 TAKES_HOLD = {name for name, _, allowed in ATTACKS if "true" in allowed} - MAY_BE_STOPPED_EARLY
 
 
