@@ -149,6 +149,8 @@ class _Worker:
 
     def send(self, code: str, responses: list[Any], guard: bool, nonce: str) -> None:
         self.buf, self.pos = b"", 0  # nothing read for an earlier batch survives into this one
+        if select.select([self.rfd], [], [], 0)[0]:  # late bytes (or EOF) since the last end marker
+            raise _WorkerGone("protocol: bytes between batches")
         try:
             body = json.dumps({"code": code, "responses": responses, "guard": guard, "nonce": nonce},
                               ensure_ascii=False).encode()
