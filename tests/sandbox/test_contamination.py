@@ -268,3 +268,30 @@ def test_rlimits_children_never_keep_the_invoking_uid():
         code = "import os\n" + fn(f"return os.getuid() != {os.getuid()} and os.geteuid() != {os.getuid()} "
                                   "and os.getgroups() == []")
         assert [status(v) for v in p.run_sync(code, ["a", "b"])] == ["true", "true"]
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="a uid can only be dropped by root; documented in the sandbox docs")
+def test_rlimits_children_cannot_touch_the_invoking_users_things(tmp_path):
+    """What the old rlimits fallback allowed: the parent's environment, private files, the
+    run's files, signals to the pipeline. A child with a uid of its own gets none of it."""
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("PRIVATE KEY", encoding="utf-8")
+    secret.chmod(0o600)
+    dataset = tmp_path / "data.jsonl"
+    dataset.write_text("{}\n", encoding="utf-8")
+    dataset.chmod(0o644)
+    me = os.getpid()
+    os.environ["FABRIKA_TEST_API_KEY"] = "sk-secret"
+    attacks = {
+        "environ": f"return 'sk-secret' in open('/proc/{me}/environ', 'rb').read().decode('latin-1')",
+        "private_file": f"return open({str(secret)!r}).read() == 'PRIVATE KEY'",
+        "append_dataset": f"open({str(dataset)!r}, 'a').write('poison\\n')\nreturn True",
+        "kill_pipeline": f"import os, signal\nos.kill({me}, signal.SIGTERM)\nreturn True",
+        "cwd_write": f"open({str(tmp_path / 'dropped')!r}, 'w').write('x')\nreturn True",
+    }
+    with SandboxPool(SandboxConfig(workers=1, isolation="rlimits", precheck=False)) as p:
+        for name, body in attacks.items():
+            [verdict] = p.run_sync(fn(body), ["x"])
+            assert status(verdict) == "error:exception", (name, verdict)
+            assert "Permission" in (verdict.message or "") or "Errno 1" in (verdict.message or ""), (name, verdict)
+    assert dataset.read_text(encoding="utf-8") == "{}\n" and not (tmp_path / "dropped").exists()
