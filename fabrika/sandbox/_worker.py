@@ -352,12 +352,11 @@ class _Child:
         go_r, go_w = os.pipe()
         rfd, wfd = os.pipe()
         pid = os.fork()
-        if pid == 0:  # child: keep only its request pipe's read end and its reply pipe's write end
-            for fd in (go_w, rfd, _REQ, _REP):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        if pid == 0:  # child: keep 0-2 (/dev/null), its request pipe's read end and its reply pipe's write end
+            low, high = sorted((go_r, wfd))
+            os.closerange(3, low)
+            os.closerange(low + 1, high)
+            os.closerange(high + 1, 1 << 20)
             _child(go_r, wfd)
         os.close(go_r)
         os.close(wfd)
@@ -439,6 +438,8 @@ def _run_batch(body: bytes, n: int, spare: _Child, emit) -> None:
     (all of them when it happens before the module body finished)."""
     i = 0
     while i < n:
+        while _DYING:  # a child killed mid-batch is gone before the next one starts
+            _DYING.pop().reap()
         child, spare = spare or _Child(), None
         if not child.go(body, i):
             child.reap()
@@ -561,9 +562,9 @@ def main() -> None:
         _run_batch(body, len(request["responses"]), spare, emit)
         del request
         _write(nonce + b"D\n")
-        spare = _Child()  # warms up while the parent reads the verdicts
         if not _settle():
             return  # files a verifier left in scratch cannot be removed: the parent starts a fresh zygote
+        spare = _Child()  # warms up while the parent reads the verdicts
 
 
 if __name__ == "__main__":

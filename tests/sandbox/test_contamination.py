@@ -295,3 +295,17 @@ def test_rlimits_children_cannot_touch_the_invoking_users_things(tmp_path):
             assert status(verdict) == "error:exception", (name, verdict)
             assert "Permission" in (verdict.message or "") or "Errno 1" in (verdict.message or ""), (name, verdict)
     assert dataset.read_text(encoding="utf-8") == "{}\n" and not (tmp_path / "dropped").exists()
+
+
+@pytest.mark.parametrize("isolation", ["bwrap", "rlimits"])
+def test_a_child_holds_only_its_own_pipes(isolation):
+    """No fd of the parent's pipe, the request stream or an earlier child's pipe reaches a verifier."""
+    if isolation == "bwrap":
+        require_bwrap()
+    with SandboxPool(SandboxConfig(workers=1, isolation=isolation, precheck=False)) as p:
+        code = "import os\n" + fn("raise ValueError(' '.join(sorted(os.listdir('/proc/self/fd'), key=int)))")
+        for _ in range(3):  # also after earlier children (and a timeout) came and went
+            p.run_sync("def evaluate(r):\n    while r == 'h':\n        pass\n    return True\n", ["a", "h", "b"])
+            [verdict] = p.run_sync(code, ["x"])
+            fds = [int(x) for x in verdict.message.split(": ", 1)[1].split()]
+            assert fds[:3] == [0, 1, 2] and len(fds) <= 6, fds  # + its two pipes + listdir's own fd
