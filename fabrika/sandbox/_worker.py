@@ -92,10 +92,15 @@ if "collections" in ALLOWED:
     import collections.abc  # noqa: F401 - present before the views are built
 
 
-def _prctl(option: int, value: int) -> None:
-    import ctypes
+_LIBC: list = []
 
-    ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+def _prctl(option: int, value: int) -> None:
+    if not _LIBC:
+        import ctypes
+
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    _LIBC[0].prctl(option, value, 0, 0, 0)
 
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
