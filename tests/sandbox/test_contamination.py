@@ -162,6 +162,16 @@ ATTACKS: list[tuple[str, str, set[str]]] = [
     ("zygote_stopped_or_killed", "import os, signal\n" + fn(
         "os.kill(os.getppid(), signal.SIGSTOP)\nos.kill(os.getppid(), signal.SIGKILL)\nreturn True"),
      {"error:exception", "error:precheck", "error:crash"}),
+    ("zygote_memory_through_proc", "import os\n" + fn(
+        "with open(f'/proc/{os.getppid()}/mem', 'r+b') as mem:\n    mem.write(b'x')\nreturn True"),
+     {"error:exception", "error:precheck"}),
+    ("environ_and_locale", "import os, locale\n" + fn(
+        "os.environ['LANG'] = 'tr_TR.UTF-8'\nos.environ['PYTHONHASHSEED'] = '1'\n"
+        "locale.setlocale(locale.LC_ALL, 'C')\nreturn True"), {"true", "error:precheck"}),
+    ("fill_scratch_and_lock_it", "import os\n" + fn(
+        "os.makedirs('d/e', exist_ok=True)\nopen('d/e/big', 'wb').write(b'x' * 2 ** 19)\n"
+        "os.symlink('/etc/passwd', 'link')\nos.chmod('d', 0)\nreturn True"),
+     {"true", "error:precheck", "error:exception"}),  # the cwd: bwrap's scratch /tmp; rlimits: / (refused)
     # The bypass of the old pre-check: update_wrapper copies a worker function's globals
     # (pymorphy3.MorphAnalyzer is the worker's shared_analyzer) into the verifier's namespace.
     ("update_wrapper_reaches_worker_globals", "import functools, pymorphy3\n" + fn(
@@ -174,7 +184,8 @@ ATTACKS: list[tuple[str, str, set[str]]] = [
 ]
 DEFERRED = {"sigalrm_timer_fires_later", "thread_left_running_patches_re"}
 #: With the pre-check off these must report "true": proof that the edit really happened.
-MAY_BE_STOPPED_EARLY = {"thread_left_running_patches_re", "sys_setprofile_raises", "reply_stream_forgery_with_nonce"}
+MAY_BE_STOPPED_EARLY = {"thread_left_running_patches_re", "sys_setprofile_raises", "reply_stream_forgery_with_nonce",
+                        "fill_scratch_and_lock_it"}
 TAKES_HOLD = {name for name, _, allowed in ATTACKS if "true" in allowed} - MAY_BE_STOPPED_EARLY
 
 
