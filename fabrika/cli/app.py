@@ -166,7 +166,8 @@ def status(
     if manifest.get("accounting"):
         out.print(views.accounting_table(manifest["accounting"], "LLM accounting (last invocation)"))
     if manifest.get("sandbox_isolation"):
-        out.print(f"sandbox isolation: {manifest['sandbox_isolation']}")
+        weak = " [bold red](weaker: no namespaces)[/]" if "rlimits" in str(manifest["sandbox_isolation"]) else ""
+        out.print(f"sandbox isolation: {manifest['sandbox_isolation']}{weak}")
 
 
 @app.command()

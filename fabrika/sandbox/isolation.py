@@ -161,8 +161,8 @@ def _probe(bwrap: str | None) -> str | None:
 def resolve_isolation(requested: str) -> str:
     """Pick "bwrap" or "rlimits" for ``requested`` ("auto" | "bwrap" | "rlimits"), warning on fallback."""
     if requested == "rlimits":
-        log.warning("fabrika.sandbox: isolation='rlimits' — workers are NOT in a namespace sandbox "
-                    "(shared filesystem view and network); use only where bubblewrap cannot run")
+        log.warning("fabrika.sandbox: isolation='rlimits' — verifiers are NOT in a namespace sandbox: the host's "
+                    "filesystem view and loopback network stay reachable%s", _uid_note())
         return "rlimits"
     reason = bwrap_probe()
     if reason is None:
@@ -171,6 +171,12 @@ def resolve_isolation(requested: str) -> str:
         raise SandboxError(f"SandboxConfig.isolation='bwrap' but bubblewrap cannot run here: {reason}; "
                            "install bubblewrap or use isolation='auto'")
     log.warning("fabrika.sandbox: bubblewrap cannot run here (%s); FALLING BACK to rlimits-only workers "
-                "— LLM-written code shares the host filesystem view and network", reason)
+                "— LLM-written code shares the host filesystem view and network%s", reason, _uid_note())
     return "rlimits"
+
+
+def _uid_note() -> str:
+    if os.getuid() == 0:
+        return " (each verifier runs under a uid of its own)"
+    return f" and verifiers keep YOUR uid {os.getuid()} (its files, its processes): run as root to drop it"
 

@@ -76,7 +76,7 @@ def test_rlimits_opt_in_runs_and_the_manifest_says_so(tmp_path, server):
     assert manifest["sandbox_isolation"] == "rlimits"
     assert server.served == 2
     status = cli("status", str(tmp_path / "run"))
-    assert "sandbox isolation: rlimits" in status.stdout
+    assert "sandbox isolation: rlimits (weaker: no namespaces)" in status.stdout
 
 
 def test_the_message_is_the_documented_line():
