@@ -508,11 +508,20 @@ def _clean_scratch() -> bool:
         return True
     import shutil
 
+    def unlock(func, path, exc_info) -> None:  # a verifier's chmod 000 dir: same owner may open it again
+        os.chmod(os.path.dirname(path) or path, 0o700)
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, 0o700)
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+
     try:
         for entry in os.listdir(SCRATCH):
             path = os.path.join(SCRATCH, entry)
             if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path)
+                os.chmod(path, 0o700)
+                shutil.rmtree(path, onerror=unlock)
             else:
                 os.unlink(path)
         return not os.listdir(SCRATCH)
