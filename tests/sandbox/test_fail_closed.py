@@ -105,3 +105,16 @@ def test_pipelines_without_llm_code_are_not_held_back(tmp_path, monkeypatch):
                                 "t.yaml", tmp_path)
     assert cfg is not None, [str(i) for i in issues]
     assert sandbox_problem(cfg) is None
+
+
+def test_the_sim_demo_is_not_held_back_without_bwrap(tmp_path):
+    config = pipeline(tmp_path, "http://127.0.0.1:9")
+    doc = yaml.safe_load(config.read_text(encoding="utf-8"))
+    doc["llm"] = {"backend": "sim", "model": "sim"}
+    config.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
+    proc = cli("validate", str(config))
+    assert proc.returncode == 0, proc.stderr
+    doc["sandbox"] = {"isolation": "bwrap"}  # ...unless the config demands bubblewrap
+    config.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
+    proc = cli("validate", str(config))
+    assert proc.returncode == 2 and proc.stderr == FAIL_CLOSED_MESSAGE + "\n"
