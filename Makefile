@@ -34,5 +34,7 @@ demo: $(VENV)/.core
 	@echo "             $(PY) -c \"import datasets; ds = datasets.load_from_disk('$(DEMO_RUN)/export/sft'); print(ds); print(ds[0])\""
 	@echo "             open $(DEMO_RUN)/report/index.html"
 
+# bubblewrap: installed like .ci/run does (root + apt), else one loud line; CI=true makes its absence fail.
 test: $(VENV)/.dev
+	@bash .ci/ensure-bwrap.sh
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

@@ -13,7 +13,7 @@ import importlib
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -56,6 +56,16 @@ SetOption = Annotated[
 ]
 
 
+def _fail_closed(cfg: Any) -> None:
+    """LLM-written code of a real model runs only under bubblewrap unless the config accepts rlimits."""
+    from fabrika.pipeline.config import sandbox_problem
+
+    problem = sandbox_problem(cfg)
+    if problem:
+        sys.stderr.write(problem + "\n")
+        raise typer.Exit(2)
+
+
 @app.command()
 def validate(config: Annotated[Path, typer.Argument(help="Pipeline YAML.")], set_: SetOption = None) -> None:
     """Check a pipeline document; print every error and warning. Exit 2 on errors."""
@@ -66,6 +76,7 @@ def validate(config: Annotated[Path, typer.Argument(help="Pipeline YAML.")], set
         (err if issue.level == "error" else out).print(escape(str(issue)), highlight=False, soft_wrap=True)
     if cfg is None:
         raise typer.Exit(2)
+    _fail_closed(cfg)
     out.print(f"[green]ok[/]: {config} ({len(cfg.stages)} stages, run dir {cfg.resolved_run_dir})")
 
 
@@ -87,6 +98,7 @@ def run(
     errors = [str(i) for i in issues if i.level == "error"]
     if cfg is None:
         fail("\n".join(errors))
+    _fail_closed(cfg)
     for w in issues:
         err.print(f"[yellow]{escape(str(w))}[/]", highlight=False, soft_wrap=True)
     assert cfg is not None
@@ -154,7 +166,8 @@ def status(
     if manifest.get("accounting"):
         out.print(views.accounting_table(manifest["accounting"], "LLM accounting (last invocation)"))
     if manifest.get("sandbox_isolation"):
-        out.print(f"sandbox isolation: {manifest['sandbox_isolation']}")
+        weak = " [bold red](weaker: no namespaces)[/]" if "rlimits" in str(manifest["sandbox_isolation"]) else ""
+        out.print(f"sandbox isolation: {manifest['sandbox_isolation']}{weak}")
 
 
 @app.command()

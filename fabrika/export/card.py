@@ -49,6 +49,15 @@ def _shares(counts: dict[str, int]) -> str:
     return ", ".join(f"{k}: {v} ({v / total:.1%})" for k, v in counts.items())
 
 
+def _sandbox_line(manifest: dict[str, Any]) -> list[str]:
+    """How LLM-written verifiers ran (manifest ``sandbox_isolation``); rlimits-only is called out."""
+    mode = manifest.get("sandbox_isolation")
+    if not mode:
+        return []
+    weak = " — **weaker isolation: no namespaces (host filesystem view and loopback network)**" if "rlimits" in str(mode) else ""
+    return [f"- sandbox isolation of LLM-written verifiers: `{mode}`{weak}"]
+
+
 def render_card(source: "ExportSource", kind: str, fmt: str, rows: int, stats: dict[str, Any], license: str,
                 mix: "MixReport | None" = None, validation: "ValidationReport | None" = None) -> str:
     """Markdown with YAML front matter (license, languages, size) for the Hub."""
@@ -70,6 +79,7 @@ def render_card(source: "ExportSource", kind: str, fmt: str, rows: int, stats: d
         f"- license: `{license}`",
         f"- LLM backend(s): {_shares(backends) if backends else 'unknown'}",
         f"- generator models: {', '.join(f'`{m}`' for m in generator_models(source.manifest)) or 'unknown'}",
+        *_sandbox_line(source.manifest),
         "",
         "## Shares",
         "",

@@ -258,6 +258,10 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, version: st
     ]
     if sim:
         parts.append("<p class='sim'>SIMULATED DATA (sim backend): for pipeline tests only, never for training.</p>")
+    if manifest.get("sandbox_isolation"):
+        mode = str(manifest["sandbox_isolation"])
+        parts.append(f"<p class='{'sim' if 'rlimits' in mode else 'sandbox'}'>Sandbox isolation of LLM-written verifiers: "
+                     f"{html.escape(mode)}{' (weaker: no namespaces)' if 'rlimits' in mode else ''}</p>")
     parts += [
         f"<p>{total} rows kept in version {html.escape(str(source.version))}; statistics over "
         f"{len(stats['turns'])} of them.</p>",

@@ -35,6 +35,8 @@ DEFAULT_REWARDS: dict[str, str] = {
 }
 RewardFn = Callable[..., list[float]]
 _IF_REWARD: list[RewardFn] = []
+#: The running pipeline's ``sandbox:`` block and backend (set by the stage's setup).
+_SANDBOX: list[tuple[Any, str]] = []
 
 
 def if_verifier_reward(prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float]:
@@ -46,7 +48,10 @@ def if_verifier_reward(prompts: Sequence[Any], completions: Sequence[Any], **col
     if not _IF_REWARD:
         from fabrika.rewards.instruct import IFRewardConfig, make_if_reward
 
-        _IF_REWARD.append(make_if_reward(IFRewardConfig(aggregation="all", rm_correction=False)))
+        settings, backend = _SANDBOX[0] if _SANDBOX else (None, "model")
+        extra = {"sandbox": settings} if settings is not None else {}
+        _IF_REWARD.append(make_if_reward(IFRewardConfig(aggregation="all", rm_correction=False, **extra),
+                                         sandbox_backend=backend))
     return _IF_REWARD[0](prompts=prompts, completions=completions, **columns)
 
 
@@ -127,6 +132,18 @@ class DifficultyScorer(Stage):
     kind: ClassVar[str] = "filter.difficulty"
     Config: ClassVar[type[StageConfig]] = DifficultyConfig
     annotates: ClassVar[bool] = True
+    uses_sandbox: ClassVar[bool] = True  # the IF reward runs LLM-written verifiers: fail-closed check
+
+    async def setup(self) -> None:
+        settings = getattr(getattr(self.ctx, "pipeline", None), "sandbox", None)
+        if settings is None:
+            return
+        current = (settings, str(getattr(self.ctx, "backend_name", "model")))
+        if _SANDBOX and _SANDBOX[0] != current:  # another pipeline in this process: its pool does not apply
+            for reward in _IF_REWARD:
+                getattr(reward, "close", lambda: None)()
+            _IF_REWARD.clear()
+        _SANDBOX[:] = [current]
 
     async def process(self, row: Row) -> list[Row]:
         cfg: DifficultyConfig = self.config  # type: ignore[assignment]

@@ -24,6 +24,7 @@ from fabrika.errors import ConfigError
 from fabrika.pipeline import gates, registry
 from fabrika.pipeline.overrides import apply_overrides
 from fabrika.pipeline.stage import STAGES, StageConfig
+from fabrika.sandbox.policy import SandboxSettings
 
 try:  # the LLM layer owns its config; until it is importable, keep the raw mapping
     from fabrika.llm.config import LLMConfig as _LLMConfig
@@ -60,6 +61,9 @@ class PipelineConfig(BaseModel):
     filters: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Gate thresholds by group: filters.<group>.<param>.")
     dataset: DatasetConfig = Field(default_factory=DatasetConfig, description="Which stages form the final dataset.")
     export: dict[str, Any] = Field(default_factory=dict, description="Export settings, validated by fabrika.export.")
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings,
+                                     description="How LLM-written code runs (isolation, timeout_s, workers, memory_mb), "
+                                     "for every stage and the IF reward.")
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _source: str = PrivateAttr(default="<config>")
@@ -370,8 +374,24 @@ def validate(path: str | Path) -> list[Issue]:
     return validate_file(path)[1]
 
 
+def uses_sandbox(config: PipelineConfig) -> bool:
+    """Whether a stage of ``config`` runs LLM-written code (its class sets ``uses_sandbox = True``)."""
+    return any(getattr(STAGES.get(s.kind), "uses_sandbox", False) for s in config.stages)
+
+
+def sandbox_problem(config: PipelineConfig) -> str | None:
+    """The fail-closed line (:data:`fabrika.sandbox.policy.FAIL_CLOSED_MESSAGE`) when this pipeline
+    would run LLM-written code of a real model without bubblewrap; None when it may start."""
+    if not uses_sandbox(config):
+        return None
+    from fabrika.pipeline.lifecycle import backend_of
+    from fabrika.sandbox.policy import isolation_problem
+
+    return isolation_problem(config.sandbox, backend_of(config, None))
+
+
 #: Keys that do not change what a run produces; left out of :func:`config_hash`.
-HASH_EXCLUDED_TOP = ("run_dir", "max_in_flight", "max_parallel_stages")
+HASH_EXCLUDED_TOP = ("run_dir", "max_in_flight", "max_parallel_stages", "sandbox")
 HASH_EXCLUDED_STAGE = ("chunk_size", "max_in_flight")
 
 
@@ -393,6 +413,8 @@ __all__ = [
     "stage_dependencies",
     "inputs_of",
     "load_config",
+    "sandbox_problem",
+    "uses_sandbox",
     "validate",
     "validate_data",
     "validate_file",

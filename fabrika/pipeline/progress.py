@@ -41,6 +41,11 @@ class RunProgress:
     def __exit__(self, *exc: Any) -> None:
         self._progress.__exit__(*exc)
 
+    def note(self, text: str) -> None:
+        """A line above the bars, for the run's header (e.g. the sandbox isolation mode)."""
+        if self.enabled:
+            self._progress.console.print(text, highlight=False)
+
     def add(self, name: str, total: int | None) -> TaskID:
         return self._progress.add_task(name, total=total, rate="", extra="")
 

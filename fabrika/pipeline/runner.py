@@ -27,7 +27,8 @@ from typing import Any, Iterator, Sequence
 from rich.console import Console
 
 from fabrika.errors import ConfigError, StoreError
-from fabrika.pipeline.config import PipelineConfig, config_hash, execution_order, inputs_of, stage_dependencies
+from fabrika.pipeline.config import (PipelineConfig, config_hash, execution_order, inputs_of, sandbox_problem,
+                                     stage_dependencies, uses_sandbox)
 from fabrika.pipeline.lifecycle import _first_error, backend_of, build_engine_for, close_resources
 from fabrika.pipeline.llm_wrap import ITEM_CACHE_MISS, LLMCounters
 from fabrika.pipeline.progress import RunProgress
@@ -180,6 +181,10 @@ class _Run:
         self.manifest["invocations"] = [*previous.get("invocations", []), self._invocation]
         self._write_manifest("running")
         with self.progress:
+            if uses_sandbox(self.config):
+                from fabrika.sandbox.policy import header_line
+
+                self.progress.note(header_line(self.config.sandbox, self.backend_name))
             await self._schedule(previous.get("stages", {}))
         self._write_manifest("done")
 
@@ -391,6 +396,8 @@ async def arun_pipeline(
 ) -> RunResult:
     """Async :func:`run_pipeline`. ``engine`` injects an LLM client (tests); otherwise one is built and closed."""
     run_dir = config.resolved_run_dir
+    if engine is None and (problem := sandbox_problem(config)):  # fail closed before any LLM call or write
+        raise ConfigError(problem)
     own_engine = engine is None
     if own_engine:
         engine = build_engine_for(config, run_dir, cache_only)

@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import ConfigError
+from fabrika.sandbox.policy import SandboxSettings
 
 __all__ = [
     "IFRewardConfig",
@@ -75,6 +76,11 @@ class IFRewardConfig(BaseModel):
         description="How several LLM-written verifiers of one constraint combine: more than half, all, or any must pass.",
     )
     constraints_column: str = Field(default="constraints", description="Dataset column with the prompt's constraint specs.")
+    sandbox: SandboxSettings = Field(
+        default_factory=SandboxSettings,
+        description="How LLM-written verifiers run (the pipeline's `sandbox:` block): 'auto' requires bubblewrap "
+        "(the verifiers were written by a real model); 'rlimits' accepts weaker isolation.",
+    )
     ground_truth_column: str = Field(
         default="ground_truth",
         description="Column whose 'verifiers' list ({'code', ...}) verifies the row's LLM-written constraint.",
@@ -300,16 +306,18 @@ def score_if(
 
 
 class _LazySandbox:
-    """A ``SandboxPool`` (default config) started on the first LLM-written verifier, closed by ``close()``."""
+    """A ``SandboxPool`` of ``settings`` started on the first LLM-written verifier, closed by ``close()``."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: SandboxSettings, backend: str) -> None:
         self._pool: Any = None
+        self._settings = settings
+        self._backend = backend
 
     def __call__(self, code: str, responses: list[str]) -> Sequence[Any]:
         if self._pool is None:
-            from fabrika.sandbox import SandboxConfig, SandboxPool
+            from fabrika.sandbox import SandboxPool
 
-            self._pool = SandboxPool(SandboxConfig())
+            self._pool = SandboxPool(self._settings.pool_config(self._backend))
         return self._pool.run_sync(code, responses)
 
     def close(self) -> None:
@@ -323,6 +331,7 @@ def make_if_reward(
     *,
     sandbox_runner: SandboxRunner | None = None,
     rm_scorer: RMScorer | None = None,
+    sandbox_backend: str = "model",
 ) -> Callable[..., list[float]]:
     """A TRL reward function: ``reward(prompts=..., completions=..., **columns) -> list[float]``.
 
@@ -331,10 +340,12 @@ def make_if_reward(
     gives S, else the ``rm_score`` column does, else no RM correction is applied.
     Under TRL, the mean V and the all-pass share are logged through ``log_metric``
     (``if/verifier_score``, ``if/all_pass``) and V per completion through ``log_extra``.
-    Call ``reward.close()`` when done to stop a default sandbox pool.
+    Call ``reward.close()`` when done to stop a default sandbox pool. ``sandbox_backend``
+    names who wrote the verifiers: only ``"sim"`` lets ``config.sandbox.isolation: auto``
+    fall back to rlimits; anything else requires bubblewrap (fail closed).
     """
     cfg = config or IFRewardConfig()
-    lazy = _LazySandbox() if sandbox_runner is None else None
+    lazy = _LazySandbox(cfg.sandbox, sandbox_backend) if sandbox_runner is None else None
     runner = sandbox_runner or lazy
 
     def if_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:

@@ -2,7 +2,7 @@
 
 Public API (stable; other packages code against exactly this)::
 
-    from fabrika.sandbox import SandboxPool, SandboxConfig, Verdict, precheck
+    from fabrika.sandbox import SandboxPool, SandboxConfig, SandboxSettings, Verdict, precheck
 
     with SandboxPool(SandboxConfig(timeout_s=1.0)) as pool:      # or: async with
         verdicts = pool.run_sync(code, responses)                 # or: await pool.run(...)
@@ -11,16 +11,21 @@ Public API (stable; other packages code against exactly this)::
     verdict.error_kind    # "precheck" | "syntax" | "no_function" | "exception" | "non_bool"
                           # | "memory" | "crash" | "protocol"  (None unless status == "error")
     verdict.value         # True / False / None;  verdict.passed -> bool
-    precheck(code)        # list of problems; [] means the static check passes
+    precheck(code)        # list of problems; [] means the lint passes (it is not a boundary)
+    SandboxSettings(...).pool_config(backend)   # the pipeline's `sandbox:` block -> SandboxConfig
+    isolation_problem(settings, backend)        # FAIL_CLOSED_MESSAGE when bwrap is needed but cannot run
 
 The code must define ``evaluate(response) -> bool``; only a real ``bool`` counts.
-Bad code never raises in the caller: it becomes an error verdict.
+Bad code never raises in the caller: it becomes an error verdict. Every request runs
+in a fresh process forked from a preloaded zygote: no verifier sees another's state.
 """
 
 from __future__ import annotations
 
 from fabrika.sandbox.config import ERROR_KINDS, SandboxConfig, Verdict
+from fabrika.sandbox.policy import FAIL_CLOSED_MESSAGE, SandboxSettings, isolation_problem
 from fabrika.sandbox.pool import SandboxPool
 from fabrika.sandbox.precheck import ALLOWED_MODULES, precheck
 
-__all__ = ["ALLOWED_MODULES", "ERROR_KINDS", "SandboxConfig", "SandboxPool", "Verdict", "precheck"]
+__all__ = ["ALLOWED_MODULES", "ERROR_KINDS", "FAIL_CLOSED_MESSAGE", "SandboxConfig", "SandboxPool", "SandboxSettings",
+           "Verdict", "isolation_problem", "precheck"]

@@ -25,26 +25,33 @@ ERROR_KINDS: frozenset[str] = frozenset(
 )
 
 
+def default_workers() -> int:
+    """One worker per CPU."""
+    return os.cpu_count() or 1
+
+
 class SandboxConfig(BaseModel):
     """How the verifier sandbox runs. Every field has a safe default for production use."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workers: int = Field(
-        default_factory=lambda: os.cpu_count() or 1, ge=1,
+        default_factory=default_workers, ge=1,
         description="Number of long-lived worker processes; concurrent `run` calls spread over them.",
     )
     timeout_s: float = Field(
         default=1.0, gt=0, le=600,
-        description="Wall-clock budget per response; on expiry the worker's sandbox is SIGKILLed and respawned.",
+        description="Wall-clock budget per response (the module body gets one too); on expiry the verifier's "
+        "process is SIGKILLed and the remaining responses go to a fresh one.",
     )
     memory_mb: int = Field(
         default=512, ge=64,
         description="Address-space limit (RLIMIT_AS) of a worker, in MiB; allocations beyond it raise MemoryError.",
     )
     recycle_after: int = Field(
-        default=1000, ge=1,
-        description="Restart a worker after this many evaluated responses (bounds leaks and slow state drift).",
+        default=100_000, ge=1,
+        description="Restart a worker (zygote) after this many evaluated responses. Verifier state never "
+        "survives its batch (each batch runs in a fresh child); this only bounds the zygote's own drift.",
     )
     isolation: Literal["auto", "bwrap", "rlimits"] = Field(
         default="auto",

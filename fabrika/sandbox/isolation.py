@@ -1,15 +1,22 @@
-"""How a sandbox worker process is started: bubblewrap, or rlimits-only as a fallback.
+"""How a sandbox worker process is started: bubblewrap, or rlimits-only on explicit opt-in.
+
+A worker is a zygote (see ``_worker.py``): it preloads the allowed libraries and forks
+one child per verifier batch; only children run LLM-written code.
 
 bubblewrap gives each worker its own mount, pid, net, ipc and uts namespaces: the
 filesystem is the Python installation mounted read-only plus a small private
-tmpfs ``/tmp``; there is no network (not even the host's loopback); a fork bomb
-stays inside the pid namespace and dies with it. Inside, the worker sets rlimits
-(address space, CPU seconds, file size, open files, processes) and, when it runs
-as root, drops to ``nobody`` so that RLIMIT_NPROC is enforced (the kernel exempts
-root) and no capability is left. bwrap sets ``PR_SET_NO_NEW_PRIVS``.
+tmpfs ``/tmp`` (emptied between verifiers); there is no network (not even the
+host's loopback); a fork bomb stays inside the pid namespace and dies with it.
+bwrap sets ``PR_SET_NO_NEW_PRIVS``. When the pool runs as root, each child drops to a
+uid of its own (``SANDBOX_UID_BASE`` + random), so RLIMIT_NPROC=1 is enforced (the
+kernel exempts root), no capability is left and no child can signal another.
 
-The rlimits-only fallback runs the same worker as a plain process with the same
-limits and uid drop, but shares the host's filesystem view and network.
+The rlimits-only mode runs the same zygote as a plain process with the same limits
+and per-child uid drop (when the pool runs as root), but it does NOT contain:
+the host's filesystem view (world-readable files, world-writable directories such
+as /tmp; and, when the pool does not run as root, every file of the invoking user,
+who then keeps their uid), the host's network including loopback services, and —
+without a uid drop — signals to the invoking user's processes (the pipeline itself).
 """
 
 from __future__ import annotations
@@ -24,37 +31,43 @@ import sys
 from pathlib import Path
 
 from fabrika.errors import SandboxError
-from fabrika.sandbox.config import SandboxConfig
+from fabrika.sandbox.config import ERROR_KINDS, SandboxConfig
 from fabrika.sandbox.precheck import ALLOWED_MODULES
 
 log = logging.getLogger(__name__)
 
 WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 SANDBOX_WORKER_PATH = "/sandbox/worker.py"
-NOBODY_UID = 65534
+#: Children of a root-run pool each take a uid in [BASE, BASE + SPAN): no passwd entry, no files.
+SANDBOX_UID_BASE = 2_000_000_000
+SANDBOX_UID_SPAN = 100_000_000
 SCRATCH_TMPFS_BYTES = 16 * 1024 * 1024
 PYTHON_FLAGS = ["-s", "-P", "-B"]
 WORKER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "HOME": "/tmp"}
 
 
 def worker_config(config: SandboxConfig, isolation: str, reply_fd: int) -> str:
-    """The JSON argument the worker reads from argv: limits and protocol details."""
+    """The JSON argument the worker reads from argv: limits and protocol details.
+
+    The limits apply to each forked child (the zygote only sets RLIMIT_CORE); the child
+    adds RLIMIT_CPU from ``timeout_s`` and the number of responses it is given."""
     mib = 1024 * 1024
     limits = {
         "RLIMIT_AS": config.memory_mb * mib,
-        # CPU seconds are cumulative over a worker's life: a backstop, the parent's
-        # wall-clock kill is the real per-response limit.
-        "RLIMIT_CPU": int(config.timeout_s * config.recycle_after) + 30,
         "RLIMIT_FSIZE": config.max_file_mb * mib,
         "RLIMIT_NOFILE": config.max_open_files,
         "RLIMIT_NPROC": 1,
         "RLIMIT_CORE": 0,
     }
+    root = os.getuid() == 0
     return json.dumps(
         {
             "allowed_modules": sorted(ALLOWED_MODULES),
+            "error_kinds": sorted(ERROR_KINDS),
             "limits": limits,
-            "uid": NOBODY_UID if os.getuid() == 0 else None,
+            "timeout_s": config.timeout_s,
+            "uid_base": SANDBOX_UID_BASE if root else None,
+            "uid_span": SANDBOX_UID_SPAN if root else None,
             "reply_fd": reply_fd,
             "isolation": isolation,
         }
@@ -85,8 +98,10 @@ def bwrap_command(worker_args: list[str]) -> list[str]:
     cmd = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL"]
     if os.getuid() == 0:
-        # Root inside keeps only what it needs to drop to nobody (then it has none).
-        cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        # The zygote keeps only what it needs to give each child its own uid, kill it and
+        # empty the scratch /tmp after it; a child has none after its uid drop.
+        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_FOWNER"):
+            cmd += ["--cap-add", cap]
     cmd += ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "lib", "lib64", "sbin"):
         host = Path("/") / name
@@ -121,9 +136,15 @@ def worker_command(isolation: str, config_json: str) -> list[str]:
     return [sys.executable, *PYTHON_FLAGS, str(WORKER_SCRIPT), config_json]
 
 
-@functools.lru_cache(maxsize=1)
 def bwrap_probe() -> str | None:
-    """None when bwrap can start a Python here, else the reason it cannot (cached per process)."""
+    """None when bwrap (as found on PATH now) can start a Python here, else the reason it cannot."""
+    return _probe(shutil.which("bwrap"))
+
+
+@functools.lru_cache(maxsize=8)
+def _probe(bwrap: str | None) -> str | None:
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not on PATH"
     try:
         cmd = bwrap_command(["-c", "import json, re"])
     except SandboxError as exc:
@@ -140,8 +161,8 @@ def bwrap_probe() -> str | None:
 def resolve_isolation(requested: str) -> str:
     """Pick "bwrap" or "rlimits" for ``requested`` ("auto" | "bwrap" | "rlimits"), warning on fallback."""
     if requested == "rlimits":
-        log.warning("fabrika.sandbox: isolation='rlimits' — workers are NOT in a namespace sandbox "
-                    "(shared filesystem view and network); use only where bubblewrap cannot run")
+        log.warning("fabrika.sandbox: isolation='rlimits' — verifiers are NOT in a namespace sandbox: the host's "
+                    "filesystem view and loopback network stay reachable%s", _uid_note())
         return "rlimits"
     reason = bwrap_probe()
     if reason is None:
@@ -150,6 +171,12 @@ def resolve_isolation(requested: str) -> str:
         raise SandboxError(f"SandboxConfig.isolation='bwrap' but bubblewrap cannot run here: {reason}; "
                            "install bubblewrap or use isolation='auto'")
     log.warning("fabrika.sandbox: bubblewrap cannot run here (%s); FALLING BACK to rlimits-only workers "
-                "— LLM-written code shares the host filesystem view and network", reason)
+                "— LLM-written code shares the host filesystem view and network%s", reason, _uid_note())
     return "rlimits"
+
+
+def _uid_note() -> str:
+    if os.getuid() == 0:
+        return " (each verifier runs under a uid of its own)"
+    return f" and verifiers keep YOUR uid {os.getuid()} (its files, its processes): run as root to drop it"
 

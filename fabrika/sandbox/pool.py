@@ -1,15 +1,20 @@
-"""A pool of long-lived sandboxed workers that run ``evaluate(response) -> bool``.
+"""A pool of sandboxed workers that run ``evaluate(response) -> bool``, one fresh process per verifier.
 
-Why a pool: verifiers run millions of times; starting a sandboxed interpreter costs
-tens of milliseconds, a call a few microseconds. So a worker lives for
-``recycle_after`` responses, one request carries one verifier (compiled once)
-and many responses, and replies stream back one short line per response.
+Why a pool of zygotes: verifiers run millions of times; starting a sandboxed
+interpreter with razdel and pymorphy3 costs a third of a second, a fork about a
+millisecond, a call a few microseconds. So each worker is a long-lived zygote
+(see ``_worker.py``) that preloads the libraries once and forks a fresh child
+for every request (one verifier, compiled once, and a batch of its responses).
+State a verifier changes dies with its child: no verifier can change the
+verdicts of another.
 
-The parent owns the clock: each response gets ``timeout_s`` of wall time from the
-previous reply; when it runs out the worker's whole sandbox (its process group,
-and with bwrap its pid namespace) is SIGKILLed, a fresh worker is started and the
-remaining responses go to it. A hung or crashing response costs only its own
-verdict.
+The zygote owns the per-response clock (``timeout_s`` from the previous reply:
+the child is killed, the remaining responses go to a new child). The parent keeps
+a backstop: a zygote silent for longer is SIGKILLed with its whole sandbox and
+replaced. Every reply line carries the batch's random nonce; a line without it,
+a missing end marker, or any byte after the end marker marks the zygote tainted
+(replaced, and the batch's unanswered verdicts become ``protocol`` errors). The
+read buffer starts empty for every batch.
 
 Usage::
 
@@ -27,6 +32,7 @@ import json
 import logging
 import os
 import queue
+import secrets
 import select
 import signal
 import struct
@@ -44,7 +50,10 @@ from fabrika.sandbox.precheck import is_syntax_error, precheck
 log = logging.getLogger(__name__)
 
 MAX_LINE = 64 * 1024
-LAZY_IMPORT_GRACE_S = 3.0  # first pymorphy3 use in a worker loads its dictionaries (~0.3 s)
+#: How much longer than ``timeout_s`` the parent waits for the zygote's next line before it
+#: kills the whole sandbox; the first line of a batch may wait for a fork and a lazy pymorphy3 load.
+BACKSTOP_S = 2.0
+FIRST_LINE_GRACE_S = 5.0
 SELF_TEST_CODE = "def evaluate(r):\n    return r == 1\n"
 MESSAGE_MAX = 400
 
@@ -138,9 +147,13 @@ class _Worker:
             os.close(self.rfd)
         self.rfd, self.proc, self.buf, self.pos = -1, None, b"", 0
 
-    def send(self, code: str, responses: list[Any], guard: bool) -> None:
+    def send(self, code: str, responses: list[Any], guard: bool, nonce: str) -> None:
+        self.buf, self.pos = b"", 0  # nothing read for an earlier batch survives into this one
+        if select.select([self.rfd], [], [], 0)[0]:  # late bytes (or EOF) since the last end marker
+            raise _WorkerGone("protocol: bytes between batches")
         try:
-            body = json.dumps({"code": code, "responses": responses, "guard": guard}, ensure_ascii=False).encode()
+            body = json.dumps({"code": code, "responses": responses, "guard": guard, "nonce": nonce},
+                              ensure_ascii=False).encode()
         except (TypeError, ValueError) as exc:
             raise SandboxError(f"responses must be JSON-serialisable (str, numbers, lists, dicts): {exc}") from exc
         assert self.proc is not None and self.proc.stdin is not None
@@ -171,6 +184,10 @@ class _Worker:
                 raise _WorkerGone("eof")
             self.buf += chunk
 
+    def has_leftover(self) -> bool:
+        """Bytes after the end marker, buffered or still in the pipe: the zygote cannot be trusted."""
+        return self.pos < len(self.buf) or bool(select.select([self.rfd], [], [], 0)[0])
+
 
 @functools.lru_cache(maxsize=4096)
 def _static_verdict(code: str, check: bool) -> Verdict | None:
@@ -192,15 +209,27 @@ def _describe_exit(code: int) -> str:
         return f"exit code {code}"
 
 
-def _parse_error(line: bytes) -> Verdict:
+def _parse_reply(line: bytes, nonce: bytes) -> Verdict:
+    """A verdict line from the zygote: ``<nonce>T|F|E{...}|X{...}``; raises on bad framing."""
+    if not line.startswith(nonce):
+        raise _WorkerGone(f"protocol: reply without this batch's nonce {line[:40]!r}")
+    body = line[len(nonce):]
+    tag = body[:1]
+    if body == b"T":
+        return TRUE
+    if body == b"F":
+        return FALSE
     try:
-        data = json.loads(line[1:])
-        kind, message = str(data["k"]), str(data["m"])[:MESSAGE_MAX]
-    except (ValueError, KeyError, TypeError):
-        return Verdict.error("protocol", f"unparseable reply {line[:80]!r}")
-    if kind not in ERROR_KINDS:
-        return Verdict.error("protocol", f"unknown error kind {kind[:40]!r}: {message}")
-    return Verdict.error(kind, message)
+        data = json.loads(body[1:])
+        message = str(data["m"])[:MESSAGE_MAX]
+        kind = str(data["k"]) if tag == b"E" else None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise _WorkerGone(f"protocol: unparseable reply {line[:80]!r}") from exc
+    if tag == b"X":
+        return Verdict("timeout", None, message)
+    if tag == b"E" and kind in ERROR_KINDS:
+        return Verdict.error(kind, message)
+    raise _WorkerGone(f"protocol: unexpected reply {line[:80]!r}")
 
 
 class SandboxPool:
@@ -323,73 +352,61 @@ class SandboxPool:
         results: list[Verdict | None] = [None] * len(responses)
         pending = list(range(len(responses)))
         timeout = self.config.timeout_s
-        tainted, retried = False, False
+        retried = False
         while pending:
             reused = worker.alive and worker.served > 0
             if not worker.alive:
                 if worker.proc is not None:
                     worker.kill()
                 worker.spawn()
+            nonce = secrets.token_hex(8)
+            batch = [responses[i] for i in pending]
             try:
-                worker.send(code, [responses[i] for i in pending], self.config.precheck)
+                worker.send(code, batch, self.config.precheck, nonce)
             except _WorkerGone:
                 worker.kill()
                 worker.spawn()
                 try:
-                    worker.send(code, [responses[i] for i in pending], self.config.precheck)
+                    worker.send(code, batch, self.config.precheck, nonce)
                 except _WorkerGone as exc:
                     raise SandboxError(f"sandbox worker dies before reading its request: {exc}") from exc
-            done, started, finished = 0, False, False
+            tag = nonce.encode()
+            done = 0
             try:
-                while not finished:
-                    # Before "K" the worker may still be loading a heavy allowed library.
-                    grace = 0.0 if started or "pymorphy3" not in code else LAZY_IMPORT_GRACE_S
-                    line = worker.read_line(time.monotonic() + timeout + grace)
-                    tag = line[:1]
-                    if tag == b"K" and not started:
-                        started = True
-                    elif tag == b"C" and not started:
-                        verdict = _parse_error(line)
-                        for i in pending:
-                            results[i] = verdict
-                        started, done = True, len(pending)
-                    elif tag in (b"T", b"F", b"E") and started and done < len(pending):
-                        results[pending[done]] = TRUE if tag == b"T" else FALSE if tag == b"F" else _parse_error(line)
-                        done += 1
-                        worker.served += 1
-                    elif tag in (b"D", b"R") and started and done == len(pending):
-                        tainted, finished = tag == b"R", True
-                    else:
-                        raise _WorkerGone(f"protocol: unexpected reply {line[:40]!r}")
+                while done < len(pending):
+                    grace = FIRST_LINE_GRACE_S if done == 0 else BACKSTOP_S
+                    verdict = _parse_reply(worker.read_line(time.monotonic() + timeout + grace), tag)
+                    results[pending[done]] = verdict
+                    done += 1
+                    worker.served += 1
+                end = worker.read_line(time.monotonic() + BACKSTOP_S)
+                if end != tag + b"D":
+                    raise _WorkerGone(f"protocol: expected the end marker, got {end[:40]!r}")
+                if worker.has_leftover():
+                    raise _WorkerGone("protocol: bytes after the end marker")
                 pending = []
             except _Timeout:
                 worker.kill()
-                if started and done == len(pending):
-                    pending = []  # every verdict arrived; only the trailer hung
-                elif not started:
-                    verdict = Verdict("timeout", None, f"module body ran past {timeout}s")
-                    for i in pending:
-                        results[i] = verdict
-                    pending = []
-                else:
-                    results[pending[done]] = Verdict("timeout", None, f"evaluate ran past {timeout}s")
-                    pending = pending[done + 1:]
+                if done < len(pending):
+                    results[pending[done]] = Verdict("timeout", None, f"the sandbox gave no verdict within "
+                                                     f"{timeout + BACKSTOP_S}s")
+                pending = pending[done + 1:]
             except _WorkerGone as exc:
                 how = worker.kill(grace_s=0.2)
-                if not started and reused and not retried:
-                    retried = True  # a long-lived worker died between batches (e.g. CPU backstop): not this code's fault
+                if done == 0 and reused and not retried and str(exc) == "eof":
+                    retried = True  # a long-lived worker died between batches: not this code's fault
                     continue
                 kind = "protocol" if str(exc).startswith("protocol") else "crash"
                 verdict = Verdict.error(kind, f"worker died ({how}): {exc}" if kind == "crash" else str(exc))
-                if started and done == len(pending):
-                    pending = []
-                elif not started:
+                if kind == "protocol":  # a forged or garbled stream: nothing of this batch is trusted
                     for i in pending:
                         results[i] = verdict
                     pending = []
-                else:
+                elif done < len(pending):
                     results[pending[done]] = verdict
                     pending = pending[done + 1:]
-        if worker.proc is not None and (tainted or worker.served >= self.config.recycle_after):
-            worker.kill()  # recycle: nothing in a worker is worth a graceful stop
+                else:
+                    pending = []
+        if worker.proc is not None and worker.served >= self.config.recycle_after:
+            worker.kill()  # recycle: nothing in a zygote is worth a graceful stop
         return [v if v is not None else Verdict.error("protocol", "no reply") for v in results]

@@ -1,17 +1,20 @@
-"""Static pre-check of LLM-written verifier code, run before anything executes.
+"""Static pre-check of LLM-written verifier code: a lint, run before anything executes.
 
-The pre-check is the cheap first fence: it rejects code that imports outside the
-allow-list, touches dunder or private attributes, or names the builtins that open
-doors (``eval``, ``open``, ``getattr``…). It is *not* the security boundary —
-code can still reach odd corners through allowed modules — that is the job of
-the worker's isolation (bubblewrap, rlimits, wall-clock kill). Problems come back
-as strings; :class:`fabrika.sandbox.SandboxPool` turns them into
-``Verdict(status="error", error_kind="precheck")``.
+It gives early, readable rejections: code that imports outside the allow-list,
+touches dunder or private attributes (also by name inside a string constant),
+copies attributes by name (``functools.update_wrapper``/``wraps``), or names the
+builtins that open doors (``eval``, ``open``, ``getattr``…). It is NOT a security
+boundary and nothing relies on it being one: Python offers endless spellings
+(``'__glo' + 'bals__'``), so the tests assume it is bypassed and the process
+isolation (a fresh child per verifier, bubblewrap, rlimits, wall-clock kill) must
+hold on its own. Problems come back as strings; :class:`fabrika.sandbox.SandboxPool`
+turns them into ``Verdict(status="error", error_kind="precheck")``.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 
 #: Modules a verifier may import. The Russian text libraries are preloaded in the
 #: worker (``pymorphy3.MorphAnalyzer()`` returns one shared analyzer per worker).
@@ -31,6 +34,8 @@ BANNED_NAMES: frozenset[str] = frozenset(
         "eval", "exec", "compile", "open", "globals", "locals", "vars", "getattr", "setattr",
         "delattr", "breakpoint", "input", "memoryview", "help", "exit", "quit", "super",
         "classmethod", "staticmethod", "property", "object",
+        # copy attributes of a foreign object by *name*: updated=['__globals__'] reads its globals
+        "update_wrapper", "wraps", "WRAPPER_ASSIGNMENTS", "WRAPPER_UPDATES",
     }
 )
 
@@ -39,9 +44,14 @@ BANNED_ATTRIBUTES: frozenset[str] = frozenset(
     {
         "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "tb_frame",
         "tb_next", "f_globals", "f_locals", "f_builtins", "f_back", "f_code", "co_code",
-        "func_globals", "mro", "format_map",
+        "func_globals", "mro", "format_map", "update_wrapper", "wraps", "WRAPPER_ASSIGNMENTS",
+        "WRAPPER_UPDATES",
     }
 )
+
+#: A dunder name inside a string constant (``'__globals__'``, ``'{0.__class__}'``): the
+#: usual way to smuggle an attribute past the name checks.
+DUNDER_IN_STRING = re.compile(r"__[A-Za-z][A-Za-z0-9_]*__")
 
 MAX_CODE_CHARS = 20_000
 
@@ -73,7 +83,15 @@ class _Checker(ast.NodeVisitor):
         for alias in node.names:
             if alias.name == "*" or alias.name.startswith("_"):
                 self._add(node, f"'from {module} import {alias.name}' is not allowed; import names explicitly")
+            elif alias.name in BANNED_NAMES:
+                self._add(node, f"'from {module} import {alias.name}' is not allowed")
         self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        value = node.value
+        text = value.decode("latin-1") if isinstance(value, bytes) else value
+        if isinstance(text, str) and (match := DUNDER_IN_STRING.search(text)):
+            self._add(node, f"string constant names the dunder {match.group()!r}; dunder access is not allowed")
 
     def visit_Name(self, node: ast.Name) -> None:
         if node.id.startswith("__") or node.id in BANNED_NAMES:

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import subprocess
 
-import pytest
-
 from fabrika.sandbox import isolation
+from tests.sandbox.conftest import require_bwrap
 
 
 def test_private_tmp_is_mounted_before_the_interpreter_binds(monkeypatch):
     monkeypatch.setattr(isolation, "_mount_roots", lambda: ["/tmp/ci-clone/.venv", "/opt/py"])
-    cmd = isolation.bwrap_command(["-c", "pass"]) if isolation.shutil.which("bwrap") else pytest.skip("no bwrap")
+    require_bwrap()
+    cmd = isolation.bwrap_command(["-c", "pass"])
     tmpfs = cmd.index("--tmpfs")
     venv_bind = [i for i, a in enumerate(cmd) if a == "/tmp/ci-clone/.venv"][0]
     assert tmpfs < venv_bind, "a /tmp bind placed before the tmpfs would be hidden by it"
 
 
-@pytest.mark.skipif(isolation.bwrap_probe() is not None, reason="bubblewrap cannot run here")
 def test_a_directory_under_tmp_stays_visible_inside_the_sandbox(tmp_path, monkeypatch):
+    require_bwrap()
     assert str(tmp_path).startswith("/tmp/")
     (tmp_path / "marker.txt").write_text("visible", encoding="utf-8")
     real_roots = isolation._mount_roots()

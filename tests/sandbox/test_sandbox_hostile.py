@@ -21,6 +21,8 @@ import psutil
 import pytest
 
 from fabrika.sandbox import SandboxConfig, SandboxPool, precheck
+from fabrika.sandbox.isolation import SANDBOX_UID_BASE, SANDBOX_UID_SPAN
+from tests.sandbox.conftest import require_bwrap
 
 REPO = Path(__file__).resolve().parents[2]
 YES = "import re\n\ndef evaluate(response):\n    return bool(re.search(r'\\bда\\b', response))\n"
@@ -71,7 +73,9 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("thread_outliving_call", "import pymorphy3\nthreading = pymorphy3.analyzer.threading\n" + fn(
         "threading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()\nreturn True"), {"error:exception"}),
     ("print_forever", fn("while True:\n    print('x' * 10 ** 6)"), {"timeout"}),
-    ("kill_every_process", OS + fn("os.kill(-1, 9)\nreturn True"), {"error:crash", "error:exception"}),
+    # A child has a uid of its own, so kill(-1) may find no process to signal ("true"); the
+    # pool, the parent and the next verdicts surviving is what run_attack checks.
+    ("kill_every_process", OS + fn("os.kill(-1, 9)\nreturn True"), {"error:crash", "error:exception", "true"}),
     ("kill_parent", OS + fn("os.kill(os.getppid(), 9)\nreturn True"), {"error:exception", "error:crash"}),
     ("os_exit", OS + B + fn("B.getattr(os, '_exit')(0)\nreturn True"), {"error:crash"}),
     ("garbage_on_reply_pipe", OS + fn("for fd in range(3, 64):\n    try:\n        os.write(fd, b'\\x00garbage' * 20000)\n"
@@ -86,6 +90,8 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("precheck_class_mro", fn("return ().__class__.__mro__[1].__subclasses__() != []"), {"error:precheck"}),
 ]
 PRECHECKED = {"precheck_dunder_builtins", "precheck_class_mro"}
+#: Refused by the lint since it reads dunders inside strings; still run with precheck=False.
+LINTED = {"builtins_eval_import"}
 
 # Attacks that *succeed in-process* (they are just code) but must not leak into later
 # verifiers: the worker's taint check recycles the process.
@@ -126,17 +132,15 @@ def listener():
 
 @pytest.fixture(scope="module")
 def pool():
-    with SandboxPool(SandboxConfig(workers=2, timeout_s=0.5)) as p:
-        if p.isolation != "bwrap":
-            pytest.skip("bubblewrap cannot run here; the rlimits fallback is tested in test_sandbox_pool.py")
+    require_bwrap()  # the rlimits mode is tested in test_sandbox_pool.py and test_contamination.py
+    with SandboxPool(SandboxConfig(workers=2, timeout_s=0.5, isolation="bwrap")) as p:
         yield p
 
 
 @pytest.fixture(scope="module")
 def raw_pool():
-    with SandboxPool(SandboxConfig(workers=1, timeout_s=0.5, precheck=False)) as p:
-        if p.isolation != "bwrap":
-            pytest.skip("bubblewrap cannot run here")
+    require_bwrap()
+    with SandboxPool(SandboxConfig(workers=1, timeout_s=0.5, precheck=False, isolation="bwrap")) as p:
         yield p
 
 
@@ -148,7 +152,9 @@ def _nobody(procs: list[psutil.Process]) -> int:
     count = 0
     for proc in procs:
         try:
-            count += proc.uids().real == 65534 and proc.status() != psutil.STATUS_ZOMBIE
+            uid = proc.uids().real
+            sandboxed = uid == 65534 or SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + SANDBOX_UID_SPAN
+            count += sandboxed and proc.status() != psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             pass
     return count
@@ -192,7 +198,8 @@ def test_attack_is_contained(pool, listener, tmp_path, name, code, allowed):
     """Default config: pre-check, guarded builtins and module views, then bwrap. The module
     views usually stop a chain early (AttributeError), hence the extra allowed kind."""
     verdicts = run_attack(pool, code, tmp_path, listener)
-    guarded = allowed | ({"error:exception"} if name not in PRECHECKED else set())
+    guarded = allowed | ({"error:exception"} if name not in PRECHECKED else set()) | \
+        ({"error:precheck"} if name in LINTED else set())
     assert {status(v) for v in verdicts} <= guarded, [(status(v), v.message) for v in verdicts]
 
 
@@ -213,7 +220,7 @@ def test_module_views_cut_the_usual_chains(pool):
 def test_most_attacks_bypass_the_precheck():
     """The corpus tests the runtime isolation, not just the static fence."""
     bypass = [name for name, code, _ in CASES if not precheck(code.format(target="/x", repo_target="/y", port=1))]
-    assert set(bypass) == {name for name, _, _ in CASES} - PRECHECKED
+    assert set(bypass) == {name for name, _, _ in CASES} - PRECHECKED - LINTED
     assert len(CASES) + len(TAMPERING) + len(UNCHECKED) >= 30
 
 

@@ -136,7 +136,7 @@ def test_config_forbids_unknown_fields_and_bad_values():
         SandboxConfig(workerz=2)
     with pytest.raises(ValidationError):
         SandboxConfig(timeout_s=0)
-    assert SandboxConfig().timeout_s == 1.0 and SandboxConfig().recycle_after == 1000
+    assert SandboxConfig().timeout_s == 1.0 and SandboxConfig().recycle_after == 100_000
 
 
 def test_rlimits_fallback_pool_works_and_limits_hold():

@@ -46,7 +46,8 @@ class ResponsesConfig(StageConfig):
     judge: bool = Field(default=False, description="Also ask an LLM judge for a 0–10 quality score (gate: "
                         "filters.if_response.min_quality).")
     judge_model: str | None = Field(default=None, description="Judge model (None: the engine default).")
-    timeout_s: float = Field(default=1.0, gt=0, le=60, description="Sandbox budget per verifier call.")
+    timeout_s: float | None = Field(default=None, gt=0, le=60, description="Sandbox budget per verifier call "
+                                    "(None: the pipeline's sandbox.timeout_s).")
     check_language: bool = Field(default=True, description="Reject responses that are not Russian (skipped when a "
                                  "library ru.language.* constraint sets the language).")
 
@@ -56,6 +57,7 @@ class ResponsesStage(Stage):
     """Per prompt: K responses, each verified (sandbox + trusted library) and optionally judged."""
 
     kind: ClassVar[str] = "if.responses"
+    uses_sandbox: ClassVar[bool] = True  # runs LLM-written code: fail-closed isolation check
     Config: ClassVar[type[StageConfig]] = ResponsesConfig
     config: ResponsesConfig
 

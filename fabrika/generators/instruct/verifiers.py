@@ -128,21 +128,23 @@ class ConsistencyConfig(StageConfig):
     """Config of ``if.consistency`` (sandbox settings; thresholds live in ``filters.consistency``)."""
 
     kind: str = Field(default="if.consistency", description="Stage kind.")
-    timeout_s: float = Field(default=1.0, gt=0, le=60, description="Sandbox wall-clock budget per response.")
-    workers: int | None = Field(default=None, ge=1, description="Sandbox worker processes (None: CPU count).")
+    timeout_s: float | None = Field(default=None, gt=0, le=60, description="Sandbox wall-clock budget per response "
+                                    "(None: the pipeline's sandbox.timeout_s).")
+    workers: int | None = Field(default=None, ge=1, description="Sandbox worker processes (None: sandbox.workers).")
 
 
-def get_sandbox(ctx: Any, timeout_s: float = 1.0, workers: int | None = None) -> Any:
-    """The run-wide sandbox pool (``ctx.resource("sandbox")``); injected pools win in tests."""
-    from fabrika.sandbox import SandboxConfig, SandboxPool
+def get_sandbox(ctx: Any, timeout_s: float | None = None, workers: int | None = None) -> Any:
+    """The run-wide sandbox pool of the pipeline's ``sandbox:`` block (``ctx.resource("sandbox")``;
+    a stage that overrides timeout_s/workers gets a pool of its own). With a real model ``auto``
+    means bubblewrap: the rlimits fallback is for the offline ``sim`` backend only."""
+    from fabrika.sandbox import SandboxPool
+    from fabrika.sandbox.policy import SandboxSettings
 
-    def factory() -> Any:
-        kwargs: dict[str, Any] = {"timeout_s": timeout_s}
-        if workers:
-            kwargs["workers"] = workers
-        return SandboxPool(SandboxConfig(**kwargs))
-
-    return ctx.resource("sandbox", factory)
+    settings = getattr(getattr(ctx, "pipeline", None), "sandbox", None) or SandboxSettings()
+    backend = str(getattr(ctx, "backend_name", "") or "unknown")
+    config = settings.pool_config(backend, timeout_s=timeout_s, workers=workers)
+    key = "sandbox" if (timeout_s, workers) == (None, None) else f"sandbox:{config.model_dump_json()}"
+    return ctx.resource(key, lambda: SandboxPool(config))
 
 
 @register_stage
@@ -150,6 +152,7 @@ class ConsistencyStage(Stage):
     """Annotating scorer over ``if.verifiers``: one row per constraint with the cross-validation scores."""
 
     kind: ClassVar[str] = "if.consistency"
+    uses_sandbox: ClassVar[bool] = True  # runs LLM-written code: fail-closed isolation check
     Config: ClassVar[type[StageConfig]] = ConsistencyConfig
     annotates: ClassVar[bool] = True
     config: ConsistencyConfig
