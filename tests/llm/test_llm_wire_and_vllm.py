@@ -27,7 +27,7 @@ async def test_request_fields_reach_the_server(server: FakeOpenAIServer, make_en
     assert resp.ok and len(resp.choices) == 2 and bare.ok
     sent = {r["messages"][0]["content"]: r for r in server.requests}
     body = sent["Привет"]
-    assert body["model"] == "fake-model" and body["tools"] == [TOOL] and body["tool_choice"] == "auto"
+    assert body["model"] == "fake" and body["tools"] == [TOOL] and body["tool_choice"] == "auto"
     assert (body["temperature"], body["top_p"], body["max_tokens"], body["n"]) == (0.3, 0.9, 64, 2)
     assert body["seed"] == 12  # seed + sample_index: K samples of one prompt must differ
     assert body["response_format"] == FMT and body["stop"] == ["###"] and body["guided_json"] == {"type": "object"}
