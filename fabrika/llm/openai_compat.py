@@ -256,23 +256,28 @@ async def probe_endpoints(config: "LLMConfig", timeout_s: float = 10.0) -> list[
     refuses the key, or does not list ``config.model`` (empty list: all good)."""
     import aiohttp
 
+    from fabrika.llm.redact import redact
+
     problems: list[str] = []
     timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, config.connect_timeout_s))
     async with aiohttp.ClientSession(timeout=timeout, trust_env=True) as session:
         async def one(i: int, ep: Any) -> str | None:
             base = ep.base_url.rstrip("/")
-            where = f"llm.endpoints[{i}] {base}"
+            where = f"llm.endpoints[{i}] {redact(base)}"
             try:
                 headers = {"Authorization": f"Bearer {ep.resolve_api_key()}"}
                 async with session.get(base + "/models", headers=headers) as resp:
                     raw = await resp.read()
-                    if resp.status != 200:
-                        err = map_http_error(resp.status, raw.decode("utf-8", "replace"), resp.headers)
-                        return f"{where}: GET /models answered {err.message}"
-                    data = json.loads(raw)
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                    status = resp.status
+                    resp_headers = resp.headers
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError) as exc:
                 err = map_exception(exc)
                 return f"{where}: unreachable ({err.message}); is the server up and base_url right?"
+            if status != 200:
+                err = map_http_error(status, raw.decode("utf-8", "replace"), resp_headers)
+                return f"{where}: GET /models answered {err.message}"
+            try:
+                data = json.loads(raw)
             except ValueError:
                 return f"{where}: GET /models did not answer JSON; is base_url an OpenAI-compatible API (ending in /v1)?"
             served = [str(m.get("id")) for m in (data.get("data") or []) if isinstance(m, dict)] \

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from fabrika.errors import LLMError
+from fabrika.llm.redact import redact
 from fabrika.llm.types import ChatRequest
 
 #: HTTP statuses that say "this server is unwell" (they count toward its breaker).
@@ -199,5 +200,5 @@ class EndpointPool:
 
     def health(self) -> list[dict[str, Any]]:
         """Per endpoint: in flight, served, breaker state (for the manifest and tests)."""
-        return [{"base_url": ep.base_url, "in_flight": ep.in_flight, "served": ep.served,
+        return [{"base_url": redact(ep.base_url), "in_flight": ep.in_flight, "served": ep.served,
                  "breaker": ep.breaker.state, "opened": ep.breaker.opened} for ep in self.endpoints]
