@@ -22,6 +22,8 @@ from typing import Any, Sequence
 
 from fabrika.llm.redact import redact
 
+PACKAGES = ("fabrika", "polars", "pyarrow", "pydantic", "datasets", "openai", "transformers", "trl", "torch")
+
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
