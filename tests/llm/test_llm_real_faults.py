@@ -1,0 +1,126 @@
+"""Failure modes real servers have, through the real HTTP client: HTML error pages, aborted answers,
+Retry-After dates, dead servers (breaker), mixed node sizes, an engine-wide in-flight cap."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from fabrika.llm import LLMEngine, request_key
+from fabrika.llm.cache import CACHE_KEY_VERSION
+from fabrika.llm.retry import map_exception
+from fabrika.testing import FakeOpenAIServer
+from tests.llm.llm_helpers import req
+
+
+@pytest.fixture(params=["aiohttp", "openai_sdk"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+async def test_nginx_html_502_is_retried_and_reported_without_markup(make_engine: Callable[..., LLMEngine],
+                                                                     transport: str) -> None:
+    with FakeOpenAIServer() as srv:
+        srv.faults(kind="bad_gateway_html", times=1)
+        async with make_engine(srv, transport=transport, cache=True) as eng:
+            ok = await eng.complete_one(req("q"))
+        assert ok.ok and ok.attempts == 2
+        srv.faults(kind="bad_gateway_html")  # always, from now on
+        async with make_engine(srv, transport=transport, max_retries=1) as eng:
+            bad = await eng.complete_one(req("другой"))
+    assert bad.error is not None and bad.error.kind == "server" and bad.error.status_code == 502
+    assert "502 Bad Gateway" in bad.error.message and "<html" not in bad.error.message.lower()
+
+
+async def test_abort_finish_is_retried_and_never_cached(make_engine: Callable[..., LLMEngine], tmp_path: Path,
+                                                        transport: str) -> None:
+    with FakeOpenAIServer() as srv:
+        srv.faults(kind="abort", times=1)
+        async with make_engine(srv, transport=transport, cache=True, run_dir=tmp_path) as eng:
+            first = await eng.complete_one(req("q"))
+        assert first.ok and first.attempts == 2 and first.choices[0].finish_reason == "stop"
+        srv.faults(kind="abort")
+        async with make_engine(srv, transport=transport, cache=True, run_dir=tmp_path, max_retries=2) as eng:
+            aborted = await eng.complete_one(req("всегда обрывается"))
+            assert aborted.error is not None and aborted.error.kind == "server" and aborted.attempts == 3
+            assert "abort" in aborted.error.message
+            assert eng.cache is not None and eng.cache.get(eng.key(req("всегда обрывается"))) is None
+            assert eng.cache.get(eng.key(req("q"))) is not None  # the finished answer is cached
+
+
+async def test_retry_after_http_date_is_honoured(make_engine: Callable[..., LLMEngine]) -> None:
+    with FakeOpenAIServer(retry_after=1.0) as srv:
+        srv.faults(kind="rate_limit_date", times=1)
+        async with make_engine(srv) as eng:
+            start = time.perf_counter()
+            resp = await eng.complete_one(req("q"))
+            waited = time.perf_counter() - start
+    assert resp.ok and resp.attempts == 2
+    assert 0.05 < waited < 4  # waited for the date (second resolution), within retry_after_max_s
+
+
+async def test_breaker_stops_hammering_a_failing_server(make_engine: Callable[..., LLMEngine]) -> None:
+    with FakeOpenAIServer() as srv:
+        srv.faults(kind="overloaded")  # every request: 503
+        async with make_engine(srv, max_retries=3, breaker={"failure_threshold": 4, "cooldown_s": 0.2}) as eng:
+            resps = await eng.complete([req(f"q{i}") for i in range(40)])
+            health = eng.stats()["endpoints"]
+        assert all(r.error is not None and r.error.kind in ("server", "connection") for r in resps)
+        assert health[0]["breaker"] == "open"
+        # 40 requests x 4 attempts would be 160 hits; the breaker lets through the first wave and a few probes
+        assert srv.served < 80, srv.served
+        srv.clear()
+        async with make_engine(srv, max_retries=3, breaker={"failure_threshold": 4, "cooldown_s": 0.05}) as eng:
+            back = await eng.complete([req(f"q{i}") for i in range(10)])
+        assert all(r.ok for r in back)
+
+
+async def test_timeouts_count_toward_the_breaker(make_engine: Callable[..., LLMEngine]) -> None:
+    with FakeOpenAIServer(hang_s=5) as srv:
+        srv.faults(kind="hang")
+        async with make_engine(srv, timeout_s=0.2, max_retries=0, breaker={"failure_threshold": 2,
+                                                                          "cooldown_s": 30}) as eng:
+            resps = [await eng.complete_one(req(f"q{i}")) for i in range(5)]
+        assert [r.error.kind for r in resps if r.error] == ["timeout", "timeout", "connection", "connection",
+                                                             "connection"]
+        assert "circuit open" in resps[-1].error.message  # type: ignore[union-attr]
+        assert srv.served == 2
+
+
+def test_connect_timeout_is_a_connection_error() -> None:
+    import aiohttp
+
+    assert map_exception(aiohttp.ConnectionTimeoutError("connect")).kind == "connection"
+    assert map_exception(aiohttp.SocketTimeoutError("read")).kind == "timeout"
+
+
+async def test_mixed_endpoints_are_each_filled_to_their_limit(make_engine: Callable[..., LLMEngine]) -> None:
+    with FakeOpenAIServer(latency_ms=60) as big, FakeOpenAIServer(latency_ms=60) as small:
+        cfg = {"endpoints": [{"base_url": big.base_url, "max_concurrency": 48},
+                             {"base_url": small.base_url, "max_concurrency": 8}]}
+        async with make_engine(big, small, **cfg) as eng:
+            resps = await eng.complete([req(f"q{i}") for i in range(560)])
+    assert all(r.ok for r in resps)
+    assert big.max_in_flight == 48 and small.max_in_flight == 8
+    assert big.served + small.served == 560 and big.served > 4 * small.served
+
+
+async def test_max_in_flight_is_engine_wide(make_engine: Callable[..., LLMEngine]) -> None:
+    with FakeOpenAIServer(latency_ms=30) as srv:
+        async with make_engine(srv, max_in_flight=12,
+                               endpoints=[{"base_url": srv.base_url, "max_concurrency": 256}]) as eng:
+            resps = await asyncio.gather(*[eng.complete_one(req(f"q{i}")) for i in range(120)])
+    assert all(r.ok for r in resps)
+    assert srv.max_in_flight == 12
+
+
+def test_cache_key_recipe_is_pinned() -> None:
+    """A literal hash: any change to the recipe shows here (then bump CACHE_KEY_VERSION and this value)."""
+    r = req("Привет", model="m", temperature=0.7, max_tokens=16, seed=3)
+    assert CACHE_KEY_VERSION == 2
+    assert request_key(r, scope="openai") == "ffe12e57a5440de1f1020561b0e88f282c976d20318d7f43d883cd89511c8153"
+    assert request_key(r, scope="sim/0/default") != request_key(r, scope="openai")
