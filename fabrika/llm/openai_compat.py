@@ -122,6 +122,19 @@ def _parse_completion(data: Any, backend: str) -> ChatResponse:
     )
 
 
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment (``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``, ``NO_PROXY``) gives ``url``,
+    as the SDK's httpx transport would pick it; ``None`` for a direct connection."""
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies_environment()
+    if not proxies or urllib.request.proxy_bypass_environment(parts.hostname or "", proxies):
+        return None
+    return proxies.get(parts.scheme) or proxies.get("all")
+
+
 class OpenAICompatBackend:
     """Implements :class:`fabrika.llm.base.Backend` for OpenAI-compatible HTTP servers."""
 
@@ -143,7 +156,7 @@ class OpenAICompatBackend:
             endpoints.append(Endpoint(
                 base_url=base, url=base + "/chat/completions",
                 headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"}, api_key=key,
-                max_concurrency=ep.max_concurrency,
+                max_concurrency=ep.max_concurrency, proxy=env_proxy(base),
                 breaker=CircuitBreaker(b.failure_threshold, b.cooldown_s, b.max_cooldown_s)))
         self.pool = EndpointPool(endpoints, policy or CapacityPolicy())
         self.endpoints = endpoints
@@ -185,7 +198,9 @@ class OpenAICompatBackend:
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=self.connect_timeout_s,
                                               sock_read=self.read_timeout_s),
                 json_serialize=json.dumps,
-                trust_env=True,  # HTTP(S)_PROXY / NO_PROXY, like the SDK transport
+                # the proxy environment is read once per endpoint (env_proxy), not per request as
+                # trust_env=True does (that costs ~0.4 ms of CPU per request, measured in bench/llm_throughput.py)
+                trust_env=False,
             )
         return self._session
 
@@ -194,7 +209,7 @@ class OpenAICompatBackend:
         payload = json.dumps(build_body(request, self.model), ensure_ascii=False).encode("utf-8")
         headers = ep.headers if request.tag == "default" else {**ep.headers, "x-fabrika-tag": _ascii(request.tag)}
         try:
-            async with session.post(ep.url, data=payload, headers=headers) as resp:
+            async with session.post(ep.url, data=payload, headers=headers, proxy=ep.proxy) as resp:
                 raw = await resp.read()
                 status = resp.status
                 if status != 200:

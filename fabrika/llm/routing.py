@@ -105,6 +105,7 @@ class Endpoint:
     in_flight: int = 0
     served: int = 0
     sdk: Any = None
+    proxy: str | None = None
 
     @property
     def load(self) -> float:

@@ -23,6 +23,17 @@ def digest(item_id: str) -> bytes:
     return hashlib.blake2b(item_id.encode("utf-8"), digest_size=16).digest()
 
 
+def _sorted_unique(arr: np.ndarray) -> np.ndarray:
+    """``np.unique`` without its extra copies: sort in place, keep the first of each run."""
+    arr.sort()
+    if len(arr) < 2:
+        return arr
+    keep = np.empty(len(arr), dtype=bool)
+    keep[0] = True
+    np.not_equal(arr[1:], arr[:-1], out=keep[1:])
+    return arr if keep.all() else arr[keep]
+
+
 class DoneIds:
     """Membership and insertion of string ids; memory ≈ 16 bytes per id (+ a bounded buffer)."""
 
@@ -41,8 +52,11 @@ class DoneIds:
                 chunk = []
         if chunk:
             parts.append(np.array(chunk, dtype=_DTYPE))
+        del chunk
         if len(parts) > 1:
-            self._sorted = np.unique(np.concatenate(parts))
+            merged = np.concatenate(parts)
+            parts.clear()
+            self._sorted = _sorted_unique(merged)
 
     def __contains__(self, item_id: object) -> bool:
         if not isinstance(item_id, str):
@@ -64,7 +78,7 @@ class DoneIds:
     def _merge(self) -> None:
         if self._recent:
             fresh = np.array(list(self._recent), dtype=_DTYPE)
-            self._sorted = np.unique(np.concatenate([self._sorted, fresh]))
+            self._sorted = _sorted_unique(np.concatenate([self._sorted, fresh]))
             self._recent.clear()
 
     def __len__(self) -> int:

@@ -124,3 +124,20 @@ def test_cache_key_recipe_is_pinned() -> None:
     assert CACHE_KEY_VERSION == 2
     assert request_key(r, scope="openai") == "ffe12e57a5440de1f1020561b0e88f282c976d20318d7f43d883cd89511c8153"
     assert request_key(r, scope="sim/0/default") != request_key(r, scope="openai")
+
+
+async def test_proxy_environment_is_honoured(make_engine: Callable[..., LLMEngine],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP_PROXY routes the aiohttp transport through the proxy (the fake server answers absolute-form
+    requests like a forwarding proxy would); NO_PROXY exempts a host."""
+    with FakeOpenAIServer() as proxy, FakeOpenAIServer() as direct:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+        monkeypatch.setenv("NO_PROXY", "")
+        unreachable = FakeOpenAIServer(port=9)  # never started: only the proxy can answer for it
+        async with make_engine(unreachable, max_retries=0) as eng:
+            resp = await eng.complete_one(req("через прокси"))
+        assert resp.ok and proxy.served == 1
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        async with make_engine(direct, max_retries=0) as eng:
+            assert (await eng.complete_one(req("напрямую"))).ok
+        assert direct.served == 1 and proxy.served == 1
