@@ -255,6 +255,9 @@ class _Run:
                            f"{self.max_failure_rate:g} ({why})")
             elif st.stopped_early:
                 out.append(f"stage {name}: stopped early ({why})")
+            elif st.llm.pending:  # a global stage (or a setup call) whose LLM answers failed: redone next run
+                out.append(f"stage {name}: {st.llm.pending} LLM request(s) failed outside items; the stage is "
+                           f"redone on the next run ({why})")
         if self.halted:
             skipped = [c.stage_name for c in self.stages if c.stage_name not in self.stats]
             if skipped:

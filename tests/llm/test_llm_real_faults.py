@@ -141,3 +141,15 @@ async def test_proxy_environment_is_honoured(make_engine: Callable[..., LLMEngin
         async with make_engine(direct, max_retries=0) as eng:
             assert (await eng.complete_one(req("напрямую"))).ok
         assert direct.served == 1 and proxy.served == 1
+
+
+async def test_deadline_bounds_a_request_across_its_retries(make_engine: Callable[..., LLMEngine]) -> None:
+    with FakeOpenAIServer(hang_s=5) as srv:
+        srv.faults(kind="hang")
+        async with make_engine(srv, timeout_s=0.2, max_retries=20, deadline_s=0.5,
+                               breaker={"failure_threshold": 100}) as eng:
+            start = time.perf_counter()
+            resp = await eng.complete_one(req("q"))
+            took = time.perf_counter() - start
+    assert resp.error is not None and resp.error.kind == "timeout" and "deadline" in resp.error.message
+    assert 0.4 < took < 2.0

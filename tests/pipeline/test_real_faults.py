@@ -182,3 +182,17 @@ def test_secrets_never_reach_the_run_dir(tmp_path: Path) -> None:
         assert secret.encode() not in p.read_bytes(), p
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["config"]["llm"]["endpoints"][0]["api_key"] == "***"
+
+
+def test_a_stage_that_rejects_everything_is_reported_loudly(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as srv:
+        srv.faults(kind="bad_request")  # the item's fault (terminal): rejections, not pending
+        result = run_pipeline(config(tmp_path, doc(tmp_path, srv.base_url)), progress=False)
+    answers = rows(tmp_path / "run", "answers")
+    assert 50 <= answers.height < N  # the stage stopped once 50 items had all failed
+    assert set(answers["status"]) == {"rejected"}
+    assert set(answers["reason"].str.split(":").list.first()) == {"llm_error"}
+    assert any(f"all {answers.height} item(s)" in w and "llm_error" in w for w in result.warnings)
+    assert not result.complete and "100% of items failed" in result.problems[0]
+    assert result.stats["answers"].stopped_early and "judge" not in result.stats
+    assert result.version is None
