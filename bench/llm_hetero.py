@@ -6,7 +6,9 @@ one behind ``max_concurrency`` 48 and one behind 8, both answering after
 full: ``(48 + 8) / latency``. The engine (aiohttp transport, cache and
 accounting on) sends ``--requests`` distinct prompts; the bench prints the
 measured rate, the ratio to the ideal sum, and the peak in-flight per
-endpoint it observed (sampled from the backend every 5 ms).
+endpoint it observed (sampled from the backend every 5 ms); and, side by side,
+bare aiohttp loops that split the requests by capacity by hand (what a perfect
+balancer gets on this box).
 
 Run::
 
@@ -69,6 +71,32 @@ async def run(urls: list[str], limits: list[int], n: int) -> tuple[float, list[i
         return wall, peaks, served, sum(r.ok for r in resps)
 
 
+async def run_raw(urls: list[str], limits: list[int], n: int) -> float:
+    """Bare aiohttp loops, one per endpoint with its own concurrency, requests split by capacity
+    (the best a perfect balancer could do on this box): seconds for ``n`` requests."""
+    import aiohttp
+
+    total = sum(limits)
+    shares = [n * c // total for c in limits]
+    shares[0] += n - sum(shares)
+
+    async def loop(session: aiohttp.ClientSession, url: str, conc: int, count: int) -> None:
+        it = iter(range(count))
+
+        async def worker() -> None:
+            for i in it:
+                body = {"model": "fake", "messages": [{"role": "user", "content": f"raw {i}-{time.time_ns()}"}]}
+                async with session.post(url + "/chat/completions", json=body) as resp:
+                    await resp.read()
+
+        await asyncio.gather(*[worker() for _ in range(conc)])
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=total, limit_per_host=0)) as session:
+        start = time.perf_counter()
+        await asyncio.gather(*[loop(session, u, c, k) for u, c, k in zip(urls, limits, shares)])
+        return time.perf_counter() - start
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--requests", type=int, default=2000)
@@ -79,14 +107,19 @@ def main(argv: list[str] | None = None) -> None:
     try:
         print(f"host: {psutil.cpu_count()} CPUs, load {psutil.getloadavg()[0]:.2f}; {args.requests} requests, "
               f"latency {args.latency_ms:g} ms, max_concurrency {args.limits}")
-        wall, peaks, served, ok = asyncio.run(run([u for _, u in procs], args.limits, args.requests))
+        urls = [u for _, u in procs]
+        raw_wall = asyncio.run(run_raw(urls, args.limits, args.requests))
+        wall, peaks, served, ok = asyncio.run(run(urls, args.limits, args.requests))
     finally:
         for p, _ in procs:
             p.terminate()
             p.wait(5)
     rps = args.requests / wall
     ideal = sum(args.limits) / (args.latency_ms / 1000.0)
-    print(f"  ok={ok}  {rps:.1f} req/s  ideal {ideal:.1f} req/s  x ideal {rps / ideal:.2f}")
+    raw = args.requests / raw_wall
+    print(f"  fabrika ok={ok}  {rps:.1f} req/s  ideal {ideal:.1f} req/s  x ideal {rps / ideal:.2f}")
+    print(f"  raw aiohttp, split by capacity by hand: {raw:.1f} req/s  x ideal {raw / ideal:.2f}; "
+          f"fabrika x raw {rps / raw:.2f}")
     print(f"  peak in flight per endpoint {peaks} (limits {args.limits}); served {served}")
 
 

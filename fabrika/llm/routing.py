@@ -156,6 +156,12 @@ class EndpointPool:
         breaker is open: the retry policy then waits for the next probe instead of
         sending requests to dead servers.
         """
+        eps = self.endpoints
+        if len(eps) == 1:  # the common case, without building candidate lists
+            ep = eps[0]
+            if ep.in_flight < ep.max_concurrency and ep.breaker.state == "closed":
+                ep.in_flight += 1
+                return ep, False
         while True:
             now = time.monotonic()
             free = [ep for ep in self.endpoints
