@@ -179,8 +179,10 @@ class FakeOpenAIServer:
                 self._server.close()
                 for proto in list(self._conns):
                     if proto.transport is not None:
-                        proto.transport.close()
-                loop.stop()
+                        proto.transport.abort()  # like a killed process: open connections are reset
+                # let the close callbacks run (loop.stop() alone would skip them and leave the sockets open,
+                # so clients with keep-alive connections would hang until their timeout)
+                loop.call_later(0.02, loop.stop)
 
             loop.call_soon_threadsafe(_shutdown)
             self._thread.join(10)

@@ -153,3 +153,45 @@ async def test_deadline_bounds_a_request_across_its_retries(make_engine: Callabl
             took = time.perf_counter() - start
     assert resp.error is not None and resp.error.kind == "timeout" and "deadline" in resp.error.message
     assert 0.4 < took < 2.0
+
+
+def test_breaker_half_open_probe_closes_or_reopens_with_a_longer_cooldown() -> None:
+    from fabrika.errors import LLMError
+    from fabrika.llm.routing import CircuitBreaker
+
+    b = CircuitBreaker(failure_threshold=2, cooldown_s=0.05, max_cooldown_s=0.15)
+    down = LLMError("connection", "refused")
+    b.record(down)
+    assert b.state == "closed" and b.available(time.monotonic())
+    b.record(LLMError("bad_request", "the item's fault"))  # a 4xx: the server is alive, the count restarts
+    b.record(down)
+    assert b.state == "closed"
+    b.record(down)
+    assert b.state == "open" and not b.available(time.monotonic())
+    time.sleep(0.06)
+    now = time.monotonic()
+    assert b.available(now) and b.on_dispatch(now) is True  # the one probe
+    assert not b.available(now)  # nobody else while it is out
+    b.record(down, probe=True)
+    assert b.state == "open" and abs(b.current_cooldown - 0.1) < 1e-9  # doubled
+    time.sleep(0.11)
+    assert b.on_dispatch(time.monotonic()) is True
+    b.record(None, probe=True)
+    assert b.state == "closed" and b.available(time.monotonic())
+
+
+async def test_an_engine_recovers_when_its_server_comes_back(make_engine: Callable[..., LLMEngine]) -> None:
+    srv = FakeOpenAIServer().start()
+    try:
+        async with make_engine(srv, max_retries=0, breaker={"failure_threshold": 2, "cooldown_s": 0.1}) as eng:
+            assert (await eng.complete_one(req("до"))).ok
+            srv.stop()
+            failed = [await eng.complete_one(req(f"лежит {i}")) for i in range(4)]
+            assert all(r.error is not None and r.error.kind == "connection" for r in failed)
+            assert eng.stats()["endpoints"][0]["breaker"] == "open"
+            srv.start()  # same port
+            await asyncio.sleep(0.15)
+            back = [await eng.complete_one(req(f"после {i}")) for i in range(3)]
+            assert all(r.ok for r in back) and eng.stats()["endpoints"][0]["breaker"] == "closed"
+    finally:
+        srv.stop()
