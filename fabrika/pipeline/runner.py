@@ -47,7 +47,8 @@ from fabrika.errors import ConfigError, StoreError
 from fabrika.pipeline.config import PipelineConfig, config_hash, execution_order, inputs_of, stage_dependencies
 from fabrika.pipeline.fingerprint import changed_fields, stage_fingerprints
 from fabrika.pipeline.lifecycle import _first_error, backend_of, build_engine_for, close_resources, probe_llm
-from fabrika.pipeline.llm_wrap import ITEM_STATE, ItemState, LLMCounters
+from fabrika.pipeline.llm_wrap import ITEM_STATE, ItemState
+from fabrika.pipeline.outcome import MIN_ITEMS_FOR_RATE, StageStats, run_problems, run_warnings
 from fabrika.pipeline.progress import RunProgress
 from fabrika.pipeline.run_context import RunContext
 from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig, rejected
@@ -62,41 +63,9 @@ from fabrika.store.versions import VersionInfo, materialise
 FLUSH_SECONDS = 30.0
 #: Finished items reach the disk (the stage journal, fsynced) within about this long.
 DURABLE_SECONDS = 1.0
-#: A stage's failure rate is judged (for stopping early) once this many items finished.
-MIN_ITEMS_FOR_RATE = 50
 #: A running stage refreshes its manifest entry at most this often (``fabrika status`` on a live run).
 MANIFEST_SECONDS = 5.0
 console = Console(stderr=True)
-
-
-@dataclass
-class StageStats:
-    """What one stage did in this invocation (store totals are added from the shards)."""
-
-    seen: int = 0
-    processed: int = 0
-    skipped: int = 0
-    cache_miss: int = 0
-    internal_errors: int = 0
-    rejected: int = 0
-    shards: int = 0
-    rows_written: int = 0
-    seconds: float = 0.0
-    llm: LLMCounters = field(default_factory=LLMCounters)
-    report: dict[str, Any] = field(default_factory=dict)
-    fingerprint: str | None = None
-    #: items left unwritten because an LLM answer failed outside the item (retried by the next run)
-    pending: int = 0
-    #: items whose LLM call failed terminally and that produced nothing but rejections
-    llm_failed: int = 0
-    ok_rows: int = 0
-    recovered: int = 0
-    stopped_early: bool = False
-    reprocessed: list[str] = field(default_factory=list)
-
-    def failure_rate(self) -> float:
-        finished = self.processed + self.pending - self.cache_miss
-        return (self.pending - self.cache_miss + self.llm_failed) / finished if finished > 0 else 0.0
 
 
 @dataclass
@@ -243,37 +212,11 @@ class _Run:
 
     def problems(self) -> list[str]:
         """One line per stage that did not finish (see module docstring)."""
-        out = []
-        for name, st in self.stats.items():
-            rate = st.failure_rate()
-            common = st.llm.failures.most_common()
-            why = f"most common error: {common[0]}" if common else "no LLM error recorded"
-            if st.pending:
-                out.append(f"stage {name}: {st.pending} item(s) pending ({why})")
-            elif rate > self.max_failure_rate and (st.processed >= MIN_ITEMS_FOR_RATE or rate >= 1.0):
-                out.append(f"stage {name}: {rate:.0%} of items failed, above llm.max_failure_rate="
-                           f"{self.max_failure_rate:g} ({why})")
-            elif st.stopped_early:
-                out.append(f"stage {name}: stopped early ({why})")
-            elif st.llm.pending:  # a global stage (or a setup call) whose LLM answers failed: redone next run
-                out.append(f"stage {name}: {st.llm.pending} LLM request(s) failed outside items; the stage is "
-                           f"redone on the next run ({why})")
-        if self.halted:
-            skipped = [c.stage_name for c in self.stages if c.stage_name not in self.stats]
-            if skipped:
-                out.append(f"stages not run because {self.halted} stopped: {', '.join(skipped)}")
-        return out
+        skipped = [c.stage_name for c in self.stages if c.stage_name not in self.stats]
+        return run_problems(self.stats, self.max_failure_rate, self.halted, skipped)
 
     def warnings(self) -> list[str]:
-        out = []
-        for name, st in self.stats.items():
-            if st.processed and not st.ok_rows:
-                entry = self.manifest.get("stages", {}).get(name, {})
-                reasons = entry.get("rejected") or {}
-                top = max(reasons, key=lambda r: reasons[r]) if reasons else "unknown"
-                out.append(f"stage {name}: all {st.processed} item(s) processed in this run were rejected "
-                           f"(most common reason: {top}); see `fabrika status {self.store.run_dir}`")
-        return out
+        return run_warnings(self.stats, self.manifest, self.store.run_dir)
 
     async def _schedule(self, before: dict[str, Any]) -> None:
         """Start each stage once the stages it depends on are done, at most ``max_parallel_stages`` at once.
@@ -515,6 +458,7 @@ class _Run:
             async for chunk in stage.run_all(counted()):
                 if chunk:
                     rows = self._finish_rows(list(chunk), None)
+                    stats.ok_rows += sum(r["status"] == "ok" for r in rows)
                     self.store.write(name, rows)
                     stats.shards += 1
                     stats.rows_written += len(rows)

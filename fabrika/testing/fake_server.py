@@ -45,6 +45,7 @@ answers a request it dropped), ``hang`` (no answer; the client must time out),
 Rate faults are decided by a hash of (seed, request body, attempt number), so
 they are reproducible however requests interleave.
 
+``served`` counts chat requests (not ``GET /models``, which a run's probe sends).
 ``GET /v1/models`` lists ``models`` (default: ``[model]``); a chat request
 naming any other model gets vLLM's ``404 model_not_found``. :meth:`stop` then
 :meth:`start` (or :meth:`restart`) brings the server back on the same port,
