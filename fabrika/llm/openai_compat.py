@@ -74,6 +74,13 @@ def build_body(request: ChatRequest, model: str) -> dict[str, Any]:
     return body
 
 
+#: Other servers' spellings of the standard finish reasons (TGI, older SGLang/llama.cpp, the legacy
+#: function-calling API); anything else stays as sent and the engine treats it as unfinished.
+FINISH_SYNONYMS = {"eos_token": "stop", "eos": "stop", "stop_sequence": "stop", "end_turn": "stop",
+                   "max_tokens": "length", "model_length": "length", "function_call": "tool_calls",
+                   "tool_use": "tool_calls"}
+
+
 def parse_completion(data: Any, backend: str) -> ChatResponse:
     """A :class:`ChatResponse` from a chat-completion JSON object.
 
@@ -110,8 +117,9 @@ def _parse_completion(data: Any, backend: str) -> ChatResponse:
                  "arguments": _text((tc.get("function") or {}).get("arguments")) or ""}
                 for tc in raw_calls if isinstance(tc, dict)
             )
+        finish = ch.get("finish_reason")
         choices.append(Choice(content=_text(msg.get("content")), tool_calls=calls,
-                              finish_reason=ch.get("finish_reason"),
+                              finish_reason=FINISH_SYNONYMS.get(finish, finish) if isinstance(finish, str) else finish,
                               reasoning=_text(msg.get("reasoning_content") or msg.get("reasoning"))))
     usage = data.get("usage") or {}
     return ChatResponse(

@@ -195,3 +195,14 @@ async def test_an_engine_recovers_when_its_server_comes_back(make_engine: Callab
             assert all(r.ok for r in back) and eng.stats()["endpoints"][0]["breaker"] == "closed"
     finally:
         srv.stop()
+
+
+def test_other_servers_finish_reason_spellings_are_normalised() -> None:
+    from fabrika.llm.openai_compat import parse_completion
+
+    def finish(reason: object) -> object:
+        data = {"choices": [{"message": {"content": "x"}, "finish_reason": reason}], "model": "m"}
+        return parse_completion(data, "openai").choices[0].finish_reason
+
+    assert [finish(r) for r in ("eos_token", "stop", "max_tokens", "function_call", "abort", None)] == [
+        "stop", "stop", "length", "tool_calls", "abort", None]
