@@ -126,7 +126,8 @@ class LLMConfig(_Strict):
                         "endpoint or an unlisted model stops the run before any work (backend 'openai').")
     max_failure_rate: float = Field(default=0.2, ge=0.0, le=1.0, description="A stage whose share of items that "
                                     "failed for LLM reasons (left pending or rejected with llm_error) passes this "
-                                    "ends the run as not finished (exit 3); past it early, the stage stops.")
+                                    "ends the run as not finished (exit 3); when the recent items (the last "
+                                    "2 x max_in_flight, at least 50) pass it, the stage stops early.")
     max_retries: int = Field(default=6, ge=0, description="Retries after the first attempt for retryable errors.")
     backoff_initial_s: float = Field(default=0.5, ge=0, description="First backoff wait (doubles each retry).")
     backoff_max_s: float = Field(default=30.0, ge=0, description="Longest backoff wait (Retry-After may ask for more).")

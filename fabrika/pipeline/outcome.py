@@ -3,7 +3,9 @@
 A stage did not finish when items are still pending (an outage, an open
 breaker, ``--cache-only`` misses), when its share of items that failed for LLM
 reasons passes ``llm.max_failure_rate`` (judged once ``MIN_ITEMS_FOR_RATE``
-items finished, or at 100 %), or when it stopped early. A stage that rejected
+items finished, or at 100 %), or when it stopped early (the runner stops a
+stage when the rate over its recent items — a window of ``2 × max_in_flight``,
+at least ``MIN_ITEMS_FOR_RATE`` — passes the limit). A stage that rejected
 every item it processed is a loud warning, not a failure (a strict gate may do that).
 """
 

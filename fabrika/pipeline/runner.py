@@ -37,6 +37,7 @@ import os
 import signal
 import socket
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -367,9 +368,20 @@ class _Run:
             last_flush = time.monotonic()
             self._live_entry(name, stats)
 
+        # the early stop looks at the last items only: a server that dies late in a long run stops the
+        # stage within a window, instead of after a fifth of everything that came before
+        window: deque[bool] = deque(maxlen=max(MIN_ITEMS_FOR_RATE, 2 * limit))
+        failed_in_window = 0
+
+        def observe(failed: bool) -> None:
+            nonlocal failed_in_window
+            if len(window) == window.maxlen:
+                failed_in_window -= window[0]
+            window.append(failed)
+            failed_in_window += failed
+
         def too_many_failures() -> bool:
-            finished = stats.processed + stats.pending - stats.cache_miss
-            return finished >= MIN_ITEMS_FOR_RATE and stats.failure_rate() > self.max_failure_rate
+            return len(window) >= MIN_ITEMS_FOR_RATE and failed_in_window > self.max_failure_rate * len(window)
 
         saved = False
         try:
@@ -398,13 +410,18 @@ class _Run:
                     _, out, state = t.result()
                     if out is None:
                         stats.pending += 1
-                        stats.cache_miss += state.pending is not None and state.pending.kind == "cache_miss"
+                        miss = state.pending is not None and state.pending.kind == "cache_miss"
+                        stats.cache_miss += miss
+                        if not miss:
+                            observe(True)
                     else:
                         stats.processed += 1
                         ok_rows = sum(r["status"] == "ok" for r in out)
                         stats.ok_rows += ok_rows
                         stats.rejected += len(out) - ok_rows
-                        stats.llm_failed += state.terminal is not None and not ok_rows
+                        llm_failed = state.terminal is not None and not ok_rows
+                        stats.llm_failed += llm_failed
+                        observe(llm_failed)
                         journal.append(r for r in out)
                         pending.append(out)
                     self.progress.advance(task, stats)
@@ -413,7 +430,7 @@ class _Run:
                     exhausted = True  # stop feeding: let what is in flight finish, then report
                     stats.stopped_early = True
                     self.halted = self.halted or name
-                    console.print(f"[bold red]{name}: {stats.failure_rate():.0%} of items failed "
+                    console.print(f"[bold red]{name}: {failed_in_window} of the last {len(window)} items failed "
                                   f"(llm.max_failure_rate={self.max_failure_rate:g}); stopping the stage")
                 if len(pending) >= cfg.chunk_size:
                     flush(all_items=False)

@@ -196,3 +196,33 @@ def test_a_stage_that_rejects_everything_is_reported_loudly(tmp_path: Path) -> N
     assert not result.complete and "100% of items failed" in result.problems[0]
     assert result.stats["answers"].stopped_early and "judge" not in result.stats
     assert result.version is None
+
+
+def test_a_server_dying_late_in_a_long_stage_stops_it_within_a_window(tmp_path: Path) -> None:
+    many = 400
+    (tmp_path / "many.jsonl").write_text("".join(json.dumps({"prompt": f"Пункт {i}"}, ensure_ascii=False) + "\n"
+                                                 for i in range(many)), encoding="utf-8")
+    srv = FakeOpenAIServer().start()
+    try:
+        data = doc(tmp_path, srv.base_url)
+        data["stages"] = [{"kind": "generic.prompts", "name": "prompts", "path": "many.jsonl"},
+                          {"kind": "generic.complete", "name": "answers", "input": "prompts", "tag": "t.answers"}]
+        data["dataset"] = {"stages": ["answers"]}
+
+        def kill_after(n: int) -> None:
+            deadline = time.monotonic() + 30
+            while srv.served < n and time.monotonic() < deadline:
+                time.sleep(0.001)
+            srv.stop()
+
+        killer = threading.Thread(target=kill_after, args=(300,))
+        killer.start()
+        result = run_pipeline(config(tmp_path, data), progress=False)
+        killer.join()
+    finally:
+        srv.stop()
+    st = result.stats["answers"]
+    assert st.stopped_early and not result.complete
+    assert st.processed >= 290
+    # cumulatively 20 % would need ~75 failures after 300 successes; the window of 50 stops at ~11
+    assert st.pending < 40 and st.seen < many
