@@ -154,7 +154,8 @@ class EndpointPool:
 
         Raises ``LLMError("connection")`` with ``retry_after`` when every endpoint's
         breaker is open: the retry policy then waits for the next probe instead of
-        sending requests to dead servers.
+        sending requests to dead servers. While a half-open probe is out, requests
+        wait for its outcome (without spending a retry attempt).
         """
         eps = self.endpoints
         if len(eps) == 1:  # the common case, without building candidate lists
@@ -170,7 +171,8 @@ class EndpointPool:
                 ep = free[0] if len(free) == 1 else self.policy.pick(free, request)
                 ep.in_flight += 1
                 return ep, ep.breaker.on_dispatch(now)
-            if not any(ep.breaker.available(now) for ep in self.endpoints):
+            probing = any(ep.breaker.probing for ep in self.endpoints)
+            if not probing and not any(ep.breaker.available(now) for ep in self.endpoints):
                 wait = min(ep.breaker.wait_s(now) for ep in self.endpoints)
                 last = next((ep.breaker.last_error for ep in self.endpoints if ep.breaker.last_error), "")
                 names = ", ".join(ep.base_url for ep in self.endpoints)
@@ -196,14 +198,15 @@ class EndpointPool:
         if error is None:
             ep.served += 1
         ep.breaker.record(error, probe)
-        self._wake()
+        self._wake(everyone=probe)  # a probe's outcome concerns every waiter: go on, or back off
 
-    def _wake(self) -> None:
+    def _wake(self, everyone: bool = False) -> None:
         while self._waiters:
             fut = self._waiters.popleft()
             if not fut.done():
                 fut.set_result(None)
-                return
+                if not everyone:
+                    return
 
     def health(self) -> list[dict[str, Any]]:
         """Per endpoint: in flight, served, breaker state (for the manifest and tests)."""
