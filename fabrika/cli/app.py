@@ -126,7 +126,11 @@ def run(
     if result.internal_errors:
         err.print(f"[bold red]{result.internal_errors} item(s) ended in internal_error — a stage bug; see `fabrika status`")
     if result.problems:
-        again = " ".join(["fabrika run", str(config), *(f"--set {s}" for s in set_ or []),
+        from fabrika.llm.redact import redact
+
+        sets = [f"{k}={v}" for s in set_ or [] for k, v in redact(dict([s.split("=", 1)])).items()] \
+            if all("=" in s for s in set_ or []) else []
+        again = " ".join(["fabrika run", str(config), *(f"--set {s}" for s in sets),
                           *(f"--until {u}" for u in until or [])])
         if result.version is not None:
             out.print(f"partial dataset (--allow-partial): {result.version.path}")
