@@ -189,6 +189,10 @@ class OpenAICompatBackend:
                 resp = await self._send_aiohttp(ep, request)
         except LLMError as exc:
             pool.release(ep, exc, probe)
+            key = ep.api_key
+            if len(key) >= 8 and key in exc.message:  # a server that echoes the key back: never keep it
+                exc.message = exc.message.replace(key, "***")
+                exc.args = (f"[{exc.kind}] {exc.message}",)
             raise
         except BaseException:
             pool.release(ep, None, probe)

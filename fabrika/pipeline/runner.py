@@ -45,6 +45,7 @@ from typing import Any, Iterator, Sequence
 from rich.console import Console
 
 from fabrika.errors import ConfigError, StoreError
+from fabrika.llm.redact import redact
 from fabrika.pipeline.config import PipelineConfig, config_hash, execution_order, inputs_of, stage_dependencies
 from fabrika.pipeline.fingerprint import changed_fields, stage_fingerprints
 from fabrika.pipeline.lifecycle import _first_error, backend_of, build_engine_for, close_resources, probe_llm
@@ -278,6 +279,7 @@ class _Run:
         """Redo a per-item stage whose config fingerprint changed since its rows were written."""
         name = cfg.stage_name
         fp, fields = self.fingerprints[name]
+        fields = redact(fields)  # stored in the manifest: no secrets (the fingerprint itself is a hash)
         old = before.get("config_fingerprint")
         has_output = self.store.has_rows(name) or self.store.journal_rows(name) > 0
         if self.resume and old is not None and old != fp and has_output:

@@ -231,6 +231,13 @@ class FakeOpenAIApp:
                     if s.latency_ms is not None:
                         delay = s.latency_ms
                     break
+            if isinstance(spec, dict) and spec.get("http_status"):  # a raw answer: any status, any body
+                body = spec.get("body", "")
+                reply = HttpReply(int(spec["http_status"]), body.encode() if isinstance(body, str) else body,
+                                  dict(spec.get("headers") or {}))
+                self._count(route, reply.status)
+                reply.delay_s = delay / 1000.0
+                return reply
             if isinstance(spec, dict) and spec.get("fault"):
                 fault, retry_after = spec["fault"], spec.get("retry_after")
                 _check_kind(fault)

@@ -28,7 +28,8 @@ script stops matching) or from ``responder(request_json)`` every time.
 A response spec is a ``str`` (text), or a dict with any of ``content``,
 ``tool_calls`` (``[{"name", "arguments": dict | str}]``), ``finish_reason``,
 ``choices`` (a list of specs, for ``n > 1``), ``usage``, ``latency_ms``,
-``fault`` (one of :data:`FAULT_KINDS`) and ``retry_after``. Without a matching
+``fault`` (one of :data:`FAULT_KINDS`) and ``retry_after`` — or a raw HTTP answer,
+``{"http_status": 502, "body": "...", "headers": {...}}``. Without a matching
 script the default answer follows the ``sim`` fallback with ``"[fake]"`` marks
 (schema-valid JSON for ``response_format``, a schema-valid tool call when tools
 are given, else short text).

@@ -206,3 +206,14 @@ def test_other_servers_finish_reason_spellings_are_normalised() -> None:
 
     assert [finish(r) for r in ("eos_token", "stop", "max_tokens", "function_call", "abort", None)] == [
         "stop", "stop", "length", "tool_calls", "abort", None]
+
+
+async def test_a_server_echoing_the_key_in_an_error_does_not_leak_it(make_engine: Callable[..., LLMEngine]) -> None:
+    secret = "sk-echoed-0123456789"
+    body = '{"error": {"message": "bad key Bearer %s", "code": "invalid_api_key"}}' % secret
+    with FakeOpenAIServer() as srv:
+        srv.script(responses=[{"http_status": 401, "body": body}], cycle=True)  # a proxy echoing headers
+        async with make_engine(srv, endpoints=[{"base_url": srv.base_url, "api_key": secret}]) as eng:
+            resp = await eng.complete_one(req("q"))
+    assert resp.error is not None and resp.error.kind == "auth"
+    assert secret not in str(resp.error) and "***" in resp.error.message
