@@ -226,3 +226,15 @@ def test_a_server_dying_late_in_a_long_stage_stops_it_within_a_window(tmp_path: 
     assert st.processed >= 290
     # cumulatively 20 % would need ~75 failures after 300 successes; the window of 50 stops at ~11
     assert st.pending < 40 and st.seen < many
+
+
+def test_allow_partial_materialises_what_finished_and_still_exits_3(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as srv:
+        srv.faults(match="Вопрос 7:", kind="overloaded")  # one item's server keeps answering 503
+        path = write_yaml(tmp_path, doc(tmp_path, srv.base_url))
+        plain = runner.invoke(app, ["run", str(path), "--no-progress"])
+        assert plain.exit_code == 3 and "stage answers: 1 item(s) pending" in plain.stderr
+        assert "HTTP 503" in plain.stderr and not (tmp_path / "run" / "versions" / "v1").exists()
+        partial = runner.invoke(app, ["run", str(path), "--no-progress", "--allow-partial"])
+        assert partial.exit_code == 3 and "partial dataset (--allow-partial)" in partial.stdout
+        assert scan_version(tmp_path / "run", "v1").collect().height == N - 1
