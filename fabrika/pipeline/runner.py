@@ -349,7 +349,7 @@ class _Run:
             total = cfg.max_items if total is None else min(total, cfg.max_items)
         task = self.progress.add(name, total)
         pending: list[list[Row]] = []  # finished items' rows, not yet in a shard (they are in the journal)
-        journal = StageJournal(self.store.stage_dir(name), DURABLE_SECONDS)
+        journal = StageJournal(self.store.stage_dir(name), DURABLE_SECONDS / 2)  # + the wait below: <= ~1 s
         last_flush = time.monotonic()
         in_flight: set[asyncio.Task] = set()
         rows_iter = iter(stage.input_rows())
@@ -406,7 +406,7 @@ class _Run:
                     in_flight.add(asyncio.create_task(self._one(stage, row, item_id, stats)))
                 if not in_flight:
                     break
-                finished, in_flight = await asyncio.wait(in_flight, timeout=DURABLE_SECONDS,
+                finished, in_flight = await asyncio.wait(in_flight, timeout=DURABLE_SECONDS / 2,
                                                          return_when=asyncio.FIRST_COMPLETED)
                 for t in finished:
                     _, out, state = t.result()
