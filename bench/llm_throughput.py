@@ -52,7 +52,7 @@ def start_server(latency_ms: float) -> tuple[subprocess.Popen[str], str]:
 
 
 def bodies(n: int, salt: str) -> list[dict[str, Any]]:
-    return [{"model": "fake-model", "messages": [{"role": "user", "content": f"Вопрос {salt}-{i}: как дела?"}]}
+    return [{"model": "fake", "messages": [{"role": "user", "content": f"Вопрос {salt}-{i}: как дела?"}]}
             for i in range(n)]
 
 
@@ -102,7 +102,7 @@ async def run_fabrika(base_url: str, concurrency: int, payloads: list[dict[str, 
     from fabrika.llm import ChatRequest, LLMConfig, build_engine
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = LLMConfig(backend="openai", model="fake-model", transport=transport,
+        cfg = LLMConfig(backend="openai", model="fake", transport=transport,
                         endpoints=[{"base_url": base_url, "api_key": "x", "max_concurrency": concurrency}],
                         cache={"enabled": True})
         engine = build_engine(cfg, Path(tmp))

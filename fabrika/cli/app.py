@@ -2,8 +2,10 @@
 
 Logic lives in ``fabrika.pipeline`` and ``fabrika.store``; this module only
 parses arguments, prints, and maps errors to exit codes: 2 for a user error
-(bad config, unknown gate, missing input — one line each), 3 when
-``--cache-only`` met uncached requests, 1 for anything unexpected.
+(bad config, unknown gate, missing input, a run dir in use, an endpoint that
+fails the probe — one line each), 3 when a run did not finish (items left
+pending by an outage, an open breaker or ``--cache-only`` misses, or a stage's
+failure rate above ``llm.max_failure_rate``), 1 for anything unexpected.
 """
 
 from __future__ import annotations
@@ -67,7 +69,12 @@ def _fail_closed(cfg: Any) -> None:
 
 
 @app.command()
-def validate(config: Annotated[Path, typer.Argument(help="Pipeline YAML.")], set_: SetOption = None) -> None:
+def validate(
+    config: Annotated[Path, typer.Argument(help="Pipeline YAML.")],
+    set_: SetOption = None,
+    probe: Annotated[bool, typer.Option("--probe", help="Also ask each endpoint's GET /models: reachable, and "
+                                        "serving llm.model?")] = False,
+) -> None:
     """Check a pipeline document; print every error and warning. Exit 2 on errors."""
     from fabrika.pipeline.config import validate_file
 
@@ -77,6 +84,13 @@ def validate(config: Annotated[Path, typer.Argument(help="Pipeline YAML.")], set
     if cfg is None:
         raise typer.Exit(2)
     _fail_closed(cfg)
+    if probe and getattr(cfg.llm, "backend", None) == "openai":
+        from fabrika.llm.openai_compat import probe_endpoints
+
+        problems = asyncio.run(probe_endpoints(cfg.llm))
+        if problems:
+            fail("\n".join(f"{config}: {p}" for p in problems))
+        out.print(f"probe: {len(cfg.llm.endpoints)} endpoint(s) serve {cfg.llm.model!r}")
     out.print(f"[green]ok[/]: {config} ({len(cfg.stages)} stages, run dir {cfg.resolved_run_dir})")
 
 
@@ -89,6 +103,8 @@ def run(
     version: Annotated[Optional[str], typer.Option("--version-name", help="Name of the materialised version (default dataset.version).")] = None,
     set_: SetOption = None,
     until: Annotated[Optional[list[str]], typer.Option("--until", help="Run only this stage and what it needs (repeatable).")] = None,
+    allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Materialise a version even when items "
+                                                "are still pending (the run still exits 3).")] = False,
 ) -> None:
     """Run a pipeline (validated first; nothing is written on a bad config) and materialise its dataset."""
     from fabrika.pipeline.config import validate_file
@@ -111,7 +127,7 @@ def run(
             fail(str(exc))
     try:
         result = run_pipeline(cfg, resume=resume, cache_only=cache_only, progress=progress, version=version,
-                              until=until or None)
+                              until=until or None, allow_partial=allow_partial)
     except (ConfigError, InputError, StoreError) as exc:
         fail(str(exc))
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -121,9 +137,16 @@ def run(
     out.print(views.stages_table(result.manifest))
     if result.internal_errors:
         err.print(f"[bold red]{result.internal_errors} item(s) ended in internal_error — a stage bug; see `fabrika status`")
-    misses = sum(s.cache_miss for s in result.stats.values())
-    if misses:
-        fail(f"{misses} item(s) need uncached LLM answers; rerun without --cache-only", code=3)
+    if result.problems:
+        from fabrika.llm.redact import redact
+
+        sets = [f"{k}={v}" for s in set_ or [] for k, v in redact(dict([s.split("=", 1)])).items()] \
+            if all("=" in s for s in set_ or []) else []
+        again = " ".join(["fabrika run", str(config), *(f"--set {s}" for s in sets),
+                          *(f"--until {u}" for u in until or [])])
+        if result.version is not None:
+            out.print(f"partial dataset (--allow-partial): {result.version.path}")
+        fail(f"run did not finish: {'; '.join(result.problems)}; rerun `{again}` to continue", code=3)
     if until:
         out.print(f"ran up to {', '.join(until)}; no version materialised (run without --until for the dataset)")
     if result.version is not None:
@@ -142,9 +165,15 @@ def status(
     from fabrika.store.manifest import effective_status
     from fabrika.store.versions import read_version
 
-    manifest = RunStore(run_dir).read_manifest() if run_dir.is_dir() else {}
+    store = RunStore(run_dir)
+    manifest = store.read_manifest() if run_dir.is_dir() else {}
     if not manifest:
         fail(f"{run_dir}: not a run directory (no manifest.json)")
+    if effective_status(manifest) != "done":  # live or killed: count what is on disk, not the last snapshot
+        for name, entry in manifest.get("stages", {}).items():
+            entry.update(store.counts(name))
+            entry["journal_rows"] = store.journal_rows(name)
+            entry["rows"] = entry.get("rows", 0) + entry["journal_rows"]
     if as_json:
         latest = manifest.get("latest_version")
         doc = {k: manifest.get(k) for k in ("name", "backend", "stages", "versions", "latest_version", "accounting",

@@ -91,7 +91,10 @@ def register(app: typer.Typer) -> None:
                                validate_rows=validate_rows if validate_rows is not None else base.validate_rows,
                                template=str(template) if template else base.template, overwrite=overwrite,
                                license=license_ or base.license, push_to_hub=push_to_hub, token=token)
-            result = export(source, cfg)
+            from fabrika.store.lock import hold_run_dir
+
+            with hold_run_dir(run_dir, f"fabrika export {run_dir}"):  # not while a run rewrites its versions
+                result = export(source, cfg)
         except (ConfigError, InputError, StoreError, FileNotFoundError) as exc:
             fail(str(exc))
         out.print(f"exported {result.rows} rows ({kind}, {fmt}) to {result.out} in {result.seconds:.1f}s")

@@ -1,21 +1,28 @@
 """Request-keyed response cache in SQLite (WAL).
 
-The key hashes only what changes the model's output:
+The key hashes only what changes the output:
 
-    model, messages, tools, tool_choice, temperature, top_p, max_tokens, n,
-    seed, sample_index, response_format, stop, extra_body
+    the backend scope, model, messages, tools, tool_choice, temperature, top_p,
+    max_tokens, n, seed, sample_index, response_format, stop, extra_body
 
-Deliberately **excluded** (changing them must not re-ask the model): ``tag`` and
-``meta`` (bookkeeping), timeouts, retry and concurrency settings, the endpoint
-URL and the API key (where a model is served does not change what it says).
-Bump :data:`CACHE_KEY_VERSION` whenever the key's recipe changes, so old entries
-stop matching instead of answering the wrong question.
+The *backend scope* says who answers: ``openai`` or ``vllm`` for real models,
+``sim/<seed>/<tag>`` for the ``sim`` stand-in (its answers depend on its seed
+and on the responder the tag selects). An answer made by ``sim`` is therefore
+never returned to a real backend, nor one backend's answer to another.
 
-Only successful responses are stored (errors are never cached). Writes are
-buffered and flushed with one ``executemany`` per batch (every ``flush_every``
-puts, every ``flush_interval_s`` seconds from the event loop, and on close),
-so a crash loses at most the answers of the last interval — they are re-asked
-on resume, never corrupted.
+Deliberately **excluded** (changing them must not re-ask the model): ``tag``
+and ``meta`` for real backends (bookkeeping), timeouts, retry and concurrency
+settings, the endpoint URL and the API key (where a model is served does not
+change what it says). Bump :data:`CACHE_KEY_VERSION` whenever the key's recipe
+changes, so old entries stop matching instead of answering the wrong question.
+
+Only finished answers are stored: no errors, and only choices whose
+``finish_reason`` is in :data:`CACHEABLE_FINISH` (``stop``, ``length``,
+``tool_calls``); an ``abort`` or an unknown reason is retried by the engine,
+never cached. Writes are buffered and flushed with one ``executemany`` per
+batch (every ``flush_every`` puts, every ``flush_interval_s`` seconds from the
+event loop, and on close), so a crash loses at most the answers of the last
+interval — they are re-asked on resume, never corrupted.
 """
 
 from __future__ import annotations
@@ -31,35 +38,39 @@ from typing import Any, Iterable
 from fabrika.errors import StoreError
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
 
-CACHE_KEY_VERSION = 1
+CACHE_KEY_VERSION = 2
+#: Finish reasons of answers that are complete enough to keep (``length``: truncated, kept on purpose).
+CACHEABLE_FINISH = frozenset({"stop", "length", "tool_calls"})
 
 _dumps = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str).encode
 
 
-def request_key(request: ChatRequest, default_model: str | None = None) -> str:
-    """sha256 hex of the output-relevant fields of ``request`` (see module docstring).
+def _fields(r: ChatRequest, default_model: str | None) -> tuple[object, ...]:
+    return (r.model or default_model, r.messages, r.tools, r.tool_choice, r.temperature, r.top_p, r.max_tokens,
+            r.n, r.seed, r.sample_index, r.response_format, r.stop, r.extra_body)
+
+
+def request_key(request: ChatRequest, default_model: str | None = None, *, scope: str = "") -> str:
+    """sha256 hex of ``scope`` (the backend that answers, see module docstring) and the output-relevant
+    fields of ``request``.
 
     ``default_model`` stands in when the request names no model, so the key
     names the model that actually answers.
     """
-    r = request
-    payload = (
-        CACHE_KEY_VERSION,
-        r.model or default_model,
-        r.messages,
-        r.tools,
-        r.tool_choice,
-        r.temperature,
-        r.top_p,
-        r.max_tokens,
-        r.n,
-        r.seed,
-        r.sample_index,
-        r.response_format,
-        r.stop,
-        r.extra_body,
-    )
+    payload = (CACHE_KEY_VERSION, scope, *_fields(request, default_model))
     return hashlib.sha256(_dumps(payload).encode("utf-8")).hexdigest()
+
+
+def content_key(request: ChatRequest, default_model: str | None = None) -> str:
+    """A hash of the request content alone, with a frozen recipe: the ``sim`` backend seeds its answers
+    from it, so simulated data does not change when the cache key's recipe does."""
+    return hashlib.sha256(_dumps((1, *_fields(request, default_model))).encode("utf-8")).hexdigest()
+
+
+def cacheable(response: ChatResponse) -> bool:
+    """A successful response whose every choice finished in :data:`CACHEABLE_FINISH`."""
+    return (response.error is None and bool(response.choices)
+            and all(c.finish_reason in CACHEABLE_FINISH for c in response.choices))
 
 
 def encode_response(resp: ChatResponse) -> str:
@@ -141,8 +152,8 @@ class ResponseCache:
         return {k: decode_response(v) for k, v in found.items()}
 
     def put(self, key: str, response: ChatResponse) -> None:
-        """Buffer a successful response; errors are refused (never cached)."""
-        if response.error is not None or not response.choices:
+        """Buffer a finished response; errors and unfinished answers are refused (never cached)."""
+        if not cacheable(response):
             return
         self._pending[key] = encode_response(response)
         if len(self._pending) >= self.flush_every:

@@ -76,6 +76,16 @@ class SimConfig(_Strict):
     latency_ms: float = Field(default=0.0, ge=0.0, description="Simulated latency per attempt.")
 
 
+class BreakerConfig(_Strict):
+    """Per-endpoint circuit breaker (see :mod:`fabrika.llm.routing`)."""
+
+    failure_threshold: int = Field(default=5, ge=1, description="Consecutive connection errors, timeouts or 5xx "
+                                   "answers that open the breaker (no requests sent to that endpoint).")
+    cooldown_s: float = Field(default=2.0, gt=0, description="Wait before the first half-open probe request.")
+    max_cooldown_s: float = Field(default=60.0, gt=0, description="Longest wait between probes (the wait doubles "
+                                  "after each failed probe).")
+
+
 class ModelPrice(_Strict):
     prompt: float = Field(ge=0.0, description="Price per 1M prompt tokens.")
     completion: float = Field(ge=0.0, description="Price per 1M completion tokens.")
@@ -102,7 +112,22 @@ class LLMConfig(_Strict):
     transport: Literal["aiohttp", "openai_sdk"] = Field(
         default="aiohttp", description="'aiohttp': fabrika's lean HTTP client (fast); 'openai_sdk': the openai "
         "SDK's AsyncOpenAI over its aiohttp transport (slower per request, same wire format and error mapping).")
-    timeout_s: float = Field(default=120.0, gt=0, description="Per-attempt timeout in seconds.")
+    timeout_s: float = Field(default=120.0, gt=0, description="Per-attempt timeout in seconds (whole attempt).")
+    connect_timeout_s: float = Field(default=10.0, gt=0, description="Connect timeout; a connect that does not "
+                                     "finish is a 'connection' error and counts toward the endpoint's breaker.")
+    read_timeout_s: float | None = Field(default=None, gt=0, description="Longest silence while reading an answer; "
+                                         "None: only timeout_s applies.")
+    deadline_s: float | None = Field(default=None, gt=0, description="Optional total time for one request across "
+                                     "all its retries; past it the request fails with 'timeout' (item stays pending).")
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig, description="Per-endpoint circuit breaker.")
+    routing: Literal["capacity"] = Field(default="capacity", description="Endpoint choice: 'capacity' sends each "
+                                         "request to the endpoint with the lowest in-flight / max_concurrency.")
+    probe: bool = Field(default=True, description="Before a run, ask each endpoint's GET /models; an unreachable "
+                        "endpoint or an unlisted model stops the run before any work (backend 'openai').")
+    max_failure_rate: float = Field(default=0.2, ge=0.0, le=1.0, description="A stage whose share of items that "
+                                    "failed for LLM reasons (left pending or rejected with llm_error) passes this "
+                                    "ends the run as not finished (exit 3); when the recent items (the last "
+                                    "2 x max_in_flight, at least 50) pass it, the stage stops early.")
     max_retries: int = Field(default=6, ge=0, description="Retries after the first attempt for retryable errors.")
     backoff_initial_s: float = Field(default=0.5, ge=0, description="First backoff wait (doubles each retry).")
     backoff_max_s: float = Field(default=30.0, ge=0, description="Longest backoff wait (Retry-After may ask for more).")
@@ -160,7 +185,7 @@ def build_engine(config: LLMConfig, run_dir: Path | None = None) -> "LLMEngine":
     elif config.backend == "openai":
         from fabrika.llm.openai_compat import OpenAICompatBackend
 
-        backend = OpenAICompatBackend(config)
+        backend = OpenAICompatBackend(config)  # routing 'capacity' is the default policy
     elif config.backend == "vllm":
         from fabrika.llm.vllm_local import VLLMLocalBackend
 

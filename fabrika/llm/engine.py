@@ -15,9 +15,17 @@ Per request:
    response and :attr:`LLMEngine.cache_misses` counts it (the runner must fail
    the run loudly when it is non-zero);
 3. otherwise the backend is called under the retry policy
-   (:mod:`fabrika.llm.retry`); ``finish_reason == "length"`` answers are kept,
-   counted as truncated and cached under their own ``max_tokens``;
+   (:mod:`fabrika.llm.retry`), at most ``max_in_flight`` requests engine-wide
+   (whatever number of ``complete`` calls run at once), each within the
+   optional ``deadline_s``; ``finish_reason == "length"`` answers are kept,
+   counted as truncated and cached under their own ``max_tokens``; a finish
+   reason outside :data:`~fabrika.llm.cache.CACHEABLE_FINISH` (``abort``,
+   unknown) is a retryable ``server`` error, ``content_filter`` a terminal
+   ``bad_request``;
 4. the outcome is counted in :attr:`LLMEngine.accounting` and successes are cached.
+
+The cache key includes the backend's scope (:func:`fabrika.llm.cache.request_key`):
+``sim`` answers are never served to a real backend.
 
 With the cache on, identical requests in flight at the same time share one
 backend call (the followers count as cache hits).
@@ -36,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from fabrika.errors import CacheMissError, LLMError
 from fabrika.llm.accounting import Accounting
-from fabrika.llm.cache import request_key
+from fabrika.llm.cache import CACHEABLE_FINISH, request_key
 from fabrika.llm.retry import RetryPolicy, call_with_retries, map_exception
 from fabrika.llm.types import ChatRequest, ChatResponse
 
@@ -79,6 +87,11 @@ class LLMEngine:
         self._extra_body = dict(cfg.extra_body) if cfg.extra_body else None
         #: requests currently at the backend (for progress displays)
         self.in_flight = 0
+        self._slots = asyncio.Semaphore(self.max_in_flight)
+        self.deadline_s = getattr(cfg, "deadline_s", None)
+        scope = getattr(backend, "cache_scope", None)
+        self._scope_of = scope if callable(scope) else None
+        self._scope = backend.name
 
     @property
     def backend_name(self) -> str:
@@ -103,7 +116,11 @@ class LLMEngine:
 
     def key(self, request: ChatRequest) -> str:
         """The cache key of ``request`` after defaults (see :mod:`fabrika.llm.cache`)."""
-        return request_key(self.prepare(request))
+        return self._key(self.prepare(request))
+
+    def _key(self, request: ChatRequest) -> str:
+        scope = self._scope_of(request) if self._scope_of is not None else self._scope
+        return request_key(request, scope=scope)
 
     # -- public API --------------------------------------------------------
     async def complete_one(self, request: ChatRequest) -> ChatResponse:
@@ -114,7 +131,7 @@ class LLMEngine:
         if self.closed:
             raise RuntimeError("LLMEngine.complete() after aclose(); build a new engine")
         prepared = [self.prepare(r) for r in requests]
-        keys = [request_key(r) for r in prepared]
+        keys = [self._key(r) for r in prepared]
         out: list[ChatResponse | None] = [None] * len(prepared)
         acct = self.accounting
         todo: list[int]
@@ -196,29 +213,52 @@ class LLMEngine:
         fut.set_result(resp)
         return resp
 
+    async def _attempt(self, request: ChatRequest) -> ChatResponse:
+        """One backend attempt; an unfinished answer (``abort``, unknown finish) raises so it is retried."""
+        resp = await self.backend.send(request)
+        for c in resp.choices:
+            if c.finish_reason not in CACHEABLE_FINISH:
+                if c.finish_reason == "content_filter":
+                    raise LLMError("bad_request", "the provider's content filter stopped the answer "
+                                   "(finish_reason content_filter)")
+                raise LLMError("server", f"unfinished answer (finish_reason {c.finish_reason!r}); retried, "
+                               "never cached")
+        return resp
+
+    async def _retried(self, request: ChatRequest, akey: Any) -> tuple[ChatResponse, int]:
+        acct = self.accounting
+        work = call_with_retries(lambda: self._attempt(request), self.policy, lambda _e: acct.record_retry(akey))
+        if self.deadline_s is None:
+            return await work
+        try:
+            async with asyncio.timeout(self.deadline_s):
+                return await work
+        except TimeoutError as exc:
+            raise LLMError("timeout", f"request deadline of {self.deadline_s:g} s (llm.deadline_s) passed "
+                           "across its retries") from exc
+
     async def _call_backend(self, request: ChatRequest, key: str) -> ChatResponse:
         acct = self.accounting
         akey = acct.key(request, request.model or "")
-        send = self.backend.send
-        self.in_flight += 1
-        try:
-            resp, attempts = await call_with_retries(lambda: send(request), self.policy,
-                                                     lambda _e: acct.record_retry(akey))
-            if attempts != resp.attempts:
-                resp = dataclasses.replace(resp, attempts=attempts)
-        except LLMError as exc:
-            resp = ChatResponse(error=exc, model=request.model or "", backend=self.backend.name,
-                                attempts=getattr(exc, "attempts", 1))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a backend or sim-responder bug: recorded, and logged loudly
-            _log.exception("LLM backend %r raised %s for tag %r; recorded as a failed request",
-                           self.backend.name, type(exc).__name__, request.tag)
-            err = map_exception(exc)
-            err.__cause__ = exc
-            resp = ChatResponse(error=err, model=request.model or "", backend=self.backend.name)
-        finally:
-            self.in_flight -= 1
+        async with self._slots:  # engine-wide max_in_flight, across concurrent complete() calls
+            self.in_flight += 1
+            try:
+                resp, attempts = await self._retried(request, akey)
+                if attempts != resp.attempts:
+                    resp = dataclasses.replace(resp, attempts=attempts)
+            except LLMError as exc:
+                resp = ChatResponse(error=exc, model=request.model or "", backend=self.backend.name,
+                                    attempts=getattr(exc, "attempts", 1))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a backend or sim-responder bug: recorded, and logged loudly
+                _log.exception("LLM backend %r raised %s for tag %r; recorded as a failed request",
+                               self.backend.name, type(exc).__name__, request.tag)
+                err = map_exception(exc)
+                err.__cause__ = exc
+                resp = ChatResponse(error=err, model=request.model or "", backend=self.backend.name)
+            finally:
+                self.in_flight -= 1
         acct.record(akey, resp)
         if resp.error is None and self.cache is not None:
             self.cache.put(key, resp)
@@ -251,4 +291,7 @@ class LLMEngine:
         snap = self.accounting.snapshot()
         snap["backend"] = self.backend.name
         snap["cache_misses"] = self.cache_misses
+        health = getattr(self.backend, "health", None)
+        if callable(health):
+            snap["endpoints"] = health()
         return snap

@@ -1,8 +1,9 @@
 """Backend for OpenAI-compatible servers (OpenAI, vLLM ``serve``, SGLang, llama.cpp …).
 
-One model may be served by several base URLs; each request goes to the
-endpoint with the fewest requests in flight, under that endpoint's
-``max_concurrency`` semaphore. Tool calling, ``n > 1``, ``seed``,
+One model may be served by several base URLs; each request takes a slot on the
+endpoint with the lowest in-flight ÷ ``max_concurrency`` (so mixed nodes are
+each filled to their limit), skipping endpoints whose circuit breaker is open
+(:mod:`fabrika.llm.routing`). Tool calling, ``n > 1``, ``seed``,
 ``response_format`` (json_schema) and ``extra_body`` (merged into the JSON body,
 e.g. vLLM's ``guided_json`` / ``chat_template_kwargs``) pass through.
 
@@ -16,7 +17,11 @@ Two transports send the same JSON and share one error mapping
   engine owns retries), reading the raw JSON to skip pydantic parsing.
 
 Each attempt raises ``LLMError(kind)`` from the original error; retries belong
-to the engine. The request's ``tag`` is sent as the ``x-fabrika-tag`` header
+to the engine. Timeouts: ``connect_timeout_s`` (a connect that does not finish
+is a ``connection`` error and counts toward the breaker), ``read_timeout_s``
+between bytes of the answer, ``timeout_s`` for the whole attempt. Both
+transports honour the proxy environment (``HTTPS_PROXY``, ``NO_PROXY``…).
+:func:`probe_endpoints` asks each endpoint's ``GET /models`` before a run. The request's ``tag`` is sent as the ``x-fabrika-tag`` header
 (useful in server logs and for the fake server's routing).
 """
 
@@ -24,12 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fabrika.errors import LLMError
 from fabrika.llm.retry import map_exception, map_http_error
+from fabrika.llm.routing import CapacityPolicy, CircuitBreaker, Endpoint, EndpointPool, RoutingPolicy
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
 
 if TYPE_CHECKING:
@@ -70,6 +74,13 @@ def build_body(request: ChatRequest, model: str) -> dict[str, Any]:
     return body
 
 
+#: Other servers' spellings of the standard finish reasons (TGI, older SGLang/llama.cpp, the legacy
+#: function-calling API); anything else stays as sent and the engine treats it as unfinished.
+FINISH_SYNONYMS = {"eos_token": "stop", "eos": "stop", "stop_sequence": "stop", "end_turn": "stop",
+                   "max_tokens": "length", "model_length": "length", "function_call": "tool_calls",
+                   "tool_use": "tool_calls"}
+
+
 def parse_completion(data: Any, backend: str) -> ChatResponse:
     """A :class:`ChatResponse` from a chat-completion JSON object.
 
@@ -106,8 +117,9 @@ def _parse_completion(data: Any, backend: str) -> ChatResponse:
                  "arguments": _text((tc.get("function") or {}).get("arguments")) or ""}
                 for tc in raw_calls if isinstance(tc, dict)
             )
+        finish = ch.get("finish_reason")
         choices.append(Choice(content=_text(msg.get("content")), tool_calls=calls,
-                              finish_reason=ch.get("finish_reason"),
+                              finish_reason=FINISH_SYNONYMS.get(finish, finish) if isinstance(finish, str) else finish,
                               reasoning=_text(msg.get("reasoning_content") or msg.get("reasoning"))))
     usage = data.get("usage") or {}
     return ChatResponse(
@@ -118,16 +130,17 @@ def _parse_completion(data: Any, backend: str) -> ChatResponse:
     )
 
 
-@dataclass(slots=True)
-class _Endpoint:
-    url: str
-    headers: dict[str, str]
-    api_key: str
-    semaphore: asyncio.Semaphore
-    in_flight: int = 0
-    sdk: Any = None
-    down_until: float = 0.0
-    cooldown_s: float = 0.0
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment (``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``, ``NO_PROXY``) gives ``url``,
+    as the SDK's httpx transport would pick it; ``None`` for a direct connection."""
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies_environment()
+    if not proxies or urllib.request.proxy_bypass_environment(parts.hostname or "", proxies):
+        return None
+    return proxies.get(parts.scheme) or proxies.get("all")
 
 
 class OpenAICompatBackend:
@@ -135,78 +148,56 @@ class OpenAICompatBackend:
 
     name = BACKEND_NAME
 
-    def __init__(self, config: "LLMConfig") -> None:
+    def __init__(self, config: "LLMConfig", policy: RoutingPolicy | None = None) -> None:
         if not config.endpoints:
             raise LLMError("bad_request", "llm.endpoints is empty; add at least one base_url")
         self.model = config.model
         self.timeout_s = config.timeout_s
+        self.connect_timeout_s = config.connect_timeout_s
+        self.read_timeout_s = config.read_timeout_s
         self.transport = config.transport
-        self.endpoints = [
-            _Endpoint(url=ep.base_url.rstrip("/") + "/chat/completions",
-                      headers={"Authorization": f"Bearer {ep.resolve_api_key()}", "Content-Type": "application/json"},
-                      api_key=ep.resolve_api_key(), semaphore=asyncio.Semaphore(ep.max_concurrency))
-            for ep in config.endpoints
-        ]
-        self._base_urls = [ep.base_url.rstrip("/") for ep in config.endpoints]
-        self._limit = sum(ep.max_concurrency for ep in config.endpoints)
+        b = config.breaker
+        endpoints = []
+        for ep in config.endpoints:
+            key = ep.resolve_api_key()
+            base = ep.base_url.rstrip("/")
+            endpoints.append(Endpoint(
+                base_url=base, url=base + "/chat/completions",
+                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"}, api_key=key,
+                max_concurrency=ep.max_concurrency, proxy=env_proxy(base),
+                breaker=CircuitBreaker(b.failure_threshold, b.cooldown_s, b.max_cooldown_s)))
+        self.pool = EndpointPool(endpoints, policy or CapacityPolicy())
+        self.endpoints = endpoints
         #: requests this backend can have in flight; the engine sizes its worker pool by it
-        self.capacity = self._limit
+        self.capacity = self.pool.capacity
         self._session: Any = None
-        self._rr = 0
-
-    def _pick(self) -> _Endpoint:
-        """Least requests in flight among healthy endpoints (round-robin on ties).
-
-        An endpoint that refused a connection or answered 502/503/504 cools down
-        (1 s, doubling to 30 s, reset by a success): a dead server fails fast, and
-        least-in-flight alone would send it ever more traffic.
-        """
-        eps = self.endpoints
-        if len(eps) == 1:
-            return eps[0]
-        self._rr = (self._rr + 1) % len(eps)
-        now = time.monotonic()
-        best: _Endpoint | None = None
-        for k in range(len(eps)):
-            ep = eps[(self._rr + k) % len(eps)]
-            if ep.down_until > now:
-                continue
-            if best is None or ep.in_flight < best.in_flight:
-                best = ep
-        if best is None:  # all cooling down: the one that recovers first
-            best = min(eps, key=lambda e: e.down_until)
-        return best
-
-    @staticmethod
-    def _observe(ep: _Endpoint, error: LLMError | None) -> None:
-        if error is None:
-            if ep.cooldown_s:
-                ep.cooldown_s = 0.0
-                ep.down_until = 0.0
-            return
-        if error.kind == "connection" or error.status_code in (502, 503, 504):
-            ep.cooldown_s = min(30.0, ep.cooldown_s * 2 or 1.0)
-            ep.down_until = time.monotonic() + ep.cooldown_s
 
     def endpoint_load(self) -> list[int]:
         """Requests in flight per endpoint (for progress displays and tests)."""
         return [ep.in_flight for ep in self.endpoints]
 
+    def health(self) -> list[dict[str, Any]]:
+        return self.pool.health()
+
     async def send(self, request: ChatRequest) -> ChatResponse:
-        ep = self._pick()
-        ep.in_flight += 1
+        pool = self.pool
+        ep, probe = await pool.acquire(request)
         try:
-            async with ep.semaphore:
-                if self.transport == "openai_sdk":
-                    resp = await self._send_sdk(ep, request)
-                else:
-                    resp = await self._send_aiohttp(ep, request)
+            if self.transport == "openai_sdk":
+                resp = await self._send_sdk(ep, request)
+            else:
+                resp = await self._send_aiohttp(ep, request)
         except LLMError as exc:
-            self._observe(ep, exc)
+            pool.release(ep, exc, probe)
+            key = ep.api_key
+            if len(key) >= 8 and key in exc.message:  # a server that echoes the key back: never keep it
+                exc.message = exc.message.replace(key, "***")
+                exc.args = (f"[{exc.kind}] {exc.message}",)
             raise
-        finally:
-            ep.in_flight -= 1
-        self._observe(ep, None)
+        except BaseException:
+            pool.release(ep, None, probe)
+            raise
+        pool.release(ep, None, probe)
         return resp
 
     # -- aiohttp -----------------------------------------------------------
@@ -215,9 +206,13 @@ class OpenAICompatBackend:
             import aiohttp
 
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._limit, limit_per_host=0, ttl_dns_cache=300),
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                connector=aiohttp.TCPConnector(limit=self.capacity, limit_per_host=0, ttl_dns_cache=300),
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=self.connect_timeout_s,
+                                              sock_read=self.read_timeout_s),
                 json_serialize=json.dumps,
+                # the proxy environment is read once per endpoint (env_proxy), not per request as
+                # trust_env=True does (that costs ~0.4 ms of CPU per request, measured in bench/llm_throughput.py)
+                trust_env=False,
             )
         return self._session
 
@@ -226,7 +221,7 @@ class OpenAICompatBackend:
         payload = json.dumps(build_body(request, self.model), ensure_ascii=False).encode("utf-8")
         headers = ep.headers if request.tag == "default" else {**ep.headers, "x-fabrika-tag": _ascii(request.tag)}
         try:
-            async with session.post(ep.url, data=payload, headers=headers) as resp:
+            async with session.post(ep.url, data=payload, headers=headers, proxy=ep.proxy) as resp:
                 raw = await resp.read()
                 status = resp.status
                 if status != 200:
@@ -246,9 +241,9 @@ class OpenAICompatBackend:
         if ep.sdk is None:
             import openai
 
-            base = self._base_urls[self.endpoints.index(ep)]
-            ep.sdk = openai.AsyncOpenAI(base_url=base, api_key=ep.api_key, max_retries=0, timeout=self.timeout_s,
-                                        http_client=openai.DefaultAioHttpClient(timeout=self.timeout_s))
+            timeout = openai.Timeout(self.timeout_s, connect=self.connect_timeout_s, read=self.read_timeout_s or self.timeout_s)
+            ep.sdk = openai.AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key, max_retries=0, timeout=timeout,
+                                        http_client=openai.DefaultAioHttpClient(timeout=timeout))
         return ep.sdk
 
     async def _send_sdk(self, ep: _Endpoint, request: ChatRequest) -> ChatResponse:
@@ -281,3 +276,44 @@ class OpenAICompatBackend:
 
 def _ascii(text: str) -> str:
     return text.encode("ascii", "replace").decode("ascii")
+
+
+async def probe_endpoints(config: "LLMConfig", timeout_s: float = 10.0) -> list[str]:
+    """Ask every endpoint's ``GET /models``: one problem line per endpoint that is unreachable,
+    refuses the key, or does not list ``config.model`` (empty list: all good)."""
+    import aiohttp
+
+    from fabrika.llm.redact import redact
+
+    problems: list[str] = []
+    timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, config.connect_timeout_s))
+    async with aiohttp.ClientSession(timeout=timeout, trust_env=True) as session:
+        async def one(i: int, ep: Any) -> str | None:
+            base = ep.base_url.rstrip("/")
+            where = f"llm.endpoints[{i}] {redact(base)}"
+            try:
+                headers = {"Authorization": f"Bearer {ep.resolve_api_key()}"}
+                async with session.get(base + "/models", headers=headers) as resp:
+                    raw = await resp.read()
+                    status = resp.status
+                    resp_headers = resp.headers
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError) as exc:
+                err = map_exception(exc)
+                return f"{where}: unreachable ({err.message}); is the server up and base_url right?"
+            if status != 200:
+                err = map_http_error(status, raw.decode("utf-8", "replace"), resp_headers)
+                return f"{where}: GET /models answered {err.message}"
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                return f"{where}: GET /models did not answer JSON; is base_url an OpenAI-compatible API (ending in /v1)?"
+            served = [str(m.get("id")) for m in (data.get("data") or []) if isinstance(m, dict)] \
+                if isinstance(data, dict) else []
+            if config.model not in served:
+                listed = ", ".join(served[:5]) + (" …" if len(served) > 5 else "") or "(none)"
+                return f"{where}: model {config.model!r} is not served there (it lists {listed}); check llm.model"
+            return None
+
+        results = await asyncio.gather(*[one(i, ep) for i, ep in enumerate(config.endpoints)])
+    problems.extend(r for r in results if r)
+    return problems

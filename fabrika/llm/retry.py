@@ -6,7 +6,9 @@ original, and nothing above the backend looks at provider types again.
 
 Retried kinds: ``rate_limit``, ``server``, ``timeout``, ``connection`` (see
 :data:`fabrika.errors.RETRYABLE_KINDS`) with exponential backoff plus jitter;
-a server's ``Retry-After`` replaces the computed wait (capped). Terminal kinds
+a server's ``Retry-After`` (seconds or an HTTP date) replaces the computed wait
+(capped), spread by up to 20 % plus ``jitter_s`` so hundreds of requests told
+the same Retry-After do not return in one burst. Terminal kinds
 (``bad_request``, ``auth``, ``not_found``, ``context_length``) fail at once.
 A ``finish_reason == "length"`` answer is not an error at all: the engine keeps
 it, marks it truncated and never re-asks with the same limit.
@@ -18,6 +20,7 @@ import asyncio
 import email.utils
 import json
 import random
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, TypeVar
@@ -57,13 +60,27 @@ def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
         return max(0.0, when.timestamp() - time.time())
 
 
+_TITLE = re.compile(r"<title>(.*?)</title>|<h1>(.*?)</h1>", re.I | re.S)
+_TAGS = re.compile(r"<[^>]+>")
+
+
+def _html_text(text: str) -> str:
+    """The gist of an HTML error page (nginx' ``<title>502 Bad Gateway</title>``), not its markup."""
+    m = _TITLE.search(text)
+    gist = (m.group(1) or m.group(2)) if m else _TAGS.sub(" ", text)
+    return "HTML error page: " + " ".join(gist.split())[:200]
+
+
 def _error_text(body: Any) -> tuple[str, str]:
     """(message, code) from an OpenAI-style error body (dict, JSON text or anything)."""
     if isinstance(body, (bytes, str)):
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
         try:
-            body = json.loads(body)
+            body = json.loads(text)
         except ValueError:
-            return str(body)[:500], ""
+            if "<html" in text[:512].lower() or "<!doctype" in text[:512].lower():
+                return _html_text(text), ""
+            return text[:500], ""
     if isinstance(body, dict):
         err = body.get("error", body)
         if isinstance(err, dict):
@@ -112,9 +129,12 @@ def map_exception(exc: BaseException) -> LLMError:
         if isinstance(exc, openai.APIStatusError):
             return map_http_error(exc.status_code, exc.body if exc.body is not None else exc.message,
                                   exc.response.headers if exc.response is not None else None)
+    import aiohttp
+
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):  # the connect phase: the server is unreachable
+        return LLMError("connection", f"connect timed out: {exc}")
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return LLMError("timeout", f"request timed out ({type(exc).__name__})")
-    import aiohttp
 
     if isinstance(exc, (aiohttp.ServerTimeoutError, aiohttp.SocketTimeoutError)):
         return LLMError("timeout", f"request timed out: {exc}")
@@ -154,8 +174,9 @@ class RetryPolicy:
     def wait_for(self, attempt: int, error: BaseException | None) -> float:
         """Seconds to wait before attempt ``attempt + 1`` (``attempt`` counts from 1)."""
         retry_after = getattr(error, "retry_after", None)
-        if retry_after is not None:
-            return min(float(retry_after), self.retry_after_max_s) + random.uniform(0, self.jitter_s * 0.1)
+        if retry_after is not None:  # spread the herd: +0..20 % and up to jitter_s on top of the server's wait
+            base = min(float(retry_after), self.retry_after_max_s)
+            return base * random.uniform(1.0, 1.2) + random.uniform(0, self.jitter_s)
         return min(self.max_s, self.initial_s * (2 ** (attempt - 1))) + random.uniform(0, self.jitter_s)
 
 

@@ -39,7 +39,7 @@ import random
 from typing import Callable, Union
 
 from fabrika.errors import LLMError
-from fabrika.llm.cache import request_key
+from fabrika.llm.cache import content_key
 from fabrika.llm.schema_gen import (
     choose_tool,
     generate_instance,
@@ -175,7 +175,7 @@ class SimBackend:
 
     def respond(self, request: ChatRequest, key: str | None = None) -> ChatResponse:
         """Synchronously build the answer to ``request`` (no latency, no injected errors)."""
-        key = key or request_key(request, self.model)
+        key = key or content_key(request, self.model)
         responder = find_sim_responder(request.tag)
         choices = []
         for i in range(max(1, request.n)):
@@ -197,7 +197,7 @@ class SimBackend:
         )
 
     async def send(self, request: ChatRequest) -> ChatResponse:
-        key = request_key(request, self.model)
+        key = content_key(request, self.model)
         if self.latency_s > 0:
             await asyncio.sleep(self.latency_s)
         if self.error_rate > 0.0:
@@ -210,6 +210,10 @@ class SimBackend:
                                      f"error_rate={self.error_rate})")
             self._attempts.pop(key, None)
         return self.respond(request, key)
+
+    def cache_scope(self, request: ChatRequest) -> str:
+        """What the cache key adds for a sim answer: its seed and the tag that picks the responder."""
+        return f"sim/{self.seed}/{request.tag}"
 
     async def aclose(self) -> None:
         self._attempts.clear()

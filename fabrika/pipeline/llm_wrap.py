@@ -1,10 +1,19 @@
 """The engine as one stage sees it: requests stamped with the stage, answers counted.
 
 Stages call ``ctx.llm.complete(...)`` as usual; this wrapper sets
-``request.meta["stage"]`` (accounting groups by it) and keeps per-stage
-counters for the progress line. A ``cache_miss`` answer under ``--cache-only``
-marks the current item so the runner leaves it unwritten for a later run
-instead of storing a rejection that would hide it forever.
+``request.meta["stage"]`` (accounting groups by it), keeps per-stage counters
+for the progress line and the manifest, and notes in the current item's
+:class:`ItemState` what its answers mean for it:
+
+* an answer whose error leaves the item pending
+  (:func:`fabrika.llm.failures.leaves_item_pending`: outage, rate limit, open
+  breaker, wrong key or model, ``--cache-only`` miss) marks the item so the
+  runner writes nothing for it — the next run asks again, instead of a
+  rejection that would hide it forever;
+* a terminal error (``bad_request``, ``context_length``) is remembered, so an
+  item that produced nothing but rejections counts toward the stage's
+  failure rate;
+* the backends that actually produced its answers label its rows (``llm_backend``).
 """
 
 from __future__ import annotations
@@ -14,10 +23,22 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from fabrika.errors import LLMError
+from fabrika.llm.failures import FailureTally, leaves_item_pending
 from fabrika.llm.types import ChatRequest, ChatResponse
 
-#: Per-item flag cell set by the runner inside each item's task.
-ITEM_CACHE_MISS: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("fabrika_item_miss", default=None)
+
+@dataclass(slots=True)
+class ItemState:
+    """What the LLM answers of one item said (set by the runner per item task)."""
+
+    pending: LLMError | None = None
+    terminal: LLMError | None = None
+    backends: set[str] = field(default_factory=set)
+
+
+#: The current item's state; ``None`` outside an item (setup, global stages).
+ITEM_STATE: contextvars.ContextVar[ItemState | None] = contextvars.ContextVar("fabrika_item_state", default=None)
 
 
 @dataclass
@@ -28,9 +49,15 @@ class LLMCounters:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     errors_by_kind: dict[str, int] = field(default_factory=dict)
+    #: requests whose failure left an item (or, outside items, the stage) pending
+    pending: int = 0
+    failures: FailureTally = field(default_factory=FailureTally)
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {"requests": self.requests, "cached": self.cached, "errors": self.errors,
+                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "errors_by_kind": dict(self.errors_by_kind), "pending": self.pending,
+                "failures": self.failures.as_dict()}
 
 
 class StageLLM:
@@ -48,18 +75,26 @@ class StageLLM:
 
     def _observe(self, responses: Sequence[ChatResponse]) -> None:
         c = self.counters
+        item = ITEM_STATE.get()
         for r in responses:
             c.requests += 1
             c.cached += bool(r.cached)
             c.prompt_tokens += r.usage.prompt_tokens
             c.completion_tokens += r.usage.completion_tokens
-            if r.error is not None:
-                c.errors += 1
-                c.errors_by_kind[r.error.kind] = c.errors_by_kind.get(r.error.kind, 0) + 1
-                if r.error.kind == "cache_miss":
-                    cell = ITEM_CACHE_MISS.get()
-                    if cell is not None:
-                        cell[0] = True
+            err = r.error
+            if err is None:
+                if item is not None and r.backend:
+                    item.backends.add(r.backend)
+                continue
+            c.errors += 1
+            c.errors_by_kind[err.kind] = c.errors_by_kind.get(err.kind, 0) + 1
+            c.failures.add(err)
+            if leaves_item_pending(err):
+                c.pending += 1
+                if item is not None and item.pending is None:
+                    item.pending = err
+            elif item is not None and item.terminal is None:
+                item.terminal = err
 
     async def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResponse]:
         responses = await self._engine.complete([self._stamp(r) for r in requests])

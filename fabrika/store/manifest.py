@@ -6,6 +6,11 @@ crashed run. Fields: ``config`` and ``config_hash``, ``packages`` (versions),
 (counts in/out/rejected by reason, timings, LLM counters, stage reports),
 ``accounting`` (the engine's snapshot), ``sandbox_isolation`` when a stage
 reports it, ``versions`` (materialised datasets) and timestamps.
+
+Secrets never reach it: :func:`redact` replaces the value of every
+``*_key`` / ``*token*`` / ``*secret*`` / ``*password*`` field (``api_key``,
+``hf_token``…) and the password of URLs (``https://user:pw@host``) with
+``***`` before the config is recorded.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ import time
 from importlib import metadata
 from typing import Any, Sequence
 
-PACKAGES = ("fabrika", "polars", "pyarrow", "pydantic", "datasets", "openai", "transformers", "trl", "torch")
+from fabrika.llm.redact import redact
 
+PACKAGES = ("fabrika", "polars", "pyarrow", "pydantic", "datasets", "openai", "transformers", "trl", "torch")
 
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -39,7 +45,7 @@ def base_manifest(config: Any, config_hash: str, backend: str, ordered: Sequence
 
     return {
         "name": config.name,
-        "config": config.model_dump(mode="json"),
+        "config": redact(config.model_dump(mode="json")),
         "config_file": config.source,
         "config_hash": config_hash,
         "packages": package_versions(),

@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterator, Sequence
 import polars as pl
 
 from fabrika.errors import StoreError
-from fabrika.store import shards
+from fabrika.store import journal, shards
+from fabrika.store.done_ids import DoneIds
 
 MANIFEST = "manifest.json"
 JOIN_DROP = ("input_id", "llm_backend")
@@ -71,7 +72,7 @@ class RunStore:
         return shards.clean_temp(self.stage_dir(stage))
 
     def drop_stage(self, stage: str) -> None:
-        """Forget a stage's output (global stages restart from scratch after a crash)."""
+        """Forget a stage's output (global stages restart from scratch; a stage whose config changed is redone)."""
         shutil.rmtree(self.stage_dir(stage), ignore_errors=True)
 
     def reset(self) -> None:
@@ -186,6 +187,36 @@ class RunStore:
         for batch in lf.select("input_id").collect_batches(chunk_size=65536):
             done.update(v for v in batch.get_column("input_id").to_list() if v is not None)
         return done
+
+    def done_ids(self, stage: str) -> DoneIds:
+        """:meth:`done_input_ids` in bounded memory (:class:`~fabrika.store.done_ids.DoneIds`, ~16 B per id)."""
+        done = DoneIds()
+        lf = self.scan_raw(stage)
+        if lf is None or "input_id" not in lf.collect_schema().names():
+            return done
+
+        def ids() -> Iterator[str]:
+            for batch in lf.select("input_id").collect_batches(chunk_size=65536):
+                yield from (v for v in batch.get_column("input_id").to_list() if v is not None)
+
+        done.extend(ids())
+        return done
+
+    def recover_journal(self, stage: str, done: DoneIds) -> int:
+        """Rows a crashed writer left in the stage's journal become a shard (see :mod:`fabrika.store.journal`);
+        their input ids join ``done``. Returns how many rows were recovered."""
+        d = self.stage_dir(stage)
+        rows = [r for r in journal.read_rows(d) if str(r.get("input_id") or r["id"]) not in done]
+        if rows:
+            shards.write_shard(d, rows)
+            for r in rows:
+                done.add(str(r.get("input_id") or r["id"]))
+        (d / journal.JOURNAL).unlink(missing_ok=True)
+        return len(rows)
+
+    def journal_rows(self, stage: str) -> int:
+        """Finished rows waiting in the stage's journal (durable, not yet in a shard)."""
+        return journal.count_rows(self.stage_dir(stage))
 
     def counts(self, stage: str) -> dict[str, Any]:
         """Rows, ok and rejected-by-reason counts of a stage (an aggregate; nothing else is loaded)."""

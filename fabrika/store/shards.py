@@ -84,6 +84,11 @@ def _flatten_value(value: Any) -> Any:
     return value
 
 
+def flatten_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with nested values as JSON text, as a shard stores it."""
+    return {k: _flatten_value(v) for k, v in row.items()}
+
+
 def rows_to_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
     """Build a shard frame: base columns typed as text, other columns inferred over all rows."""
     if not rows:

@@ -48,6 +48,7 @@ from fabrika.schemas.ids import stable_id
 from fabrika.pipeline import gates, registry
 from fabrika.store.run import JOIN_DROP, RunStore, annotation_column
 from fabrika.store import shards
+from fabrika.store.lock import hold_run_dir
 from fabrika.store.shards import atomic_write_json, fsync_dir, scan_files
 
 VERSION_NAME = re.compile(r"^[\w.-]+$")
@@ -180,6 +181,16 @@ def _decide(store: RunStore, stage: str, annotators: list[str], thresholds: Mapp
     return lf, decided.collect(), reasons
 
 
+def _refuse_duplicates(stage: str, ids: pl.Series) -> None:
+    """A dataset never holds one id twice: two writers or a stage bug would otherwise double samples silently."""
+    dup = ids.filter(ids.is_duplicated())
+    if len(dup):
+        n = dup.n_unique()
+        raise StoreError(f"stage {stage!r}: {n} id(s) written more than once (e.g. {dup[0]!r}); refusing to "
+                         "materialise a dataset with duplicates — ids must be unique per stage (derive them from "
+                         "the inputs that make the item distinct); rerun with --no-resume to rebuild the stage")
+
+
 def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
     """Write and fsync (the version directory is renamed into place only after every file is durable)."""
     with open(path, "wb") as fh:
@@ -302,6 +313,7 @@ def _build(
             funnel["gates"][stage] = {"in": 0, "out": 0}
             continue
         lf, decided, reasons = got
+        _refuse_duplicates(stage, decided["id"])
         counts = gates.funnel_of(decided.lazy(), reasons)
         funnel["gates"][stage] = counts
         total += counts["out"]
@@ -345,9 +357,16 @@ def materialise(
         previous: version this one derives from (recorded for ``status``/diffs).
     """
     store = RunStore(run_dir)
-    manifest = store.read_manifest()
-    if not manifest:
+    if not store.manifest_path.is_file():
         raise StoreError(f"{store.run_dir}: not a run directory (no manifest.json); run `fabrika run CONFIG` first")
+    with hold_run_dir(store.run_dir, f"fabrika refilter {store.run_dir}"):  # re-entrant inside `fabrika run`
+        return _materialise(store, thresholds, name, previous)
+
+
+def _materialise(store: RunStore, thresholds: Mapping[str, Any] | None, name: str | None,
+                 previous: str | None) -> VersionInfo:
+    run_dir = store.run_dir
+    manifest = store.read_manifest()
     load_run_modules(manifest)
     config = manifest.get("config", {})
     thresholds = dict(config.get("filters", {}) if thresholds is None else thresholds)

@@ -7,8 +7,10 @@ response specs and fault kinds) so each piece stays small and testable.
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
+import time
 import logging
 import random
 import traceback
@@ -24,10 +26,15 @@ from fabrika.testing.http import HttpReply, HttpRequest
 _log = logging.getLogger(__name__)
 
 FAULT_KINDS: tuple[str, ...] = (
-    "rate_limit", "server", "hang", "bad_request", "auth", "not_found", "context_length",
+    "rate_limit", "rate_limit_date", "server", "bad_gateway_html", "overloaded", "hang", "abort",
+    "bad_request", "auth", "not_found", "context_length",
     "truncated_json", "length", "unknown_tool", "bad_args", "wrong_language",
 )
 RETRYABLE_FAULTS: tuple[str, ...] = ("rate_limit", "server")
+
+_NGINX_502 = (b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+              b"<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx/1.24.0</center>\r\n"
+              b"</body>\r\n</html>\r\n")
 
 Spec = Any  # str | dict | Callable[[dict], str | dict]
 Matcher = str | Callable[[dict[str, Any]], bool] | None
@@ -104,10 +111,13 @@ def _error_body(kind: str, message: str, code: str | None = None) -> bytes:
 class FakeOpenAIApp:
     """Routing, scripts, faults and counters; transport-free so it is easy to reason about."""
 
-    def __init__(self, *, latency_ms: float = 0.0, model: str = "fake-model", seed: int = 0,
-                 hang_s: float = 30.0, retry_after: float = 0.05, record: int = 10_000) -> None:
+    def __init__(self, *, latency_ms: float = 0.0, model: str = "fake", seed: int = 0,
+                 hang_s: float = 30.0, retry_after: float = 0.05, record: int = 10_000,
+                 models: Iterable[str] | None = None) -> None:
         self.latency_ms = latency_ms
         self.model = model
+        #: what GET /models lists; a chat request naming another model gets 404 model_not_found (like vLLM)
+        self.models: list[str] = list(models) if models is not None else [model]
         self.seed = seed
         self.hang_s = hang_s
         self.retry_after = retry_after
@@ -187,9 +197,11 @@ class FakeOpenAIApp:
 
     def _handle(self, http: HttpRequest) -> HttpReply:
         path = http.path.split("?", 1)[0].rstrip("/")
-        if http.method == "GET" and path.endswith("/models"):
-            self._count("models", 200)
-            body = {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "fabrika-fake"}]}
+        if http.method == "GET" and path.endswith("/models"):  # not in `served`: that counts chat requests
+            self.routes["models"] += 1
+            self.status_counts[200] += 1
+            body = {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "fabrika-fake"}
+                                               for m in self.models]}
             return HttpReply(200, json.dumps(body).encode())
         if http.method != "POST" or not path.endswith("/chat/completions"):
             self._count("unknown_route", 404)
@@ -204,6 +216,12 @@ class FakeOpenAIApp:
             self.requests.append(req)
             self.request_tags.append(tag)
         delay = self.latency_ms
+        asked = req.get("model")
+        if asked is not None and asked not in self.models:
+            self._count("fault:model_not_found", 404)
+            self.fault_counts["model_not_found"] += 1
+            return HttpReply(404, _error_body("NotFoundError", f"The model `{asked}` does not exist.",
+                                              "model_not_found"), delay_s=delay / 1000.0)
         fault, retry_after = self._fault_for(req, http.body, tag)
         route, spec = "default", None
         if fault is None:
@@ -213,6 +231,13 @@ class FakeOpenAIApp:
                     if s.latency_ms is not None:
                         delay = s.latency_ms
                     break
+            if isinstance(spec, dict) and spec.get("http_status"):  # a raw answer: any status, any body
+                body = spec.get("body", "")
+                reply = HttpReply(int(spec["http_status"]), body.encode() if isinstance(body, str) else body,
+                                  dict(spec.get("headers") or {}))
+                self._count(route, reply.status)
+                reply.delay_s = delay / 1000.0
+                return reply
             if isinstance(spec, dict) and spec.get("fault"):
                 fault, retry_after = spec["fault"], spec.get("retry_after")
                 _check_kind(fault)
@@ -254,8 +279,21 @@ class FakeOpenAIApp:
             ra = self.retry_after if retry_after is None else retry_after
             return HttpReply(429, _error_body("rate_limit_error", "fake: rate limited", "rate_limit_exceeded"),
                              {"Retry-After": f"{ra:g}"})
+        if kind == "rate_limit_date":  # Retry-After as an HTTP date (RFC 9110), as some gateways send it
+            ra = self.retry_after if retry_after is None else retry_after
+            when = email.utils.formatdate(time.time() + max(1.0, ra), usegmt=True)
+            return HttpReply(429, _error_body("rate_limit_error", "fake: rate limited", "rate_limit_exceeded"),
+                             {"Retry-After": when})
         if kind == "server":
             return HttpReply(500, _error_body("server_error", "fake: internal error"))
+        if kind == "bad_gateway_html":  # a proxy in front of a restarting server: HTML, not JSON
+            return HttpReply(502, _NGINX_502, {"Content-Type": "text/html"})
+        if kind == "overloaded":
+            return HttpReply(503, _error_body("server_error", "fake: server overloaded, try again later"),
+                             {"Retry-After": "1"})
+        if kind == "abort":  # vLLM aborted the request (engine restart, preemption): 200 with no real answer
+            spec_abort: dict[str, Any] = {"content": "", "finish_reason": "abort"}
+            return HttpReply(200, json.dumps(self._completion(req, spec_abort), ensure_ascii=False).encode())
         if kind == "hang":
             return HttpReply(200, hang_s=self.hang_s)
         if kind == "bad_request":

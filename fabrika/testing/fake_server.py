@@ -28,19 +28,29 @@ script stops matching) or from ``responder(request_json)`` every time.
 A response spec is a ``str`` (text), or a dict with any of ``content``,
 ``tool_calls`` (``[{"name", "arguments": dict | str}]``), ``finish_reason``,
 ``choices`` (a list of specs, for ``n > 1``), ``usage``, ``latency_ms``,
-``fault`` (one of :data:`FAULT_KINDS`) and ``retry_after``. Without a matching
+``fault`` (one of :data:`FAULT_KINDS`) and ``retry_after`` — or a raw HTTP answer,
+``{"http_status": 502, "body": "...", "headers": {...}}``. Without a matching
 script the default answer follows the ``sim`` fallback with ``"[fake]"`` marks
 (schema-valid JSON for ``response_format``, a schema-valid tool call when tools
 are given, else short text).
 
-Faults (:data:`FAULT_KINDS`): ``rate_limit`` (429 + ``Retry-After``),
-``server`` (500), ``hang`` (no answer; the client must time out),
+Faults (:data:`FAULT_KINDS`): ``rate_limit`` (429 + ``Retry-After`` in
+seconds), ``rate_limit_date`` (429 + ``Retry-After`` as an HTTP date),
+``server`` (500), ``bad_gateway_html`` (502 with nginx's HTML page),
+``overloaded`` (503), ``abort`` (200 with ``finish_reason: "abort"``, as vLLM
+answers a request it dropped), ``hang`` (no answer; the client must time out),
 ``bad_request`` (400), ``auth`` (401), ``not_found`` (404), ``context_length``
 (400, ``context_length_exceeded``), and 200-answers with bad content:
 ``truncated_json``, ``length`` (``finish_reason="length"``), ``unknown_tool``,
 ``bad_args`` (arguments breaking the schema), ``wrong_language`` (English text).
 Rate faults are decided by a hash of (seed, request body, attempt number), so
 they are reproducible however requests interleave.
+
+``served`` counts chat requests (not ``GET /models``, which a run's probe sends).
+``GET /v1/models`` lists ``models`` (default: ``[model]``); a chat request
+naming any other model gets vLLM's ``404 model_not_found``. :meth:`stop` then
+:meth:`start` (or :meth:`restart`) brings the server back on the same port,
+as a restarted vLLM would.
 
 For benches run it as a process: ``python -m fabrika.testing.fake_server
 --port 0 --latency-ms 200`` prints ``READY <port>`` once listening.
@@ -65,8 +75,10 @@ class FakeOpenAIServer:
     """The fake server on a background thread (see module docstring). Context manager, sync or async."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, latency_ms: float = 0.0,
-                 model: str = "fake-model", seed: int = 0, hang_s: float = 30.0, retry_after: float = 0.05) -> None:
-        self.app = FakeOpenAIApp(latency_ms=latency_ms, model=model, seed=seed, hang_s=hang_s, retry_after=retry_after)
+                 model: str = "fake", seed: int = 0, hang_s: float = 30.0, retry_after: float = 0.05,
+                 models: list[str] | None = None) -> None:
+        self.app = FakeOpenAIApp(latency_ms=latency_ms, model=model, seed=seed, hang_s=hang_s, retry_after=retry_after,
+                                 models=models)
         self.host = host
         self.port = port
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -123,6 +135,9 @@ class FakeOpenAIServer:
                 "status": dict(self.app.status_counts), "max_in_flight": self.app.max_in_flight}
 
     def start(self) -> "FakeOpenAIServer":
+        """Start serving (again after :meth:`stop`: the same port, so clients see a restarted server)."""
+        self._ready = threading.Event()
+        self._error = None
         self._thread = threading.Thread(target=self._run, name="fake-openai-server", daemon=True)
         self._thread.start()
         if not self._ready.wait(10):
@@ -166,12 +181,23 @@ class FakeOpenAIServer:
                 self._server.close()
                 for proto in list(self._conns):
                     if proto.transport is not None:
-                        proto.transport.close()
-                loop.stop()
+                        proto.transport.abort()  # like a killed process: open connections are reset
+                # let the close callbacks run (loop.stop() alone would skip them and leave the sockets open,
+                # so clients with keep-alive connections would hang until their timeout)
+                loop.call_later(0.02, loop.stop)
 
             loop.call_soon_threadsafe(_shutdown)
             self._thread.join(10)
         self._thread = None
+
+    def restart(self) -> "FakeOpenAIServer":
+        """Stop and start on the same port (counters and scripts stay)."""
+        self.stop()
+        return self.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def __enter__(self) -> "FakeOpenAIServer":
         return self.start()
@@ -206,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port (printed as 'READY <port>')")
     p.add_argument("--latency-ms", type=float, default=0.0)
-    p.add_argument("--model", default="fake-model")
+    p.add_argument("--model", default="fake")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fault-rate", type=float, default=0.0)
     p.add_argument("--fault-kinds", default="rate_limit,server")

@@ -19,7 +19,7 @@ from typing import Callable
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 411: "Length Required",
             413: "Payload Too Large", 429: "Too Many Requests", 500: "Internal Server Error",
-            503: "Service Unavailable"}
+            502: "Bad Gateway", 503: "Service Unavailable"}
 
 _MAX_BODY = 64 * 1024 * 1024
 
@@ -151,8 +151,9 @@ class HttpProtocol(asyncio.Protocol):
 
 def _render(reply: HttpReply, close: bool = False) -> bytes:
     parts = [f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Status')}\r\n",
-             f"Content-Length: {len(reply.body)}\r\n",
-             "Content-Type: application/json\r\n"]
+             f"Content-Length: {len(reply.body)}\r\n"]
+    if "Content-Type" not in reply.headers:
+        parts.append("Content-Type: application/json\r\n")
     for k, v in reply.headers.items():
         parts.append(f"{k}: {v}\r\n")
     if close:

@@ -11,7 +11,7 @@ FAST_BACKOFF = {"backoff_initial_s": 0.001, "backoff_max_s": 0.01, "backoff_jitt
 
 
 def http_config(*servers: FakeOpenAIServer, transport: str = "aiohttp", **overrides: Any) -> LLMConfig:
-    fields: dict[str, Any] = {"backend": "openai", "model": "fake-model", "transport": transport,
+    fields: dict[str, Any] = {"backend": "openai", "model": "fake", "transport": transport,
                               "endpoints": [{"base_url": s.base_url, "api_key": "test"} for s in servers],
                               "timeout_s": 5.0, **FAST_BACKOFF}
     fields.update(overrides)

@@ -29,11 +29,11 @@ def client(srv: FakeOpenAIServer) -> openai.OpenAI:
 
 
 def ask(srv: FakeOpenAIServer, text: str = "привет", **kw: object) -> object:
-    return client(srv).chat.completions.create(model="m", messages=[{"role": "user", "content": text}], **kw)
+    return client(srv).chat.completions.create(model="fake", messages=[{"role": "user", "content": text}], **kw)
 
 
 def test_models_and_default_text(server: FakeOpenAIServer) -> None:
-    assert [m.id for m in client(server).models.list().data] == ["fake-model"]
+    assert [m.id for m in client(server).models.list().data] == ["fake"]
     r = ask(server, "как дела?")
     assert r.choices[0].message.content.startswith("[fake]")
     assert r.usage.prompt_tokens > 0 and r.usage.completion_tokens > 0
@@ -113,7 +113,7 @@ def test_hang_times_out_client() -> None:
         srv.faults(kind="hang", times=1)
         c = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0, timeout=0.3)
         with pytest.raises(openai.APITimeoutError):
-            c.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+            c.chat.completions.create(model="fake", messages=[{"role": "user", "content": "x"}])
         assert srv.counts["faults"] == {"hang": 1}
 
 
@@ -139,7 +139,7 @@ def test_latency_concurrency_and_reset(server: FakeOpenAIServer) -> None:
 
     async def main() -> None:
         c = openai.AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
-        await asyncio.gather(*[c.chat.completions.create(model="m", messages=[{"role": "user", "content": str(i)}])
+        await asyncio.gather(*[c.chat.completions.create(model="fake", messages=[{"role": "user", "content": str(i)}])
                                for i in range(20)])
         await c.close()
 
@@ -168,9 +168,9 @@ def test_runs_as_a_subprocess_for_benches() -> None:
         line = proc.stdout.readline().split()
         assert line[0] == "READY"
         c = openai.OpenAI(base_url=f"http://127.0.0.1:{line[1]}/v1", api_key="x", max_retries=0, timeout=5)
-        assert [m.id for m in c.models.list().data] == ["fake-model"]
+        assert [m.id for m in c.models.list().data] == ["fake"]
         with pytest.raises(openai.InternalServerError):
-            c.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+            c.chat.completions.create(model="fake", messages=[{"role": "user", "content": "x"}])
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=5)

@@ -31,8 +31,7 @@ def test_bookkeeping_fields_do_not_change_the_key() -> None:
     other = dataclasses.replace(BASE, tag="another.role", meta={"stage": "x", "item": 3})
     assert request_key(other) == request_key(BASE)
     assert isinstance(CACHE_KEY_VERSION, int)
-    # stable across processes: a fixed value pins the recipe (bump CACHE_KEY_VERSION when this changes)
-    assert request_key(req("a", model="m")) == request_key(req("a", model="m"))
+    # the recipe itself is pinned by a literal hash in test_llm_real_faults.test_cache_key_recipe_is_pinned
     assert len(request_key(BASE)) == 64
 
 

@@ -166,9 +166,12 @@ async def test_dead_endpoint_cools_down_and_traffic_moves(make_engine: Callable[
     dead = FakeOpenAIServer().start()
     dead.stop()
     with FakeOpenAIServer(latency_ms=5) as live:
-        async with make_engine(dead, live, transport=transport, max_retries=3) as eng:
+        async with make_engine(dead, live, transport=transport, max_retries=3,
+                               breaker={"failure_threshold": 3, "cooldown_s": 60}) as eng:
             resps = [await eng.complete_one(req(f"q{i}")) for i in range(30)]
+            health = eng.stats()["endpoints"]
     assert all(r.ok for r in resps)
     assert live.served == 30
-    # the dead endpoint is tried once, then skipped while it cools down
-    assert sum(r.attempts for r in resps) == 31
+    # the dead endpoint is tried until its breaker opens (3 consecutive failures), then skipped
+    assert sum(r.attempts for r in resps) == 33
+    assert [h["breaker"] for h in health] == ["open", "closed"]

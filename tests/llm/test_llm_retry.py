@@ -51,8 +51,30 @@ def test_map_exception_from_openai_sdk() -> None:
 def test_policy_wait_prefers_retry_after_and_grows_exponentially() -> None:
     p = RetryPolicy(max_retries=5, initial_s=0.1, max_s=1.0, jitter_s=0.0, retry_after_max_s=3.0)
     assert [p.wait_for(a, None) for a in (1, 2, 3, 4, 5)] == [0.1, 0.2, 0.4, 0.8, 1.0]
-    assert p.wait_for(1, LLMError("rate_limit", "x", retry_after=2.0)) == 2.0
-    assert p.wait_for(1, LLMError("rate_limit", "x", retry_after=60.0)) == 3.0
+    assert 2.0 <= p.wait_for(1, LLMError("rate_limit", "x", retry_after=2.0)) <= 2.4
+    assert 3.0 <= p.wait_for(1, LLMError("rate_limit", "x", retry_after=60.0)) <= 3.6
+
+
+def test_retry_after_waits_of_a_herd_are_spread() -> None:
+    """256 requests told the same Retry-After must not come back in one burst."""
+    p = RetryPolicy(max_retries=5, initial_s=0.1, max_s=1.0, jitter_s=0.5, retry_after_max_s=30.0)
+    waits = sorted(p.wait_for(1, LLMError("rate_limit", "x", retry_after=2.0)) for _ in range(256))
+    assert waits[0] >= 2.0 and waits[-1] <= 2.0 * 1.2 + 0.5
+    assert waits[-1] - waits[0] > 0.5  # spread over at least half a second
+    in_any_50ms = max(sum(1 for w in waits if a <= w < a + 0.05) for a in waits)
+    assert in_any_50ms < 40  # no burst: well under a sixth of the herd in any 50 ms window
+
+
+def test_retry_after_as_http_date() -> None:
+    import email.utils
+    import time as _time
+
+    from fabrika.llm.retry import parse_retry_after
+
+    when = email.utils.formatdate(_time.time() + 5, usegmt=True)
+    got = parse_retry_after({"Retry-After": when})
+    assert got is not None and 3.5 <= got <= 5.0
+    assert parse_retry_after({"Retry-After": "garbage"}) is None
 
 
 async def test_call_with_retries_counts_attempts_and_stops_on_terminal() -> None:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import pytest
 
-from fabrika.llm import LLMConfig, LLMEngine, build_engine
+from fabrika.llm import ChatRequest, LLMConfig, LLMEngine, build_engine
 from fabrika.testing import FakeOpenAIServer
 from tests.llm.llm_helpers import req
 
@@ -27,7 +27,7 @@ async def test_request_fields_reach_the_server(server: FakeOpenAIServer, make_en
     assert resp.ok and len(resp.choices) == 2 and bare.ok
     sent = {r["messages"][0]["content"]: r for r in server.requests}
     body = sent["Привет"]
-    assert body["model"] == "fake-model" and body["tools"] == [TOOL] and body["tool_choice"] == "auto"
+    assert body["model"] == "fake" and body["tools"] == [TOOL] and body["tool_choice"] == "auto"
     assert (body["temperature"], body["top_p"], body["max_tokens"], body["n"]) == (0.3, 0.9, 64, 2)
     assert body["seed"] == 12  # seed + sample_index: K samples of one prompt must differ
     assert body["response_format"] == FMT and body["stop"] == ["###"] and body["guided_json"] == {"type": "object"}
@@ -44,16 +44,33 @@ def fake_vllm(outputs: list[tuple[str, str]], fail: Exception | None = None) -> 
     seen: dict[str, Any] = {}
 
     class Tokenizer:
-        def apply_chat_template(self, messages: list, tools: Any = None, **kw: Any) -> str:
+        """A Llama-style tokenizer: the template writes BOS itself; encoding text adds another unless told not to."""
+
+        bos = 1
+
+        def apply_chat_template(self, messages: list, tools: Any = None, tokenize: bool = True, **kw: Any) -> Any:
             seen["template"] = {"messages": messages, "tools": tools, **kw}
-            return "PROMPT"
+            if any(m.get("role") == "assistant" for m in messages[:1]):
+                raise ValueError("Conversation roles must alternate user/assistant/user/assistant/...")
+            text = "<s>" + "".join(f"[{m['role']}]{m.get('content')}" for m in messages) + "[assistant]"
+            return self.encode(text, add_special_tokens=False) if tokenize else text
+
+        def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+            ids = [self.bos] if add_special_tokens else []
+            for k, part in enumerate(text.split("<s>")):
+                if k:
+                    ids.append(self.bos)
+                ids.extend(100 + ord(ch) % 50 for ch in part)
+            return ids
 
     class Engine:
         def get_tokenizer(self) -> Tokenizer:
             return Tokenizer()
 
-        async def generate(self, prompt: str, params: Any, request_id: str) -> Any:
+        async def generate(self, prompt: Any, params: Any, request_id: str) -> Any:
             seen["params"] = params.kw
+            seen["prompt"] = prompt
+            seen["calls"] = seen.get("calls", 0) + 1
             if fail is not None:
                 raise fail
             yield _Obj(outputs=[_Obj(text=t, finish_reason=f, token_ids=[1, 2, 3]) for t, f in outputs],
@@ -96,6 +113,31 @@ async def test_vllm_adapter_maps_context_errors(monkeypatch: pytest.MonkeyPatch)
     async with build_engine(LLMConfig(backend="vllm", model="tiny", cache={"enabled": False}), None) as eng:
         resp = await eng.complete_one(req("x"))
     assert resp.error.kind == "context_length" and resp.attempts == 1
+
+
+async def test_vllm_gets_token_ids_with_one_bos(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod, seen = fake_vllm([("Ответ.", "stop")])
+    monkeypatch.setitem(sys.modules, "vllm", mod)
+    async with build_engine(LLMConfig(backend="vllm", model="tiny", cache={"enabled": False}), None) as eng:
+        resp = await eng.complete_one(req("Привет"))
+    assert resp.ok
+    ids = seen["prompt"]["prompt_token_ids"]
+    assert ids[0] == 1 and ids.count(1) == 1  # the template's BOS, and no second one from re-tokenising text
+    assert "prompt" not in seen["prompt"]  # no text for vLLM to tokenise again
+
+
+async def test_vllm_abort_is_retried_and_template_errors_are_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod, seen = fake_vllm([("", "abort")])
+    monkeypatch.setitem(sys.modules, "vllm", mod)
+    cfg = LLMConfig(backend="vllm", model="tiny", cache={"enabled": False}, max_retries=2, backoff_initial_s=0.001,
+                    backoff_max_s=0.001, backoff_jitter_s=0)
+    async with build_engine(cfg, None) as eng:
+        aborted = await eng.complete_one(req("x"))
+        assert aborted.error.kind == "server" and aborted.attempts == 3 and "abort" in aborted.error.message
+        calls = seen["calls"]
+        bad = await eng.complete_one(ChatRequest(messages=({"role": "assistant", "content": "сначала я"},)))
+    assert bad.error.kind == "bad_request" and bad.attempts == 1 and "chat template" in bad.error.message
+    assert seen["calls"] == calls  # the template failed before vLLM was asked
 
 
 @pytest.mark.parametrize("data", [None, [], {"choices": []}, {"choices": ["x"]}, {"choices": [{"message": "hi"}]},

@@ -24,7 +24,7 @@ def config(tmp_path: Path, base_url: str) -> PipelineConfig:
     doc = {
         "name": "gen",
         "run_dir": str(tmp_path / "run"),
-        "llm": {"backend": "openai", "model": "fake-model", "endpoints": [{"base_url": base_url}],
+        "llm": {"backend": "openai", "model": "fake", "endpoints": [{"base_url": base_url}],
                 "max_retries": 0, "timeout_s": 5},
         "stages": [
             {"kind": "generic.prompts", "name": "prompts", "path": "p.jsonl"},

@@ -17,10 +17,10 @@ ANNOTATORS = ["filter.length", "filter.dedup"]
 THRESHOLDS = {"length": {"max_tokens": 450}}
 
 
-def _run(tmp_path: Path, n: int = 40, per_shard: int = 7) -> Path:
+def _run(tmp_path: Path, n: int = 40, per_shard: int = 7, duplicate: bool = False) -> Path:
     """``data`` in shards of ``per_shard`` rows whose schemas differ (``extra`` only in some, an int
     column that is null in one shard), annotated by two scorers in another order, one id missing
-    and one duplicated in the length scorer."""
+    (and, with ``duplicate``, one duplicated) in the length scorer."""
     run = tmp_path / "run"
     store = RunStore(run)
     ids = [f"id{i:03d}" for i in range(n)]
@@ -32,7 +32,8 @@ def _run(tmp_path: Path, n: int = 40, per_shard: int = 7) -> Path:
     scrambled = ids[1::2] + ids[0::2]
     length = [{"id": i, "input_id": i, "status": "ok", "reason": None, "len_total_tokens": 25 * k}
               for k, i in enumerate(scrambled) if i != "id003"]
-    length.append(dict(length[0], len_total_tokens=1))  # duplicated annotation: the join repeats that row
+    if duplicate:
+        length.append(dict(length[0], len_total_tokens=1))  # duplicated annotation: the join repeats that row
     for s in range(0, len(length), 11):
         store.write("filter.length", length[s:s + 11])
     store.write("filter.dedup", [{"id": i, "input_id": i, "status": "ok", "reason": None,

@@ -1,0 +1,86 @@
+"""What a run's outcome is: per-stage counters, and the lines that say a run did not finish.
+
+A stage did not finish when items are still pending (an outage, an open
+breaker, ``--cache-only`` misses), when its share of items that failed for LLM
+reasons passes ``llm.max_failure_rate`` (judged once ``MIN_ITEMS_FOR_RATE``
+items finished, or at 100 %), or when it stopped early (the runner stops a
+stage when the rate over its recent items — a window of ``2 × max_in_flight``,
+at least ``MIN_ITEMS_FOR_RATE`` — passes the limit). A stage that rejected
+every item it processed is a loud warning, not a failure (a strict gate may do that).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from fabrika.pipeline.llm_wrap import LLMCounters
+
+#: A stage's failure rate is judged (for stopping early) once this many items finished.
+MIN_ITEMS_FOR_RATE = 50
+
+
+@dataclass
+class StageStats:
+    """What one stage did in this invocation (store totals are added from the shards)."""
+
+    seen: int = 0
+    processed: int = 0
+    skipped: int = 0
+    cache_miss: int = 0
+    internal_errors: int = 0
+    rejected: int = 0
+    shards: int = 0
+    rows_written: int = 0
+    seconds: float = 0.0
+    llm: LLMCounters = field(default_factory=LLMCounters)
+    report: dict[str, Any] = field(default_factory=dict)
+    fingerprint: str | None = None
+    #: items left unwritten because an LLM answer failed outside the item (retried by the next run)
+    pending: int = 0
+    #: items whose LLM call failed terminally and that produced nothing but rejections
+    llm_failed: int = 0
+    ok_rows: int = 0
+    recovered: int = 0
+    stopped_early: bool = False
+    reprocessed: list[str] = field(default_factory=list)
+
+    def failure_rate(self) -> float:
+        finished = self.processed + self.pending - self.cache_miss
+        return (self.pending - self.cache_miss + self.llm_failed) / finished if finished > 0 else 0.0
+
+
+def run_problems(stats: Mapping[str, StageStats], max_failure_rate: float, halted: str | None,
+                 not_run: Sequence[str]) -> list[str]:
+    """One line per stage that did not finish, naming the most common error and its fix."""
+    out = []
+    for name, st in stats.items():
+        rate = st.failure_rate()
+        common = st.llm.failures.most_common()
+        why = f"most common error: {common[0]}" if common else "no LLM error recorded"
+        if st.pending:
+            out.append(f"stage {name}: {st.pending} item(s) pending ({why})")
+        elif rate > max_failure_rate and (st.processed >= MIN_ITEMS_FOR_RATE or rate >= 1.0):
+            out.append(f"stage {name}: {rate:.0%} of items failed, above llm.max_failure_rate="
+                       f"{max_failure_rate:g} ({why})")
+        elif st.stopped_early:
+            out.append(f"stage {name}: stopped early ({why})")
+        elif st.llm.pending:  # a global stage (or a setup call) whose LLM answers failed: redone next run
+            out.append(f"stage {name}: {st.llm.pending} LLM request(s) failed outside items; the stage is "
+                       f"redone on the next run ({why})")
+    if halted and not_run:
+        out.append(f"stages not run because {halted} stopped: {', '.join(not_run)}")
+    return out
+
+
+def run_warnings(stats: Mapping[str, StageStats], manifest: Mapping[str, Any], run_dir: Path) -> list[str]:
+    """A loud line per stage that rejected every item it processed in this run."""
+    out = []
+    for name, st in stats.items():
+        if st.processed and not st.ok_rows:
+            reasons = (manifest.get("stages", {}).get(name, {}) or {}).get("rejected") or {}
+            top = max(reasons, key=lambda r: reasons[r]) if reasons else "unknown"
+            out.append(f"stage {name}: all {st.processed} item(s) processed in this run were rejected "
+                       f"(most common reason: {top}); see `fabrika status {run_dir}`")
+    return out
