@@ -56,7 +56,7 @@ EXPAND_ANSWERS = [
     "\n".join(["1. Ответ должен содержать не менее 50 слов.", "2. The answer must be short and precise.",
                "3. #@@ %% ~~ ^^ &&", "4. Ок", "5. Весь ответ должен быть написан строчными буквами!",
                "6. Твой ответ должен содержать не менее 50 слов."]),
-    {"fault": "server"},
+    {"fault": "bad_request"},  # terminal: a recorded llm_error (a 5xx would leave the item pending)
     {"content": "1. Ответ должен содержать ровно 3 абзаца.\n2. Ответ должен заканчиваться вопро", "finish_reason": "length"},
     "",
 ]

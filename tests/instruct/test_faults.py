@@ -1,4 +1,6 @@
-"""Wrong, truncated, failed and non-Russian answers at every IF stage: recorded rejections, the run goes on.
+"""Wrong, truncated, refused and non-Russian answers at every IF stage: recorded rejections, the run goes on.
+
+Server errors (5xx) are not results: their items stay pending and the run reports that it did not finish.
 
 The fake server answers each IF role with the package's own sim responders (over
 real HTTP), and injects seeded faults into 25 % of all requests.
@@ -40,7 +42,7 @@ def test_faults_at_every_stage_become_reasons(tmp_path: Path):
     with FakeOpenAIServer() as srv:
         for tag, fn in ROLES.items():
             srv.script(tag=tag, responder=over_http(tag, fn))
-        srv.faults(rate=0.25, kinds=["server", "length", "wrong_language", "truncated_json"], seed=7)
+        srv.faults(rate=0.25, kinds=["server", "bad_request", "length", "wrong_language", "truncated_json"], seed=7)
         config, issues = validate_data({
             "name": "if_faults", "seed": 5, "run_dir": str(tmp_path / "run"),
             "llm": {"backend": "openai", "model": "fake", "endpoints": [{"base_url": srv.base_url}],
@@ -63,6 +65,8 @@ def test_faults_at_every_stage_become_reasons(tmp_path: Path):
         assert sum(srv.counts["faults"].values()) > 10
 
     assert result.internal_errors == 0
+    # a 5xx after its retries is an outage, not a result: those items stay pending for the next run
+    assert result.pending > 0 and not result.complete
     store = RunStore(tmp_path / "run")
     allowed = {"llm_error", "truncated", "not_russian", "garbled", "invalid_json", "syntax_error", "too_short",
                "no_valid_verifiers", "missing_function", "no_test_cases", "bad_test_case", "no_evaluate_function",
