@@ -1,0 +1,148 @@
+"""BFCL-style AST scoring of a model's function calls, with the FC reward's matcher.
+
+A prediction is correct when its calls equal the expected calls as a multiset
+under :func:`fabrika.rewards.fc.calls_match` — the matcher the FC expert is
+trained with — after each expected parameter is resolved against BFCL's list
+of allowed values (the predicted value when it is allowed, nothing when ``""``
+is allowed and the parameter is absent). Strings are compared exactly (BFCL
+itself lower-cases and strips some punctuation first; fabrika's reward does
+not, and the eval agrees with the reward).
+
+Components reported per category (the decomposition of the T-pro report's FC table):
+
+* ``decision`` — call vs text: a call was made iff one was expected;
+* ``tool_choice`` — the multiset of called function names is the expected one;
+* ``required_args`` — every call names all ``required`` parameters of its function;
+* ``schema_valid`` — every call names a known function and its arguments validate against its schema;
+* ``arg_values`` / ``accuracy`` — the calls match exactly (for no-call cases: no call and some text).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+import jsonschema
+
+from fabrika.eval.answers import strip_reasoning
+from fabrika.llm import ChatRequest, ChatResponse
+from fabrika.rewards.fc import calls_match, parse_completion_calls, values_equal
+
+FC_TAG = "eval.fc"
+COMPONENTS = ("decision", "tool_choice", "required_args", "schema_valid", "arg_values")
+
+
+def fc_requests(item: dict[str, Any], *, temperature: float = 0.0, max_tokens: int | None = None) -> list[ChatRequest]:
+    return [ChatRequest(messages=tuple(item["messages"]), tools=tuple(item["tools"]) or None,
+                        tool_choice="auto" if item["tools"] else None, temperature=temperature,
+                        max_tokens=max_tokens, tag=FC_TAG)]
+
+
+def predicted_calls(resp: ChatResponse, names: dict[str, str]) -> tuple[list[dict[str, Any]] | None, str, str | None]:
+    """(calls with original names, visible text, malformed reason)."""
+    choice = resp.choices[0]
+    text = strip_reasoning(choice.content)
+    msg = {"content": text, "tool_calls": [{"name": c.get("name"), "arguments": c.get("arguments")}
+                                           for c in choice.tool_calls]}
+    try:
+        calls = parse_completion_calls(msg)
+    except ValueError as exc:
+        return None, text, f"malformed_call: {exc}"
+    for c in calls:
+        c["name"] = names.get(c["name"], c["name"])
+    visible = text
+    if "<tool_call>" in visible:
+        from fabrika.rewards.fc import completion_text
+
+        visible = completion_text({"content": text})
+    return calls, visible, None
+
+
+def resolve_expected(predicted: list[dict[str, Any]], expected: list[dict[str, dict[str, list[Any]]]]
+                     ) -> list[dict[str, Any]]:
+    """Concrete expected calls: each allowed-values list resolved toward the paired predicted call."""
+    unused = list(range(len(predicted)))
+    out = []
+    for entry in expected:
+        (name, params), = entry.items()
+        pair = next((i for i in unused if predicted[i]["name"] == name), None)
+        pred_args = predicted[pair]["arguments"] if pair is not None else {}
+        if pair is not None:
+            unused.remove(pair)
+        args: dict[str, Any] = {}
+        for p, allowed in params.items():
+            concrete = [a for a in allowed if a != ""]
+            if p in pred_args:
+                hit = next((a for a in concrete if values_equal(pred_args[p], a)), None)
+                args[p] = pred_args[p] if hit is not None else (concrete[0] if concrete else None)
+            elif "" in allowed or not concrete:
+                continue  # optional and left out
+            else:
+                args[p] = concrete[0]
+        out.append({"name": name, "arguments": args})
+    return out
+
+
+def score_case(item: dict[str, Any], resp: ChatResponse) -> dict[str, Any]:
+    """One case's verdicts (the record kept in results.jsonl)."""
+    names: dict[str, str] = item["names"]
+    schemas = {names[t["function"]["name"]]: t["function"].get("parameters") or {} for t in item["tools"]}
+    orig_tools = [{"name": n, "parameters": s} for n, s in schemas.items()]
+    calls, text, malformed = predicted_calls(resp, names)
+    truncated = bool(resp.choices and resp.choices[0].truncated)
+    expected = item["expected"]
+    rec: dict[str, Any] = {"category": item["category"], "expects_call": expected is not None,
+                           "calls": calls, "text": text[:500], "malformed": malformed, "truncated": truncated}
+    if calls is None:
+        rec.update({k: False for k in COMPONENTS}, correct=False)
+        return rec
+    if expected is None:
+        ok = not calls and bool(text.strip())
+        rec.update(decision=not calls, correct=ok)
+        return rec
+    exp_names = sorted(next(iter(e)) for e in expected)
+    rec["decision"] = bool(calls)
+    rec["tool_choice"] = sorted(c["name"] for c in calls) == exp_names
+    required_ok = schema_ok = bool(calls)
+    for c in calls:
+        schema = schemas.get(c["name"])
+        if schema is None:
+            required_ok = schema_ok = False
+            continue
+        if not set(schema.get("required") or []) <= set(c["arguments"]):
+            required_ok = False
+        try:
+            jsonschema.validate(c["arguments"], schema)
+        except jsonschema.ValidationError:
+            schema_ok = False
+        except jsonschema.SchemaError:
+            pass  # a broken schema in the eval file is not the model's fault
+    rec["required_args"] = required_ok
+    rec["schema_valid"] = schema_ok
+    rec["arg_values"] = rec["correct"] = calls_match(calls, resolve_expected(calls, expected), orig_tools)
+    return rec
+
+
+def fc_report(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Accuracy and component shares per category and overall."""
+    by: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by[r["category"]].append(r)
+
+    def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        calls = [r for r in rows if r["expects_call"]]
+        out: dict[str, Any] = {"n": len(rows), "accuracy": sum(r["correct"] for r in rows) / len(rows),
+                               "decision": sum(bool(r["decision"]) for r in rows) / len(rows),
+                               "malformed": sum(r["malformed"] is not None for r in rows),
+                               "truncated": sum(r["truncated"] for r in rows)}
+        for k in COMPONENTS[1:]:
+            out[k] = sum(bool(r[k]) for r in calls) / len(calls) if calls else None
+        return out
+
+    return {"overall": summary(records) if records else None,
+            "per_category": {c: summary(rows) for c, rows in sorted(by.items())}}
+
+
+def dumps_calls(calls: list[dict[str, Any]] | None) -> str:
+    return json.dumps(calls, ensure_ascii=False)
