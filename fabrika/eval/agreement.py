@@ -9,7 +9,6 @@ percentile bootstraps over items (seeded), the sample-weighted κ is
 from __future__ import annotations
 
 import math
-import random
 from collections import defaultdict
 from typing import Sequence
 
@@ -32,6 +31,24 @@ def kappa(human: Sequence[str], judge: Sequence[str], labels: Sequence[str] | No
     return None if math.isnan(value) else value
 
 
+def _codes(values: Sequence[str], labels: Sequence[str]) -> np.ndarray:
+    pos = {c: i for i, c in enumerate(labels)}
+    return np.fromiter((pos[v] for v in values), dtype=np.int64, count=len(values))
+
+
+def kappa_from_codes(h: np.ndarray, j: np.ndarray, k: int) -> float | None:
+    """κ from integer-coded labels (the bootstrap's fast path; equal to scikit-learn's, see tests)."""
+    n = len(h)
+    if n == 0:
+        return None
+    m = np.bincount(h * k + j, minlength=k * k).reshape(k, k).astype(float)
+    po = np.trace(m) / n
+    pe = float(m.sum(axis=1) @ m.sum(axis=0)) / (n * n)
+    if pe >= 1.0:
+        return None
+    return float((po - pe) / (1.0 - pe))
+
+
 def confusion(human: Sequence[str], judge: Sequence[str], labels: Sequence[str]) -> list[list[int]]:
     """Rows: human label; columns: judge label (in ``labels`` order)."""
     pos = {c: i for i, c in enumerate(labels)}
@@ -44,16 +61,17 @@ def confusion(human: Sequence[str], judge: Sequence[str], labels: Sequence[str])
 def bootstrap_ci(human: Sequence[str], judge: Sequence[str], labels: Sequence[str], *, iterations: int = 1000,
                  seed: int = 0, level: float = 0.95) -> tuple[float, float] | None:
     """Percentile interval of κ over item resamples; ``None`` when too few resamples define κ."""
-    rng = random.Random(seed)
+    rng = np.random.default_rng(seed)
     n = len(human)
     if n < 2:
         return None
+    h, j, k = _codes(human, labels), _codes(judge, labels), len(labels)
     values = []
     for _ in range(iterations):
-        idx = [rng.randrange(n) for _ in range(n)]
-        k = kappa([human[i] for i in idx], [judge[i] for i in idx], labels)
-        if k is not None:
-            values.append(k)
+        idx = rng.integers(0, n, n)
+        v = kappa_from_codes(h[idx], j[idx], k)
+        if v is not None:
+            values.append(v)
     if len(values) < iterations // 2:
         return None
     lo, hi = np.quantile(values, [(1 - level) / 2, 1 - (1 - level) / 2])
@@ -73,16 +91,20 @@ def weighted_kappa(groups: dict[str, tuple[Sequence[str], Sequence[str]]], label
 
 def weighted_ci(groups: dict[str, tuple[Sequence[str], Sequence[str]]], labels: Sequence[str], *,
                 iterations: int = 1000, seed: int = 0, level: float = 0.95) -> tuple[float, float] | None:
-    rng = random.Random(seed)
+    rng = np.random.default_rng(seed)
+    k = len(labels)
+    coded = [(_codes(h, labels), _codes(j, labels)) for h, j in groups.values()]
     values = []
     for _ in range(iterations):
-        resampled = {}
-        for name, (human, judge) in groups.items():
-            idx = [rng.randrange(len(human)) for _ in range(len(human))]
-            resampled[name] = ([human[i] for i in idx], [judge[i] for i in idx])
-        k = weighted_kappa(resampled, labels)
-        if k is not None:
-            values.append(k)
+        num = den = 0.0
+        for h, j in coded:
+            idx = rng.integers(0, len(h), len(h))
+            v = kappa_from_codes(h[idx], j[idx], k)
+            if v is not None:
+                num += v * len(h)
+                den += len(h)
+        if den:
+            values.append(num / den)
     if len(values) < iterations // 2:
         return None
     lo, hi = np.quantile(values, [(1 - level) / 2, 1 - (1 - level) / 2])
