@@ -21,6 +21,16 @@ from fabrika.errors import ConfigError, InputError, StoreError
 eval_app = typer.Typer(add_completion=False, no_args_is_help=True,
                        help="Evaluation: sample an eval set from logs, calibrate a judge, score FC/IF on a model.")
 
+
+@eval_app.callback()
+def _needs_eval_extra() -> None:
+    """Evaluation: sample an eval set from logs, calibrate a judge, score FC/IF on a model."""
+    import importlib.util
+
+    missing = [m for m in ("sklearn", "scipy") if importlib.util.find_spec(m) is None]
+    if missing:
+        _fail(f"fabrika eval needs {' and '.join(missing)}; install them with: pip install 'fabrika[eval]'")
+
 BaseUrl = Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible endpoint, e.g. http://host:8000/v1.")]
 Model = Annotated[Optional[str], typer.Option("--model", help="Model name sent to the endpoint.")]
 ApiKeyEnv = Annotated[Optional[str], typer.Option("--api-key-env", help="Environment variable holding the API key.")]
@@ -66,7 +76,9 @@ def _run(out_dir: Path, settings: dict[str, Any], llm, items: list[dict[str, Any
     try:
         outcome = asyncio.run(run_items(store, llm, items, make_requests, finish))
     except KeyboardInterrupt:
+        store.close()
         _fail("interrupted: finished items are saved; rerun the same command to resume", code=130)
+    store.close()
     ids = [it["id"] for it in items]
     records = [store.done[i] for i in ids if i in store.done]
     doc = report(records)

@@ -6,12 +6,14 @@ line per *finished* item, appended and fsynced as items finish), the engine's
 ``cache.sqlite`` and, at the end, ``report.json`` (written atomically). A rerun
 of the same command skips finished items; a crash loses only the items in
 flight; an item whose LLM request failed is not written, so the rerun asks
-again. Reusing a directory for a different run is refused.
+again. Reusing a directory for a different run is refused, and so is a second
+process on a directory another one is working in (``DIR/.lock``, ``flock``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hashlib
 import json
 import os
@@ -46,6 +48,13 @@ class ResultStore:
         self.dir = out_dir
         self.path = out_dir / "results.jsonl"
         out_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = (out_dir / ".lock").open("w")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise StoreError(f"{out_dir} is in use by another fabrika eval process; wait for it to finish or "
+                             f"pass another --out") from None
         spath = out_dir / "settings.json"
         if spath.is_file():
             old = json.loads(spath.read_text(encoding="utf-8"))
@@ -77,6 +86,12 @@ class ResultStore:
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text("".join(g + "\n" for g in good), encoding="utf-8")
         os.replace(tmp, self.path)
+
+    def close(self) -> None:
+        """Release the directory lock (also released when the process exits)."""
+        if not self._lock.closed:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
         lines = [json.dumps(r, ensure_ascii=False, default=str) for r in records]
