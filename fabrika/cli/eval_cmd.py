@@ -231,6 +231,44 @@ def _template_recovery(truth: list[Any], labels: Any) -> dict[str, Any]:
             "homogeneity": homogeneity_score(t, lab), "completeness": completeness_score(t, lab)}
 
 
+@eval_app.command("tag")
+def tag(
+    logs: Annotated[Path, typer.Argument(help="Request log (JSONL).")],
+    out: OutDir,
+    base_url: BaseUrl = None, model: Model = None, api_key_env: ApiKeyEnv = None, llm_config: LLMFile = None,
+    max_retries: Retries = None,
+) -> None:
+    """Tag every request with an LLM (InsTag-like); writes DIR/tagged.jsonl for `sample --method tags`."""
+    from fabrika.eval.runstore import file_digest
+    from fabrika.eval.tagging import finish_tags, tag_requests
+
+    records = _read_logs(logs)
+    items = [{"id": r.id, "text": r.text} for r in records]
+    try:
+        llm = _llm(base_url, model, api_key_env, llm_config, max_retries)
+        doc = _run(out, {"kind": "tag", "model": llm.model, "input": file_digest(logs)}, llm, items, tag_requests,
+                   finish_tags, lambda recs: {"n": len(recs), "rejected": sum(r["tags"] is None for r in recs),
+                                              "distinct_tags": len({t for r in recs for t in r["tags"] or []})})
+    except (ConfigError, InputError, StoreError) as exc:
+        _fail(str(exc))
+    done = {json.loads(line)["id"]: json.loads(line) for line in
+            (out / "results.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()}
+    from fabrika.eval.logs import read_jsonl
+
+    target = out / "tagged.jsonl"
+    tmp = target.with_name(target.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for n, row in read_jsonl(logs):
+            rid = str(row.get("id", f"L{n}"))
+            tags = (done.get(rid) or {}).get("tags")
+            if tags is not None:
+                row = {**row, "tags": tags}
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    tmp.replace(target)
+    _print(f"{doc['n']} requests tagged ({doc['rejected']} unreadable answers keep the rule-set tags), "
+           f"{doc['distinct_tags']} distinct tags -> {target}")
+
+
 # -- calibration ------------------------------------------------------------------
 @eval_app.command("calibrate")
 def calibrate(

@@ -182,3 +182,33 @@ def test_cli_sample_writes_selection_and_rejects_bad_input(tmp_path: Path):
     assert res.exit_code == 2 and "--budget" in res.output
     res = runner.invoke(app, ["eval", "sample", str(log), "--budget", "3", "--method", "nope"])
     assert res.exit_code == 2 and "--method" in res.output
+
+
+def test_llm_tagging_stage_feeds_the_tag_sampler(server, tmp_path: Path):
+    from tests.eval.conftest import llm_flags
+
+    log = tmp_path / "log.jsonl"
+    rows = two_template_log(12, 6)
+    log.write_text("".join(json.dumps({"id": r.id, "prompt": r.text, "service": r.service}, ensure_ascii=False) + "\n"
+                           for r in rows), encoding="utf-8")
+
+    def tagger(req: dict) -> str:
+        text = req["messages"][-1]["content"]
+        if "SELECT" in text:
+            return '<think>sql</think>{"tags": ["Объяснение кода", "sql", "оптимизация"]}'
+        if "u1" in text:
+            return "не знаю"  # unreadable: this row keeps the rule-set tags
+        return '```json\n{"tags": ["ответ клиенту", "Ответ клиенту ", "вежливость"]}\n```'
+
+    server.script(tag="eval.tag", responder=tagger)
+    out = tmp_path / "tags"
+    res = runner.invoke(app, ["eval", "tag", str(log), "--out", str(out), *llm_flags(server)])
+    assert res.exit_code == 0, res.output
+    tagged = read_logs(out / "tagged.jsonl")
+    assert len(tagged) == len(rows)
+    sql = next(r for r in tagged if r.service == "sql")
+    assert sql.tags == ("объяснение кода", "sql", "оптимизация")
+    sup = [r for r in tagged if r.service == "support" and r.tags is not None]
+    assert sup and all(r.tags == ("ответ клиенту", "вежливость") for r in sup)  # variants of one tag merged
+    picked = tag_diversity(tagged, 2, seed=0).indices
+    assert {tagged[i].service for i in picked} == {"sql", "support"}
