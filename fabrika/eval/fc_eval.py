@@ -15,11 +15,18 @@ Components reported per category (the decomposition of the T-pro report's FC tab
 * ``required_args`` — every call names all ``required`` parameters of its function;
 * ``schema_valid`` — every call names a known function and its arguments validate against its schema;
 * ``arg_values`` / ``accuracy`` — the calls match exactly (for no-call cases: no call and some text).
+
+Calls are read from the API's ``tool_calls``, from Hermes/Qwen ``<tool_call>`` blocks, and —
+for models run without a tool parser, as in BFCL's prompting mode — from an answer that is
+*nothing but* calls: Python call syntax (``[get_weather(city="Paris"), …]``, parsed with
+:mod:`ast`, never executed) or a JSON call object / list of them, naming offered functions.
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -39,6 +46,67 @@ def fc_requests(item: dict[str, Any], *, temperature: float = 0.0, max_tokens: i
                         max_tokens=max_tokens, tag=FC_TAG)]
 
 
+_FENCED = re.compile(r"^```[\w-]*\s*\n?(.*?)\n?```$", re.DOTALL)
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr}" if head else None
+    return None
+
+
+def text_calls(text: str, known: set[str]) -> list[dict[str, Any]] | None:
+    """Calls written as the whole answer (Python call syntax or JSON), or ``None`` when it is prose.
+
+    Only literal keyword arguments are accepted (``ast.literal_eval``); nothing is executed.
+    """
+    body = text.strip()
+    m = _FENCED.match(body)
+    if m:
+        body = m.group(1).strip()
+    if not body:
+        return None
+    try:
+        tree = ast.parse(body, mode="eval").body
+    except SyntaxError:
+        tree = None
+    if tree is not None:
+        nodes = tree.elts if isinstance(tree, (ast.List, ast.Tuple)) else [tree]
+        if nodes and all(isinstance(n, ast.Call) and _dotted(n.func) in known for n in nodes):
+            calls = []
+            for n in nodes:
+                if n.args or any(k.arg is None for k in n.keywords):
+                    return None
+                try:
+                    args = {k.arg: ast.literal_eval(k.value) for k in n.keywords}
+                except ValueError:
+                    return None
+                calls.append({"name": _dotted(n.func), "arguments": args})
+            return calls
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError:
+        return None
+    items = data if isinstance(data, list) else [data]
+    calls = []
+    for it in items:
+        if not isinstance(it, dict) or it.get("name") not in known:
+            return None
+        args = it.get("arguments", it.get("parameters", {}))
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except json.JSONDecodeError:
+                return None
+        if not isinstance(args, dict):
+            return None
+        calls.append({"name": it["name"], "arguments": args})
+    return calls or None
+
+
 def predicted_calls(resp: ChatResponse, names: dict[str, str]) -> tuple[list[dict[str, Any]] | None, str, str | None]:
     """(calls with original names, visible text, malformed reason)."""
     choice = resp.choices[0]
@@ -49,6 +117,10 @@ def predicted_calls(resp: ChatResponse, names: dict[str, str]) -> tuple[list[dic
         calls = parse_completion_calls(msg)
     except ValueError as exc:
         return None, text, f"malformed_call: {exc}"
+    if not calls and text:
+        calls = text_calls(text, set(names) | set(names.values())) or []
+        if calls:
+            text = ""
     for c in calls:
         c["name"] = names.get(c["name"], c["name"])
     visible = text

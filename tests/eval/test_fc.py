@@ -168,3 +168,32 @@ def test_eval_fc_input_errors(tmp_path: Path, server):
     res = runner.invoke(app, ["eval", "fc", "--out", str(tmp_path / "o"), "--bfcl", str(multi), "--answers", "-",
                               *llm_flags(server)])
     assert res.exit_code == 2 and "multi-turn" in res.output
+
+
+@pytest.mark.parametrize("text,want", [
+    ('[calculate_triangle_area(base=10, height=5)]', [call("calculate_triangle_area", base=10, height=5)]),
+    ('```python\nmath.factorial(number=5)\n```', [call("math.factorial", number=5)]),
+    ('[get_weather(city="Москва"), get_weather(city="Сочи")]',
+     [call("get_weather", city="Москва"), call("get_weather", city="Сочи")]),
+    ('{"name": "get_weather", "arguments": {"city": "Paris"}}', [call("get_weather", city="Paris")]),
+    ('Вызову get_weather(city="Paris"), подождите.', None),          # prose, not a call
+    ('[get_weather(city=__import__("os").getcwd())]', None),          # not a literal: never evaluated
+    ('[print(city="Paris")]', None),                                  # not an offered function
+])
+def test_text_calls_bfcl_prompting_format(text, want):
+    from fabrika.eval.fc_eval import text_calls
+
+    known = {"calculate_triangle_area", "math.factorial", "math_factorial", "get_weather"}
+    assert text_calls(text, known) == want
+
+
+def test_eval_fc_reads_python_call_syntax_answers(server, tmp_path: Path):
+    server.script(tag="eval.fc", match="triangle", responses=["<think>просто</think>[calculate_triangle_area(base=10, height=5)]"])
+    server.script(tag="eval.fc", match="факториал", responses=["```python\nmath.factorial(number=5)\n```"])
+    server.script(tag="eval.fc", responder=lambda req: "Не знаю.")
+    out = tmp_path / "fc"
+    res = runner.invoke(app, ["eval", "fc", "--out", str(out), "--bfcl", str(DATA / "BFCL_v3_simple.json"),
+                              "--answers", str(DATA / "possible_answer" / "BFCL_v3_simple.json"), *llm_flags(server)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert doc["overall"]["accuracy"] == pytest.approx(0.5)
