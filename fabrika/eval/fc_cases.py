@@ -11,8 +11,9 @@ Schema before the tools are sent. Function names with dots (``math.factorial``) 
 names allow ``[a-zA-Z0-9_-]``) and mapped back when the answer is read. Only the first turn is asked
 (BFCL's multi-turn categories need its state machine and are refused).
 
-fabrika's samples (export rows of the FC expert): ``prompt`` (messages), ``tools``, ``target_type``,
-``ground_truth: {"calls": […]}``; the category is ``meta.sample_type`` or ``target_type``.
+fabrika's FC samples: stored ``Sample`` rows or ``fabrika export`` records (JSONL or parquet) — ``prompt``
+(messages), ``tools``, ``target_type`` and ``ground_truth: {"calls": […]}`` (GRPO export), or the reference
+``completion``'s tool calls (SFT export); the category is ``meta.sample_type`` or ``target_type``.
 """
 
 from __future__ import annotations
@@ -148,13 +149,19 @@ def read_samples(path: Path) -> list[FCCase]:
     cases = []
     for n, row in read_jsonl(path):
         where = f"{path}:{n}"
-        row = {k: (json.loads(v) if k in ("prompt", "tools", "ground_truth", "meta") and isinstance(v, str) else v)
-               for k, v in row.items()}
+        row = {k: (json.loads(v) if k in ("prompt", "completion", "tools", "ground_truth", "meta")
+                   and isinstance(v, str) and v.strip()[:1] in ("[", "{") else v) for k, v in row.items()}
         prompt, tools = row.get("prompt"), row.get("tools") or []
         if not isinstance(prompt, list) or not prompt:
             raise InputError(f"{where}: an FC sample needs 'prompt' (a list of messages)")
-        target = row.get("target_type") or "tool_call"
-        calls = (row.get("ground_truth") or {}).get("calls") or []
+        if "ground_truth" in row and row["ground_truth"] is not None:
+            calls = (row.get("ground_truth") or {}).get("calls") or []
+        else:  # an SFT export: the reference completion carries the calls
+            completion = messages_to_chat(row.get("completion") or [], role="assistant")
+            last = completion[-1] if completion else {}
+            calls = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                     for c in last.get("tool_calls") or []]
+        target = row.get("target_type") or ("tool_call" if calls else "text")
         if target == "tool_call" and not calls:
             raise InputError(f"{where}: target_type tool_call but ground_truth.calls is empty")
         functions = [t.get("function", t) for t in tools]

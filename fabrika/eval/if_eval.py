@@ -40,8 +40,11 @@ def read_if_samples(path: Path) -> list[dict[str, Any]]:
         where = f"{path}:{n}"
         gt = row.get("ground_truth")
         gt = json.loads(gt) if isinstance(gt, str) else gt
+        if not isinstance(gt, dict) and isinstance(row.get("constraints"), list):
+            gt = {"constraints": row["constraints"]}  # a GRPO export lifts them out
         if not isinstance(gt, dict) or not isinstance(gt.get("constraints"), list):
-            raise InputError(f"{where}: an IF sample needs ground_truth.constraints (a list)")
+            raise InputError(f"{where}: an IF sample needs ground_truth.constraints (a list); export IF samples "
+                             f"with kind grpo (SFT records carry no constraints)")
         constraints, unverifiable = [], 0
         for c in gt["constraints"]:
             lib = c.get("library_id")

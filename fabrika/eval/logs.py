@@ -1,4 +1,4 @@
-"""Request logs: one JSON object per line with ``prompt`` or ``messages`` and optional labels.
+"""Request logs (JSON lines or parquet): one object per request with ``prompt`` or ``messages`` and optional labels.
 
 Accepted fields: ``id`` (default ``L<line number>``), ``prompt`` (str) or
 ``messages`` (OpenAI chat messages; system and user contents are joined),
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from fabrika.errors import InputError
+from fabrika.inputs import iter_records
 
 LABEL_FIELDS = ("model", "service", "task_type")
 
@@ -75,21 +76,10 @@ def record_from_row(row: dict[str, Any], default_id: str, where: str) -> LogReco
                      extra={k: v for k, v in row.items() if k not in known}, **labels)
 
 
-def read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-empty line; a bad line is an :class:`InputError` naming it."""
-    if not path.is_file():
-        raise InputError(f"{path}: no such file; pass a JSONL file with one request per line")
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}:{n}: not JSON ({exc.msg}); each line must be one JSON object") from None
-            if not isinstance(obj, dict):
-                raise InputError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
-            yield n, obj
+def read_jsonl(path: Path, what: str = "eval input file") -> Iterable[tuple[int, dict[str, Any]]]:
+    """(line or parquet row number, object) per record, via :func:`fabrika.inputs.iter_records`
+    (JSON lines or ``.parquet``); a bad record is an :class:`InputError` naming it."""
+    return iter_records(path, what=what)
 
 
 def read_logs(path: Path) -> list[LogRecord]:

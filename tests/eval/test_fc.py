@@ -197,3 +197,16 @@ def test_eval_fc_reads_python_call_syntax_answers(server, tmp_path: Path):
     assert res.exit_code == 0, res.output
     doc = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert doc["overall"]["accuracy"] == pytest.approx(0.5)
+
+
+def test_read_samples_accepts_sft_export_records(tmp_path: Path):
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    rec = {"id": "e1", "expert": "fc", "lang": "ru", "target_type": "tool_call", "tools": [tool],
+           "prompt": [{"role": "user", "content": "Погода в Сочи?"}],
+           "completion": [{"role": "assistant", "content": "", "tool_calls": [
+               {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Сочи"}}}]}]}
+    path = tmp_path / "sft.jsonl"
+    path.write_text(json.dumps(rec, ensure_ascii=False) + "\n", encoding="utf-8")
+    [case] = read_samples(path)
+    assert case.expected == [{"get_weather": {"city": ["Сочи"]}}] and case.category == "tool_call"

@@ -212,3 +212,16 @@ def test_llm_tagging_stage_feeds_the_tag_sampler(server, tmp_path: Path):
     assert sup and all(r.tags == ("ответ клиенту", "вежливость") for r in sup)  # variants of one tag merged
     picked = tag_diversity(tagged, 2, seed=0).indices
     assert {tagged[i].service for i in picked} == {"sql", "support"}
+
+
+def test_logs_read_from_parquet_and_messages(tmp_path: Path):
+    import polars as pl
+
+    path = tmp_path / "log.parquet"
+    pl.DataFrame({"id": ["a", "b"], "prompt": ["Привет", None],
+                  "messages": [None, json.dumps([{"role": "system", "content": "Ты бот."},
+                                                 {"role": "user", "content": "Вопрос"},
+                                                 {"role": "assistant", "content": "ответ"}], ensure_ascii=False)],
+                  "service": ["chat", "chat"]}).write_parquet(path)
+    a, b = read_logs(path)
+    assert a.text == "Привет" and b.text == "Ты бот.\n\nВопрос" and b.service == "chat"
