@@ -154,18 +154,27 @@ def sample(
         _print(f"templates: {info['templates']}, tail rows: {info['tail_rows']} (budget {info['tail_budget']})")
     if out is not None:
         labels = sel.info.get("labels")
-        tmp = out.with_name(out.name + ".tmp")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("w", encoding="utf-8") as fh:
-            for i in sel.indices:
-                r = records[i]
-                row = {"id": r.id, "prompt": r.text, "model": r.model, "service": r.service,
-                       "task_type": r.task_type, **r.extra}
-                if labels is not None:
-                    row["template_cluster"] = labels[i]  # type: ignore[index]
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-        tmp.replace(out)
+        clusters = {records[i].id: labels[i] for i in sel.indices} if isinstance(labels, list) else None
+        _write_selection(logs, out, [records[i].id for i in sel.indices], clusters)
         _print(f"sample: {out}")
+
+
+def _write_selection(logs: Path, out: Path, ids: list[str], clusters: dict[str, Any] | None) -> None:
+    """The selected rows as they are in the log (messages and all), in selection order, written atomically."""
+    from fabrika.eval.logs import read_jsonl
+
+    wanted = set(ids)
+    rows: dict[str, dict[str, Any]] = {}
+    for n, row in read_jsonl(logs):
+        rid = str(row.get("id", f"L{n}"))
+        if rid in wanted:
+            rows[rid] = row if clusters is None else {**row, "template_cluster": clusters[rid]}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for rid in ids:
+            fh.write(json.dumps(rows[rid], ensure_ascii=False, default=str) + "\n")
+    tmp.replace(out)
 
 
 @eval_app.command("compare")

@@ -97,6 +97,9 @@ def calibration_report(records: list[dict[str, Any]], *, iterations: int = 1000,
         first = [r for r in scored if r["task_type"] == task]
         per["kappa_first_order"] = kappa([r["human"] for r in first], [r["first"] for r in first], labels)
         per["scheme"] = first[0]["scheme"] if first else None
+    # which position an order-inconsistent judge favoured: raw verdicts A then A = the first-shown answer
+    rep["inconsistent_prefers_first"] = sum(r["first"] == "A" and r["swapped"] == "B" for r in scored)
+    rep["inconsistent_prefers_second"] = sum(r["first"] == "B" and r["swapped"] == "A" for r in scored)
     all_flags = [f for v in swaps.values() for f in v]
     rep["order_swap_disagreement"] = sum(all_flags) / len(all_flags) if all_flags else None
     rep["kappa_first_order"] = kappa([r["human"] for r in scored], [r["first"] for r in scored], labels)
