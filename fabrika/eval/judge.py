@@ -11,7 +11,7 @@ scheme             what the judge sees and says
 
 Every judge request asks for JSON through ``response_format`` (a JSON schema)
 and the answer is parsed robustly (reasoning blocks, prose, fences, Cyrillic
-«А»/«В» for Latin A/B). A verdict the parser cannot read is a recorded
+«А»/«В» for Latin A/B; without JSON, an explicit ``[[A]]`` or ``Вердикт: B`` in the text). A verdict the parser cannot read is a recorded
 rejection with its reason, not a guess.
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fabrika.errors import ConfigError
-from fabrika.eval.answers import json_schema_format, parse_object
+from fabrika.eval.answers import json_schema_format, parse_object, strip_reasoning
 from fabrika.llm import ChatRequest
 
 Scheme = Literal["uniform_sbs", "reference", "criteria_sbs", "per_criterion"]
@@ -136,10 +136,22 @@ def swap(verdict: str | None) -> str | None:
     return {"A": "B", "B": "A"}.get(verdict, verdict) if verdict is not None else None
 
 
+# An explicit verdict in prose, for models that ignore response_format: "[[A]]" (MT-Bench style) or
+# "Вердикт: B" / "Verdict: tie" — the last one counts, as models restate their final choice.
+_PROSE_VERDICT = re.compile(
+    r"\[\[\s*(A|B|А|В|tie)\s*\]\]|(?:вердикт|verdict)\s*[:：]\s*\**\s*(?:ответ\s+|answer\s+)?(A|B|А|В|tie|ничья)(?![\w])",
+    re.IGNORECASE)
+
+
 def parse_verdict(text: str | None, scheme: TaskScheme) -> tuple[str | None, dict[str, str | None], str | None]:
     """(verdict, per-criterion verdicts, rejection reason or None)."""
     obj = parse_object(text, required=("verdict",))
     if isinstance(obj, str):
+        if scheme.scheme != "per_criterion":
+            found = list(_PROSE_VERDICT.finditer(strip_reasoning(text)))
+            if found:
+                last = found[-1]
+                return normalize_verdict(last.group(1) or last.group(2)), {}, None
         return None, {}, obj
     verdict = normalize_verdict(obj["verdict"])
     if verdict is None:

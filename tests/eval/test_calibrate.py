@@ -198,6 +198,9 @@ def test_reusing_an_eval_dir_for_another_model_is_refused(server, tmp_path: Path
     ('<think>долго думаю {"verdict": "B"}</think>Итог: {"reasoning": "x", "verdict": "Ответ А"}', "A"),
     ('Конечно! ```json\n{"Verdict": "ничья"}\n```', "tie"),
     ('{"verdict": "[[B]]", "reasoning": "…"}', "B"),
+    ("Ответ A точнее, но B полнее. Итоговый **вердикт: B**", "B"),
+    ("<think>[[A]]?</think>Сначала думал [[A]], но итог [[B]].", "B"),
+    ("Verdict: tie — both are fine.", "tie"),
 ])
 def test_parse_verdict_handles_real_model_wrapping(text, verdict):
     assert parse_verdict(text, TaskScheme())[0] == verdict
@@ -205,6 +208,7 @@ def test_parse_verdict_handles_real_model_wrapping(text, verdict):
 
 def test_parse_verdict_rejections_name_the_reason():
     assert parse_verdict('{"verdict": "C"}', TaskScheme())[2].startswith("bad_verdict")
+    assert parse_verdict("Ответ A лучше, чем B.", TaskScheme())[0] is None  # no explicit verdict marker
     assert parse_verdict('{"reasoning": "x"', TaskScheme())[2].startswith("invalid_json")
     assert parse_verdict("<think>не дописал", TaskScheme())[2] == "empty_answer"
     assert normalize_verdict(None) is None
