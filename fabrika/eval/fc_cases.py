@@ -5,7 +5,8 @@ BFCL's public data (``BFCL_v3_<category>.json``, one JSON object per line):
 "parameters": {"type": "dict", "properties": …, "required": […]}}]}`` and, in a separate file
 (``possible_answer/BFCL_v3_<category>.json``), ``{"id": "simple_0", "ground_truth": [{"fn": {"param":
 [allowed values]}}]}`` where ``""`` among the allowed values means the parameter may be left out.
-Irrelevance categories have no possible answers: the right answer is no call.
+Irrelevance categories have no possible answers: the right answer is no call; relevance categories
+have none either: any call to an offered function is right.
 BFCL's parameter types are Python-ish (``dict``, ``float``, ``tuple``, ``any``); they are mapped to JSON
 Schema before the tools are sent. Function names with dots (``math.factorial``) are sent with ``_`` (OpenAI
 names allow ``[a-zA-Z0-9_-]``) and mapped back when the answer is read. Only the first turn is asked
@@ -31,6 +32,7 @@ from fabrika.export.chat import messages_to_chat
 
 _TYPE_MAP = {"dict": "object", "float": "number", "tuple": "array", "list": "array", "int": "integer",
              "str": "string", "bool": "boolean", "String": "string", "Boolean": "boolean"}
+_JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_-]")
 
 
@@ -42,7 +44,7 @@ class FCCase:
     category: str
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
-    expected: list[dict[str, dict[str, list[Any]]]] | None
+    expected: list[dict[str, dict[str, list[Any]]]] | str | None  # None: no call; "any": some valid call
     names: dict[str, str]  # sent name -> original name
 
     def as_item(self) -> dict[str, Any]:
@@ -61,7 +63,9 @@ def to_json_schema(schema: Any) -> Any:
         if k == "type" and isinstance(v, str):
             if v == "any":
                 continue
-            out[k] = _TYPE_MAP.get(v, v)
+            mapped = _TYPE_MAP.get(v, v)
+            # Java/JavaScript categories use their own type names (HashMap, Array…); BFCL sends them as strings
+            out[k] = mapped if mapped in _JSON_TYPES else "string"
         elif k in ("properties",) and isinstance(v, dict):
             out[k] = {name: to_json_schema(p) for name, p in v.items()}
         elif k in ("items", "additionalProperties", "anyOf", "oneOf", "allOf"):
@@ -121,8 +125,11 @@ def read_bfcl(questions: Path, answers: Path | None) -> list[FCCase]:
             raise InputError(f"{where}: the question's first turn holds no {{role, content}} messages")
         category = bfcl_category(cid, questions)
         tools, names = _tools(fns, where)
+        expected: list[dict[str, dict[str, list[Any]]]] | str | None
         if "irrelevance" in category:
             expected = None
+        elif "relevance" in category:
+            expected = "any"  # BFCL's relevance categories: any call to an offered function is right
         elif cid in gt:
             expected = _bfcl_expected(gt[cid], f"{answers}: id {cid}")
         else:

@@ -14,7 +14,8 @@ Components reported per category (the decomposition of the T-pro report's FC tab
 * ``tool_choice`` — the multiset of called function names is the expected one;
 * ``required_args`` — every call names all ``required`` parameters of its function;
 * ``schema_valid`` — every call names a known function and its arguments validate against its schema;
-* ``arg_values`` / ``accuracy`` — the calls match exactly (for no-call cases: no call and some text).
+* ``arg_values`` / ``accuracy`` — the calls match exactly (for no-call cases: no call and some text;
+  for BFCL's relevance cases: some schema-valid call to an offered function).
 
 Calls are read from the API's ``tool_calls``, from Hermes/Qwen ``<tool_call>`` blocks, and —
 for models run without a tool parser, as in BFCL's prompting mode — from an answer that is
@@ -173,9 +174,11 @@ def score_case(item: dict[str, Any], resp: ChatResponse) -> dict[str, Any]:
         ok = not calls and bool(text.strip())
         rec.update(decision=not calls, correct=ok)
         return rec
-    exp_names = sorted(next(iter(e)) for e in expected)
     rec["decision"] = bool(calls)
-    rec["tool_choice"] = sorted(c["name"] for c in calls) == exp_names
+    if expected == "any":
+        rec["tool_choice"] = bool(calls) and all(c["name"] in schemas for c in calls)
+    else:
+        rec["tool_choice"] = sorted(c["name"] for c in calls) == sorted(next(iter(e)) for e in expected)
     required_ok = schema_ok = bool(calls)
     for c in calls:
         schema = schemas.get(c["name"])
@@ -192,7 +195,11 @@ def score_case(item: dict[str, Any], resp: ChatResponse) -> dict[str, Any]:
             pass  # a broken schema in the eval file is not the model's fault
     rec["required_args"] = required_ok
     rec["schema_valid"] = schema_ok
-    rec["arg_values"] = rec["correct"] = calls_match(calls, resolve_expected(calls, expected), orig_tools)
+    if expected == "any":
+        rec["arg_values"] = None  # nothing to compare with
+        rec["correct"] = bool(rec["tool_choice"]) and schema_ok
+    else:
+        rec["arg_values"] = rec["correct"] = calls_match(calls, resolve_expected(calls, expected), orig_tools)
     return rec
 
 
@@ -209,7 +216,8 @@ def fc_report(records: list[dict[str, Any]]) -> dict[str, Any]:
                                "malformed": sum(r["malformed"] is not None for r in rows),
                                "truncated": sum(r["truncated"] for r in rows)}
         for k in COMPONENTS[1:]:
-            out[k] = sum(bool(r[k]) for r in calls) / len(calls) if calls else None
+            scored = [r for r in calls if r.get(k) is not None]
+            out[k] = sum(bool(r[k]) for r in scored) / len(scored) if scored else None
         return out
 
     return {"overall": summary(records) if records else None,

@@ -210,3 +210,27 @@ def test_read_samples_accepts_sft_export_records(tmp_path: Path):
     path.write_text(json.dumps(rec, ensure_ascii=False) + "\n", encoding="utf-8")
     [case] = read_samples(path)
     assert case.expected == [{"get_weather": {"city": ["Сочи"]}}] and case.category == "tool_call"
+
+
+def test_relevance_category_accepts_any_valid_call_and_foreign_types_become_strings(server, tmp_path: Path):
+    fn = {"name": "search_flights", "description": "Поиск рейсов.", "parameters": {"type": "dict", "properties": {
+        "route": {"type": "String", "description": "Маршрут"}, "passengers": {"type": "integer"}},
+        "required": ["route"]}}
+    q = tmp_path / "BFCL_v3_live_relevance.json"
+    q.write_text("".join(json.dumps({"id": f"live_relevance_{i}-0-0", "question": [[{"role": "user", "content": t}]],
+                                     "function": [fn]}, ensure_ascii=False) + "\n"
+                         for i, t in enumerate(["Найди рейсы Москва–Сочи", "Find flights to Rome", "Какие рейсы?"])),
+                 encoding="utf-8")
+    [case, *_] = read_bfcl(q, None)
+    assert case.expected == "any" and case.category == "live_relevance"
+    assert case.tools[0]["function"]["parameters"]["properties"]["route"]["type"] == "string"
+    server.script(tag="eval.fc", match="Москва", responses=[{"tool_calls": [call("search_flights", route="MOW-AER")]}])
+    server.script(tag="eval.fc", match="Rome", responses=[{"tool_calls": [call("search_flights", passengers=1)]}])
+    server.script(tag="eval.fc", responder=lambda req: "Уточните, пожалуйста, маршрут.")
+    out = tmp_path / "fc"
+    res = runner.invoke(app, ["eval", "fc", "--out", str(out), "--bfcl", str(q), *llm_flags(server)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    s = doc["per_category"]["live_relevance"]
+    assert s["accuracy"] == pytest.approx(1 / 3)  # a call missing its required 'route' is not schema-valid
+    assert s["decision"] == pytest.approx(2 / 3) and s["arg_values"] is None
