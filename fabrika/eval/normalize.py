@@ -52,7 +52,7 @@ _QUOTES = [re.compile(p) for p in (
 _BRACKETS = [re.compile(p) for p in (
     r"\[[^\[\]\n]{%d,}\]" % LONG_FIELD, r"\([^()\n]{%d,}\)" % LONG_FIELD, r"\{[^{}]{%d,}\}" % LONG_FIELD)]
 # "Key: value" — the key is 1-4 words starting a line (optionally a list bullet or bold markers).
-_KEY_VALUE = re.compile(r"(?m)((?:^|(?<=[.!?] ))\s*(?:[-*•]\s+)?(?:\*\*)?[\w][\w\-/]*(?: [\w\-/]+){0,3}(?:\*\*)?\s*[:=])[ \t]+(?!⟨)(\S.*)$")
+_KEY_VALUE = re.compile(r"(?m)((?:^|(?<=[.!?] ))\s*(?:[-*•]\s+)?(?:\*\*)?[\w][\w\-/]*(?: [\w\-/]+){0,3}(?:\*\*)?\s*[:=](?:\*\*)?)[ \t]+(?!⟨)(\S.*)$")
 _DATE = re.compile(
     r"\b(?:\d{4}-\d{1,2}-\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?"
     r"|\d{1,2}[./]\d{1,2}[./]\d{2,4}"
@@ -66,7 +66,12 @@ _HEX = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b", re.IGNOR
 _MIXED_ID = re.compile(r"(?<![\w⟨])#?(?=[\w-]*\d)(?=[\w-]*[^\W\d_])[\w]+(?:[-_][\w]+)*(?![\w⟩])")
 _NUMBER = re.compile(r"(?<![\w⟨])[-+]?\d+(?:[ \u00a0]\d{3})*(?:[.,]\d+)?%?(?![\w⟩])")
 # A Title-case word (or a run of them) inside a sentence: a name, a city, a product.
-_PROPER = re.compile(r"(?<=[\w,;)—–-] )(?:[A-ZА-ЯЁ][a-zа-яё]+(?:-[A-ZА-ЯЁ]?[a-zа-яё]+)*)(?: [A-ZА-ЯЁ][a-zа-яё]+)*")
+_PROPER = re.compile(r"(?<=[\w,;—–-] )(?:[A-ZА-ЯЁ][a-zа-яё]+(?:-[A-ZА-ЯЁ]?[a-zа-яё]+)*)(?: [A-ZА-ЯЁ][a-zа-яё]+)*")
+# "1. " / "2) " at a line start is list structure, not a value: shield its digits from the number rule
+_LIST_MARKER = re.compile(r"(?m)^(\s*)(\d{1,3})([.)] )")
+_SHIELD = "".join(chr(0xE000 + i) for i in range(10))  # private-use code points: not \d, not \w
+_PROTECT = str.maketrans("0123456789", _SHIELD)
+_UNPROTECT = str.maketrans(_SHIELD, "0123456789")
 _SPACES = re.compile(r"[ \t]+")
 
 
@@ -161,7 +166,9 @@ def normalize(text: str) -> Normalized:
     t = m.sub(_UUID, "⟨ID⟩", t)
     t = m.sub(_HEX, "⟨ID⟩", t)
     t = m.sub(_MIXED_ID, "⟨ID⟩", t)
+    t = _LIST_MARKER.sub(lambda x: x.group(1) + x.group(2).translate(_PROTECT) + x.group(3), t)
     t = m.sub(_NUMBER, "⟨NUM⟩", t)
+    t = t.translate(_UNPROTECT)
     t = "\n".join(_SPACES.sub(" ", line).strip() for line in t.split("\n"))
     t = re.sub(r"\n{3,}", "\n\n", t).strip()
     return Normalized(template=t, variables=tuple(v.strip() for v in m.values if v.strip()))

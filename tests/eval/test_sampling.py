@@ -225,3 +225,8 @@ def test_logs_read_from_parquet_and_messages(tmp_path: Path):
                   "service": ["chat", "chat"]}).write_parquet(path)
     a, b = read_logs(path)
     assert a.text == "Привет" and b.text == "Ты бот.\n\nВопрос" and b.service == "chat"
+
+
+def test_normalizer_markdown_keys_and_list_markers():
+    n = normalize("**Клиент:** Иван Петров\n- **Город**: Казань\n1. Срок: до пятницы\n2) Сумма 500 руб.")
+    assert n.template == "**Клиент:** ⟨VAL⟩\n- **Город**: ⟨VAL⟩\n1. Срок: ⟨VAL⟩\n2) Сумма ⟨NUM⟩ руб."
