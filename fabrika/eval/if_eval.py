@@ -52,10 +52,14 @@ def read_if_samples(path: Path) -> list[dict[str, Any]]:
                 unverifiable += 1
                 continue
             try:
-                get(lib)
+                seed = get(lib)
             except ConfigError:
                 raise InputError(f"{where}: unknown library constraint {lib!r}") from None
-            constraints.append([lib, dict(c.get("params") or {})])
+            params = dict(c.get("params") or {})
+            problems = seed.check_params(params)
+            if problems:  # caught before any request is sent
+                raise InputError(f"{where}: {'; '.join(problems)}")
+            constraints.append([seed.id, params])
         prompt = row.get("prompt")
         messages = messages_to_chat(prompt)
         if not messages:

@@ -89,3 +89,12 @@ def test_eval_if_needs_one_source(tmp_path: Path, server):
         {"id": "q", "text": "t", "library_id": "ru.nope", "params": {}}]}}) + "\n", encoding="utf-8")
     res = runner.invoke(app, ["eval", "if", "--out", str(tmp_path / "o"), "--samples", str(bad), *llm_flags(server)])
     assert res.exit_code == 2 and "ru.nope" in res.output
+
+
+def test_eval_if_bad_params_are_caught_before_any_request(tmp_path: Path, server):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": [{"role": "user", "content": "x"}], "ground_truth": {"constraints": [
+        {"id": "q", "text": "t", "library_id": "ru.length.words_max", "params": {"count": 3}}]}}) + "\n",
+        encoding="utf-8")
+    res = runner.invoke(app, ["eval", "if", "--out", str(tmp_path / "o"), "--samples", str(bad), *llm_flags(server)])
+    assert res.exit_code == 2 and "missing param 'n'" in res.output and server.served == 0
