@@ -223,6 +223,3 @@ def fc_report(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {"overall": summary(records) if records else None,
             "per_category": {c: summary(rows) for c, rows in sorted(by.items())}}
 
-
-def dumps_calls(calls: list[dict[str, Any]] | None) -> str:
-    return json.dumps(calls, ensure_ascii=False)

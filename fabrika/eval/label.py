@@ -9,7 +9,6 @@ agreement) and ``task_type``. The labeller answers JSON through
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +132,3 @@ def label_report(records: list[dict[str, Any]], taxonomy: list[FailureClass], *,
                                             [r["task_type"] for r in pairs], names, iterations=iterations, seed=seed)
     return rep
 
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)

@@ -12,14 +12,13 @@ process on a directory another one is working in (``DIR/.lock``, ``flock``).
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from fabrika.errors import ConfigError, StoreError
 from fabrika.llm import ChatRequest, ChatResponse, LLMConfig, build_engine
@@ -185,6 +184,3 @@ async def run_items(store: ResultStore, llm: LLMConfig, items: Sequence[Item],
         await engine.aclose()
     return out
 
-
-def run_sync(coro: Awaitable[RunOutcome]) -> RunOutcome:
-    return asyncio.run(coro)  # type: ignore[arg-type]
