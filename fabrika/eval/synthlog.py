@@ -26,6 +26,9 @@ MODELS = ("qwen3-32b", "qwen3-8b", "gpt-oss-120b", "t-pro-2.0")
 
 NAMES_RU = ("Иван Петров", "Мария Смирнова", "Алексей Кузнецов", "Ольга Соколова", "Дмитрий Попов", "Анна Лебедева",
             "Сергей Новиков", "Екатерина Морозова", "Павел Волков", "Наталья Зайцева", "Артём Павлов", "Юлия Семёнова")
+NAMES_RU_DAT = ("Ивану Петрову", "Марии Смирновой", "Алексею Кузнецову", "Ольге Соколовой", "Дмитрию Попову",
+                "Анне Лебедевой", "Сергею Новикову", "Екатерине Морозовой", "Павлу Волкову", "Наталье Зайцевой",
+                "Артёму Павлову", "Юлии Семёновой")
 NAMES_EN = ("John Carter", "Emily Clark", "Michael Brown", "Sarah Lee", "David Wilson", "Laura Adams", "James Hall")
 CITIES = ("Москва", "Санкт-Петербург", "Казань", "Новосибирск", "Екатеринбург", "Самара", "Краснодар", "Пермь")
 PRODUCTS = ("кофемашина", "беспроводные наушники", "детское автокресло", "робот-пылесос", "зимняя куртка",
@@ -118,8 +121,8 @@ SERVICES: dict[str, tuple[str, list[Template]]] = {
     "support-replies": ("generation", [
         lambda r: f"Ты — оператор службы поддержки интернет-магазина. Клиент: {rng_name(r)}\nЗаказ: {_order(r)}\n"
                   f"Обращение клиента:\n\n{_text(r, SENTENCES_RU)}\n\nНапиши вежливый ответ клиенту, не более 5 предложений.",
-        lambda r: f"Составь ответ на жалобу клиента {rng_name(r)} по заказу {_order(r)} от {_date(r)}. Текст жалобы: "
-                  f"«{_text(r, SENTENCES_RU, 1, 3)}». Извинись и предложи компенсацию {r.randint(5, 30)}%.",
+        lambda r: f"Составь ответ на жалобу по заказу {_order(r)} от {_date(r)}.\nКлиент: {rng_name(r)}\nТекст жалобы: "
+                  f"«{_text(r, SENTENCES_RU, 1, 3)}»\nИзвинись и предложи компенсацию {r.randint(5, 30)}%.",
         lambda r: f"Reply to the customer email below in a friendly tone.\n\nCustomer: {r.choice(NAMES_EN)}\n"
                   f"Email: {_text(r, SENTENCES_EN, 1, 3)}",
     ]),
@@ -150,7 +153,7 @@ SERVICES: dict[str, tuple[str, list[Template]]] = {
     ]),
     "hr-vacancy": ("generation", [
         lambda r: f"Напиши текст вакансии. Должность: {r.choice(('аналитик данных', 'бухгалтер', 'курьер', 'Python-разработчик'))}\n"
-                  f"Город: {r.choice(CITIES)}\nЗарплата: от {_sum(r)} руб.\nОпыт: {r.randint(0, 6)} лет",
+                  f"Город: {r.choice(CITIES)}\nЗарплата: от {_sum(r)} руб.\nОпыт: {_years(r.randint(1, 6))}",
     ]),
     "incident-bot": ("summarization", [
         lambda r: f"Summarize the incident for the on-call channel. Incident ID: {r.randbytes(4).hex()}\n"
@@ -160,7 +163,7 @@ SERVICES: dict[str, tuple[str, list[Template]]] = {
                   f"{r.randint(100, 999)}: {_text(r, SENTENCES_RU[17:19], 1, 2)}",
     ]),
     "email-drafts": ("generation", [
-        lambda r: f"Напиши письмо коллеге {rng_name(r)} ({_email(r)}) с просьбой прислать отчёт до {_date(r)}.",
+        lambda r: f"Напиши письмо коллеге — {r.choice(NAMES_RU_DAT)} ({_email(r)}) — с просьбой прислать отчёт до {_date(r)}.",
     ]),
     "med-triage": ("classification", [
         lambda r: f"Определи срочность обращения пациента (экстренно / срочно / планово). Возраст: {r.randint(1, 90)}\n"
@@ -182,16 +185,30 @@ SERVICES: dict[str, tuple[str, list[Template]]] = {
                   f"{r.choice((2024, 2025))}? The file is at https://data.corp/{r.randint(1, 99)}/sales.csv",
     ]),
     "legal-qa": ("open_qa", [
-        lambda r: f"Можно ли расторгнуть договор аренды досрочно, если арендодатель не сделал ремонт за {r.randint(1, 12)} месяцев?",
+        lambda r: f"Можно ли расторгнуть договор аренды досрочно, если арендодатель не сделал ремонт за {_n(r.randint(1, 12), 'месяц')}?",
     ]),
     "travel-planner": ("generation", [
-        lambda r: f"Составь маршрут поездки в город {r.choice(CITIES)} на {r.randint(2, 7)} дня с бюджетом {_sum(r)} руб.",
+        lambda r: f"Составь маршрут поездки в город {r.choice(CITIES)} на {_n(r.randint(2, 7), 'день')} с бюджетом {_sum(r)} руб.",
     ]),
 }
 
 
 def rng_name(rng: random.Random) -> str:
     return rng.choice(NAMES_RU)
+
+
+def _n(n: int, noun: str) -> str:
+    """«5 дней», «3 месяца» — the noun agreed with the number."""
+    from fabrika.textutil.morph import agree
+
+    return f"{n} {agree(noun, n)}"
+
+
+def _years(n: int) -> str:
+    """«1 год», «3 года», «5 лет» (pymorphy3 gives «годов» for the counting form)."""
+    tail = n % 100
+    word = "лет" if 11 <= tail <= 14 or n % 10 in (0, 5, 6, 7, 8, 9) else ("год" if n % 10 == 1 else "года")
+    return f"{n} {word}"
 
 
 def _zipf_weights(n: int, s: float) -> list[float]:
