@@ -335,7 +335,8 @@ def calibrate(
 @eval_app.command("fc")
 def fc(
     out: OutDir,
-    bfcl: Annotated[Optional[list[Path]], typer.Option("--bfcl", help="BFCL question file (repeatable).")] = None,
+    bfcl: Annotated[Optional[list[Path]], typer.Option("--bfcl", help="BFCL question file, or a BFCL data directory "
+                                                       "(pairs each file with possible_answer/<same name>); repeatable.")] = None,
     answers: Annotated[Optional[list[Path]], typer.Option("--answers", help="BFCL possible_answer file, one per --bfcl "
                                                           "(same order; irrelevance files need none: pass '-').")] = None,
     samples: Annotated[Optional[Path], typer.Option("--samples", help="fabrika FC samples (export JSONL).")] = None,
@@ -354,9 +355,20 @@ def fc(
         _fail(f"--answers must be given once per --bfcl ({len(bfcl)}), got {len(answers)}; use '-' for none")
     try:
         cases = []
+        pairs: list[tuple[Path, Path | None]] = []
         for i, q in enumerate(bfcl or []):
+            if q.is_dir():  # a BFCL data directory: every category file with its possible_answer twin
+                files = sorted(q.glob("BFCL_v*_*.json"))
+                if not files:
+                    raise InputError(f"--bfcl {q}: no BFCL_v*_<category>.json files in this directory")
+                for f in files:
+                    twin = q / "possible_answer" / f.name
+                    pairs.append((f, twin if twin.is_file() else None))
+                continue
             a = answers[i] if i < len(answers) else None
-            cases += read_bfcl(q, None if a is None or str(a) == "-" else a)
+            pairs.append((q, None if a is None or str(a) == "-" else a))
+        for q, a in pairs:
+            cases += read_bfcl(q, a)
         if samples is not None:
             cases += read_samples(samples)
         ids = [c.id for c in cases]
@@ -364,7 +376,7 @@ def fc(
             dup = next(i for i in ids if ids.count(i) > 1)
             raise InputError(f"duplicate case id {dup!r} across the input files; ids must be unique")
         llm = _llm(base_url, model, api_key_env, llm_config, max_retries)
-        paths = [*(bfcl or []), *[a for a in answers if str(a) != "-"], *([samples] if samples else [])]
+        paths = [p for q, a in pairs for p in (q, a) if p is not None] + ([samples] if samples else [])
         settings = {"kind": "fc", "model": llm.model, "input": file_digest(*paths)}
         doc = _run(out, settings, llm, [c.as_item() for c in cases], fc_requests,
                    lambda item, resps: score_case(item, resps[0]), fc_report)

@@ -234,3 +234,12 @@ def test_relevance_category_accepts_any_valid_call_and_foreign_types_become_stri
     s = doc["per_category"]["live_relevance"]
     assert s["accuracy"] == pytest.approx(1 / 3)  # a call missing its required 'route' is not schema-valid
     assert s["decision"] == pytest.approx(2 / 3) and s["arg_values"] is None
+
+
+def test_eval_fc_on_a_bfcl_data_directory(server, tmp_path: Path):
+    server.script(tag="eval.fc", responder=model)
+    out = tmp_path / "fc"
+    res = runner.invoke(app, ["eval", "fc", "--out", str(out), "--bfcl", str(DATA), *llm_flags(server)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert doc["total"] == 10 and doc["overall"]["accuracy"] == pytest.approx(0.5)
