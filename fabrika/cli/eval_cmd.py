@@ -340,6 +340,8 @@ def fc(
     answers: Annotated[Optional[list[Path]], typer.Option("--answers", help="BFCL possible_answer file, one per --bfcl "
                                                           "(same order; irrelevance files need none: pass '-').")] = None,
     samples: Annotated[Optional[Path], typer.Option("--samples", help="fabrika FC samples (export JSONL).")] = None,
+    strings: Annotated[str, typer.Option("--strings", help="exact (as the FC reward) | bfcl (BFCL's lenient "
+                                         "case/punctuation-insensitive string match)")] = "exact",
     base_url: BaseUrl = None, model: Model = None, api_key_env: ApiKeyEnv = None, llm_config: LLMFile = None,
     max_retries: Retries = None,
 ) -> None:
@@ -350,6 +352,8 @@ def fc(
 
     if not bfcl and samples is None:
         _fail("pass --bfcl FILE [--answers FILE] or --samples FILE")
+    if strings not in ("exact", "bfcl"):
+        _fail(f"--strings must be 'exact' or 'bfcl', got {strings!r}")
     answers = list(answers or [])
     if bfcl and answers and len(answers) != len(bfcl):
         _fail(f"--answers must be given once per --bfcl ({len(bfcl)}), got {len(answers)}; use '-' for none")
@@ -377,8 +381,8 @@ def fc(
             raise InputError(f"duplicate case id {dup!r} across the input files; ids must be unique")
         llm = _llm(base_url, model, api_key_env, llm_config, max_retries)
         paths = [p for q, a in pairs for p in (q, a) if p is not None] + ([samples] if samples else [])
-        settings = {"kind": "fc", "model": llm.model, "input": file_digest(*paths)}
-        doc = _run(out, settings, llm, [c.as_item() for c in cases], fc_requests,
+        settings = {"kind": "fc", "model": llm.model, "input": file_digest(*paths), "strings": strings}
+        doc = _run(out, settings, llm, [{**c.as_item(), "strings": strings} for c in cases], fc_requests,
                    lambda item, resps: score_case(item, resps[0]), fc_report)
     except (ConfigError, InputError, StoreError) as exc:
         _fail(str(exc))

@@ -4,9 +4,10 @@ A prediction is correct when its calls equal the expected calls as a multiset
 under :func:`fabrika.rewards.fc.calls_match` — the matcher the FC expert is
 trained with — after each expected parameter is resolved against BFCL's list
 of allowed values (the predicted value when it is allowed, nothing when ``""``
-is allowed and the parameter is absent). Strings are compared exactly (BFCL
-itself lower-cases and strips some punctuation first; fabrika's reward does
-not, and the eval agrees with the reward).
+is allowed and the parameter is absent; dict answers are templates whose keys
+have their own allowed lists). Strings are compared exactly by default — as the
+FC reward does — or, with ``strings="bfcl"`` (``--strings bfcl``), in BFCL's
+lenient form (lower case, spaces and ``,./-_*^`` removed).
 
 Components reported per category (the decomposition of the T-pro report's FC table):
 
@@ -132,28 +133,66 @@ def predicted_calls(resp: ChatResponse, names: dict[str, str]) -> tuple[list[dic
     return calls, visible, None
 
 
-def resolve_expected(predicted: list[dict[str, Any]], expected: list[dict[str, dict[str, list[Any]]]]
-                     ) -> list[dict[str, Any]]:
-    """Concrete expected calls: each allowed-values list resolved toward the paired predicted call."""
+_OMIT = object()
+_BFCL_STRIP = re.compile(r"[\s,./\-_*^]")
+
+
+def bfcl_string(value: Any) -> Any:
+    """BFCL's lenient string form, recursively: lower case, no spaces or ``,./-_*^``, ``'`` as ``"``."""
+    if isinstance(value, str):
+        return _BFCL_STRIP.sub("", value).lower().replace("'", '"')
+    if isinstance(value, list):
+        return [bfcl_string(v) for v in value]
+    if isinstance(value, dict):
+        return {k: bfcl_string(v) for k, v in value.items()}
+    return value
+
+
+def _is_template(a: Any) -> bool:
+    """A BFCL dict answer: each key maps to its own list of allowed values."""
+    return isinstance(a, dict) and bool(a) and all(isinstance(v, list) for v in a.values())
+
+
+def _resolve(present: bool, value: Any, allowed: list[Any], eq: Any) -> Any:
+    """The allowed value that ``value`` matches (``value`` itself), ``_OMIT``, or the first allowed one."""
+    concrete = [a for a in allowed if a != ""]
+    if not present:
+        return _OMIT if ("" in allowed or not concrete) else concrete[0]
+    for a in concrete:
+        if eq(value, a):
+            return value
+        if _is_template(a) and isinstance(value, dict):
+            sub = {k: _resolve(k in value, value.get(k), v, eq) for k, v in a.items()}
+            sub = {k: v for k, v in sub.items() if v is not _OMIT}
+            if eq(value, sub):
+                return value
+    return concrete[0] if concrete else None
+
+
+def resolve_expected(predicted: list[dict[str, Any]], expected: list[dict[str, dict[str, list[Any]]]],
+                     *, strings: str = "exact") -> list[dict[str, Any]]:
+    """Concrete expected calls: each allowed-values list resolved toward a predicted call.
+
+    Each expected call is paired with the first unused predicted call of the same name that
+    it matches after resolution (else the first of that name), so parallel calls in any order
+    and with any allowed alternative resolve correctly.
+    """
+    eq = (lambda x, y: values_equal(bfcl_string(x), bfcl_string(y))) if strings == "bfcl" else values_equal
     unused = list(range(len(predicted)))
     out = []
     for entry in expected:
         (name, params), = entry.items()
-        pair = next((i for i in unused if predicted[i]["name"] == name), None)
-        pred_args = predicted[pair]["arguments"] if pair is not None else {}
+
+        def concrete(pred_args: dict[str, Any]) -> dict[str, Any]:
+            args = {p: _resolve(p in pred_args, pred_args.get(p), allowed, eq) for p, allowed in params.items()}
+            return {k: v for k, v in args.items() if v is not _OMIT}
+
+        same = [i for i in unused if predicted[i]["name"] == name]
+        pair = next((i for i in same if eq(predicted[i]["arguments"], concrete(predicted[i]["arguments"]))),
+                    same[0] if same else None)
         if pair is not None:
             unused.remove(pair)
-        args: dict[str, Any] = {}
-        for p, allowed in params.items():
-            concrete = [a for a in allowed if a != ""]
-            if p in pred_args:
-                hit = next((a for a in concrete if values_equal(pred_args[p], a)), None)
-                args[p] = pred_args[p] if hit is not None else (concrete[0] if concrete else None)
-            elif "" in allowed or not concrete:
-                continue  # optional and left out
-            else:
-                args[p] = concrete[0]
-        out.append({"name": name, "arguments": args})
+        out.append({"name": name, "arguments": concrete(predicted[pair]["arguments"] if pair is not None else {})})
     return out
 
 
@@ -199,7 +238,13 @@ def score_case(item: dict[str, Any], resp: ChatResponse) -> dict[str, Any]:
         rec["arg_values"] = None  # nothing to compare with
         rec["correct"] = bool(rec["tool_choice"]) and schema_ok
     else:
-        rec["arg_values"] = rec["correct"] = calls_match(calls, resolve_expected(calls, expected), orig_tools)
+        strings = item.get("strings", "exact")
+        want = resolve_expected(calls, expected, strings=strings)
+        got = calls
+        if strings == "bfcl":
+            got = [{"name": c["name"], "arguments": bfcl_string(c["arguments"])} for c in calls]
+            want = [{"name": c["name"], "arguments": bfcl_string(c["arguments"])} for c in want]
+        rec["arg_values"] = rec["correct"] = calls_match(got, want, orig_tools)
     return rec
 
 

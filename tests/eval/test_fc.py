@@ -243,3 +243,40 @@ def test_eval_fc_on_a_bfcl_data_directory(server, tmp_path: Path):
     assert res.exit_code == 0, res.output
     doc = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert doc["total"] == 10 and doc["overall"]["accuracy"] == pytest.approx(0.5)
+
+
+def test_dict_answers_are_templates_and_parallel_pairs_by_value():
+    exp = [{"book": {"guest": [{"name": ["Анна", "Anna"], "age": [30, ""]}], "nights": [2]}}]
+    assert calls_match([call("book", guest={"name": "Anna"}, nights=2)],
+                       resolve_expected([call("book", guest={"name": "Anna"}, nights=2)], exp))
+    assert not calls_match([call("book", guest={"name": "Anna", "age": 31}, nights=2)],
+                           resolve_expected([call("book", guest={"name": "Anna", "age": 31}, nights=2)], exp))
+    # parallel calls in the other order, each using the second allowed alternative
+    exp2 = [{"get_weather": {"city": ["Москва", "Moscow"]}}, {"get_weather": {"city": ["Сочи", "Sochi"]}}]
+    pred = [call("get_weather", city="Sochi"), call("get_weather", city="Moscow")]
+    assert calls_match(pred, resolve_expected(pred, exp2))
+
+
+def test_bfcl_lenient_strings_only_when_asked():
+    exp = [{"get_weather": {"city": ["San Francisco, CA"], "unit": ["celsius"]}}]
+    pred = [call("get_weather", city="san francisco CA", unit="Celsius")]
+    assert not calls_match(pred, resolve_expected(pred, exp))
+    from fabrika.eval.fc_eval import bfcl_string
+
+    want = resolve_expected(pred, exp, strings="bfcl")
+    assert calls_match([{**c, "arguments": bfcl_string(c["arguments"])} for c in pred],
+                       [{**c, "arguments": bfcl_string(c["arguments"])} for c in want])
+
+
+@pytest.mark.parametrize("strings,accuracy", [("exact", 0.0), ("bfcl", 1.0)])
+def test_eval_fc_strings_flag(server, tmp_path: Path, strings, accuracy):
+    q = tmp_path / "BFCL_v3_simple.json"
+    q.write_text((DATA / "BFCL_v3_simple.json").read_text(encoding="utf-8").splitlines()[2] + "\n", encoding="utf-8")
+    server.script(tag="eval.fc", responder=lambda req: {"tool_calls": [call("get_weather", city="kazan",
+                                                                             unit="Celsius")]})
+    out = tmp_path / strings
+    res = runner.invoke(app, ["eval", "fc", "--out", str(out), "--bfcl", str(q), "--answers",
+                              str(DATA / "possible_answer" / "BFCL_v3_simple.json"), "--strings", strings,
+                              *llm_flags(server)])
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "report.json").read_text(encoding="utf-8"))["overall"]["accuracy"] == accuracy
