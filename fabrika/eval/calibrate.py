@@ -48,6 +48,10 @@ def read_labels(path: Path, cfg: JudgeConfig) -> list[dict[str, Any]]:
         crit = row.get("criteria_labels") or {}
         if not isinstance(crit, dict):
             raise InputError(f"{where}: criteria_labels must be an object {{criterion: A|B|tie}}")
+        bad = [k for k, v in crit.items() if normalize_verdict(v) is None]
+        if bad:
+            raise InputError(f"{where}: criteria_labels[{bad[0]!r}] must be A, B or tie, got {crit[bad[0]]!r} "
+                             f"(per-criterion labels are preferences between the two answers)")
         rid = str(row.get("id", f"L{n}"))
         if rid in seen:
             raise InputError(f"{where}: duplicate id {rid!r}")
