@@ -340,6 +340,8 @@ def fc(
     answers: Annotated[Optional[list[Path]], typer.Option("--answers", help="BFCL possible_answer file, one per --bfcl "
                                                           "(same order; irrelevance files need none: pass '-').")] = None,
     samples: Annotated[Optional[Path], typer.Option("--samples", help="fabrika FC samples (export JSONL).")] = None,
+    mode: Annotated[str, typer.Option("--mode", help="fc: tools through the API (needs the server's tool parser) | "
+                                      "prompt: functions described in the system prompt, calls read from the text")] = "fc",
     strings: Annotated[str, typer.Option("--strings", help="exact (as the FC reward) | bfcl (BFCL's lenient "
                                          "case/punctuation-insensitive string match)")] = "exact",
     base_url: BaseUrl = None, model: Model = None, api_key_env: ApiKeyEnv = None, llm_config: LLMFile = None,
@@ -352,6 +354,8 @@ def fc(
 
     if not bfcl and samples is None:
         _fail("pass --bfcl FILE [--answers FILE] or --samples FILE")
+    if mode not in ("fc", "prompt"):
+        _fail(f"--mode must be 'fc' or 'prompt', got {mode!r}")
     if strings not in ("exact", "bfcl"):
         _fail(f"--strings must be 'exact' or 'bfcl', got {strings!r}")
     answers = list(answers or [])
@@ -381,8 +385,9 @@ def fc(
             raise InputError(f"duplicate case id {dup!r} across the input files; ids must be unique")
         llm = _llm(base_url, model, api_key_env, llm_config, max_retries)
         paths = [p for q, a in pairs for p in (q, a) if p is not None] + ([samples] if samples else [])
-        settings = {"kind": "fc", "model": llm.model, "input": file_digest(*paths), "strings": strings}
-        doc = _run(out, settings, llm, [{**c.as_item(), "strings": strings} for c in cases], fc_requests,
+        settings = {"kind": "fc", "model": llm.model, "input": file_digest(*paths), "strings": strings,
+                    "mode": mode}
+        doc = _run(out, settings, llm, [{**c.as_item(), "strings": strings, "mode": mode} for c in cases], fc_requests,
                    lambda item, resps: score_case(item, resps[0]), fc_report)
     except (ConfigError, InputError, StoreError) as exc:
         _fail(str(exc))

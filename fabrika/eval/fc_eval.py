@@ -42,7 +42,29 @@ FC_TAG = "eval.fc"
 COMPONENTS = ("decision", "tool_choice", "required_args", "schema_valid", "arg_values")
 
 
+PROMPT_MODE_SYSTEM = (
+    "Тебе доступны функции, описанные ниже в формате JSON. Если для ответа на запрос нужно вызвать функции, "
+    "ответь только вызовами в синтаксисе Python, списком: [имя_функции(параметр=значение, ...), ...] — без "
+    "пояснений. Если ни одна функция не подходит, ответь обычным текстом без вызовов.\n\n"
+    "You have access to the functions described below as JSON. If the request needs function calls, answer "
+    "only with the calls in Python syntax, as a list: [func_name(param=value, ...), ...] with no other text. "
+    "If no function fits, answer in plain text without calls.\n\n{functions}")
+
+
 def fc_requests(item: dict[str, Any], *, temperature: float = 0.0, max_tokens: int | None = None) -> list[ChatRequest]:
+    """The model's request: tools through the API (``mode: fc``, default) or described in the system
+    prompt for servers without a tool parser (``mode: prompt``, BFCL's prompting mode)."""
+    if item.get("mode") == "prompt" and item["tools"]:
+        names = item["names"]
+        functions = [{**t["function"], "name": names.get(t["function"]["name"], t["function"]["name"])}
+                     for t in item["tools"]]
+        system = PROMPT_MODE_SYSTEM.format(functions=json.dumps(functions, ensure_ascii=False, indent=1))
+        messages = list(item["messages"])
+        if messages and messages[0].get("role") == "system":
+            messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{system}"}
+        else:
+            messages.insert(0, {"role": "system", "content": system})
+        return [ChatRequest(messages=tuple(messages), temperature=temperature, max_tokens=max_tokens, tag=FC_TAG)]
     return [ChatRequest(messages=tuple(item["messages"]), tools=tuple(item["tools"]) or None,
                         tool_choice="auto" if item["tools"] else None, temperature=temperature,
                         max_tokens=max_tokens, tag=FC_TAG)]

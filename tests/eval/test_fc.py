@@ -280,3 +280,24 @@ def test_eval_fc_strings_flag(server, tmp_path: Path, strings, accuracy):
                               *llm_flags(server)])
     assert res.exit_code == 0, res.output
     assert json.loads((out / "report.json").read_text(encoding="utf-8"))["overall"]["accuracy"] == accuracy
+
+
+def test_eval_fc_prompt_mode_for_servers_without_a_tool_parser(server, tmp_path: Path):
+    def prompted(req: dict) -> str:
+        assert "tools" not in req  # nothing a server without --enable-auto-tool-choice would refuse
+        system, user = req["messages"][0]["content"], req["messages"][-1]["content"]
+        assert "math.factorial" in system or "triangle" in system or "weather" in system or "currency" in system
+        return {"triangle": "[calculate_triangle_area(base=10, height=5)]", "факториал": "[math.factorial(number=5)]",
+                "Казани": '<think>думаю</think>[get_weather(city="Казань", unit="celsius")]',
+                "dollars": "Я не могу конвертировать валюту."}[next(k for k in ("triangle", "факториал", "Казани",
+                                                                               "dollars") if k in user)]
+
+    server.script(tag="eval.fc", responder=prompted)
+    out = tmp_path / "fc"
+    res = runner.invoke(app, ["eval", "fc", "--out", str(out), "--mode", "prompt", "--bfcl",
+                              str(DATA / "BFCL_v3_simple.json"), "--answers",
+                              str(DATA / "possible_answer" / "BFCL_v3_simple.json"), *llm_flags(server)])
+    assert res.exit_code == 0, res.output
+    assert not server.errors
+    doc = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert doc["overall"]["accuracy"] == pytest.approx(0.75) and doc["overall"]["decision"] == pytest.approx(0.75)
