@@ -379,6 +379,8 @@ def fc(
             cases += read_bfcl(q, a)
         if samples is not None:
             cases += read_samples(samples)
+        if not cases:
+            raise InputError("the FC input files hold no cases")
         ids = [c.id for c in cases]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)

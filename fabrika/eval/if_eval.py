@@ -66,6 +66,8 @@ def read_if_samples(path: Path) -> list[dict[str, Any]]:
             raise InputError(f"{where}: an IF sample needs 'prompt' messages")
         items.append({"id": str(row.get("id", f"L{n}")), "messages": messages, "constraints": constraints,
                       "unverifiable": unverifiable})
+    if not items:
+        raise InputError(f"{path}: no IF samples")
     return items
 
 

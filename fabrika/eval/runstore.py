@@ -177,7 +177,10 @@ async def run_items(store: ResultStore, llm: LLMConfig, items: Sequence[Item],
                 if errors:
                     out.failed.append({"id": it["id"], "reason": str(errors[0])})
                     continue
-                records.append({"id": it["id"], **finish(it, resps)})
+                try:
+                    records.append({"id": it["id"], **finish(it, resps)})
+                except Exception as exc:  # a scorer bug must not take the finished items with it
+                    out.failed.append({"id": it["id"], "reason": f"internal_error: {type(exc).__name__}: {exc}"})
             store.append(records)
             out.finished += len(records)
     finally:

@@ -86,3 +86,26 @@ def test_injected_server_faults_are_retried_and_change_nothing(server, tmp_path:
 ])
 def test_strip_reasoning(text, want):
     assert strip_reasoning(text) == want
+
+
+def test_a_scorer_error_leaves_the_item_pending_not_the_run_lost(server, tmp_path: Path):
+    import asyncio
+
+    from fabrika.eval.runstore import run_items
+    from fabrika.llm import ChatRequest
+
+    server.script(tag="t", responder=lambda req: req["messages"][0]["content"])
+    store = ResultStore(tmp_path, {"kind": "x"})
+    items = [{"id": f"i{k}", "q": f"q{k}"} for k in range(4)]
+
+    def finish(item, resps):
+        if item["id"] == "i2":
+            raise KeyError("boom")
+        return {"answer": resps[0].text}
+
+    llm = make_llm_config(base_url=server.base_url, model="m")
+    out = asyncio.run(run_items(store, llm, items, lambda it: [ChatRequest(messages=({"role": "user", "content": it["q"]},),
+                                                                          tag="t")], finish))
+    assert out.finished == 3 and [f["id"] for f in out.failed] == ["i2"] and "internal_error" in out.failed[0]["reason"]
+    assert set(store.done) == {"i0", "i1", "i3"} and store.done["i3"]["answer"] == "q3"
+    store.close()
