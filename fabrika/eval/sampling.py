@@ -64,16 +64,19 @@ def _tfidf(texts: Sequence[str], *, chars: bool = False):
         return None
 
 
-def greedy_maxmin(matrix, k: int, rng: random.Random) -> list[int]:
-    """Greedy max-min (farthest-point) selection of ``k`` rows of an L2-normalised matrix.
+def greedy_maxmin(matrix, k: int, rng: random.Random, n: int | None = None) -> list[int]:
+    """Greedy max-min (farthest-point) selection of ``k`` of ``n`` rows of an L2-normalised matrix.
 
     Starts from a seeded random row; each step adds the row whose cosine distance to
     its nearest chosen row is largest (ties: lowest index). A ``None`` matrix (no
-    features) falls back to a seeded random order.
+    features: every text empty) falls back to a seeded random draw of ``k`` of ``n``.
     """
-    n = 0 if matrix is None else matrix.shape[0]
+    if matrix is not None:
+        n = matrix.shape[0]
+    if n is None:
+        raise ValueError("greedy_maxmin needs n when the matrix is None")
     if matrix is None or k >= n:
-        order = list(range(n if matrix is not None else k))
+        order = list(range(n))
         rng.shuffle(order)
         return order[:k]
     first = rng.randrange(n)
@@ -204,10 +207,10 @@ def template_aware(records: Sequence[LogRecord], budget: int, *, seed: int = 0, 
         if k == 0:
             continue
         texts = [normed[i].variable_text for i in rows]
-        picked = greedy_maxmin(_tfidf(texts, chars=True), k, rng)
+        picked = greedy_maxmin(_tfidf(texts, chars=True), k, rng, len(rows))
         chosen.extend(rows[j] for j in picked)
     if tail_budget and tail_rows:
-        picked = greedy_maxmin(_tfidf([records[i].text for i in tail_rows]), tail_budget, rng)
+        picked = greedy_maxmin(_tfidf([records[i].text for i in tail_rows]), tail_budget, rng, len(tail_rows))
         chosen.extend(tail_rows[j] for j in picked)
     kept = sum(1 for s in sizes if s >= min_template_count)
     return Selection(chosen, {"templates": kept, "tail_rows": len(tail_rows), "tail_budget": tail_budget,
@@ -223,7 +226,8 @@ def random_sample(records: Sequence[LogRecord], budget: int, *, seed: int = 0, *
 
 def global_maxmin(records: Sequence[LogRecord], budget: int, *, seed: int = 0, **_: object) -> Selection:
     _check_budget(budget)
-    return Selection(greedy_maxmin(_tfidf([r.text for r in records]), min(budget, len(records)), random.Random(seed)))
+    return Selection(greedy_maxmin(_tfidf([r.text for r in records]), min(budget, len(records)), random.Random(seed),
+                                   len(records)))
 
 
 def tag_diversity(records: Sequence[LogRecord], budget: int, *, seed: int = 0,

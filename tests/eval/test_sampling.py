@@ -230,3 +230,12 @@ def test_logs_read_from_parquet_and_messages(tmp_path: Path):
 def test_normalizer_markdown_keys_and_list_markers():
     n = normalize("**Клиент:** Иван Петров\n- **Город**: Казань\n1. Срок: до пятницы\n2) Сумма 500 руб.")
     assert n.template == "**Клиент:** ⟨VAL⟩\n- **Город**: ⟨VAL⟩\n1. Срок: ⟨VAL⟩\n2) Сумма ⟨NUM⟩ руб."
+
+
+def test_template_without_variables_is_drawn_from_all_its_rows():
+    log = [LogRecord(id=str(i), text="Привет! Как дела?") for i in range(50)]
+    log += [LogRecord(id=f"x{i}", text=f"Заказ ORD-{1000 + i} готов?") for i in range(50)]
+    seen = set()
+    for seed in range(20):
+        seen |= {i for i in template_aware(log, 4, seed=seed).indices if i < 50}
+    assert len(seen) > 10  # not always the first rows of the template
