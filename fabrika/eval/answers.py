@@ -4,8 +4,7 @@ Real models (Qwen3, gpt-oss) put ``<think>…</think>`` before the answer, wrap
 JSON in prose or fences, and get truncated. Everything here returns a value or
 a reason string; nothing raises on a bad answer.
 
-Note: a shared reasoning-strip helper is planned for ``fabrika.textutil``; until
-it lands, :func:`strip_reasoning` is the one place that handles the blocks.
+Reasoning blocks are removed by the shared :mod:`fabrika.textutil.reasoning`.
 """
 
 from __future__ import annotations
@@ -14,22 +13,14 @@ import re
 from typing import Any
 
 from fabrika.generators.parsing import extract_json, is_failure
-
-_THINK = re.compile(r"<(think|thinking|reasoning)>.*?(?:</\1>|\Z)", re.DOTALL | re.IGNORECASE)
-_ORPHAN_CLOSE = re.compile(r"^.*?</(?:think|thinking|reasoning)>", re.DOTALL | re.IGNORECASE)
-
+from fabrika.textutil.reasoning import split_reasoning
 
 def strip_reasoning(text: str | None) -> str:
-    """``text`` without reasoning blocks; an unclosed block hides everything after it.
+    """``text`` as the user sees it (:func:`fabrika.textutil.reasoning.split_reasoning`).
 
-    A closing tag without an opening one (templates that pre-fill ``<think>``)
-    drops everything before it.
+    An unclosed block means the model was cut off while thinking: nothing is left.
     """
-    if not text:
-        return ""
-    text = _ORPHAN_CLOSE.sub("", text, count=1) if re.search(r"</(?:think|thinking|reasoning)>", text, re.I) \
-        and not re.search(r"<(?:think|thinking|reasoning)>", text, re.I) else text
-    return _THINK.sub("", text).strip()
+    return split_reasoning(text).answer
 
 
 def parse_object(text: str | None, required: tuple[str, ...] = ()) -> dict[str, Any] | str:

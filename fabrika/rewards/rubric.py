@@ -33,6 +33,7 @@ from fabrika.errors import ConfigError
 from fabrika.generators.parsing import ParseFailure, extract_json, is_failure
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.rewards.instruct import IFRewardConfig, completion_text, parse_constraints, rm_corrected, score_if
+from fabrika.textutil.reasoning import split_reasoning
 
 __all__ = [
     "TAG_RUBRIC_JUDGE",
@@ -165,23 +166,8 @@ def judge_request(messages: Sequence[Mapping[str, Any]], reply: str, rubrics: Se
 
 
 def strip_reasoning(text: str | None) -> str:
-    """``text`` without ``<think>…</think>`` blocks; an unclosed ``<think>`` (truncated reasoning) leaves nothing.
-
-    A local helper until the shared one lands in ``fabrika.textutil``.
-    """
-    if not text:
-        return ""
-    out = text
-    while True:
-        lo = out.lower()
-        start = lo.find("<think>")
-        if start < 0:
-            end = lo.find("</think>")  # some templates put the opening tag in the prompt
-            return (out[end + len("</think>"):] if end >= 0 else out).strip()
-        end = lo.find("</think>", start)
-        if end < 0:
-            return out[:start].strip()
-        out = out[:start] + out[end + len("</think>"):]
+    """``text`` as the user sees it: reasoning removed; an unclosed ``<think>`` (truncated reasoning) leaves nothing."""
+    return split_reasoning(text).answer
 
 
 def _as_bool(value: Any) -> bool | None:

@@ -46,8 +46,9 @@ class SplitCompletion:
     Attributes:
         reasoning: the chain of thought (empty when there was none).
         answer: what the user would see, stripped of surrounding whitespace.
-        complete: False when the reasoning was never closed (truncated while
-            thinking); ``answer`` is then empty and must be graded as no answer.
+        complete: False when a reasoning block was never closed (truncated while
+            thinking); ``answer`` then holds only what came before that block —
+            empty when the completion opened with it, which must be graded as no answer.
     """
 
     reasoning: str
@@ -80,11 +81,11 @@ def _split_think(text: str) -> SplitCompletion:
         # a block opened again after the last close was cut off mid-thought
         reopened = _THINK_OPEN.search(answer)
         if reopened:
-            return SplitCompletion(reasoning, "", complete=False)
+            return SplitCompletion(reasoning, answer[: reopened.start()].strip(), complete=False)
         return SplitCompletion(reasoning, answer.strip())
     opened = _THINK_OPEN.search(text)
-    if opened:
-        return SplitCompletion(text[opened.end() :].strip(), "", complete=False)
+    if opened:  # cut off while thinking: only what came before the block was shown
+        return SplitCompletion(text[opened.end() :].strip(), text[: opened.start()].strip(), complete=False)
     return SplitCompletion("", text.strip())
 
 

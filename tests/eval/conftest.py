@@ -11,7 +11,7 @@ from fabrika.testing import FakeOpenAIServer
 
 @pytest.fixture
 def server() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as srv:
+    with FakeOpenAIServer(models=["judge-model", "m"]) as srv:
         yield srv
 
 

@@ -54,7 +54,7 @@ def rows(*replies: str, **extra: Any) -> dict[str, Any]:
 
 
 def test_scripted_verdicts_give_exact_rewards_and_failures_are_null() -> None:
-    with FakeOpenAIServer() as srv:
+    with FakeOpenAIServer(model="judge") as srv:
         srv.script(tag="if.rubric.judge", responder=judge)
         reward = make_rubric_reward(RubricRewardConfig(if_reward={"rm_correction": False}), llm_config=config(srv))
         try:
@@ -70,7 +70,7 @@ def test_scripted_verdicts_give_exact_rewards_and_failures_are_null() -> None:
 
 
 def test_server_error_is_null_and_n_samples_vote() -> None:
-    with FakeOpenAIServer() as srv:
+    with FakeOpenAIServer(model="judge") as srv:
         srv.faults(match="сервер упал", kind="server")
         srv.script(tag="if.rubric.judge", match="большинство",
                    responses=[{"choices": [verdicts(True, True), verdicts(True, False), verdicts(True, True)]}],
@@ -90,7 +90,7 @@ def test_server_error_is_null_and_n_samples_vote() -> None:
 def test_composes_with_the_verifier_score_and_rm_correction() -> None:
     cons = [{"id": "ru.case.all_lowercase", "params": {}}]
     gt = json.dumps({"constraints": cons, "rubrics": RUBRICS}, ensure_ascii=False)
-    with FakeOpenAIServer() as srv:
+    with FakeOpenAIServer(model="judge") as srv:
         srv.script(tag="if.rubric.judge", responder=judge)
         reward = make_rubric_reward(RubricRewardConfig(), llm_config=config(srv))
         try:

@@ -16,7 +16,8 @@ from fabrika.textutil.reasoning import answer_text, split_reasoning
         ("<think>hmm</think>", "", True),  # reasoning only: no answer
         ("prefilled thoughts</think>Готово.", "Готово.", True),  # template opened the block
         ("<think>a</think>x<think>b</think>Итог", "Итог", True),
-        ("<think>a</think>Итог<think>ещё подумаю", "", False),
+        ("<think>a</think>Итог<think>ещё подумаю", "Итог", False),
+        ("Ответ.<THINK>обрезано", "Ответ.", False),
         ("Просто ответ без рассуждений.", "Просто ответ без рассуждений.", True),
         ("<THINK>a</THINK> B", "B", True),
     ],
