@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import ConfigError
+from fabrika.textutil.reasoning import answer_text
 
 __all__ = [
     "IFRewardConfig",
@@ -116,12 +117,13 @@ def rm_corrected(
 
 
 def completion_text(completion: Any) -> str:
-    """The assistant text of a completion: a string or TRL's conversational message list."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Mapping):
-        completion = [completion]
-    return "".join(str(m.get("content") or "") for m in completion if m.get("role", "assistant") == "assistant")
+    """What the user sees of a completion (string, message or TRL message list): reasoning removed.
+
+    Constraints grade the answer, never the chain of thought: ``<think>…</think>``
+    (closed, or pre-filled by the template), harmony channels and ``reasoning_content``
+    are dropped; a completion cut off while reasoning has no answer (empty text).
+    """
+    return answer_text(completion)
 
 
 def parse_constraints(value: Any) -> list[dict[str, Any]]:
@@ -275,6 +277,9 @@ def score_if(
     gt = _column(columns, cfg.ground_truth_column, n) or [None] * n
     row_codes = [_row_verifier_codes(g) for g in gt]
     verdicts = _verdicts([parse_constraints(r) for r in raw], texts, row_codes, cfg, sandbox_runner)
+    # no visible answer (empty, reasoning only, cut off while reasoning) satisfies no constraint,
+    # not even the vacuous ones ("no commas" holds for an empty string)
+    verdicts = [v if texts[i].strip() else [False] * len(v) for i, v in enumerate(verdicts)]
     vs = [verifier_score(v, cfg.aggregation) for v in verdicts]
 
     s_col: list[Any] | None = None

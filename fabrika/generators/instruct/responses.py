@@ -29,6 +29,7 @@ from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, 
 from fabrika.schemas import Message, Sample, stable_id, to_row
 from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth, IFVerifierRef
 from fabrika.schemas.rows import dumps
+from fabrika.textutil.reasoning import split_reasoning
 
 PROMPT_COLS = ("constraint_id", "query_id", "query", "placement", "messages", "constraints", "library_constraints")
 LANGUAGE_FAMILY = "ru.language."
@@ -84,12 +85,15 @@ class ResponsesStage(Stage):
                 out.append(rejected(rid, f"llm_error: {resp.error.kind}", **empty))  # type: ignore[union-attr]
             elif resp.choices and resp.choices[0].truncated:
                 out.append(rejected(rid, "truncated: answer cut off (finish_reason=length)", **empty))
-            elif not (resp.text or "").strip():
-                out.append(rejected(rid, "empty_answer", **empty))
-            elif check_language and (why := check_russian(resp.text or "")):
-                out.append(rejected(rid, why, **{**empty, "response": resp.text}))
+            elif not (split := split_reasoning(resp.text, resp.choices[0].reasoning)).complete:
+                out.append(rejected(rid, "no_answer: reasoning never closed (cut off while thinking)", **empty))
+            elif not split.answer:
+                out.append(rejected(rid, "empty_answer" + (": reasoning only" if split.reasoning else ""), **empty))
+            elif check_language and (why := check_russian(split.answer)):
+                out.append(rejected(rid, why, **{**empty, "response": split.answer}))
             else:
-                good.append((i, str(resp.text)))
+                # verifiers, the library, the judge and the SFT target all see the answer, never the reasoning
+                good.append((i, split.answer))
         if not good:
             return out
         verifiers = json.loads(row.get("verifiers") or "[]")
