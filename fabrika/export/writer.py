@@ -44,9 +44,10 @@ from fabrika.export.validate import ValidationReport, load_template, validate_pa
 ExportFormat = Literal["hf", "parquet", "jsonl"]
 SCALAR_TYPES: dict[str, pa.DataType] = {
     "id": pa.string(), "expert": pa.string(), "lang": pa.string(), "target_type": pa.string(),
-    "teacher_rm_mean": pa.float64(), "rm_score": pa.float64(), "ref_length": pa.float64(),
-    "difficulty_pass_rate": pa.float64(),
+    "teacher_rm_mean": pa.float64(), "teacher_rm_k": pa.int64(), "rm_id": pa.string(), "rm_score": pa.float64(),
+    "ref_length": pa.float64(), "difficulty_pass_rate": pa.float64(),
 }
+_PL_TYPES = {pa.float64(): pl.Float64, pa.int64(): pl.Int64}
 
 
 class ExportConfig(BaseModel):
@@ -170,7 +171,9 @@ def _features(kind: ExportKind, columns: list[str]) -> Any:
         if col in NESTED_FIELDS[kind]:
             feats[col] = List(Json()) if col in LIST_FIELDS else Json()
         else:
-            feats[col] = Value("float64") if SCALAR_TYPES.get(col) == pa.float64() else Value("string")
+            typ = SCALAR_TYPES.get(col)
+            feats[col] = Value("float64") if typ == pa.float64() else Value("int64") if typ == pa.int64() \
+                else Value("string")
     return Features(feats)
 
 
@@ -225,7 +228,7 @@ def _write_flat(tmp: Path, batches: Iterator[list[dict[str, Any]]], kind: Export
             nested = NESTED_FIELDS[kind]
             frame = pl.DataFrame({c: [(_dumps(r.get(c)) if c in nested and r.get(c) is not None else r.get(c))
                                       for r in batch] for c in columns},
-                                 schema={c: (pl.Float64 if SCALAR_TYPES.get(c) == pa.float64() else pl.String)
+                                 schema={c: _PL_TYPES.get(SCALAR_TYPES.get(c), pl.String)  # type: ignore[arg-type]
                                          for c in columns})
             frame.write_parquet(data / f"part-{i:05d}.parquet")
     return n

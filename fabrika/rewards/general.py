@@ -32,7 +32,7 @@ from typing import Any, Callable, Literal, Sequence
 from fabrika.textutil.reasoning import answer_text
 
 __all__ = ["LengthUnit", "SequenceClassifierRM", "completion_length", "general_reward", "length_alpha",
-           "length_penalized", "make_general_reward"]
+           "length_penalized", "make_general_reward", "rm_identity"]
 
 LengthUnit = Literal["chars", "words", "tokens"]
 RMCallable = Callable[[Sequence[Any], Sequence[Any]], Sequence[float]]
@@ -68,6 +68,32 @@ def completion_length(completion: Any, unit: LengthUnit, completion_ids: Sequenc
     if completion_ids is None:
         raise ValueError("length_unit='tokens' needs completion_ids; call through TRL or pass completion_ids")
     return len(completion_ids)
+
+
+def rm_identity(path: str | Path) -> str:
+    """A stable id of a local RM: ``<dir name>@<sha256 of its config and weight files>`` (16 hex digits).
+
+    S (scored during training) and α (the teacher's mean, stored per prompt) are only
+    comparable under the *same* RM; the teacher-score stage stores this id next to α
+    and the IF trainer refuses data whose ``rm_id`` differs from its own RM's. Hashing
+    reads every weight file once (about a second per GB).
+    """
+    import hashlib
+
+    root = Path(path)
+    if not root.is_dir():
+        raise ValueError(f"rm path {str(root)!r} is not a local directory")
+    digest = hashlib.sha256()
+    files = sorted(p for p in root.iterdir() if p.is_file() and (p.name == "config.json" or p.suffix in (
+        ".safetensors", ".bin", ".pt")))
+    if not files:
+        raise ValueError(f"rm path {str(root)!r} holds no config.json or weight files")
+    for f in files:
+        digest.update(f.name.encode())
+        with f.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    return f"{root.name}@{digest.hexdigest()[:16]}"
 
 
 class SequenceClassifierRM:

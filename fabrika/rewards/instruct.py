@@ -6,7 +6,13 @@
         V         if V ≤ 0
 
 S is the RM score of the completion, α the per-prompt mean RM score of the
-teacher's completions (the ``teacher_rm_mean`` column). The RM term keeps a
+teacher's completions (the ``teacher_rm_mean`` column). **Scale**: both are the raw
+logit (label 0) of the *same* local sequence-classification RM on (prompt as chat,
+visible answer), rendered by that RM's chat template — S by
+:class:`fabrika.rewards.general.SequenceClassifierRM` during GRPO, α by the
+``rm.teacher_scores`` stage over the teacher's K answers (default 8), stored with
+the RM's ``rm_id``. The GRPO trainer refuses data whose α is missing, NaN or from
+another ``rm_id``; a missing or NaN α or S here is an error, never a silent 0.5. The RM term keeps a
 policy from satisfying the letter of the constraints with a worse answer than
 the teacher's; it only ever applies once some constraint is met.
 
@@ -24,6 +30,7 @@ LLM-written ``verifier_code`` runs only through an injected sandbox runner
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -298,7 +305,12 @@ def score_if(
         if s_col is None or alpha_col is None:
             out.append(IFScore(tuple(verdicts[i]), v, None, None, v))
             continue
+        if alpha_col[i] is None or s_col[i] is None:
+            raise ConfigError(f"row {i}: {'α (' + cfg.teacher_rm_column + ')' if alpha_col[i] is None else 'S'} "
+                              "is missing; the RM correction needs both on every row (see rm.teacher_scores)")
         s, alpha = float(s_col[i]), float(alpha_col[i])
+        if math.isnan(s) or math.isnan(alpha):
+            raise ConfigError(f"row {i}: {'S' if math.isnan(s) else 'α'} is NaN; the RM correction cannot compare it")
         r = rm_corrected(v, s, alpha, bonus_only_when_all_pass=cfg.bonus_only_when_all_pass, bonus=cfg.bonus, penalty=cfg.penalty)
         out.append(IFScore(tuple(verdicts[i]), v, s, alpha, r))
     return out
