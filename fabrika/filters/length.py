@@ -11,7 +11,8 @@ through the chat template, Qwen3 by default) and counts:
   (system with tools, history with tool calls, the opening assistant header);
 * ``len_total_tokens`` — prompt + completion rendered together (what SFT trains on;
   for prompt-only GRPO rows it equals the prompt);
-* ``len_completion_tokens`` — their difference (the trained tokens);
+* ``len_completion_tokens`` — their difference (the trained tokens); null for a
+  prompt-only GRPO row (there is no completion to count, so the completion gates skip it);
 * ``len_prompt_chars`` / ``len_completion_chars`` — characters of the same renderings;
 * ``len_tokenizer`` — which tokenizer counted (the card and the export report it).
 
@@ -60,15 +61,16 @@ def token_counter(tokenizer: str | Path | None = None) -> TokenCounter:
     return hf_token_counter(str(tokenizer))
 
 
-def render_row(row: Row, template: Any) -> tuple[str, str]:
-    """``(prompt with generation prompt, prompt + completion)`` as the chat template renders them."""
+def render_row(row: Row, template: Any) -> tuple[str, str | None]:
+    """``(prompt with generation prompt, prompt + completion)`` as the chat template renders them
+    (the second is None for a prompt-only row)."""
     from fabrika.export.chat import sft_record
 
     rec = sft_record(row)
     tools = rec.get("tools") or None
     prompt = template.render(rec["prompt"], tools, add_generation_prompt=True)
     if not rec["completion"]:
-        return prompt, prompt
+        return prompt, None
     return prompt, template.render(rec["prompt"] + rec["completion"], tools)
 
 
@@ -82,10 +84,12 @@ def score_lengths(rows: Sequence[Row], counter: TokenCounter = count_tokens, tem
     out = []
     for row in rows:
         prompt, total = render_row(row, template)
-        pt, tt = counter(prompt), counter(total)
-        out.append({"id": row["id"], "len_prompt_chars": len(prompt), "len_completion_chars": len(total) - len(prompt),
-                    "len_prompt_tokens": pt, "len_completion_tokens": tt - pt, "len_total_tokens": tt,
-                    "len_tokenizer": tokenizer_name})
+        pt = counter(prompt)
+        tt = counter(total) if total is not None else pt
+        out.append({"id": row["id"], "len_prompt_chars": len(prompt),
+                    "len_completion_chars": len(total) - len(prompt) if total is not None else None,
+                    "len_prompt_tokens": pt, "len_completion_tokens": tt - pt if total is not None else None,
+                    "len_total_tokens": tt, "len_tokenizer": tokenizer_name})
     return out
 
 
