@@ -111,6 +111,25 @@ def prepare_sft_dataset(ds: Dataset) -> Dataset:
     return ds
 
 
+def rows_over_length(ds: Dataset, tokenizer: Any, max_length: int | None,
+                     chat_template: str | None = None) -> tuple[int, int]:
+    """``(rows longer than max_length, longest)`` in tokens of the rendered prompt+completion (tools included).
+
+    TRL truncates such rows silently — a completion past the limit is cut, or fully
+    masked and dropped — so the SFT script prints the count before training.
+    """
+    if max_length is None:
+        return 0, 0
+    over, longest = 0, 0
+    for row in ds:
+        messages = list(row["prompt"]) + list(row["completion"])
+        ids = tokenizer.apply_chat_template(messages, tools=row.get("tools") or None, chat_template=chat_template,
+                                            tokenize=True, return_dict=True)["input_ids"]
+        longest = max(longest, len(ids))
+        over += len(ids) > max_length
+    return over, longest
+
+
 def tools_block(tools: list[dict[str, Any]]) -> str:
     """The tool list as text (Qwen's wording), for prompts rendered without a per-row ``tools`` argument."""
     lines = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
