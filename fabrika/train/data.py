@@ -167,6 +167,8 @@ def select_expert(ds: Dataset, expert: str | None, log: Callable[[str], None] | 
         return ds
     import pyarrow.compute as pc
 
+    if getattr(ds, "_indices", None) is not None:
+        ds = ds.flatten_indices()
     col = ds.data.column("expert")
     counts = {str(k): int(v) for k, v in
               ((d["values"], d["counts"]) for d in pc.value_counts(col).to_pylist())}
@@ -181,13 +183,16 @@ def select_expert(ds: Dataset, expert: str | None, log: Callable[[str], None] | 
     if n == len(ds):
         return ds
     mask = pc.is_in(pc.fill_null(col, "None"), value_set=pa.array(sorted(wanted)))
-    return ds.select([i for i, keep in enumerate(mask.to_pylist()) if keep])
+    # flatten: the checks below read ds.data (the Arrow table), which a bare select() leaves unfiltered
+    return ds.select([i for i, keep in enumerate(mask.to_pylist()) if keep]).flatten_indices()
 
 
 def check_no_nulls(ds: Dataset, columns: list[str]) -> None:
     """Every row of every ``columns`` is set (Arrow null counts: reads the whole column, cheaply)."""
     import pyarrow.compute as pc
 
+    if getattr(ds, "_indices", None) is not None:
+        ds = ds.flatten_indices()
     for col in columns:
         arr = ds.data.column(col)
         nulls = arr.null_count
