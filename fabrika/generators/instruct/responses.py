@@ -83,7 +83,9 @@ class ResponsesStage(Stage):
             empty = {"response": None, "sample_index": i, **base}
             if not resp.ok:
                 out.append(rejected(rid, f"llm_error: {resp.error.kind}", **empty))  # type: ignore[union-attr]
-            elif resp.choices and resp.choices[0].truncated:
+            elif not resp.choices:
+                out.append(rejected(rid, "empty_answer: no choices", **empty))
+            elif resp.choices[0].truncated:
                 out.append(rejected(rid, "truncated: answer cut off (finish_reason=length)", **empty))
             elif not (split := split_reasoning(resp.text, resp.choices[0].reasoning)).complete:
                 out.append(rejected(rid, "no_answer: reasoning never closed (cut off while thinking)", **empty))
