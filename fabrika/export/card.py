@@ -80,7 +80,7 @@ def render_card(source: "ExportSource", kind: str, fmt: str, rows: int, stats: d
     tokenizers = {k: v for k, v in stats.get("len_tokenizer", {}).items() if k and k != "None"}
     lines += ["", "Token counts (`len_*_tokens`, the rendered chat template): "
               + (_shares(tokenizers) if tokenizers else "not measured (no filter.length scorer)")
-              + (" — `estimate:razdel` is an estimate, not the model's tokenizer" if "estimate:razdel" in tokenizers
+              + (" — `estimate:regex` is an estimate, not the model's tokenizer" if "estimate:regex" in tokenizers
                  else "")]
     if mix is not None:
         lines += ["", "## Mix", "", f"Exact size {mix.size}, seed {mix.seed}.", "",

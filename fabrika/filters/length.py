@@ -18,27 +18,29 @@ through the chat template, Qwen3 by default) and counts:
 
 With ``tokenizer`` (a *local* Hugging Face tokenizer directory, never downloaded)
 the counts are exact: ``len(tokenizer(text, add_special_tokens=False).input_ids)``
-of the rendered text. Without one they are an **estimate**: razdel tokens of the
-rendered text (words, numbers and each punctuation mark — so JSON schemas count
+of the rendered text. Without one they are an **estimate**: runs of word characters
+plus each other non-space character of the rendered text (so JSON schemas count
 roughly as a BPE would; expect it to be off by a factor, not an order of
-magnitude), recorded as ``len_tokenizer = "estimate:razdel"``. Configure the
-trained model's tokenizer for real data.
+magnitude), recorded as ``len_tokenizer = "estimate:regex"``. A regex, not razdel:
+razdel costs ~30 ms on a 3 KB rendered FC row (measured on the demo), the regex well
+under 1 ms, and both are estimates. Configure the trained model's tokenizer for real data.
 """
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
 
 from pydantic import Field
 
-from fabrika.filters.text import count_tokens
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 
 SCORE_COLUMNS = ("len_prompt_chars", "len_completion_chars", "len_prompt_tokens",
                  "len_completion_tokens", "len_total_tokens", "len_tokenizer")
-ESTIMATE = "estimate:razdel"
+ESTIMATE = "estimate:regex"
+_TOKEN = re.compile(r"\w+|[^\w\s]")
 
 TokenCounter = Callable[[str], int]
 
@@ -52,10 +54,15 @@ def hf_token_counter(path: str) -> TokenCounter:
     return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
 
 
+def estimate_tokens(text: str) -> int:
+    """The fallback estimate: word runs plus every other non-space character."""
+    return len(_TOKEN.findall(text))
+
+
 def token_counter(tokenizer: str | Path | None = None) -> TokenCounter:
-    """razdel counting by default (an estimate), a local HF tokenizer when ``tokenizer`` is a directory."""
+    """The regex estimate by default, a local HF tokenizer when ``tokenizer`` is a directory."""
     if tokenizer is None:
-        return count_tokens
+        return estimate_tokens
     if not Path(tokenizer).is_dir():
         raise ValueError(f"tokenizer {str(tokenizer)!r} is not a local directory; give a saved tokenizer's path or omit it")
     return hf_token_counter(str(tokenizer))
@@ -74,7 +81,7 @@ def render_row(row: Row, template: Any) -> tuple[str, str | None]:
     return prompt, template.render(rec["prompt"] + rec["completion"], tools)
 
 
-def score_lengths(rows: Sequence[Row], counter: TokenCounter = count_tokens, template: Any = None,
+def score_lengths(rows: Sequence[Row], counter: TokenCounter = estimate_tokens, template: Any = None,
                   tokenizer_name: str = ESTIMATE) -> list[dict[str, Any]]:
     """Annotation rows ``{id, len_*}`` (``template``: a :class:`fabrika.export.validate.ChatTemplate`, default Qwen3)."""
     if template is None:
@@ -98,8 +105,8 @@ class LengthConfig(StageConfig):
 
     kind: str = Field(default="filter.length", description="Stage kind.")
     tokenizer: Path | None = Field(default=None, description="Local HF tokenizer directory of the trained model "
-                                   "(relative to the config file): exact counts. None = razdel estimate "
-                                   "(len_tokenizer='estimate:razdel').")
+                                   "(relative to the config file): exact counts. None = a regex estimate "
+                                   "(len_tokenizer='estimate:regex').")
     template: Path | None = Field(default=None, description="Chat template .jinja the rows are rendered with; "
                                   "None = the packaged Qwen3 template (what the export validates against).")
 
@@ -126,7 +133,7 @@ class LengthScorer(Stage):
 
         template = load_template(str(self._resolve(cfg.template)) if cfg.template else None)
         if cfg.tokenizer is None:
-            return count_tokens, template, ESTIMATE
+            return estimate_tokens, template, ESTIMATE
         path = self._resolve(cfg.tokenizer)
         counter = self.ctx.resource(f"tokenizer:{path}", lambda: token_counter(path))
         return counter, template, f"hf:{Path(path).name}"

@@ -113,7 +113,7 @@ def test_length_counts_the_rendered_template():
     assert got["len_prompt_tokens"] == len(want_prompt) == got["len_prompt_chars"]
     assert got["len_total_tokens"] == len(want_total) and "<|im_start|>system" in want_total
     assert got["len_completion_tokens"] == len(want_total) - len(want_prompt) > len("Да.")  # the im_end etc. too
-    assert got["len_tokenizer"] == "estimate:razdel"
+    assert got["len_tokenizer"] == "estimate:regex"
 
 
 def test_row_text_views():
