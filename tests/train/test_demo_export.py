@@ -127,3 +127,27 @@ def test_length_tokens_equal_the_tokenizer_count_of_the_rendered_template(demo: 
     fc = [(r, g) for r, g in zip(rows, got) if r.get("expert") == "fc" and r.get("tools") not in (None, "[]")]
     text = sum(len(json.dumps(json.loads(r["prompt"]), ensure_ascii=False)) for r, _ in fc)
     assert sum(g["len_prompt_chars"] for _, g in fc) > text
+
+
+def test_loosening_language_match_never_admits_unscored_rows(demo: dict[str, Path], tmp_path: Path) -> None:
+    """The demo drops a few FC rows on language.require_match before dedup and length score them."""
+    import shutil
+
+    from fabrika.errors import StoreError
+    from fabrika.store.versions import refilter
+
+    run = tmp_path / "run"
+    shutil.copytree(demo["run"], run)
+    with pytest.raises(StoreError, match=r"keep rows of 'fc.samples' that a scorer never saw \(\d+ by fc_dedup, "
+                                         r"\d+ by fc_length\).*--set filters.language.require_match=false"):
+        refilter(run, ["language.require_match=false"])
+    assert sorted(p.name for p in (run / "versions").iterdir() if not p.name.startswith(".")) == ["v1"]
+    # the command it names: run again with the loosened gate (cached answers, scorers see the rows), then refilter
+    config = load_config(ROOT / "configs" / "demo.yaml")
+    filters = {**config.filters, "language": {"require_match": False}}
+    run_pipeline(config.model_copy(update={"run_dir": run, "filters": filters}), progress=False)
+    info, _ = refilter(run, ["language.require_match=false"])
+    kept = pl.read_parquet(info.path / "data" / "fc.samples.parquet")
+    assert info.funnel["gates"]["fc.samples"].get("dropped_language.require_match", 0) == 0
+    assert kept.height > 0
+    assert kept["dup_is_representative"].null_count() == 0 and kept["len_total_tokens"].null_count() == 0
