@@ -209,8 +209,8 @@ def _unscored_error(run_dir: Path, manifest: Mapping[str, Any], stage: str, miss
     return StoreError(
         f"these thresholds would keep rows of {stage!r} that a scorer never saw ({what}): an earlier gate dropped "
         f"them at run time, so their scores are null, and null is not a pass; score them first with "
-        f"`fabrika run {manifest.get('config_file') or 'CONFIG'} {sets}`".rstrip() + " (no new LLM calls for cached "
-        "items), then refilter again")
+        f"`fabrika run {manifest.get('config_file') or 'CONFIG'} --cache-only {sets}`".rstrip() + " (--cache-only: no "
+        "new LLM calls; an LLM scorer leaves uncached rows pending, and this check names them again), then refilter")
 
 
 def _write_parquet(frame: pl.DataFrame, path: Path) -> None:

@@ -56,13 +56,14 @@ dataset:
     # loosening the language gate would admit rows that dedup and length never scored (they read only the rows
     # that passed language at run time): the refilter refuses, names the count and the command that scores them
     loosen = ["language.allowed=[ru, en]", "dedup.keep_representatives_only=false"]
-    with pytest.raises(StoreError, match=r"never saw \(1 by dedup, 2 by length\).*fabrika run .*p.yaml "
+    with pytest.raises(StoreError, match=r"never saw \(1 by dedup, 2 by length\).*fabrika run .*p.yaml --cache-only "
                                          r"--set filters.dedup.keep_representatives_only=false "
                                          r"--set 'filters.language.allowed=\[\"ru\",\"en\"\]'"):
         refilter(result.run_dir, loosen)
     cfg = load_config(tmp_path / "p.yaml")
     rerun = run_pipeline(cfg.model_copy(update={"filters": {"language": {"allowed": ["ru", "en"]},
-                                                                "dedup": {"keep_representatives_only": False}}}), progress=False)
+                                                                "dedup": {"keep_representatives_only": False}}}),
+                         progress=False, cache_only=True)
     assert rerun.run_dir == result.run_dir
     info, _ = refilter(result.run_dir, loosen)
     assert info.rows == 4 and info.funnel["gates"]["answers"]["dropped_language.allowed"] == 0

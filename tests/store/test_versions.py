@@ -75,7 +75,7 @@ def test_a_kept_row_a_scorer_never_saw_fails_loudly(tmp_path: Path) -> None:
 
     run = _run(tmp_path, missing="id2")  # length never scored id2 (an earlier gate dropped it at run time)
     with pytest.raises(StoreError, match=r"keep rows of 'data' that a scorer never saw \(1 by filter.length\).*"
-                                         r"fabrika run CONFIG --set filters.length.max_tokens=450"):
+                                         r"fabrika run CONFIG --cache-only --set filters.length.max_tokens=450"):
         materialise(run, THRESHOLDS, name="v1")
     assert not (run / "versions" / "v1").exists()
 

@@ -145,7 +145,7 @@ def test_loosening_language_match_never_admits_unscored_rows(demo: dict[str, Pat
     # the command it names: run again with the loosened gate (cached answers, scorers see the rows), then refilter
     config = load_config(ROOT / "configs" / "demo.yaml")
     filters = {**config.filters, "language": {"require_match": False}}
-    run_pipeline(config.model_copy(update={"run_dir": run, "filters": filters}), progress=False)
+    run_pipeline(config.model_copy(update={"run_dir": run, "filters": filters}), progress=False, cache_only=True)
     info, _ = refilter(run, ["language.require_match=false"])
     kept = pl.read_parquet(info.path / "data" / "fc.samples.parquet")
     assert info.funnel["gates"]["fc.samples"].get("dropped_language.require_match", 0) == 0
