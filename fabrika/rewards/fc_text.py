@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["asks_question", "is_clarification", "is_refusal_with_reason", "missing_info_terms"]
