@@ -40,7 +40,8 @@ from fabrika.store import RunStore
 from fabrika.store.versions import _decide, materialise
 
 NEW = {"language": {"min_confidence": 0.9, "max_homoglyph_share": 0.05},
-       "difficulty": {"min_pass_rate_exclusive": 0.1, "max_pass_rate": 0.7},
+       # the band applies to the whole version here (by default it prunes GRPO exports only)
+       "difficulty": {"min_pass_rate_exclusive": 0.1, "max_pass_rate": 0.7, "apply_to": ["sft", "grpo"]},
        "length": {"max_tokens": 600}, "dedup": {"keep_representatives_only": True}}
 
 

@@ -205,6 +205,7 @@ def refilter(
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="GROUP.PARAM=VALUE threshold override (repeatable).")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="New version name (default next vN).")] = None,
     base: Annotated[Optional[str], typer.Option("--base", help="Version whose thresholds to start from (default latest).")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing version named --name.")] = False,
 ) -> None:
     """Re-apply gates with new thresholds: a new version, zero LLM calls, seconds."""
     from fabrika.cli import views
@@ -213,7 +214,7 @@ def refilter(
     if not (run_dir / "manifest.json").is_file():
         fail(f"{run_dir}: not a run directory (no manifest.json)")
     try:
-        info, diff = do_refilter(run_dir, list(set_ or []), name=name, base=base)
+        info, diff = do_refilter(run_dir, list(set_ or []), name=name, base=base, overwrite=overwrite)
     except (ConfigError, StoreError) as exc:
         fail(str(exc))
     out.print(views.gates_table(info.funnel, f"version {info.name}: {info.rows} samples"))

@@ -98,6 +98,10 @@ def register(app: typer.Typer) -> None:
         except (ConfigError, InputError, StoreError, FileNotFoundError) as exc:
             fail(str(exc))
         out.print(f"exported {result.rows} rows ({kind}, {fmt}) to {result.out} in {result.seconds:.1f}s")
+        for warning in result.warnings:
+            err.print(f"warning: {warning}", highlight=False, soft_wrap=True)
+        for reason, n in result.left_out_for_kind.items():
+            out.print(f"  left out {n} rows for {kind} by {reason} (a gate scoped to {kind} exports)")
         if result.skipped_prompt_only:
             out.print(f"  skipped {result.skipped_prompt_only} prompt-only rows (GRPO prompts have no SFT target)")
         if result.mix is not None:

@@ -8,6 +8,8 @@ mergekit are imported only when a command runs, so ``fabrika --help`` stays fast
 
 from __future__ import annotations
 
+import json
+
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
@@ -95,7 +97,14 @@ def merge(config: ConfigArg, set_: SetOption = None) -> None:
         cfg = load_merge_config(config, parse_overrides(set_))
         path = run_merge_config(cfg)
         if cfg.grid is not None:
-            _out.print(f"merge grid: {len(cfg.grid)} candidates scored; table at {path / 'scores.csv'}", markup=False)
+            import polars as pl
+
+            table = pl.read_csv(path / "scores.csv")
+            scored = table.filter(pl.col("score").is_not_nan()).height
+            best = json.loads((path / "best.json").read_text(encoding="utf-8"))
+            _out.print(f"merge grid: {scored} of {table.height} candidates scored; best attn_t={best['attn_t']:g} "
+                       f"(score {best['score']:g}) at {best['model_dir']}; table at {path / 'scores.csv'}",
+                       markup=False)
         else:
             _out.print(f"merge: model written to {path}", markup=False)
 

@@ -87,6 +87,11 @@ def render_card(source: "ExportSource", kind: str, fmt: str, rows: int, stats: d
     for col in ("lang", "target_type", "expert"):
         if stats.get(col):
             lines.append(f"- {col}: {_shares(stats[col])}")
+    tokenizers = {k: v for k, v in stats.get("len_tokenizer", {}).items() if k and k != "None"}
+    lines += ["", "Token counts (`len_*_tokens`, the rendered chat template): "
+              + (_shares(tokenizers) if tokenizers else "not measured (no filter.length scorer)")
+              + (" — `estimate:regex` is an estimate, not the model's tokenizer" if "estimate:regex" in tokenizers
+                 else "")]
     if mix is not None:
         lines += ["", "## Mix", "", f"Exact size {mix.size}, seed {mix.seed}.", "",
                   "| dimension | group | target | achieved |", "|---|---|---|---|"]

@@ -27,6 +27,21 @@ class ExportSource:
     thresholds: dict[str, Any] = field(default_factory=dict)
     funnel: dict[str, Any] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
+    #: ``versions/<name>/scoped/*.parquet``: ``id`` + ``dropped_by__<kind>`` of rows that gates scoped to an
+    #: export kind (difficulty: GRPO only) leave out of that kind's export.
+    scoped: list[Path] = field(default_factory=list)
+
+    def for_kind(self, kind: str) -> tuple[pl.LazyFrame, dict[str, int]]:
+        """The rows an export of ``kind`` gets, and ``{reason: rows left out}`` by kind-scoped gates."""
+        col = f"dropped_by__{kind}"
+        parts = [pl.scan_parquet(f) for f in self.scoped if col in pl.read_parquet_schema(f)]
+        if not parts:
+            return self.frame, {}
+        out = pl.concat([p.select("id", col) for p in parts]).filter(pl.col(col).is_not_null()).collect()
+        ids = out["id"].implode()
+        frame = self.frame.filter(~pl.col("id").is_in(ids))
+        counts = dict(out.group_by(col).len().iter_rows())
+        return frame, {str(k): int(v) for k, v in counts.items()}
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -81,9 +96,10 @@ def open_version(run_dir: str | Path, version: str | None = None, stages: list[s
                              f"available: {', '.join(sorted(available))}")
         files = [available[s] for s in stages]
     lf = pl.concat([pl.scan_parquet(f) for f in files], how="diagonal_relaxed")
+    scoped = [vdir / "scoped" / f.name for f in files if (vdir / "scoped" / f.name).is_file()]
     return ExportSource(frame=kept_rows(lf), run_dir=run_dir, version=name,
                         thresholds=_read_json(vdir / "thresholds.json"), funnel=_read_json(vdir / "funnel.json"),
-                        manifest=manifest)
+                        manifest=manifest, scoped=scoped)
 
 
 def open_files(paths: list[Path]) -> ExportSource:

@@ -44,9 +44,10 @@ from fabrika.export.validate import ValidationReport, load_template, validate_pa
 ExportFormat = Literal["hf", "parquet", "jsonl"]
 SCALAR_TYPES: dict[str, pa.DataType] = {
     "id": pa.string(), "expert": pa.string(), "lang": pa.string(), "target_type": pa.string(),
-    "teacher_rm_mean": pa.float64(), "rm_score": pa.float64(), "ref_length": pa.float64(),
-    "difficulty_pass_rate": pa.float64(),
+    "teacher_rm_mean": pa.float64(), "teacher_rm_k": pa.int64(), "rm_id": pa.string(), "rm_score": pa.float64(),
+    "ref_length": pa.float64(), "difficulty_pass_rate": pa.float64(),
 }
+_PL_TYPES = {pa.float64(): pl.Float64, pa.int64(): pl.Int64}
 
 
 class ExportConfig(BaseModel):
@@ -67,6 +68,10 @@ class ExportConfig(BaseModel):
     push_to_hub: str | None = Field(default=None, description="HF repo id to push to (needs `token`).")
     token: str | None = Field(default=None, description="HF token for `push_to_hub`; never written to disk.", repr=False)
     private: bool = Field(default=True, description="Create the hub repo as private.")
+    max_length: int | None = Field(default=32768, ge=1, description="The trainer's max_length (tokens; the SFT "
+                                   "preset's 32768 by default): rows whose stored `len_total_tokens` (the length "
+                                   "scorer's rendered-template count) exceed it are counted in a warning, since "
+                                   "TRL truncates them. None = no check.")
 
 
 class ExportResult(BaseModel):
@@ -80,6 +85,9 @@ class ExportResult(BaseModel):
     validation: ValidationReport | None = None
     pushed_to: str | None = None
     skipped_prompt_only: int = 0
+    left_out_for_kind: dict[str, int] = Field(default_factory=dict,
+                                              description="Rows gates scoped to this export kind left out, by gate.")
+    warnings: list[str] = Field(default_factory=list)
 
 
 def _records(lf: pl.LazyFrame, kind: ExportKind, batch_rows: int) -> Iterator[list[dict[str, Any]]]:
@@ -163,7 +171,9 @@ def _features(kind: ExportKind, columns: list[str]) -> Any:
         if col in NESTED_FIELDS[kind]:
             feats[col] = List(Json()) if col in LIST_FIELDS else Json()
         else:
-            feats[col] = Value("float64") if SCALAR_TYPES.get(col) == pa.float64() else Value("string")
+            typ = SCALAR_TYPES.get(col)
+            feats[col] = Value("float64") if typ == pa.float64() else Value("int64") if typ == pa.int64() \
+                else Value("string")
     return Features(feats)
 
 
@@ -218,7 +228,7 @@ def _write_flat(tmp: Path, batches: Iterator[list[dict[str, Any]]], kind: Export
             nested = NESTED_FIELDS[kind]
             frame = pl.DataFrame({c: [(_dumps(r.get(c)) if c in nested and r.get(c) is not None else r.get(c))
                                       for r in batch] for c in columns},
-                                 schema={c: (pl.Float64 if SCALAR_TYPES.get(c) == pa.float64() else pl.String)
+                                 schema={c: _PL_TYPES.get(SCALAR_TYPES.get(c), pl.String)  # type: ignore[arg-type]
                                          for c in columns})
             frame.write_parquet(data / f"part-{i:05d}.parquet")
     return n
@@ -250,7 +260,7 @@ def export(source: ExportSource, config: ExportConfig) -> ExportResult:
     out = Path(config.out)
     if out.exists() and any(out.iterdir()) and not config.overwrite:
         raise ConfigError(f"export --out {str(out)!r} exists and is not empty; pass --overwrite or another path")
-    lf = source.frame
+    lf, scoped_out = source.for_kind(config.kind)
     skipped = 0
     if config.kind == "sft" and "completion" in lf.collect_schema().names():
         # prompt-only rows (GRPO prompts such as if.grpo) have no target: nothing to fine-tune on
@@ -261,6 +271,7 @@ def export(source: ExportSource, config: ExportConfig) -> ExportResult:
     if config.mix is not None:
         lf, mix_report = mix(lf, config.mix)
     columns = _columns(lf, config.kind)
+    warnings = _length_warnings(lf, config.max_length)
     tmp = out.parent / f".tmp-export-{out.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
@@ -284,7 +295,8 @@ def export(source: ExportSource, config: ExportConfig) -> ExportResult:
     pushed = _push(out, config) if config.push_to_hub and config.token else None
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     return ExportResult(out=out, rows=rows, files=files, seconds=round(time.perf_counter() - start, 3),
-                        mix=mix_report, validation=validation, pushed_to=pushed, skipped_prompt_only=skipped)
+                        mix=mix_report, validation=validation, pushed_to=pushed, skipped_prompt_only=skipped,
+                        left_out_for_kind=scoped_out, warnings=warnings)
 
 
 def _validate(tmp: Path, lf: pl.LazyFrame, config: ExportConfig) -> ValidationReport:
@@ -301,10 +313,31 @@ def _validate(tmp: Path, lf: pl.LazyFrame, config: ExportConfig) -> ValidationRe
     return validate_pairs(pairs(), template)
 
 
+def _length_warnings(lf: pl.LazyFrame, max_length: int | None) -> list[str]:
+    """A warning when rows exceed the trainer's ``max_length`` (or carry no token count at all)."""
+    names = lf.collect_schema().names()
+    if max_length is None:
+        return []
+    if "len_total_tokens" not in names:
+        return ["rows carry no token counts (no filter.length scorer on these stages): cannot check them "
+                f"against max_length={max_length}"]
+    col = pl.col("len_total_tokens")
+    over, longest, unknown, total = lf.select((col > max_length).sum().alias("over"), col.max().alias("longest"),
+                                              col.is_null().sum().alias("unknown"), pl.len()).collect().row(0)
+    out = []
+    if over:
+        out.append(f"{over} of {total} rows are longer than max_length={max_length} tokens (longest {longest}); "
+                   "TRL truncates them (a completion past the limit is cut or fully masked) — raise the trainer's "
+                   "max_length or refilter with --set length.max_tokens=N")
+    if unknown:
+        out.append(f"{unknown} of {total} rows have no token count (filter.length did not score them)")
+    return out
+
+
 def _stats(lf: pl.LazyFrame) -> dict[str, Any]:
     names = lf.collect_schema().names()
     stats: dict[str, Any] = {}
-    for col in ("lang", "target_type", "expert", "llm_backend"):
+    for col in ("lang", "target_type", "expert", "llm_backend", "len_tokenizer"):
         if col in names:
             counts = lf.group_by(col).len().sort(col).collect()
             stats[col] = {str(k): int(v) for k, v in counts.iter_rows()}

@@ -9,8 +9,17 @@ solves teach nothing to GRPO; rows none solves give no signal — the gates
 
 Rewards are TRL-style functions ``f(prompts, completions, **columns) -> list[float]``
 resolved lazily per expert from :data:`DEFAULT_REWARDS` (``"module:function"``),
-overridable in the config. A failed request counts as a failed sample, and is
-counted in ``difficulty_errors``.
+overridable in the config. Prompts go out in the OpenAI wire format
+(:meth:`fabrika.schemas.Message.to_chat`: tool-call ``arguments`` as JSON strings),
+and rewards grade the visible answer (reasoning removed, ``reasoning_content``
+passed along). A failed request is not a failed sample: the network says
+nothing about the policy, so any failed request leaves the row's pass rate
+null (unmeasured) with ``difficulty_errors`` counting the failures; the gates
+keep unmeasured rows and the funnel reports them (``kept_null_difficulty.*``).
+
+The difficulty gates apply to GRPO exports only by default
+(``filters.difficulty.apply_to``): a too-easy prompt is useless for RL but a
+fine SFT example.
 
 Scores: ``difficulty_pass_rate``, ``difficulty_k``, ``difficulty_errors``.
 """
@@ -26,6 +35,7 @@ from pydantic import Field
 from fabrika.export.chat import messages_to_chat, tools_to_chat
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
+from fabrika.schemas import Message
 
 TAG = "filter.difficulty"
 SCORE_COLUMNS = ("difficulty_pass_rate", "difficulty_k", "difficulty_errors")
@@ -67,9 +77,24 @@ def resolve_reward(spec: str) -> RewardFn:
     return fn
 
 
+def wire_messages(value: Any) -> list[dict[str, Any]]:
+    """Stored messages → OpenAI wire messages (``Message.to_chat``: arguments as JSON strings)."""
+    out = []
+    for m in messages_to_chat(value):
+        try:
+            out.append(Message.model_validate(m).to_chat())
+        except ValueError:  # not a fabrika message (plain dicts of generic stages): encode arguments by hand
+            calls = [{**c, "function": {**c["function"], "arguments": c["function"]["arguments"]
+                                        if isinstance(c["function"].get("arguments"), str)
+                                        else json.dumps(c["function"].get("arguments") or {}, ensure_ascii=False)}}
+                     for c in m.get("tool_calls") or []]
+            out.append({**m, "tool_calls": calls} if calls else m)
+    return out
+
+
 def build_requests(row: Row, k: int, model: str | None, temperature: float, max_tokens: int | None) -> list[ChatRequest]:
-    """``k`` sampling requests for one row's prompt."""
-    messages = tuple(messages_to_chat(row.get("prompt")))
+    """``k`` sampling requests for one row's prompt, in the OpenAI wire format."""
+    messages = tuple(wire_messages(row.get("prompt")))
     tools = tools_to_chat(row.get("tools"))
     return [
         ChatRequest(messages=messages, tools=tuple(tools) or None, model=model, temperature=temperature,
@@ -82,6 +107,8 @@ def response_completion(resp: ChatResponse) -> list[dict[str, Any]]:
     """A response's first choice as a TRL conversational completion."""
     choice = resp.choices[0]
     msg: dict[str, Any] = {"role": "assistant", "content": choice.content or ""}
+    if choice.reasoning:
+        msg["reasoning_content"] = choice.reasoning
     if choice.tool_calls:
         msg["tool_calls"] = [dict(c) for c in choice.tool_calls]
     return [msg]
@@ -89,9 +116,12 @@ def response_completion(resp: ChatResponse) -> list[dict[str, Any]]:
 
 def pass_rate(row: Row, responses: Sequence[ChatResponse], reward: RewardFn,
               pass_threshold: float = 1.0) -> dict[str, Any]:
-    """Score ``responses`` for ``row`` with ``reward``; failed requests count as failures."""
+    """Score ``responses`` for ``row`` with ``reward``; any failed request leaves the pass rate null."""
     good = [r for r in responses if r.ok and r.choices]
     errors = len(responses) - len(good)
+    k = len(responses)
+    if errors or not k:
+        return {"difficulty_pass_rate": None, "difficulty_k": k, "difficulty_errors": errors}
     passes = 0
     if good:
         prompt = messages_to_chat(row.get("prompt"))
@@ -108,8 +138,7 @@ def pass_rate(row: Row, responses: Sequence[ChatResponse], reward: RewardFn,
         }
         rewards = reward(prompts=[prompt] * n, completions=[response_completion(r) for r in good], **columns)
         passes = sum(1 for x in rewards if x is not None and x >= pass_threshold)
-    k = len(responses)
-    return {"difficulty_pass_rate": passes / k if k else None, "difficulty_k": k, "difficulty_errors": errors}
+    return {"difficulty_pass_rate": passes / k, "difficulty_k": k, "difficulty_errors": errors}
 
 
 class DifficultyConfig(StageConfig):

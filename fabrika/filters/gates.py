@@ -12,8 +12,10 @@ Reasons (the funnel's ``dropped_<reason>``) are ``<group>.<param>``.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fabrika.pipeline.gates import GatePredicate, register_gate_group
 
@@ -77,7 +79,11 @@ def _decontam(p: DecontamGate) -> list[GatePredicate]:
 
 
 class DifficultyGate(BaseModel):
-    """``filters.difficulty``."""
+    """``filters.difficulty``: the pass-rate band (min, max] and the exports it applies to.
+
+    A null pass rate (expert without a reward, or a request failed) is kept and
+    counted as ``kept_null_difficulty.*`` in the funnel.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -85,14 +91,30 @@ class DifficultyGate(BaseModel):
                                            description="Keep rows whose pass rate is > this (0: drop never-solved).")
     max_pass_rate: float = Field(default=0.8, ge=0, le=1,
                                  description="Keep rows whose pass rate is <= this (drop the too easy).")
+    apply_to: list[Literal["sft", "grpo"]] = Field(
+        default_factory=lambda: ["grpo"],
+        description="Export kinds the band applies to: GRPO only by default (an easy prompt is a fine SFT "
+        "example); [sft, grpo] applies it to the whole version; [] disables it.")
+
+    @model_validator(mode="after")
+    def _band_not_empty(self) -> "DifficultyGate":
+        if self.min_pass_rate_exclusive >= self.max_pass_rate:
+            raise ValueError(f"the band (min_pass_rate_exclusive, max_pass_rate] = ({self.min_pass_rate_exclusive}, "
+                             f"{self.max_pass_rate}] is empty or inverted; need min_pass_rate_exclusive < max_pass_rate")
+        return self
 
 
 def _difficulty(p: DifficultyGate) -> list[GatePredicate]:
     col = pl.col("difficulty_pass_rate")
+    kinds = set(p.apply_to)
+    if not kinds:
+        return []
+    scope: tuple[str, ...] = () if kinds == {"sft", "grpo"} else tuple(sorted(kinds))
     return [
         GatePredicate("difficulty.min_pass_rate_exclusive", col > p.min_pass_rate_exclusive,
-                      ("difficulty_pass_rate",), keep_null=True),
-        GatePredicate("difficulty.max_pass_rate", col <= p.max_pass_rate, ("difficulty_pass_rate",), keep_null=True),
+                      ("difficulty_pass_rate",), keep_null=True, only_for=scope),
+        GatePredicate("difficulty.max_pass_rate", col <= p.max_pass_rate, ("difficulty_pass_rate",), keep_null=True,
+                      only_for=scope),
     ]
 
 

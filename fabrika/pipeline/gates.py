@@ -17,7 +17,16 @@ A null score fails (``keep_null=False``) unless the predicate says otherwise.
 The built-in ``status`` gate drops rows whose ``status`` (or an annotation's
 ``status__<scorer>``) is not ``"ok"``, with reason ``rejected``.
 Each dropped row records the FIRST gate that dropped it in ``dropped_by``; the
-funnel counts ``dropped_<reason>`` (datatrove style).
+funnel counts ``dropped_<reason>`` (datatrove style). Rows a ``keep_null``
+predicate let through *because their score is missing* are counted too
+(``kept_null_<reason>``): a null score is never admitted without a number.
+
+A predicate may be scoped to export kinds (``only_for=("grpo",)``): it never drops
+a row from a version (nor from a stage's input at run time); instead the row's
+first failing scoped reason per kind lands in ``dropped_by__<kind>``, and the
+export of that kind leaves the row out (the funnel counts
+``<kind>.dropped_<reason>``). Difficulty is the example: a prompt every sample
+solves teaches GRPO nothing but is a fine SFT target.
 """
 
 from __future__ import annotations
@@ -32,6 +41,10 @@ from pydantic import BaseModel, ValidationError
 from fabrika.errors import ConfigError
 
 DROPPED_BY = "dropped_by"
+#: Per-row flag columns (prefix + reason) marking rows kept only because a keep_null score was missing.
+KEPT_NULL = "__kept_null__"
+#: Column prefix of export-kind-scoped decisions: ``dropped_by__grpo``.
+SCOPED = f"{DROPPED_BY}__"
 
 
 @dataclass(frozen=True)
@@ -42,6 +55,7 @@ class GatePredicate:
     expr: pl.Expr
     columns: tuple[str, ...]
     keep_null: bool = False
+    only_for: tuple[str, ...] = ()  # export kinds this gate applies to; () = everywhere
 
 
 @dataclass(frozen=True)
@@ -155,21 +169,45 @@ def active_predicates(columns: Sequence[str], params: Mapping[str, BaseModel]) -
     return preds
 
 
-def mark_dropped(lf: pl.LazyFrame, thresholds: Mapping[str, Any] | None) -> tuple[pl.LazyFrame, list[str]]:
-    """Add ``dropped_by`` (the first failing gate's reason, null for kept rows). Returns reasons in order."""
-    params = validate_thresholds(thresholds)
-    preds = active_predicates(lf.collect_schema().names(), params)
-    if not preds:
-        return lf.with_columns(pl.lit(None, dtype=pl.String).alias(DROPPED_BY)), []
+def _first_failing(preds: Sequence[GatePredicate]) -> pl.Expr:
     expr: Any = pl
     for p in preds:
-        keep = p.expr.fill_null(p.keep_null)
-        expr = expr.when(~keep).then(pl.lit(p.reason))
-    return lf.with_columns(expr.otherwise(pl.lit(None, dtype=pl.String)).alias(DROPPED_BY)), [p.reason for p in preds]
+        expr = expr.when(~p.expr.fill_null(p.keep_null)).then(pl.lit(p.reason))
+    return expr.otherwise(pl.lit(None, dtype=pl.String))
+
+
+def mark_dropped(lf: pl.LazyFrame, thresholds: Mapping[str, Any] | None,
+                 *, scoped: bool = True) -> tuple[pl.LazyFrame, list[str]]:
+    """Add ``dropped_by`` (the first failing gate's reason, null for kept rows). Returns reasons in order.
+
+    Also adds a ``__kept_null__<reason>`` flag per ``keep_null`` predicate (true where the
+    row passed only because the score was null) and, with ``scoped``, a ``dropped_by__<kind>``
+    column per export kind that scoped predicates name. :func:`funnel_of` counts them all.
+    """
+    params = validate_thresholds(thresholds)
+    preds = active_predicates(lf.collect_schema().names(), params)
+    everywhere = [p for p in preds if not p.only_for]
+    marked = lf.with_columns(_first_failing(everywhere).alias(DROPPED_BY) if everywhere
+                             else pl.lit(None, dtype=pl.String).alias(DROPPED_BY))
+    counted = preds if scoped else everywhere
+    flags = [pl.any_horizontal([p.expr.is_null() for p in counted if p.reason == r]).alias(KEPT_NULL + r)
+             for r in dict.fromkeys(p.reason for p in counted if p.keep_null)]
+    if scoped:
+        kinds = sorted({k for p in preds for k in p.only_for})
+        flags += [_first_failing([p for p in preds if k in p.only_for]).alias(SCOPED + k) for k in kinds]
+    if flags:
+        marked = marked.with_columns(flags)
+    return marked, [p.reason for p in everywhere]
+
+
+def marker_columns(names: Sequence[str]) -> list[str]:
+    """The bookkeeping columns :func:`mark_dropped` added (what :func:`funnel_of` reads)."""
+    return [c for c in names if c == DROPPED_BY or c.startswith((KEPT_NULL, SCOPED))]
 
 
 def funnel_of(marked: pl.LazyFrame, reasons: Sequence[str] = ()) -> dict[str, int]:
-    """``{"in", "out", "dropped_<reason>"...}`` counted in one aggregate pass."""
+    """``{"in", "out", "dropped_<reason>"..., "kept_null_<reason>"..., "<kind>.dropped_<reason>"...}``."""
+    names = marked.collect_schema().names()
     agg = marked.group_by(DROPPED_BY).len().collect()
     funnel: dict[str, int] = {"in": 0, "out": 0}
     funnel.update({f"dropped_{r}": 0 for r in reasons})
@@ -179,17 +217,29 @@ def funnel_of(marked: pl.LazyFrame, reasons: Sequence[str] = ()) -> dict[str, in
             funnel["out"] += n
         else:
             funnel[f"dropped_{reason}"] = funnel.get(f"dropped_{reason}", 0) + n
+    kept = marked.filter(pl.col(DROPPED_BY).is_null())
+    flags = [c for c in names if c.startswith(KEPT_NULL)]
+    if flags:
+        row = kept.select([pl.col(c).sum().alias(c) for c in flags]).collect().row(0)
+        funnel.update({f"kept_null_{c[len(KEPT_NULL):]}": int(v) for c, v in zip(flags, row) if v})
+    for col in (c for c in names if c.startswith(SCOPED)):
+        kind = col[len(SCOPED):]
+        counts = kept.group_by(col).len().collect()
+        funnel[f"{kind}.out"] = 0
+        for reason, n in counts.iter_rows():
+            key = f"{kind}.out" if reason is None else f"{kind}.dropped_{reason}"
+            funnel[key] = funnel.get(key, 0) + n
     return funnel
 
 
 def apply_gates(lf: pl.LazyFrame, thresholds: Mapping[str, Any] | None) -> tuple[pl.LazyFrame, dict[str, int]]:
     """Kept rows (lazy, without ``dropped_by``) and the funnel counts."""
     marked, reasons = mark_dropped(lf, thresholds)
-    kept = marked.filter(pl.col(DROPPED_BY).is_null()).drop(DROPPED_BY)
+    kept = marked.filter(pl.col(DROPPED_BY).is_null()).drop(marker_columns(marked.collect_schema().names()))
     return kept, funnel_of(marked, reasons)
 
 
 def gate_lazy(lf: pl.LazyFrame, thresholds: Mapping[str, Any] | None) -> pl.LazyFrame:
-    """Only the kept rows, lazily (no counting pass) — what a downstream stage reads."""
-    marked, _ = mark_dropped(lf, thresholds)
-    return marked.filter(pl.col(DROPPED_BY).is_null()).drop(DROPPED_BY)
+    """Only the kept rows, lazily (no counting pass) — what a downstream stage reads (export-scoped gates ignored)."""
+    marked, _ = mark_dropped(lf, thresholds, scoped=False)
+    return marked.filter(pl.col(DROPPED_BY).is_null()).drop(marker_columns(marked.collect_schema().names()))

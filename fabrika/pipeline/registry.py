@@ -17,6 +17,7 @@ STAGE_MODULES: list[str] = [
     "fabrika.filters.decontam",
     "fabrika.filters.difficulty",
     "fabrika.filters.length",
+    "fabrika.filters.teacher_rm",
     "fabrika.filters.gates",
     "fabrika.generators.instruct",
     "fabrika.generators.instruct.multi",

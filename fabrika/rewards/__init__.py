@@ -3,9 +3,10 @@
 Each area adds its own exports below; keep this file additive.
 """
 
-from fabrika.rewards.general import SequenceClassifierRM, length_penalized, make_general_reward
+from fabrika.rewards.general import SequenceClassifierRM, length_penalized, make_general_reward, rm_identity
 from fabrika.rewards.instruct import IFRewardConfig, IFScore, make_if_reward, rm_corrected, score_if, verifier_score
 from fabrika.rewards.rubric import RubricRewardConfig, RubricScore, make_rubric_reward
 
 __all__ = ["IFRewardConfig", "IFScore", "RubricRewardConfig", "RubricScore", "SequenceClassifierRM", "length_penalized",
-           "make_general_reward", "make_if_reward", "make_rubric_reward", "rm_corrected", "score_if", "verifier_score"]
+           "make_general_reward", "make_if_reward", "make_rubric_reward", "rm_corrected", "rm_identity", "score_if",
+           "verifier_score"]

@@ -14,6 +14,9 @@ import json
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
+from fabrika.rewards.fc_text import is_clarification, is_refusal_with_reason
+from fabrika.textutil.reasoning import split_reasoning
+
 __all__ = ["calls_match", "completion_text", "fc_reward", "parse_completion_calls", "values_equal"]
 
 _TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -115,21 +118,41 @@ def _last_message(completion: Any) -> Any:
     return completion
 
 
+def _answer(msg: Any) -> tuple[str, bool]:
+    """(visible answer text, complete) of one message: reasoning blocks and ``reasoning_content`` removed.
+
+    Tool calls written inside the reasoning are thoughts, not calls; an unclosed
+    reasoning block means the model was cut off before answering.
+    """
+    if isinstance(msg, Mapping):
+        content = msg.get("content")
+        if isinstance(content, list):  # OpenAI content parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
+        reasoning = msg.get("reasoning_content") or msg.get("reasoning")
+    else:
+        content, reasoning = msg, None
+    if content is not None and not isinstance(content, str):
+        raise ValueError(f"completion content must be a string, got {type(content).__name__}")
+    split = split_reasoning(content or "", reasoning if isinstance(reasoning, str) else None)
+    return split.answer, split.complete
+
+
 def completion_text(completion: Any) -> str:
-    """The completion's visible text with ``<tool_call>`` blocks removed."""
-    msg = _last_message(completion)
-    text = msg.get("content") if isinstance(msg, Mapping) else msg
-    if not isinstance(text, str):
+    """The completion's visible answer (reasoning removed) with ``<tool_call>`` blocks removed."""
+    try:
+        text, _ = _answer(_last_message(completion))
+    except ValueError:
         return ""
     return _TOOL_CALL_RE.sub("", text).strip()
 
 
 def parse_completion_calls(completion: Any) -> list[dict[str, Any]]:
-    """Every call in a completion, as ``{"name", "arguments": dict}``.
+    """Every call in a completion's answer, as ``{"name", "arguments": dict}``.
 
     Accepts a string with Hermes/Qwen ``<tool_call>{json}</tool_call>`` blocks,
     a message dict with OpenAI ``tool_calls``, or a TRL conversational
-    completion (list of messages; the last assistant message counts).
+    completion (list of messages; the last assistant message counts). Blocks
+    inside a ``<think>`` reasoning block are not calls.
 
     Raises:
         ValueError: a block is not JSON, lacks ``name``, has non-object
@@ -143,11 +166,9 @@ def parse_completion_calls(completion: Any) -> list[dict[str, Any]]:
             if norm is None:
                 raise ValueError(f"malformed tool_calls entry: {raw!r}")
             calls.append({"name": norm[0], "arguments": norm[1]})
-        text = msg.get("content") or ""
-    else:
-        text = msg if isinstance(msg, str) else ""
-    if not isinstance(text, str):
-        raise ValueError(f"completion content must be a string, got {type(text).__name__}")
+    elif not isinstance(msg, str):
+        msg = ""
+    text, _ = _answer(msg)
     blocks = _TOOL_CALL_RE.findall(text)
     if text.count("<tool_call>") != len(blocks) or text.count("</tool_call>") != len(blocks):
         raise ValueError("unbalanced <tool_call> tags")
@@ -184,9 +205,18 @@ def fc_reward(
     """TRL reward function: 1.0 for an exact FC match, else 0.0.
 
     ``ground_truth[i]`` is ``{"calls": [...]}`` (or its JSON string, as stored
-    in datasets). For ``tool_call`` targets the parsed calls must match; for
-    ``text``/``clarification``/``irrelevance`` targets the completion must emit
-    no call and non-empty text. Malformed output scores 0.
+    in datasets; an optional ``withheld`` list names a clarification's missing
+    arguments). Only the visible answer counts: reasoning is removed first, and a
+    completion cut off while reasoning (or with nothing after it) scores 0.
+
+    * ``tool_call``: the parsed calls equal the expected ones;
+    * ``text``: no call and non-empty text;
+    * ``clarification``: no call, and a question naming the missing information
+      (:func:`fabrika.rewards.fc_text.is_clarification`);
+    * ``irrelevance``: no call, and a refusal that says why
+      (:func:`fabrika.rewards.fc_text.is_refusal_with_reason`).
+
+    Malformed output scores 0.
     """
     del prompts, kwargs
     rewards: list[float] = []
@@ -194,14 +224,24 @@ def fc_reward(
         sample_tools = tools[i] if tools is not None else None
         try:
             predicted = parse_completion_calls(completion)
+            _, complete = _answer(_last_message(completion))
         except ValueError:
             rewards.append(0.0)
             continue
         kind = target_type[i] or "tool_call"
-        if kind == "tool_call":
+        text = completion_text(completion)
+        if not complete:
+            ok = False
+        elif kind == "tool_call":
             expected = _expected_calls(ground_truth[i])
             ok = bool(expected) and calls_match(predicted, expected, sample_tools)
+        elif predicted or not text:
+            ok = False
+        elif kind == "clarification":
+            ok = is_clarification(text, ground_truth[i], sample_tools)
+        elif kind == "irrelevance":
+            ok = is_refusal_with_reason(text)
         else:
-            ok = not predicted and bool(completion_text(completion))
+            ok = True
         rewards.append(1.0 if ok else 0.0)
     return rewards

@@ -3,7 +3,11 @@
     reward = R · (1 − α),   α = sgn(R) · clip(L(y) / L0(x), lo, hi)   (lo=0.1, hi=0.3)
 
 R is the RM score of the completion y, L(y) its length and L0(x) the prompt's
-reference length (the ``ref_length`` column the export writes). A positive
+reference length (the ``ref_length`` column the export writes). Only the visible
+answer is scored (:func:`fabrika.textutil.reasoning.answer_text`): the RM never
+sees the reasoning, and a completion with no answer (empty, reasoning only, cut
+off while reasoning) gets 1 below the lowest answered completion of the batch
+(0 when none answered), so within a GRPO group it is always the worst. A positive
 score shrinks by 10–30 % as the answer grows relative to the reference; a
 negative score grows more negative by the same factor, so padding never pays.
 R = 0 stays 0.
@@ -25,8 +29,10 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
+from fabrika.textutil.reasoning import answer_text
+
 __all__ = ["LengthUnit", "SequenceClassifierRM", "completion_length", "general_reward", "length_alpha",
-           "length_penalized", "make_general_reward"]
+           "length_penalized", "make_general_reward", "rm_identity"]
 
 LengthUnit = Literal["chars", "words", "tokens"]
 RMCallable = Callable[[Sequence[Any], Sequence[Any]], Sequence[float]]
@@ -49,12 +55,8 @@ def length_penalized(r: float, length: float, ref_length: float, lo: float = 0.1
 
 
 def _text(completion: Any) -> str:
-    """Visible text of a completion: a string, or the assistant contents of a message list."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        completion = [completion]
-    return "".join((m.get("content") or "") for m in completion if m.get("role", "assistant") == "assistant")
+    """What the user sees of a completion (reasoning removed; empty when cut off while reasoning)."""
+    return answer_text(completion)
 
 
 def completion_length(completion: Any, unit: LengthUnit, completion_ids: Sequence[int] | None = None) -> int:
@@ -66,6 +68,32 @@ def completion_length(completion: Any, unit: LengthUnit, completion_ids: Sequenc
     if completion_ids is None:
         raise ValueError("length_unit='tokens' needs completion_ids; call through TRL or pass completion_ids")
     return len(completion_ids)
+
+
+def rm_identity(path: str | Path) -> str:
+    """A stable id of a local RM: ``<dir name>@<sha256 of its config and weight files>`` (16 hex digits).
+
+    S (scored during training) and α (the teacher's mean, stored per prompt) are only
+    comparable under the *same* RM; the teacher-score stage stores this id next to α
+    and the IF trainer refuses data whose ``rm_id`` differs from its own RM's. Hashing
+    reads every weight file once (about a second per GB).
+    """
+    import hashlib
+
+    root = Path(path)
+    if not root.is_dir():
+        raise ValueError(f"rm path {str(root)!r} is not a local directory")
+    digest = hashlib.sha256()
+    files = sorted(p for p in root.iterdir() if p.is_file() and (p.name == "config.json" or p.suffix in (
+        ".safetensors", ".bin", ".pt")))
+    if not files:
+        raise ValueError(f"rm path {str(root)!r} holds no config.json or weight files")
+    for f in files:
+        digest.update(f.name.encode())
+        with f.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    return f"{root.name}@{digest.hexdigest()[:16]}"
 
 
 class SequenceClassifierRM:
@@ -101,10 +129,12 @@ class SequenceClassifierRM:
             self._model.to(device)
 
     def _render(self, prompt: Any, completion: Any) -> str:
+        """(prompt, visible answer) as the RM's chat template renders it; reasoning never reaches the RM."""
+        answer = answer_text(completion)
         if isinstance(prompt, list):
-            comp = completion if isinstance(completion, list) else [{"role": "assistant", "content": completion}]
-            return self._tokenizer.apply_chat_template(prompt + comp, tokenize=False)
-        return f"{prompt}{_text(completion)}"
+            return self._tokenizer.apply_chat_template(prompt + [{"role": "assistant", "content": answer}],
+                                                       tokenize=False)
+        return f"{prompt}{answer}"
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any]) -> list[float]:
         import torch
@@ -159,12 +189,17 @@ def make_general_reward(
         else:
             scores = [float(s) for s in scorer(prompts, completions)]
         refs = kwargs[ref_length_column]
-        out = []
+        out: list[float | None] = []
         for i, completion in enumerate(completions):
+            if not _text(completion):  # no visible answer (empty, reasoning only, cut off while reasoning)
+                out.append(None)
+                continue
             ids = completion_ids[i] if completion_ids is not None else None
             length = completion_length(completion, length_unit, ids)
             out.append(length_penalized(scores[i], length, float(refs[i]), lo, hi))
-        return out
+        answered = [r for r in out if r is not None]
+        floor = (min(answered) - 1.0) if answered else 0.0
+        return [floor if r is None else r for r in out]
 
     return general_reward
 

@@ -6,7 +6,13 @@
         V         if V ≤ 0
 
 S is the RM score of the completion, α the per-prompt mean RM score of the
-teacher's completions (the ``teacher_rm_mean`` column). The RM term keeps a
+teacher's completions (the ``teacher_rm_mean`` column). **Scale**: both are the raw
+logit (label 0) of the *same* local sequence-classification RM on (prompt as chat,
+visible answer), rendered by that RM's chat template — S by
+:class:`fabrika.rewards.general.SequenceClassifierRM` during GRPO, α by the
+``rm.teacher_scores`` stage over the teacher's K answers (default 8), stored with
+the RM's ``rm_id``. The GRPO trainer refuses data whose α is missing, NaN or from
+another ``rm_id``; a missing or NaN α or S here is an error, never a silent 0.5. The RM term keeps a
 policy from satisfying the letter of the constraints with a worse answer than
 the teacher's; it only ever applies once some constraint is met.
 
@@ -24,6 +30,7 @@ LLM-written ``verifier_code`` runs only through an injected sandbox runner
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -32,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import ConfigError
 from fabrika.sandbox.policy import SandboxSettings
+from fabrika.textutil.reasoning import answer_text
 
 __all__ = [
     "IFRewardConfig",
@@ -122,12 +130,13 @@ def rm_corrected(
 
 
 def completion_text(completion: Any) -> str:
-    """The assistant text of a completion: a string or TRL's conversational message list."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Mapping):
-        completion = [completion]
-    return "".join(str(m.get("content") or "") for m in completion if m.get("role", "assistant") == "assistant")
+    """What the user sees of a completion (string, message or TRL message list): reasoning removed.
+
+    Constraints grade the answer, never the chain of thought: ``<think>…</think>``
+    (closed, or pre-filled by the template), harmony channels and ``reasoning_content``
+    are dropped; a completion cut off while reasoning has no answer (empty text).
+    """
+    return answer_text(completion)
 
 
 def parse_constraints(value: Any) -> list[dict[str, Any]]:
@@ -281,6 +290,9 @@ def score_if(
     gt = _column(columns, cfg.ground_truth_column, n) or [None] * n
     row_codes = [_row_verifier_codes(g) for g in gt]
     verdicts = _verdicts([parse_constraints(r) for r in raw], texts, row_codes, cfg, sandbox_runner)
+    # no visible answer (empty, reasoning only, cut off while reasoning) satisfies no constraint,
+    # not even the vacuous ones ("no commas" holds for an empty string)
+    verdicts = [v if texts[i].strip() else [False] * len(v) for i, v in enumerate(verdicts)]
     vs = [verifier_score(v, cfg.aggregation) for v in verdicts]
 
     s_col: list[Any] | None = None
@@ -299,7 +311,12 @@ def score_if(
         if s_col is None or alpha_col is None:
             out.append(IFScore(tuple(verdicts[i]), v, None, None, v))
             continue
+        if alpha_col[i] is None or s_col[i] is None:
+            raise ConfigError(f"row {i}: {'α (' + cfg.teacher_rm_column + ')' if alpha_col[i] is None else 'S'} "
+                              "is missing; the RM correction needs both on every row (see rm.teacher_scores)")
         s, alpha = float(s_col[i]), float(alpha_col[i])
+        if math.isnan(s) or math.isnan(alpha):
+            raise ConfigError(f"row {i}: {'S' if math.isnan(s) else 'α'} is NaN; the RM correction cannot compare it")
         r = rm_corrected(v, s, alpha, bonus_only_when_all_pass=cfg.bonus_only_when_all_pass, bonus=cfg.bonus, penalty=cfg.penalty)
         out.append(IFScore(tuple(verdicts[i]), v, s, alpha, r))
     return out

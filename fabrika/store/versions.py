@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from typing import Any, Mapping
 import polars as pl
 import pyarrow.parquet as pq
 
-from fabrika.errors import StoreError
+from fabrika.errors import ConfigError, StoreError
 from fabrika.schemas.ids import stable_id
 from fabrika.pipeline import gates, registry
 from fabrika.store.run import JOIN_DROP, RunStore, annotation_column
@@ -52,6 +53,8 @@ from fabrika.store.lock import hold_run_dir
 from fabrika.store.shards import atomic_write_json, fsync_dir, scan_files
 
 VERSION_NAME = re.compile(r"^[\w.-]+$")
+#: Decision-table flag per annotator: the scorer wrote no row for this id.
+UNSCORED = "__unscored__"
 #: Kept rows above this estimate (uncompressed bytes) are sorted externally (bounded memory: about this much per step).
 MATERIALISE_BYTES = 16 << 20
 
@@ -175,7 +178,10 @@ def _decide(store: RunStore, stage: str, annotators: list[str], thresholds: Mapp
     table = _aligned_gate_table(store, stage, annotators, names, params)
     source = table.lazy() if table is not None else lf.select(_gate_columns(names, params))
     marked, reasons = gates.mark_dropped(source, thresholds)
-    decided = marked.select("id", gates.DROPPED_BY)
+    # status__<scorer> is null where that scorer wrote no row for the id: the row is unscored by it
+    presence = [pl.col(annotation_column("status", a)).is_null().alias(UNSCORED + a) for a in annotators
+                if annotation_column("status", a) in source.collect_schema().names()]
+    decided = marked.select("id", *gates.marker_columns(marked.collect_schema().names()), *presence)
     if table is None:
         decided = decided.sort("id")
     return lf, decided.collect(), reasons
@@ -189,6 +195,33 @@ def _refuse_duplicates(stage: str, ids: pl.Series) -> None:
         raise StoreError(f"stage {stage!r}: {n} id(s) written more than once (e.g. {dup[0]!r}); refusing to "
                          "materialise a dataset with duplicates — ids must be unique per stage (derive them from "
                          "the inputs that make the item distinct); rerun with --no-resume to rebuild the stage")
+
+
+def _unscored(store: RunStore, stage: str, annotators: list[str], decided: pl.DataFrame) -> dict[str, int]:
+    """``{scorer: kept rows it never scored}`` — rows a loosened earlier gate let through unseen."""
+    kept = decided.filter(pl.col(gates.DROPPED_BY).is_null())
+    out = {}
+    for a in annotators:
+        col = UNSCORED + a
+        n = int(kept[col].sum()) if col in kept.columns else (kept.height if not store.has_rows(a) else 0)
+        if n:
+            out[a] = n
+    return out
+
+
+def _unscored_error(run_dir: Path, manifest: Mapping[str, Any], stage: str, missing: dict[str, int],
+                    thresholds: Mapping[str, Any]) -> StoreError:
+    was = gates.thresholds_dump(gates.validate_thresholds(manifest.get("config", {}).get("filters", {})))
+    now = gates.thresholds_dump(gates.validate_thresholds(thresholds))
+    changed = [f"filters.{g}.{k}={json.dumps(v, ensure_ascii=False, separators=(',', ':'))}"
+               for g, ps in now.items() for k, v in ps.items() if was.get(g, {}).get(k) != v]
+    sets = " ".join(f"--set {shlex.quote(c)}" for c in changed)
+    what = ", ".join(f"{n} by {a}" for a, n in sorted(missing.items()))
+    return StoreError(
+        f"these thresholds would keep rows of {stage!r} that a scorer never saw ({what}): an earlier gate dropped "
+        f"them at run time, so their scores are null, and null is not a pass; score them first with "
+        f"`fabrika run {manifest.get('config_file') or 'CONFIG'} --cache-only {sets}`".rstrip() + " (--cache-only: no "
+        "new LLM calls; an LLM scorer leaves uncached rows pending, and this check names them again), then refilter")
 
 
 def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
@@ -308,17 +341,26 @@ def _build(
                 funnel["upstream_gates"][stage] = gates.funnel_of(got[1].lazy(), got[2])
     total = 0
     for stage in dataset_stages:
-        got = _decide(store, stage, store.annotators_of(stage, manifest), thresholds, params)
+        annotators = store.annotators_of(stage, manifest)
+        got = _decide(store, stage, annotators, thresholds, params)
         if got is None:
             funnel["gates"][stage] = {"in": 0, "out": 0}
             continue
         lf, decided, reasons = got
         _refuse_duplicates(stage, decided["id"])
+        missing = _unscored(store, stage, annotators, decided)
+        if missing:
+            raise _unscored_error(store.run_dir, manifest, stage, missing, thresholds)
         counts = gates.funnel_of(decided.lazy(), reasons)
         funnel["gates"][stage] = counts
         total += counts["out"]
         dropped = pl.col(gates.DROPPED_BY).is_not_null()
-        _write_parquet(decided.filter(dropped), tmp / "dropped" / f"{stage}.parquet")
+        _write_parquet(decided.filter(dropped).select("id", gates.DROPPED_BY), tmp / "dropped" / f"{stage}.parquet")
+        scoped = [c for c in decided.columns if c.startswith(gates.SCOPED)]
+        if scoped:  # export-kind-scoped drops: rows stay in the version, the export of that kind leaves them out
+            (tmp / "scoped").mkdir(exist_ok=True)
+            _write_parquet(decided.filter(~dropped & pl.any_horizontal(pl.col(c).is_not_null() for c in scoped))
+                           .select("id", *scoped), tmp / "scoped" / f"{stage}.parquet")
         kept_ids = decided.filter(~dropped)["id"]
         _write_kept(store, stage, store.annotators_of(stage, manifest), lf, kept_ids,
                     tmp / "data" / f"{stage}.parquet", tmp / f".spill-{stage}")
@@ -348,23 +390,30 @@ def materialise(
     thresholds: Mapping[str, Any] | None = None,
     name: str | None = None,
     previous: str | None = None,
+    overwrite: bool = True,
 ) -> VersionInfo:
     """Gate the dataset stages of ``run_dir`` into ``versions/<name>``.
 
     Args:
         thresholds: gate thresholds by group; ``None`` uses the config's ``filters``.
-        name: version name; default the next free ``vN``. An existing version of that name is replaced.
+        name: version name; default the next free ``vN``.
         previous: version this one derives from (recorded for ``status``/diffs).
+        overwrite: replace an existing version of that name; ``False`` raises instead
+            (export cards cite versions by name).
+
+    Raises:
+        StoreError: kept rows that a scorer never scored (see :func:`_unscored_error`),
+            or an existing ``name`` without ``overwrite``.
     """
     store = RunStore(run_dir)
     if not store.manifest_path.is_file():
         raise StoreError(f"{store.run_dir}: not a run directory (no manifest.json); run `fabrika run CONFIG` first")
     with hold_run_dir(store.run_dir, f"fabrika refilter {store.run_dir}"):  # re-entrant inside `fabrika run`
-        return _materialise(store, thresholds, name, previous)
+        return _materialise(store, thresholds, name, previous, overwrite)
 
 
 def _materialise(store: RunStore, thresholds: Mapping[str, Any] | None, name: str | None,
-                 previous: str | None) -> VersionInfo:
+                 previous: str | None, overwrite: bool) -> VersionInfo:
     run_dir = store.run_dir
     manifest = store.read_manifest()
     load_run_modules(manifest)
@@ -374,6 +423,9 @@ def _materialise(store: RunStore, thresholds: Mapping[str, Any] | None, name: st
     name = name or next_version_name(run_dir)
     if not VERSION_NAME.match(name):
         raise StoreError(f"version name {name!r}: use letters, digits, '.', '_' or '-'")
+    if not overwrite and version_dir(run_dir, name).is_dir():
+        raise StoreError(f"version {name!r} exists (export cards may cite it); pass --overwrite to replace it "
+                         f"or choose another --name (next free: {next_version_name(run_dir)})")
 
     root = store.run_dir / "versions"
     root.mkdir(parents=True, exist_ok=True)
@@ -421,24 +473,29 @@ def funnel_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[st
 
 
 def refilter(
-    run_dir: str | Path, assignments: list[str], name: str | None = None, base: str | None = None
+    run_dir: str | Path, assignments: list[str], name: str | None = None, base: str | None = None,
+    overwrite: bool = False,
 ) -> tuple[VersionInfo, list[tuple[str, str, int, int]]]:
     """New thresholds (``base`` version's, default the latest, with ``--set`` overrides) → a new version.
 
     Never builds an LLM engine. Returns the version and its funnel difference
     against ``base``. Raises :class:`~fabrika.errors.ConfigError` on an unknown
-    gate group or parameter or a wrongly typed value.
+    gate group or parameter, a wrongly typed value or an unknown ``base``, and
+    :class:`StoreError` when ``name`` exists and ``overwrite`` is not set.
     """
     store = RunStore(run_dir)
     manifest = store.read_manifest()
     if not manifest:
         raise StoreError(f"{store.run_dir}: not a run directory (no manifest.json)")
     load_run_modules(manifest)
+    if base is not None and not (version_dir(run_dir, base) / "thresholds.json").is_file():
+        raise ConfigError(f"--base {base!r}: no such version; versions: {', '.join(list_versions(run_dir)) or '(none)'}")
     base = base or manifest.get("latest_version")
     if base is not None and (version_dir(run_dir, base) / "thresholds.json").is_file():
         old = read_version(run_dir, base)
     else:
         base, old = None, {"thresholds": manifest.get("config", {}).get("filters", {}), "funnel": {}}
     thresholds = gates.parse_set(assignments, old["thresholds"])
-    info = materialise(run_dir, thresholds=thresholds, name=name or next_version_name(run_dir), previous=base)
+    info = materialise(run_dir, thresholds=thresholds, name=name or next_version_name(run_dir), previous=base,
+                       overwrite=overwrite)
     return info, funnel_diff(old["funnel"], info.funnel)

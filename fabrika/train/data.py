@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
+
+import pyarrow as pa
 
 from fabrika.errors import InputError
 
@@ -109,6 +111,25 @@ def prepare_sft_dataset(ds: Dataset) -> Dataset:
     return ds
 
 
+def rows_over_length(ds: Dataset, tokenizer: Any, max_length: int | None,
+                     chat_template: str | None = None) -> tuple[int, int]:
+    """``(rows longer than max_length, longest)`` in tokens of the rendered prompt+completion (tools included).
+
+    TRL truncates such rows silently — a completion past the limit is cut, or fully
+    masked and dropped — so the SFT script prints the count before training.
+    """
+    if max_length is None:
+        return 0, 0
+    over, longest = 0, 0
+    for row in ds:
+        messages = list(row["prompt"]) + list(row["completion"])
+        ids = tokenizer.apply_chat_template(messages, tools=row.get("tools") or None, chat_template=chat_template,
+                                            tokenize=True, return_dict=True)["input_ids"]
+        longest = max(longest, len(ids))
+        over += len(ids) > max_length
+    return over, longest
+
+
 def tools_block(tools: list[dict[str, Any]]) -> str:
     """The tool list as text (Qwen's wording), for prompts rendered without a per-row ``tools`` argument."""
     lines = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
@@ -136,20 +157,71 @@ def inline_tools(prompt: list[dict[str, Any]], tools: list[dict[str, Any]] | Non
     return [{"role": "system", "content": block}, *prompt]
 
 
-def prepare_grpo_dataset(ds: Dataset, required: list[str]) -> Dataset:
-    """Check and decode a GRPO dataset; ``required`` are the expert's reward columns."""
+def select_expert(ds: Dataset, expert: str | None, log: Callable[[str], None] | None = print) -> Dataset:
+    """The rows of ``expert`` when the export has an ``expert`` column (one GRPO export holds every expert).
+
+    Rows without an expert (``generic.*`` chat stages) belong to ``general``. Prints what was
+    kept; no row for the expert is an :class:`InputError` naming what the dataset holds.
+    """
+    if expert is None or "expert" not in ds.column_names:
+        return ds
+    import pyarrow.compute as pc
+
+    if getattr(ds, "_indices", None) is not None:
+        ds = ds.flatten_indices()
+    col = ds.data.column("expert")
+    counts = {str(k): int(v) for k, v in
+              ((d["values"], d["counts"]) for d in pc.value_counts(col).to_pylist())}
+    wanted = {expert, "None"} if expert == "general" else {expert}
+    n = sum(v for k, v in counts.items() if k in wanted)
+    held = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+    if n == 0:
+        raise InputError(f"GRPO dataset has no rows for expert {expert!r} (it holds {held}); export the "
+                         f"{expert} stages (export.stages.grpo) or pick another --expert")
+    if log is not None:
+        log(f"GRPO data for expert {expert!r}: {n} of {len(ds)} rows (dataset holds {held})")
+    if n == len(ds):
+        return ds
+    mask = pc.is_in(pc.fill_null(col, "None"), value_set=pa.array(sorted(wanted)))
+    # flatten: the checks below read ds.data (the Arrow table), which a bare select() leaves unfiltered
+    return ds.select([i for i, keep in enumerate(mask.to_pylist()) if keep]).flatten_indices()
+
+
+def check_no_nulls(ds: Dataset, columns: list[str]) -> None:
+    """Every row of every ``columns`` is set (Arrow null counts: reads the whole column, cheaply)."""
+    import pyarrow.compute as pc
+
+    if getattr(ds, "_indices", None) is not None:
+        ds = ds.flatten_indices()
+    for col in columns:
+        arr = ds.data.column(col)
+        nulls = arr.null_count
+        if pa.types.is_floating(arr.type):
+            nulls += int(pc.sum(pc.is_nan(pc.fill_null(arr, 0.0))).as_py() or 0)
+        if nulls:
+            first = next(i for i, v in enumerate(arr.to_pylist()) if v is None or v != v)
+            raise InputError(f"column {col!r} is null (or NaN) in {nulls} of {len(ds)} rows (first: row {first}); "
+                             "the reward needs it for every row — fix the export or drop those rows")
+
+
+def prepare_grpo_dataset(ds: Dataset, required: list[str], expert: str | None = None,
+                         log: Callable[[str], None] | None = print) -> Dataset:
+    """Check and decode a GRPO dataset; ``required`` are the expert's reward columns.
+
+    With ``expert``, only that expert's rows are kept (see :func:`select_expert`); the
+    required columns are then checked on *every* row, not a sample.
+    """
     require_columns(ds, ["prompt", *required], "GRPO")
     if len(ds) == 0:
         raise InputError("GRPO dataset is empty; export at least one row")
+    ds = select_expert(ds, expert, log)
+    check_no_nulls(ds, required)
     ds = decode_json_columns(ds, ["prompt", "tools", "ground_truth", "constraints"])
     for i, row in enumerate(ds.select(range(min(CHECK_ROWS, len(ds))))):
         _check_messages(row["prompt"], "prompt", i)
         if row["prompt"][-1]["role"] == "assistant":
             raise InputError(f"column 'prompt' row {i} ends with an assistant turn; a GRPO prompt must end where "
                              "the policy answers (drop the target turn)")
-        for col in required:
-            if row[col] is None:
-                raise InputError(f"column {col!r} row {i} is null; the reward needs it for every row")
     if "tools" in ds.column_names:
         from datasets import Json
 

@@ -155,14 +155,40 @@ def required_columns(config: FabrikaGRPOConfig) -> list[str]:
 
 
 def _check_if_rm_columns(config: FabrikaGRPOConfig, dataset: Dataset) -> None:
-    """The IF RM correction needs α (teacher mean) whenever S exists; say so before training, not at step 1."""
+    """The IF RM correction compares S with α on one scale: refuse, in one line, data where that cannot hold.
+
+    α (``teacher_rm_mean``) must be set and finite on every row, and, when S comes from
+    ``rm_path``, scored by that same RM (``rm_id`` equal to :func:`~fabrika.rewards.general.rm_identity`).
+    """
     from fabrika.errors import InputError
 
     cfg = _if_config(config)
+    if not cfg.rm_correction:
+        return
+    fix = ("score the prompts with an rm.teacher_scores stage using the same RM as rm_path, re-export, or set "
+           "if_reward_kwargs: {rm_correction: false}")
     has_s = config.rm_path is not None or cfg.rm_score_column in dataset.column_names
-    if cfg.rm_correction and has_s and cfg.teacher_rm_column not in dataset.column_names:
-        raise InputError(f"IF reward: RM correction needs the {cfg.teacher_rm_column!r} column (teacher mean RM "
-                         "score α); add it to the export or set if_reward_kwargs: {rm_correction: false}")
+    if not has_s:
+        raise InputError("IF reward: rm_correction is on but there is no RM score S (no rm_path, no "
+                         f"{cfg.rm_score_column!r} column); set rm_path or if_reward_kwargs: {{rm_correction: false}}")
+    alpha = cfg.teacher_rm_column
+    if alpha not in dataset.column_names:
+        raise InputError(f"IF reward: the dataset has no {alpha!r} column (α, the teacher's mean RM score); {fix}")
+    arr = dataset.data.column(alpha)
+    values = arr.to_pylist()
+    bad = sum(1 for v in values if v is None or (isinstance(v, float) and math.isnan(v)))
+    if bad:
+        raise InputError(f"IF reward: α ({alpha}) is missing or NaN in {bad} of {len(values)} rows; {fix}")
+    if config.rm_path is None:
+        return  # S from a column (offline checks): no RM to compare identities with
+    from fabrika.rewards.general import rm_identity
+
+    want = rm_identity(config.rm_path)
+    if "rm_id" not in dataset.column_names:
+        raise InputError(f"IF reward: the dataset has no 'rm_id' column, so α's RM is unknown (rm_path is {want}); {fix}")
+    got = sorted({str(v) for v in dataset.data.column("rm_id").to_pylist()})
+    if got != [want]:
+        raise InputError(f"IF reward: α was scored by RM {', '.join(got)} but rm_path is {want}; {fix}")
 
 
 def expert_reward(config: FabrikaGRPOConfig) -> RewardFn:
@@ -239,7 +265,8 @@ def build_grpo_trainer(config: FabrikaGRPOConfig, callbacks: list[Any] | None = 
     """Check data and reward first (fails fast), then load the policy and build ``GRPOTrainer``."""
     from trl import GRPOTrainer
 
-    dataset = prepare_grpo_dataset(load_split(config.dataset_path, config.dataset_split), required_columns(config))
+    dataset = prepare_grpo_dataset(load_split(config.dataset_path, config.dataset_split), required_columns(config),
+                                   expert=config.expert)
     if config.expert == "if":
         _check_if_rm_columns(config, dataset)
     reward = expert_reward(config)

@@ -3,7 +3,11 @@
 Stage 1 merges the first two experts (default IF, FC) with layer-wise
 coefficients: attention weights at ``attn_t``, MLP weights at the complement
 ``1 − attn_t``, everything else (embeddings, norms, lm_head) at ``default_t``
-(0.5). Stage 2 merges that result with the third expert (default General) at
+(0.5). Norm tensors are matched *first* (``norm`` filter: ``input_layernorm``,
+``post_attention_layernorm``, the final ``norm``, and Qwen3's
+``self_attn.q_norm`` / ``self_attn.k_norm``), because mergekit filters match by
+substring and Qwen3's q/k norms would otherwise take the attention t (0 or 1 at
+the ends of a grid). Stage 2 merges that result with the third expert (default General) at
 ``t2`` = 0.8. SLERP is not associative, so ``order`` matters and is a setting.
 
 Convention (mergekit's): ``slerp(a, b, t)`` is ``a`` at t = 0 and ``b`` at
@@ -15,8 +19,14 @@ the tests check every merged tensor against an independent implementation.
 
 ``attn_t`` may be a list: mergekit then spreads it as a gradient over the layers.
 With ``grid`` set, every candidate ``attn_t`` is merged, scored by the user's
-``eval_command`` (``{model_dir}`` is replaced; the last number on its stdout is
-the score) and a table ``scores.csv`` / ``scores.parquet`` is written.
+``eval_command`` (``{model_dir}`` is replaced) and a table ``scores.csv`` /
+``scores.parquet`` is written. The score is read from an explicit line
+``score: 0.71`` (the last one) or from stdout that is a JSON object with a
+numeric ``"score"`` (whole, or its last line); anything else — a stray number
+like ``Qwen3-8B`` or ``info.json`` — is no score. A candidate without a score is
+never the winner; with ``keep_candidates: false`` the losers are deleted only
+once a winner exists; and a grid where no candidate was scored raises
+:class:`~fabrika.errors.ConfigError` (the CLI exits non-zero), keeping every merge.
 """
 
 from __future__ import annotations
@@ -36,7 +46,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from fabrika.errors import ConfigError
 
-_NUMBER_RE = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf", re.IGNORECASE)
+_SCORE_LINE = re.compile(r"^\s*score\s*[:=]\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$",
+                         re.IGNORECASE | re.MULTILINE)
+#: mergekit matches filters by substring, first match wins: norms before attention/MLP (Qwen3's self_attn.q_norm).
+NORM_FILTER = "norm"
 
 Coef = float | list[float]
 
@@ -58,7 +71,8 @@ class MergeConfig(BaseModel):
     grid: list[float] | None = Field(default=None, description="Candidate attn_t values to search, e.g. "
                                      "[0, 0.3, 0.5, 0.7, 1]; each is merged and scored.")
     eval_command: str | None = Field(default=None, description="Shell command scoring a merged model; "
-                                     "`{model_dir}` is replaced; the last number on stdout is the score.")
+                                     "`{model_dir}` is replaced; it prints `score: <number>` (or a JSON object "
+                                     "with a numeric \"score\").")
     eval_timeout_s: float = Field(default=3600, gt=0, description="Wall-clock limit of one eval_command run.")
     output_dir: str = Field(description="Where merges, the score table and best.json are written.")
     dtype: str | None = Field(default=None, description="Merge dtype (float32, bfloat16, float16); None keeps "
@@ -109,12 +123,13 @@ def _complement(t: Coef) -> Coef:
 
 def slerp_config(base: str | Path, other: str | Path, *, attn_t: Coef, mlp_t: Coef, default_t: float,
                  dtype: str | None = None) -> dict[str, Any]:
-    """A mergekit ``slerp`` config: ``t`` filtered by ``self_attn`` / ``mlp``, then the default."""
+    """A mergekit ``slerp`` config: ``t`` for norms (the default t), then ``self_attn`` / ``mlp``, then the default."""
     cfg: dict[str, Any] = {
         "merge_method": "slerp",
         "base_model": str(base),
         "models": [{"model": str(base)}, {"model": str(other)}],
-        "parameters": {"t": [{"filter": "self_attn", "value": attn_t},
+        "parameters": {"t": [{"filter": NORM_FILTER, "value": default_t},
+                             {"filter": "self_attn", "value": attn_t},
                              {"filter": "mlp", "value": mlp_t},
                              {"value": default_t}]},
     }
@@ -192,16 +207,35 @@ def two_stage_merge(cfg: MergeConfig, out_dir: str | Path, attn_t: Coef | None =
     return final
 
 
+def parse_score(stdout: str) -> float:
+    """The score an eval command printed: the last ``score: <number>`` line, else a JSON ``{"score": x}``; else NaN."""
+    lines = _SCORE_LINE.findall(stdout)
+    if lines:
+        return float(lines[-1])
+    text = stdout.strip()
+    for candidate in (text, text.splitlines()[-1] if text else ""):
+        try:
+            data = json.loads(candidate)
+        except ValueError:
+            continue
+        value = data.get("score") if isinstance(data, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return math.nan
+
+
 def score_model(command: str, model_dir: str | Path, timeout_s: float = 3600) -> tuple[float, int, str]:
-    """Run the user's eval command; returns (score, returncode, stderr tail). No number → NaN."""
+    """Run the user's eval command; returns (score, returncode, stderr tail). No score or a failure → NaN."""
     cmd = command.replace("{model_dir}", shlex.quote(str(model_dir)))
     try:
         proc = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return math.nan, -1, f"timed out after {timeout_s}s"
-    numbers = _NUMBER_RE.findall(proc.stdout)
-    score = float(numbers[-1]) if numbers and proc.returncode == 0 else math.nan
-    return score, proc.returncode, proc.stderr[-500:]
+    score = parse_score(proc.stdout) if proc.returncode == 0 else math.nan
+    err = proc.stderr[-500:]
+    if proc.returncode == 0 and math.isnan(score):
+        err = (err + "\nno `score: <number>` line or JSON {\"score\": ...} on stdout").strip()
+    return score, proc.returncode, err
 
 
 def _write_atomic(path: Path, write: Any) -> None:
@@ -211,7 +245,11 @@ def _write_atomic(path: Path, write: Any) -> None:
 
 
 def grid_search(cfg: MergeConfig) -> Any:
-    """Merge and score every ``grid`` candidate; write ``scores.csv``/``.parquet`` and ``best.json``."""
+    """Merge and score every ``grid`` candidate; write ``scores.csv``/``.parquet`` and ``best.json``.
+
+    Raises:
+        ConfigError: no candidate was scored (every merge is kept, the table written, no ``best.json``).
+    """
     import polars as pl
 
     if cfg.grid is None or cfg.eval_command is None:
@@ -219,28 +257,36 @@ def grid_search(cfg: MergeConfig) -> Any:
     root = Path(cfg.output_dir)
     root.mkdir(parents=True, exist_ok=True)
     rows = []
-    best_dir, best_score = None, -math.inf
+    best_dir: Path | None = None
+    best_score = -math.inf
     for t in cfg.grid:
         model_dir = two_stage_merge(cfg, root / f"attn_t={t:g}", attn_t=t)
         score, rc, err = score_model(cfg.eval_command, model_dir, cfg.eval_timeout_s)
         rows.append({"attn_t": t, "mlp_t": 1 - t, "default_t": cfg.default_t, "t2": cfg.t2,
                      "order": ",".join(cfg.order), "model_dir": str(model_dir), "score": score,
                      "returncode": rc, "stderr_tail": err})
-        if not cfg.keep_candidates:
-            if not math.isnan(score) and score > best_score:
-                if best_dir is not None:
-                    shutil.rmtree(best_dir, ignore_errors=True)
-                best_dir, best_score = model_dir, score
-            else:
-                shutil.rmtree(model_dir, ignore_errors=True)
+        if not math.isnan(score) and score > best_score:
+            previous, best_dir, best_score = best_dir, model_dir, score
+            if not cfg.keep_candidates and previous is not None:
+                shutil.rmtree(previous, ignore_errors=True)  # a better winner exists: the old one goes
+        elif not cfg.keep_candidates and best_dir is not None:
+            shutil.rmtree(model_dir, ignore_errors=True)  # a loser, and there is a winner
+    if not cfg.keep_candidates and best_dir is not None:  # unscored merges made before the first winner
+        for row in rows:
+            if Path(row["model_dir"]) != best_dir:
+                shutil.rmtree(row["model_dir"], ignore_errors=True)
     table = pl.DataFrame(rows)
     _write_atomic(root / "scores.csv", table.write_csv)
     _write_atomic(root / "scores.parquet", table.write_parquet)
     scored = table.filter(pl.col("score").is_not_nan())
-    if len(scored):
-        best = scored.sort("score", descending=True).row(0, named=True)
-        _write_atomic(root / "best.json",
-                      lambda p: p.write_text(json.dumps(best, ensure_ascii=False, indent=2), encoding="utf-8"))
+    if not len(scored):
+        first = rows[0]
+        raise ConfigError(f"merge grid: none of {len(rows)} candidates was scored (e.g. attn_t={first['attn_t']:g}: "
+                          f"exit {first['returncode']}, {first['stderr_tail'].strip()[-200:] or 'no output'}); "
+                          f"eval_command must exit 0 and print `score: <number>`; merges kept in {root}")
+    best = scored.sort("score", descending=True).row(0, named=True)
+    _write_atomic(root / "best.json",
+                  lambda p: p.write_text(json.dumps(best, ensure_ascii=False, indent=2), encoding="utf-8"))
     return table
 
 

@@ -10,6 +10,8 @@ covers the completion only (``completion_only_loss``; TRL folds the mask into
 
 from __future__ import annotations
 
+import sys
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +20,7 @@ from trl import SFTConfig
 
 from fabrika.errors import ConfigError
 from fabrika.train.config import SFT_PRESET, build_dataclass, read_yaml, resolve_checkpoint, with_preset
-from fabrika.train.data import load_split, prepare_sft_dataset
+from fabrika.train.data import load_split, prepare_sft_dataset, rows_over_length
 
 if TYPE_CHECKING:
     from trl import SFTTrainer
@@ -80,6 +82,13 @@ def build_sft_trainer(config: FabrikaSFTConfig, callbacks: list[Any] | None = No
     if config.chat_template_path is None and not tokenizer.chat_template:
         raise ConfigError(f"the tokenizer at {config.model_name_or_path!r} has no chat template; "
                           "set chat_template_path to a .jinja file")
+    template = Path(config.chat_template_path).read_text("utf-8") if config.chat_template_path and \
+        Path(config.chat_template_path).is_file() else None
+    over, longest = rows_over_length(dataset, tokenizer, config.max_length, template)
+    if over:
+        print(f"warning: {over} of {len(dataset)} rows are longer than max_length={config.max_length} tokens "
+              f"(longest {longest}); TRL truncates them and drops fully masked ones — raise max_length or "
+              "refilter with --set length.max_tokens=N", file=sys.stderr)
     return SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
                       callbacks=callbacks)
 

@@ -105,10 +105,21 @@ def build_tokenizer(vocab_size: int = 640) -> PreTrainedTokenizerFast:
 
 
 def build_model(tokenizer: PreTrainedTokenizerFast, *, seed: int = 0, num_labels: int | None = None,
-                **overrides: Any) -> PreTrainedModel:
-    """A random-weight Qwen2 (hidden 64, 2 layers, head_dim 32); ``num_labels`` makes it a scorer (an RM)."""
+                arch: str = "qwen2", **overrides: Any) -> PreTrainedModel:
+    """A random-weight Qwen2 (hidden 64, 2 layers, head_dim 32); ``num_labels`` makes it a scorer (an RM).
+
+    ``arch="qwen3"`` builds the same size as Qwen3 (which adds ``self_attn.q_norm`` / ``k_norm``).
+    """
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen2ForSequenceClassification
+    import transformers
+    from transformers import GenerationConfig
+
+    if arch not in ("qwen2", "qwen3"):
+        raise ValueError(f"arch must be 'qwen2' or 'qwen3', got {arch!r}")
+    prefix = "Qwen2" if arch == "qwen2" else "Qwen3"
+    Qwen2Config = getattr(transformers, f"{prefix}Config")
+    Qwen2ForCausalLM = getattr(transformers, f"{prefix}ForCausalLM")
+    Qwen2ForSequenceClassification = getattr(transformers, f"{prefix}ForSequenceClassification")
 
     config_kwargs: dict[str, Any] = dict(
         vocab_size=len(tokenizer),

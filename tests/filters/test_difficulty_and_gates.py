@@ -46,13 +46,41 @@ ROW = {
 
 
 async def test_pass_rate_over_k_samples_with_fc_reward():
-    llm = ScriptedLLM(good={0, 3, 5}, fail={7})
+    llm = ScriptedLLM(good={0, 3, 5})
     stage = DifficultyScorer(DifficultyConfig(k=8), SimpleNamespace(llm=llm))
     (out,) = await stage.process(ROW)
     assert out == {"id": "s1", "status": "ok", "reason": None, "difficulty_pass_rate": 3 / 8,
-                   "difficulty_k": 8, "difficulty_errors": 1}
+                   "difficulty_k": 8, "difficulty_errors": 0}
     assert [r.sample_index for r in llm.requests] == list(range(8))
     assert {r.tag for r in llm.requests} == {"filter.difficulty"} and llm.requests[0].tools[0]["function"]["name"]
+
+
+async def test_a_failed_request_leaves_the_pass_rate_unmeasured_never_zero():
+    for fail in ({7}, set(range(8))):  # one timeout, or an outage
+        stage = DifficultyScorer(DifficultyConfig(k=8), SimpleNamespace(llm=ScriptedLLM(good=set(), fail=fail)))
+        (out,) = await stage.process(ROW)
+        assert out["difficulty_pass_rate"] is None and out["difficulty_errors"] == len(fail)
+    kept, funnel = apply_gates(pl.LazyFrame({"id": ["x"], "status": ["ok"], "difficulty_pass_rate": [None],
+                                             "difficulty_errors": [8]}, schema_overrides={
+        "difficulty_pass_rate": pl.Float64}), {})
+    assert kept.collect()["id"].to_list() == ["x"]  # not dropped as "never solved"
+    assert funnel["kept_null_difficulty.min_pass_rate_exclusive"] == 1  # and not silently kept either
+
+
+async def test_prompt_with_earlier_tool_calls_goes_out_in_wire_format():
+    history = [{"role": "user", "content": "Погода в Казани?"},
+               {"role": "assistant", "content": "", "tool_calls": [
+                   {"id": "c1", "name": "get_weather", "arguments": {"city": "Казань"}}], "train": False},
+               {"role": "tool", "content": "{\"t\": 3}", "tool_call_id": "c1", "name": "get_weather"},
+               {"role": "user", "content": "А в Москве?"}]
+    llm = ScriptedLLM(good=set())
+    stage = DifficultyScorer(DifficultyConfig(k=1), SimpleNamespace(llm=llm))
+    await stage.process({**ROW, "prompt": json.dumps(history, ensure_ascii=False)})
+    sent = llm.requests[0].messages
+    call = sent[1]["tool_calls"][0]
+    assert call["type"] == "function" and call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"city": "Казань"}  # a JSON string, as the API requires
+    assert "train" not in sent[1] and sent[2]["tool_call_id"] == "c1"
 
 
 async def test_reward_is_pluggable_per_expert():
@@ -87,17 +115,32 @@ def _scored() -> pl.LazyFrame:
 
 def test_gate_funnel_with_defaults_and_overrides():
     kept, funnel = apply_gates(_scored(), {})
-    assert kept.collect()["id"].to_list() == ["a"]
+    assert kept.collect()["id"].to_list() == ["a", "f"]
     assert funnel["dropped_language.min_confidence"] == 1  # b
     assert funnel["dropped_language.require_match"] == 1  # c
     assert funnel["dropped_language.max_homoglyph_share"] == 1  # d
     assert funnel["dropped_dedup.keep_representatives_only"] == 1  # e
-    assert funnel["dropped_difficulty.max_pass_rate"] == 1  # f (unscored language is not a drop)
+    # f: too easy for GRPO, kept for SFT (the band is scoped to GRPO exports); unscored language is not a drop
+    assert funnel["grpo.dropped_difficulty.max_pass_rate"] == 1 and "dropped_difficulty.max_pass_rate" not in funnel
+    assert funnel["kept_null_language.min_confidence"] == 1  # f has no language score: counted, not hidden
+    _, everywhere = apply_gates(_scored(), {"difficulty": {"apply_to": ["sft", "grpo"]}})
+    assert everywhere["dropped_difficulty.max_pass_rate"] == 1
     relaxed = parse_set(["language.min_confidence=0.2", "language.max_homoglyph_share=0.5",
                          "difficulty.max_pass_rate=1.0", "dedup.keep_representatives_only=false",
                          "language.allowed=[ru]"])
     kept, funnel = apply_gates(_scored(), relaxed)
     assert kept.collect()["id"].to_list() == ["a", "b", "d", "e", "f"] and funnel["dropped_language.allowed"] == 1
+
+
+@pytest.mark.parametrize("band", [{"min_pass_rate_exclusive": 0.8, "max_pass_rate": 0.2},
+                                  {"min_pass_rate_exclusive": 0.5, "max_pass_rate": 0.5}])
+def test_inverted_or_empty_difficulty_band_is_a_config_error(band):
+    from fabrika.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="empty or inverted"):
+        apply_gates(_scored(), {"difficulty": band})
+    with pytest.raises(ConfigError, match="empty or inverted"):
+        parse_set([f"difficulty.{k}={v}" for k, v in band.items()])
 
 
 class TextLLM:

@@ -51,8 +51,11 @@ def test_default_reward_resolves_and_scores_one_example(expert: str) -> None:
     assert callable(reward)
     row, good, bad = EXAMPLES[expert]
     # a threshold below 1 tells an all-or-nothing verifier score from a partial one
+    got = pass_rate(row, [good, bad, good, bad], reward, pass_threshold=0.5)
+    assert got["difficulty_pass_rate"] == 2 / 4 and got["difficulty_k"] == 4 and got["difficulty_errors"] == 0
+    # a response without choices is a failed request: the row is unmeasured, not "half solved"
     got = pass_rate(row, [good, bad, good, ChatResponse(error=None)], reward, pass_threshold=0.5)
-    assert got["difficulty_pass_rate"] == 2 / 4 and got["difficulty_k"] == 4 and got["difficulty_errors"] == 1
+    assert got["difficulty_pass_rate"] is None and got["difficulty_errors"] == 1
 
 
 def test_if_default_reward_is_the_verifier_score() -> None:

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import datasets
 import polars as pl
+import pytest
+
+from fabrika.errors import StoreError
 
 from fabrika.export.report import build_report
 from fabrika.export.source import open_version
@@ -50,8 +53,22 @@ dataset:
     assert {"lang_detected", "dup_cluster", "len_total_tokens"} <= set(kept.columns)
     assert set(kept["lang_detected"]) == {"ru"}
 
-    info, diff = refilter(result.run_dir, ["language.allowed=[ru, en]", "dedup.keep_representatives_only=false"])
-    assert info.rows == 4 and diff
+    # loosening the language gate would admit rows that dedup and length never scored (they read only the rows
+    # that passed language at run time): the refilter refuses, names the count and the command that scores them
+    loosen = ["language.allowed=[ru, en]", "dedup.keep_representatives_only=false"]
+    with pytest.raises(StoreError, match=r"never saw \(1 by dedup, 2 by length\).*fabrika run .*p.yaml --cache-only "
+                                         r"--set filters.dedup.keep_representatives_only=false "
+                                         r"--set 'filters.language.allowed=\[\"ru\",\"en\"\]'"):
+        refilter(result.run_dir, loosen)
+    cfg = load_config(tmp_path / "p.yaml")
+    rerun = run_pipeline(cfg.model_copy(update={"filters": {"language": {"allowed": ["ru", "en"]},
+                                                                "dedup": {"keep_representatives_only": False}}}),
+                         progress=False, cache_only=True)
+    assert rerun.run_dir == result.run_dir
+    info, _ = refilter(result.run_dir, loosen)
+    assert info.rows == 4 and info.funnel["gates"]["answers"]["dropped_language.allowed"] == 0
+    kept = pl.read_parquet(info.path / "data" / "answers.parquet")
+    assert kept["dup_is_representative"].null_count() == 0 and kept["len_total_tokens"].null_count() == 0
 
     res = export(open_version(result.run_dir), ExportConfig(kind="sft", out=tmp_path / "sft"))
     ds = datasets.load_from_disk(str(tmp_path / "sft"))

@@ -101,13 +101,19 @@ async def test_decontam_stage_builds_index_once(tmp_path: Path):
     assert out["decontam_max_overlap"] == 1.0 and out["id"] == "id001" and made
 
 
-def test_length_counts_chars_and_tokens():
+def test_length_counts_the_rendered_template():
+    from fabrika.export.validate import load_template
+
     row = _row(1, "Привет, мир!", "Да.")
-    (got,) = score_lengths([row])
-    assert got["len_prompt_chars"] == len("Система\nПривет, мир!") and got["len_completion_chars"] == 3
-    assert got["len_prompt_tokens"] == 5 and got["len_completion_tokens"] == 2 and got["len_total_tokens"] == 7
-    (custom,) = score_lengths([row], counter=len)
-    assert custom["len_total_tokens"] == len("Система\nПривет, мир!") + 3
+    (got,) = score_lengths([row], counter=len)  # counter=len: tokens are characters, easy to check by hand
+    qwen3 = load_template(None)
+    prompt = json.loads(row["prompt"])
+    want_prompt = qwen3.render(prompt, add_generation_prompt=True)
+    want_total = qwen3.render(prompt + json.loads(row["completion"]))
+    assert got["len_prompt_tokens"] == len(want_prompt) == got["len_prompt_chars"]
+    assert got["len_total_tokens"] == len(want_total) and "<|im_start|>system" in want_total
+    assert got["len_completion_tokens"] == len(want_total) - len(want_prompt) > len("Да.")  # the im_end etc. too
+    assert got["len_tokenizer"] == "estimate:regex"
 
 
 def test_row_text_views():
@@ -133,10 +139,9 @@ def test_length_with_a_local_hf_tokenizer(tmp_path: Path):
     cfg = LengthConfig(tokenizer="tok")
     ctx = SimpleNamespace(pipeline=SimpleNamespace(resolve_path=lambda p: tmp_path / p),
                           resource=lambda name, factory: factory())
-    count = LengthScorer(cfg, ctx)._counter()  # relative to the config file's directory
+    count, _, name = LengthScorer(cfg, ctx)._tools()  # relative to the config file's directory
     assert count("привет мир") == 2 and count("привет, мир!") == 4  # WordLevel: ',' and '!' are [UNK] tokens
-    (got,) = score_lengths([_row(1, "привет мир", "да")], count)
-    assert got["len_completion_tokens"] == 1
+    assert name == "hf:tok"
     with pytest.raises(ValueError, match="not a local directory"):
         token_counter(tmp_path / "missing")
 

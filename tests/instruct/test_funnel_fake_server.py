@@ -136,10 +136,11 @@ def test_funnel_drops_exactly_the_bad_items_and_refilters_offline(tmp_path: Path
         lower = cons["c-lower"]
         funcs = json.loads(lower["functions"])
         assert (lower["n_unique_functions"], lower["n_broken_functions"], lower["n_unique_cases"]) == (4, 1, 15)
-        assert sorted(f["accuracy"] for f in funcs if f["runnable"]) == [0.3333, 1.0, 1.0, 1.0]
+        # the wrong function (== upper) never reproduces a true case: a constant on these cases, accuracy 0
+        assert sorted(f["accuracy"] for f in funcs if f["runnable"]) == [0.0, 1.0, 1.0, 1.0]
         hostile = next(f for f in funcs if not f["runnable"])
         assert hostile["error"].startswith("precheck") and not Path("/tmp/fabrika_pwned").exists()
-        assert json.loads(lower["function_accuracies"]) == [1.0, 1.0, 1.0, 0.3333]
+        assert json.loads(lower["function_accuracies"]) == [1.0, 1.0, 1.0, 0.0]
         assert cons["c-words"]["max_function_accuracy"] < 0.8 and cons["c-comma"]["n_unique_functions"] == 1
 
         # gate reasons, item by item, on the verifier table (scores joined lazily)
@@ -158,13 +159,13 @@ def test_funnel_drops_exactly_the_bad_items_and_refilters_offline(tmp_path: Path
         kazan = resp.filter(pl.col("query") == "Расскажи о Казани.").row(0, named=True)
         assert kazan["max_failed_verifier_accuracy"] == 1.0  # good verifiers fail it → gated out
         moscow = resp.filter(pl.col("query") == "Расскажи о Москве.").row(0, named=True)
-        assert moscow["max_failed_verifier_accuracy"] == 0.3333  # only the wrong function fails it
+        assert moscow["max_failed_verifier_accuracy"] == 0.0  # only the wrong function fails it
 
         samples = pl.read_parquet(result.version.path / "data" / "if.samples.parquet")
         assert samples.height == 1 and "москва" in samples["completion"][0]
 
         # refilter: thresholds change the output, and not one request reaches the server
-        strict = materialise(tmp_path / "run", {"consistency": {"min_function_accuracy": 0.3}}, name="acc03")
+        strict = materialise(tmp_path / "run", {"consistency": {"min_function_accuracy": 0.0}}, name="acc03")
         fewer = materialise(tmp_path / "run", {"consistency": {"min_unique_functions": 5}}, name="fn5")
         sim99 = materialise(tmp_path / "run", {"backtranslation": {"min_similarity": 0.9}}, name="bt")
         assert (strict.rows, fewer.rows) == (0, 0)

@@ -41,9 +41,10 @@ def test_cross_validate_support_and_accuracy():
 
 
 def test_unsupported_cases_do_not_count_against_functions():
-    cases = [("a", True), ("b", True)]
-    cv = cross_validate(["f"], cases, [[T, F]])  # nobody reproduces b's label
-    assert cv["support"] == [1, 0] and cv["accuracies"] == [1.0] and cv["n_supported"] == 1
+    cases = [("a", True), ("b", True), ("c", False)]
+    cv = cross_validate(["f"], cases, [[T, F, F]])  # nobody reproduces b's label
+    assert cv["support"] == [1, 0, 1] and cv["accuracies"] == [1.0] and cv["n_supported"] == 2
+    assert (cv["n_supported_true"], cv["n_supported_false"]) == (1, 1)
 
 
 def test_normalise_code_ignores_comments_and_layout():

@@ -18,7 +18,7 @@ TOOLS = [
             "parameters": {
                 "type": "object",
                 "properties": {
-                    "city": {"type": "string"},
+                    "city": {"type": "string", "description": "Город"},
                     "days": {"type": "integer", "default": 1},
                     "temp": {"type": "number"},
                     "units": {"type": "string", "enum": ["c", "f"], "default": "c"},
@@ -90,7 +90,8 @@ def test_fc_reward_by_target_type():
     malformed = '<tool_call>{"name": "get_weather", "arguments": {"city": </tool_call>'
     rewards = fc_reward(
         prompts=[None] * 7,
-        completions=[good, wrong, malformed, "Уточните, пожалуйста, город.", good, "", [{"role": "assistant", "content": "Нет такого инструмента."}]],
+        completions=[good, wrong, malformed, "Уточните, пожалуйста, город.", good, "",
+                     [{"role": "assistant", "content": "К сожалению, такого инструмента у меня нет."}]],
         ground_truth=[gt, json.dumps(gt), gt, None, None, None, None],
         target_type=["tool_call", "tool_call", "tool_call", "clarification", "irrelevance", "text", "irrelevance"],
         tools=[TOOLS] * 7,

@@ -31,7 +31,7 @@ def _run(tmp_path: Path, n: int = 40, per_shard: int = 7, duplicate: bool = Fals
         store.write("data", chunk)
     scrambled = ids[1::2] + ids[0::2]
     length = [{"id": i, "input_id": i, "status": "ok", "reason": None, "len_total_tokens": 25 * k}
-              for k, i in enumerate(scrambled) if i != "id003"]
+              for k, i in enumerate(scrambled) if i != "id004"]  # a rejected row: never kept
     if duplicate:
         length.append(dict(length[0], len_total_tokens=1))  # duplicated annotation: the join repeats that row
     for s in range(0, len(length), 11):

@@ -54,7 +54,7 @@ def test_aligned_gate_table_equals_the_left_join(tmp_path: Path, reverse: bool) 
 
 
 def test_unaligned_annotations_fall_back_to_the_join(tmp_path: Path) -> None:
-    run = _run(tmp_path, missing="id2")
+    run = _run(tmp_path, missing="id5")  # the rejected row: unscored, but dropped anyway
     store = RunStore(run)
     versions.load_run_modules(store.read_manifest())
     params = gates.validate_thresholds(THRESHOLDS)
@@ -68,6 +68,16 @@ def test_unaligned_annotations_fall_back_to_the_join(tmp_path: Path) -> None:
     assert kept["id"].to_list() == want.filter(pl.col(gates.DROPPED_BY).is_null())["id"].to_list()
     assert dropped.equals(want.filter(pl.col(gates.DROPPED_BY).is_not_null()))
     assert {"id1", "id5"} <= set(dropped["id"]) and kept["lang__filter.length"].to_list()[0] == "en"
+
+
+def test_a_kept_row_a_scorer_never_saw_fails_loudly(tmp_path: Path) -> None:
+    from fabrika.errors import StoreError
+
+    run = _run(tmp_path, missing="id2")  # length never scored id2 (an earlier gate dropped it at run time)
+    with pytest.raises(StoreError, match=r"keep rows of 'data' that a scorer never saw \(1 by filter.length\).*"
+                                         r"fabrika run CONFIG --cache-only --set filters.length.max_tokens=450"):
+        materialise(run, THRESHOLDS, name="v1")
+    assert not (run / "versions" / "v1").exists()
 
 
 @pytest.mark.parametrize("reverse", [False, True])
@@ -105,7 +115,8 @@ def test_stage_counts_are_reused_until_a_stage_changes(tmp_path: Path, monkeypat
     monkeypatch.setattr(RunStore, "counts", counting)
     second = materialise(run, {"length": {"max_tokens": 10_000}}, name="v2")
     assert counted == [] and second.funnel["stages"] == first.funnel["stages"]
-    RunStore(run).write("data", [{"id": "id9", "input_id": "id9", "status": "ok", "reason": None, "lang": "ru",
+    # a new row no scorer saw yet: rejected here (a kept unscored row would fail the materialisation)
+    RunStore(run).write("data", [{"id": "id9", "input_id": "id9", "status": "rejected", "reason": "x", "lang": "ru",
                                   "text": "новый"}])
     third = materialise(run, THRESHOLDS, name="v3")
     assert counted == ["data"] and third.funnel["stages"]["data"]["rows"] == 7

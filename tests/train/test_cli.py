@@ -71,7 +71,7 @@ def test_cli_sft_then_merge(app: typer.Typer, tmp_path: Path, tiny_model: Path, 
     assert res.exit_code == 0, res.output
     assert (tmp_path / "merge" / "merged" / "model.safetensors").is_file()
     written = yaml.safe_load((tmp_path / "merge" / "merged" / "mergekit_config.yml").read_text())
-    assert written["merge_method"] == "slerp" and written["parameters"]["t"][2] == {"value": 0.8}
+    assert written["merge_method"] == "slerp" and written["parameters"]["t"][-1] == {"value": 0.8}
 
 
 def test_cli_errors_exit_2(app: typer.Typer, tmp_path: Path) -> None:

@@ -65,5 +65,32 @@ def test_inline_tools_into_system_turn() -> None:
 
 def test_grpo_null_reward_column_is_an_error() -> None:
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": "q"}], "ref_length": None, "rm_score": 1.0}])
-    with pytest.raises(InputError, match="column 'ref_length' row 0 is null"):
+    with pytest.raises(InputError, match=r"column 'ref_length' is null \(or NaN\) in 1 of 1 rows \(first: row 0\)"):
         prepare_grpo_dataset(ds, ["ref_length", "rm_score"])
+
+
+def test_grpo_null_check_reads_every_row_not_a_sample() -> None:
+    rows = [{"prompt": [{"role": "user", "content": f"q{i}"}], "ref_length": 10.0, "rm_score": 0.5}
+            for i in range(600)]
+    rows[517]["rm_score"] = None
+    with pytest.raises(InputError, match=r"column 'rm_score' is null \(or NaN\) in 1 of 600 rows \(first: row 517\)"):
+        prepare_grpo_dataset(Dataset.from_list(rows), ["ref_length", "rm_score"])
+    rows[517]["rm_score"] = float("nan")
+    with pytest.raises(InputError, match="in 1 of 600 rows"):
+        prepare_grpo_dataset(Dataset.from_list(rows), ["ref_length", "rm_score"])
+
+
+def test_grpo_keeps_the_experts_rows_and_says_how_many(capsys: pytest.CaptureFixture[str]) -> None:
+    fc = {"prompt": [{"role": "user", "content": "Погода?"}], "expert": "fc", "target_type": "tool_call",
+          "ground_truth": '{"calls": []}', "constraints": None}
+    if_row = {"prompt": [{"role": "user", "content": "Опишите кота."}], "expert": "if", "target_type": None,
+              "ground_truth": '{"constraints": []}', "constraints": '[{"id": "ru.punct.no_commas"}]'}
+    general = {**fc, "expert": None, "target_type": None, "ground_truth": None}
+    ds = Dataset.from_list([fc, if_row, fc, general, if_row])
+    kept = prepare_grpo_dataset(ds, ["constraints"], expert="if")
+    assert kept.num_rows == 2 and set(kept["expert"]) == {"if"}
+    assert "GRPO data for expert 'if': 2 of 5 rows (dataset holds None=1, fc=2, if=2)" in capsys.readouterr().out
+    assert prepare_grpo_dataset(ds, ["ground_truth", "target_type"], expert="fc").num_rows == 2
+    assert prepare_grpo_dataset(ds, ["prompt"], expert="general").num_rows == 1  # rows without an expert
+    with pytest.raises(InputError, match=r"no rows for expert 'if' \(it holds fc=2\)"):
+        prepare_grpo_dataset(Dataset.from_list([fc, fc]), ["constraints"], expert="if")

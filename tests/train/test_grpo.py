@@ -134,7 +134,7 @@ def test_missing_reward_column_fails_before_training(tmp_path: Path, tiny_model:
     no_alpha = tmp_path / "noalpha"
     Dataset.from_list([{"prompt": [{"role": "user", "content": "q"}], "rm_score": 1.0,
                         "constraints": '[{"id": "ru.punct.no_commas", "params": {}}]'}]).save_to_disk(str(no_alpha))
-    with pytest.raises(InputError, match="needs the 'teacher_rm_mean' column"):
+    with pytest.raises(InputError, match="has no 'teacher_rm_mean' column"):
         build_grpo_trainer(_config("if", tmp_path, tiny_model, no_alpha))
     with pytest.raises(ConfigError, match="if_reward_kwargs"):
         build_grpo_trainer(_config("if", tmp_path, tiny_model, bad, if_reward_kwargs={"agregation": "all"}))

@@ -36,6 +36,8 @@ def _load(path: Path) -> dict[str, np.ndarray]:
 
 def _t_for(name: str, attn: list[float], default: float) -> float:
     layer = int(name.split(".")[2]) if name.startswith("model.layers.") else None
+    if name.split(".")[-2].endswith("norm"):  # input_layernorm, post_attention_layernorm, q_norm, k_norm, norm
+        return default
     if "self_attn" in name:
         return attn[layer]
     if "mlp" in name:
@@ -43,15 +45,13 @@ def _t_for(name: str, attn: list[float], default: float) -> float:
     return default
 
 
-@pytest.fixture(scope="module")
-def experts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("experts")
+def _experts(root: Path, arch: str = "qwen2") -> dict[str, str]:
     import torch
 
     tok = build_tokenizer()
     out = {}
     for name, seed in (("if", 1), ("fc", 2), ("general", 3)):
-        model = build_model(tok, seed=seed)
+        model = build_model(tok, seed=seed, arch=arch)
         with torch.no_grad():  # norms start at 1 and biases at 0 in every seed: make them differ too
             for pname, param in model.named_parameters():
                 if param.ndim == 1:
@@ -60,6 +60,38 @@ def experts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         tok.save_pretrained(root / name)
         out[name] = str(root / name)
     return out
+
+
+@pytest.fixture(scope="module")
+def experts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return _experts(tmp_path_factory.mktemp("experts"))
+
+
+@pytest.fixture(scope="module")
+def qwen3_experts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return _experts(tmp_path_factory.mktemp("qwen3"), arch="qwen3")
+
+
+@pytest.mark.parametrize("attn", [[0.0, 1.0], [1.0, 0.0]])  # the ends of a grid: where a norm mismatch shows most
+def test_qwen3_norms_are_held_at_the_default_t(tmp_path: Path, qwen3_experts: dict[str, str],
+                                               attn: list[float]) -> None:
+    cfg = MergeConfig(experts=qwen3_experts, attn_t=attn, default_t=0.5, output_dir=str(tmp_path), dtype="float32",
+                      keep_stage1=True)
+    final = two_stage_merge(cfg, tmp_path / "merged")
+    a, b, c = (_load(Path(qwen3_experts[n])) for n in ("if", "fc", "general"))
+    stage1, merged = _load(tmp_path / "merged.stage1"), _load(final)
+    assert {"model.layers.0.self_attn.q_norm.weight", "model.layers.1.self_attn.k_norm.weight"} <= set(a)
+    assert set(merged) == set(a)
+    for name in a:  # every tensor, against an independent SLERP
+        t = _t_for(name, attn, 0.5)
+        if "q_norm" in name or "k_norm" in name:
+            assert t == 0.5
+        exp1 = slerp_ref(t, a[name], b[name])
+        np.testing.assert_allclose(stage1[name], exp1, rtol=1e-5, atol=1e-6, err_msg=f"stage 1 {name} at t={t}")
+        np.testing.assert_allclose(merged[name], slerp_ref(0.8, exp1, c[name]), rtol=1e-4, atol=1e-5,
+                                   err_msg=f"stage 2 {name}")
+    q_norm = "model.layers.0.self_attn.q_norm.weight"
+    assert not np.allclose(stage1[q_norm], a[q_norm]) and not np.allclose(stage1[q_norm], b[q_norm])
 
 
 def test_every_tensor_matches_independent_slerp(tmp_path: Path, experts: dict[str, str]) -> None:
@@ -124,9 +156,41 @@ def test_config_errors_name_the_field(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="attn"):
         load_merge_config(p)
     cfg = slerp_config("A", "B", attn_t=0.3, mlp_t=0.7, default_t=0.5)
-    assert cfg["parameters"]["t"] == [{"filter": "self_attn", "value": 0.3}, {"filter": "mlp", "value": 0.7},
-                                      {"value": 0.5}]
+    assert cfg["parameters"]["t"] == [{"filter": "norm", "value": 0.5}, {"filter": "self_attn", "value": 0.3},
+                                      {"filter": "mlp", "value": 0.7}, {"value": 0.5}]
     assert cfg["merge_method"] == "slerp" and cfg["base_model"] == "A"
+
+
+def test_parse_score_reads_only_an_explicit_score() -> None:
+    import math
+
+    from fabrika.train.merge import parse_score
+
+    assert parse_score("evaluated Qwen3-8B on 3 tasks\nscore: 0.71\n") == 0.71
+    assert parse_score("score: 0.2\nscore = 0.5") == 0.5
+    assert parse_score('{"score": 0.42, "tasks": 3}') == 0.42
+    assert parse_score('loading\n{"score": 1e-2}') == 0.01
+    for noise in ("wrote info.json", "Qwen3-8B", "accuracy 0.9", '{"score": "high"}', '{"score": NaN}', ""):
+        assert math.isnan(parse_score(noise)), noise
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_grid_with_a_missing_command_fails_and_keeps_candidates(tmp_path: Path, experts: dict[str, str],
+                                                                keep: bool) -> None:
+    from typer.testing import CliRunner
+
+    from fabrika.cli.app import app
+
+    out = tmp_path / "grid"
+    cfg_file = tmp_path / "merge.yaml"
+    cfg_file.write_text(json.dumps({"experts": experts, "grid": [0.0, 1.0], "output_dir": str(out),
+                                    "dtype": "float32", "keep_candidates": keep,
+                                    "eval_command": "no-such-eval-command-here {model_dir}"}))
+    result = CliRunner().invoke(app, ["train", "merge", str(cfg_file)])
+    assert result.exit_code == 2, result.output
+    assert "none of 2 candidates was scored" in result.output
+    assert (out / "attn_t=0" / "model.safetensors").is_file() and (out / "attn_t=1" / "model.safetensors").is_file()
+    assert not (out / "best.json").exists()
 
 
 def test_grid_search_scores_each_candidate(tmp_path: Path, experts: dict[str, str]) -> None:
@@ -155,6 +219,10 @@ def test_grid_search_scores_each_candidate(tmp_path: Path, experts: dict[str, st
     assert lean["score"].to_list() == table["score"].to_list()
     kept = sorted(p.name for p in (tmp_path / "lean").iterdir() if p.is_dir())
     assert kept == [f"attn_t={best['attn_t']:g}"]
-    failing = grid_search(cfg.model_copy(update={"grid": [0.3], "output_dir": str(tmp_path / "g2"),
-                                                 "eval_command": "exit 3 # {model_dir}"}))
+    with pytest.raises(ConfigError, match=r"none of 1 candidates was scored \(e\.g\. attn_t=0\.3: exit 3"):
+        grid_search(cfg.model_copy(update={"grid": [0.3], "output_dir": str(tmp_path / "g2"),
+                                           "eval_command": "exit 3 # {model_dir}"}))
+    import polars as pl
+
+    failing = pl.read_csv(tmp_path / "g2" / "scores.csv")
     assert failing["returncode"].to_list() == [3] and np.isnan(failing["score"][0])

@@ -119,3 +119,12 @@ def test_resume_from_last_checkpoint(tmp_path: Path, tiny_model: Path, sft_expor
     assert [h["step"] for h in trainer.state.log_history if "loss" in h] == [1, 2, 3]  # 1–2 restored, 3 new
     with pytest.raises(ConfigError, match="not a checkpoint directory"):
         run_sft(_config(tmp_path, tiny_model, sft_export, resume_from_checkpoint=str(tmp_path / "nope")))
+
+
+def test_rows_longer_than_max_length_are_counted_before_training(tmp_path: Path, tiny_model: Path,
+                                                                 sft_export: Path, capsys) -> None:
+    build_sft_trainer(_config(tmp_path, tiny_model, sft_export, max_length=24))
+    err = capsys.readouterr().err
+    assert "rows are longer than max_length=24 tokens" in err
+    build_sft_trainer(_config(tmp_path, tiny_model, sft_export, max_length=4096))
+    assert "longer than max_length" not in capsys.readouterr().err

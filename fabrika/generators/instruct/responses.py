@@ -29,6 +29,7 @@ from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, 
 from fabrika.schemas import Message, Sample, stable_id, to_row
 from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth, IFVerifierRef
 from fabrika.schemas.rows import dumps
+from fabrika.textutil.reasoning import split_reasoning
 
 PROMPT_COLS = ("constraint_id", "query_id", "query", "placement", "messages", "constraints", "library_constraints")
 LANGUAGE_FAMILY = "ru.language."
@@ -84,14 +85,19 @@ class ResponsesStage(Stage):
             empty = {"response": None, "sample_index": i, **base}
             if not resp.ok:
                 out.append(rejected(rid, f"llm_error: {resp.error.kind}", **empty))  # type: ignore[union-attr]
-            elif resp.choices and resp.choices[0].truncated:
+            elif not resp.choices:
+                out.append(rejected(rid, "empty_answer: no choices", **empty))
+            elif resp.choices[0].truncated:
                 out.append(rejected(rid, "truncated: answer cut off (finish_reason=length)", **empty))
-            elif not (resp.text or "").strip():
-                out.append(rejected(rid, "empty_answer", **empty))
-            elif check_language and (why := check_russian(resp.text or "")):
-                out.append(rejected(rid, why, **{**empty, "response": resp.text}))
+            elif not (split := split_reasoning(resp.text, resp.choices[0].reasoning)).complete:
+                out.append(rejected(rid, "no_answer: reasoning never closed (cut off while thinking)", **empty))
+            elif not split.answer:
+                out.append(rejected(rid, "empty_answer" + (": reasoning only" if split.reasoning else ""), **empty))
+            elif check_language and (why := check_russian(split.answer)):
+                out.append(rejected(rid, why, **{**empty, "response": split.answer}))
             else:
-                good.append((i, str(resp.text)))
+                # verifiers, the library, the judge and the SFT target all see the answer, never the reasoning
+                good.append((i, split.answer))
         if not good:
             return out
         verifiers = json.loads(row.get("verifiers") or "[]")
@@ -185,14 +191,19 @@ def _gt_constraint(c: dict[str, Any]) -> IFConstraintRef:
 
 
 class GrpoConfig(StageConfig):
-    """Config of ``if.grpo``: ``input: [<if.queries stage>]`` or ``[<if.queries>, <if.responses>]``.
+    """Config of ``if.grpo``: ``input: <if.queries stage>``.
 
-    With the responses stage as a second input, ``teacher_rm_mean`` is the mean judge
-    score (``if_quality_score`` / 10) of that prompt's ok responses; prompts still come
-    only from the first input.
+    α for the IF reward's RM correction is not computed here: an ``rm.teacher_scores``
+    stage annotating the same queries table writes ``teacher_rm_mean``, ``teacher_rm_k``
+    and ``rm_id`` (the mean score of the teacher's K answers under the training RM),
+    and this stage copies them into its rows. Without that stage the columns are null
+    and GRPO with the RM correction refuses to start (the reward needs α on S's scale).
     """
 
     kind: str = Field(default="if.grpo", description="Stage kind.")
+
+
+TEACHER_COLUMNS = ("teacher_rm_mean", "teacher_rm_k", "rm_id")
 
 
 @register_stage
@@ -205,26 +216,13 @@ class GrpoStage(Stage):
     @classmethod
     def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
         inputs = [config.input] if isinstance(config.input, str) else list(config.input or [])
-        if not 1 <= len(inputs) <= 2:
-            return [("input", f"if.grpo takes [queries] or [queries, responses], got {inputs!r}")]
+        if len(inputs) != 1:
+            return [("input", f"if.grpo takes one input (the if.queries stage), got {inputs!r}; α comes from an "
+                              "rm.teacher_scores stage on that table (the judge score is not on the RM's scale)")]
         return []
-
-    def _inputs(self) -> list[str]:
-        return [self.config.input] if isinstance(self.config.input, str) else list(self.config.input or [])
-
-    def input_rows(self):  # noqa: ANN201 - Iterator[Row]
-        yield from self.ctx.iter_rows(self._inputs()[0], gated=True)
 
     async def setup(self) -> None:
         self.min_accuracy = current_min_accuracy(self.ctx)
-        self.teacher: dict[str, float] = {}
-        inputs = self._inputs()
-        if len(inputs) == 2:  # one float per prompt: stays small next to the data
-            sums: dict[str, list[float]] = {}
-            for r in self.ctx.iter_rows(inputs[1], gated=False, columns=["prompt_id", "status", "if_quality_score"]):
-                if r["status"] == "ok" and r.get("if_quality_score") is not None:
-                    sums.setdefault(r["prompt_id"], []).append(float(r["if_quality_score"]) / 10.0)
-            self.teacher = {k: round(sum(v) / len(v), 4) for k, v in sums.items()}
 
     async def process(self, row: Row) -> list[Row]:
         verifiers = [v for v in json.loads(row.get("verifiers") or "[]") if v["accuracy"] >= self.min_accuracy]
@@ -235,5 +233,6 @@ class GrpoStage(Stage):
                         prompt=[Message(**m) for m in json.loads(row["messages"])], completion=[],
                         ground_truth=gt, meta={"constraint_id": row.get("constraint_id"), "prompt_id": row["id"],
                                                "placement": row.get("placement")})
-        return [ok(**to_row(sample), placement=row.get("placement"), teacher_rm_mean=self.teacher.get(str(row["id"])),
+        teacher = {c: row.get(c) for c in TEACHER_COLUMNS}
+        return [ok(**to_row(sample), placement=row.get("placement"), **teacher,
                    **{k: row.get(k) for k in CARRIED_SCORES})]

@@ -99,7 +99,11 @@ def cross_validate(functions: list[str], cases: list[tuple[str, bool]],
 
     A function is *runnable* when every case gives a bool. A case is *supported* when at
     least one runnable function reproduces its label. A function's accuracy is its share
-    of supported cases it gets right. Pure: easy to test without a sandbox.
+    of supported cases it gets right — but only if it reproduces at least one supported
+    case of *each* label; otherwise it scores 0. Without that rule a constant (``return
+    True``) is perfect on a constraint where only the true cases are supported: three
+    such functions support the five true cases and no false one, and each scores 1.0.
+    Pure: easy to test without a sandbox.
     """
     runnable = [all(v.status in ("true", "false") for v in row) for row in verdicts]
     support = [sum(1 for f, row in enumerate(verdicts) if runnable[f] and row[c].passed is label)
@@ -110,9 +114,12 @@ def cross_validate(functions: list[str], cases: list[tuple[str, bool]],
         if not runnable[f] or not supported:
             accuracies.append(0.0)
             continue
-        right = sum(1 for c in supported if row[c].passed is cases[c][1])
-        accuracies.append(round(right / len(supported), 4))
-    return {"runnable": runnable, "support": support, "accuracies": accuracies, "n_supported": len(supported)}
+        right = [c for c in supported if row[c].passed is cases[c][1]]
+        labels = {cases[c][1] for c in right}
+        accuracies.append(round(len(right) / len(supported), 4) if labels == {True, False} else 0.0)
+    return {"runnable": runnable, "support": support, "accuracies": accuracies, "n_supported": len(supported),
+            "n_supported_true": sum(1 for c in supported if cases[c][1]),
+            "n_supported_false": sum(1 for c in supported if not cases[c][1])}
 
 
 def _first_error(row: list[Any]) -> str | None:
@@ -207,13 +214,25 @@ class ConsistencyStage(Stage):
             "n_unique_cases": len(case_list),
             "n_conflicting_cases": len(conflicting),
             "n_supported_cases": cv["n_supported"],
+            "n_supported_true": cv["n_supported_true"],
+            "n_supported_false": cv["n_supported_false"],
             "max_function_accuracy": max((f["accuracy"] for f in runnable), default=0.0),
         }
         return [ok(str(row["id"]), **cols)]
 
 
 class ConsistencyParams(BaseModel):
-    """``filters.consistency``: AutoIF's cross-validation thresholds."""
+    """``filters.consistency``: AutoIF's cross-validation thresholds, plus what a constant cannot pass.
+
+    AutoIF keeps a verification function whose accuracy on the cross-validated test
+    cases reaches a threshold (0.8 here, as in its recipe) and an instruction that has
+    such functions and enough cases (3 functions, 10 cases here). It has no notion of
+    *which* cases are supported, so a constant function passes when only one label's
+    cases are reproduced. fabrika adds two gates (defaults not in AutoIF): at least
+    ``min_supported_per_label`` supported cases of each label, and at least
+    ``min_supported_cases`` supported cases in all (and :func:`cross_validate` gives a
+    function that never separates a true case from a false one accuracy 0).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -224,6 +243,10 @@ class ConsistencyParams(BaseModel):
     min_function_accuracy: float = Field(default=0.8, ge=0, le=1, description="A function survives with at least "
                                          "this accuracy on the supported cases; a constraint needs one survivor; a "
                                          "response must pass every survivor.")
+    min_supported_cases: int = Field(default=4, ge=1, description="Keep a constraint with at least this many test "
+                                     "cases some runnable function reproduces (not in AutoIF).")
+    min_supported_per_label: int = Field(default=1, ge=1, description="...and at least this many of EACH label "
+                                         "(true and false), so a constant function cannot pass (not in AutoIF).")
 
 
 def consistency_predicates(p: ConsistencyParams) -> list[GatePredicate]:
@@ -232,6 +255,11 @@ def consistency_predicates(p: ConsistencyParams) -> list[GatePredicate]:
         GatePredicate("consistency_few_functions", pl.col("n_unique_functions") >= p.min_unique_functions,
                       ("n_unique_functions",)),
         GatePredicate("consistency_few_cases", pl.col("n_unique_cases") >= p.min_unique_cases, ("n_unique_cases",)),
+        GatePredicate("consistency_few_supported_cases", pl.col("n_supported_cases") >= p.min_supported_cases,
+                      ("n_supported_cases",)),
+        GatePredicate("consistency_one_label_supported",
+                      pl.min_horizontal("n_supported_true", "n_supported_false") >= p.min_supported_per_label,
+                      ("n_supported_true", "n_supported_false")),
         # max over the stored per-function accuracies: "at least one function survives t"
         GatePredicate("consistency_no_accurate_function", pl.col("max_function_accuracy") >= t,
                       ("max_function_accuracy",)),

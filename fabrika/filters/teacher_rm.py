@@ -1,0 +1,114 @@
+"""``rm.teacher_scores``: α, the mean RM score of the teacher's K answers, per prompt.
+
+The IF reward's RM correction (``fabrika.rewards.instruct``) compares S — the RM
+score of a policy completion during GRPO — with α, the mean RM score of the
+teacher's completions for the same prompt. The two are only comparable on one
+scale: the *same* RM, scoring the same thing (the prompt as chat plus the visible
+answer, reasoning removed, rendered by the RM's own chat template; the raw logit
+of label 0, unbounded). This stage computes α that way and stores, per prompt:
+
+* ``teacher_rm_mean`` — α, the mean over the scored answers (null when none scored);
+* ``teacher_rm_k`` — how many answers were scored (of ``k`` requested; failed,
+  truncated, empty or reasoning-only answers are not scored, and counted in
+  ``teacher_rm_failed``);
+* ``rm_id`` — :func:`fabrika.rewards.general.rm_identity` of the RM (the IF
+  trainer refuses data whose ``rm_id`` differs from its own ``rm_path``);
+* ``teacher_rm_scores`` — the individual scores (JSON list).
+
+It annotates any prompt table whose rows hold chat ``messages`` (``if.queries``)
+or a ``prompt`` (message list or text), so a general-chat stage can reuse it for
+its own baseline. The teacher answers come from the pipeline's engine (``model``,
+``temperature``; cached like every request). The RM is a local
+sequence-classification model directory (loaded once per run, never downloaded),
+scored in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from fabrika.llm.types import ChatRequest
+from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
+from fabrika.textutil.reasoning import split_reasoning
+
+TAG = "rm.teacher"
+SCORE_COLUMNS = ("teacher_rm_mean", "teacher_rm_k", "teacher_rm_failed", "rm_id", "teacher_rm_scores")
+
+
+class TeacherScoresConfig(StageConfig):
+    """``rm.teacher_scores``: the teacher's K answers per prompt, scored by the training RM."""
+
+    kind: str = Field(default="rm.teacher_scores", description="Stage kind.")
+    rm: Path = Field(description="Local sequence-classification RM directory (relative to the config file): the "
+                     "SAME RM the GRPO trainer's rm_path points at.")
+    k: int = Field(default=8, ge=1, le=64, description="Teacher answers per prompt (the reference recipe: 8).")
+    model: str | None = Field(default=None, description="Teacher model at the backend; None = the engine default.")
+    temperature: float = Field(default=0.7, ge=0, le=2, description="Teacher sampling temperature.")
+    max_tokens: int | None = Field(default=None, ge=1, description="Token limit per answer (None: server default).")
+    batch_size: int = Field(default=8, ge=1, description="RM batch size.")
+
+
+def prompt_messages(row: Row) -> list[dict[str, Any]]:
+    """The prompt as wire chat messages: ``messages`` (if.queries) or ``prompt`` (samples, generic prompts)."""
+    from fabrika.filters.difficulty import wire_messages
+
+    value = row.get("messages") if row.get("messages") is not None else row.get("prompt")
+    return wire_messages(value)
+
+
+def teacher_answers(responses: list[Any]) -> tuple[list[str], int]:
+    """The visible answers of the usable responses, and how many were unusable."""
+    answers = []
+    for resp in responses:
+        choice = resp.choices[0] if resp.ok and resp.choices else None
+        if choice is None or choice.truncated:
+            continue
+        split = split_reasoning(choice.content, choice.reasoning)
+        if split.complete and split.answer:
+            answers.append(split.answer)
+    return answers, len(responses) - len(answers)
+
+
+def summarise(scores: list[float], failed: int, rm_id: str) -> dict[str, Any]:
+    """The stored columns for one prompt (α null when nothing was scored; a NaN score is a failure)."""
+    good = [float(s) for s in scores if not math.isnan(float(s))]
+    failed += len(scores) - len(good)
+    return {"teacher_rm_mean": sum(good) / len(good) if good else None, "teacher_rm_k": len(good),
+            "teacher_rm_failed": failed, "rm_id": rm_id, "teacher_rm_scores": json.dumps(good)}
+
+
+@register_stage
+class TeacherScoresStage(Stage):
+    """Annotating stage over a prompt table: α per prompt under the training RM."""
+
+    kind: ClassVar[str] = "rm.teacher_scores"
+    Config: ClassVar[type[StageConfig]] = TeacherScoresConfig
+    annotates: ClassVar[bool] = True
+    config: TeacherScoresConfig
+
+    async def setup(self) -> None:
+        from fabrika.rewards.general import SequenceClassifierRM, rm_identity
+
+        pipeline = getattr(self.ctx, "pipeline", None)
+        path = pipeline.resolve_path(self.config.rm) if pipeline is not None else self.config.rm
+        self.rm_id = rm_identity(path)
+        self.rm = self.ctx.resource(f"rm:{path}", lambda: SequenceClassifierRM(path, batch_size=self.config.batch_size))
+
+    async def process(self, row: Row) -> list[Row]:
+        cfg = self.config
+        messages = prompt_messages(row)
+        reqs = [ChatRequest(messages=tuple(messages), model=cfg.model, temperature=cfg.temperature,
+                            max_tokens=cfg.max_tokens, sample_index=i, tag=TAG, meta={"id": row.get("id")})
+                for i in range(cfg.k)]
+        answers, failed = teacher_answers(list(await self.ctx.llm.complete(reqs)))
+        scores: list[float] = []
+        if answers:
+            completions = [[{"role": "assistant", "content": a}] for a in answers]
+            scores = await asyncio.to_thread(self.rm, [messages] * len(answers), completions)
+        return [ok(str(row["id"]), **summarise(list(scores), failed, self.rm_id))]

@@ -1,0 +1,54 @@
+"""α through a real pipeline: rm.teacher_scores on if_queries → if.grpo rows → GRPO export → the IF trainer
+accepts it with the same RM and refuses it with another."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import datasets
+import pytest
+
+from fabrika.errors import InputError
+from fabrika.export.source import open_version
+from fabrika.export.writer import ExportConfig, export
+from fabrika.filters.teacher_rm import TeacherScoresConfig
+from fabrika.pipeline.config import load_config
+from fabrika.pipeline.runner import run_pipeline
+from fabrika.rewards.general import rm_identity
+from fabrika.train.tiny import save_tiny
+
+pytestmark = [pytest.mark.train, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_alpha_from_the_pipeline_reaches_the_trainer(tmp_path: Path, tiny_model: Path) -> None:
+    from fabrika.train.grpo import build_grpo_trainer, load_grpo_config
+
+    rm = save_tiny(tmp_path / "rm", seed=7, num_labels=1)
+    other_rm = save_tiny(tmp_path / "other_rm", seed=8, num_labels=1)
+    config = load_config(ROOT / "configs" / "if_demo.yaml")
+    stages = []
+    for stage in config.stages:
+        if stage.kind == "if.expand":
+            stage = stage.model_copy(update={"target_count": 30})
+        if stage.kind == "if.grpo":  # the teacher scorer annotates the queries before if.grpo reads them
+            stages.append(TeacherScoresConfig(name="if_teacher", input="if_queries", rm=rm, k=3))
+        stages.append(stage)
+    run = run_pipeline(config.model_copy(update={"stages": stages, "run_dir": tmp_path / "run"}), progress=False)
+    out = export(open_version(run.run_dir, None, ["if_grpo"]), ExportConfig(kind="grpo", out=tmp_path / "grpo",
+                                                                            validate_rows=0))
+    ds = datasets.load_from_disk(str(tmp_path / "grpo"))
+    assert out.rows > 0 and {"teacher_rm_mean", "teacher_rm_k", "rm_id"} <= set(ds.column_names)
+    assert set(ds["rm_id"]) == {rm_identity(rm)}
+    assert all(k == 3 for k in ds["teacher_rm_k"]) and all(math.isfinite(a) for a in ds["teacher_rm_mean"])
+
+    base = {"model_name_or_path": str(tiny_model), "dataset_path": str(tmp_path / "grpo"),
+            "output_dir": str(tmp_path / "out"), "use_cpu": True, "bf16": False, "use_vllm": False,
+            "num_generations": 2, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1,
+            "report_to": "none"}
+    trainer = build_grpo_trainer(load_grpo_config("if", overrides={**base, "rm_path": str(rm)}))
+    assert trainer.train_dataset.num_rows == out.rows
+    with pytest.raises(InputError, match=f"α was scored by RM {rm_identity(rm)} but rm_path is "
+                                         f"{rm_identity(other_rm)}"):
+        build_grpo_trainer(load_grpo_config("if", overrides={**base, "rm_path": str(other_rm)}))
