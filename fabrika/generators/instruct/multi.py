@@ -43,7 +43,7 @@ from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sand
 from fabrika.generators.parsing import ParseFailure, extract_json, is_failure
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
-from fabrika.rewards.rubric import strip_reasoning
+from fabrika.textutil.reasoning import answer_text as strip_reasoning
 from fabrika.schemas import stable_id
 from fabrika.schemas.rows import dumps
 

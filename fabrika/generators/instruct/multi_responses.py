@@ -22,11 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.generators.instruct import prompts
 from fabrika.generators.instruct.parsing import check_russian, parse_score
+from fabrika.generators.instruct.responses import TEACHER_COLUMNS
 from fabrika.generators.instruct.verifiers import get_sandbox
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
-from fabrika.rewards.rubric import strip_reasoning
+from fabrika.textutil.reasoning import answer_text as strip_reasoning
 from fabrika.schemas import Message, Sample, stable_id, to_row
 from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth
 from fabrika.schemas.rows import dumps
@@ -201,10 +202,12 @@ class MultiSamplesStage(Stage):
 
 
 class MultiGrpoConfig(StageConfig):
-    """Config of ``if.multi.grpo``: ``input: [<if.multi.prompts>]`` or ``[<if.multi.prompts>, <if.multi.responses>]``.
+    """Config of ``if.multi.grpo``: ``input: <if.multi.prompts stage>``.
 
-    With the responses as second input, ``teacher_rm_mean`` is the mean judge score / 10 of a
-    prompt's answers (the IF reward's α).
+    α for the IF reward's RM correction comes, as for ``if.grpo``, from an
+    ``rm.teacher_scores`` stage annotating the same prompts table (the mean score of
+    the teacher's K answers under the training RM, with its ``rm_id``); this stage
+    copies those columns. The quality judge's 0–10 score is not on the RM's scale.
     """
 
     kind: str = Field(default="if.multi.grpo", description="Stage kind.")
@@ -217,28 +220,13 @@ class MultiGrpoStage(Stage):
     kind: ClassVar[str] = "if.multi.grpo"
     Config: ClassVar[type[StageConfig]] = MultiGrpoConfig
 
-    def _inputs(self) -> list[str]:
-        return [self.config.input] if isinstance(self.config.input, str) else list(self.config.input or [])
-
     @classmethod
     def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
         inputs = [config.input] if isinstance(config.input, str) else list(config.input or [])
-        if not 1 <= len(inputs) <= 2:
-            return [("input", f"if.multi.grpo takes [prompts] or [prompts, responses], got {inputs!r}")]
+        if len(inputs) != 1:
+            return [("input", f"if.multi.grpo takes one input (the if.multi.prompts stage), got {inputs!r}; α comes "
+                              "from an rm.teacher_scores stage on that table (the judge score is not on the RM's scale)")]
         return []
-
-    def input_rows(self):  # noqa: ANN201 - Iterator[Row]
-        yield from self.ctx.iter_rows(self._inputs()[0], gated=True)
-
-    async def setup(self) -> None:
-        self.teacher: dict[str, float] = {}
-        inputs = self._inputs()
-        if len(inputs) == 2:
-            sums: dict[str, list[float]] = {}
-            for r in self.ctx.iter_rows(inputs[1], gated=False, columns=["prompt_id", "status", "if_quality_score"]):
-                if r["status"] == "ok" and r.get("if_quality_score") is not None:
-                    sums.setdefault(r["prompt_id"], []).append(float(r["if_quality_score"]) / 10.0)
-            self.teacher = {k: round(sum(v) / len(v), 4) for k, v in sums.items()}
 
     async def process(self, row: Row) -> list[Row]:
         specs = json.loads(row.get("constraints") or "[]")
@@ -247,7 +235,7 @@ class MultiGrpoStage(Stage):
                         ground_truth=IFGroundTruth(constraints=[_gt_constraint(c) for c in specs]).model_dump(),
                         meta={"kind": "multi", "prompt_id": row["id"], "placement": row.get("placement")})
         return [ok(**to_row(sample), placement=row.get("placement"), n_constraints=row.get("n_constraints"),
-                   n_llm_constraints=row.get("n_llm_constraints"), teacher_rm_mean=self.teacher.get(str(row["id"])))]
+                   n_llm_constraints=row.get("n_llm_constraints"), **{c: row.get(c) for c in TEACHER_COLUMNS})]
 
 
 def _register_sim() -> None:

@@ -88,7 +88,8 @@ class DialoguesConfig(StageConfig):
     judge_model: str | None = Field(default=None, description="Rubric judge model.")
     judge_samples: int = Field(default=1, ge=1, le=16, description="Judge samples per turn (request n; majority).")
     judge_quality: bool = Field(default=False, description="Also rate each assistant turn 0–10 with the IF quality "
-                                "judge: the GRPO row's teacher_rm_mean (α of the RM correction) is that score / 10.")
+                                "judge, stored as `judge_quality` (a diagnostic: it is not α, which must come from "
+                                "the training RM).")
     user_temperature: float = Field(default=0.9, ge=0, le=2, description="User-agent temperature.")
     assistant_temperature: float = Field(default=0.7, ge=0, le=2, description="Assistant temperature.")
     max_tokens: int | None = Field(default=None, ge=1, description="Token limit per assistant turn.")
@@ -401,7 +402,8 @@ class DialogueGrpoStage(Stage):
             quality = turn.get("quality")
             out.append(ok(**to_row(sample), turn=turn["turn"], tactic=turn["tactic"], n_rubrics=row.get("n_rubrics"),
                           teacher_passed=turn["passed"],
-                          teacher_rm_mean=round(quality / 10.0, 4) if quality is not None else None))
+                          judge_quality=round(quality / 10.0, 4) if quality is not None else None,
+                          teacher_rm_mean=None, teacher_rm_k=None, rm_id=None))
         return out or [rejected(stable_id(row["id"], prefix="ifdg-"), "no_assistant_turns")]
 
 
