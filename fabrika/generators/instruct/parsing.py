@@ -8,7 +8,6 @@ only checks syntax, the sandbox runs it.
 from __future__ import annotations
 
 import ast
-import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -16,6 +15,7 @@ from typing import Any
 
 from fabrika.generators.parsing import ParseFailure, extract_json, is_failure
 from fabrika.schemas.records import TestCase
+from fabrika.textutil.reasoning import answer_text
 
 __all__ = [
     "ParseFailure",
@@ -75,23 +75,15 @@ def _first(obj: dict[str, Any], keys: tuple[str, ...]) -> Any:
 
 
 def _verifier_object(text: str | None) -> dict[str, Any] | ParseFailure:
-    """The first JSON object that looks like a verifier answer (has a function or cases key).
+    """The first top-level JSON object of the answer that looks like a verifier answer.
 
-    Decodes with ``strict=False`` so raw newlines inside strings (common in model output)
-    are accepted; falls back to the shared :func:`extract_json` for its failure reasons.
+    The shared :func:`extract_json` strips reasoning and never returns a fragment of a
+    truncated object; ``strict=False`` accepts raw newlines inside strings (common in
+    model-written code).
     """
-    if text:
-        decoder = json.JSONDecoder(strict=False)
-        for i, ch in enumerate(text):
-            if ch != "{":
-                continue
-            try:
-                value, _ = decoder.raw_decode(text, i)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(value, dict) and any(k in value for k in (*_FUNC_KEYS, *_CASES_KEYS)):
-                return value
-    return extract_json(text, expect=dict)
+    value = extract_json(text, expect=dict, strict=False,
+                         accept=lambda v: any(k in v for k in (*_FUNC_KEYS, *_CASES_KEYS)))
+    return extract_json(text, expect=dict, strict=False) if is_failure(value) else value
 
 
 def parse_verifier_answer(text: str | None) -> ParsedVerifier | ParseFailure:
@@ -106,7 +98,7 @@ def parse_verifier_answer(text: str | None) -> ParsedVerifier | ParseFailure:
         return value
     code = _first(value, _FUNC_KEYS)
     if not isinstance(code, str) or not code.strip():
-        fenced = [m.group(1) for m in _PY_FENCE.finditer(text or "") if "def evaluate" in m.group(1)]
+        fenced = [m.group(1) for m in _PY_FENCE.finditer(answer_text(text)) if "def evaluate" in m.group(1)]
         if not fenced:
             return ParseFailure("missing_function: answer has no 'func' string")
         code = fenced[0]
