@@ -115,4 +115,4 @@ def test_user_does_not_see_withheld_slot():
 def test_english_rendering():
     plan = PLAN.model_copy(update={"lang": "en"})
     text = _text(render_user_prompt(user_view(EpisodeState(plan=plan))))
-    assert "Your goal for this turn" in text and "Твоя цель" not in text
+    assert "What you want in this turn" in text and "Что ты хочешь" not in text

@@ -11,6 +11,7 @@ import json
 import re
 from typing import Any, Iterable
 
+import jsonschema
 from pydantic import ValidationError
 
 from fabrika.llm.types import ChatResponse
@@ -111,6 +112,24 @@ def parse_tool(raw: Any, *, topic_id: str, lang: str) -> tuple[ToolSpec | None, 
     return spec, None
 
 
+_FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
+
+
+def argument_problems(tool: Tool, arguments: dict[str, Any]) -> list[str]:
+    """Schema problems of ``arguments``, formats included (``date`` is ISO 8601, ``email`` has an @…).
+
+    ``Tool.validate_arguments`` ignores ``format`` (JSON Schema makes it an
+    annotation); a runtime would reject «14 марта» for a ``date``, so the FC
+    stages check it.
+    """
+    problems = tool.validate_arguments(arguments)
+    if problems:
+        return problems
+    validator = jsonschema.Draft202012Validator(tool.function.parameters, format_checker=_FORMATS)
+    return [f"{'/'.join(str(p) for p in err.absolute_path) or '<root>'}: {err.message}"
+            for err in sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))]
+
+
 def check_calls(calls: Iterable[Any], tools: dict[str, Tool]) -> list[str]:
     """Rule checks of calls against the visible tools: known name, object args, schema (required, types, enums)."""
     problems: list[str] = []
@@ -124,6 +143,6 @@ def check_calls(calls: Iterable[Any], tools: dict[str, Tool]) -> list[str]:
         if tool is None:
             problems.append(f"unknown_tool: {call.name!r} is not among {sorted(tools)}")
             continue
-        for err in tool.validate_arguments(call.arguments):
+        for err in argument_problems(tool, call.arguments):
             problems.append(f"schema_violation: {call.name}: {err}")
     return problems

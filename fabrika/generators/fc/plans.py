@@ -25,6 +25,7 @@ from fabrika.agents.prompts import prompt_text
 from fabrika.errors import InputError
 from fabrika.generators.fc.common import response_error
 from fabrika.generators.fc.plan_checks import check_plan, parse_steps
+from fabrika.generators.fc.structured import response_format
 from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.inputs import resolve_data_path
 from fabrika.llm.types import ChatRequest
@@ -41,7 +42,7 @@ from fabrika.schemas.ids import stable_id
 
 DEFAULT_TYPES: dict[str, float] = {
     "single": 0.25, "parallel": 0.12, "multi_step": 0.12, "multi_turn": 0.16,
-    "clarification": 0.12, "text": 0.08, "irrelevance": 0.15,
+    "clarification": 0.12, "error_recovery": 0.05, "text": 0.08, "irrelevance": 0.15,
 }
 NEEDS_TWO_TOOLS = ("parallel", "multi_step")
 
@@ -162,17 +163,19 @@ class PlansStage(Stage):
         lang = persona.lang
         task = self._task(sample_type, group, persona, self._tools(item["topic_id"]))
         task_json = json.dumps(task, ensure_ascii=False, indent=1)
-        convo: list[dict[str, Any]] = [{"role": "user", "content": prompt_text("planner", lang).format(task=task_json)}]
+        first = {"role": "user", "content": prompt_text("planner", lang).format(task=task_json)}
+        convo: list[dict[str, Any]] = [first]
         rounds: list[PlanRound] = []
         base = {"topic_id": item["topic_id"], "lang": lang, "sample_type": sample_type}
         for r in range(cfg.max_rounds):
             resp = await self.ctx.llm.complete_one(ChatRequest(
-                messages=tuple(convo), temperature=cfg.temperature, max_tokens=cfg.max_tokens, tag="fc.planner"))
+                messages=tuple(convo), temperature=cfg.temperature, max_tokens=cfg.max_tokens, tag="fc.planner",
+                response_format=response_format("fc_plan")))
             err = response_error(resp)
             if err:
                 return [rejected(item["id"], err, **base, rounds=_dump(rounds))]
             text = resp.text or ""
-            data = extract_json(text, expect=dict)
+            data = extract_json(text, expect=dict, reasoning_content=resp.choices[0].reasoning)
             steps, problems = (None, [str(data)]) if is_failure(data) else parse_steps(data)
             if steps is not None:
                 problems = check_plan(steps, group, sample_type, lang)
@@ -187,9 +190,12 @@ class PlansStage(Stage):
                 return [ok(item["id"], **base, n_steps=len(steps), n_rounds=len(rounds),  # type: ignore[arg-type]
                            plan=plan.model_dump_json())]
             issues = problems + (verdict.issues if verdict else [])
-            convo += [{"role": "assistant", "content": text},
-                      {"role": "user", "content": prompt_text("planner_revise", lang).format(
-                          plan=text, issues=json.dumps(issues or ["-"], ensure_ascii=False))}]
+            # the plan travels once per request: the task, the last plan, the review (tokens stay flat per round)
+            last_plan = text if steps is None else json.dumps({"steps": [s.model_dump() for s in steps]},
+                                                             ensure_ascii=False)
+            convo = [first, {"role": "assistant", "content": last_plan},
+                     {"role": "user", "content": prompt_text("planner_revise", lang).format(
+                         issues=json.dumps(issues or ["-"], ensure_ascii=False, indent=1))}]
         last = rounds[-1]
         why = "plan_invalid" if last.problems else "judge_rejected"
         detail = (last.problems or (last.verdict.issues if last.verdict else []) or ["-"])[0]
@@ -202,19 +208,29 @@ class PlansStage(Stage):
         resp = await self.ctx.llm.complete_one(ChatRequest(
             messages=({"role": "user", "content": prompt_text("judge", lang).format(
                 task=json.dumps(task, ensure_ascii=False, indent=1))},),
-            temperature=0.0, max_tokens=cfg.max_tokens, tag="fc.judge"))
-        return parse_verdict(resp.text if resp.ok else None)
+            temperature=0.0, max_tokens=cfg.max_tokens, tag="fc.judge", response_format=response_format("fc_judge")))
+        return parse_verdict(resp.text if resp.ok and not response_error(resp) else None)
 
 
 def parse_verdict(text: str | None) -> JudgeVerdict:
-    """The judge's JSON verdict; an unparsable one counts as not approved, with the reason as the issue."""
+    """The judge's JSON verdict (every issue it lists); an unparsable one counts as not approved.
+
+    An approval that still lists issues is not an approval: the issues go back to the planner.
+    """
     data = extract_json(text, expect=dict)
     if is_failure(data):
         return JudgeVerdict(approved=False, issues=[f"judge answer unusable: {data}"])
+    issues = data.get("issues") or []
+    if isinstance(issues, str):
+        issues = [issues]
     try:
-        return JudgeVerdict.model_validate({"approved": data.get("approved"), "issues": data.get("issues") or []})
+        verdict = JudgeVerdict.model_validate({"approved": data.get("approved"),
+                                               "issues": [str(i) for i in issues if str(i).strip()]})
     except ValidationError:
         return JudgeVerdict(approved=False, issues=["judge answer unusable: 'approved' must be true or false"])
+    if verdict.approved and verdict.issues:
+        return JudgeVerdict(approved=False, issues=verdict.issues)
+    return verdict
 
 
 def _dump(rounds: list[PlanRound]) -> str:

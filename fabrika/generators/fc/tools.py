@@ -23,6 +23,7 @@ from pydantic import Field
 from fabrika.agents.prompts import prompt_text
 from fabrika.errors import InputError
 from fabrika.generators.fc.common import parse_tool, response_error, signature
+from fabrika.generators.fc.structured import response_format
 from fabrika.inputs import iter_records, resolve_data_path, where
 from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.types import ChatRequest
@@ -87,7 +88,7 @@ class ToolsStage(Stage):
         content = prompt_text("tools", lang).format(n=cfg.tools_per_topic,
                                                     topic=json.dumps(topic, ensure_ascii=False, indent=1))
         return ChatRequest(messages=({"role": "user", "content": content},), temperature=cfg.temperature,
-                           max_tokens=cfg.max_tokens, tag="fc.tools")
+                           max_tokens=cfg.max_tokens, tag="fc.tools", response_format=response_format("fc_tools"))
 
     def parse(self, row: Row, text: str) -> list[Row]:
         topic_id, lang, topic = str(row["id"]), row.get("lang") or "ru", row.get("topic")
