@@ -126,9 +126,9 @@ class PlanStep(BaseModel):
         args: dict[str, Any] = {}
         for rnd in data.get("rounds") or []:
             for call in rnd if isinstance(rnd, list) else []:
-                if isinstance(call, dict) and isinstance(call.get("arguments"), dict):
-                    for k, v in call["arguments"].items():
-                        args.setdefault(k, v)
+                arguments = call.get("arguments") if isinstance(call, dict) else getattr(call, "arguments", None)
+                for k, v in (arguments if isinstance(arguments, dict) else {}).items():
+                    args.setdefault(k, v)
         slots = {k: ({"value": args.get(k, v), "say": v} if isinstance(v, str) else v)
                  for k, v in data["slots"].items()}
         return {**data, "slots": slots}
