@@ -42,10 +42,14 @@ def test_not_equivalent():
 
 
 def test_goal_card_carries_values_and_how_to_say_them():
-    card = goal_card(PLAN, 0)
-    by_value = {f.value: f for f in card.facts}
-    assert set(by_value) == {"TVR"}  # legacy slot: the call's value, the planner's words as the surface form
-    assert by_value["TVR"] == Fact(value="TVR", say="из Твери", verbatim=True)
+    by_value = {f.value: f for f in goal_card(PLAN, 0).facts}
+    assert by_value["coupe"] == Fact(value="coupe", say="coupe", verbatim=True)  # an enum literal: verbatim
+    legacy = PlanStep.model_validate({"kind": "tool_call", "intent": "Найти билеты", "slots": {"station_code": "из Твери"},
+                                      "rounds": [[{"name": "search_train_tickets",
+                                                   "arguments": {"station_code": "TVR", "carriage_class": "coupe"}}]]})
+    # a legacy slot (words only): the call's value, the planner's words as the surface form
+    assert goal_card(PLAN.model_copy(update={"steps": [legacy]}), 0).facts == [
+        Fact(value="TVR", say="из Твери", verbatim=True)]
     free = PlanStep.model_validate({**PLAN.steps[0].model_dump(), "enum_phrases": {},
                                     "slots": {"station_code": {"value": "Тверь", "say": "из Твери"}}})
     spec = ToolSpec.model_validate({**PLAN.tools[0].model_dump(), "tool": Tool.model_validate({"function": {

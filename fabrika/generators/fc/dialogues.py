@@ -24,6 +24,7 @@ targets carry rule scores (``asks_withheld`` for clarifications,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from typing import Any, ClassVar, Literal
@@ -116,15 +117,20 @@ class Episode:
         self.stage, self.plan, self.cfg = stage, plan, stage.config
         self.messages: list[Message] = []
         self.targets: list[dict[str, Any]] = []
-        self.n_steps = self.n_injected = self.n_wrong = self.n_repeat = self.n_tool_retries = 0
+        self.n_steps = self.n_injected = self.n_wrong = self.n_repeat = self.n_tool_retries = self.n_truncated = 0
         self.tools = {t.name: t for t in plan.tools_at_tier()}
 
     def state(self, step: int) -> EpisodeState:
         return EpisodeState(plan=self.plan, messages=tuple(self.messages), step=step)
 
     async def _ask(self, req: ChatRequest, who: str) -> Any:
+        """The first choice; a cut-off answer is asked once more (a new sample), then the episode ends."""
         resp = await self.stage.ctx.llm.complete_one(req)
         err = response_error(resp)
+        if err and err.startswith("truncated"):
+            self.n_truncated += 1
+            resp = await self.stage.ctx.llm.complete_one(dataclasses.replace(req, sample_index=req.sample_index + 1))
+            err = response_error(resp)
         if err:
             raise EpisodeRejected(f"{who}_{err}")
         return resp.choices[0]
@@ -162,6 +168,10 @@ class Episode:
                 messages=tuple(render_tool_prompt(view)), temperature=0.0 if attempt == 0 else 0.7,
                 max_tokens=self.cfg.max_tokens, tag="fc.tool", sample_index=attempt))
             err = response_error(resp)
+            if err and err.startswith("truncated"):
+                why = f"tool_{err}"
+                self.n_truncated += 1
+                continue
             if err:
                 raise EpisodeRejected(f"tool_{err}")
             value = extract_json(resp.text, expect=(dict, list), reasoning_content=resp.choices[0].reasoning)
@@ -214,6 +224,7 @@ class Episode:
                               meta={"sim_error_rate": self.cfg.sim_error_rate})
             choice = await self._ask(req, "assistant")
             content, calls, parse_problems = parse_assistant_choice(choice)
+            reasoning = split_reasoning(choice.content, choice.reasoning).reasoning or None
             calls = self._ids(calls, f"{step_i}_{round_i}_{failures}")
             verdict: StepVerdict = check_step(content, calls, parse_problems, expected, self.tools, self.plan.lang,
                                               question=step.kind == "clarification")
@@ -231,13 +242,14 @@ class Episode:
                                      "scores": {} if expected is not None else
                                      self._text_scores(step, content, after_results)})
                 self.messages.append(Message(role="assistant", content=content, tool_calls=calls or None, train=True,
-                                             flag="recovered" if failures else None))
+                                             flag="recovered" if failures else None, reasoning=reasoning))
                 if expected is not None:
                     await self.tool_replies(calls, verdict.pairing, step_i)
                 return
             self.n_wrong += 1
             failures += 1
-            self.messages.append(Message(role="assistant", content=content, tool_calls=calls or None, flag="wrong"))
+            self.messages.append(Message(role="assistant", content=content, tool_calls=calls or None, flag="wrong",
+                                         reasoning=reasoning))
             answered |= await self.reply_to_wrong(step_i, calls, verdict)
             if failures > self.cfg.max_retries:
                 await self.inject(step_i, step, round_i, expected)
@@ -303,7 +315,8 @@ class DialoguesStage(Stage):
         untrained = episode.n_injected + episode.n_repeat
         share = untrained / max(1, episode.n_steps)
         stats = {"n_wrong": episode.n_wrong, "n_injected": episode.n_injected, "n_repeat": episode.n_repeat,
-                 "n_tool_retries": episode.n_tool_retries, "n_steps": episode.n_steps,
+                 "n_tool_retries": episode.n_tool_retries, "n_truncated": episode.n_truncated,
+                 "n_steps": episode.n_steps,
                  "n_targets": len(episode.targets), "n_messages": len(episode.messages)}
         if share > self.config.max_injected_share:  # type: ignore[attr-defined]
             return [rejected(ep_id, f"too_many_injected: {untrained}/{episode.n_steps} steps untrained "

@@ -170,10 +170,13 @@ class PlansStage(Stage):
         for r in range(cfg.max_rounds):
             resp = await self.ctx.llm.complete_one(ChatRequest(
                 messages=tuple(convo), temperature=cfg.temperature, max_tokens=cfg.max_tokens, tag="fc.planner",
-                response_format=response_format("fc_plan")))
+                response_format=response_format("fc_plan"), sample_index=r))
             err = response_error(resp)
-            if err:
+            if err and not err.startswith("truncated"):
                 return [rejected(item["id"], err, **base, rounds=_dump(rounds))]
+            if err:  # cut off: this round is lost, the next one asks again (a new sample, not the cached one)
+                rounds.append(PlanRound(round=r, plan=None, problems=[f"{err} (answer cut off; asked again)"]))
+                continue
             text = resp.text or ""
             data = extract_json(text, expect=dict, reasoning_content=resp.choices[0].reasoning)
             steps, problems = (None, [str(data)]) if is_failure(data) else parse_steps(data)

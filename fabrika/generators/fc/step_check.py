@@ -19,6 +19,7 @@ from fabrika.rewards.fc import calls_match, completion_text, parse_completion_ca
 from fabrika.schemas.fc import ExpectedCall, Plan
 from fabrika.schemas.tools import Tool, ToolCall
 from fabrika.textutil.morph import lemmas
+from fabrika.textutil.reasoning import split_reasoning
 from fabrika.textutil.script import has_cyrillic
 from fabrika.textutil.segment import words
 
@@ -32,11 +33,20 @@ class StepVerdict:
 
 
 def parse_assistant_choice(choice: Choice) -> tuple[str | None, list[ToolCall], list[str]]:
-    """(text, calls, problems) from a model answer: OpenAI ``tool_calls`` or Hermes ``<tool_call>`` blocks."""
+    """(text, calls, problems) from a model answer: OpenAI ``tool_calls`` or Hermes ``<tool_call>`` blocks.
+
+    Reasoning (``<think>`` blocks, harmony analysis) is removed from the text first; it is
+    never part of a target's content.
+    """
     problems: list[str] = []
     calls: list[ToolCall] = []
     raw_calls: list[Any] = list(choice.tool_calls)
     content = choice.content
+    if content:
+        split = split_reasoning(content)
+        if not split.complete:
+            problems.append("unclosed_reasoning: the answer was cut off inside a reasoning block")
+        content = split.answer
     if not raw_calls and content and "<tool_call>" in content:
         try:
             raw_calls = parse_completion_calls(content)

@@ -15,6 +15,7 @@ It holds one dict entry per signature, not the tools themselves.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, AsyncIterator, ClassVar, Iterator, Literal
 
@@ -90,9 +91,9 @@ class ToolsStage(Stage):
         return ChatRequest(messages=({"role": "user", "content": content},), temperature=cfg.temperature,
                            max_tokens=cfg.max_tokens, tag="fc.tools", response_format=response_format("fc_tools"))
 
-    def parse(self, row: Row, text: str) -> list[Row]:
+    def parse(self, row: Row, text: str, reasoning: str | None = None) -> list[Row]:
         topic_id, lang, topic = str(row["id"]), row.get("lang") or "ru", row.get("topic")
-        data = extract_json(text, expect=dict)
+        data = extract_json(text, expect=dict, reasoning_content=reasoning)
         if is_failure(data):
             return [_tool_row(rejected(stable_id(topic_id, prefix="toolset-"), str(data)),
                               topic_id=topic_id, topic=topic, lang=lang)]
@@ -118,12 +119,16 @@ class ToolsStage(Stage):
         return out
 
     async def process(self, row: Row) -> list[Row]:
-        resp = await self.ctx.llm.complete_one(self.build_request(row))
+        request = self.build_request(row)
+        resp = await self.ctx.llm.complete_one(request)
         err = response_error(resp)
+        if err and err.startswith("truncated"):  # one more sample before giving up (truncation is a dice roll)
+            resp = await self.ctx.llm.complete_one(dataclasses.replace(request, sample_index=1))
+            err = response_error(resp)
         if err:
             return [_tool_row(rejected(stable_id(str(row["id"]), prefix="toolset-"), err),
                               topic_id=str(row["id"]), topic=row.get("topic"), lang=row.get("lang"))]
-        return self.parse(row, resp.text or "")
+        return self.parse(row, resp.text or "", resp.choices[0].reasoning)
 
 
 class ToolsDedupConfig(StageConfig):
