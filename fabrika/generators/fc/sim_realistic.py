@@ -185,7 +185,7 @@ def user_responder(request: ChatRequest, rng: random.Random) -> Choice:
     for fact in goal.get("facts") or []:
         say = _render_fact(say, fact, rng, lang)
     head, sep, tail = say.partition(": ")
-    if sep and ", " in tail:  # reorder the details and vary the dash, as people do
+    if sep and ", " in tail and ": " not in tail:  # one request: reorder its details, as people do
         parts = tail.split(", ")
         rng.shuffle(parts)
         tail = ", ".join(parts)
@@ -201,7 +201,7 @@ def user_responder(request: ChatRequest, rng: random.Random) -> Choice:
 
 _DASHED = re.compile(r" - ")
 _DOTTED_DATE = re.compile(r"\b(\d{2})\.(\d{2})\.(\d{4})\b")
-_VALUE = re.compile(r"( — )([^,;\n]+)")
+_VALUE = re.compile(r"( — )([^,;\n:()]+)(?=[,;\n]|$)")  # a value, not a tool's key phrase (followed by ':')
 
 
 def _enum_literals(request: ChatRequest) -> frozenset[str]:
