@@ -2,8 +2,8 @@
 
 The stage samples with ``ctx.rng`` (so reruns agree): the sample type, a tool
 group (the topic's tools plus distractors from other topics in the same
-language; irrelevance plans get distractors only, so no visible tool can serve
-the request), a persona and the description tier. The planner LLM writes the
+language, ``similar_distractors`` of them from the nearest topics; irrelevance
+plans get distractors only, so no visible tool can serve the request), a persona and the description tier. The planner LLM writes the
 steps; rule checks (:mod:`plan_checks`) and then the judge LLM review them; the
 planner revises with the issues, at most ``max_rounds`` rounds. Every round
 (plan, rule problems, verdict) is stored; a plan never approved is a rejected
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import zlib
 from functools import cached_property
 from typing import Any, ClassVar, Iterator, Literal
@@ -55,6 +56,10 @@ class PlansConfig(StageConfig):
     sample_types: dict[SampleType, float] = Field(default_factory=lambda: dict(DEFAULT_TYPES),
                                                   description="Relative weights of the sample types.")
     distractors: int = Field(default=2, ge=0, le=20, description="Tools from other topics added to each group.")
+    similar_distractors: int = Field(
+        default=1, ge=0, le=20, description="How many of the distractors come from the most similar other topics "
+        "(MinHash LSH over the tools' names and descriptions), so the assistant must tell close tools apart; "
+        "the rest are random. Irrelevance plans get them too.")
     max_rounds: int = Field(default=4, ge=1, le=8, description="Planner → judge rounds before a plan is rejected.")
     personas: dict[str, str] = Field(
         default_factory=lambda: {"ru": "package://fc/personas_ru.jsonl", "en": "package://fc/personas_en.jsonl"},
@@ -72,11 +77,12 @@ def load_personas(path: str, resolve: Any = None) -> list[Persona]:
         raise InputError(f"personas file {path!r} cannot be read: {exc}; give a jsonl of Persona records") from exc
 
 
-def _sample_other_topics(rng: random.Random, pool: list[str], own: str, k: int) -> list[str]:
-    """``k`` distinct topics of ``pool`` other than ``own``, in O(k) draws (not O(pool) per plan)."""
-    k = min(k, len(pool) - (1 if own in pool else 0))
+def _sample_other_topics(rng: random.Random, pool: list[str], own: str, k: int,
+                         exclude: tuple[str, ...] = ()) -> list[str]:
+    """``k`` distinct topics of ``pool`` other than ``own`` and ``exclude`` (topics of ``pool``), in O(k) draws."""
+    k = min(k, len(pool) - (1 if own in pool else 0) - len(set(exclude) - {own}))
     picked: list[str] = []
-    seen = {own}
+    seen = {own, *exclude}
     while len(picked) < k:
         topic = pool[rng.randrange(len(pool))]
         if topic not in seen:
@@ -109,6 +115,34 @@ class PlansStage(Stage):
             by_lang.setdefault(langs[topic_id], []).append(topic_id)
         return {t: [js for _, js in sorted(v)] for t, v in by_topic.items()}, by_lang
 
+    @cached_property
+    def _similar(self) -> dict[str, list[str]]:
+        """topic id → other topics of its language, most similar first (Jaccard of the tools' words, MinHash LSH).
+
+        One index over the whole pool, built once: a query costs O(1) per topic, not O(pool).
+        """
+        from datasketch import MinHash, MinHashLSH
+
+        by_topic, by_lang = self._index
+        out: dict[str, list[str]] = {}
+        for topics in by_lang.values():
+            lsh = MinHashLSH(threshold=0.15, num_perm=64)
+            sigs: dict[str, MinHash] = {}
+            for topic_id in topics:
+                words: set[str] = set()
+                for blob in by_topic[topic_id]:
+                    spec = self._spec(blob)
+                    words |= set(re.findall(r"\w{3,}", f"{spec.name.replace('_', ' ')} {spec.tiers[1]}".lower()))
+                m = MinHash(num_perm=64, seed=1)
+                for w in sorted(words):
+                    m.update(w.encode("utf-8"))
+                sigs[topic_id] = m
+                lsh.insert(topic_id, m)
+            for topic_id, m in sigs.items():
+                near = [t for t in lsh.query(m) if t != topic_id]
+                out[topic_id] = sorted(near, key=lambda t: (-m.jaccard(sigs[t]), t))
+        return out
+
     @staticmethod
     def _spec(blob: bytes) -> ToolSpec:
         return ToolSpec.model_validate_json(zlib.decompress(blob))
@@ -137,9 +171,11 @@ class PlansStage(Stage):
         rng = self.ctx.rng(item["id"])
         types = {t: w for t, w in sorted(cfg.sample_types.items()) if w > 0 and (len(own) > 1 or t not in NEEDS_TWO_TOOLS)}
         sample_type: SampleType = rng.choices(list(types), weights=list(types.values()))[0]
-        picked = _sample_other_topics(rng, by_lang.get(lang, []), item["topic_id"],
-                                      cfg.distractors + (2 if sample_type == "irrelevance" else 0))
-        distractors = [self._spec(rng.choice(by_topic[t])) for t in picked]
+        n_other = cfg.distractors + (2 if sample_type == "irrelevance" else 0)
+        similar = self._similar.get(item["topic_id"], [])[: min(cfg.similar_distractors, n_other)]
+        rest = _sample_other_topics(rng, by_lang.get(lang, []), item["topic_id"], n_other - len(similar),
+                                    exclude=tuple(similar))
+        distractors = [self._spec(rng.choice(by_topic[t])) for t in similar + rest]
         group = distractors if sample_type == "irrelevance" else own + distractors
         rng.shuffle(group)
         personas = self._personas.get(lang) or []
