@@ -78,6 +78,10 @@ def run(run_dir: Path, plans_per_topic: int) -> dict:
                                   episodes.filter(pl.col("status") == "rejected")["reason"])
     plan_reasons = collections.Counter((r or "").split(":")[0] for r in
                                        plans.filter(pl.col("status") == "rejected")["reason"])
+    from fabrika.store.versions import read_version
+
+    funnel = read_version(run_dir, store.read_manifest()["latest_version"])["funnel"]["gates"]
+    dataset_rows = sum(funnel[t]["out"] for t in ("fc.samples", "fc.irrelevance"))
     return {
         "plans": f"{plans.filter(pl.col('status') == 'ok').height}/{plans.height}",
         "plan_rejections": dict(plan_reasons.most_common(3)),
@@ -87,6 +91,8 @@ def run(run_dir: Path, plans_per_topic: int) -> dict:
         "tool_rounds_first_try": round(first_try / rounds, 3) if rounds else None,
         "tool_rounds_repeat": repeated,
         "samples_per_episode": round(samples.height / max(1, ok_eps.height), 2),
+        "dataset_rows_after_gates": dataset_rows,
+        "training_turns_per_plan_after_gates": round(dataset_rows / max(1, plans.height), 2),
         "messages_per_episode": round(n_messages / max(1, ok_eps.height), 2),
         "irrelevance_samples": irr.height,
         "irrelevance_after_clarification": after_clarification,
