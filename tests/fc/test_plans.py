@@ -101,6 +101,7 @@ def test_planner_revises_after_rule_problem_and_judge_issue():
         assert len(req.messages) == 3 and json.dumps(req.messages, ensure_ascii=False).count('"rounds"') <= 2
         assert req.response_format["json_schema"]["name"] == "fc_plan"
     assert len(llm.tagged("fc.judge")) == 2  # rule failures never reach the judge
+    assert llm.tagged("fc.judge")[0].response_format["json_schema"]["name"] == "fc_judge"
 
 
 def test_never_approved_plan_is_a_recorded_rejection():
