@@ -22,6 +22,7 @@ from fabrika.schemas.tools import Tool, ToolCall
 SNAKE_RE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
 _CYR = re.compile(r"[А-Яа-яЁё]")
 _LAT = re.compile(r"[A-Za-z]")
+_IDENTIFIERS = re.compile(r"\S+@\S+|https?://\S+|\b(?=\w*\d)[\w.-]+\b")
 
 
 def cyrillic_share(text: str) -> float:
@@ -35,7 +36,10 @@ def language_ok(text: str, lang: str, min_share: float = 0.6) -> bool:
     """Cheap script check, good enough to catch an English answer to a Russian prompt.
 
     Text with no letters at all (numbers, JSON punctuation) passes: it has no language.
+    E-mail addresses, URLs and codes with digits (``A1024``) are identifiers, not
+    language, and do not count.
     """
+    text = _IDENTIFIERS.sub(" ", text)
     if not _CYR.search(text) and not _LAT.search(text):
         return True
     share = cyrillic_share(text)

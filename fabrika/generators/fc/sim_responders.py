@@ -106,13 +106,15 @@ WORDS = {
            "chat": "Здравствуйте! Спасибо за помощь, всего доброго.", "chat_answer": "Рад помочь! Обращайтесь.",
            "ok": "выполнено", "issue": "Реплика пользователя звучит неестественно, перепиши её.",
            "fits": "Функция «{}» подходит для просьбы.", "polite": ["", "Пожалуйста, ", "Здравствуйте! ", "Добрый день! "],
-           "works": "Работает с темой «{}»", "unavailable": "сервис временно недоступен, повторите запрос", "params": "Параметры: {}", "returns": "Возвращает результат в формате JSON"},
+           "works": "Работает с темой «{}»", "unavailable": "сервис временно недоступен, повторите запрос",
+           "correction": "нет, давайте иначе. ", "params": "Параметры: {}", "returns": "Возвращает результат в формате JSON"},
     "en": {"then": ", then ", "also": ", and also ", "done": "Done", "ask": "Could you tell me the {}?",
            "none": "Sorry, none of the tools I have can do that. I can help with something else.",
            "chat": "Hi! Thanks for the help, have a nice day.", "chat_answer": "Glad to help! Anytime.",
            "ok": "done", "issue": "The user's message sounds unnatural; rewrite it.",
            "fits": "The function '{}' fits the request.", "polite": ["", "Please, ", "Hello! ", "Good afternoon! "],
-           "works": "Works with the topic '{}'", "unavailable": "service temporarily unavailable, retry", "params": "Parameters: {}", "returns": "Returns the result as JSON"},
+           "works": "Works with the topic '{}'", "unavailable": "service temporarily unavailable, retry",
+           "correction": "actually, let's change it. ", "params": "Parameters: {}", "returns": "Returns the result as JSON"},
 }
 
 
@@ -199,11 +201,46 @@ def planner_responder(request: ChatRequest, rng: random.Random) -> str:
         return {"kind": "tool_call", "intent": say, "user_message": say, "slots": slots, "rounds": rounds,
                 "final_answer": f"{w['done']}: {w['ok']}."}
 
+    def clarify(fn: dict) -> list[dict]:
+        call, slots, hidden = _call(fn, lang, rng, withheld=True)
+        first = polite + _say(fn, call["arguments"], skip=hidden)
+        desc = fn["parameters"]["properties"][hidden]["description"]
+        second = f"{desc} — {slots[hidden]['say']}"
+        return [{"kind": "clarification", "intent": first, "user_message": first, "withheld": [hidden],
+                 "slots": {k: v for k, v in slots.items() if k != hidden}, "final_answer": w["ask"].format(desc)},
+                {"kind": "tool_call", "intent": second, "user_message": second, "slots": {hidden: slots[hidden]},
+                 "rounds": [[call]], "final_answer": f"{w['done']}: {w['ok']}."}]
+
+    def correction(first: dict, fn: dict) -> dict | None:
+        """The user changes one value after the first answer («нет, давайте иначе…»): the call is made again."""
+        call = first["rounds"][0][0]
+        by_name = {p[0]: p for p in PARAMS}
+        props = fn["parameters"].get("properties", {})
+        for arg in sorted(call["arguments"]):
+            pool = props[arg].get("enum") or by_name.get(arg, PARAMS[0])[4 if lang == "ru" else 5]
+            others = [v for v in pool if v != call["arguments"][arg]]
+            if others:
+                args = {**call["arguments"], arg: rng.choice(others)}
+                say = w["correction"] + _say(fn, args)
+                return {"kind": "tool_call", "intent": say, "user_message": say,
+                        "slots": {k: {"value": v, "say": say_value(v, props[k])} for k, v in args.items()},
+                        "rounds": [[{**call, "arguments": args, "result": {**call["result"], "id": call["result"]["id"] + 1}}]],
+                        "final_answer": f"{w['done']}: {w['ok']}."}
+        return None
+
     picks = rng.sample(tools, min(2, len(tools)))
     if kind in ("single", "multi_turn"):
         steps = [step(picks[:1], "", False)]
         if kind == "multi_turn":
-            steps.append(step(picks[-1:], "", False))
+            variant = rng.randrange(3)
+            later = next((t for t in tools if t is not picks[0] and t["parameters"].get("required")), None)
+            fixed = correction(steps[0], picks[0]) if variant == 1 else None
+            if fixed is not None:
+                steps.append(fixed)
+            elif variant == 2 and later is not None:  # a required value missing later, not only at step 0
+                steps += clarify(later)
+            else:
+                steps.append(step(picks[-1:], "", False))
     elif kind in ("parallel", "multi_step"):
         steps = [step(picks, w["also"] if kind == "parallel" else w["then"], kind == "multi_step")]
     elif kind == "error_recovery":
@@ -213,15 +250,7 @@ def planner_responder(request: ChatRequest, rng: random.Random) -> str:
         first["rounds"] = [[failed], [dict(call)]]
         steps = [first]
     elif kind == "clarification":
-        fn = next((t for t in tools if t["parameters"].get("required")), tools[0])
-        call, slots, hidden = _call(fn, lang, rng, withheld=True)
-        first = polite + _say(fn, call["arguments"], skip=hidden)
-        desc = fn["parameters"]["properties"][hidden]["description"]
-        second = f"{desc} — {slots[hidden]['say']}"
-        steps = [{"kind": "clarification", "intent": first, "user_message": first, "withheld": [hidden],
-                  "slots": {k: v for k, v in slots.items() if k != hidden}, "final_answer": w["ask"].format(desc)},
-                 {"kind": "tool_call", "intent": second, "user_message": second, "slots": {hidden: slots[hidden]},
-                  "rounds": [[call]], "final_answer": f"{w['done']}: {w['ok']}."}]
+        steps = clarify(next((t for t in tools if t["parameters"].get("required")), tools[0]))
     elif kind == "irrelevance":
         say = polite + (task.get("unavailable") or [w["chat"]])[0]
         steps = [{"kind": "irrelevance", "intent": say, "user_message": say, "final_answer": w["none"]}]
