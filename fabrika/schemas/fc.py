@@ -253,6 +253,11 @@ def step_arg_schemas(step: PlanStep, tools: list["ToolSpec"]) -> dict[str, dict[
     return out
 
 
+def mentions(haystack: str, needle: str) -> bool:
+    """Does ``haystack`` say ``needle`` (case-insensitive; whole words for a one-word needle)?"""
+    return _contains(haystack, needle)
+
+
 def _contains(haystack: str, needle: str) -> bool:
     needle = needle.strip().lower()
     if len(needle) < 2:
@@ -302,8 +307,8 @@ def user_facing_leaks(steps: list[PlanStep], tools: list["ToolSpec"], lang: str,
         for n in sorted(names):
             if _contains(text, n):
                 problems.append(f"steps[{step_i}].{field} names the tool {n!r}")
-        for p in sorted(params):  # English identifiers: in an English text only snake_case ones stand out
-            if len(p) >= 3 and ("_" in p or lang != "en") and _contains(text, p):
+        for p in sorted(params):  # identifiers (snake_case, camelCase): a plain word like "city" is no leak
+            if ("_" in p or re.search(r"[a-z][A-Z]", p)) and _contains(text, p):
                 problems.append(f"steps[{step_i}].{field} names the parameter {p!r}")
     now = {_text(v) for slot in step.slots.values() for v in (slot.value, slot.say)}
     now |= {_text(v) for c in step.calls() for v in c.arguments.values()}

@@ -29,6 +29,7 @@ def test_numbers_of_a_closing_answer_must_come_from_results_or_the_user():
     context = ['{"trains": [{"number": "ПОЕЗД-777", "price": 4321}]}', "Найдите купе на 2 человек"]
     assert unsupported_numbers("Есть поезд за 4321 ₽ на 2 человек.", context) == []
     assert unsupported_numbers("Есть поезд за 3999 ₽.", context) == ["3999"]
+    assert unsupported_numbers("Варианты:\n1. поезд за 4321 ₽\n2. на 02 человек", context) == []
 
 
 def _closing_sample() -> Sample:
@@ -58,7 +59,7 @@ def test_answer_judge_scores_closing_answers_only():
 def test_fc_targets_gates_keep_nulls_and_apply_thresholds():
     import polars as pl
 
-    df = pl.DataFrame({"asks_withheld": [True, False, None, None], "unsupported_numbers": [None, None, 0, 2],
+    df = pl.DataFrame({"asks_withheld": [True, False, None, None], "unsupported_numbers": [None, None, 1, 2],
                        "answer_consistency": [None, None, 8.0, 3.0]})
     keep = pl.lit(True)
     for pred in _fc_targets(FcTargetsGate()):

@@ -94,7 +94,8 @@ class FcTargetsGate(BaseModel):
     require_clarification_asks: bool = Field(
         default=True, description="Drop clarification targets that do not ask about a withheld argument.")
     max_unsupported_numbers: int = Field(
-        default=0, ge=0, description="Most numbers a closing answer may state that no tool result or user turn has.")
+        default=1, ge=0, description="Most numbers a closing answer may state that no tool result or user turn has "
+        "(1 tolerates a number the user said in words, «три билета» → 3).")
     min_answer_consistency: float = Field(
         default=6.0, ge=0, le=10, description="Least `fc.answer_judge` score (0–10) of a closing answer.")
 

@@ -41,7 +41,7 @@ from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.rewards.fc import values_equal
-from fabrika.schemas.fc import ExpectedCall, Plan, PlanLeak, PlanStep, withheld_values
+from fabrika.schemas.fc import ExpectedCall, Plan, PlanLeak, PlanStep, mentions, withheld_values
 from fabrika.schemas.ids import stable_id
 from fabrika.schemas.messages import Dialogue, Message
 from fabrika.schemas.tools import ToolCall
@@ -103,11 +103,20 @@ def _is_error(content: str | None) -> bool:
     return (isinstance(value, dict) and "error" in value) or value in ([], {})
 
 
+_LIST_MARKER = re.compile(r"^\s*\d+[.)]\s", re.MULTILINE)
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", "."))
+
+
 def unsupported_numbers(answer: str, context: list[str]) -> list[str]:
-    """Numbers in a closing answer that appear in no tool result and no user turn (cheap hallucination check)."""
-    seen = " ".join(context)
-    known = {n.replace(",", ".") for n in _NUMBER.findall(seen)}
-    return [n for n in _NUMBER.findall(answer) if n.replace(",", ".") not in known]
+    """Numbers in a closing answer that appear in no tool result and no user turn (cheap hallucination check).
+
+    Compared by value (``03`` = ``3``, ``4,5`` = ``4.5``); list markers («1. …») are not claims.
+    """
+    known = {_number(n) for n in _NUMBER.findall(" ".join(context))}
+    return [n for n in _NUMBER.findall(_LIST_MARKER.sub(" ", answer)) if _number(n) not in known]
 
 
 class Episode:
@@ -152,7 +161,7 @@ class Episode:
         if any(name in text for name in self.tools):
             raise EpisodeRejected("user_leak: the user message names a tool")
         for arg, forms in withheld_values(self.plan.steps, step).items():
-            hit = next((f for f in forms if f.lower() in text.lower()), None)
+            hit = next((f for f in forms if mentions(text, f)), None)
             if hit:
                 raise EpisodeRejected(f"user_leak: the user said the withheld {arg!r} ({hit!r})")
         if not language_ok(text, self.plan.lang):
