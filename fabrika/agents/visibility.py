@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from fabrika.agents.leaks import PlanLeak, user_facing_leaks
 from fabrika.agents.prompts import assistant_system, prompt_text
 from fabrika.schemas.fc import GoalCard, Persona, Plan, goal_card
 from fabrika.schemas.messages import Message
@@ -72,7 +73,16 @@ def _loads(text: str) -> Any:
 
 
 def user_view(state: EpisodeState) -> UserView:
-    """Persona, goal card and the plain text of the conversation (no calls, no tool output)."""
+    """Persona, goal card and the plain text of the conversation (no calls, no tool output).
+
+    Raises:
+        PlanLeak: the step's texts or the persona give away a withheld value, a tool
+            or a parameter name, or a value a later step first needs.
+    """
+    plan = state.plan
+    leaks = user_facing_leaks(plan.steps, plan.tools, plan.lang, state.step, plan.persona)
+    if leaks:
+        raise PlanLeak(leaks[0])
     text_turns = tuple(
         (m.role, m.content)
         for m in state.messages

@@ -236,10 +236,6 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-class PlanLeak(ValueError):
-    """A user-facing text of the plan gives away what the user must not say (withheld value, tool, parameter)."""
-
-
 def step_arg_schemas(step: PlanStep, tools: list["ToolSpec"]) -> dict[str, dict[str, Any]]:
     """argument name → its property schema, over the step's calls (first call naming it wins)."""
     by_name = {t.name: t for t in tools}
@@ -253,90 +249,14 @@ def step_arg_schemas(step: PlanStep, tools: list["ToolSpec"]) -> dict[str, dict[
     return out
 
 
-def mentions(haystack: str, needle: str) -> bool:
-    """Does ``haystack`` say ``needle`` (case-insensitive; whole words for a one-word needle)?"""
-    return _contains(haystack, needle)
-
-
-def _contains(haystack: str, needle: str) -> bool:
-    needle = needle.strip().lower()
-    if len(needle) < 2:
-        return False
-    if re.fullmatch(r"[\w-]+", needle):
-        return re.search(rf"(?<![\w-]){re.escape(needle)}(?![\w-])", haystack.lower()) is not None
-    return needle in haystack.lower()
-
-
-def withheld_values(steps: list[PlanStep], step_i: int) -> dict[str, list[str]]:
-    """withheld argument → every surface of its value (canonical, said, enum literal) the user must not say now."""
-    step = steps[step_i]
-    out: dict[str, list[str]] = {}
-    for w in step.withheld:
-        forms: list[str] = []
-        for later in steps[step_i:]:
-            slot = later.slots.get(w)
-            if slot is not None:
-                forms += [_text(slot.value), slot.say]
-            forms += [_text(c.arguments[w]) for c in later.calls() if w in c.arguments]
-        out[w] = [f for f in dict.fromkeys(forms) if f and len(f.strip()) >= 2]
-    return out
-
-
-def user_facing_leaks(steps: list[PlanStep], tools: list["ToolSpec"], lang: str, step_i: int) -> list[str]:
-    """Every way step ``step_i``'s user-facing text gives away something the user must not say.
-
-    Checked: withheld arguments (their values in any surface form, enum literal
-    included), tool names and parameter names, in ``intent``, ``user_message`` and
-    the facts. A step's text may say what a *later* step first needs only if it
-    also passes it now.
-    """
-    step = steps[step_i]
-    texts = {"intent": step.intent, "user_message": step.user_message}
-    for k, slot in step.slots.items():
-        if k not in step.withheld:
-            texts[f"slots.{k}.say"] = slot.say
-    problems: list[str] = []
-    for w, forms in withheld_values(steps, step_i).items():
-        for field, text in texts.items():
-            hit = next((f for f in forms if _contains(text, f)), None)
-            if hit is not None:
-                problems.append(f"steps[{step_i}].{field} gives away the withheld {w!r} ({hit!r})")
-    names = {t.name for t in tools}
-    params = {p for t in tools for p in (t.tool.function.parameters.get("properties") or {})}
-    for field, text in texts.items():
-        for n in sorted(names):
-            if _contains(text, n):
-                problems.append(f"steps[{step_i}].{field} names the tool {n!r}")
-        for p in sorted(params):  # identifiers (snake_case, camelCase): a plain word like "city" is no leak
-            if ("_" in p or re.search(r"[a-z][A-Z]", p)) and _contains(text, p):
-                problems.append(f"steps[{step_i}].{field} names the parameter {p!r}")
-    now = {_text(v) for slot in step.slots.values() for v in (slot.value, slot.say)}
-    now |= {_text(v) for c in step.calls() for v in c.arguments.values()}
-    for later_i in range(step_i + 1, len(steps)):
-        for slot in steps[later_i].slots.values():
-            if _text(slot.value) in now:
-                continue
-            for value in dict.fromkeys((_text(slot.value), slot.say)):
-                if len(value.strip()) < 3:
-                    continue
-                for field, text in texts.items():
-                    if _contains(text, value):
-                        problems.append(f"steps[{step_i}].{field} already says {value!r}, which step {later_i} "
-                                        "first needs (the user gives it then)")
-    return list(dict.fromkeys(problems))
-
-
 def goal_card(plan: "Plan", turn: int) -> GoalCard:
     """Cut the user-visible part out of step ``turn`` of ``plan``.
 
-    Only values travel, never argument names; withheld slots are left out. A step
-    whose text gives away a withheld value, a tool or a parameter name raises
-    :class:`PlanLeak` (plans are checked before they get here: this is the last guard).
+    Only values travel, never argument names; withheld slots are left out. (What a
+    step's texts may not say is checked by :mod:`fabrika.agents.leaks`, before the
+    user view is rendered.)
     """
     step = plan.steps[turn]
-    leaks = user_facing_leaks(plan.steps, plan.tools, plan.lang, turn)
-    if leaks:
-        raise PlanLeak(leaks[0])
     schemas = step_arg_schemas(step, plan.tools)
     facts = [Fact(value=_text(slot.value), say=slot.say or _text(slot.value),
                   verbatim=is_verbatim(slot.value, schemas.get(k)))

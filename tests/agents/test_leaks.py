@@ -13,7 +13,8 @@ from fabrika.agents.visibility import EpisodeState, render_user_prompt, user_vie
 from fabrika.generators.fc.dialogues import DialoguesConfig, DialoguesStage
 from fabrika.generators.fc.plan_checks import check_plan
 from fabrika.llm.types import Choice
-from fabrika.schemas.fc import ExpectedCall, Plan, PlanLeak, PlanStep
+from fabrika.agents.leaks import PlanLeak
+from fabrika.schemas.fc import ExpectedCall, Persona, Plan, PlanStep
 from tests.agents.test_visibility import PLAN, SPEC
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "fc"))
@@ -112,3 +113,23 @@ def test_future_steps_planned_arguments_never_reach_the_assistant_early():
     first_step = [r for r in llm.tagged("fc.assistant") if _text(r.messages).count('"role": "user"') == 1]
     assert first_step and all("MSK" not in _text(r.messages) for r in first_step)
     assert any("MSK" in _text(r.messages) for r in llm.tagged("fc.assistant"))
+
+
+def test_an_inflected_withheld_value_and_a_persona_that_says_it_are_caught():
+    leaky = PlanStep(kind="clarification", intent="Узнать, есть ли купе из Твери", user_message="Есть купе?",
+                     withheld=["station_code"], slots={"carriage_class": {"value": "coupe", "say": "coupe"}},
+                     final_answer="Откуда едем?")
+    answer = PlanStep(kind="tool_call", intent="Назвать город", user_message="Тверь",
+                      slots={"station_code": {"value": "Тверь", "say": "Тверь"}},
+                      rounds=[[CALL.model_copy(update={"arguments": {"station_code": "Тверь", "carriage_class": "coupe"}})]],
+                      final_answer="Нет.")
+    plan = _plan(leaky, answer)
+    problems = check_plan(plan.steps, plan.tools, "clarification", "ru")
+    assert any("gives away the withheld 'station_code' ('Тверь')" in p for p in problems)  # «из Твери» in intent
+    clean = leaky.model_copy(update={"intent": "Узнать, есть ли купе"})
+    tver = Persona(id="p", lang="ru", name="Ира", description="Живёт в Твери, работает в школе.", style="кратко")
+    problems = check_plan([clean, answer], plan.tools, "clarification", "ru", persona=tver)
+    assert problems and all("persona" in p for p in problems)
+    with pytest.raises(PlanLeak, match="persona"):
+        user_view(EpisodeState(plan=_plan(clean, answer).model_copy(update={"persona": tver}), step=0))
+    assert check_plan([clean, answer], plan.tools, "clarification", "ru") == []

@@ -41,7 +41,8 @@ from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.rewards.fc import values_equal
-from fabrika.schemas.fc import ExpectedCall, Plan, PlanLeak, PlanStep, mentions, withheld_values
+from fabrika.agents.leaks import PlanLeak, mentions, withheld_values
+from fabrika.schemas.fc import ExpectedCall, Plan, PlanStep
 from fabrika.schemas.ids import stable_id
 from fabrika.schemas.messages import Dialogue, Message
 from fabrika.schemas.tools import ToolCall

@@ -18,7 +18,8 @@ from pydantic import ValidationError
 
 from fabrika.generators.fc.common import check_calls, language_ok
 from fabrika.rewards.fc import values_equal
-from fabrika.schemas.fc import PlanStep, SampleType, ToolSpec, user_facing_leaks
+from fabrika.agents.leaks import user_facing_leaks
+from fabrika.schemas.fc import Persona, PlanStep, SampleType, ToolSpec
 
 
 def parse_steps(data: Any) -> tuple[list[PlanStep] | None, list[str]]:
@@ -123,7 +124,8 @@ def _slot_problems(steps: list[PlanStep]) -> list[str]:
     return problems
 
 
-def check_plan(steps: list[PlanStep], tools: list[ToolSpec], sample_type: SampleType, lang: str) -> list[str]:
+def check_plan(steps: list[PlanStep], tools: list[ToolSpec], sample_type: SampleType, lang: str,
+               persona: Persona | None = None) -> list[str]:
     """Every rule violation of ``steps`` (empty list = the plan may go to the judge)."""
     problems = _shape_problems(steps, sample_type)
     by_name = {t.name: t.tool for t in tools}
@@ -140,6 +142,6 @@ def check_plan(steps: list[PlanStep], tools: list[ToolSpec], sample_type: Sample
             if w in step.slots:
                 problems.append(f"steps[{i}]: withheld {w!r} must not be in this step's slots (the user gives it "
                                 "in a later step)")
-        problems += user_facing_leaks(steps, tools, lang, i)
+        problems += user_facing_leaks(steps, tools, lang, i, persona)
     problems += _slot_problems(steps)
     return problems

@@ -217,7 +217,7 @@ class PlansStage(Stage):
             data = extract_json(text, expect=dict, reasoning_content=resp.choices[0].reasoning)
             steps, problems = (None, [str(data)]) if is_failure(data) else parse_steps(data)
             if steps is not None:
-                problems = check_plan(steps, group, sample_type, lang)
+                problems = check_plan(steps, group, sample_type, lang, persona)
             verdict = None
             if steps is not None and not problems:
                 verdict = await self._judge(sample_type, group, steps, lang)
