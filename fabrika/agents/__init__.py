@@ -23,8 +23,8 @@ from fabrika.agents.visibility import (
 
 __all__ = [
     "AssistantView",
-    "PlanLeak",
     "EpisodeState",
+    "PlanLeak",
     "ToolView",
     "UserView",
     "assistant_view",
