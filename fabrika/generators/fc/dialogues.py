@@ -129,6 +129,7 @@ class Episode:
         self.targets: list[dict[str, Any]] = []
         self.n_steps = self.n_injected = self.n_wrong = self.n_repeat = self.n_tool_retries = self.n_truncated = 0
         self.tools = {t.name: t for t in plan.tools_at_tier()}
+        self.answered: dict[int, set[str]] = {}
 
     def state(self, step: int) -> EpisodeState:
         return EpisodeState(plan=self.plan, messages=tuple(self.messages), step=step)
@@ -226,7 +227,7 @@ class Episode:
         self.n_steps += 1
         target_type = "tool_call" if expected is not None else ("text" if step.kind == "tool_call" else step.kind)
         failures = 0
-        answered: set[str] = set()  # tools whose wrong call got a real (non-error) answer in this round
+        answered = self.answered.setdefault(step_i, set())  # tools whose wrong call got a real answer this turn
         while True:
             messages, tools = render_assistant_request(assistant_view(self.state(step_i)))
             req = ChatRequest(messages=tuple(messages), tools=tuple(tools), temperature=self.cfg.temperature,
