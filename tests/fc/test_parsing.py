@@ -84,3 +84,12 @@ def test_if_verifier_parser_uses_the_same_rules():
     parsed = parse_verifier_answer(good)
     assert not is_failure(parsed) and "return True" in parsed.code
     assert is_failure(parse_verifier_answer('<think>{"func": "def evaluate(response): return True", "cases": ['))
+
+
+def test_if_text_parsers_grade_the_answer_not_the_reasoning():
+    from fabrika.generators.instruct.parsing import parse_constraint_list, parse_instruction, parse_score
+
+    assert parse_score("<think>может, 2? нет</think>Оценка: 8/10") == 8.0
+    assert is_failure(parse_score("<think>Оценка 9"))
+    assert parse_instruction("<think>черновик</think>Инструкция: Пиши кратко.") == "Пиши кратко."
+    assert parse_constraint_list('<think>["черновик"]</think>["Ответ из трёх предложений"]') == ["Ответ из трёх предложений"]

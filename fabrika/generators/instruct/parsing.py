@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from fabrika.generators.parsing import ParseFailure, extract_json, is_failure
+from fabrika.generators.parsing import ParseFailure, answer_json_text, extract_json, is_failure
 from fabrika.schemas.records import TestCase
 from fabrika.textutil.reasoning import answer_text
 
@@ -134,8 +134,9 @@ def parse_constraint_list(text: str | None) -> list[str] | ParseFailure:
 
     Numbering, bullets and surrounding quotes are stripped; empty lines dropped.
     """
-    if text is None or not text.strip():
-        return ParseFailure("empty_answer")
+    text = answer_json_text(text)  # reasoning removed first; unclosed reasoning is a failure
+    if is_failure(text):
+        return text
     value = extract_json(text, expect=list)
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         items = [v.strip() for v in value]
@@ -149,8 +150,9 @@ def parse_constraint_list(text: str | None) -> list[str] | ParseFailure:
 
 def parse_instruction(text: str | None) -> str | ParseFailure:
     """A back-translated instruction: the answer without labels like ``Инструкция:`` or quotes."""
-    if text is None or not text.strip():
-        return ParseFailure("empty_answer")
+    text = answer_json_text(text)
+    if is_failure(text):
+        return text
     out = text.strip().strip("`").strip()
     out = re.sub(r"^(?:инструкция|ограничение|instruction)\s*[:：]\s*", "", out, flags=re.IGNORECASE)
     out = out.strip().strip('"«»').strip()
@@ -158,9 +160,10 @@ def parse_instruction(text: str | None) -> str | ParseFailure:
 
 
 def parse_score(text: str | None, low: float = 0.0, high: float = 10.0) -> float | ParseFailure:
-    """The first number in ``text`` within [low, high] (``"Оценка: 7/10"`` → 7.0)."""
-    if not text:
-        return ParseFailure("empty_answer")
+    """The first number of the answer (reasoning removed) within [low, high] (``"Оценка: 7/10"`` → 7.0)."""
+    text = answer_json_text(text)
+    if is_failure(text):
+        return text
     m = re.search(r"-?\d+(?:[.,]\d+)?", text)
     if not m:
         return ParseFailure("no_score: answer has no number")
