@@ -15,7 +15,7 @@ from fabrika.generators.fc.plan_checks import check_plan
 from fabrika.llm.types import Choice
 from fabrika.agents.leaks import PlanLeak
 from fabrika.schemas.fc import ExpectedCall, Persona, Plan, PlanStep
-from tests.agents.test_visibility import PLAN, SPEC
+from tests.agents.test_visibility import PLAN
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "fc"))
 from fc_helpers import FakeCtx, ScriptedLLM  # noqa: E402
