@@ -12,6 +12,7 @@ planner as review issues, exactly like the judge's.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pydantic import ValidationError
@@ -20,6 +21,7 @@ from fabrika.generators.fc.common import check_calls, language_ok
 from fabrika.rewards.fc import values_equal
 from fabrika.agents.leaks import user_facing_leaks
 from fabrika.schemas.fc import Persona, PlanStep, SampleType, ToolSpec
+from fabrika.textutil.morph import parses
 
 
 def parse_steps(data: Any) -> tuple[list[PlanStep] | None, list[str]]:
@@ -124,6 +126,34 @@ def _slot_problems(steps: list[PlanStep]) -> list[str]:
     return problems
 
 
+_PREPOSITIONS = frozenset("в во на из для у к ко по с со о об от до при за".split())
+
+
+def _canonical_problem(value: Any, schema: dict[str, Any]) -> str | None:
+    """Why a Russian free-text argument is not in its canonical form, or ``None`` (only unambiguous cases).
+
+    A leading preposition («в Казани») always is; a city or a first name with no
+    nominative reading («Казани», «Анне») is. Surnames and street names are left
+    alone: «улица Баумана» is canonical in the genitive.
+    """
+    if not isinstance(value, str) or schema.get("enum") or schema.get("format") or re.search(r"\d", value):
+        return None
+    words = value.split()
+    if not words or not re.search(r"[А-Яа-яЁё]", value):
+        return None
+    if len(words) > 1 and words[0].lower() in _PREPOSITIONS:
+        return "starts with a preposition"
+    for word in words:
+        if not word[:1].isupper() or "-" in word:
+            continue
+        readings = parses(word)
+        named = any({"Geox", "Name"} & set(p.tag.grammemes) for p in readings)
+        surname = any("Surn" in p.tag.grammemes for p in readings)
+        if named and not surname and not any(p.tag.case == "nomn" for p in readings):
+            return f"{word!r} is not in the nominative"
+    return None
+
+
 def check_plan(steps: list[PlanStep], tools: list[ToolSpec], sample_type: SampleType, lang: str,
                persona: Persona | None = None) -> list[str]:
     """Every rule violation of ``steps`` (empty list = the plan may go to the judge)."""
@@ -138,6 +168,14 @@ def check_plan(steps: list[PlanStep], tools: list[ToolSpec], sample_type: Sample
                 problems.append(f"steps[{i}].{field} is empty")
             elif not language_ok(text, lang):
                 problems.append(f"steps[{i}].{field} is not in {lang!r}: {text[:60]!r}")
+        if lang == "ru":
+            for call in step.calls():
+                props = (by_name[call.name].function.parameters.get("properties") or {}) if call.name in by_name else {}
+                for arg, value in call.arguments.items():
+                    why = _canonical_problem(value, props.get(arg) if isinstance(props.get(arg), dict) else {})
+                    if why:
+                        problems.append(f"steps[{i}]: {call.name}.{arg} = {value!r} is not canonical ({why}); "
+                                        "write the nominative form, and how the user says it in slots.say")
         for w in step.withheld:
             if w in step.slots:
                 problems.append(f"steps[{i}]: withheld {w!r} must not be in this step's slots (the user gives it "
