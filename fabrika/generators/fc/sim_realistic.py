@@ -250,6 +250,22 @@ def assistant_responder(request: ChatRequest, rng: random.Random) -> Choice:
     return choice
 
 
+def tool_responder(request: ChatRequest, rng: random.Random) -> Choice:
+    """``fc.tool``: like a real service, a call with a value no record has («из Тверь», ``???``) gets an error."""
+    from fabrika.generators.fc.plan_checks import _canonical_problem
+
+    blocks = basic._blocks(request, -1)
+    call = blocks[1] if len(blocks) > 1 else {}
+    expected = blocks[2] if len(blocks) > 2 else None
+    bad = [f"{k}={v!r}" for k, v in (call.get("arguments") or {}).items()
+           if isinstance(v, str) and (v == "???" or _canonical_problem(v, {}))]
+    if expected is None and bad:
+        word = "не найдено" if _lang(request) == "ru" else "not found"
+        return _dress_json(json.dumps({"error": f"{word}: {', '.join(bad)}"}, ensure_ascii=False), request, rng,
+                           PROFILE)
+    return _json_role(basic.tool_responder)(request, rng)
+
+
 def irrelevance_responder(request: ChatRequest, rng: random.Random) -> Choice:
     out = basic.irrelevance_responder(request, rng)
     if request.tag.endswith("judge"):
@@ -259,7 +275,7 @@ def irrelevance_responder(request: ChatRequest, rng: random.Random) -> Choice:
 
 RESPONDERS: dict[str, Callable[[ChatRequest, random.Random], Any]] = {
     "fc.tools": _json_role(basic.tools_responder), "fc.planner": _json_role(basic.planner_responder),
-    "fc.judge": _json_role(basic.judge_responder), "fc.tool": _json_role(basic.tool_responder),
+    "fc.judge": _json_role(basic.judge_responder), "fc.tool": tool_responder,
     "fc.answer_judge": _json_role(basic.answer_judge_responder),
     "fc.user": user_responder, "fc.assistant": assistant_responder, "fc.irrelevance": irrelevance_responder,
 }
