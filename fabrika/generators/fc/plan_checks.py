@@ -29,14 +29,15 @@ def parse_steps(data: Any) -> tuple[list[PlanStep] | None, list[str]]:
     if not isinstance(data, dict) or not isinstance(data.get("steps"), list) or not data["steps"]:
         return None, ["plan must be an object with a non-empty 'steps' list"]
     steps: list[PlanStep] = []
-    for i, raw in enumerate(data["steps"]):
+    problems: list[str] = []
+    for i, raw in enumerate(data["steps"]):  # every slip of every step, so one revision can fix them all
         try:
             steps.append(PlanStep.model_validate(raw))
         except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"])
-            return None, [f"steps[{i}].{loc}: {err['msg']}"]
-    return steps, []
+            for err in exc.errors():
+                loc = ".".join(str(p) for p in err["loc"])
+                problems.append(f"steps[{i}]{'.' + loc if loc else ''}: {err['msg']}")
+    return (None, problems) if problems else (steps, [])
 
 
 def _is_failure_result(result: Any) -> bool:
