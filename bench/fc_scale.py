@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 # measured on the FC demo (bench/fc_sim_profiles.py): ~2.3 samples per accepted episode, ~0.9 of plans
 # accepted as episodes; only used to size the topic pool
-TRAINING_TURNS_PER_PLAN = 2.2
+TRAINING_TURNS_PER_PLAN = 2.5  # 33,956 training turns from 13,640 plans (bench/RESULTS.md)
 PLANS_PER_TOPIC = 10
 NOUNS = ["Доставка", "Бронирование", "Ремонт", "Аренда", "Запись", "Оплата", "Обучение", "Страхование"]
 
