@@ -6,11 +6,14 @@ paths run). Each size runs in a fresh child process (so its peak RSS is its
 own) through the real runner and engine (openai backend, aiohttp transport):
 fc.tools → fc.tools_dedup → fc.plans → fc.dialogues → fc.samples → fc.irrelevance.
 
-A *turn* is one message of an accepted dialogue (user, assistant or tool). Peak
-RSS is the child's high-water mark after the last FC stage; the store's
-dataset materialisation that follows is reported apart (``materialise``).
+Two counts, never mixed up: a *message* is one message of an accepted dialogue
+(user, assistant or tool); a *training turn* is one training sample (a target
+assistant turn of ``fc.samples`` or a derived ``fc.irrelevance`` sample) — what
+"300K turns" of a dataset means. Sizes are given in training turns. Peak RSS is
+the child's high-water mark after the last FC stage; the store's dataset
+materialisation that follows is reported apart (``materialise``).
 
-    .venv/bin/python bench/fc_scale.py --turns 30000 300000 --concurrency 256 --latency-ms 20
+    .venv/bin/python bench/fc_scale.py --training-turns 30000 300000 --concurrency 256 --latency-ms 20
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-TURNS_PER_EPISODE = 4.9  # measured (sim content, RU); only used to size the topic pool
+# measured on the FC demo (bench/fc_sim_profiles.py): ~2.3 samples per accepted episode, ~0.9 of plans
+# accepted as episodes; only used to size the topic pool
+TRAINING_TURNS_PER_PLAN = 2.5  # 33,956 training turns from 13,640 plans (bench/RESULTS.md)
 PLANS_PER_TOPIC = 10
 NOUNS = ["Доставка", "Бронирование", "Ремонт", "Аренда", "Запись", "Оплата", "Обучение", "Страхование"]
 
@@ -56,7 +61,7 @@ def serve(latency_ms: float) -> None:
 
     srv = FakeOpenAIServer(latency_ms=latency_ms)
     for tag in ["fc.tools", "fc.planner", "fc.judge", "fc.user", "fc.tool", "fc.assistant",
-                "fc.irrelevance.answer", "fc.irrelevance.judge"]:
+                "fc.irrelevance.answer", "fc.irrelevance.judge", "fc.answer_judge"]:
         fn = sr.RESPONDERS["fc.irrelevance" if tag.startswith("fc.irrelevance") else tag]
         srv.script(tag=tag, responder=wrap(tag, fn))
     srv.start()
@@ -65,14 +70,14 @@ def serve(latency_ms: float) -> None:
 
 
 def child(turns: int, port: int, concurrency: int, workdir: Path) -> dict:
-    """Child: one pipeline run of about ``turns`` turns; prints its measurements as JSON."""
+    """Child: one pipeline run of about ``turns`` training turns; prints its measurements as JSON."""
     import polars as pl
 
     from fabrika.pipeline.config import validate_data
     from fabrika.pipeline.runner import run_pipeline
     from fabrika.store.run import RunStore
 
-    n_topics = max(1, math.ceil(turns / (TURNS_PER_EPISODE * PLANS_PER_TOPIC)))
+    n_topics = max(1, math.ceil(turns / (TRAINING_TURNS_PER_PLAN * PLANS_PER_TOPIC)))
     topics = workdir / "topics.jsonl"
     with topics.open("w", encoding="utf-8") as f:
         for i in range(n_topics):
@@ -93,6 +98,7 @@ def child(turns: int, port: int, concurrency: int, workdir: Path) -> dict:
             {"kind": "fc.dialogues", "input": "fc.plans", "sim_error_rate": 0.1},
             {"kind": "fc.samples", "input": "fc.dialogues"},
             {"kind": "fc.irrelevance", "input": "fc.dialogues", "share": 0.3},
+            {"kind": "fc.answer_judge", "input": "fc.samples"},
         ],
         "dataset": {"stages": ["fc.samples", "fc.irrelevance"]},
     }
@@ -120,21 +126,25 @@ def child(turns: int, port: int, concurrency: int, workdir: Path) -> dict:
     ok = dialogues.filter(pl.col("status") == "ok")
     stages = {name: {"seconds": round(s.seconds, 1), "requests": s.llm.requests, "rows": s.rows_written}
               for name, s in stats.items()}
-    n_turns = int(ok["n_messages"].sum())
+    n_messages = int(ok["n_messages"].sum())
+    samples = store.scan_raw("fc.samples").filter(pl.col("status") == "ok").select(pl.len()).collect().item()
+    derived = store.scan_raw("fc.irrelevance").filter(pl.col("status") == "ok").select(pl.len()).collect().item()
+    training = samples + derived
     return {
-        "target_turns": turns, "topics": n_topics, "episodes": dialogues.height, "episodes_ok": ok.height,
-        "turns": n_turns, "samples": stages["fc.samples"]["rows"], "wall_s": round(wall, 1),
-        "turns_per_s": round(n_turns / wall, 1),
-        "dialogue_turns_per_s": round(n_turns / max(1e-9, stages["fc.dialogues"]["seconds"]), 1),
+        "target_training_turns": turns, "topics": n_topics, "episodes": dialogues.height, "episodes_ok": ok.height,
+        "messages": n_messages, "training_turns": training, "samples": samples, "irrelevance": derived,
+        "wall_s": round(wall, 1), "training_turns_per_s": round(training / wall, 1),
+        "messages_per_s": round(n_messages / wall, 1),
         "requests": sum(s["requests"] for s in stages.values()),
-        "peak_rss_mb": rss_after["fc.irrelevance"],  # the pipeline's stages, without materialise
+        "peak_rss_mb": rss_after["fc.answer_judge"],  # the pipeline's stages, without materialise
         "concurrency": concurrency, "peak_rss_mb_after_stage": rss_after, "stages": stages,
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--turns", type=int, nargs="+", default=[30000, 300000], help="Sizes to run (turns).")
+    ap.add_argument("--training-turns", type=int, nargs="+", default=[30000, 300000],
+                    help="Sizes to run, in training turns (samples), not messages.")
     ap.add_argument("--concurrency", type=int, default=256, help="Engine and endpoint in-flight limit.")
     ap.add_argument("--latency-ms", type=float, default=20.0, help="Fake server latency per request.")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -146,7 +156,7 @@ def main() -> None:
         return
     if args.child:
         with tempfile.TemporaryDirectory(prefix="fc_scale_") as tmp:
-            print(json.dumps(child(args.turns[0], args.port, args.concurrency, Path(tmp))), flush=True)
+            print(json.dumps(child(args.training_turns[0], args.port, args.concurrency, Path(tmp))), flush=True)
         return
     server = subprocess.Popen([sys.executable, __file__, "--serve", "--latency-ms", str(args.latency_ms)],
                               stdout=subprocess.PIPE, text=True)
@@ -156,8 +166,8 @@ def main() -> None:
             raise SystemExit(f"fake server did not start: {line!r}")
         port = int(line.split()[1])
         results = []
-        for turns in args.turns:
-            out = subprocess.run([sys.executable, __file__, "--child", "--turns", str(turns), "--port", str(port),
+        for turns in args.training_turns:
+            out = subprocess.run([sys.executable, __file__, "--child", "--training-turns", str(turns), "--port", str(port),
                                   "--concurrency", str(args.concurrency)],
                                  capture_output=True, text=True, check=False)
             if out.returncode != 0:
@@ -166,14 +176,14 @@ def main() -> None:
             results.append(res)
             print(json.dumps(res, ensure_ascii=False), flush=True)
         print(f"\nlatency {args.latency_ms} ms, concurrency {args.concurrency}")
-        print(f"{'turns':>9} {'episodes':>9} {'samples':>8} {'wall s':>8} {'turns/s':>8} {'peak RSS MB':>12} "
-              f"{'+ materialise':>14}")
+        print(f"{'training turns':>15} {'messages':>9} {'episodes':>9} {'wall s':>8} {'train/s':>8} "
+              f"{'peak RSS MB':>12} {'+ materialise':>14}")
         for r in results:
-            print(f"{r['turns']:>9} {r['episodes']:>9} {r['samples']:>8} {r['wall_s']:>8} {r['turns_per_s']:>8} "
-                  f"{r['peak_rss_mb']:>12} {r['peak_rss_mb_after_stage']['materialise']:>14}")
+            print(f"{r['training_turns']:>15} {r['messages']:>9} {r['episodes']:>9} {r['wall_s']:>8} "
+                  f"{r['training_turns_per_s']:>8} {r['peak_rss_mb']:>12} {r['peak_rss_mb_after_stage']['materialise']:>14}")
         if len(results) > 1:
             first, last = results[0], results[-1]
-            print(f"RSS growth {first['turns']} → {last['turns']} turns: "
+            print(f"RSS growth {first['training_turns']} → {last['training_turns']} training turns: "
                   f"{last['peak_rss_mb'] / first['peak_rss_mb']:.2f}x (FC stages), "
                   f"{last['peak_rss_mb_after_stage']['materialise'] / first['peak_rss_mb_after_stage']['materialise']:.2f}x "
                   "(with materialise)")

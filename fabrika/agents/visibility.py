@@ -5,8 +5,9 @@ role gets a *View* cut from it, and the role's prompt is rendered from the
 View only — so what a role can leak is bounded by what its View holds, and
 the tests assert on the rendered prompts:
 
-* user: persona, the goal card of the current turn, the visible dialogue text;
-  never tool names, schemas, calls or results;
+* user: persona, the goal card of the current turn (values to convey, never
+  argument names, never withheld values), the visible dialogue text; never tool
+  names, schemas, calls or results;
 * assistant: its system prompt, the tools at the sample's description tier,
   the dialogue with its own calls and the tool results; never the plan;
 * tool: one call, that tool's full schema, the plan's expected result for it,
@@ -19,7 +20,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabrika.agents.prompts import prompt_text
+from fabrika.agents.leaks import PlanLeak, user_facing_leaks
+from fabrika.agents.prompts import assistant_system, prompt_text
 from fabrika.schemas.fc import GoalCard, Persona, Plan, goal_card
 from fabrika.schemas.messages import Message
 from fabrika.schemas.tools import Tool, ToolCall
@@ -71,7 +73,16 @@ def _loads(text: str) -> Any:
 
 
 def user_view(state: EpisodeState) -> UserView:
-    """Persona, goal card and the plain text of the conversation (no calls, no tool output)."""
+    """Persona, goal card and the plain text of the conversation (no calls, no tool output).
+
+    Raises:
+        PlanLeak: the step's texts or the persona give away a withheld value, a tool
+            or a parameter name, or a value a later step first needs.
+    """
+    plan = state.plan
+    leaks = user_facing_leaks(plan.steps, plan.tools, plan.lang, state.step, plan.persona)
+    if leaks:
+        raise PlanLeak(leaks[0])
     text_turns = tuple(
         (m.role, m.content)
         for m in state.messages
@@ -80,7 +91,7 @@ def user_view(state: EpisodeState) -> UserView:
     return UserView(
         lang=state.plan.lang,
         persona=state.plan.persona,
-        goal=goal_card(state.plan.steps[state.step], state.step),
+        goal=goal_card(state.plan, state.step),
         dialogue=text_turns,
     )
 
@@ -90,7 +101,7 @@ def assistant_view(state: EpisodeState) -> AssistantView:
     msgs = tuple(m.model_copy(update={"reasoning": None}) for m in state.messages if m.role != "system")
     return AssistantView(
         lang=state.plan.lang,
-        system=prompt_text("assistant_system", state.plan.lang),
+        system=assistant_system(state.plan.lang, state.plan.id),
         tools=tuple(state.plan.tools_at_tier()),
         messages=msgs,
     )
@@ -119,7 +130,8 @@ def tool_view(state: EpisodeState, call: ToolCall, expected_result: Any = None) 
 def render_user_prompt(view: UserView) -> list[dict[str, Any]]:
     """Messages for the user agent (it writes the next *user* turn)."""
     p = view.persona
-    goal = {"intent": view.goal.intent, "say": view.goal.say, "facts": view.goal.facts}
+    goal = {"intent": view.goal.intent, "say": view.goal.say,
+            "facts": [f.model_dump() for f in view.goal.facts]}
     transcript = "\n".join(f"{prompt_text('role_' + role, view.lang)}: {text}" for role, text in view.dialogue)
     system = prompt_text("user_system", view.lang).format(
         name=p.name, description=p.description, style=p.style or "-",

@@ -7,21 +7,36 @@ share is the fraction of Cyrillic-bearing words that also hold Latin letters
 («прoграмма» with a Latin 'o'), via ``fabrika.textutil.script``.
 
 Scores (never thresholds): ``lang_detected`` (ISO 639-1 or null), ``lang_confidence``
-(lingua's confidence of that label; 0 for empty text), ``lang_matches`` (detected
-== the row's ``lang``), ``homoglyph_share``. The share counts only Latin letters
-that look Cyrillic, per hyphen part, so «SQL-запрос» and «Wi-Fi-сеть» are clean.
+(lingua's confidence of that label), ``lang_matches`` (detected == the row's
+``lang``), ``homoglyph_share``. The share counts only Latin letters that look
+Cyrillic, per hyphen part, so «SQL-запрос» and «Wi-Fi-сеть» are clean.
+
+What is scored (``text_field="auto"``, the default): a completion's own text; for
+a completion that calls tools, the *natural-language context* of the call — the
+user turns it answers (every user turn of its prompt) plus any text beside the
+calls. Argument values are never the language evidence: ``{"count": 2}`` has no
+language and ``{"city": "Казань"}`` reads as Bulgarian as easily as Russian.
+A text with fewer than ``min_letters`` letters gets **null** scores (no
+evidence either way), and the gates keep nulls.
+
+``lang_confidence`` over ``{ru, en}`` is 1.0 for any text whose letters are
+mostly of one script (lingua separates the two by script alone), so the
+``language.min_confidence`` gate is inert for that pair; it separates something
+only with several same-script candidates (``[ru, uk, be, bg]``), where short
+Russian lines score 0.45–0.8 (tests/filters of the FC area pin both).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from functools import lru_cache
 from typing import Any, ClassVar, Sequence
 
 from lingua import LanguageDetector, LanguageDetectorBuilder
 from pydantic import Field, field_validator
 
-from fabrika.filters.text import row_text
+from fabrika.filters.text import messages_text, row_text
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 from fabrika.textutil.lang import LANGUAGES
 from fabrika.textutil.script import LATIN_TO_CYRILLIC, has_cyrillic, is_mixed_script
@@ -29,6 +44,7 @@ from fabrika.textutil.segment import words
 
 _CODES = {lang: code for code, lang in LANGUAGES.items()}
 SCORE_COLUMNS = ("lang_detected", "lang_confidence", "lang_matches", "homoglyph_share")
+DEFAULT_MIN_LETTERS = 12
 
 
 @lru_cache(maxsize=8)
@@ -65,30 +81,58 @@ def homoglyph_share(text: str) -> float:
     return sum(1 for w in cyr if is_homoglyph_word(w)) / len(cyr)
 
 
-def score_languages(texts: Sequence[str], languages: Sequence[str] = ("ru", "en")) -> list[dict[str, Any]]:
-    """Score ``texts``: ``lang_detected``, ``lang_confidence``, ``homoglyph_share`` per text."""
+def letter_count(text: str) -> int:
+    return sum(1 for ch in text if ch.isalpha())
+
+
+def score_languages(texts: Sequence[str], languages: Sequence[str] = ("ru", "en"),
+                    min_letters: int = DEFAULT_MIN_LETTERS) -> list[dict[str, Any]]:
+    """Score ``texts``: ``lang_detected``, ``lang_confidence``, ``homoglyph_share`` per text.
+
+    Texts with fewer than ``min_letters`` letters get ``None`` label and confidence.
+    """
     det = language_detector(tuple(languages))
     out: list[dict[str, Any]] = []
-    nonempty = [i for i, t in enumerate(texts) if t.strip()]
-    if len(nonempty) == 1:  # the per-row stage path: no thread pool for one text
-        confs = [det.compute_language_confidence_values(texts[nonempty[0]])]
+    scored = [i for i, t in enumerate(texts) if letter_count(t) >= max(1, min_letters)]
+    if len(scored) == 1:  # the per-row stage path: no thread pool for one text
+        confs = [det.compute_language_confidence_values(texts[scored[0]])]
     else:
-        confs = det.compute_language_confidence_values_in_parallel([texts[i] for i in nonempty]) if nonempty else []
-    best: dict[int, tuple[str | None, float]] = {}
-    for i, values in zip(nonempty, confs):
+        confs = det.compute_language_confidence_values_in_parallel([texts[i] for i in scored]) if scored else []
+    best: dict[int, tuple[str | None, float | None]] = {}
+    for i, values in zip(scored, confs):
         top = values[0] if values else None
-        best[i] = (_CODES.get(top.language), float(top.value)) if top is not None and top.value > 0 else (None, 0.0)
+        best[i] = (_CODES.get(top.language), float(top.value)) if top is not None and top.value > 0 else (None, None)
     for i, text in enumerate(texts):
-        label, conf = best.get(i, (None, 0.0))
-        out.append({"lang_detected": label, "lang_confidence": round(conf, 6),
+        label, conf = best.get(i, (None, None))
+        out.append({"lang_detected": label, "lang_confidence": None if conf is None else round(conf, 6),
                     "homoglyph_share": round(homoglyph_share(text), 6)})
     return out
 
 
-def score_rows(rows: Sequence[Row], text_field: str = "completion_values",
-               languages: Sequence[str] = ("ru", "en")) -> list[dict[str, Any]]:
+def _has_calls(messages: Any) -> bool:
+    return any(m.get("tool_calls") for m in messages if isinstance(m, dict)) if isinstance(messages, list) else False
+
+
+def context_text(row: Row) -> str:
+    """The ``auto`` text of a sample row: its completion's text, or for a call its natural-language context."""
+    completion = row.get("completion")
+    if isinstance(completion, str):
+        try:
+            completion = json.loads(completion) if completion else []
+        except json.JSONDecodeError:
+            return completion
+    text = messages_text(completion)
+    if row.get("target_type") == "tool_call" or _has_calls(completion):
+        users = messages_text(row.get("prompt"), roles=("user",))
+        return "\n".join(p for p in (users, text) if p)
+    return text
+
+
+def score_rows(rows: Sequence[Row], text_field: str = "auto",
+               languages: Sequence[str] = ("ru", "en"), min_letters: int = DEFAULT_MIN_LETTERS) -> list[dict[str, Any]]:
     """Annotation rows ``{id, <scores>}`` for sample rows (``lang_matches`` compares with ``lang``)."""
-    scores = score_languages([row_text(r, text_field) for r in rows], languages)
+    texts = [context_text(r) if text_field == "auto" else row_text(r, text_field) for r in rows]
+    scores = score_languages(texts, languages, min_letters)
     out = []
     for row, s in zip(rows, scores):
         expected = row.get("lang")
@@ -102,9 +146,12 @@ class LanguageConfig(StageConfig):
 
     kind: str = Field(default="filter.language", description="Stage kind.")
     text_field: str = Field(
-        default="completion_values",
-        description="'completion_values' (text + string argument values; names and keys are identifiers, not "
-        "language), 'prompt', 'completion', 'user' or a column name.")
+        default="auto",
+        description="'auto' (the completion's text; for a tool-call completion the user turns it answers plus "
+        "any text beside the calls — argument values are no language evidence), 'completion_values' (text + "
+        "string argument values), 'prompt', 'completion', 'user' or a column name.")
+    min_letters: int = Field(default=DEFAULT_MIN_LETTERS, ge=1,
+                             description="Texts with fewer letters get null scores (no evidence); gates keep nulls.")
     languages: list[str] = Field(default_factory=lambda: ["ru", "en"],
                                  description="ISO 639-1 candidate set for lingua (at least two).")
 
@@ -130,5 +177,6 @@ class LanguageScorer(Stage):
     async def process(self, row: Row) -> list[Row]:
         cfg: LanguageConfig = self.config  # type: ignore[assignment]
         # lingua is CPU-bound: off the event loop, so LLM stages running alongside keep their requests flowing
-        (scores,) = await asyncio.to_thread(score_rows, [row], cfg.text_field, cfg.languages)
+        (scores,) = await asyncio.to_thread(score_rows, [row], cfg.text_field, cfg.languages,
+                                         cfg.min_letters)
         return [ok(**scores)]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
+from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
 from fabrika.rewards.fc_text import is_clarification, is_refusal_with_reason
@@ -50,8 +52,41 @@ def _tool_schemas(tools: Iterable[Any] | None) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _canonical(value: Any, schema: Any) -> Any:
+    """``value`` in the one form its schema makes equivalent to every other, and nothing more.
+
+    Equivalent by the schema: an optional property left at its ``default`` (at any
+    depth) equals its absence; a ``uniqueItems`` array is a set; ``date-time``
+    strings naming the same instant (``Z`` = ``+00:00``) are equal; strings are
+    compared in Unicode NFC. Not equivalent: case, spacing, inflection («Казани» ≠
+    «Казань»), a number given as a string.
+    """
+    schema = schema if isinstance(schema, dict) else {}
+    if isinstance(value, str):
+        text = unicodedata.normalize("NFC", value)
+        if schema.get("format") == "date-time":
+            try:
+                moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            except ValueError:
+                return text
+            return moment.astimezone(timezone.utc).isoformat() if moment.tzinfo else moment.isoformat()
+        return text
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        required = set(schema.get("required") or [])
+        return {k: _canonical(v, props.get(k)) for k, v in value.items()
+                if not (k not in required and isinstance(props.get(k), dict) and "default" in props[k]
+                        and values_equal(v, props[k]["default"]))}
+    if isinstance(value, list):
+        items = [_canonical(v, schema.get("items")) for v in value]
+        if schema.get("uniqueItems"):
+            items.sort(key=lambda v: json.dumps(v, sort_keys=True, ensure_ascii=False))
+        return items
+    return value
+
+
 def _normalize_call(call: Any, schemas: Mapping[str, dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
-    """(name, arguments) with defaults dropped; ``None`` when the call is malformed."""
+    """(name, arguments in canonical form); ``None`` when the call is malformed."""
     if hasattr(call, "model_dump"):
         call = call.model_dump(mode="json")
     if not isinstance(call, Mapping):
@@ -72,18 +107,14 @@ def _normalize_call(call: Any, schemas: Mapping[str, dict[str, Any]]) -> tuple[s
     schema = schemas.get(name)
     if schema:
         props = schema.get("properties") or {}
-        required = set(schema.get("required") or [])
-        args = {
-            k: v
-            for k, v in args.items()
-            if not (k not in required and isinstance(props.get(k), dict) and "default" in props[k]
-                    and values_equal(v, props[k]["default"]))
-        }
         for k, v in args.items():
             # An integer schema does not accept 2.5; a number schema accepts 2 (values_equal handles it).
             if isinstance(props.get(k), dict) and props[k].get("type") == "integer" and isinstance(v, float) \
                     and not v.is_integer():
                 return None
+        args = _canonical(args, {"type": "object", **schema})
+    else:
+        args = _canonical(args, None)
     return name, args
 
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from fabrika.schemas.tools import Tool, ToolCall
 
 Role = Literal["system", "user", "assistant", "tool"]
-MessageFlag = Literal["wrong", "injected", "recovered", "validator_error"]
+MessageFlag = Literal["wrong", "injected", "recovered", "validator_error", "repeat"]
 
 
 class Message(BaseModel):
@@ -17,7 +17,8 @@ class Message(BaseModel):
 
     ``train`` marks a training target; ``flag`` says why a turn is special
     (``wrong``: a failed assistant step kept as context; ``injected``: the
-    reference step inserted after retries ran out). Neither is ever a target.
+    reference step inserted after retries ran out; ``repeat``: a right call made
+    again after a wrong call to the same tool was answered). None is ever a target.
     ``reasoning`` is the assistant's hidden reasoning; other roles never see it.
     """
 
@@ -38,7 +39,7 @@ class Message(BaseModel):
             raise ValueError(f"only assistant messages may carry tool_calls, not {self.role!r}")
         if self.train and self.role != "assistant":
             raise ValueError("only assistant messages can be training targets")
-        if self.train and self.flag in ("wrong", "injected"):
+        if self.train and self.flag in ("wrong", "injected", "repeat"):
             raise ValueError(f"a {self.flag!r} turn can never be a training target")
         return self
 

@@ -45,8 +45,8 @@ PLAN = Plan(
     tools=[SPEC, OTHER], tier=1,
     steps=[PlanStep(
         kind="tool_call", intent="СЕКРЕТНАЯ-ЦЕЛЬ: найти купе до Питера",
-        user_message="Найдите купе из Твери", slots={"station_code": "из Твери"},
-        enum_phrases={"coupe": "купе"},
+        user_message="Найдите купе из Твери",
+        slots={"station_code": {"value": "TVR", "say": "из Твери"}, "carriage_class": {"value": "coupe", "say": "coupe"}},
         rounds=[[ExpectedCall(name="search_train_tickets", arguments={"station_code": "TVR", "carriage_class": "coupe"},
                               result=SECRET_RESULT)]],
         final_answer="Нашёлся поезд.",
@@ -70,10 +70,10 @@ def _text(messages) -> str:
 def test_user_prompt_has_no_tools_schemas_calls_or_results():
     text = _text(render_user_prompt(user_view(STATE)))
     for forbidden in ["search_train_tickets", "convert_currency", "station_code", "carriage_class", "platzkart",
-                      "Код станции", "ПОДРОБНОЕ", "Поиск билетов", "TVR", "4321}", "trains", "СКРЫТОЕ"]:
+                      "Код станции", "ПОДРОБНОЕ", "Поиск билетов", "4321}", "trains", "СКРЫТОЕ"]:
         assert forbidden not in text, forbidden
-    # …but it does see its persona, goal, the facts and the visible dialogue text.
-    for needed in ["Ольга", "Бухгалтер на пенсии", "СЕКРЕТНАЯ-ЦЕЛЬ", "из Твери", "купе",
+    # …but it does see its persona, goal, the values it must convey (never their argument names) and the dialogue.
+    for needed in ["Ольга", "Бухгалтер на пенсии", "СЕКРЕТНАЯ-ЦЕЛЬ", "из Твери", "TVR", "coupe",
                    "Есть поезд ПОЕЗД-777 за 4321 ₽."]:
         assert needed in text, needed
 
@@ -115,4 +115,4 @@ def test_user_does_not_see_withheld_slot():
 def test_english_rendering():
     plan = PLAN.model_copy(update={"lang": "en"})
     text = _text(render_user_prompt(user_view(EpisodeState(plan=plan))))
-    assert "Your goal for this turn" in text and "Твоя цель" not in text
+    assert "What you want in this turn" in text and "Что ты хочешь" not in text

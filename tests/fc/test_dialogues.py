@@ -71,7 +71,7 @@ def test_two_wrong_turns_then_recovery():
 
 def test_wrong_but_valid_call_gets_a_realistic_tool_reply():
     llm = scripts(sequence(call(city="Омск"), call(), "Готово."))
-    row = run(llm)
+    row = run(llm, max_injected_share=1.0)
     msgs = json.loads(row["dialogue"])["messages"]
     assert msgs[1]["flag"] == "wrong" and msgs[2]["flag"] is None and msgs[2]["role"] == "tool"
     tool_prompts = [r.messages[1]["content"] for r in llm.tagged("fc.tool")]
@@ -79,6 +79,39 @@ def test_wrong_but_valid_call_gets_a_realistic_tool_reply():
     assert '```json\n{\n "t": 5\n}\n```' in tool_prompts[1]  # the matched call gets the plan's result
     for p in tool_prompts:
         assert "СЕКРЕТ" not in p and "Погода в Твери?" not in p
+
+
+def test_a_wrong_call_the_tool_answered_is_never_followed_by_a_trained_repeat():
+    """«г. Тверь» answered successfully, then «Тверь»: the second call stays context, never a target."""
+    llm = scripts(sequence(call(city="г. Тверь"), call(), "В Твери +5."))
+    row = run(llm, max_injected_share=1.0)
+    msgs = json.loads(row["dialogue"])["messages"]
+    assert [(m["role"], m["flag"], m["train"]) for m in msgs] == [
+        ("user", None, False), ("assistant", "wrong", False), ("tool", None, False),
+        ("assistant", "repeat", False), ("tool", None, False), ("assistant", None, True)]
+    assert [s.target_type for s in samples_of(row)] == ["text"]
+    assert row["n_repeat"] == 1
+    # by default a repeated step counts like an injected one
+    assert run(scripts(sequence(call(city="г. Тверь"), call(), "В Твери +5.")))["reason"].startswith(
+        "too_many_injected")
+
+
+def test_a_wrong_call_answered_with_an_error_is_followed_by_a_trained_recovery():
+    def tool(req):
+        called = req.messages[1]["content"].split("```json")[2]  # the call block
+        return '{"error": "город не найден"}' if "г. Тверь" in called else '{"t": 5}'
+    row = run(scripts(sequence(call(city="г. Тверь"), call(), "В Твери +5."), tool=tool))
+    msgs = json.loads(row["dialogue"])["messages"]
+    assert [(m["flag"], m["train"]) for m in msgs if m["role"] == "assistant"] == [
+        ("wrong", False), ("recovered", True), (None, True)]
+
+
+def test_tool_answer_must_keep_the_planned_result_or_the_episode_is_rejected():
+    answers = sequence('{"t": 7}', '{"t": 5, "wind": 3}')
+    row = run(scripts(sequence(call(), "В Твери +5."), tool=answers))
+    assert row["status"] == "ok" and row["n_tool_retries"] == 1
+    row = run(scripts(sequence(call(), "В Твери +5."), tool=lambda r: '{"t": 7}'))
+    assert row["status"] == "rejected" and row["reason"] == "tool_result_mismatch: get_weather: result.t: expected 5, got 7"
 
 
 def test_reference_injected_after_retries_then_share_rejects():

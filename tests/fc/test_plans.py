@@ -24,6 +24,10 @@ def spec(topic: str, name: str) -> ToolSpec:
 
 
 TOOLS = [spec("t1", "get_weather"), spec("t1", "get_forecast"), spec("t2", "get_rates"), spec("t3", "get_news")]
+DATED = ToolSpec(id="tool-t1-dated", topic_id="t1", lang="ru", tiers=["Дата", "Дата дня", "Дата дня недели", "Дата дня недели и месяца"],
+                 tool=Tool.model_validate({"function": {"name": "get_dated", "parameters": {
+                     "type": "object", "required": ["day"],
+                     "properties": {"day": {"type": "string", "format": "date", "description": "День"}}}}}))
 ROWS = {"fc.tools_dedup": [{"id": t.id, "status": "ok", "spec": t.model_dump_json()} for t in TOOLS]}
 CALL = {"name": "get_weather", "arguments": {"city": "Тверь"}, "result": {"t": 5}}
 
@@ -55,14 +59,21 @@ def test_items_and_sampling_are_deterministic():
 
 
 def test_rule_checks_name_the_problem():
-    group = TOOLS[:2]
+    group = TOOLS[:2] + [DATED]
     steps, problems = parse_steps(single_step())
     assert problems == [] and check_plan(steps, group, "single", "ru") == []
     cases = {
         "unknown_tool": single_step(rounds=[[{**CALL, "name": "rm_rf"}]]),
         "'city' is a required property": single_step(rounds=[[{**CALL, "arguments": {"days": 2}}]]),
         "is not one of": single_step(rounds=[[{**CALL, "arguments": {"city": "Тверь", "units": "k"}}]]),
-        "needs an entry in enum_phrases": single_step(rounds=[[{**CALL, "arguments": {"city": "Тверь", "units": "c"}}]]),
+        "has no slot": single_step(rounds=[[{**CALL, "arguments": {"city": "Тверь", "units": "c"}}]]),
+        "starts with a preposition": single_step(rounds=[[{**CALL, "arguments": {"city": "в Твери"}}]],
+                                                 slots={"city": {"value": "в Твери", "say": "в Твери"}}),
+        "'Твери' is not in the nominative": single_step(rounds=[[{**CALL, "arguments": {"city": "Твери"}}]],
+                                                        slots={"city": {"value": "Твери", "say": "в Твери"}}),
+        "slots.city.value 'Твери' differs": single_step(slots={"city": {"value": "Твери", "say": "в Твери"}}),
+        "is not a 'date'": single_step(rounds=[[{**CALL, "name": "get_dated", "arguments": {"day": "14 марта"}}]],
+                                       slots={"day": {"value": "14 марта", "say": "14 марта"}}),
         "is not in 'ru'": single_step(user_message="What is the weather?"),
         "parallel plans have one round": single_step(),
     }
@@ -90,7 +101,11 @@ def test_planner_revises_after_rule_problem_and_judge_issue():
     assert rounds[3]["verdict"]["approved"] is True
     revise = llm.tagged("fc.planner")[3].messages[-1]["content"]
     assert "слишком сухо" in revise  # the judge's issue reached the planner
+    for req in llm.tagged("fc.planner")[1:]:  # each revision carries the task and the last plan once, no growth
+        assert len(req.messages) == 3 and json.dumps(req.messages, ensure_ascii=False).count('"rounds"') <= 2
+        assert req.response_format["json_schema"]["name"] == "fc_plan"
     assert len(llm.tagged("fc.judge")) == 2  # rule failures never reach the judge
+    assert llm.tagged("fc.judge")[0].response_format["json_schema"]["name"] == "fc_judge"
 
 
 def test_never_approved_plan_is_a_recorded_rejection():

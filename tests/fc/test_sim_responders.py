@@ -51,3 +51,35 @@ def test_responders_are_registered_with_the_sim_backend():
         assert find_sim_responder(tag) is not None, tag
     assert find_sim_responder("fc.tools").__name__ == "tools_responder"
     assert find_sim_responder("fc.tool").__name__ == "tool_responder"
+
+
+def test_sim_plans_include_corrections_late_clarifications_and_error_recovery():
+    from fabrika.agents.prompts import prompt_text
+    from fabrika.generators.fc.plan_checks import check_plan, parse_steps
+    from fabrika.generators.fc.sim_responders import planner_responder
+    from fabrika.schemas.fc import ToolSpec
+
+    raw = json.loads(tools_responder(tools_request("ru", "Запись к врачу"), random.Random(4)))["tools"]
+    specs = [parse_tool(t, topic_id="t", lang="ru")[0] for t in raw]
+    assert all(isinstance(s, ToolSpec) for s in specs)
+    tools = [{**s.tool.to_openai()["function"], "tiers": s.tiers} for s in specs]
+    seen: set[str] = set()
+    failed = 0
+    for seed in range(40):
+        for kind in ("multi_turn", "error_recovery"):
+            task = json.dumps({"sample_type": kind, "lang": "ru", "tools": tools}, ensure_ascii=False)
+            req = ChatRequest(messages=({"role": "user", "content": prompt_text("planner", "ru").format(task=task)},),
+                              tag="fc.planner")
+            steps, problems = parse_steps(json.loads(planner_responder(req, random.Random(seed))))
+            assert steps is not None, problems
+            if check_plan(steps, specs, kind, "ru"):  # e.g. an e-mail-heavy line fails the language rule: revised
+                failed += 1
+                continue
+            kinds = [s.kind for s in steps]
+            if kind == "error_recovery":
+                seen.add("error")
+            elif "clarification" in kinds[1:]:
+                seen.add("late_clarification")
+            elif [c.name for c in steps[0].calls()] == [c.name for c in steps[1].calls()]:
+                seen.add("correction")
+    assert seen == {"error", "late_clarification", "correction"} and failed <= 16

@@ -65,7 +65,8 @@ def test_process_uses_llm_and_topic_language():
     rows = asyncio.run(stage.process(TOPIC))
     assert rows[0]["status"] == "ok"
     prompt = llm.requests[0].messages[0]["content"]
-    assert "Придумай 3 функций" in prompt and "Доставка еды" in prompt
+    assert "всего функций: 3" in prompt and "Доставка еды" in prompt
+    assert llm.requests[0].response_format["json_schema"]["name"] == "fc_tools"
 
 
 def test_dedup_keeps_smallest_id_regardless_of_order():

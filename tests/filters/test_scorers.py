@@ -30,7 +30,7 @@ def test_language_labels_confidence_and_homoglyphs():
              "Эта прoграмма рабoтает отлично", ""]
     got = score_languages(texts, ["ru", "en", "uk"])
     assert [g["lang_detected"] for g in got] == ["ru", "en", "ru", None]
-    assert got[0]["lang_confidence"] > 0.8 and got[3]["lang_confidence"] == 0.0
+    assert got[0]["lang_confidence"] > 0.8 and got[3]["lang_confidence"] is None  # no letters: no evidence
     assert got[0]["homoglyph_share"] == 0.0 and got[2]["homoglyph_share"] == pytest.approx(2 / 4)
     assert homoglyph_share("Latin only words") == 0.0
     assert homoglyph_share("Отправь SQL-запрос через Wi-Fi-сеть с iPhone-а") == 0.0  # real terms, not disguise

@@ -11,6 +11,7 @@ import json
 import re
 from typing import Any, Iterable
 
+import jsonschema
 from pydantic import ValidationError
 
 from fabrika.llm.types import ChatResponse
@@ -21,6 +22,7 @@ from fabrika.schemas.tools import Tool, ToolCall
 SNAKE_RE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
 _CYR = re.compile(r"[А-Яа-яЁё]")
 _LAT = re.compile(r"[A-Za-z]")
+_IDENTIFIERS = re.compile(r"\S+@\S+|https?://\S+|\b(?=\w*\d)[\w.-]+\b")
 
 
 def cyrillic_share(text: str) -> float:
@@ -34,7 +36,10 @@ def language_ok(text: str, lang: str, min_share: float = 0.6) -> bool:
     """Cheap script check, good enough to catch an English answer to a Russian prompt.
 
     Text with no letters at all (numbers, JSON punctuation) passes: it has no language.
+    E-mail addresses, URLs and codes with digits (``A1024``) are identifiers, not
+    language, and do not count.
     """
+    text = _IDENTIFIERS.sub(" ", text)
     if not _CYR.search(text) and not _LAT.search(text):
         return True
     share = cyrillic_share(text)
@@ -111,6 +116,24 @@ def parse_tool(raw: Any, *, topic_id: str, lang: str) -> tuple[ToolSpec | None, 
     return spec, None
 
 
+_FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
+
+
+def argument_problems(tool: Tool, arguments: dict[str, Any]) -> list[str]:
+    """Schema problems of ``arguments``, formats included (``date`` is ISO 8601, ``email`` has an @…).
+
+    ``Tool.validate_arguments`` ignores ``format`` (JSON Schema makes it an
+    annotation); a runtime would reject «14 марта» for a ``date``, so the FC
+    stages check it.
+    """
+    problems = tool.validate_arguments(arguments)
+    if problems:
+        return problems
+    validator = jsonschema.Draft202012Validator(tool.function.parameters, format_checker=_FORMATS)
+    return [f"{'/'.join(str(p) for p in err.absolute_path) or '<root>'}: {err.message}"
+            for err in sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))]
+
+
 def check_calls(calls: Iterable[Any], tools: dict[str, Tool]) -> list[str]:
     """Rule checks of calls against the visible tools: known name, object args, schema (required, types, enums)."""
     problems: list[str] = []
@@ -124,6 +147,6 @@ def check_calls(calls: Iterable[Any], tools: dict[str, Tool]) -> list[str]:
         if tool is None:
             problems.append(f"unknown_tool: {call.name!r} is not among {sorted(tools)}")
             continue
-        for err in tool.validate_arguments(call.arguments):
+        for err in argument_problems(tool, call.arguments):
             problems.append(f"schema_violation: {call.name}: {err}")
     return problems

@@ -1,11 +1,14 @@
 """``fc.irrelevance``: derived samples where the right tool is gone.
 
 From a ``tool_call`` sample that opens a turn (its prompt ends with the user's
-message), the tools it calls are removed from the visible list; the LLM writes
-the assistant's text answer saying no available tool can do it, and a judge
-confirms that no remaining tool satisfies the request — otherwise the derived
-sample is rejected with the judge's issue. Samples whose history already calls
-a removed tool are skipped (the prompt would contradict the tool list).
+message, and that message is not the answer to a clarification), every tool the
+turn needs is removed from the visible list; the LLM writes the assistant's
+text answer saying no available tool can do it, and a judge confirms that no
+remaining tool serves the request (``any_tool_fits: false``) — otherwise the
+derived sample is rejected with the judge's reason. Both see the whole
+conversation up to that turn, not only the last message. Samples whose history
+already calls a removed tool are skipped (the prompt would contradict the tool
+list).
 
 Input: ``fc.dialogues`` (preferred: an episode row is far smaller than its
 samples, which repeat the prompt prefix, so the stage streams less) or
@@ -16,20 +19,22 @@ same samples.
 from __future__ import annotations
 
 import json
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from fabrika.agents.prompts import prompt_text
 from fabrika.generators.fc.common import language_ok, response_error
-from fabrika.generators.fc.plans import parse_verdict
 from fabrika.generators.fc.samples import episode_samples
+from fabrika.generators.fc.structured import IrrelevanceVerdict, response_format
+from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
 from fabrika.schemas.messages import Dialogue, Message
 from fabrika.schemas.records import Sample
 from fabrika.schemas.rows import from_row, to_row
+from fabrika.textutil.reasoning import split_reasoning
 
 
 class IrrelevanceConfig(StageConfig):
@@ -42,21 +47,63 @@ class IrrelevanceConfig(StageConfig):
     max_tokens: int = Field(default=512, ge=64, description="Completion budget of the answer and the judge.")
 
 
+def conversation_view(prompt: list[Message]) -> list[dict[str, Any]]:
+    """The context up to the user's turn as the answer writer and judge read it (no system prompt)."""
+    out: list[dict[str, Any]] = []
+    for m in prompt:
+        if m.role == "system":
+            continue
+        entry: dict[str, Any] = {"role": m.role, "content": m.content or ""}
+        if m.tool_calls:
+            entry["calls"] = [{"name": c.name, "arguments": c.arguments} for c in m.tool_calls]
+        if m.role == "tool":
+            entry["name"] = m.name
+        out.append(entry)
+    return out
+
+
+def parse_irrelevance_verdict(text: str | None) -> IrrelevanceVerdict | str:
+    """The judge's verdict, or why it is unusable. ``any_tool_fits=false`` approves the sample."""
+    data = extract_json(text, expect=dict)
+    if is_failure(data):
+        return f"judge answer unusable: {data}"
+    try:
+        return IrrelevanceVerdict.model_validate({k: data[k] for k in ("any_tool_fits", "fitting_tools", "issues")
+                                                  if k in data})
+    except ValidationError as exc:
+        return f"judge answer unusable: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}"
+
+
 @register_stage
 class IrrelevanceStage(Stage):
     kind: ClassVar[str] = "fc.irrelevance"
     Config: ClassVar[type[StageConfig]] = IrrelevanceConfig
 
-    def eligible(self, sample: Sample) -> tuple[list[str], str] | None:
-        """(removed tool names, the user's request) or ``None`` when the sample cannot be derived from."""
+    def eligible(self, sample: Sample) -> list[str] | None:
+        """The tools to remove (every tool this user turn needs), or ``None`` when no true sample can be derived.
+
+        Eligible: a ``tool_call`` target that opens its turn (the prompt ends with
+        the user's message), in a turn that is not the answer to a clarification
+        (there the request was made earlier and the answer alone would contradict
+        the refusal), where removing every tool the turn needs leaves tools, and
+        no earlier message already called a removed tool.
+        """
         if sample.target_type != "tool_call" or not sample.prompt or sample.prompt[-1].role != "user":
             return None
-        removed = sorted({c["name"] for c in (sample.ground_truth or {}).get("calls", [])})
+        meta = sample.meta or {}
+        if meta.get("answers_clarification"):
+            return None
+        if "answers_clarification" not in meta and len(sample.prompt) >= 2:  # rows from before the flag
+            before = sample.prompt[-2]
+            if before.role == "assistant" and not before.tool_calls and "?" in (before.content or ""):
+                return None
+        needed = meta.get("turn_tools") or [c["name"] for c in (sample.ground_truth or {}).get("calls", [])]
+        removed = sorted(set(needed))
         if not removed or len(removed) >= len(sample.tools):
             return None
         if any(c.name in removed for m in sample.prompt for c in m.tool_calls or []):
             return None
-        return removed, sample.prompt[-1].content or ""
+        return removed
 
     async def process(self, row: Row) -> list[Row]:
         """One ``fc.samples`` row, or one ``fc.dialogues`` row (every sample of the episode)."""
@@ -75,34 +122,39 @@ class IrrelevanceStage(Stage):
     async def derive(self, sample: Sample) -> list[Row]:
         cfg: IrrelevanceConfig = self.config  # type: ignore[assignment]
         out_id = stable_id(sample.id, prefix="fci-")
-        found = self.eligible(sample)
-        if found is None:
-            return [rejected(out_id, "not_eligible: not a turn-opening tool_call sample with tools left",
-                             source_id=sample.id, lang=sample.lang)]
+        removed = self.eligible(sample)
+        if removed is None:
+            return [rejected(out_id, "not_eligible: not a turn-opening tool_call sample (or it answers a "
+                             "clarification, or no tools would be left)", source_id=sample.id, lang=sample.lang)]
         if self.ctx.rng(sample.id).random() >= cfg.share:
             return [rejected(out_id, f"not_sampled: share={cfg.share}", source_id=sample.id, lang=sample.lang)]
-        removed, request = found
         tools = [t for t in sample.tools if t.name not in removed]
-        task = json.dumps({"request": request, "tools": [t.to_openai()["function"] for t in tools]},
-                          ensure_ascii=False, indent=1)
+        task = json.dumps({"conversation": conversation_view(sample.prompt),
+                           "tools": [t.to_openai()["function"] for t in tools]}, ensure_ascii=False, indent=1)
         base = {"source_id": sample.id, "lang": sample.lang}
         answer_resp, judge_resp = await self.ctx.llm.complete([
             ChatRequest(messages=({"role": "user", "content": prompt_text("irrelevance_answer", sample.lang).format(task=task)},),
                         temperature=cfg.temperature, max_tokens=cfg.max_tokens, tag="fc.irrelevance.answer"),
             ChatRequest(messages=({"role": "user", "content": prompt_text("irrelevance_judge", sample.lang).format(task=task)},),
-                        temperature=0.0, max_tokens=cfg.max_tokens, tag="fc.irrelevance.judge"),
+                        temperature=0.0, max_tokens=cfg.max_tokens, tag="fc.irrelevance.judge",
+                        response_format=response_format("fc_irrelevance_judge")),
         ])
         err = response_error(answer_resp)
         if err:
             return [rejected(out_id, err, **base)]
-        text = (answer_resp.text or "").strip()
+        split = split_reasoning(answer_resp.text, answer_resp.choices[0].reasoning)
+        text = split.answer if split.complete else ""
         if not text or "<tool_call>" in text:
-            return [rejected(out_id, "invalid_answer: empty or contains a tool call", **base)]
+            return [rejected(out_id, "invalid_answer: empty, unfinished reasoning or contains a tool call", **base)]
         if not language_ok(text, sample.lang):
             return [rejected(out_id, f"wrong_language: answer not in {sample.lang!r}", **base)]
-        verdict = parse_verdict(judge_resp.text if judge_resp.ok else None)
-        if not verdict.approved:
-            return [rejected(out_id, f"judge_rejected: {(verdict.issues or ['a remaining tool fits'])[0]}", **base)]
+        err = response_error(judge_resp)
+        verdict = parse_irrelevance_verdict(None if err else judge_resp.text)
+        if isinstance(verdict, str):
+            return [rejected(out_id, verdict if not err else f"judge_{err}", **base)]
+        if verdict.any_tool_fits:
+            why = ", ".join(verdict.fitting_tools) or (verdict.issues or ["-"])[0]
+            return [rejected(out_id, f"judge_rejected: a remaining tool fits: {why}", **base)]
         derived = Sample(
             id=out_id, expert="fc", lang=sample.lang, prompt=sample.prompt,
             completion=[Message(role="assistant", content=text, train=True)], tools=tools,

@@ -2,8 +2,8 @@
 
 The stage samples with ``ctx.rng`` (so reruns agree): the sample type, a tool
 group (the topic's tools plus distractors from other topics in the same
-language; irrelevance plans get distractors only, so no visible tool can serve
-the request), a persona and the description tier. The planner LLM writes the
+language, ``similar_distractors`` of them from the nearest topics; irrelevance
+plans get distractors only, so no visible tool can serve the request), a persona and the description tier. The planner LLM writes the
 steps; rule checks (:mod:`plan_checks`) and then the judge LLM review them; the
 planner revises with the issues, at most ``max_rounds`` rounds. Every round
 (plan, rule problems, verdict) is stored; a plan never approved is a rejected
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import zlib
 from functools import cached_property
 from typing import Any, ClassVar, Iterator, Literal
@@ -25,6 +26,7 @@ from fabrika.agents.prompts import prompt_text
 from fabrika.errors import InputError
 from fabrika.generators.fc.common import response_error
 from fabrika.generators.fc.plan_checks import check_plan, parse_steps
+from fabrika.generators.fc.structured import response_format
 from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.inputs import resolve_data_path
 from fabrika.llm.types import ChatRequest
@@ -41,7 +43,7 @@ from fabrika.schemas.ids import stable_id
 
 DEFAULT_TYPES: dict[str, float] = {
     "single": 0.25, "parallel": 0.12, "multi_step": 0.12, "multi_turn": 0.16,
-    "clarification": 0.12, "text": 0.08, "irrelevance": 0.15,
+    "clarification": 0.12, "error_recovery": 0.05, "text": 0.08, "irrelevance": 0.15,
 }
 NEEDS_TWO_TOOLS = ("parallel", "multi_step")
 
@@ -54,6 +56,10 @@ class PlansConfig(StageConfig):
     sample_types: dict[SampleType, float] = Field(default_factory=lambda: dict(DEFAULT_TYPES),
                                                   description="Relative weights of the sample types.")
     distractors: int = Field(default=2, ge=0, le=20, description="Tools from other topics added to each group.")
+    similar_distractors: int = Field(
+        default=1, ge=0, le=20, description="How many of the distractors come from the most similar other topics "
+        "(MinHash LSH over the tools' names and descriptions), so the assistant must tell close tools apart; "
+        "the rest are random. Irrelevance plans get them too.")
     max_rounds: int = Field(default=4, ge=1, le=8, description="Planner → judge rounds before a plan is rejected.")
     personas: dict[str, str] = Field(
         default_factory=lambda: {"ru": "package://fc/personas_ru.jsonl", "en": "package://fc/personas_en.jsonl"},
@@ -71,11 +77,12 @@ def load_personas(path: str, resolve: Any = None) -> list[Persona]:
         raise InputError(f"personas file {path!r} cannot be read: {exc}; give a jsonl of Persona records") from exc
 
 
-def _sample_other_topics(rng: random.Random, pool: list[str], own: str, k: int) -> list[str]:
-    """``k`` distinct topics of ``pool`` other than ``own``, in O(k) draws (not O(pool) per plan)."""
-    k = min(k, len(pool) - (1 if own in pool else 0))
+def _sample_other_topics(rng: random.Random, pool: list[str], own: str, k: int,
+                         exclude: tuple[str, ...] = ()) -> list[str]:
+    """``k`` distinct topics of ``pool`` other than ``own`` and ``exclude`` (topics of ``pool``), in O(k) draws."""
+    k = min(k, len(pool) - (1 if own in pool else 0) - len(set(exclude) - {own}))
     picked: list[str] = []
-    seen = {own}
+    seen = {own, *exclude}
     while len(picked) < k:
         topic = pool[rng.randrange(len(pool))]
         if topic not in seen:
@@ -108,6 +115,34 @@ class PlansStage(Stage):
             by_lang.setdefault(langs[topic_id], []).append(topic_id)
         return {t: [js for _, js in sorted(v)] for t, v in by_topic.items()}, by_lang
 
+    @cached_property
+    def _similar(self) -> dict[str, list[str]]:
+        """topic id → other topics of its language, most similar first (Jaccard of the tools' words, MinHash LSH).
+
+        One index over the whole pool, built once: a query costs O(1) per topic, not O(pool).
+        """
+        from datasketch import MinHash, MinHashLSH
+
+        by_topic, by_lang = self._index
+        out: dict[str, list[str]] = {}
+        for topics in by_lang.values():
+            lsh = MinHashLSH(threshold=0.15, num_perm=64)
+            sigs: dict[str, MinHash] = {}
+            for topic_id in topics:
+                words: set[str] = set()
+                for blob in by_topic[topic_id]:
+                    spec = self._spec(blob)
+                    words |= set(re.findall(r"\w{3,}", f"{spec.name.replace('_', ' ')} {spec.tiers[1]}".lower()))
+                m = MinHash(num_perm=64, seed=1)
+                for w in sorted(words):
+                    m.update(w.encode("utf-8"))
+                sigs[topic_id] = m
+                lsh.insert(topic_id, m)
+            for topic_id, m in sigs.items():
+                near = [t for t in lsh.query(m) if t != topic_id]
+                out[topic_id] = sorted(near, key=lambda t: (-m.jaccard(sigs[t]), t))
+        return out
+
     @staticmethod
     def _spec(blob: bytes) -> ToolSpec:
         return ToolSpec.model_validate_json(zlib.decompress(blob))
@@ -136,9 +171,11 @@ class PlansStage(Stage):
         rng = self.ctx.rng(item["id"])
         types = {t: w for t, w in sorted(cfg.sample_types.items()) if w > 0 and (len(own) > 1 or t not in NEEDS_TWO_TOOLS)}
         sample_type: SampleType = rng.choices(list(types), weights=list(types.values()))[0]
-        picked = _sample_other_topics(rng, by_lang.get(lang, []), item["topic_id"],
-                                      cfg.distractors + (2 if sample_type == "irrelevance" else 0))
-        distractors = [self._spec(rng.choice(by_topic[t])) for t in picked]
+        n_other = cfg.distractors + (2 if sample_type == "irrelevance" else 0)
+        similar = self._similar.get(item["topic_id"], [])[: min(cfg.similar_distractors, n_other)]
+        rest = _sample_other_topics(rng, by_lang.get(lang, []), item["topic_id"], n_other - len(similar),
+                                    exclude=tuple(similar))
+        distractors = [self._spec(rng.choice(by_topic[t])) for t in similar + rest]
         group = distractors if sample_type == "irrelevance" else own + distractors
         rng.shuffle(group)
         personas = self._personas.get(lang) or []
@@ -162,20 +199,25 @@ class PlansStage(Stage):
         lang = persona.lang
         task = self._task(sample_type, group, persona, self._tools(item["topic_id"]))
         task_json = json.dumps(task, ensure_ascii=False, indent=1)
-        convo: list[dict[str, Any]] = [{"role": "user", "content": prompt_text("planner", lang).format(task=task_json)}]
+        first = {"role": "user", "content": prompt_text("planner", lang).format(task=task_json)}
+        convo: list[dict[str, Any]] = [first]
         rounds: list[PlanRound] = []
         base = {"topic_id": item["topic_id"], "lang": lang, "sample_type": sample_type}
         for r in range(cfg.max_rounds):
             resp = await self.ctx.llm.complete_one(ChatRequest(
-                messages=tuple(convo), temperature=cfg.temperature, max_tokens=cfg.max_tokens, tag="fc.planner"))
+                messages=tuple(convo), temperature=cfg.temperature, max_tokens=cfg.max_tokens, tag="fc.planner",
+                response_format=response_format("fc_plan"), sample_index=r))
             err = response_error(resp)
-            if err:
+            if err and not err.startswith("truncated"):
                 return [rejected(item["id"], err, **base, rounds=_dump(rounds))]
+            if err:  # cut off: this round is lost, the next one asks again (a new sample, not the cached one)
+                rounds.append(PlanRound(round=r, plan=None, problems=[f"{err} (answer cut off; asked again)"]))
+                continue
             text = resp.text or ""
-            data = extract_json(text, expect=dict)
+            data = extract_json(text, expect=dict, reasoning_content=resp.choices[0].reasoning)
             steps, problems = (None, [str(data)]) if is_failure(data) else parse_steps(data)
             if steps is not None:
-                problems = check_plan(steps, group, sample_type, lang)
+                problems = check_plan(steps, group, sample_type, lang, persona)
             verdict = None
             if steps is not None and not problems:
                 verdict = await self._judge(sample_type, group, steps, lang)
@@ -187,9 +229,12 @@ class PlansStage(Stage):
                 return [ok(item["id"], **base, n_steps=len(steps), n_rounds=len(rounds),  # type: ignore[arg-type]
                            plan=plan.model_dump_json())]
             issues = problems + (verdict.issues if verdict else [])
-            convo += [{"role": "assistant", "content": text},
-                      {"role": "user", "content": prompt_text("planner_revise", lang).format(
-                          plan=text, issues=json.dumps(issues or ["-"], ensure_ascii=False))}]
+            # the plan travels once per request: the task, the last plan, the review (tokens stay flat per round)
+            last_plan = text if steps is None else json.dumps({"steps": [s.model_dump() for s in steps]},
+                                                             ensure_ascii=False)
+            convo = [first, {"role": "assistant", "content": last_plan},
+                     {"role": "user", "content": prompt_text("planner_revise", lang).format(
+                         issues=json.dumps(issues or ["-"], ensure_ascii=False, indent=1))}]
         last = rounds[-1]
         why = "plan_invalid" if last.problems else "judge_rejected"
         detail = (last.problems or (last.verdict.issues if last.verdict else []) or ["-"])[0]
@@ -202,19 +247,29 @@ class PlansStage(Stage):
         resp = await self.ctx.llm.complete_one(ChatRequest(
             messages=({"role": "user", "content": prompt_text("judge", lang).format(
                 task=json.dumps(task, ensure_ascii=False, indent=1))},),
-            temperature=0.0, max_tokens=cfg.max_tokens, tag="fc.judge"))
-        return parse_verdict(resp.text if resp.ok else None)
+            temperature=0.0, max_tokens=cfg.max_tokens, tag="fc.judge", response_format=response_format("fc_judge")))
+        return parse_verdict(resp.text if resp.ok and not response_error(resp) else None)
 
 
 def parse_verdict(text: str | None) -> JudgeVerdict:
-    """The judge's JSON verdict; an unparsable one counts as not approved, with the reason as the issue."""
+    """The judge's JSON verdict (every issue it lists); an unparsable one counts as not approved.
+
+    An approval that still lists issues is not an approval: the issues go back to the planner.
+    """
     data = extract_json(text, expect=dict)
     if is_failure(data):
         return JudgeVerdict(approved=False, issues=[f"judge answer unusable: {data}"])
+    issues = data.get("issues") or []
+    if isinstance(issues, str):
+        issues = [issues]
     try:
-        return JudgeVerdict.model_validate({"approved": data.get("approved"), "issues": data.get("issues") or []})
+        verdict = JudgeVerdict.model_validate({"approved": data.get("approved"),
+                                               "issues": [str(i) for i in issues if str(i).strip()]})
     except ValidationError:
         return JudgeVerdict(approved=False, issues=["judge answer unusable: 'approved' must be true or false"])
+    if verdict.approved and verdict.issues:
+        return JudgeVerdict(approved=False, issues=verdict.issues)
+    return verdict
 
 
 def _dump(rounds: list[PlanRound]) -> str:

@@ -9,9 +9,9 @@ input). Wrong and injected turns are never completions. This is a dataset stage.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from fabrika.agents.prompts import prompt_text
+from fabrika.agents.prompts import assistant_system
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
 from fabrika.schemas.messages import Dialogue, Message
@@ -25,24 +25,40 @@ class SamplesConfig(StageConfig):
     kind: Literal["fc.samples"] = "fc.samples"
 
 
+SCORE_COLUMNS = ("asks_withheld", "unsupported_numbers")
+
+
 def episode_samples(dialogue: Dialogue) -> list[Sample]:
     """The samples of one episode, in message order."""
-    system = Message(role="system", content=prompt_text("assistant_system", dialogue.lang or "ru"))
+    system = Message(role="system", content=assistant_system(dialogue.lang or "ru", dialogue.meta.get("plan_id")))
+    kinds = dialogue.meta.get("step_kinds")
+    step_tools = dialogue.meta.get("step_tools")
     out: list[Sample] = []
     for target in dialogue.meta.get("targets", []):
         i = target["index"]
         msg = dialogue.messages[i]
-        if not msg.train or msg.flag in ("wrong", "injected"):
+        if not msg.train or msg.flag in ("wrong", "injected", "repeat"):
             raise ValueError(f"episode {dialogue.id}: message {i} is listed as a target but is not trainable")
+        step = target["step"]
+        meta = {"episode_id": dialogue.id, "plan_id": dialogue.meta.get("plan_id"), "step": step,
+                "round": target["round"], "sample_type": dialogue.meta.get("sample_type"),
+                "tier": dialogue.meta.get("tier"), "scores": target.get("scores") or {}}
+        if kinds is not None:
+            meta["answers_clarification"] = step > 0 and kinds[step - 1] == "clarification"
+        if step_tools is not None:
+            meta["turn_tools"] = step_tools[step]
         out.append(Sample(
             id=stable_id(dialogue.id, i, prefix="fcs-"), expert="fc", lang=dialogue.lang or "ru",
             prompt=[system, *(m.model_copy(update={"train": False}) for m in dialogue.messages[:i])], completion=[msg], tools=dialogue.tools,
-            target_type=target["target_type"], ground_truth={"calls": target["expected"]},
-            meta={"episode_id": dialogue.id, "plan_id": dialogue.meta.get("plan_id"), "step": target["step"],
-                  "round": target["round"], "sample_type": dialogue.meta.get("sample_type"),
-                  "tier": dialogue.meta.get("tier")},
+            target_type=target["target_type"], ground_truth={"calls": target["expected"]}, meta=meta,
         ))
     return out
+
+
+def score_columns(sample: Sample) -> dict[str, Any]:
+    """The rule scores of a sample as row columns (null where they do not apply)."""
+    scores = (sample.meta or {}).get("scores") or {}
+    return {c: scores.get(c) for c in SCORE_COLUMNS}
 
 
 @register_stage
@@ -56,4 +72,4 @@ class SamplesStage(Stage):
             samples = episode_samples(dialogue)
         except (ValueError, KeyError, IndexError) as exc:
             return [rejected(stable_id(dialogue.id, prefix="fcs-bad-"), f"invalid_episode: {exc}")]
-        return [ok(s.id, **{k: v for k, v in to_row(s).items() if k != "id"}) for s in samples]
+        return [ok(s.id, **{k: v for k, v in to_row(s).items() if k != "id"}, **score_columns(s)) for s in samples]

@@ -30,28 +30,91 @@ _TRANSLIT = dict(zip("абвгдеёжзийклмнопрстуфхцчшщъы
 VERBS = {"ru": ["найти", "создать", "проверить", "отменить", "забронировать", "показать"],
          "en": ["find", "create", "check", "cancel", "book", "show"]}
 VERBS_EN = VERBS["en"]  # tool names are English in both languages
-# (name, ru description, en description, type, ru values, en values)
+# (name, ru description, en description, type, ru values, en values); "type" may name a shape below
 PARAMS = [
     ("city", "город", "city", "string", ["Москва", "Казань", "Тверь"], ["London", "Boston", "Leeds"]),
-    ("date", "дата", "date", "string", ["завтра", "пятница", "2025-03-14"], ["tomorrow", "friday", "2025-03-14"]),
+    ("date", "дата", "date", "date", ["2025-03-14", "2025-04-02", "2025-05-30"], ["2025-03-14", "2025-04-02"]),
     ("client_name", "имя клиента", "client name", "string", ["Иванов", "Петрова"], ["Smith", "Jones"]),
     ("order_id", "номер заказа", "order number", "string", ["A1024", "B77"], ["A1024", "B77"]),
     ("category", "категория", "category", "enum", ["эконом", "стандарт", "премиум"], ["economy", "standard", "premium"]),
     ("count", "количество", "quantity", "integer", [1, 2, 5], [1, 2, 5]),
+    ("email", "почта", "e-mail", "email", ["anna@example.ru", "oleg.k@mail.example"], ["ann@example.com"]),
+    ("address", "адрес", "address", "object", [{"city": "Казань", "street": "Баумана"}, {"city": "Тверь", "street": "Советская"}],
+     [{"city": "Leeds", "street": "Park Row"}]),
+    ("items", "позиции", "items", "array", [[{"title": "хлеб", "qty": 2}], [{"title": "молоко", "qty": 1}, {"title": "сыр", "qty": 3}]],
+     [[{"title": "bread", "qty": 2}]]),
 ]
+SUB = {"city": ("город", "city"), "street": ("улица", "street"), "title": ("название", "title"), "qty": ("количество", "qty")}
+
+
+def _param_schema(name: str, ru: str, en: str, typ: str, values: list[Any], lang: str) -> dict[str, Any]:
+    desc = ru if lang == "ru" else en
+    sub = lambda k: SUB[k][0 if lang == "ru" else 1]  # noqa: E731
+    if typ == "enum":
+        return {"type": "string", "enum": values, "description": desc, "default": values[1 % len(values)]}
+    if typ in ("date", "email"):
+        return {"type": "string", "format": typ, "description": desc}
+    if typ == "integer":
+        return {"type": "integer", "minimum": 1, "maximum": 10, "description": desc}
+    if typ == "object":
+        return {"type": "object", "description": desc, "required": ["city"],
+                "properties": {"city": {"type": "string", "description": sub("city")},
+                               "street": {"type": "string", "description": sub("street")}}}
+    if typ == "array":
+        return {"type": "array", "description": desc, "minItems": 1,
+                "items": {"type": "object", "required": ["title", "qty"],
+                          "properties": {"title": {"type": "string", "description": sub("title")},
+                                         "qty": {"type": "integer", "minimum": 1, "description": sub("qty")}}}}
+    return {"type": typ, "description": desc}
+
+
+def say_value(value: Any, schema: dict[str, Any]) -> str:
+    """How the sim user says a value: plain for scalars, «(k: v / k: v)» for objects, «… + …» for lists."""
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        return "(" + " / ".join(f"{props.get(k, {}).get('description', k)}: {say_value(v, props.get(k, {}))}"
+                                for k, v in value.items()) + ")"
+    if isinstance(value, list):
+        return " + ".join(say_value(v, schema.get("items") or {}) for v in value)
+    return str(value)
+
+
+def read_value(text: str, schema: dict[str, Any]) -> Any:
+    """Inverse of :func:`say_value` (the sim assistant's reading of the user's words)."""
+    typ = schema.get("type")
+    if typ == "object":
+        props = schema.get("properties") or {}
+        by_desc = {str(p.get("description", k)).lower(): k for k, p in props.items()}
+        out: dict[str, Any] = {}
+        for part in text.strip().strip("()").split(" / "):
+            desc, _, raw = part.partition(": ")
+            key = by_desc.get(desc.strip().lower())
+            if key is not None:
+                out[key] = read_value(raw, props[key])
+        return out
+    if typ == "array":
+        return [read_value(p, schema.get("items") or {}) for p in text.split(" + ")]
+    text = text.strip()
+    if typ == "integer" and re.fullmatch(r"-?\d+", text):
+        return int(text)
+    return text
+
+
 WORDS = {
     "ru": {"then": ", затем ", "also": ", а также ", "done": "Готово", "ask": "Уточните, пожалуйста: {}?",
            "none": "К сожалению, ни один из доступных мне инструментов не умеет этого. Могу помочь с чем-то другим.",
            "chat": "Здравствуйте! Спасибо за помощь, всего доброго.", "chat_answer": "Рад помочь! Обращайтесь.",
            "ok": "выполнено", "issue": "Реплика пользователя звучит неестественно, перепиши её.",
            "fits": "Функция «{}» подходит для просьбы.", "polite": ["", "Пожалуйста, ", "Здравствуйте! ", "Добрый день! "],
-           "works": "Работает с темой «{}»", "params": "Параметры: {}", "returns": "Возвращает результат в формате JSON"},
+           "works": "Работает с темой «{}»", "unavailable": "сервис временно недоступен, повторите запрос",
+           "correction": "нет, давайте иначе. ", "params": "Параметры: {}", "returns": "Возвращает результат в формате JSON"},
     "en": {"then": ", then ", "also": ", and also ", "done": "Done", "ask": "Could you tell me the {}?",
            "none": "Sorry, none of the tools I have can do that. I can help with something else.",
            "chat": "Hi! Thanks for the help, have a nice day.", "chat_answer": "Glad to help! Anytime.",
            "ok": "done", "issue": "The user's message sounds unnatural; rewrite it.",
            "fits": "The function '{}' fits the request.", "polite": ["", "Please, ", "Hello! ", "Good afternoon! "],
-           "works": "Works with the topic '{}'", "params": "Parameters: {}", "returns": "Returns the result as JSON"},
+           "works": "Works with the topic '{}'", "unavailable": "service temporarily unavailable, retry",
+           "correction": "actually, let's change it. ", "params": "Parameters: {}", "returns": "Returns the result as JSON"},
 }
 
 
@@ -84,19 +147,15 @@ def tools_responder(request: ChatRequest, rng: random.Random) -> str:
         params = rng.sample(PARAMS, rng.randint(1, 3))
         props: dict[str, Any] = {}
         for name, ru, en, typ, ru_vals, en_vals in params:
-            desc = ru if lang == "ru" else en
-            if typ == "enum":
-                props[name] = {"type": "string", "enum": ru_vals if lang == "ru" else en_vals, "description": desc}
-            else:
-                props[name] = {"type": typ, "description": desc}
+            props[name] = _param_schema(name, ru, en, typ, ru_vals if lang == "ru" else en_vals, lang)
         t0 = f"{VERBS[lang][vi].capitalize()} — {label}"
         t1 = f"{t0}. {words['works'].format(label)}"
         t2 = f"{t1}. {words['params'].format(', '.join(p['description'] for p in props.values()))}"
         t3 = f"{t2}. {topic.get('description') or ''} {words['returns']}.".replace("  ", " ")
         keyword = str((topic.get("keywords") or [label])[0])
+        required = [k for k in props if "default" not in props[k]][: max(1, len(props) - 1)] or list(props)[:1]
         tools.append({"name": f"{VERBS_EN[vi]}_{_slug(keyword)}",
-                      "parameters": {"type": "object", "properties": props,
-                                     "required": list(props)[: max(1, len(props) - 1)]},
+                      "parameters": {"type": "object", "properties": props, "required": required},
                       "tiers": [t0, t1, t2, t3]})
     return json.dumps({"tools": tools}, ensure_ascii=False)
 
@@ -106,7 +165,7 @@ def _key(tool_fn: dict[str, Any]) -> str:
 
 
 def _call(fn: dict[str, Any], lang: str, rng: random.Random, withheld: bool = False) -> tuple[dict, dict, str | None]:
-    """(expected call, slots, withheld parameter) for one sim tool, values from PARAMS."""
+    """(expected call, slots {arg: {value, say}}, withheld parameter) for one sim tool, values from PARAMS."""
     props, required = fn["parameters"].get("properties", {}), fn["parameters"].get("required", [])
     by_name = {p[0]: p for p in PARAMS}
     args: dict[str, Any] = {}
@@ -117,18 +176,13 @@ def _call(fn: dict[str, Any], lang: str, rng: random.Random, withheld: bool = Fa
         args[pname] = rng.choice(values)
     hidden = rng.choice(required) if withheld and required else None
     result = {"status": WORDS[lang]["ok"], "id": rng.randint(100, 999)}
-    return {"name": fn["name"], "arguments": args, "result": result}, {k: str(v) for k, v in args.items()}, hidden
-
-
-def _enum_phrases(fn: dict[str, Any], args: dict[str, Any]) -> dict[str, str]:
-    """How the sim user says each enum literal: the literal itself (sim enums are plain words)."""
-    props = fn["parameters"].get("properties", {})
-    return {str(v): str(v) for k, v in args.items() if props.get(k, {}).get("enum")}
+    slots = {k: {"value": v, "say": say_value(v, props[k])} for k, v in args.items()}
+    return {"name": fn["name"], "arguments": args, "result": result}, slots, hidden
 
 
 def _say(fn: dict[str, Any], args: dict[str, Any], skip: str | None = None) -> str:
     props = fn["parameters"].get("properties", {})
-    parts = [f"{props[k]['description']} — {v}" for k, v in args.items() if k != skip]
+    parts = [f"{props[k]['description']} — {say_value(v, props[k])}" for k, v in args.items() if k != skip]
     return _key(fn).lower() + (": " + ", ".join(parts) if parts else "")
 
 
@@ -144,29 +198,59 @@ def planner_responder(request: ChatRequest, rng: random.Random) -> str:
         say = polite + joiner.join(_say(fn, c[0]["arguments"]) for fn, c in zip(fns, calls))
         rounds = [[c[0]] for c in calls] if rounds_split else [[c[0] for c in calls]]
         slots = {k: v for c in calls for k, v in c[1].items()}
-        phrases = {k: v for fn, c in zip(fns, calls) for k, v in _enum_phrases(fn, c[0]["arguments"]).items()}
-        return {"kind": "tool_call", "intent": say, "user_message": say, "slots": slots, "enum_phrases": phrases,
-                "rounds": rounds,
+        return {"kind": "tool_call", "intent": say, "user_message": say, "slots": slots, "rounds": rounds,
                 "final_answer": f"{w['done']}: {w['ok']}."}
+
+    def clarify(fn: dict) -> list[dict]:
+        call, slots, hidden = _call(fn, lang, rng, withheld=True)
+        first = polite + _say(fn, call["arguments"], skip=hidden)
+        desc = fn["parameters"]["properties"][hidden]["description"]
+        second = f"{desc} — {slots[hidden]['say']}"
+        return [{"kind": "clarification", "intent": first, "user_message": first, "withheld": [hidden],
+                 "slots": {k: v for k, v in slots.items() if k != hidden}, "final_answer": w["ask"].format(desc)},
+                {"kind": "tool_call", "intent": second, "user_message": second, "slots": {hidden: slots[hidden]},
+                 "rounds": [[call]], "final_answer": f"{w['done']}: {w['ok']}."}]
+
+    def correction(first: dict, fn: dict) -> dict | None:
+        """The user changes one value after the first answer («нет, давайте иначе…»): the call is made again."""
+        call = first["rounds"][0][0]
+        by_name = {p[0]: p for p in PARAMS}
+        props = fn["parameters"].get("properties", {})
+        for arg in sorted(call["arguments"]):
+            pool = props[arg].get("enum") or by_name.get(arg, PARAMS[0])[4 if lang == "ru" else 5]
+            others = [v for v in pool if v != call["arguments"][arg]]
+            if others:
+                args = {**call["arguments"], arg: rng.choice(others)}
+                say = w["correction"] + _say(fn, args)
+                return {"kind": "tool_call", "intent": say, "user_message": say,
+                        "slots": {k: {"value": v, "say": say_value(v, props[k])} for k, v in args.items()},
+                        "rounds": [[{**call, "arguments": args, "result": {**call["result"], "id": call["result"]["id"] + 1}}]],
+                        "final_answer": f"{w['done']}: {w['ok']}."}
+        return None
 
     picks = rng.sample(tools, min(2, len(tools)))
     if kind in ("single", "multi_turn"):
         steps = [step(picks[:1], "", False)]
         if kind == "multi_turn":
-            steps.append(step(picks[-1:], "", False))
+            variant = rng.randrange(3)
+            later = next((t for t in tools if t is not picks[0] and t["parameters"].get("required")), None)
+            fixed = correction(steps[0], picks[0]) if variant == 1 else None
+            if fixed is not None:
+                steps.append(fixed)
+            elif variant == 2 and later is not None:  # a required value missing later, not only at step 0
+                steps += clarify(later)
+            else:
+                steps.append(step(picks[-1:], "", False))
     elif kind in ("parallel", "multi_step"):
         steps = [step(picks, w["also"] if kind == "parallel" else w["then"], kind == "multi_step")]
+    elif kind == "error_recovery":
+        first = step(picks[:1], "", False)
+        call = first["rounds"][0][0]
+        failed = {**call, "result": {"error": w["unavailable"]}}
+        first["rounds"] = [[failed], [dict(call)]]
+        steps = [first]
     elif kind == "clarification":
-        fn = next((t for t in tools if t["parameters"].get("required")), tools[0])
-        call, slots, hidden = _call(fn, lang, rng, withheld=True)
-        first = polite + _say(fn, call["arguments"], skip=hidden)
-        desc = fn["parameters"]["properties"][hidden]["description"]
-        second = f"{desc} — {call['arguments'][hidden]}"
-        steps = [{"kind": "clarification", "intent": first, "user_message": first, "withheld": [hidden],
-                  "slots": slots, "final_answer": w["ask"].format(desc)},
-                 {"kind": "tool_call", "intent": second, "user_message": second, "slots": {hidden: slots[hidden]},
-                  "enum_phrases": _enum_phrases(fn, call["arguments"]), "rounds": [[call]],
-                  "final_answer": f"{w['done']}: {w['ok']}."}]
+        steps = clarify(next((t for t in tools if t["parameters"].get("required")), tools[0]))
     elif kind == "irrelevance":
         say = polite + (task.get("unavailable") or [w["chat"]])[0]
         steps = [{"kind": "irrelevance", "intent": say, "user_message": say, "final_answer": w["none"]}]
@@ -184,8 +268,16 @@ def judge_responder(request: ChatRequest, rng: random.Random) -> str:
     return json.dumps({"approved": False, "issues": [WORDS[lang]["issue"]]}, ensure_ascii=False)
 
 
+def answer_judge_responder(request: ChatRequest, rng: random.Random) -> str:
+    """``fc.answer_judge``: 10 when every number of the answer occurs in the results, else 3."""
+    task = _blocks(request)[0]
+    seen = json.dumps(task.get("results"), ensure_ascii=False) + " " + " ".join(task.get("user_turns") or [])
+    missing = [n for n in re.findall(r"\d+", task.get("answer") or "") if n not in seen]
+    return json.dumps({"score": 3 if missing else 10, "issues": [f"number {n}" for n in missing]})
+
+
 def user_responder(request: ChatRequest, rng: random.Random) -> str:
-    """``fc.user``: says the goal card's reference words."""
+    """``fc.user``: says the goal card's reference words (the basic sim user never paraphrases)."""
     return _blocks(request, -1)[0]["say"]
 
 
@@ -239,7 +331,7 @@ def assistant_responder(request: ChatRequest, rng: random.Random) -> Choice:
             if m is None:
                 continue
             raw = words[p + m.start(1): p + m.end(1)].strip()
-            args[pname] = int(raw) if schema.get("type") == "integer" and raw.isdigit() else raw
+            args[pname] = read_value(raw, schema)
         missing = [k for k in fn["parameters"].get("required", []) if k not in args]
         if missing:
             return Choice(content=w["ask"].format(props[missing[0]].get("description", missing[0])))
@@ -259,20 +351,22 @@ def assistant_responder(request: ChatRequest, rng: random.Random) -> Choice:
 
 
 def irrelevance_responder(request: ChatRequest, rng: random.Random) -> str:
-    """``fc.irrelevance.answer`` writes the refusal; ``fc.irrelevance.judge`` checks no key phrase is asked for."""
+    """``fc.irrelevance.answer`` writes the refusal; ``fc.irrelevance.judge`` looks for a key phrase in the request."""
     lang = _lang_of(request)
     if request.tag.endswith("judge"):
         task = _blocks(request)[0]
-        hits = [t["name"] for t in task["tools"] if _key(t) and _key(t).lower() in task["request"].lower()]
-        return json.dumps({"approved": not hits, "issues": [WORDS[lang]["fits"].format(h) for h in hits]},
-                          ensure_ascii=False)
+        users = [m["content"] for m in task["conversation"] if m.get("role") == "user"]
+        request_text = (users[-1] if users else "").lower()
+        hits = [t["name"] for t in task["tools"] if _key(t) and _key(t).lower() in request_text]
+        return json.dumps({"any_tool_fits": bool(hits), "fitting_tools": hits,
+                           "issues": [WORDS[lang]["fits"].format(h) for h in hits]}, ensure_ascii=False)
     return WORDS[lang]["none"]
 
 
 RESPONDERS = {
     "fc.tools": tools_responder, "fc.planner": planner_responder, "fc.judge": judge_responder,
     "fc.user": user_responder, "fc.tool": tool_responder, "fc.assistant": assistant_responder,
-    "fc.irrelevance": irrelevance_responder,
+    "fc.irrelevance": irrelevance_responder, "fc.answer_judge": answer_judge_responder,
 }
 
 

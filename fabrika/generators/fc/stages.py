@@ -2,12 +2,12 @@
 
 List ``fabrika.generators.fc.stages`` in a pipeline's ``plugins`` (or in
 ``fabrika.pipeline.registry.STAGE_MODULES``) to use ``fc.tools``,
-``fc.tools_dedup``, ``fc.plans``, ``fc.dialogues``, ``fc.samples`` and
-``fc.irrelevance``.
+``fc.tools_dedup``, ``fc.plans``, ``fc.dialogues``, ``fc.samples``,
+``fc.irrelevance`` and ``fc.answer_judge`` (plus the ``fc_targets`` gate group).
 """
 
 from __future__ import annotations
 
-from fabrika.generators.fc import dialogues, irrelevance, plans, samples, sim_responders, tools
+from fabrika.generators.fc import answer_judge, dialogues, irrelevance, plans, samples, sim_responders, tools
 
-__all__ = ["dialogues", "irrelevance", "plans", "samples", "sim_responders", "tools"]
+__all__ = ["answer_judge", "dialogues", "irrelevance", "plans", "samples", "sim_responders", "tools"]

@@ -13,11 +13,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fabrika.generators.fc.common import language_ok
+from fabrika.generators.fc.common import argument_problems, language_ok
 from fabrika.llm.types import Choice
 from fabrika.rewards.fc import calls_match, completion_text, parse_completion_calls
-from fabrika.schemas.fc import ExpectedCall
+from fabrika.schemas.fc import ExpectedCall, Plan
 from fabrika.schemas.tools import Tool, ToolCall
+from fabrika.textutil.morph import lemmas
+from fabrika.textutil.reasoning import split_reasoning
+from fabrika.textutil.script import has_cyrillic
+from fabrika.textutil.segment import words
 
 
 @dataclass
@@ -29,11 +33,20 @@ class StepVerdict:
 
 
 def parse_assistant_choice(choice: Choice) -> tuple[str | None, list[ToolCall], list[str]]:
-    """(text, calls, problems) from a model answer: OpenAI ``tool_calls`` or Hermes ``<tool_call>`` blocks."""
+    """(text, calls, problems) from a model answer: OpenAI ``tool_calls`` or Hermes ``<tool_call>`` blocks.
+
+    Reasoning (``<think>`` blocks, harmony analysis) is removed from the text first; it is
+    never part of a target's content.
+    """
     problems: list[str] = []
     calls: list[ToolCall] = []
     raw_calls: list[Any] = list(choice.tool_calls)
     content = choice.content
+    if content:
+        split = split_reasoning(content)
+        if not split.complete:
+            problems.append("unclosed_reasoning: the answer was cut off inside a reasoning block")
+        content = split.answer
     if not raw_calls and content and "<tool_call>" in content:
         try:
             raw_calls = parse_completion_calls(content)
@@ -65,9 +78,38 @@ def _pair(calls: list[ToolCall], expected: list[ExpectedCall], tools: list[Tool]
     return out
 
 
+_STOP = frozenset("и в во на с со по для о об к от из за у the a an of to for and in on".split())
+
+
+def _lemmas(text: str, lang: str) -> set[str]:
+    out: set[str] = set()
+    for w in words(text.lower()):
+        if w in _STOP or len(w) < 3:
+            continue
+        out |= set(lemmas(w)) if lang == "ru" and has_cyrillic(w) else {w.rstrip("s")}
+    return out
+
+
+def asks_for(text: str, withheld: list[str], plan: Plan, lang: str) -> bool:
+    """Does a clarification ``text`` ask about a withheld argument (a word of its description or name)?"""
+    if not withheld or "?" not in text:
+        return False
+    said = _lemmas(text, lang)
+    for w in withheld:
+        hints = " ".join(str((t.tool.function.parameters.get("properties") or {}).get(w, {}).get("description", ""))
+                         for t in plan.tools)
+        if said & (_lemmas(hints, lang) | _lemmas(w.replace("_", " "), lang)):
+            return True
+    return False
+
+
 def check_step(text: str | None, calls: list[ToolCall], parse_problems: list[str],
-               expected: list[ExpectedCall] | None, tools: dict[str, Tool], lang: str) -> StepVerdict:
-    """Is this answer the reference round (``expected``; ``None`` = a text answer)?"""
+               expected: list[ExpectedCall] | None, tools: dict[str, Tool], lang: str,
+               question: bool = False) -> StepVerdict:
+    """Is this answer the reference round (``expected``; ``None`` = a text answer)?
+
+    ``question``: the text answer must ask (a clarification target).
+    """
     reasons = list(parse_problems)
     call_errors: dict[str, str] = {}
     for call in calls:
@@ -75,7 +117,7 @@ def check_step(text: str | None, calls: list[ToolCall], parse_problems: list[str
         if tool is None:
             call_errors[call.id or ""] = f"unknown tool {call.name!r}; available: {sorted(tools)}"
             continue
-        errs = tool.validate_arguments(call.arguments)
+        errs = argument_problems(tool, call.arguments)
         if errs:
             call_errors[call.id or ""] = f"invalid arguments for {call.name}: {'; '.join(errs)}"
     reasons += list(call_errors.values())
@@ -86,6 +128,8 @@ def check_step(text: str | None, calls: list[ToolCall], parse_problems: list[str
             reasons.append("empty answer")
         elif not language_ok(text, lang):
             reasons.append(f"answer not in {lang!r}")
+        elif question and "?" not in text:
+            reasons.append("expected a clarifying question, got a statement")
         return StepVerdict(correct=not reasons, reasons=reasons, call_errors=call_errors)
     if not calls:
         reasons.append("expected tool calls, got text")
@@ -99,4 +143,4 @@ def check_step(text: str | None, calls: list[ToolCall], parse_problems: list[str
                        pairing=_pair(calls, expected, visible) if not reasons else [None] * len(calls))
 
 
-__all__ = ["StepVerdict", "check_step", "parse_assistant_choice"]
+__all__ = ["StepVerdict", "asks_for", "check_step", "parse_assistant_choice"]

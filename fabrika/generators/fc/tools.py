@@ -15,6 +15,7 @@ It holds one dict entry per signature, not the tools themselves.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, AsyncIterator, ClassVar, Iterator, Literal
 
@@ -23,6 +24,7 @@ from pydantic import Field
 from fabrika.agents.prompts import prompt_text
 from fabrika.errors import InputError
 from fabrika.generators.fc.common import parse_tool, response_error, signature
+from fabrika.generators.fc.structured import response_format
 from fabrika.inputs import iter_records, resolve_data_path, where
 from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.types import ChatRequest
@@ -87,11 +89,11 @@ class ToolsStage(Stage):
         content = prompt_text("tools", lang).format(n=cfg.tools_per_topic,
                                                     topic=json.dumps(topic, ensure_ascii=False, indent=1))
         return ChatRequest(messages=({"role": "user", "content": content},), temperature=cfg.temperature,
-                           max_tokens=cfg.max_tokens, tag="fc.tools")
+                           max_tokens=cfg.max_tokens, tag="fc.tools", response_format=response_format("fc_tools"))
 
-    def parse(self, row: Row, text: str) -> list[Row]:
+    def parse(self, row: Row, text: str, reasoning: str | None = None) -> list[Row]:
         topic_id, lang, topic = str(row["id"]), row.get("lang") or "ru", row.get("topic")
-        data = extract_json(text, expect=dict)
+        data = extract_json(text, expect=dict, reasoning_content=reasoning)
         if is_failure(data):
             return [_tool_row(rejected(stable_id(topic_id, prefix="toolset-"), str(data)),
                               topic_id=topic_id, topic=topic, lang=lang)]
@@ -117,12 +119,16 @@ class ToolsStage(Stage):
         return out
 
     async def process(self, row: Row) -> list[Row]:
-        resp = await self.ctx.llm.complete_one(self.build_request(row))
+        request = self.build_request(row)
+        resp = await self.ctx.llm.complete_one(request)
         err = response_error(resp)
+        if err and err.startswith("truncated"):  # one more sample before giving up (truncation is a dice roll)
+            resp = await self.ctx.llm.complete_one(dataclasses.replace(request, sample_index=1))
+            err = response_error(resp)
         if err:
             return [_tool_row(rejected(stable_id(str(row["id"]), prefix="toolset-"), err),
                               topic_id=str(row["id"]), topic=row.get("topic"), lang=row.get("lang"))]
-        return self.parse(row, resp.text or "")
+        return self.parse(row, resp.text or "", resp.choices[0].reasoning)
 
 
 class ToolsDedupConfig(StageConfig):

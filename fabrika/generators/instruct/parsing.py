@@ -8,14 +8,14 @@ only checks syntax, the sandbox runs it.
 from __future__ import annotations
 
 import ast
-import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from fabrika.generators.parsing import ParseFailure, extract_json, is_failure
+from fabrika.generators.parsing import ParseFailure, answer_json_text, extract_json, is_failure
 from fabrika.schemas.records import TestCase
+from fabrika.textutil.reasoning import answer_text
 
 __all__ = [
     "ParseFailure",
@@ -75,23 +75,15 @@ def _first(obj: dict[str, Any], keys: tuple[str, ...]) -> Any:
 
 
 def _verifier_object(text: str | None) -> dict[str, Any] | ParseFailure:
-    """The first JSON object that looks like a verifier answer (has a function or cases key).
+    """The first top-level JSON object of the answer that looks like a verifier answer.
 
-    Decodes with ``strict=False`` so raw newlines inside strings (common in model output)
-    are accepted; falls back to the shared :func:`extract_json` for its failure reasons.
+    The shared :func:`extract_json` strips reasoning and never returns a fragment of a
+    truncated object; ``strict=False`` accepts raw newlines inside strings (common in
+    model-written code).
     """
-    if text:
-        decoder = json.JSONDecoder(strict=False)
-        for i, ch in enumerate(text):
-            if ch != "{":
-                continue
-            try:
-                value, _ = decoder.raw_decode(text, i)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(value, dict) and any(k in value for k in (*_FUNC_KEYS, *_CASES_KEYS)):
-                return value
-    return extract_json(text, expect=dict)
+    value = extract_json(text, expect=dict, strict=False,
+                         accept=lambda v: any(k in v for k in (*_FUNC_KEYS, *_CASES_KEYS)))
+    return extract_json(text, expect=dict, strict=False) if is_failure(value) else value
 
 
 def parse_verifier_answer(text: str | None) -> ParsedVerifier | ParseFailure:
@@ -106,7 +98,7 @@ def parse_verifier_answer(text: str | None) -> ParsedVerifier | ParseFailure:
         return value
     code = _first(value, _FUNC_KEYS)
     if not isinstance(code, str) or not code.strip():
-        fenced = [m.group(1) for m in _PY_FENCE.finditer(text or "") if "def evaluate" in m.group(1)]
+        fenced = [m.group(1) for m in _PY_FENCE.finditer(answer_text(text)) if "def evaluate" in m.group(1)]
         if not fenced:
             return ParseFailure("missing_function: answer has no 'func' string")
         code = fenced[0]
@@ -142,8 +134,9 @@ def parse_constraint_list(text: str | None) -> list[str] | ParseFailure:
 
     Numbering, bullets and surrounding quotes are stripped; empty lines dropped.
     """
-    if text is None or not text.strip():
-        return ParseFailure("empty_answer")
+    text = answer_json_text(text)  # reasoning removed first; unclosed reasoning is a failure
+    if is_failure(text):
+        return text
     value = extract_json(text, expect=list)
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         items = [v.strip() for v in value]
@@ -157,8 +150,9 @@ def parse_constraint_list(text: str | None) -> list[str] | ParseFailure:
 
 def parse_instruction(text: str | None) -> str | ParseFailure:
     """A back-translated instruction: the answer without labels like ``Инструкция:`` or quotes."""
-    if text is None or not text.strip():
-        return ParseFailure("empty_answer")
+    text = answer_json_text(text)
+    if is_failure(text):
+        return text
     out = text.strip().strip("`").strip()
     out = re.sub(r"^(?:инструкция|ограничение|instruction)\s*[:：]\s*", "", out, flags=re.IGNORECASE)
     out = out.strip().strip('"«»').strip()
@@ -166,9 +160,10 @@ def parse_instruction(text: str | None) -> str | ParseFailure:
 
 
 def parse_score(text: str | None, low: float = 0.0, high: float = 10.0) -> float | ParseFailure:
-    """The first number in ``text`` within [low, high] (``"Оценка: 7/10"`` → 7.0)."""
-    if not text:
-        return ParseFailure("empty_answer")
+    """The first number of the answer (reasoning removed) within [low, high] (``"Оценка: 7/10"`` → 7.0)."""
+    text = answer_json_text(text)
+    if is_failure(text):
+        return text
     m = re.search(r"-?\d+(?:[.,]\d+)?", text)
     if not m:
         return ParseFailure("no_score: answer has no number")

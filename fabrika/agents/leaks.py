@@ -1,0 +1,126 @@
+"""What the user agent must never be told: withheld values, tool and parameter names, future values.
+
+The user agent sees the persona and the goal card of its turn (DESIGN contract 8).
+A plan's user-facing text (``intent``, ``user_message``, each slot's ``say``) and
+the persona are checked here for anything the user must not say yet: a withheld
+argument's value in any surface form (canonical, said, enum literal — and, for
+Russian, any inflection of it: «в Казани» gives away ``Казань``), a tool name, a
+parameter identifier, or a value that only a later step introduces. The plan
+stage turns the findings into review issues; the user view raises
+:class:`PlanLeak` as the last guard.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from fabrika.schemas.fc import Persona, PlanStep, ToolSpec
+from fabrika.textutil.morph import lemmas
+
+__all__ = ["PlanLeak", "mentions", "user_facing_leaks", "withheld_values"]
+
+_WORD = re.compile(r"[\w-]+")
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _lemma_seq(text: str) -> list[frozenset[str]]:
+    return [lemmas(w) if re.search(r"[А-Яа-яЁё]", w) else frozenset({w}) for w in _WORD.findall(text.lower())]
+
+
+class PlanLeak(ValueError):
+    """A user-facing text of the plan gives away what the user must not say (withheld value, tool, parameter)."""
+
+
+def mentions(haystack: str, needle: str) -> bool:
+    """Does ``haystack`` say ``needle`` (case-insensitive; whole words for a one-word needle)?"""
+    return _contains(haystack, needle)
+
+
+def _contains(haystack: str, needle: str) -> bool:
+    needle = needle.strip().lower()
+    if len(needle) < 2:
+        return False
+    if re.fullmatch(r"[\w-]+", needle):
+        if re.search(rf"(?<![\w-]){re.escape(needle)}(?![\w-])", haystack.lower()) is not None:
+            return True
+    elif needle in haystack.lower():
+        return True
+    if not re.search(r"[А-Яа-яЁё]", needle):
+        return False
+    # Russian: the same words in another case («Казань» in «в Казани») are the same value
+    want, have = _lemma_seq(needle), _lemma_seq(haystack)
+    return bool(want) and any(all(want[j] & have[i + j] for j in range(len(want)))
+                              for i in range(len(have) - len(want) + 1))
+
+
+def withheld_values(steps: list[PlanStep], step_i: int) -> dict[str, list[str]]:
+    """withheld argument → every surface of its value (canonical, said, enum literal) the user must not say now."""
+    step = steps[step_i]
+    out: dict[str, list[str]] = {}
+    for w in step.withheld:
+        forms: list[str] = []
+        for later in steps[step_i:]:
+            slot = later.slots.get(w)
+            if slot is not None:
+                forms += [_text(slot.value), slot.say]
+            forms += [_text(c.arguments[w]) for c in later.calls() if w in c.arguments]
+        out[w] = [f for f in dict.fromkeys(forms) if f and len(f.strip()) >= 2]
+    return out
+
+
+def user_facing_leaks(steps: list[PlanStep], tools: list[ToolSpec], lang: str, step_i: int,
+                      persona: Persona | None = None) -> list[str]:
+    """Every way step ``step_i``'s user-facing text gives away something the user must not say.
+
+    Checked: withheld arguments (their values in any surface form, enum literal
+    included), tool names and parameter names, in ``intent``, ``user_message`` and
+    the facts. A step's text may say what a *later* step first needs only if it
+    also passes it now.
+    """
+    step = steps[step_i]
+    texts = {"intent": step.intent, "user_message": step.user_message}
+    for k, slot in step.slots.items():
+        if k not in step.withheld:
+            texts[f"slots.{k}.say"] = slot.say
+    problems: list[str] = []
+    if persona is not None:  # the persona is in the user's prompt too: it must not hold a withheld value
+        for w, forms in withheld_values(steps, step_i).items():
+            hit = next((f for f in forms if _contains(f"{persona.description} {persona.style}", f)), None)
+            if hit is not None:
+                problems.append(f"steps[{step_i}]: the persona ({persona.name}) already says the withheld {w!r} "
+                                f"({hit!r}); withhold another value")
+    for w, forms in withheld_values(steps, step_i).items():
+        for field, text in texts.items():
+            hit = next((f for f in forms if _contains(text, f)), None)
+            if hit is not None:
+                problems.append(f"steps[{step_i}].{field} gives away the withheld {w!r} ({hit!r})")
+    names = {t.name for t in tools}
+    params = {p for t in tools for p in (t.tool.function.parameters.get("properties") or {})}
+    for field, text in texts.items():
+        for n in sorted(names):
+            if _contains(text, n):
+                problems.append(f"steps[{step_i}].{field} names the tool {n!r}")
+        for p in sorted(params):  # identifiers (snake_case, camelCase): a plain word like "city" is no leak
+            if ("_" in p or re.search(r"[a-z][A-Z]", p)) and _contains(text, p):
+                problems.append(f"steps[{step_i}].{field} names the parameter {p!r}")
+    now = {_text(v) for slot in step.slots.values() for v in (slot.value, slot.say)}
+    now |= {_text(v) for c in step.calls() for v in c.arguments.values()}
+    for later_i in range(step_i + 1, len(steps)):
+        for slot in steps[later_i].slots.values():
+            if _text(slot.value) in now:
+                continue
+            for value in dict.fromkeys((_text(slot.value), slot.say)):
+                if len(value.strip()) < 3:
+                    continue
+                for field, text in texts.items():
+                    if _contains(text, value):
+                        problems.append(f"steps[{step_i}].{field} already says {value!r}, which step {later_i} "
+                                        "first needs (the user gives it then)")
+    return list(dict.fromkeys(problems))
+
+

@@ -1,0 +1,116 @@
+"""``fc.answer_judge`` (an LLM scorer) and the ``fc_targets`` gate group over FC text-target scores.
+
+A closing answer is the assistant's text after tool results; nothing but the
+exact-match reward checked it before (non-empty, in the right script). The
+judge reads the conversation, the tool results and the answer and scores its
+consistency 0–10 (``answer_consistency``, null for samples it does not apply
+to). The cheap rule scores are written by ``fc.samples`` itself:
+``asks_withheld`` (a clarification names the withheld argument) and
+``unsupported_numbers`` (numbers of a closing answer found in no tool result or
+user turn). Thresholds live in the gate group (contract 2).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import ClassVar, Literal
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fabrika.agents.prompts import prompt_text
+from fabrika.generators.fc.common import response_error
+from fabrika.generators.fc.irrelevance import conversation_view
+from fabrika.generators.fc.structured import AnswerVerdict, response_format
+from fabrika.generators.parsing import extract_json, is_failure
+from fabrika.llm.types import ChatRequest
+from fabrika.pipeline.gates import GatePredicate, register_gate_group
+from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.schemas.records import Sample
+from fabrika.schemas.rows import from_row
+
+
+class AnswerJudgeConfig(StageConfig):
+    """Config of ``fc.answer_judge`` (input: ``fc.samples``)."""
+
+    kind: Literal["fc.answer_judge"] = "fc.answer_judge"
+    max_tokens: int = Field(default=512, ge=64, description="Completion budget of one judge request.")
+
+
+def closing_context(sample: Sample) -> tuple[list[str], list[str]] | None:
+    """(user turns, tool results since the last user turn) when ``sample`` is a closing answer, else ``None``."""
+    if sample.target_type != "text":
+        return None
+    last_user = max((i for i, m in enumerate(sample.prompt) if m.role == "user"), default=-1)
+    results = [m.content or "" for m in sample.prompt[last_user + 1:] if m.role == "tool"
+               and m.flag != "validator_error"]
+    if not results:
+        return None
+    return [m.content or "" for m in sample.prompt if m.role == "user"], results
+
+
+@register_stage
+class AnswerJudgeStage(Stage):
+    """Annotating stage: ``answer_consistency`` (0–10) per closing answer, null elsewhere."""
+
+    kind: ClassVar[str] = "fc.answer_judge"
+    Config: ClassVar[type[StageConfig]] = AnswerJudgeConfig
+    annotates: ClassVar[bool] = True
+
+    async def process(self, row: Row) -> list[Row]:
+        sample = from_row(Sample, row)
+        found = closing_context(sample)
+        if found is None:
+            return [ok(row["id"], answer_consistency=None, answer_issues=None)]
+        users, results = found
+        answer = "\n".join(m.content or "" for m in sample.completion)
+        task = {"conversation": conversation_view(sample.prompt), "user_turns": users,
+                "results": [json.loads(r) if r[:1] in "[{" else r for r in results], "answer": answer}
+        resp = await self.ctx.llm.complete_one(ChatRequest(
+            messages=({"role": "user", "content": prompt_text("answer_judge", sample.lang).format(
+                task=json.dumps(task, ensure_ascii=False, indent=1))},),
+            temperature=0.0, max_tokens=self.config.max_tokens,  # type: ignore[attr-defined]
+            tag="fc.answer_judge", response_format=response_format("fc_answer_judge")))
+        err = response_error(resp)
+        if err:
+            return [rejected(row["id"], f"answer_judge_{err}", answer_consistency=None, answer_issues=None)]
+        data = extract_json(resp.text, expect=dict, reasoning_content=resp.choices[0].reasoning)
+        if is_failure(data):
+            return [rejected(row["id"], f"answer_judge_{data}", answer_consistency=None, answer_issues=None)]
+        try:
+            verdict = AnswerVerdict.model_validate(data)
+        except ValidationError as exc:
+            return [rejected(row["id"], f"answer_judge_unusable: {exc.errors()[0]['msg']}",
+                             answer_consistency=None, answer_issues=None)]
+        return [ok(row["id"], answer_consistency=float(verdict.score),
+                   answer_issues=json.dumps(verdict.issues, ensure_ascii=False))]
+
+
+class FcTargetsGate(BaseModel):
+    """``filters.fc_targets``: thresholds on the scores of FC text targets (null = does not apply, kept)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    require_clarification_asks: bool = Field(
+        default=True, description="Drop clarification targets that do not ask about a withheld argument.")
+    max_unsupported_numbers: int = Field(
+        default=1, ge=0, description="Most numbers a closing answer may state that no tool result or user turn has "
+        "(1 tolerates a number the user said in words, «три билета» → 3).")
+    min_answer_consistency: float = Field(
+        default=6.0, ge=0, le=10, description="Least `fc.answer_judge` score (0–10) of a closing answer.")
+
+
+def _fc_targets(p: FcTargetsGate) -> list[GatePredicate]:
+    preds = [
+        GatePredicate("fc_targets.max_unsupported_numbers", pl.col("unsupported_numbers") <= p.max_unsupported_numbers,
+                      ("unsupported_numbers",), keep_null=True),
+        GatePredicate("fc_targets.min_answer_consistency", pl.col("answer_consistency") >= p.min_answer_consistency,
+                      ("answer_consistency",), keep_null=True),
+    ]
+    if p.require_clarification_asks:
+        preds.insert(0, GatePredicate("fc_targets.require_clarification_asks", pl.col("asks_withheld"),
+                                      ("asks_withheld",), keep_null=True))
+    return preds
+
+
+register_gate_group("fc_targets", FcTargetsGate, _fc_targets)
