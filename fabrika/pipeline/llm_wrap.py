@@ -4,20 +4,44 @@ Stages call ``ctx.llm.complete(...)`` as usual; this wrapper sets
 ``request.meta["stage"]`` (accounting groups by it) and keeps per-stage
 counters for the progress line. A ``cache_miss`` answer under ``--cache-only``
 marks the current item so the runner leaves it unwritten for a later run
-instead of storing a rejection that would hide it forever.
+instead of storing a rejection that would hide it forever. The latest answer of
+each item is kept (cut to ``RAW_EXCERPT_CHARS``) so that the runner can store it
+on the item's rejection rows: the reason next to the raw text that caused it.
 """
 
 from __future__ import annotations
 
 import contextvars
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.stage import RAW_EXCERPT_CHARS
 
 #: Per-item flag cell set by the runner inside each item's task.
 ITEM_CACHE_MISS: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("fabrika_item_miss", default=None)
+#: Per-item cell with an excerpt of the item's latest model answer (set by the runner, filled here).
+ITEM_LAST_ANSWER: contextvars.ContextVar[list[str | None] | None] = contextvars.ContextVar(
+    "fabrika_item_answer", default=None)
+
+
+def answer_excerpt(response: ChatResponse, limit: int = RAW_EXCERPT_CHARS) -> str:
+    """The raw answer as a person debugging a rejection wants it: text, tool calls, truncation, or the error."""
+    if response.error is not None:
+        text = f"[{response.error.kind}] {response.error.message}"
+    elif not response.choices:
+        text = "[no choices]"
+    else:
+        choice = response.choices[0]
+        text = choice.content or ""
+        if choice.tool_calls:
+            text += ("\n" if text else "") + "tool_calls: " + json.dumps(list(choice.tool_calls), ensure_ascii=False,
+                                                                        default=str)
+        if choice.truncated:
+            text += " [truncated: finish_reason=length]"
+    return text if len(text) <= limit else text[:limit] + f"… [{len(text)} chars]"
 
 
 @dataclass
@@ -48,6 +72,9 @@ class StageLLM:
 
     def _observe(self, responses: Sequence[ChatResponse]) -> None:
         c = self.counters
+        answer = ITEM_LAST_ANSWER.get()
+        if answer is not None and responses:
+            answer[0] = answer_excerpt(responses[-1])
         for r in responses:
             c.requests += 1
             c.cached += bool(r.cached)

@@ -29,10 +29,10 @@ from rich.console import Console
 from fabrika.errors import ConfigError, StoreError
 from fabrika.pipeline.config import PipelineConfig, config_hash, execution_order, inputs_of, stage_dependencies
 from fabrika.pipeline.lifecycle import _first_error, backend_of, build_engine_for, close_resources
-from fabrika.pipeline.llm_wrap import ITEM_CACHE_MISS, LLMCounters
+from fabrika.pipeline.llm_wrap import ITEM_CACHE_MISS, ITEM_LAST_ANSWER, LLMCounters
 from fabrika.pipeline.progress import RunProgress
 from fabrika.pipeline.run_context import RunContext
-from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig, rejected
+from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig, is_rejection, rejected
 from fabrika.schemas.ids import stable_id
 from fabrika.store.manifest import base_manifest, now
 from fabrika.store.run import RunStore
@@ -54,6 +54,8 @@ class StageStats:
     cache_miss: int = 0
     internal_errors: int = 0
     rejected: int = 0
+    #: rows stored with a sampling/eligibility reason (``not_sampled``): by design, not rejections
+    passed_over: int = 0
     shards: int = 0
     rows_written: int = 0
     seconds: float = 0.0
@@ -260,6 +262,8 @@ class _Run:
     async def _one(self, stage: Stage, row: Row, item_id: str, stats: StageStats) -> tuple[str, list[Row] | None]:
         cell = [False]
         ITEM_CACHE_MISS.set(cell)
+        answer: list[str | None] = [None]
+        ITEM_LAST_ANSWER.set(answer)
         try:
             out = self._finish_rows(await stage.process(row), item_id)
             if not out:
@@ -270,6 +274,10 @@ class _Run:
             stats.internal_errors += 1
             msg = str(exc).replace("\n", " ")[:500]
             out = self._finish_rows([rejected(item_id, f"internal_error: {type(exc).__name__}: {msg}")], item_id)
+        if answer[0] is not None:  # the reason next to the raw answer that caused it (report's sample browser)
+            for r in out:
+                if r["status"] != "ok" and is_rejection(r.get("reason")) and not r.get("raw_excerpt"):
+                    r["raw_excerpt"] = answer[0]
         return item_id, (None if cell[0] else out)
 
     async def _run_items(self, stage: Stage, ctx: RunContext, stats: StageStats) -> None:
@@ -327,7 +335,8 @@ class _Run:
                         stats.cache_miss += 1
                     else:
                         stats.processed += 1
-                        stats.rejected += sum(r["status"] != "ok" for r in out)
+                        stats.rejected += sum(r["status"] != "ok" and is_rejection(r.get("reason")) for r in out)
+                        stats.passed_over += sum(r["status"] != "ok" and not is_rejection(r.get("reason")) for r in out)
                         pending.append(out)
                     self.progress.advance(task, stats)
                 if len(pending) >= cfg.chunk_size:
