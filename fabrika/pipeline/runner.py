@@ -94,7 +94,7 @@ def stages_until(config: PipelineConfig, targets: Sequence[str]) -> set[str]:
 
 class _Run:
     def __init__(self, config: PipelineConfig, engine: Any, resume: bool, progress: bool,
-                 until: Sequence[str] | None = None) -> None:
+                 until: Sequence[str] | None = None, log_every: float = 30.0) -> None:
         self.config = config
         self.engine = engine
         self.resume = resume
@@ -112,7 +112,9 @@ class _Run:
                     self.annotators.setdefault(src, []).append(s.stage_name)
         self.resources: dict[str, Any] = {}
         self.stats: dict[str, StageStats] = {}
-        self.progress = RunProgress(enabled=progress)
+        snapshot = getattr(getattr(engine, "accounting", None), "snapshot", None)
+        self.progress = RunProgress(enabled=progress, log_every=log_every, expected_stages=len(self.stages),
+                                    accounting=snapshot if callable(snapshot) else None)
         self.manifest: dict[str, Any] = {}
         self._invocation: dict[str, Any] = {}
         self._last_manifest = time.monotonic()
@@ -397,6 +399,7 @@ async def arun_pipeline(
     engine: Any = None,
     version: str | None = None,
     until: Sequence[str] | None = None,
+    log_every: float = 30.0,
 ) -> RunResult:
     """Async :func:`run_pipeline`. ``engine`` injects an LLM client (tests); otherwise one is built and closed."""
     run_dir = config.resolved_run_dir
@@ -407,7 +410,7 @@ async def arun_pipeline(
     if not resume:
         store.reset()
     run_dir.mkdir(parents=True, exist_ok=True)
-    run = _Run(config, engine, resume, progress, until)
+    run = _Run(config, engine, resume, progress, until, log_every)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     try:  # SIGTERM stops like Ctrl-C: finished items are written, the manifest says "interrupted"
@@ -445,10 +448,12 @@ def run_pipeline(
     engine: Any = None,
     version: str | None = None,
     until: Sequence[str] | None = None,
+    log_every: float = 30.0,
 ) -> RunResult:
     """Run ``config`` to completion and materialise ``dataset.version``; see module docs.
 
     ``until`` runs only the named stages and what they depend on; no version is materialised
-    then (scorers that did not run would leave their gates out).
+    then (scorers that did not run would leave their gates out). ``log_every``: seconds between
+    plain progress lines when stdout is not a terminal (:mod:`fabrika.pipeline.progress`).
     """
-    return asyncio.run(arun_pipeline(config, resume, cache_only, progress, engine, version, until))
+    return asyncio.run(arun_pipeline(config, resume, cache_only, progress, engine, version, until, log_every))
