@@ -188,7 +188,7 @@ def refilter(
     out.print(f"dataset: {info.path}")
 
 
-for _mod in ("export_cmd", "report_cmd", "train_cmd"):
+for _mod in ("export_cmd", "report_cmd", "train_cmd", "estimate_cmd", "stages_cmd"):
     importlib.import_module(f"fabrika.cli.{_mod}").register(app)
 
 
