@@ -22,8 +22,10 @@ from fabrika.pipeline.stage import RAW_EXCERPT_CHARS
 
 #: Per-item flag cell set by the runner inside each item's task.
 ITEM_CACHE_MISS: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("fabrika_item_miss", default=None)
-#: Per-item cell with an excerpt of the item's latest model answer (set by the runner, filled here).
-ITEM_LAST_ANSWER: contextvars.ContextVar[list[str | None] | None] = contextvars.ContextVar(
+#: Per-item cell ``[excerpt, calls started, start number of the excerpt's call]`` (set by the runner,
+#: filled here). The excerpt is the answer to the call that *started* last, so concurrent calls inside
+#: one item give the same excerpt however they finish (DESIGN contract 7).
+ITEM_LAST_ANSWER: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
     "fabrika_item_answer", default=None)
 
 
@@ -70,11 +72,22 @@ class StageLLM:
             return request
         return dataclasses.replace(request, meta={**request.meta, "stage": self._stage})
 
+    @staticmethod
+    def _start() -> int:
+        cell = ITEM_LAST_ANSWER.get()
+        if cell is None:
+            return -1
+        cell[1] += 1
+        return cell[1]
+
+    @staticmethod
+    def _keep_answer(started: int, responses: Sequence[ChatResponse]) -> None:
+        cell = ITEM_LAST_ANSWER.get()
+        if cell is not None and responses and started >= cell[2]:
+            cell[0], cell[2] = answer_excerpt(responses[-1]), started
+
     def _observe(self, responses: Sequence[ChatResponse]) -> None:
         c = self.counters
-        answer = ITEM_LAST_ANSWER.get()
-        if answer is not None and responses:
-            answer[0] = answer_excerpt(responses[-1])
         for r in responses:
             c.requests += 1
             c.cached += bool(r.cached)
@@ -89,13 +102,17 @@ class StageLLM:
                         cell[0] = True
 
     async def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResponse]:
+        started = self._start()
         responses = await self._engine.complete([self._stamp(r) for r in requests])
         self._observe(responses)
+        self._keep_answer(started, responses)
         return responses
 
     async def complete_one(self, request: ChatRequest) -> ChatResponse:
+        started = self._start()
         response = await self._engine.complete_one(self._stamp(request))
         self._observe([response])
+        self._keep_answer(started, [response])
         return response
 
     def __getattr__(self, name: str) -> Any:

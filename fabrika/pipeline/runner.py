@@ -264,7 +264,7 @@ class _Run:
     async def _one(self, stage: Stage, row: Row, item_id: str, stats: StageStats) -> tuple[str, list[Row] | None]:
         cell = [False]
         ITEM_CACHE_MISS.set(cell)
-        answer: list[str | None] = [None]
+        answer: list[Any] = [None, 0, 0]  # excerpt, calls started, start number of the excerpt's call
         ITEM_LAST_ANSWER.set(answer)
         try:
             out = self._finish_rows(await stage.process(row), item_id)

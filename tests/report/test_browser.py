@@ -31,6 +31,7 @@ def _playwright():
 
 @pytest.fixture(scope="module")
 def report_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _playwright()  # skip before building the run when there is no browser
     run = run_fc_demo(tmp_path_factory.mktemp("browser") / "run")
     return build_report(run)
 

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from fabrika.llm.types import ChatResponse, Choice, Usage
 from fabrika.pipeline.config import validate_data
 from fabrika.pipeline.llm_wrap import LLMCounters
 from fabrika.pipeline.progress import LINE_WIDTH, RunProgress
@@ -125,3 +126,46 @@ def test_piped_run_prints_periodic_lines_during_a_long_stage(tmp_path: Path):
     assert any(x.startswith("answers") for x in summary) and "cost $" in "\n".join(summary)
     assert all(len(x) <= 100 for x in out), [x for x in out if len(x) > 100]
     assert "━" not in proc.stdout and "┃" not in proc.stdout  # no live bars or boxes in a log
+
+
+class _RacingEngine(ux_stages.ProseEngine):
+    """Two concurrent calls per item whose finishing order flips with the item."""
+
+    async def complete_one(self, request):  # noqa: ANN001, ANN201
+        import asyncio
+
+        text = request.messages[-1]["content"]
+        first = text.endswith(":a")
+        i = int(text.split(":")[0])
+        await asyncio.sleep(0.002 if first == (i % 2 == 0) else 0.0)
+        return ChatResponse(choices=(Choice(content=f"answer {text}"),), usage=Usage(1, 1), backend="fake")
+
+
+def test_raw_excerpt_is_the_answer_of_the_call_started_last_whatever_finishes_first(tmp_path: Path):
+    import asyncio
+
+    from fabrika.llm.types import ChatRequest
+    from fabrika.pipeline.stage import Stage, StageConfig, register_stage, rejected
+
+    @register_stage
+    class TwoCalls(Stage):
+        kind = "ux.two_calls"
+        Config = StageConfig
+
+        def input_rows(self):  # noqa: ANN202
+            yield from ({"id": f"t{i}", "i": i} for i in range(6))
+
+        async def process(self, row):  # noqa: ANN001, ANN202
+            def req(tag: str) -> ChatRequest:
+                return ChatRequest(messages=({"role": "user", "content": f"{row['i']}:{tag}"},))
+
+            await asyncio.gather(self.ctx.llm.complete_one(req("a")), self.ctx.llm.complete_one(req("b")))
+            return [rejected(row["id"], "invalid_json: nope")]
+
+    doc = {"name": "race", "run_dir": str(tmp_path / "run"), "llm": {"backend": "sim"},
+           "stages": [{"kind": "ux.two_calls"}]}
+    cfg, issues = validate_data(doc, "t.yaml", tmp_path)
+    assert cfg is not None, issues
+    result = run_pipeline(cfg, resume=False, progress=False, engine=_RacingEngine())
+    rows = ux_stages.rows_of(result, "ux.two_calls")
+    assert sorted(r["raw_excerpt"] for r in rows) == sorted(f"answer {i}:b" for i in range(6))
