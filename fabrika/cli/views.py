@@ -20,18 +20,23 @@ def stages_table(manifest: Mapping[str, Any]) -> Table:
     for col in ("in", "rows", "ok"):
         t.add_column(col, justify="right")
     t.add_column("rejected", overflow="fold")
+    t.add_column("passed over", overflow="fold")  # not drawn by a share / not applicable: not a verdict
     for col in ("llm", "cached", "tokens", "s", "done"):
         t.add_column(col, justify="right")
     layout = manifest.get("layout", {})
+    from fabrika.pipeline.stage import is_rejection
+
     for name in manifest.get("order", list(layout)):
         s = manifest.get("stages", {}).get(name, {})
         llm = s.get("llm", {})
+        reasons = s.get("rejected", {}) or {}
         t.add_row(
             name,
             str(s.get("seen", "-")),
             str(s.get("rows", 0)),
             str(s.get("ok", 0)),
-            _fmt_reasons(s.get("rejected", {})),
+            _fmt_reasons({k: v for k, v in reasons.items() if is_rejection(k)}),
+            _fmt_reasons({k: v for k, v in reasons.items() if not is_rejection(k)}),
             str(llm.get("requests", 0)),
             str(llm.get("cached", 0)),
             str(llm.get("prompt_tokens", 0) + llm.get("completion_tokens", 0)),

@@ -281,3 +281,20 @@ def test_import_tools_reads_openai_jsonl(tmp_path: Path):
     path.write_text("\n".join(json.dumps(t, ensure_ascii=False) for t in SLOPPY), encoding="utf-8")
     cands = import_tools(path)
     assert [c.name for c in cands] == ["setAlarm", "ok_tool"] and cands[1].tiers == SLOPPY[1]["tiers"]
+
+
+def test_openapi_refs_into_another_local_file_are_followed(tmp_path: Path):
+    (tmp_path / "common.yaml").write_text(yaml.safe_dump({
+        "Color": {"type": "string", "enum": ["red", "green"], "description": "Colour"},
+        "Box": {"type": "object", "required": ["color"], "description": "A box",
+                "properties": {"color": {"$ref": "#/Color"}, "size": {"type": "integer", "description": "Size"}}}}),
+        encoding="utf-8")
+    doc = {"openapi": "3.1.0", "info": {"title": "Boxes", "version": "1"}, "paths": {"/boxes": {"post": {
+        "operationId": "createBox", "summary": "Create a box", "description": "Creates a box of a colour and size.",
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "common.yaml#/Box"}}}}}}}}
+    path = tmp_path / "api.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    (cand,) = import_tools(path)
+    assert cand.error is None and cand.parameters["required"] == ["color"]
+    assert cand.parameters["properties"]["color"]["enum"] == ["red", "green"]  # a $ref inside the other file
