@@ -138,3 +138,22 @@ def test_report_refuses_to_overwrite_another_runs_report(tmp_path: Path):
     foreign.mkdir()
     (foreign / "index.html").write_text("<html>someone's page</html>")
     assert CliRunner().invoke(app, ["report", str(a), "--out", str(foreign)]).exit_code == 2
+
+
+def test_if_samples_carry_each_verifiers_verdict_from_their_response(tmp_path: Path):
+    rows = make_rows(4)
+    for i, r in enumerate(rows):
+        r["meta"] = json.dumps({"response_id": f"ifr-{i}", "constraint_id": "c1"})
+        r["ground_truth"] = json.dumps({"constraints": [{"id": "c1", "text": "Ответ без запятых."}]},
+                                       ensure_ascii=False)
+    run = make_run(tmp_path, rows, stage="if_samples")
+    store = RunStore(run)
+    verdicts = [{"sample_index": 0, "accuracy": 1.0, "status": "true", "passed": True},
+                {"sample_index": 3, "accuracy": 0.2, "status": "false", "passed": False}]
+    store.write("if_responses", [{"id": f"ifr-{i}", "status": "ok", "reason": None, "input_id": "p",
+                                  "response": "ответ", "verifier_results": json.dumps(verdicts)} for i in range(4)])
+    manifest = store.read_manifest()
+    manifest["order"] = ["if_responses", "if_samples"]
+    store.write_manifest(manifest)
+    samples = [r for r in _embedded(build_report(run))["samples"] if r["_stage"] == "if_samples"]
+    assert len(samples) == 4 and all(json.loads(r["verifier_results"]) == verdicts for r in samples)
