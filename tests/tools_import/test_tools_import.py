@@ -215,7 +215,8 @@ class PickyWriter:
     async def complete_one(self, request: ChatRequest) -> ChatResponse:
         task = json.loads(request.messages[-1]["content"].split("```json\n", 1)[1].rsplit("```", 1)[0])
         if task["name"] == "get_weather":
-            text = ('<think>ok</think>Вот: {"tiers": ["Погода", "Погода в городе", "Погода в городе на дни", '
+            text = ('<think>черновик: {"tiers": ["x", "y", "z", "w"]}</think>Вот: {"tiers": ["Погода", '
+                    '"Погода в городе", "Погода в городе на дни", '
                     '"ПЕРЕПИСАННОЕ описание, которое модель не должна была менять вовсе"]}')
         else:
             text = "Извините, не могу помочь с этим."

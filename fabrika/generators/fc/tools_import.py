@@ -250,6 +250,14 @@ def tiers_request(name: str, parameters: dict[str, Any], given: dict[int, str], 
                        max_tokens=cfg.max_tokens, tag=TAG)
 
 
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
+
+
+def strip_thinking(text: str | None) -> str | None:
+    """The answer without ``<think>…</think>`` blocks (reasoning models put drafts, JSON included, there)."""
+    return None if text is None else _THINK.sub("", text)
+
+
 def merge_tiers(answer: Any, given: dict[int, str]) -> list[str] | str:
     """The LLM's tiers with the given ones put back; a rejection reason when the answer has no usable tiers."""
     if is_failure(answer):
@@ -416,7 +424,7 @@ class ToolsImportStage(Stage):
             err = response_error(resp)
             if err:
                 return refuse(err)
-            answer = extract_json(resp.text, expect=dict)
+            answer = extract_json(strip_thinking(resp.text), expect=dict)
             if not tiers:
                 tiers = merge_tiers(answer, given)
             if bare and not is_failure(answer):
