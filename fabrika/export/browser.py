@@ -122,10 +122,12 @@ def collect_samples(run_dir: str | Path, manifest: dict[str, Any], limits: Brows
         if "id" not in names:
             continue
         kept_ids, other_ids = _pick_ids(lf, names, limits)
-        rows = _rows(lf, kept_ids + other_ids)
+        by_id = {str(r.get("id")): r for r in _rows(lf, kept_ids + other_ids)}
         kept = set(kept_ids)
-        for row in rows:
-            rid = str(row.get("id"))
+        for rid in kept_ids + other_ids:  # kept rows, then rejections grouped by reason (most frequent first)
+            row = by_id.get(rid)
+            if row is None:
+                continue
             key = _reason_key(row.get("reason"), row.get("status"))
             if rid in kept:
                 group, key = "kept", ""

@@ -346,6 +346,8 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, version: st
         "<div id='samples'></div>",
         "<script type='application/json' id='fabrika-samples'>"
         + _script_json({"stages": [s for s in manifest.get("order") or [] if any(r["_stage"] == s for r in samples)],
+                        "counts": {name: {"ok": int(info.get("ok") or 0), **(info.get("rejected") or {})}
+                                   for name, info in (manifest.get("stages") or {}).items()},
                         "samples": samples}) + "</script>",
         f"<script>{_template('report.js')}</script>",
         "</body></html>",

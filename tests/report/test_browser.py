@@ -80,8 +80,11 @@ def test_report_opens_in_chromium_shows_wrong_turn_and_search_filters(report_pag
             rejected = page.locator("#samples .card:not(.hidden)")
             assert 0 < rejected.count() < total
             assert all(rejected.nth(i).locator(".reason").count() == 1 for i in range(rejected.count()))
+            titles = page.locator(".block:not(.hidden) .block-title").all_inner_texts()
+            assert titles and all(" — rejected: " in t and "in the stage)" in t for t in titles), titles
             page.fill("#f-text", "no row contains this ∅ string")
             assert page.locator("#samples .card:not(.hidden)").count() == 0
+            assert page.locator(".block:not(.hidden)").count() == 0  # empty groups hide their heading
         finally:
             browser.close()
     assert not errors, errors

@@ -105,6 +105,10 @@ def test_browser_data_groups_rejections_by_reason_next_to_the_raw_answer(tmp_pat
     bad = [r for r in by_group["rejected"] if r["_reason"] == "invalid_json"]
     assert len(bad) == 3 and all(r["raw_excerpt"] == raw and r["reason"].startswith("invalid_json:") for r in bad)
     assert [r["_reason"] for r in by_group["passed over"]] == ["not_sampled"]
+    order = [(r["_group"], r["_reason"]) for r in data["samples"]]
+    assert order == sorted(order, key=order.index) and len(set(order)) == len(
+        [k for i, k in enumerate(order) if i == 0 or order[i - 1] != k])  # each (group, reason) is one block
+    assert order[0] == ("kept", "") and order[25] == ("rejected", "invalid_json")  # most frequent reason first
     assert any(r["reason"].startswith("</script>") for r in by_group["rejected"])
 
 

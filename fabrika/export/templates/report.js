@@ -184,7 +184,24 @@
   fill(fReason, uniq("_reason"));
   fill(fLang, uniq("lang"));
 
-  var cards = rows.map(function (r) { var c = card(r); list.appendChild(c); return c; });
+  // one block per (stage, kept | reason): a heading with how many rows the stage has there, then the cards
+  var counts = data.counts || {};
+  var blocks = [], cards = [], block = null, blockKey = null;
+  rows.forEach(function (r) {
+    var key = r._stage + "\u0000" + r._group + "\u0000" + (r._reason || "");
+    if (key !== blockKey) {
+      blockKey = key;
+      block = el("div", "block");
+      var n = (counts[r._stage] || {})[r._group === "kept" ? "ok" : r._reason];
+      var title = r._stage + " — " + (r._group === "kept" ? "kept" : r._group + ": " + r._reason);
+      block.appendChild(el("h3", "block-title", title + (n !== undefined ? " (" + n + " in the stage)" : "")));
+      list.appendChild(block);
+      blocks.push(block);
+    }
+    var c = card(r);
+    block.appendChild(c);
+    cards.push(c);
+  });
 
   function apply() {
     var s = fStage.value, g = fGroup.value, r = fReason.value, l = fLang.value;
@@ -196,6 +213,7 @@
       c.classList.toggle("hidden", !ok);
       if (ok) n += 1;
     });
+    blocks.forEach(function (b) { b.classList.toggle("hidden", !b.querySelector(".card:not(.hidden)")); });
     shown.textContent = n + " of " + cards.length + " sampled rows shown";
   }
   [fStage, fGroup, fReason, fLang].forEach(function (e) { e.addEventListener("change", apply); });
