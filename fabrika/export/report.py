@@ -330,6 +330,8 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, version: st
         "<h2>Tools and turns</h2>", _img(out, "tools"), _img(out, "turns"),
         "<h2 id='accounting'>Accounting</h2>", _img(out, "accounting"),
         _table([totals], [k for k in totals if k != "failures"]) if totals else "<p>no LLM accounting recorded</p>",
+        "<p>The charts are also written as files next to this page: "
+        + ", ".join(f"<a href='{c}.png'>{c}.png</a>" for c in CHARTS) + ".</p>",
         "<h2>Thresholds</h2><pre>" + html.escape(json.dumps(source.thresholds, ensure_ascii=False, indent=2)) + "</pre>",
         "<h2 id='browser'>Sample browser</h2>",
         f"<p>Per stage up to {limits.kept_per_stage} kept rows and, for each of up to {limits.reasons_per_stage} "
