@@ -27,11 +27,16 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from fabrika.errors import StoreError
 from fabrika.pipeline.config import PipelineConfig, config_hash, execution_order, inputs_of, stage_dependencies
 from fabrika.pipeline.gates import gate_lazy
 from fabrika.pipeline.lifecycle import build_engine_for
 from fabrika.pipeline.stage import STAGES, StageConfig
 from fabrika.store import RunStore
+
+
+#: Marks a directory as an estimate's scratch run (only such a directory is emptied).
+MARKER = ".fabrika-estimate"
 
 
 class TimedEngine:
@@ -170,8 +175,13 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
     """Run the pilot in ``work_dir`` (emptied first) and extrapolate; see module docs."""
     from fabrika.pipeline.runner import arun_pipeline
 
+    marker = work_dir / MARKER
+    if work_dir.exists() and any(work_dir.iterdir()) and not marker.exists():
+        raise StoreError(f"{work_dir} is not empty and is not an estimate's scratch directory; "
+                         "give --work-dir a new or empty directory")
     shutil.rmtree(work_dir, ignore_errors=True)
     work_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text("scratch run of `fabrika estimate`; deleted by the next estimate\n", encoding="utf-8")
     cuts = cut_stages(config)
     deps = stage_dependencies(config)
     by_name = {s.stage_name: s for s in config.stages}

@@ -67,3 +67,12 @@ def test_time_model_bounds_by_items_in_flight_and_by_endpoint_capacity():
     assert stage_seconds(1000, 4000, 0.5, 10, 40, 100, 20, 2.0, False) == pytest.approx(100.0)
     # a global stage scales its pilot time
     assert stage_seconds(1000, 0, 0.0, 100, 0, 100, None, 3.0, True) == pytest.approx(30.0)
+
+
+def test_estimate_never_empties_a_directory_it_did_not_make(tmp_path: Path):
+    precious = tmp_path / "real_run"
+    precious.mkdir()
+    (precious / "manifest.json").write_text("{}", encoding="utf-8")
+    res = CliRunner().invoke(app, ["estimate", str(DEMO), "--pilot", "0.2", "--work-dir", str(precious)])
+    assert res.exit_code == 2 and "not an estimate's scratch directory" in res.output
+    assert (precious / "manifest.json").read_text("utf-8") == "{}"
