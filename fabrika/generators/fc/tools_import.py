@@ -405,6 +405,9 @@ class ToolsImportStage(Stage):
             cand.warnings.append(f"name {name!r} read as {snake_name(name)!r}")
             name = snake_name(name)
         params = cand.parameters if cand.parameters is not None else {"type": "object", "properties": {}}
+        if cfg.repair and params == {}:  # an argument-less tool written as {} (some MCP servers do)
+            params = {"type": "object", "properties": {}}
+            cand.warnings.append("parameters: empty schema read as an object without properties")
         if cfg.repair:
             params = repair_schema(params, cand.warnings)
         try:
