@@ -38,3 +38,10 @@ demo: $(VENV)/.core
 test: $(VENV)/.dev
 	@bash .ci/ensure-bwrap.sh
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# The report's browser test drives Debian's `chromium` through Playwright (never `playwright install`).
+.PHONY: chromium
+test: chromium
+chromium:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
+	  || echo "WARNING: could not install chromium: the report's browser test will be SKIPPED" >&2

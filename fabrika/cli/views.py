@@ -20,18 +20,23 @@ def stages_table(manifest: Mapping[str, Any]) -> Table:
     for col in ("in", "rows", "ok"):
         t.add_column(col, justify="right")
     t.add_column("rejected", overflow="fold")
+    t.add_column("passed over", overflow="fold")  # not drawn by a share / not applicable: not a verdict
     for col in ("llm", "cached", "tokens", "s", "done"):
         t.add_column(col, justify="right")
     layout = manifest.get("layout", {})
+    from fabrika.pipeline.stage import is_rejection
+
     for name in manifest.get("order", list(layout)):
         s = manifest.get("stages", {}).get(name, {})
         llm = s.get("llm", {})
+        reasons = s.get("rejected", {}) or {}
         t.add_row(
             name,
             str(s.get("seen", "-")),
             str(s.get("rows", 0)),
             str(s.get("ok", 0)),
-            _fmt_reasons(s.get("rejected", {})),
+            _fmt_reasons({k: v for k, v in reasons.items() if is_rejection(k)}),
+            _fmt_reasons({k: v for k, v in reasons.items() if not is_rejection(k)}),
             str(llm.get("requests", 0)),
             str(llm.get("cached", 0)),
             str(llm.get("prompt_tokens", 0) + llm.get("completion_tokens", 0)),
@@ -39,6 +44,49 @@ def stages_table(manifest: Mapping[str, Any]) -> Table:
             "yes" if s.get("complete") else "no",
         )
     return t
+
+
+def summary_lines(manifest: Mapping[str, Any], width: int = 100) -> list[str]:
+    """The run's per-stage funnel as plain lines of at most ``width`` columns (logs, non-TTY)."""
+    from fabrika.pipeline.progress import human
+    from fabrika.pipeline.stage import is_rejection
+    from fabrika.store.manifest import effective_status
+
+    def cut(line: str) -> str:
+        return line if len(line) <= width else line[: width - 1] + "…"
+
+    lines = [cut(f"run {manifest.get('name', '?')} [{effective_status(dict(manifest))}] "
+                 f"backend={manifest.get('backend', '?')}")]
+    lines.append(f"{'stage':<22} {'in':>8} {'ok':>8} {'rej':>7} {'passed':>7} {'llm':>7} {'tokens':>7} {'s':>7}")
+    reasons: list[str] = []
+    for name in manifest.get("order", list(manifest.get("layout", {}))):
+        s = manifest.get("stages", {}).get(name, {})
+        llm = s.get("llm", {})
+        rej = {k: v for k, v in (s.get("rejected") or {}).items() if is_rejection(k)}
+        passed = sum(v for k, v in (s.get("rejected") or {}).items() if not is_rejection(k))
+        tokens = llm.get("prompt_tokens", 0) + llm.get("completion_tokens", 0)
+        done = "" if s.get("complete") else " (not complete)"
+        lines.append(cut(f"{name[:22]:<22} {s.get('seen', '-'):>8} {s.get('ok', 0):>8} {sum(rej.values()):>7} "
+                         f"{passed:>7} {llm.get('requests', 0):>7} {human(tokens):>7} {s.get('seconds', 0):>7.1f}"
+                         f"{done}"))
+        if rej:
+            reasons.append(cut(f"  {name}: rejected {_fmt_reasons(rej)}"))
+    totals = (manifest.get("accounting") or {}).get("totals") or {}
+    if totals:
+        cost = totals.get("cost")
+        lines.append(cut(f"LLM: {totals.get('requests', 0)} requests, {totals.get('cache_hits', 0)} cache hits, "
+                         f"{human(totals.get('prompt_tokens', 0))} prompt + {human(totals.get('completion_tokens', 0))} "
+                         f"completion tokens" + (f", cost ${cost:.2f}" if cost is not None else "")))
+    return lines + reasons
+
+
+def gates_lines(funnel: Mapping[str, Any], title: str) -> list[str]:
+    """:func:`gates_table` as plain lines (logs)."""
+    lines = [title]
+    for stage, counts in funnel.get("gates", {}).items():
+        line = f"  {stage}: " + ", ".join(f"{k}={v}" for k, v in counts.items() if v or k in ("in", "out"))
+        lines.append(line if len(line) <= 100 else line[:99] + "…")
+    return lines
 
 
 def gates_table(funnel: Mapping[str, Any], title: str) -> Table:

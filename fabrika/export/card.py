@@ -112,6 +112,21 @@ def render_card(source: "ExportSource", kind: str, fmt: str, rows: int, stats: d
                        "  # nested columns are JSON strings",
             "jsonl": "from datasets import load_dataset\nds = load_dataset(\"json\", data_files=\"data/*.jsonl\")"}[fmt]
     lines += ["", "## Loading", "", "```python", load, "```"]
+    lengths = length_stats(source, kind)
+    if lengths is not None:
+        lines += ["", "## Lengths", "", f"Measured on {lengths['rows']} rows with {lengths['tokenizer']}.", "",
+                  "| part | p50 | p99 | max |", "|---|---:|---:|---:|"]
+        for part in ("prompt", "completion", "total"):
+            q = lengths[part]
+            lines.append(f"| {part} | {q['p50']} | {q['p99']} | {q['max']} |")
+        lines += ["", "## Training with TRL", "", trl_note(lengths, kind), "", "```python",
+                  trl_snippet(kind, fmt, lengths, _expert(stats)), "```"]
+    sandbox = source.manifest.get("sandbox_isolation")
+    if sandbox or "if" in (stats.get("expert") or {}):
+        lines += ["", "## Sandbox", "",
+                  f"LLM-written verifiers ran with sandbox isolation `{sandbox or 'unknown (not recorded)'}`"
+                  + (" (bubblewrap namespaces, no network)." if sandbox == "bwrap" else
+                     " — rlimits only, weaker than bubblewrap; see the run's manifest." if sandbox == "rlimits" else ".")]
     if validation is not None:
         lines += ["", "## Validation", "", f"{validation.rows} rows rendered with `{validation.template}`: "
                   f"{validation.failed} failed."]
@@ -125,3 +140,135 @@ def _size_category(n: int) -> str:
         if n < limit:
             return label
     return "1M<n<10M"
+
+
+#: Rows sampled for the length table and the TRL snippet's limits.
+LENGTH_ROWS = 5000
+#: Assumed BPE tokens per razdel word-token when no model tokenizer measured the lengths (an
+#: assumption, not measured here: Cyrillic text usually splits into more BPE pieces than English).
+WORD_TO_BPE = 2.0
+
+
+def _expert(stats: dict[str, Any]) -> str | None:
+    experts = [k for k, v in sorted((stats.get("expert") or {}).items(), key=lambda kv: -kv[1]) if k and k != "None"]
+    return experts[0] if experts else None
+
+
+def _tokenizer(manifest: dict[str, Any]) -> str | None:
+    for stage in ((manifest.get("config") or {}).get("stages") or []):
+        if isinstance(stage, dict) and stage.get("kind") == "filter.length" and stage.get("tokenizer"):
+            return str(stage["tokenizer"])
+    return None
+
+
+def _quantiles(values: list[int]) -> dict[str, int]:
+    ordered = sorted(values)
+    if not ordered:
+        return {"p50": 0, "p99": 0, "max": 0}
+
+    def at(q: float) -> int:
+        return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+
+    return {"p50": at(0.5), "p99": at(0.99), "max": ordered[-1]}
+
+
+def length_stats(source: "ExportSource", kind: str, max_rows: int = LENGTH_ROWS) -> dict[str, Any] | None:
+    """p50/p99/max of prompt (with its tools), completion and total lengths over a sample of rows.
+
+    Uses the run's ``len_*_tokens`` columns when ``filter.length`` stored them (with its tokenizer),
+    else counts razdel word-tokens here. ``None`` when the rows have no prompt.
+    """
+    from fabrika.filters.text import count_tokens, messages_text
+
+    names = source.frame.collect_schema().names()
+    if "prompt" not in names:
+        return None
+    stored = "len_prompt_tokens" in names and "len_completion_tokens" in names
+    cols = [c for c in ("prompt", "completion", "tools", "len_prompt_tokens", "len_completion_tokens") if c in names]
+    frame = source.frame.select(cols).head(max_rows).collect()
+    prompt: list[int] = []
+    completion: list[int] = []
+    for row in frame.iter_rows(named=True):
+        tools = count_tokens(row["tools"]) if isinstance(row.get("tools"), str) and row["tools"] not in ("", "[]") else 0
+        if stored and row.get("len_prompt_tokens") is not None:
+            p, c = int(row["len_prompt_tokens"]), int(row.get("len_completion_tokens") or 0)
+        else:
+            p = count_tokens(messages_text(row.get("prompt")))
+            c = count_tokens(messages_text(row.get("completion"), with_calls=True)) if row.get("completion") else 0
+        prompt.append(p + tools)
+        completion.append(c)
+    if not prompt:
+        return None
+    tokenizer = _tokenizer(source.manifest) if stored else None
+    label = (f"the tokenizer at `{tokenizer}`" if tokenizer else
+             "razdel word-tokens (fabrika's default length unit: words, numbers, punctuation — not model tokens)")
+    return {"rows": len(prompt), "tokenizer": label, "model_tokens": tokenizer is not None,
+            "prompt": _quantiles(prompt), "completion": _quantiles(completion),
+            "total": _quantiles([a + b for a, b in zip(prompt, completion)])}
+
+
+def _round_up(n: float, step: int = 256) -> int:
+    return max(step, int(-(-n // step) * step))
+
+
+def trl_limits(lengths: dict[str, Any]) -> dict[str, int]:
+    """``max_length`` (SFT) and ``max_completion_length`` (GRPO) covering the longest rows of the sample."""
+    factor = 1.0 if lengths["model_tokens"] else WORD_TO_BPE
+    # chat-template markup adds a few tokens per message; 64 covers a long multi-turn row
+    return {"max_length": _round_up(lengths["total"]["max"] * factor + 64),
+            "max_completion_length": _round_up(lengths["completion"]["max"] * factor + 16, 128)}
+
+
+def trl_note(lengths: dict[str, Any], kind: str = "sft") -> str:
+    limits = trl_limits(lengths)
+    how = ("lengths are model tokens" if lengths["model_tokens"] else
+           f"lengths are razdel word-tokens, multiplied by an assumed {WORD_TO_BPE:g} BPE tokens per word-token — "
+           "give `filter.length` your model's tokenizer (`tokenizer: <local dir>`) to have them exact")
+    if kind != "sft":
+        return (f"`max_completion_length={limits['max_completion_length']}` lets a policy answer as long as the "
+                f"longest reference answer here; {how}. The longest prompt (tools included) is "
+                f"{lengths['prompt']['max']} — keep the model's context (and vLLM's `max_model_len`) above prompt "
+                "plus completion.")
+    return (f"`max_length={limits['max_length']}` keeps the longest row (tools included) uncut; {how}. "
+            "Rows longer than `max_length` are truncated by TRL, and a truncated completion teaches the model to "
+            "stop mid-answer.")
+
+
+def trl_snippet(kind: str, fmt: str, lengths: dict[str, Any], expert: str | None) -> str:
+    """Copyable TRL code for this export (the loading line of ``fmt``, the limits of ``lengths``)."""
+    limits = trl_limits(lengths)
+    load = {"hf": 'ds = load_from_disk("<this directory>")',
+            "parquet": 'ds = load_dataset("parquet", data_files="<this directory>/data/*.parquet", split="train")',
+            "jsonl": 'ds = load_dataset("json", data_files="<this directory>/data/*.jsonl", split="train")'}[fmt]
+    imports = "from datasets import load_from_disk" if fmt == "hf" else "from datasets import load_dataset"
+    if kind == "sft":
+        return "\n".join([
+            imports, "from trl import SFTConfig, SFTTrainer", "", load,
+            "args = SFTConfig(",
+            '    output_dir="out/sft",',
+            f"    max_length={limits['max_length']},  # longest row of this export, tools included",
+            "    completion_only_loss=True,  # loss on the assistant targets only (prompt turns are context)",
+            ")",
+            'trainer = SFTTrainer(model="<base model>", args=args, train_dataset=ds)',
+            "trainer.train()",
+        ])
+    if expert == "fc":
+        reward = ["from fabrika.rewards.fc import fc_reward  # exact match of the calls (ground_truth)"]
+        funcs = "fc_reward"
+    else:
+        reward = ["from fabrika.train.grpo import expert_reward, load_grpo_config",
+                  f'reward = expert_reward(load_grpo_config("{expert or "general"}", overrides={{',
+                  '    "model_name_or_path": "<base model>", "dataset_path": "<this directory>"}))'
+                  + ("  # verifiers run in the sandbox" if expert == "if" else "")]
+        funcs = "reward"
+    return "\n".join([
+        imports, "from trl import GRPOConfig, GRPOTrainer", *reward, "", load,
+        "args = GRPOConfig(",
+        '    output_dir="out/grpo",',
+        f"    max_completion_length={limits['max_completion_length']},  # longest reference answer here",
+        "    num_generations=8,",
+        ")",
+        f'trainer = GRPOTrainer(model="<base model>", reward_funcs={funcs}, args=args, train_dataset=ds)',
+        "trainer.train()",
+        f"# or: fabrika train grpo --expert {expert or 'general'} --set dataset_path=<this directory>",
+    ])

@@ -1,4 +1,4 @@
-"""``fabrika report RUN``: one static HTML page with PNG charts about a run.
+"""``fabrika report RUN``: one static, self-contained HTML page about a run.
 
 Order follows what a reader asks first: where did rows go (the funnel per
 stage and per gate), then what the kept data looks like (lengths, language and
@@ -6,23 +6,40 @@ target-type shares, tools per sample, turns per sample), then what it cost
 (requests, tokens, cache hits, failures). Everything comes from the manifest,
 the store's counts and the latest (or named) version; sample statistics are
 computed on at most ``max_rows`` rows so the report stays fast on big runs.
-Charts use matplotlib's Agg backend (no display needed).
+Charts use matplotlib's Agg backend (no display needed); they are written next
+to the page and embedded in it as data URIs, with the CSS and JavaScript of the
+sample browser (:mod:`fabrika.export.browser`), so the page opens offline from
+anywhere — no server, no CDN.
+
+A report directory belongs to one run (``report.json`` says which): writing
+another run's report over it needs ``overwrite=True``.
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import json
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from fabrika.errors import StoreError
+from fabrika.export.browser import BrowserLimits, collect_samples
 from fabrika.export.chat import messages_to_chat, tools_to_chat
 from fabrika.export.source import open_version
 from fabrika.filters.text import count_tokens, messages_text
+from fabrika.store.shards import atomic_write_bytes, atomic_write_json
 
 CHARTS = ("funnel", "rejections", "lengths", "shares", "tools", "turns", "accounting")
+#: Written into the report directory: which run the report is of (checked before overwriting).
+OWNER_FILE = "report.json"
+
+
+class ReportExistsError(StoreError):
+    """The output directory holds the report of another run."""
 
 
 def _plt():  # noqa: ANN202 - pyplot module
@@ -90,9 +107,9 @@ def chart_funnel(funnel: dict[str, Any], stages: dict[str, Any], path: Path) -> 
         for key, n in counts.items():
             if key.startswith("dropped_") and n:
                 left -= n
-                labels.append(f"  − {key[len('dropped_'):]}")
+                labels.append(f"  left after − {key[len('dropped_'):]}")
                 values.append(left)
-        labels.append(f"{stage}: out")
+        labels.append(f"{stage}: out (left)")
         values.append(counts.get("out", left))
     _barh(b, labels, values, "Gate funnel (rows left after each gate)", "#7b5ea7")
     _save(fig, path)
@@ -214,14 +231,57 @@ def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _template(name: str) -> str:
+    return resources.files("fabrika.export").joinpath("templates", name).read_text(encoding="utf-8")
+
+
+def _img(out: Path, name: str) -> str:
+    data = base64.b64encode((out / f"{name}.png").read_bytes()).decode("ascii")
+    return f"<img alt='{name}' src='data:image/png;base64,{data}'>"
+
+
+def _script_json(value: Any) -> str:
+    """JSON safe inside ``<script>``: no ``</script>`` or ``<!--`` can end or confuse the block."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").replace(
+        "\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def _owner(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    return {"run_dir": str(run_dir.resolve()), "run": manifest.get("name") or run_dir.name}
+
+
+def check_owner(out: Path, run_dir: Path, manifest: dict[str, Any], overwrite: bool) -> None:
+    """Refuse to write over a report of another run (or over a foreign ``index.html``) unless ``overwrite``."""
+    page = out / "index.html"
+    if overwrite or not page.exists():
+        return
+    mine = _owner(run_dir, manifest)
+    try:
+        theirs = json.loads((out / OWNER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        theirs = None
+    if theirs is None and out.resolve() == (run_dir / "report").resolve():
+        return  # the run's own report directory, written before reports recorded their run
+    if theirs is None or theirs.get("run_dir") != mine["run_dir"]:
+        whose = f"run {theirs.get('run')!r} ({theirs.get('run_dir')})" if isinstance(theirs, dict) else "something else"
+        raise ReportExistsError(f"{page} is the report of {whose}, not of {run_dir}; pass --overwrite to replace it "
+                                "or --out DIR to write elsewhere")
+
+
 def build_report(run_dir: str | Path, out: str | Path | None = None, version: str | None = None,
-                 max_rows: int = 20_000) -> Path:
-    """Write ``report/index.html`` (+ PNGs) for ``run_dir``; returns the HTML path."""
+                 max_rows: int = 20_000, overwrite: bool = False,
+                 limits: BrowserLimits = BrowserLimits()) -> Path:
+    """Write ``report/index.html`` (+ PNGs) for ``run_dir``; returns the HTML path.
+
+    Raises :class:`ReportExistsError` when ``out`` holds another run's report and not ``overwrite``.
+    """
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / "report"
-    out.mkdir(parents=True, exist_ok=True)
     source = open_version(run_dir, version)
     manifest = source.manifest
+    check_owner(out, run_dir, manifest, overwrite)
+    out.mkdir(parents=True, exist_ok=True)
     order = {name: i for i, name in enumerate(manifest.get("order") or [])}  # funnel.json keys are sorted
 
     def in_order(d: dict[str, Any]) -> dict[str, Any]:
@@ -246,14 +306,14 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, version: st
     chart_hist(stats["tools"], "tools per sample", out / "tools.png")
     chart_hist(stats["turns"], "user+assistant turns per episode", out / "turns.png")
     chart_accounting(accounting.get("rows") or [], out / "accounting.png")
+    samples = collect_samples(run_dir, manifest, limits)
     sim = "sim" in shares.get("llm_backend", {}) or manifest.get("backend") == "sim"
     totals = accounting.get("totals") or {}
+    sandbox = manifest.get("sandbox_isolation")
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>fabrika report: {html.escape(run_dir.name)}</title>",
-        "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto}img{max-width:100%;"
-        "border:1px solid #ddd;margin:.5em 0}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-        "padding:2px 6px;font-size:12px}.sim{background:#fdd;padding:1em;font-weight:bold}</style></head><body>",
+        f"<style>{_template('report.css')}</style></head><body>",
         f"<h1>Run {html.escape(run_dir.name)} — version {html.escape(str(source.version))}</h1>",
     ]
     if sim:
@@ -264,16 +324,43 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, version: st
                      f"{html.escape(mode)}{' (weaker: no namespaces)' if 'rlimits' in mode else ''}</p>")
     parts += [
         f"<p>{total} rows kept in version {html.escape(str(source.version))}; statistics over "
-        f"{len(stats['turns'])} of them.</p>",
-        "<h2>Funnel</h2><img src='funnel.png' alt='funnel'><img src='rejections.png' alt='rejections'>",
-        "<h2>Lengths</h2><img src='lengths.png' alt='lengths'>",
-        "<h2>Shares</h2><img src='shares.png' alt='shares'>",
-        "<h2>Tools and turns</h2><img src='tools.png' alt='tools'><img src='turns.png' alt='turns'>",
-        "<h2>Accounting</h2><img src='accounting.png' alt='accounting'>",
+        f"{len(stats['turns'])} of them."
+        + (f" Sandbox isolation: {html.escape(str(sandbox))}." if sandbox else "") + "</p>",
+        "<p><a href='#browser'>Sample browser</a> · <a href='#funnel'>Funnel</a> · <a href='#lengths'>Lengths</a> · "
+        "<a href='#accounting'>Accounting</a></p>",
+        "<h2 id='funnel'>Funnel</h2>", _img(out, "funnel"), _img(out, "rejections"),
+        "<h2 id='lengths'>Lengths</h2>", _img(out, "lengths"),
+        "<h2>Shares</h2>", _img(out, "shares"),
+        "<h2>Tools and turns</h2>", _img(out, "tools"), _img(out, "turns"),
+        "<h2 id='accounting'>Accounting</h2>", _img(out, "accounting"),
         _table([totals], [k for k in totals if k != "failures"]) if totals else "<p>no LLM accounting recorded</p>",
+        "<p>The charts are also written as files next to this page: "
+        + ", ".join(f"<a href='{c}.png'>{c}.png</a>" for c in CHARTS) + ".</p>",
         "<h2>Thresholds</h2><pre>" + html.escape(json.dumps(source.thresholds, ensure_ascii=False, indent=2)) + "</pre>",
+        "<h2 id='browser'>Sample browser</h2>",
+        f"<p>Per stage up to {limits.kept_per_stage} kept rows and, for each of up to {limits.reasons_per_stage} "
+        f"reasons, {limits.per_reason} rejected rows with the raw model answer behind the rejection. "
+        "&ldquo;passed over&rdquo; rows were not drawn by a share or did not apply (not a quality verdict).</p>",
+        "<div class='controls'>"
+        "<label>stage <select id='f-stage'><option value=''>all</option></select></label>"
+        "<label>rows <select id='f-group'><option value=''>all</option><option value='kept'>kept</option>"
+        "<option value='rejected'>rejected</option><option value='passed over'>passed over</option></select></label>"
+        "<label>reason <select id='f-reason'><option value=''>all</option></select></label>"
+        "<label>language <select id='f-lang'><option value=''>all</option></select></label>"
+        "<label>search <input id='f-text' type='search' placeholder='text in any field'></label>"
+        "<span id='shown'></span></div>",
+        "<div id='samples'></div>",
+        "<script type='application/json' id='fabrika-samples'>"
+        + _script_json({"stages": [s for s in manifest.get("order") or [] if any(r["_stage"] == s for r in samples)],
+                        "counts": {name: {"ok": int(info.get("ok") or 0), **(info.get("rejected") or {})}
+                                   for name, info in (manifest.get("stages") or {}).items()},
+                        "samples": samples}) + "</script>",
+        f"<script>{_template('report.js')}</script>",
         "</body></html>",
     ]
     page = out / "index.html"
-    page.write_text("\n".join(parts), encoding="utf-8")
+    atomic_write_bytes(page, "\n".join(parts).encode("utf-8"))
+    atomic_write_json(out / OWNER_FILE, {**_owner(run_dir, manifest), "version": source.version})
+    for path in (page, out / OWNER_FILE):
+        path.chmod(0o644)  # temporary files are private; a report is meant to be read
     return page

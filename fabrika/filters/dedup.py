@@ -53,10 +53,14 @@ def near_duplicate_clusters(ids: Sequence[str], texts: Sequence[str], threshold:
         raise ValueError(f"ids ({len(ids)}) and texts ({len(texts)}) differ in length")
     if len(set(ids)) != len(ids):
         raise ValueError("near-duplicate clustering needs unique ids")
+    from fabrika.pipeline.progress import phase  # the running stage's progress line shows it
+
     lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
     sigs: dict[str, MinHash] = {}
     parent = {i: i for i in ids}
-    for rid, text in sorted(zip(ids, texts)):
+    for n, (rid, text) in enumerate(sorted(zip(ids, texts))):
+        if n % 2048 == 0:
+            phase("minhash dedup", n, len(ids))
         sh = shingles(text, shingle)
         if not sh:
             continue  # empty texts are nobody's duplicate
@@ -123,6 +127,9 @@ class DedupScorer(Stage):
         row_units: list[tuple[str, str]] = []
         unit_text: dict[str, str] = {}
         unit_id: dict[str, str] = {}  # a unit is named by its smallest row id
+        from fabrika.pipeline.progress import phase
+
+        phase("reading rows")
         for row in rows:
             rid = str(row["id"])
             unit = unit_key(row, cfg.unit) or f"row:{rid}"

@@ -300,6 +300,11 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
             err(f"stages[{i}].{field}", msg)
         for field, msg in cls.check_config(s, resolver):
             err(f"stages[{i}].{field}", msg)
+    if config is not None:  # inputs that validate but will not make the run the config asks for
+        from fabrika.pipeline.input_checks import scale_warnings
+
+        for where, msg in scale_warnings(config):
+            warn(where, msg)
     # dataset, filters and export are checked from the raw document so other errors do not hide theirs
     raw_ds = data.get("dataset")
     ds_stages = raw_ds.get("stages") if isinstance(raw_ds, dict) else None

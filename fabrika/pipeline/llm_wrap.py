@@ -14,18 +14,24 @@ for the progress line and the manifest, and notes in the current item's
   item that produced nothing but rejections counts toward the stage's
   failure rate;
 * the backends that actually produced its answers label its rows (``llm_backend``).
+
+The latest answer of each item is kept (cut to ``RAW_EXCERPT_CHARS``) so that the
+runner can store it on the item's rejection rows: the reason next to the raw text
+that caused it.
 """
 
 from __future__ import annotations
 
 import contextvars
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from fabrika.errors import LLMError
 from fabrika.llm.failures import FailureTally, leaves_item_pending
 from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.stage import RAW_EXCERPT_CHARS
 
 
 @dataclass(slots=True)
@@ -39,6 +45,28 @@ class ItemState:
 
 #: The current item's state; ``None`` outside an item (setup, global stages).
 ITEM_STATE: contextvars.ContextVar[ItemState | None] = contextvars.ContextVar("fabrika_item_state", default=None)
+#: Per-item cell ``[excerpt, calls started, start number of the excerpt's call]`` (set by the runner,
+#: filled here). The excerpt is the answer to the call that *started* last, so concurrent calls inside
+#: one item give the same excerpt however they finish (DESIGN contract 7).
+ITEM_LAST_ANSWER: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+    "fabrika_item_answer", default=None)
+
+
+def answer_excerpt(response: ChatResponse, limit: int = RAW_EXCERPT_CHARS) -> str:
+    """The raw answer as a person debugging a rejection wants it: text, tool calls, truncation, or the error."""
+    if response.error is not None:
+        text = f"[{response.error.kind}] {response.error.message}"
+    elif not response.choices:
+        text = "[no choices]"
+    else:
+        choice = response.choices[0]
+        text = choice.content or ""
+        if choice.tool_calls:
+            text += ("\n" if text else "") + "tool_calls: " + json.dumps(list(choice.tool_calls), ensure_ascii=False,
+                                                                        default=str)
+        if choice.truncated:
+            text += " [truncated: finish_reason=length]"
+    return text if len(text) <= limit else text[:limit] + f"… [{len(text)} chars]"
 
 
 @dataclass
@@ -73,6 +101,20 @@ class StageLLM:
             return request
         return dataclasses.replace(request, meta={**request.meta, "stage": self._stage})
 
+    @staticmethod
+    def _start() -> int:
+        cell = ITEM_LAST_ANSWER.get()
+        if cell is None:
+            return -1
+        cell[1] += 1
+        return cell[1]
+
+    @staticmethod
+    def _keep_answer(started: int, responses: Sequence[ChatResponse]) -> None:
+        cell = ITEM_LAST_ANSWER.get()
+        if cell is not None and responses and started >= cell[2]:
+            cell[0], cell[2] = answer_excerpt(responses[-1]), started
+
     def _observe(self, responses: Sequence[ChatResponse]) -> None:
         c = self.counters
         item = ITEM_STATE.get()
@@ -97,13 +139,17 @@ class StageLLM:
                 item.terminal = err
 
     async def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResponse]:
+        started = self._start()
         responses = await self._engine.complete([self._stamp(r) for r in requests])
         self._observe(responses)
+        self._keep_answer(started, responses)
         return responses
 
     async def complete_one(self, request: ChatRequest) -> ChatResponse:
+        started = self._start()
         response = await self._engine.complete_one(self._stamp(request))
         self._observe([response])
+        self._keep_answer(started, [response])
         return response
 
     def __getattr__(self, name: str) -> Any:

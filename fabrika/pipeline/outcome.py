@@ -31,6 +31,8 @@ class StageStats:
     cache_miss: int = 0
     internal_errors: int = 0
     rejected: int = 0
+    #: rows stored with a sampling/eligibility reason (``not_sampled``): by design, not rejections
+    passed_over: int = 0
     shards: int = 0
     rows_written: int = 0
     seconds: float = 0.0

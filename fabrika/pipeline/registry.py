@@ -25,6 +25,7 @@ STAGE_MODULES: list[str] = [
     "fabrika.generators.instruct.multiturn",
     "fabrika.generators.fc.topics",
     "fabrika.generators.fc.stages",
+    "fabrika.generators.fc.tools_import",
 ]
 
 _loaded: set[str] = set()

@@ -50,11 +50,11 @@ from fabrika.pipeline.config import (PipelineConfig, config_hash, execution_orde
                                      stage_dependencies, uses_sandbox)
 from fabrika.pipeline.fingerprint import changed_fields, stage_fingerprints
 from fabrika.pipeline.lifecycle import _first_error, backend_of, build_engine_for, close_resources, probe_llm
-from fabrika.pipeline.llm_wrap import ITEM_STATE, ItemState
+from fabrika.pipeline.llm_wrap import ITEM_LAST_ANSWER, ITEM_STATE, ItemState
 from fabrika.pipeline.outcome import MIN_ITEMS_FOR_RATE, StageStats, run_problems, run_warnings
 from fabrika.pipeline.progress import RunProgress
 from fabrika.pipeline.run_context import RunContext
-from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig, rejected
+from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig, is_rejection, rejected
 from fabrika.schemas.ids import stable_id
 from fabrika.store.done_ids import DoneIds
 from fabrika.store.journal import StageJournal
@@ -113,7 +113,7 @@ def stages_until(config: PipelineConfig, targets: Sequence[str]) -> set[str]:
 
 class _Run:
     def __init__(self, config: PipelineConfig, engine: Any, resume: bool, progress: bool,
-                 until: Sequence[str] | None = None) -> None:
+                 until: Sequence[str] | None = None, log_every: float = 30.0) -> None:
         self.config = config
         self.engine = engine
         self.resume = resume
@@ -131,7 +131,9 @@ class _Run:
                     self.annotators.setdefault(src, []).append(s.stage_name)
         self.resources: dict[str, Any] = {}
         self.stats: dict[str, StageStats] = {}
-        self.progress = RunProgress(enabled=progress)
+        snapshot = getattr(getattr(engine, "accounting", None), "snapshot", None)
+        self.progress = RunProgress(enabled=progress, log_every=log_every, expected_stages=len(self.stages),
+                                    accounting=snapshot if callable(snapshot) else None)
         self.manifest: dict[str, Any] = {}
         self._invocation: dict[str, Any] = {}
         self._last_manifest = time.monotonic()
@@ -325,6 +327,8 @@ class _Run:
                    stats: StageStats) -> tuple[str, list[Row] | None, ItemState]:
         state = ItemState()
         ITEM_STATE.set(state)
+        answer: list[Any] = [None, 0, 0]  # excerpt, calls started, start number of the excerpt's call
+        ITEM_LAST_ANSWER.set(answer)
         try:
             out = self._finish_rows(await stage.process(row), item_id, state.backends)
             if not out:
@@ -337,6 +341,10 @@ class _Run:
             stats.internal_errors += 1
             msg = str(exc).replace("\n", " ")[:500]
             out = self._finish_rows([rejected(item_id, f"internal_error: {type(exc).__name__}: {msg}")], item_id)
+        if answer[0] is not None:  # the reason next to the raw answer that caused it (report's sample browser)
+            for r in out:
+                if r["status"] != "ok" and is_rejection(r.get("reason")) and not r.get("raw_excerpt"):
+                    r["raw_excerpt"] = answer[0]
         return item_id, (None if state.pending is not None else out), state
 
     async def _run_items(self, stage: Stage, ctx: RunContext, stats: StageStats) -> None:
@@ -425,7 +433,8 @@ class _Run:
                         stats.processed += 1
                         ok_rows = sum(r["status"] == "ok" for r in out)
                         stats.ok_rows += ok_rows
-                        stats.rejected += len(out) - ok_rows
+                        stats.rejected += sum(r["status"] != "ok" and is_rejection(r.get("reason")) for r in out)
+                        stats.passed_over += sum(r["status"] != "ok" and not is_rejection(r.get("reason")) for r in out)
                         llm_failed = state.terminal is not None and not ok_rows
                         stats.llm_failed += llm_failed
                         observe(llm_failed)
@@ -503,6 +512,7 @@ async def arun_pipeline(
     version: str | None = None,
     until: Sequence[str] | None = None,
     allow_partial: bool = False,
+    log_every: float = 30.0,
 ) -> RunResult:
     """Async :func:`run_pipeline`. ``engine`` injects an LLM client (tests); otherwise one is built and closed."""
     run_dir = config.resolved_run_dir
@@ -515,17 +525,17 @@ async def arun_pipeline(
         if own_engine:
             engine = build_engine_for(config, run_dir, cache_only)
         return await _run_locked(config, run_dir, resume, progress, engine, own_engine, version, until,
-                                 allow_partial)
+                                 allow_partial, log_every)
 
 
 async def _run_locked(config: PipelineConfig, run_dir: Path, resume: bool, progress: bool, engine: Any,
                       own_engine: bool, version: str | None, until: Sequence[str] | None,
-                      allow_partial: bool) -> RunResult:
+                      allow_partial: bool, log_every: float) -> RunResult:
     store = RunStore(run_dir)
     if not resume:
         store.reset()
     run_dir.mkdir(parents=True, exist_ok=True)
-    run = _Run(config, engine, resume, progress, until)
+    run = _Run(config, engine, resume, progress, until, log_every)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     try:  # SIGTERM stops like Ctrl-C: finished items are written, the manifest says "interrupted"
@@ -568,11 +578,14 @@ def run_pipeline(
     version: str | None = None,
     until: Sequence[str] | None = None,
     allow_partial: bool = False,
+    log_every: float = 30.0,
 ) -> RunResult:
     """Run ``config`` and materialise ``dataset.version``; see module docs.
 
     ``until`` runs only the named stages and what they depend on; no version is materialised
     then (scorers that did not run would leave their gates out). A run that did not finish
-    (:attr:`RunResult.problems`) materialises nothing unless ``allow_partial``.
+    (:attr:`RunResult.problems`) materialises nothing unless ``allow_partial``. ``log_every``: seconds
+    between plain progress lines when stdout is not a terminal (:mod:`fabrika.pipeline.progress`).
     """
-    return asyncio.run(arun_pipeline(config, resume, cache_only, progress, engine, version, until, allow_partial))
+    return asyncio.run(arun_pipeline(config, resume, cache_only, progress, engine, version, until, allow_partial,
+                                     log_every))

@@ -1,0 +1,75 @@
+"""``fabrika estimate CONFIG --pilot 0.2``: a pilot run, extrapolated (logic in :mod:`fabrika.pipeline.estimate`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+
+def estimate_table(doc: dict[str, Any]) -> Table:
+    from fabrika.pipeline.progress import duration, human
+
+    sim = " — SIM BACKEND, not a real model's numbers" if doc.get("sim") else ""
+    t = Table(title=f"estimate for {doc.get('config')} (backend {doc.get('backend')}){sim}")
+    for col in ("stage", "scale", "items", "requests", "prompt tok", "compl tok", "cost", "latency", "time"):
+        t.add_column(col, justify="left" if col == "stage" else "right")
+    for name, s in doc["stages"].items():
+        cost = "-" if s["cost"] is None else f"${s['cost']:.2f}"
+        t.add_row(name, f"x{s['scale']:g}", human(s["items"]), human(s["requests"]), human(s["prompt_tokens"]),
+                  human(s["completion_tokens"]), cost, f"{s['latency_ms']:g} ms", duration(s["seconds"]))
+    tot = doc["total"]
+    cost = "-" if tot["cost"] is None else f"${tot['cost']:.2f}"
+    t.add_row("[b]total[/b]", "", "", human(tot["requests"]), human(tot["prompt_tokens"]),
+              human(tot["completion_tokens"]), cost, "", duration(tot["seconds"]))
+    return t
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``estimate`` to the fabrika app."""
+
+    @app.command("estimate")
+    def estimate_command(
+        config: Annotated[Path, typer.Argument(help="Pipeline YAML.")],
+        pilot: Annotated[str, typer.Option("--pilot", help="Share (0.2) or count (50) of the first per-item "
+                                           "stages' input the pilot runs.")] = "0.1",
+        out_json: Annotated[Optional[Path], typer.Option("--json", help="Where to write the estimate "
+                                                         "(default RUN/estimate.json).")] = None,
+        work_dir: Annotated[Optional[Path], typer.Option("--work-dir", help="Scratch run directory of the pilot "
+                                                         "(default RUN/.estimate-pilot; emptied first).")] = None,
+        set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a config key: KEY=VALUE.")] = None,
+    ) -> None:
+        """Run a small pilot on the configured backend and extrapolate requests, tokens, cost, time and yield."""
+        from fabrika.cli.app import fail, out
+        from fabrika.errors import ConfigError, InputError, StoreError
+        from fabrika.pipeline.config import validate_file
+        from fabrika.pipeline.estimate import Pilot, run_estimate
+        from fabrika.store.shards import atomic_write_json
+
+        try:
+            share = Pilot.parse(pilot)
+        except ValueError as exc:
+            fail(str(exc))
+        cfg, issues = validate_file(config, list(set_ or []))
+        if cfg is None:
+            fail("\n".join(str(i) for i in issues if i.level == "error"))
+        assert cfg is not None
+        run_dir = cfg.resolved_run_dir
+        work = work_dir or run_dir / ".estimate-pilot"
+        try:
+            est = run_estimate(cfg, share, work, config_name=str(config))
+        except (ConfigError, InputError, StoreError) as exc:
+            fail(str(exc))
+        doc = est.as_dict()
+        out.print(estimate_table(doc))
+        tot = doc["total"]
+        out.print(f"yield: {tot['yield_per_input']:g} dataset rows per input item -> about {tot['dataset_rows']} "
+                  f"rows from {tot['inputs']} inputs; about {tot['hours']:g} h of wall time")
+        out.print("assumptions:")
+        for line in doc["assumptions"]:
+            out.print(f"  - {line}", highlight=False, soft_wrap=True)
+        target = out_json or run_dir / "estimate.json"
+        atomic_write_json(target, doc)
+        out.print(f"estimate: {target}")

@@ -1,0 +1,419 @@
+"""Tools from the formats teams already have: OpenAI tool lists, MCP ``tools/list``, OpenAPI 3.
+
+Each source becomes a list of :class:`Candidate` — a name, descriptions and a raw
+parameters schema, or the reason it cannot be one. Nothing here decides whether a
+tool is good; :mod:`fabrika.generators.fc.tools_import` validates, repairs and
+records a rejection per refused candidate.
+
+* OpenAI: ``[{"type": "function", "function": {...}}]``, ``{"tools": [...]}`` or bare
+  ``{"name", "description", "parameters"}`` objects (a JSON array, an object, or JSON lines).
+* MCP: a ``tools/list`` result (``{"tools": [{"name", "description", "inputSchema"}]}``,
+  or the whole JSON-RPC response around it), or a live server over stdio
+  (:func:`mcp_list_tools`, with the ``mcp`` SDK, following ``nextCursor`` pages).
+* OpenAPI 3.0/3.1 (JSON or YAML): one tool per operation. Path and query parameters and
+  a JSON request body become one ``object`` schema (body properties merged at the top
+  level, or under ``body`` when they clash or the body is not an object); header and cookie
+  parameters are left out with a warning. ``$ref`` s are resolved with ``referencing``
+  (the library ``jsonschema`` uses): JSON pointers into the document, other local files,
+  escaped pointer tokens; a recursive ``$ref`` is cut to ``{"type": "object"}`` with a
+  warning; an unresolvable one makes the operation a rejection. OpenAPI 3.0 dialect is
+  turned into JSON Schema (``nullable``, boolean ``exclusiveMinimum``, ``readOnly``
+  properties out of request bodies, ``example``/``xml``/``discriminator`` dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
+
+from fabrika.errors import InputError
+
+METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
+#: OpenAPI keys that are documentation, not argument constraints.
+DROPPED_KEYS = ("example", "examples", "xml", "externalDocs", "discriminator")
+JSON_MEDIA = re.compile(r"^application/(.+\+)?json(;.*)?$")
+
+
+@dataclass
+class Candidate:
+    """One would-be tool as a source states it."""
+
+    key: str  # where it came from: "openapi:GET /pets/{id}", "mcp:get_forecast", "openai:#2"
+    name: str | None
+    topic: str
+    description: str = ""
+    summary: str = ""
+    parameters: Any = None
+    tiers: list[str] | None = None
+    error: str | None = None  # the reason it cannot become a tool (reading it already failed)
+    warnings: list[str] = field(default_factory=list)
+    deprecated: bool = False
+    topic_description: str = ""
+
+
+# -- reading documents -------------------------------------------------------------------
+def load_document(path: Path) -> Any:
+    """A JSON, JSON-lines or YAML document; :class:`InputError` naming the file when it is none of them."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read tools source ({exc.strerror})") from exc
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if lines and all(ln.lstrip().startswith("{") for ln in lines):
+        try:
+            return [json.loads(ln) for ln in lines]
+        except ValueError:
+            pass
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not JSON, JSON lines or YAML ({exc})") from exc
+
+
+def detect_format(doc: Any) -> str:
+    """``openapi``, ``mcp`` or ``openai``; :class:`InputError` for anything else."""
+    if isinstance(doc, dict) and isinstance(doc.get("openapi"), str):
+        return "openapi"
+    if isinstance(doc, dict) and "swagger" in doc:
+        raise InputError("Swagger 2.0 documents are not supported; convert to OpenAPI 3 (e.g. with swagger2openapi)")
+    tools = _mcp_tools(doc)
+    if tools is not None and all(isinstance(t, dict) and "inputSchema" in t for t in tools):
+        return "mcp"
+    if _openai_tools(doc) is not None:
+        return "openai"
+    raise InputError("not a tools source: expected an OpenAPI 3 document ('openapi: 3.x'), an MCP tools/list "
+                     "result ({'tools': [{'name', 'inputSchema'}]}) or a list of OpenAI tools")
+
+
+def _mcp_tools(doc: Any) -> list[Any] | None:
+    if isinstance(doc, dict) and isinstance(doc.get("result"), dict):  # the JSON-RPC response around it
+        doc = doc["result"]
+    if isinstance(doc, dict) and isinstance(doc.get("tools"), list):
+        return doc["tools"]
+    return None
+
+
+def _openai_tools(doc: Any) -> list[Any] | None:
+    if isinstance(doc, dict) and isinstance(doc.get("tools"), list):
+        return doc["tools"]
+    if isinstance(doc, list):
+        return doc
+    if isinstance(doc, dict) and ("function" in doc or "name" in doc):
+        return [doc]
+    return None
+
+
+def _text(value: Any) -> str:
+    return value.strip() if isinstance(value, str) else ""
+
+
+def openai_candidates(doc: Any, topic: str) -> list[Candidate]:
+    out = []
+    for i, raw in enumerate(_openai_tools(doc) or []):
+        key = f"openai:#{i}"
+        if not isinstance(raw, dict):
+            out.append(Candidate(key=key, name=None, topic=topic, error=f"invalid_tool: item {i} is not an object"))
+            continue
+        fn = raw.get("function") if isinstance(raw.get("function"), dict) else raw
+        tiers = raw.get("tiers", fn.get("tiers"))
+        out.append(Candidate(key=key, name=fn.get("name") if isinstance(fn.get("name"), str) else None, topic=topic,
+                             description=_text(fn.get("description")), parameters=fn.get("parameters"),
+                             tiers=tiers if isinstance(tiers, list) else None))
+    return out
+
+
+def mcp_candidates(doc: Any, topic: str) -> list[Candidate]:
+    out = []
+    for i, raw in enumerate(_mcp_tools(doc) or []):
+        name = raw.get("name") if isinstance(raw, dict) else None
+        key = f"mcp:{name or f'#{i}'}"
+        if not isinstance(raw, dict):
+            out.append(Candidate(key=key, name=None, topic=topic, error=f"invalid_tool: item {i} is not an object"))
+            continue
+        schema = raw.get("inputSchema")
+        cand = Candidate(key=key, name=name if isinstance(name, str) else None, topic=topic,
+                         description=_text(raw.get("description")), summary=_text(raw.get("title")))
+        try:
+            cand.parameters = resolve_refs(schema, _registry(schema, "urn:fabrika:mcp"), "urn:fabrika:mcp",
+                                           cand.warnings)
+        except ValueError as exc:
+            cand.error = str(exc)
+        out.append(cand)
+    return out
+
+
+async def mcp_list_tools(command: list[str], env: dict[str, str] | None = None, cwd: Path | None = None,
+                         timeout_s: float = 30.0) -> dict[str, Any]:
+    """Start an MCP server over stdio, ``initialize``, page through ``tools/list``; the result as JSON.
+
+    Raises :class:`InputError` (with the command) when the SDK is missing or the server fails.
+    """
+    try:
+        from mcp import ClientSession, StdioServerParameters, types
+        from mcp.client.stdio import stdio_client
+    except ImportError as exc:
+        raise InputError("reading tools from an MCP server needs the mcp SDK: pip install 'fabrika[mcp]'") from exc
+    params = StdioServerParameters(command=command[0], args=list(command[1:]), env=env or None,
+                                   cwd=str(cwd) if cwd else None)
+
+    async def fetch() -> dict[str, Any]:
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                init = await session.initialize()
+                tools: list[dict[str, Any]] = []
+                cursor: str | None = None
+                for _ in range(1000):  # pages; a server that never stops paging is cut off
+                    page = await session.list_tools(
+                        params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+                    tools += [t.model_dump(by_alias=True, exclude_none=True) for t in page.tools]
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+                info = getattr(init, "server_info", None)
+                return {"server": getattr(info, "name", None), "tools": tools}
+
+    try:
+        return await asyncio.wait_for(fetch(), timeout_s)
+    except (TimeoutError, asyncio.TimeoutError) as exc:
+        raise InputError(f"MCP server {' '.join(command)!r} did not list its tools within {timeout_s:g} s") from exc
+    except Exception as exc:  # noqa: BLE001 - any failure of a user's server is an input problem
+        raise InputError(f"MCP server {' '.join(command)!r} failed: {type(exc).__name__}: {exc}") from exc
+
+
+# -- $ref resolution ------------------------------------------------------------------------
+def _registry(doc: Any, uri: str, base_dir: Path | None = None) -> Registry:
+    def retrieve(target: str) -> Resource:
+        if not target.startswith("file:") or base_dir is None:
+            raise ValueError(f"only local files are followed, not {target!r}")
+        from urllib.parse import unquote, urlparse
+
+        path = Path(unquote(urlparse(target).path))
+        return Resource.from_contents(load_document(path), default_specification=DRAFT202012)
+
+    resource = Resource.from_contents(doc if isinstance(doc, (dict, bool)) else {}, default_specification=DRAFT202012)
+    return Registry(retrieve=retrieve).with_resource(uri, resource)  # type: ignore[call-arg]
+
+
+def resolve_refs(node: Any, registry: Registry, base_uri: str, warnings: list[str]) -> Any:
+    """``node`` with every ``$ref`` inlined (siblings of a ``$ref`` kept); ``ValueError`` on an unresolvable one."""
+    resolver = registry.resolver(base_uri=base_uri)
+
+    def walk(value: Any, res: Any, stack: tuple[int, ...]) -> Any:
+        if isinstance(value, list):
+            return [walk(v, res, stack) for v in value]
+        if not isinstance(value, dict):
+            return value
+        ref = value.get("$ref")
+        if isinstance(ref, str):
+            try:
+                found = res.lookup(ref)
+            except (Unresolvable, ValueError, InputError) as exc:
+                raise ValueError(f"unresolved_ref: {ref} ({type(exc).__name__})") from exc
+            siblings = {k: walk(v, res, stack) for k, v in value.items() if k != "$ref"}
+            if id(found.contents) in stack:
+                warnings.append(f"recursive $ref {ref} cut to an object")
+                return {"type": "object", **siblings}
+            target = walk(found.contents, found.resolver, stack + (id(found.contents),))
+            return {**target, **siblings} if isinstance(target, dict) else target
+        return {k: walk(v, res, stack) for k, v in value.items()}
+
+    return walk(node, resolver, ())
+
+
+# -- OpenAPI ------------------------------------------------------------------------------------
+def oas_to_json_schema(schema: Any, version: str, request: bool = True) -> Any:
+    """OpenAPI schema dialect → JSON Schema 2020-12 (see module docs); 3.1 schemas only lose doc keys."""
+    if isinstance(schema, list):
+        return [oas_to_json_schema(s, version, request) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: oas_to_json_schema(v, version, request) for k, v in schema.items() if k not in DROPPED_KEYS}
+    if "properties" in schema and isinstance(schema["properties"], dict):
+        props = {k: oas_to_json_schema(v, version, request) for k, v in schema["properties"].items()}
+        if request:  # readOnly properties are set by the server, never sent
+            hidden = [k for k, v in schema["properties"].items() if isinstance(v, dict) and v.get("readOnly") is True]
+            props = {k: v for k, v in props.items() if k not in hidden}
+            if isinstance(out.get("required"), list):
+                out["required"] = [r for r in out["required"] if r not in hidden]
+        out["properties"] = props
+    if version.startswith("3.0"):
+        if out.pop("nullable", False) is True and "type" in out:
+            out["type"] = [out["type"], "null"] if isinstance(out["type"], str) else [*out["type"], "null"]
+            if isinstance(out.get("enum"), list) and None not in out["enum"]:
+                out["enum"] = [*out["enum"], None]  # a nullable enum admits null (OpenAPI 3.0.3)
+        for bound in ("Minimum", "Maximum"):
+            flag = out.get(f"exclusive{bound}")
+            if isinstance(flag, bool):
+                limit = out.pop(bound.lower(), None)
+                out.pop(f"exclusive{bound}")
+                if flag and limit is not None:
+                    out[f"exclusive{bound}"] = limit
+                elif limit is not None:
+                    out[bound.lower()] = limit
+    return out
+
+
+def snake_name(text: str) -> str:
+    """``listPets`` / ``get-pet.by-id`` / ``GET /pets/{id}`` → ``list_pets`` / ``get_pet_by_id`` / ``get_pets_id``."""
+    text = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", text)
+    text = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", text)
+    text = re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower()
+    text = re.sub(r"_+", "_", text)
+    if text and text[0].isdigit():
+        text = "op_" + text
+    return text[:64].rstrip("_")
+
+
+def _media_schema(body: dict[str, Any], warnings: list[str]) -> tuple[Any, str | None]:
+    content = body.get("content") or {}
+    if not isinstance(content, dict) or not content:
+        return None, "request body has no content"
+    for media, spec in content.items():
+        if JSON_MEDIA.match(str(media)) and isinstance(spec, dict) and "schema" in spec:
+            return spec["schema"], None
+    for media, spec in content.items():
+        if isinstance(spec, dict) and "schema" in spec and str(media) in (
+                "application/x-www-form-urlencoded", "multipart/form-data"):
+            warnings.append(f"request body {media} taken as JSON fields")
+            return spec["schema"], None
+    return None, f"unsupported request body media type(s): {', '.join(map(str, content))}"
+
+
+def _operation(doc: dict[str, Any], path: str, method: str, item: dict[str, Any], op: dict[str, Any],
+               registry: Registry, base_uri: str, version: str, topic: str) -> Candidate:
+    key = f"openapi:{method.upper()} {path}"
+    raw_name = op.get("operationId") if isinstance(op.get("operationId"), str) else f"{method} {path}"
+    cand = Candidate(key=key, name=snake_name(raw_name) or None, topic=topic, summary=_text(op.get("summary")),
+                     description=_text(op.get("description")), deprecated=op.get("deprecated") is True)
+    tiers = op.get("x-fabrika-tiers")
+    cand.tiers = tiers if isinstance(tiers, list) else None
+    try:
+        shared = resolve_refs(item.get("parameters") or [], registry, base_uri, cand.warnings)
+        own = resolve_refs(op.get("parameters") or [], registry, base_uri, cand.warnings)
+        body = resolve_refs(op.get("requestBody"), registry, base_uri, cand.warnings) if op.get("requestBody") else None
+    except ValueError as exc:
+        cand.error = str(exc)
+        return cand
+    params: dict[tuple[str, str], dict[str, Any]] = {}
+    for p in [*shared, *own]:  # the operation's own parameters override the path item's
+        if not isinstance(p, dict) or not isinstance(p.get("name"), str) or p.get("in") not in (
+                "path", "query", "header", "cookie"):
+            cand.error = f"invalid_parameter: {json.dumps(p, ensure_ascii=False)[:120]}"
+            return cand
+        params[(p["name"], p["in"])] = p
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    for (name, where), p in params.items():
+        if where in ("header", "cookie"):
+            cand.warnings.append(f"{where} parameter {name!r} left out")
+            continue
+        schema = p.get("schema")
+        if schema is None and isinstance(p.get("content"), dict) and p["content"]:
+            schema = next(iter(p["content"].values())).get("schema")
+        if not isinstance(schema, dict):
+            cand.error = f"invalid_parameter: {name!r} has no schema"
+            return cand
+        schema = oas_to_json_schema(schema, version)
+        if _text(p.get("description")) and not schema.get("description"):
+            schema = {**schema, "description": _text(p.get("description"))}
+        props[name] = schema
+        if p.get("required") is True or where == "path":
+            required.append(name)
+    if body is not None:
+        schema, problem = _media_schema(body, cand.warnings)
+        if problem:
+            if body.get("required") is True:
+                cand.error = f"unsupported_body: {problem}"
+                return cand
+            cand.warnings.append(f"optional body left out: {problem}")
+        else:
+            schema = oas_to_json_schema(schema, version)
+            body_props = schema.get("properties") if isinstance(schema, dict) else None
+            mergeable = (isinstance(body_props, dict) and schema.get("type", "object") == "object"
+                         and not (set(body_props) & set(props)))
+            if mergeable:
+                props.update(body_props)
+                if body.get("required") is True:
+                    required += [r for r in schema.get("required") or [] if r in body_props]
+            else:
+                if isinstance(body_props, dict) and set(body_props) & set(props):
+                    cand.warnings.append("body fields clash with parameters: body kept under 'body'")
+                props["body"] = schema
+                if body.get("required") is True:
+                    required.append("body")
+    cand.parameters = {"type": "object", "properties": props, **({"required": required} if required else {})}
+    return cand
+
+
+def openapi_candidates(doc: dict[str, Any], source_name: str, group_by: str = "tag",
+                       base_dir: Path | None = None, uri: str | None = None) -> list[Candidate]:
+    """One candidate per operation, in document order; the topic is its first tag (or the API's title)."""
+    version = str(doc.get("openapi"))
+    if not version.startswith("3."):
+        raise InputError(f"OpenAPI version {version!r} is not supported (3.0 or 3.1)")
+    info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
+    title = _text(info.get("title")) or source_name
+    tag_docs = {t.get("name"): _text(t.get("description")) for t in doc.get("tags") or [] if isinstance(t, dict)}
+    base_uri = uri or "urn:fabrika:openapi"
+    registry = _registry(doc, base_uri, base_dir)
+    out: list[Candidate] = []
+    for path, item in (doc.get("paths") or {}).items():
+        if not isinstance(item, dict):
+            continue
+        if "$ref" in item:
+            try:
+                item = resolve_refs(item, registry, base_uri, [])
+            except ValueError as exc:
+                out.append(Candidate(key=f"openapi:{path}", name=None, topic=title, error=str(exc)))
+                continue
+        for method in METHODS:
+            op = item.get(method)
+            if not isinstance(op, dict):
+                continue
+            tags = [t for t in op.get("tags") or [] if isinstance(t, str)]
+            topic = tags[0] if tags and group_by == "tag" else title
+            cand = _operation(doc, path, method, item, op, registry, base_uri, version, topic)
+            cand.topic_description = tag_docs.get(topic, "") or _text(info.get("description"))
+            out.append(cand)
+    return out
+
+
+def candidates_from(doc: Any, fmt: str, source_name: str, *, group_by: str = "tag", base_dir: Path | None = None,
+                    uri: str | None = None) -> list[Candidate]:
+    """The candidates of a loaded document (``fmt`` ``auto`` detects it)."""
+    fmt = detect_format(doc) if fmt == "auto" else fmt
+    if fmt == "openapi":
+        if not isinstance(doc, dict):
+            raise InputError("an OpenAPI document must be an object")
+        return openapi_candidates(doc, source_name, group_by, base_dir, uri)
+    if fmt == "mcp":
+        server = doc.get("server") if isinstance(doc, dict) else None
+        return mcp_candidates(doc, str(server or source_name))
+    return openai_candidates(doc, source_name)
+
+
+def duplicate_names(cands: Iterable[Candidate]) -> dict[int, str]:
+    """Index → key of the first candidate with the same name (later ones are duplicates)."""
+    first: dict[str, str] = {}
+    dups: dict[int, str] = {}
+    for i, c in enumerate(cands):
+        if c.name is None or c.error:
+            continue
+        if c.name in first:
+            dups[i] = first[c.name]
+        else:
+            first[c.name] = c.key
+    return dups

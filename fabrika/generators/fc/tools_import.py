@@ -1,0 +1,449 @@
+"""``fc.tools_import``: tools a team already has, instead of LLM-written ones, for ``fc.plans``.
+
+Sources (:mod:`fabrika.generators.fc.tool_sources`): a file of OpenAI tools, an MCP
+``tools/list`` result or a running MCP server over stdio, an OpenAPI 3 document.
+Every candidate is checked like an LLM-written tool (``parse_tool``: snake_case
+name, valid parameters schema, four description tiers of increasing length in the
+stage's language) and refused with a recorded reason when it fails. With
+``repair: true`` common sloppiness is fixed first and each fix is kept in the row's
+``warnings``: a string ``"false"`` default of a boolean, numeric strings as integer
+defaults or enum values, ``required: true`` written inside a property, Python type
+names (``int``, ``str``), ``required`` names that are no property, a default outside
+its enum, a property without a description.
+
+Only the description tiers a source lacks are written by the LLM (one request per
+tool; none when the source gives all four, e.g. ``x-fabrika-tiers``): the source's
+description is the detailed tier 3, a shorter ``summary`` (MCP ``title``) the terse tier 0, and the answer can
+never change them. Output rows have the columns of ``fc.tools`` (``spec`` is a
+``ToolSpec``), so ``fc.plans`` takes ``input: fc.tools_import`` as it takes ``fc.tools``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any, ClassVar, Iterator, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fabrika.errors import InputError
+from fabrika.generators.fc.common import parse_tool, response_error, signature
+from fabrika.generators.fc.tool_sources import Candidate, candidates_from, duplicate_names, load_document, \
+    mcp_list_tools, snake_name
+from fabrika.generators.fc.tools import TOOL_COLUMNS
+from fabrika.generators.parsing import extract_json, is_failure
+from fabrika.inputs import resolve_data_path
+from fabrika.llm.sim import register_sim_responder
+from fabrika.llm.types import ChatRequest
+from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.schemas.fc import N_TIERS
+from fabrika.schemas.ids import stable_id
+from fabrika.schemas.tools import Tool
+
+TAG = "fc.tools_import"
+TYPE_ALIASES = {"int": "integer", "long": "integer", "str": "string", "text": "string", "bool": "boolean",
+                "float": "number", "double": "number", "decimal": "number", "dict": "object", "map": "object",
+                "list": "array", "tuple": "array"}
+
+
+class ToolSourceConfig(BaseModel):
+    """One place tools come from: a file (``path``) or an MCP server started over stdio (``command``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str | None = Field(default=None, description="JSON/YAML/JSON-lines file: OpenAI tools, an MCP tools/list "
+                             "result or an OpenAPI 3 document; relative to the config file, or package://fc/...")
+    command: list[str] | None = Field(default=None, description="MCP server to start over stdio and ask for "
+                                      "tools/list, e.g. [python, -m, my_server]; needs the mcp extra.")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment of the MCP server process.")
+    format: Literal["auto", "openai", "mcp", "openapi"] = Field(default="auto", description="Source format; "
+                                                                "auto detects it from the document.")
+    topic: str | None = Field(default=None, description="Topic of these tools (plans group tools by topic); default: "
+                              "the OpenAPI tag or title, the MCP server's name, the file name.")
+    timeout_s: float = Field(default=30.0, gt=0, description="Longest wait for an MCP server's tool list.")
+
+
+class ToolsImportConfig(StageConfig):
+    """Config of ``fc.tools_import``."""
+
+    kind: Literal["fc.tools_import"] = "fc.tools_import"
+    sources: list[ToolSourceConfig] = Field(min_length=1, description="Where the tools come from.")
+    lang: Literal["ru", "en"] = Field(default="en", description="Language of the tools' descriptions (and of the "
+                                      "tiers the LLM writes); a tool whose descriptions are in another one is refused.")
+    group_by: Literal["tag", "source"] = Field(default="tag", description="OpenAPI: one topic per operation tag, or "
+                                               "one topic per source.")
+    repair: bool = Field(default=True, description="Fix common schema sloppiness (recorded in 'warnings') instead of "
+                         "refusing the tool.")
+    describe: bool = Field(default=True, description="Ask the LLM for missing description tiers; without it a tool "
+                           "lacking tiers is refused.")
+    include_deprecated: bool = Field(default=False, description="Import operations marked deprecated.")
+    temperature: float = Field(default=0.3, ge=0, le=2, description="Sampling temperature of the tier writer.")
+    max_tokens: int = Field(default=1024, ge=128, description="Completion budget of one tier-writing request.")
+
+
+# -- repair -----------------------------------------------------------------------------------
+def _js(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _boolish(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return value
+
+
+def _numberish(value: Any, integer: bool) -> Any:
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return value
+        if integer and number.is_integer():
+            return int(number)
+        if not integer:
+            return number
+    return value
+
+
+def repair_schema(schema: Any, warnings: list[str], where: str = "parameters") -> Any:
+    """A copy of ``schema`` with the sloppiness listed in the module docs fixed; each fix appended to ``warnings``."""
+    if not isinstance(schema, dict):
+        return schema
+    s = dict(schema)
+    t = s.get("type")
+    if isinstance(t, str) and t.lower() in TYPE_ALIASES:
+        s["type"] = TYPE_ALIASES[t.lower()]
+        warnings.append(f"{where}: type {t!r} read as {s['type']!r}")
+    elif isinstance(t, str) and t != t.lower() and t.lower() in ("string", "integer", "number", "boolean", "object",
+                                                                 "array", "null"):
+        s["type"] = t.lower()
+        warnings.append(f"{where}: type {t!r} read as {s['type']!r}")
+    if "type" not in s and isinstance(s.get("properties"), dict):
+        s["type"] = "object"
+        warnings.append(f"{where}: missing type, set to 'object'")
+    t = s.get("type")
+    coerce = {"boolean": _boolish, "integer": lambda v: _numberish(v, True),
+              "number": lambda v: _numberish(v, False)}.get(t) if isinstance(t, str) else None
+    if coerce is not None:
+        if "default" in s and coerce(s["default"]) is not s["default"] and coerce(s["default"]) != s["default"]:
+            warnings.append(f"{where}: default {_js(s['default'])} (a string) read as {_js(coerce(s['default']))}")
+            s["default"] = coerce(s["default"])
+        if isinstance(s.get("enum"), list):
+            fixed = [coerce(v) for v in s["enum"]]
+            if fixed != s["enum"]:
+                warnings.append(f"{where}: enum {_js(s['enum'])} read as {_js(fixed)}")
+                s["enum"] = fixed
+    if isinstance(s.get("enum"), list) and "default" in s and s["default"] not in s["enum"]:
+        warnings.append(f"{where}: default {_js(s['default'])} is not in its enum; dropped")
+        s.pop("default")
+    if isinstance(s.get("properties"), dict):
+        required = list(s["required"]) if isinstance(s.get("required"), list) else []
+        props = {}
+        for name, sub in s["properties"].items():
+            if isinstance(sub, dict) and isinstance(sub.get("required"), bool):
+                sub = dict(sub)
+                flag = sub.pop("required")
+                if flag and name not in required:
+                    required.append(name)
+                warnings.append(f"{where}.{name}: 'required: {str(flag).lower()}' inside the property moved to "
+                                "the object's required list")
+            props[name] = repair_schema(sub, warnings, f"{where}.{name}")
+        s["properties"] = props
+        unknown = [r for r in required if r not in props]
+        if unknown:
+            warnings.append(f"{where}: required names no property: {unknown}; dropped")
+            required = [r for r in required if r in props]
+        if required or "required" in s:
+            s["required"] = required
+    for key in ("items", "additionalProperties", "not"):
+        if isinstance(s.get(key), dict):
+            s[key] = repair_schema(s[key], warnings, f"{where}.{key}")
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(s.get(key), list):
+            s[key] = [repair_schema(v, warnings, f"{where}.{key}[{i}]") for i, v in enumerate(s[key])]
+    return s
+
+
+def undescribed(schema: Any, prefix: str = "") -> list[str]:
+    """Dotted paths of properties without a description (``pickup.date``; array items add ``[]``)."""
+    out: list[str] = []
+    if not isinstance(schema, dict):
+        return out
+    for name, sub in (schema.get("properties") or {}).items():
+        if not isinstance(sub, dict):
+            continue
+        path = f"{prefix}{name}"
+        if not (isinstance(sub.get("description"), str) and sub["description"].strip()):
+            out.append(path)
+        out += undescribed(sub, path + ".")
+        if isinstance(sub.get("items"), dict):
+            out += undescribed(sub["items"], path + "[].")
+    return out
+
+
+def describe_parameters(schema: dict[str, Any], descriptions: Any, wanted: list[str]) -> list[str]:
+    """Put the LLM's descriptions (``{path: text}``) into ``schema`` in place; returns the paths still missing."""
+    done = []
+    if isinstance(descriptions, dict):
+        for path in wanted:
+            text = descriptions.get(path)
+            if not isinstance(text, str) or not text.strip():
+                continue
+            node: Any = schema
+            for part in path.split("."):
+                key = part[:-2] if part.endswith("[]") else part
+                node = (node.get("properties") or {}).get(key)
+                if part.endswith("[]") and isinstance(node, dict):
+                    node = node.get("items")
+                if not isinstance(node, dict):
+                    break
+            else:
+                node["description"] = text.strip()
+                done.append(path)
+    return [p for p in wanted if p not in done]
+
+
+# -- tiers ------------------------------------------------------------------------------------------
+PROMPTS = {
+    "en": (
+        "You write descriptions of one API tool for a function-calling dataset: {n} tiers, from terse (0) "
+        "to detailed ({last}); every tier is strictly longer than the one before and is written in English.\n"
+        "Tiers already given must be copied unchanged; write the missing tiers {missing}.\n"
+        "Also describe in a few words each parameter listed in missing_parameter_descriptions.\n"
+        "Answer with JSON only: {{\"tiers\": [tier 0, tier 1, tier 2, tier 3], "
+        "\"parameters\": {{\"<parameter>\": \"<description>\"}}}}.\n\n```json\n{task}\n```"),
+    "ru": (
+        "Ты пишешь описания одного инструмента API для датасета вызова функций: {n} уровня, от самого краткого (0) "
+        "до подробного ({last}); каждый следующий уровень строго длиннее предыдущего, всё по-русски.\n"
+        "Уже данные уровни перепиши без изменений; напиши недостающие уровни {missing}.\n"
+        "Ещё опиши в нескольких словах каждый параметр из missing_parameter_descriptions.\n"
+        "Ответь только JSON: {{\"tiers\": [уровень 0, уровень 1, уровень 2, уровень 3], "
+        "\"parameters\": {{\"<параметр>\": \"<описание>\"}}}}.\n\n```json\n{task}\n```"),
+}
+
+
+def given_tiers(cand: Candidate) -> dict[int, str]:
+    """Tiers the source states: all four when it has them, else description → 3 and a shorter summary → 0."""
+    if cand.tiers and len(cand.tiers) == N_TIERS and all(isinstance(t, str) and t.strip() for t in cand.tiers):
+        return {i: t.strip() for i, t in enumerate(cand.tiers)}
+    given: dict[int, str] = {}
+    detailed = cand.description or cand.summary
+    if detailed:
+        given[N_TIERS - 1] = detailed
+    if cand.summary and cand.description and len(cand.summary) < len(cand.description):
+        given[0] = cand.summary  # a summary is the terse tier
+    return given
+
+
+def tiers_request(name: str, parameters: dict[str, Any], given: dict[int, str], lang: str, topic: str,
+                  cfg: ToolsImportConfig, undescribed_params: list[str] = ()) -> ChatRequest:  # type: ignore[assignment]
+    missing = [i for i in range(N_TIERS) if i not in given]
+    task = {"name": name, "topic": topic, "lang": lang, "parameters": parameters,
+            "given_tiers": {str(i): t for i, t in sorted(given.items())}, "missing_tiers": missing,
+            "missing_parameter_descriptions": list(undescribed_params)}
+    content = PROMPTS[lang].format(n=N_TIERS, last=N_TIERS - 1, missing=missing,
+                                   task=json.dumps(task, ensure_ascii=False, indent=1))
+    return ChatRequest(messages=({"role": "user", "content": content},), temperature=cfg.temperature,
+                       max_tokens=cfg.max_tokens, tag=TAG)
+
+
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
+
+
+def strip_thinking(text: str | None) -> str | None:
+    """The answer without ``<think>…</think>`` blocks (reasoning models put drafts, JSON included, there)."""
+    return None if text is None else _THINK.sub("", text)
+
+
+def merge_tiers(answer: Any, given: dict[int, str]) -> list[str] | str:
+    """The LLM's tiers with the given ones put back; a rejection reason when the answer has no usable tiers."""
+    if is_failure(answer):
+        return str(answer)
+    tiers = answer.get("tiers") if isinstance(answer, dict) else None
+    if not isinstance(tiers, list) or len(tiers) != N_TIERS:
+        return f"invalid_tiers: expected {N_TIERS} tiers, got {tiers!r:.80}"
+    out = []
+    for i, t in enumerate(tiers):
+        if i in given:
+            out.append(given[i])
+        elif isinstance(t, str) and t.strip():
+            out.append(t.strip())
+        else:
+            return f"invalid_tiers: tier {i} is empty"
+    return out
+
+
+def sim_tiers_responder(request: ChatRequest, rng: random.Random) -> str:
+    """``sim`` tier writer: tier 0 is the tool's key phrase, each next tier extends the one before
+    (the convention the sim planner and assistant rely on); given tiers are copied."""
+    text = request.messages[-1]["content"]
+    task = json.loads(text.split("```json\n", 1)[1].rsplit("```", 1)[0])
+    lang, name = task["lang"], task["name"]
+    given = {int(k): v for k, v in task["given_tiers"].items()}
+    params = ", ".join((v.get("description") or k) for k, v in task["parameters"].get("properties", {}).items())
+    source = given.get(N_TIERS - 1, "")  # the key phrase: the given terse tier, else the start of the detailed one
+    split = re.sub(r"[^\w\s-]", " ", source.split(".")[0]).split()
+    words = " ".join(split[: max(1, min(4, len(split) - 1))]) or name.replace("_", " ")
+    t0 = given.get(0) or words[0].upper() + words[1:]
+    if lang == "ru":
+        extra = [f"Тема: {task['topic']}", f"Параметры: {params or 'нет'}", "Возвращает результат операции"]
+    else:
+        extra = [f"Topic: {task['topic']}", f"Parameters: {params or 'none'}", "Returns the operation's result"]
+    tiers = [given.get(0, t0)]
+    for i in range(1, N_TIERS):
+        tiers.append(given.get(i) or f"{tiers[-1]}. {extra[i - 1]}")
+    for i in range(N_TIERS - 2, -1, -1):  # a short given tier: cut the written ones below it
+        if i not in given and len(tiers[i]) >= len(tiers[i + 1]):
+            tiers[i] = tiers[i][: max(1, len(tiers[i + 1]) - 1)].rstrip(" .,")
+    label = "значение параметра" if lang == "ru" else "value of"
+    described = {p: f"{label} {p.split('.')[-1].replace('[]', '').replace('_', ' ')}"
+                 for p in task.get("missing_parameter_descriptions") or []}
+    return json.dumps({"tiers": tiers, "parameters": described}, ensure_ascii=False)
+
+
+register_sim_responder(TAG, sim_tiers_responder)
+
+
+# -- the stage ----------------------------------------------------------------------------------
+def _row(status_row: Row, cand: Candidate, lang: str, topic_id: str, **cols: Any) -> Row:
+    base = {c: cols.get(c) for c in TOOL_COLUMNS}
+    base.update(topic_id=topic_id, topic=cand.topic, lang=lang, name=cols.get("name", cand.name))
+    return {**status_row, **base, "source": cand.key,
+            "warnings": json.dumps(cand.warnings, ensure_ascii=False) if cand.warnings else None}
+
+
+@register_stage
+class ToolsImportStage(Stage):
+    """Source stage: one row per imported tool (ok, or rejected with its reason)."""
+
+    kind: ClassVar[str] = "fc.tools_import"
+    Config: ClassVar[type[StageConfig]] = ToolsImportConfig
+
+    def __init__(self, config: StageConfig, ctx: Any) -> None:
+        super().__init__(config, ctx)
+        self._live: dict[int, dict[str, Any]] = {}  # source index -> tools/list result of a running MCP server
+
+    @classmethod
+    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+        assert isinstance(config, ToolsImportConfig)
+        issues: list[tuple[str, str]] = []
+        resolve = getattr(pipeline, "resolve_path", None)
+        for i, src in enumerate(config.sources):
+            where = f"sources[{i}]"
+            if (src.path is None) == (src.command is None):
+                issues.append((where, "give exactly one of 'path' (a file) or 'command' (an MCP server)"))
+                continue
+            if src.command is not None:
+                if not src.command:
+                    issues.append((f"{where}.command", "empty command"))
+                continue
+            path = resolve_data_path(src.path, resolve)  # type: ignore[arg-type]
+            if not path.is_file():
+                issues.append((f"{where}.path", f"tools source not found: {path}"))
+                continue
+            try:
+                candidates_from(load_document(path), src.format, path.stem, group_by=config.group_by,
+                                base_dir=path.parent, uri=path.resolve().as_uri())
+            except InputError as exc:
+                issues.append((f"{where}.path", str(exc)))
+        return issues
+
+    async def setup(self) -> None:
+        cfg: ToolsImportConfig = self.config  # type: ignore[assignment]
+        for i, src in enumerate(cfg.sources):
+            if src.command is not None:
+                self._live[i] = await mcp_list_tools(src.command, src.env, None, src.timeout_s)
+
+    def _candidates(self) -> Iterator[tuple[str, Candidate]]:
+        cfg: ToolsImportConfig = self.config  # type: ignore[assignment]
+        resolve = getattr(self.ctx.pipeline, "resolve_path", None)
+        for i, src in enumerate(cfg.sources):
+            if src.command is not None:
+                doc = self._live[i]
+                label = str(doc.get("server") or snake_name(" ".join(src.command)) or f"mcp{i}")
+                cands = candidates_from(doc, "mcp", label)
+            else:
+                path = resolve_data_path(src.path, resolve)  # type: ignore[arg-type]
+                label = path.stem
+                cands = candidates_from(load_document(path), src.format, label, group_by=cfg.group_by,
+                                        base_dir=path.parent, uri=path.resolve().as_uri())
+            for cand in cands:
+                if src.topic:
+                    cand.topic = src.topic
+                yield label, cand
+
+    def input_rows(self) -> Iterator[Row]:
+        items = list(self._candidates())
+        dups = duplicate_names(c for _, c in items)
+        for n, (label, cand) in enumerate(items):
+            yield {"id": stable_id(label, cand.key, prefix="import-"), "label": label, "n": n,
+                   "candidate": cand, "duplicate_of": dups.get(n)}
+
+    async def process(self, row: Row) -> list[Row]:
+        cfg: ToolsImportConfig = self.config  # type: ignore[assignment]
+        cand: Candidate = copy.deepcopy(row["candidate"])
+        lang = cfg.lang
+        topic_id = stable_id(row["label"], cand.topic, prefix="topic-")
+        bad_id = stable_id(row["id"], prefix="tool-bad-")
+
+        def refuse(reason: str) -> list[Row]:
+            return [_row(rejected(bad_id, reason), cand, lang, topic_id)]
+
+        if cand.error:
+            return refuse(cand.error)
+        if cand.deprecated and not cfg.include_deprecated:
+            return refuse("deprecated: the operation is marked deprecated (include_deprecated: true imports it)")
+        if not cand.name:
+            return refuse("invalid_name: the tool has no name")
+        if row["duplicate_of"]:
+            return refuse(f"duplicate_name: {cand.name} is already taken by {row['duplicate_of']}")
+        name = cand.name
+        if cfg.repair and snake_name(name) != name and snake_name(name):
+            cand.warnings.append(f"name {name!r} read as {snake_name(name)!r}")
+            name = snake_name(name)
+        params = cand.parameters if cand.parameters is not None else {"type": "object", "properties": {}}
+        if cfg.repair and params == {}:  # an argument-less tool written as {} (some MCP servers do)
+            params = {"type": "object", "properties": {}}
+            cand.warnings.append("parameters: empty schema read as an object without properties")
+        if cfg.repair:
+            params = repair_schema(params, cand.warnings)
+        try:
+            Tool.model_validate({"function": {"name": name, "description": cand.description or name,
+                                              "parameters": params}})
+        except ValidationError as exc:
+            return refuse(f"invalid_schema: {name}: {exc.errors()[0]['msg']}")
+        given = given_tiers(cand)
+        bare = undescribed(params)
+        tiers: list[str] | str = [given[i] for i in range(N_TIERS)] if len(given) == N_TIERS else ""
+        if not cfg.describe and not tiers:
+            return refuse(f"missing_tiers: {name} has {len(given)} of {N_TIERS} description tiers (describe: true "
+                          "lets the LLM write the rest)")
+        if cfg.describe and (not tiers or bare):
+            params = copy.deepcopy(params)
+            resp = await self.ctx.llm.complete_one(tiers_request(name, params, given, lang, cand.topic, cfg, bare))
+            err = response_error(resp)
+            if err:
+                return refuse(err)
+            answer = extract_json(strip_thinking(resp.text), expect=dict)
+            if not tiers:
+                tiers = merge_tiers(answer, given)
+            if bare and not is_failure(answer):
+                bare = describe_parameters(params, answer.get("parameters"), bare)
+        if isinstance(tiers, str):
+            return refuse(tiers)
+        if bare:
+            cand.warnings.append(f"parameters without a description: {', '.join(bare)}")
+        spec, reason = parse_tool({"name": name, "tiers": tiers, "parameters": params}, topic_id=topic_id, lang=lang)
+        if spec is None:
+            return refuse(str(reason))
+        return [_row(ok(spec.id), cand, lang, topic_id, name=spec.name, signature=signature(spec.tool),
+                     spec=spec.model_dump_json())]
+
+
+def import_tools(path: str | Path, fmt: str = "auto") -> list[Candidate]:
+    """The candidates of one tools file (what ``fc.tools_import`` would read), for scripts and tests."""
+    p = Path(path)
+    return candidates_from(load_document(p), fmt, p.stem, base_dir=p.parent, uri=p.resolve().as_uri())
