@@ -73,7 +73,7 @@ class Episode:
 
     async def user_turn(self, step: int) -> None:
         req = ChatRequest(messages=tuple(render_user_prompt(user_view(self.state(step)))),
-                          temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens, tag="fc.user")
+                          temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens, tag="fc.user", routing_key=self.plan.id)
         text = ((await self._ask(req, "user")).content or "").strip()
         if not text:
             raise EpisodeRejected("user_empty: the user agent wrote nothing")
@@ -86,7 +86,7 @@ class Episode:
     async def tool_replies(self, calls: list[ToolCall], expected: list[ExpectedCall | None], step: int) -> None:
         """One tool message per call, from the tool agent (answers for the whole round run concurrently)."""
         reqs = [ChatRequest(messages=tuple(render_tool_prompt(tool_view(self.state(step), c, e.result if e else None))),
-                            temperature=0.0, max_tokens=self.cfg.max_tokens, tag="fc.tool") for c, e in zip(calls, expected)]
+                            temperature=0.0, max_tokens=self.cfg.max_tokens, tag="fc.tool", routing_key=self.plan.id) for c, e in zip(calls, expected)]
         resps = await self.stage.ctx.llm.complete(reqs)
         for call, resp in zip(calls, resps):
             err = response_error(resp)
@@ -109,7 +109,7 @@ class Episode:
         while True:
             messages, tools = render_assistant_request(assistant_view(self.state(step_i)))
             req = ChatRequest(messages=tuple(messages), tools=tuple(tools), temperature=self.cfg.temperature,
-                              max_tokens=self.cfg.max_tokens, tag="fc.assistant",
+                              max_tokens=self.cfg.max_tokens, tag="fc.assistant", routing_key=self.plan.id,
                               meta={"sim_error_rate": self.cfg.sim_error_rate})
             choice = await self._ask(req, "assistant")
             content, calls, parse_problems = parse_assistant_choice(choice)
