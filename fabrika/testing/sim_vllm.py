@@ -76,6 +76,7 @@ class SimVLLMConfig:
     cache_blocks: int = 200_000
     chars_per_token: int = CHARS_PER_TOKEN
     time_scale: float = 1.0
+    bucket_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.slots < 1 or self.block_tokens < 1 or self.cache_blocks < 0 or self.time_scale <= 0:
@@ -124,6 +125,8 @@ class SimVLLM:
     _free: list[float] = field(default_factory=list)
     _cache: "OrderedDict[bytes, _Block]" = field(default_factory=OrderedDict)
     stats: dict[str, float] = field(default_factory=dict)
+    #: busy slot-seconds per ``bucket_s`` of simulated time (for utilisation over a window)
+    timeline: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.reset()
@@ -133,6 +136,7 @@ class SimVLLM:
         self._free = [0.0] * self.config.slots
         heapq.heapify(self._free)
         self._cache.clear()
+        self.timeline = {}
         self.stats = {"requests": 0, "sequences": 0, "busy_slot_s": 0.0, "queue_wait_s": 0.0,
                       "prompt_tokens": 0, "prompt_tokens_prefilled": 0, "prompt_tokens_cached": 0,
                       "completion_tokens": 0, "first_arrival": -1.0, "last_done": 0.0, "evicted_blocks": 0}
@@ -209,6 +213,7 @@ class SimVLLM:
             occupied_from = start if j == 0 else starts[j]
             heapq.heappush(self._free, end)
             st["busy_slot_s"] += end - occupied_from
+            self._occupy(occupied_from, end)
             st["queue_wait_s"] += starts[j] - arrival
             st["completion_tokens"] += out_tokens
             self._insert(self._chain(prompt + text), end)
@@ -221,6 +226,14 @@ class SimVLLM:
         st["last_done"] = max(st["last_done"], done)
         return (done - arrival) / cfg.time_scale
 
+    def _occupy(self, start: float, end: float) -> None:
+        b = self.config.bucket_s
+        i = int(start // b)
+        while start < end:
+            stop = min(end, (i + 1) * b)
+            self.timeline[i] = self.timeline.get(i, 0.0) + stop - start
+            start, i = stop, i + 1
+
     def snapshot(self) -> dict[str, Any]:
         """What ``GET /stats`` answers: counters in simulated seconds and tokens."""
         st = dict(self.stats)
@@ -228,5 +241,7 @@ class SimVLLM:
         st["busy_s"] = st["busy_slot_s"] / self.config.slots  # GPU-equivalent busy time
         st["cache_blocks_used"] = len(self._cache)
         st["now"] = self.now()
+        st["bucket_s"] = self.config.bucket_s
+        st["timeline"] = {str(k): round(v, 6) for k, v in sorted(self.timeline.items())}
         st["config"] = {k: getattr(self.config, k) for k in self.config.__dataclass_fields__}
         return st
