@@ -7,8 +7,10 @@ answer times from the cost model) that answer every FC role with the sim
 responders. For each routing mode a fresh fleet (empty caches) serves the FC
 pipeline through the real runner and engine (openai backend, aiohttp, LLM cache
 off): fc.tools → fc.tools_dedup → fc.plans → fc.dialogues → fc.samples. Endpoint
-``max_concurrency`` is twice the slots, so each server keeps a queue (as a vLLM
-server does) and the routing policy, not slot availability, decides placement.
+``max_concurrency`` is four times the slots and the engine's ``max_in_flight``
+half the endpoints' sum, so each server keeps a queue (as a vLLM server does), the
+client's slot pool never fills, and the routing policy — not whichever slot freed
+first — decides placement.
 
 Then the *samples* scenario: ``--prompts`` prompts × ``--k`` samples each (as IF
 verifiers or difficulty pass rates ask) through the engine, with
@@ -110,10 +112,11 @@ def summarise(stats: list[dict]) -> dict:
     util = [s["busy_slot_s"] / (s["slots"] * makespan) for s in stats]
     steady = []
     lo, hi = start + 0.1 * makespan, start + 0.9 * makespan
-    for s in stats:
+    for s in stats:  # whole buckets inside the window only
         b = s["bucket_s"]
-        used = sum(v for i, v in s["timeline"].items() if lo <= int(i) * b < hi)
-        steady.append(used / (s["slots"] * (hi - lo)))
+        inside = [v for i, v in s["timeline"].items() if lo <= int(i) * b and (int(i) + 1) * b <= hi]
+        first, last = int(-(-lo // b)), int(hi // b)  # buckets with no work count as idle
+        steady.append(sum(inside) / (s["slots"] * b * max(1, last - first)))
     prefilled = sum(s["prompt_tokens_prefilled"] for s in stats)
     cached = sum(s["prompt_tokens_cached"] for s in stats)
     return {"makespan_s": makespan, "ideal_s": work / slots, "util_mean": sum(util) / len(util), "util_min": min(util),
@@ -137,7 +140,7 @@ def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint:
             f.write(json.dumps({"id": f"topic-{i}", "topic": f"{noun} номер {i}", "lang": "ru",
                                 "description": f"{noun}: услуги и заказы, раздел {i}",
                                 "keywords": [f"{noun.lower()}{i}"]}, ensure_ascii=False) + "\n")
-    total = per_endpoint * len(urls)
+    total = per_endpoint * len(urls) // 2  # the pool never fills: the routing policy decides placement
     doc = {
         "name": "fleet", "seed": 1, "run_dir": str(workdir / "run"), "max_in_flight": total,
         "plugins": ["fabrika.generators.fc.stages"],
@@ -169,7 +172,7 @@ async def samples_run(urls: list[str], group: bool, prompts: int, k: int, per_en
     from fabrika.llm import ChatRequest, LLMConfig, build_engine
 
     cfg = LLMConfig(backend="openai", model="fake", routing="affinity", group_samples=group, timeout_s=600.0,
-                    max_in_flight=per_endpoint * len(urls), cache={"enabled": False},
+                    max_in_flight=per_endpoint * len(urls) // 2, cache={"enabled": False},
                     endpoints=[{"base_url": u, "max_concurrency": per_endpoint} for u in urls])
     eng = build_engine(cfg, None)
     body = "Напиши функцию evaluate(response), которая проверяет, что ответ содержит ровно три абзаца. " * 6
@@ -203,7 +206,7 @@ def main() -> None:
     if args.serve:
         serve(int(args.serve[0]), int(args.serve[1]), float(args.serve[2]))
         return
-    per_endpoint = 2 * args.slots
+    per_endpoint = 4 * args.slots
     results: dict[str, dict] = {}
     hashes: dict[str, str] = {}
     print(f"fleet: {args.servers} servers x {args.slots} slots, FC pipeline {args.topics} topics x {args.plans} "

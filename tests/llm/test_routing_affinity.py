@@ -174,3 +174,12 @@ async def test_endpoint_down_mid_run_loses_nothing(tmp_path: Path) -> None:
     finally:
         for s in servers:
             s.stop()
+
+
+def test_routing_key_is_not_in_the_cache_key(tmp_path: Path) -> None:
+    from fabrika.llm.cache import request_key
+
+    a, b = req("ep-1", "вопрос"), req("ep-2", "вопрос")
+    assert request_key(a, scope="openai") == request_key(b, scope="openai")
+    assert request_key(a, scope="openai") != request_key(req("ep-1", "другой вопрос"), scope="openai")
+
