@@ -125,7 +125,8 @@ def summarise(stats: list[dict]) -> dict:
             "prompt_tokens": sum(s["prompt_tokens"] for s in stats)}
 
 
-def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint: int, workdir: Path) -> str:
+def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint: int, workdir: Path,
+           epsilon: float = 0.25) -> str:
     """The FC pipeline against ``urls``; returns a hash of the dataset's content (order-independent)."""
     import polars as pl
 
@@ -145,6 +146,7 @@ def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint:
         "name": "fleet", "seed": 1, "run_dir": str(workdir / "run"), "max_in_flight": total,
         "plugins": ["fabrika.generators.fc.stages"],
         "llm": {"backend": "openai", "model": "fake", "max_in_flight": total, "max_retries": 2, "routing": routing,
+                "routing_epsilon": epsilon,
                 "timeout_s": 600.0, "probe": False,
                 "endpoints": [{"base_url": u, "max_concurrency": per_endpoint} for u in urls],
                 "cache": {"enabled": False}},
@@ -201,6 +203,10 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=256, help="samples scenario: distinct prompts")
     ap.add_argument("--k", type=int, default=8, help="samples scenario: samples per prompt")
     ap.add_argument("--time-scale", type=float, default=1.0, help="simulated seconds per wall second")
+    ap.add_argument("--epsilon", type=float, default=0.25, help="affinity's load bound (llm.routing_epsilon)")
+    ap.add_argument("--routings", nargs="+", default=["least_loaded", "affinity"],
+                    choices=["least_loaded", "affinity"])
+    ap.add_argument("--skip-samples", action="store_true", help="only the FC routing comparison")
     ap.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
@@ -211,22 +217,25 @@ def main() -> None:
     hashes: dict[str, str] = {}
     print(f"fleet: {args.servers} servers x {args.slots} slots, FC pipeline {args.topics} topics x {args.plans} "
           f"plans; endpoint max_concurrency {per_endpoint}; time scale {args.time_scale:g}", flush=True)
-    for routing in ("least_loaded", "affinity"):
+    for routing in args.routings:
         fleet = Fleet(args.servers, args.slots, args.time_scale)
         try:
             t0 = time.perf_counter()
             with tempfile.TemporaryDirectory() as tmp:
-                hashes[routing] = fc_run(fleet.urls, routing, args.topics, args.plans, per_endpoint, Path(tmp))
+                hashes[routing] = fc_run(fleet.urls, routing, args.topics, args.plans, per_endpoint, Path(tmp),
+                                         args.epsilon)
             results[routing] = summarise(fleet.stats())
             results[routing]["wall_s"] = time.perf_counter() - t0
         finally:
             fleet.stop()
         show(f"FC {routing}", results[routing])
-    ll, af = results["least_loaded"], results["affinity"]
-    print(f"affinity / least-loaded: cached prompt tokens x{af['cached'] / max(1, ll['cached']):.2f}, "
-          f"prefilled x{af['prefilled'] / max(1, ll['prefilled']):.2f}, makespan x{af['makespan_s'] / ll['makespan_s']:.2f}; "
-          f"dataset equal: {hashes['least_loaded'] == hashes['affinity']} ({hashes['affinity']})", flush=True)
-    for group in (False, True):
+    if len(results) == 2:
+        ll, af = results["least_loaded"], results["affinity"]
+        print(f"affinity / least-loaded: cached prompt tokens x{af['cached'] / max(1, ll['cached']):.2f}, "
+              f"prefilled x{af['prefilled'] / max(1, ll['prefilled']):.2f}, "
+              f"makespan x{af['makespan_s'] / ll['makespan_s']:.2f}; "
+              f"dataset equal: {hashes['least_loaded'] == hashes['affinity']} ({hashes['affinity']})", flush=True)
+    for group in () if args.skip_samples else (False, True):
         fleet = Fleet(args.servers, args.slots, args.time_scale)
         try:
             asyncio.run(samples_run(fleet.urls, group, args.prompts, args.k, per_endpoint))
