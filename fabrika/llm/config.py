@@ -124,7 +124,9 @@ class LLMConfig(_Strict):
         default=None, description="Endpoint choice: 'affinity' routes by the request's routing_key (episode id, "
         "or the prompt) with consistent hashing and bounded load, so a dialogue's turns and a prompt's samples "
         "reuse one server's prefix cache; 'least_loaded' (alias 'capacity') sends each request to the endpoint "
-        "with the lowest in-flight / max_concurrency. None: affinity with more than one endpoint.")
+        "with the lowest in-flight / max_concurrency. None: affinity with more than one endpoint. Affinity "
+        "places requests only among endpoints with a free slot, so give endpoints a max_concurrency above the "
+        "server's own sequence slots (e.g. 2-4x vLLM's max_num_seqs) and let the server queue.")
     routing_epsilon: float = Field(default=0.25, ge=0.0, description="Affinity's load bound: no endpoint takes a "
                                    "request past (1 + epsilon) x its share of the mean in-flight (larger: more "
                                    "cache reuse, less balance).")
