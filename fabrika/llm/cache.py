@@ -11,7 +11,8 @@ and on the responder the tag selects). An answer made by ``sim`` is therefore
 never returned to a real backend, nor one backend's answer to another.
 
 Deliberately **excluded** (changing them must not re-ask the model): ``tag``
-and ``meta`` for real backends (bookkeeping), timeouts, retry and concurrency
+and ``meta`` for real backends (bookkeeping), ``routing_key`` (which server
+answers), timeouts, retry and concurrency
 settings, the endpoint URL and the API key (where a model is served does not
 change what it says). Bump :data:`CACHE_KEY_VERSION` whenever the key's recipe
 changes, so old entries stop matching instead of answering the wrong question.

@@ -120,8 +120,20 @@ class LLMConfig(_Strict):
     deadline_s: float | None = Field(default=None, gt=0, description="Optional total time for one request across "
                                      "all its retries; past it the request fails with 'timeout' (item stays pending).")
     breaker: BreakerConfig = Field(default_factory=BreakerConfig, description="Per-endpoint circuit breaker.")
-    routing: Literal["capacity"] = Field(default="capacity", description="Endpoint choice: 'capacity' sends each "
-                                         "request to the endpoint with the lowest in-flight / max_concurrency.")
+    routing: Literal["affinity", "least_loaded", "capacity"] | None = Field(
+        default=None, description="Endpoint choice: 'affinity' routes by the request's routing_key (episode id, "
+        "or the prompt) with consistent hashing and bounded load, so a dialogue's turns and a prompt's samples "
+        "reuse one server's prefix cache; 'least_loaded' (alias 'capacity') sends each request to the endpoint "
+        "with the lowest in-flight / max_concurrency. None: affinity with more than one endpoint. Affinity "
+        "places requests only among endpoints with a free slot, so give endpoints a max_concurrency above the "
+        "server's own sequence slots (e.g. 2-4x vLLM's max_num_seqs) and let the server queue.")
+    routing_epsilon: float = Field(default=0.25, ge=0.0, description="Affinity's load bound: no endpoint takes a "
+                                   "request past (1 + epsilon) x its share of the mean in-flight (larger: more "
+                                   "cache reuse, less balance).")
+    group_samples: bool = Field(default=True, description="Send repeated samples of one prompt (requests equal "
+                                "but for sample_index) as one request with n=K where the backend supports it "
+                                "(openai-compatible): one prefill instead of K. Each sample keeps its own cache "
+                                "entry.")
     probe: bool = Field(default=True, description="Before a run, ask each endpoint's GET /models; an unreachable "
                         "endpoint or an unlisted model stops the run before any work (backend 'openai').")
     max_failure_rate: float = Field(default=0.2, ge=0.0, le=1.0, description="A stage whose share of items that "
@@ -168,6 +180,17 @@ class LLMConfig(_Strict):
         return (self.price_per_1m or {}).get(model)
 
 
+def routing_policy(config: LLMConfig) -> Any:
+    """The :class:`~fabrika.llm.routing.RoutingPolicy` ``llm.routing`` names (affinity by default
+    when more than one endpoint is listed)."""
+    from fabrika.llm.routing import AffinityPolicy, CapacityPolicy
+
+    mode = config.routing or ("affinity" if len(config.endpoints) > 1 else "least_loaded")
+    if mode == "affinity":
+        return AffinityPolicy(epsilon=config.routing_epsilon)
+    return CapacityPolicy()
+
+
 def build_engine(config: LLMConfig, run_dir: Path | None = None) -> "LLMEngine":
     """Build the engine the runner hands to stages as ``ctx.llm``.
 
@@ -185,7 +208,7 @@ def build_engine(config: LLMConfig, run_dir: Path | None = None) -> "LLMEngine":
     elif config.backend == "openai":
         from fabrika.llm.openai_compat import OpenAICompatBackend
 
-        backend = OpenAICompatBackend(config)  # routing 'capacity' is the default policy
+        backend = OpenAICompatBackend(config, routing_policy(config))
     elif config.backend == "vllm":
         from fabrika.llm.vllm_local import VLLMLocalBackend
 

@@ -30,6 +30,16 @@ The cache key includes the backend's scope (:func:`fabrika.llm.cache.request_key
 With the cache on, identical requests in flight at the same time share one
 backend call (the followers count as cache hits).
 
+Repeated samples (requests of one ``complete`` call that are equal but for
+``sample_index``) go out as one request with ``n = K`` when the backend
+supports it (``supports_n``, the openai-compatible backend) and
+``llm.group_samples`` is on: the server prefills the prompt once. Samples are
+grouped in runs of consecutive ``sample_index`` (the request carries the run's
+first index, the server's seed is offset by it, choice ``j`` is sample
+``first + j``), and each sample is split back into its own response and cache
+entry — so a resume that finds some samples cached asks only for the rest, and
+the rows are the same as with K requests.
+
 The hot path avoids per-request validation and allocations beyond the
 response itself; batches larger than ``max_in_flight`` run through a fixed pool
 of workers instead of one task per request.
@@ -46,7 +56,7 @@ from fabrika.errors import CacheMissError, LLMError
 from fabrika.llm.accounting import Accounting
 from fabrika.llm.cache import CACHEABLE_FINISH, request_key
 from fabrika.llm.retry import RetryPolicy, call_with_retries, map_exception
-from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.llm.types import ChatRequest, ChatResponse, Usage
 
 _log = logging.getLogger(__name__)
 
@@ -92,6 +102,7 @@ class LLMEngine:
         scope = getattr(backend, "cache_scope", None)
         self._scope_of = scope if callable(scope) else None
         self._scope = backend.name
+        self._group = bool(getattr(cfg, "group_samples", True)) and bool(getattr(backend, "supports_n", False))
 
     @property
     def backend_name(self) -> str:
@@ -166,7 +177,10 @@ class LLMEngine:
         # One task per request up to the backend's capacity; beyond it a fixed pool of
         # workers (no thousands of tasks parked on a semaphore).
         width = min(self.max_in_flight, getattr(self.backend, "capacity", None) or self.max_in_flight)
-        if len(todo) == 1:
+        units = self._sample_runs(prepared, todo) if self._group and len(todo) > 1 else None
+        if units is not None:
+            await self._run_units(units, prepared, keys, out, width)
+        elif len(todo) == 1:
             i = todo[0]
             out[i] = await self._call(prepared[i], keys[i])
         elif todo and len(todo) <= width:
@@ -182,6 +196,114 @@ class LLMEngine:
 
             await asyncio.gather(*[worker() for _ in range(width)])
         return out  # type: ignore[return-value]
+
+    # -- repeated samples as one n=K request ---------------------------------
+    def _sample_runs(self, prepared: list[ChatRequest], todo: list[int]) -> list[list[int]] | None:
+        """``todo`` cut into units: runs of consecutive ``sample_index`` of one prompt, else singletons.
+        ``None`` when nothing groups (the plain path is faster)."""
+        groups: dict[str, list[int]] = {}
+        order: list[str] = []
+        for i in todo:
+            r = prepared[i]
+            if r.n != 1:
+                base = f"single:{i}"
+            else:
+                base = self._key(dataclasses.replace(r, sample_index=0))
+            if base not in groups:
+                groups[base] = []
+                order.append(base)
+            groups[base].append(i)
+        if len(order) == len(todo):
+            return None
+        units: list[list[int]] = []
+        for base in order:
+            members = sorted(groups[base], key=lambda i: prepared[i].sample_index)
+            run = [members[0]]
+            for i in members[1:]:
+                if prepared[i].sample_index == prepared[run[-1]].sample_index + 1:
+                    run.append(i)
+                else:
+                    units.append(run)
+                    run = [i]
+            units.append(run)
+        return units
+
+    async def _run_units(self, units: list[list[int]], prepared: list[ChatRequest], keys: list[str],
+                         out: list[ChatResponse | None], width: int) -> None:
+        async def one(u: list[int]) -> None:
+            if len(u) == 1:
+                out[u[0]] = await self._call(prepared[u[0]], keys[u[0]])
+                return
+            resps = await self._call_group([prepared[i] for i in u], [keys[i] for i in u])
+            for i, resp in zip(u, resps):
+                out[i] = resp
+
+        if len(units) <= width:
+            await asyncio.gather(*[one(u) for u in units])
+            return
+        it = iter(units)
+
+        async def worker() -> None:
+            for u in it:
+                await one(u)
+
+        await asyncio.gather(*[worker() for _ in range(width)])
+
+    async def _call_group(self, requests: list[ChatRequest], keys: list[str]) -> list[ChatResponse]:
+        """K samples (consecutive ``sample_index``) as one ``n=K`` request, split back per sample."""
+        if self.cache is not None and any(k in self._inflight for k in keys):  # some sample is already asked
+            return list(await asyncio.gather(*[self._call(r, k) for r, k in zip(requests, keys)]))
+        futs: list[asyncio.Future[ChatResponse | None]] = []
+        if self.cache is not None:
+            loop = asyncio.get_running_loop()
+            for k in keys:
+                fut = loop.create_future()
+                self._inflight[k] = fut
+                futs.append(fut)
+        try:
+            resps = await self._call_backend_group(requests, keys)
+        except BaseException:
+            for fut in futs:
+                fut.set_result(None)
+            raise
+        finally:
+            for k, fut in zip(keys, futs):
+                if self._inflight.get(k) is fut:
+                    del self._inflight[k]
+        for fut, resp in zip(futs, resps):
+            fut.set_result(resp)
+        return resps
+
+    async def _call_backend_group(self, requests: list[ChatRequest], keys: list[str]) -> list[ChatResponse]:
+        acct = self.accounting
+        first = requests[0]
+        n = len(requests)
+        grouped = dataclasses.replace(first, n=n)
+        akeys = [acct.key(r, r.model or "") for r in requests]
+        async with self._slots:
+            self.in_flight += 1
+            try:
+                resp, attempts = await self._retried(grouped, akeys[0])
+                out = split_samples(resp, n, attempts)
+            except LLMError as exc:
+                err = ChatResponse(error=exc, model=first.model or "", backend=self.backend.name,
+                                   attempts=getattr(exc, "attempts", 1))
+                out = [err] * n
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                _log.exception("LLM backend %r raised %s for tag %r (n=%d); recorded as failed requests",
+                               self.backend.name, type(exc).__name__, first.tag, n)
+                e = map_exception(exc)
+                e.__cause__ = exc
+                out = [ChatResponse(error=e, model=first.model or "", backend=self.backend.name)] * n
+            finally:
+                self.in_flight -= 1
+        for akey, key, r in zip(akeys, keys, out):
+            acct.record(akey, r)
+            if r.error is None and self.cache is not None:
+                self.cache.put(key, r)
+        return out
 
     async def _call(self, request: ChatRequest, key: str) -> ChatResponse:
         """One request through the backend; identical requests in flight share one call.
@@ -216,6 +338,9 @@ class LLMEngine:
     async def _attempt(self, request: ChatRequest) -> ChatResponse:
         """One backend attempt; an unfinished answer (``abort``, unknown finish) raises so it is retried."""
         resp = await self.backend.send(request)
+        if request.n > 1 and len(resp.choices) != request.n:
+            raise LLMError("server", f"asked for n={request.n} samples, the server answered "
+                           f"{len(resp.choices)} choices")
         for c in resp.choices:
             if c.finish_reason not in CACHEABLE_FINISH:
                 if c.finish_reason == "content_filter":
@@ -295,3 +420,13 @@ class LLMEngine:
         if callable(health):
             snap["endpoints"] = health()
         return snap
+
+
+def split_samples(resp: ChatResponse, n: int, attempts: int) -> list[ChatResponse]:
+    """One response per choice of an ``n``-sample answer. The prompt's tokens are counted once (on the
+    first sample: it was prefilled once); completion tokens are shared out evenly."""
+    comp = resp.usage.completion_tokens
+    share, rest = divmod(comp, n)
+    return [dataclasses.replace(resp, choices=(c,), attempts=attempts,
+                                usage=Usage(resp.usage.prompt_tokens if j == 0 else 0, share + (rest if j == 0 else 0)))
+            for j, c in enumerate(resp.choices)]

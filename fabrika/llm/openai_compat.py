@@ -147,6 +147,8 @@ class OpenAICompatBackend:
     """Implements :class:`fabrika.llm.base.Backend` for OpenAI-compatible HTTP servers."""
 
     name = BACKEND_NAME
+    #: one request with ``n`` > 1 returns ``n`` choices (the engine groups repeated samples)
+    supports_n = True
 
     def __init__(self, config: "LLMConfig", policy: RoutingPolicy | None = None) -> None:
         if not config.endpoints:

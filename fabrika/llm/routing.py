@@ -13,11 +13,23 @@
   The default, :class:`CapacityPolicy`, picks the lowest in-flight ÷
   ``max_concurrency``. A policy sees the request, so a later one can route by
   prompt prefix (KV-cache affinity) without touching the pool.
+* :class:`AffinityPolicy` — prefix affinity: consistent hashing of the
+  request's ``routing_key`` (the episode id of agent turns; by default a hash of
+  the prompt, so K samples of one prompt meet) onto a ring of virtual nodes,
+  with bounded load (an endpoint takes a request only while its in-flight stays
+  within ``(1 + epsilon)`` × its capacity share of the mean); past the bound the
+  walk goes on clockwise, and the least-loaded endpoint is the last resort. A
+  server that is down (breaker open) or full is skipped, so its keys move to the
+  next endpoint on the ring and come back when it recovers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
+import hashlib
+import json
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -137,6 +149,82 @@ class CapacityPolicy:
         return best
 
 
+def _hash64(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+
+
+def routing_key_of(request: ChatRequest) -> str:
+    """The request's ``routing_key``, or a hash of its prompt (messages and tools) when it sets none:
+    repeated samples of one prompt then share a server and its prefix cache."""
+    if request.routing_key is not None:
+        return request.routing_key
+    return json.dumps([request.messages, request.tools], sort_keys=True, ensure_ascii=False, default=str)
+
+
+@dataclass
+class AffinityPolicy:
+    """Consistent hashing with bounded load (Mirrokni et al., 2018), capacity-aware.
+
+    An endpoint ``e`` may take the request while ``in_flight(e) + 1 <= ceil((1 + epsilon) *
+    (total_in_flight + 1) * max_concurrency(e) / total_capacity)``: with equal servers no
+    endpoint goes above ``(1 + epsilon)`` × the mean in-flight. ``epsilon`` trades cache
+    reuse (large) against balance (small). ``vnodes`` virtual nodes per endpoint even out
+    the key ranges.
+    """
+
+    epsilon: float = 0.25
+    vnodes: int = 64
+    fallback: CapacityPolicy = field(default_factory=CapacityPolicy)
+    _ring: list[int] = field(default_factory=list)
+    _owners: list[str] = field(default_factory=list)
+    _built_for: tuple[str, ...] = ()
+    _all: list[Endpoint] = field(default_factory=list)
+    #: requests that went to their key's first choice / further along the ring / to the fallback
+    stats: dict[str, int] = field(default_factory=lambda: {"home": 0, "spill": 0, "fallback": 0})
+
+    def __post_init__(self) -> None:
+        if self.epsilon < 0:
+            raise ValueError(f"llm.routing_epsilon must be >= 0, got {self.epsilon}")
+
+    def bind(self, endpoints: Sequence[Endpoint]) -> None:
+        """Build the ring over *all* endpoints of the pool (not only those free now), so a key's
+        home does not move when some other server is busy."""
+        self._all = list(endpoints)
+        urls = tuple(ep.base_url for ep in endpoints)
+        points = sorted((_hash64(f"{url}#{v}"), url) for url in urls for v in range(self.vnodes))
+        self._ring = [h for h, _ in points]
+        self._owners = [u for _, u in points]
+        self._built_for = urls
+
+    def bound(self, ep: Endpoint) -> int:
+        """The most requests ``ep`` may hold once the next one is placed."""
+        eps = self._all
+        total = sum(e.in_flight for e in eps) + 1
+        cap = sum(e.max_concurrency for e in eps)
+        return max(1, math.ceil((1.0 + self.epsilon) * total * ep.max_concurrency / cap))
+
+    def pick(self, candidates: Sequence[Endpoint], request: ChatRequest) -> Endpoint:
+        if not self._ring or len(self._all) < len(candidates):
+            self.bind(candidates)
+        by_url = {ep.base_url: ep for ep in candidates}
+        start = bisect.bisect_left(self._ring, _hash64(routing_key_of(request)))
+        seen: set[str] = set()
+        n = len(self._ring)
+        for step in range(n):
+            url = self._owners[(start + step) % n]
+            if url in seen:
+                continue
+            seen.add(url)
+            ep = by_url.get(url)
+            if ep is not None and ep.in_flight + 1 <= self.bound(ep):
+                self.stats["home" if len(seen) == 1 else "spill"] += 1
+                return ep
+            if len(seen) == len(self._built_for):
+                break
+        self.stats["fallback"] += 1
+        return self.fallback.pick(candidates, request)
+
+
 @dataclass
 class EndpointPool:
     """Slots over several endpoints, with per-endpoint breakers and a pluggable :class:`RoutingPolicy`."""
@@ -144,6 +232,11 @@ class EndpointPool:
     endpoints: list[Endpoint]
     policy: RoutingPolicy = field(default_factory=CapacityPolicy)
     _waiters: deque = field(default_factory=deque)
+
+    def __post_init__(self) -> None:
+        bind = getattr(self.policy, "bind", None)
+        if callable(bind):
+            bind(self.endpoints)
 
     @property
     def capacity(self) -> int:

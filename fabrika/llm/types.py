@@ -23,6 +23,10 @@ class ChatRequest:
     ``"if.verifier"``): accounting groups by it and the ``sim`` backend picks its
     responder by it. ``sample_index`` distinguishes repeated samples of the same
     prompt (K verifiers, k policy samples) so each gets its own cache entry.
+    ``routing_key`` (the episode id for agent turns) tells the affinity router
+    which requests share a prompt prefix, so they go to the server that holds
+    it in its KV cache; like ``tag`` it is not part of the cache key (where a
+    request is served does not change its answer).
     """
 
     messages: tuple[dict[str, Any], ...]
@@ -39,6 +43,7 @@ class ChatRequest:
     stop: tuple[str, ...] | None = None
     extra_body: dict[str, Any] | None = None
     tag: str = "default"
+    routing_key: str | None = None
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 

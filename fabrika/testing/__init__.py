@@ -3,6 +3,8 @@
 * :class:`FakeOpenAIServer` — a real OpenAI-compatible HTTP server on a
   background thread: scripted answers per prompt substring / tag, seeded fault
   injection, request counters (see :mod:`fabrika.testing.fake_server`).
+* :class:`SimVLLMConfig` — the fake server's vLLM mode: slots, prefix cache,
+  simulated time, ``/stats`` (see :mod:`fabrika.testing.sim_vllm`).
 * :func:`break_arguments` — tool-call arguments that violate a schema.
 * :data:`FAULT_KINDS` — the faults the server can inject.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FAULT_KINDS", "FakeOpenAIApp", "FakeOpenAIServer", "break_arguments"]
+__all__ = ["FAULT_KINDS", "FakeOpenAIApp", "FakeOpenAIServer", "SimVLLMConfig", "break_arguments"]
 
 
 def __getattr__(name: str) -> Any:

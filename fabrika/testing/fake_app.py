@@ -22,6 +22,7 @@ from fabrika.llm.schema_gen import generate_instance, response_format_schema, to
 from fabrika.llm.sim import generic_choice
 from fabrika.llm.types import ChatRequest
 from fabrika.testing.http import HttpReply, HttpRequest
+from fabrika.testing.sim_vllm import SimVLLM, SimVLLMConfig
 
 _log = logging.getLogger(__name__)
 
@@ -113,8 +114,13 @@ class FakeOpenAIApp:
 
     def __init__(self, *, latency_ms: float = 0.0, model: str = "fake", seed: int = 0,
                  hang_s: float = 30.0, retry_after: float = 0.05, record: int = 10_000,
-                 models: Iterable[str] | None = None) -> None:
+                 models: Iterable[str] | None = None, vllm: SimVLLMConfig | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         self.latency_ms = latency_ms
+        #: the vLLM-like cost model (slots, prefix cache, simulated time); None: fixed latency_ms
+        self.sim: SimVLLM | None = None
+        if vllm is not None:
+            self.sim = SimVLLM(vllm, clock) if clock is not None else SimVLLM(vllm)
         self.model = model
         #: what GET /models lists; a chat request naming another model gets 404 model_not_found (like vLLM)
         self.models: list[str] = list(models) if models is not None else [model]
@@ -203,6 +209,10 @@ class FakeOpenAIApp:
             body = {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "fabrika-fake"}
                                                for m in self.models]}
             return HttpReply(200, json.dumps(body).encode())
+        if path.endswith("/stats") and self.sim is not None:  # the simulated server's counters
+            if http.method == "POST":
+                self.sim.reset()
+            return HttpReply(200, json.dumps(self.sim.snapshot()).encode())
         if http.method != "POST" or not path.endswith("/chat/completions"):
             self._count("unknown_route", 404)
             return HttpReply(404, _error_body("not_found", f"no route {http.method} {http.path}"))
@@ -223,11 +233,11 @@ class FakeOpenAIApp:
             return HttpReply(404, _error_body("NotFoundError", f"The model `{asked}` does not exist.",
                                               "model_not_found"), delay_s=delay / 1000.0)
         fault, retry_after = self._fault_for(req, http.body, tag)
-        route, spec = "default", None
+        route, spec, script = "default", None, None
         if fault is None:
             for s in self._scripts:
                 if not s.exhausted() and _matches(s.match, s.tag, req, tag):
-                    route, spec = s.name, s.next_spec(req)
+                    route, spec, script = s.name, s.next_spec(req), s
                     if s.latency_ms is not None:
                         delay = s.latency_ms
                     break
@@ -247,6 +257,10 @@ class FakeOpenAIApp:
             reply = self._fault_reply(fault, req, retry_after)
             self.fault_counts[fault] += 1
             route = f"fault:{fault}" if route == "default" else route
+        elif self.sim is not None:
+            completion = self._sim_completion(req, spec, script)
+            delay = 1000.0 * self.sim.schedule(req, [c["message"] for c in completion["choices"]])
+            reply = HttpReply(200, json.dumps(completion, ensure_ascii=False).encode())
         else:
             reply = HttpReply(200, json.dumps(self._completion(req, spec), ensure_ascii=False).encode())
         self._count(route, reply.status)
@@ -353,6 +367,32 @@ class FakeOpenAIApp:
             message["tool_calls"] = calls
         finish = spec.get("finish_reason") or ("tool_calls" if calls else "stop")
         return {"index": index, "message": message, "finish_reason": finish, "logprobs": None}
+
+    def _sim_completion(self, req: dict[str, Any], spec: Spec, script: _Script | None) -> dict[str, Any]:
+        """The answer in vLLM mode: choice ``j`` of an ``n``-sample request is what a lone request with
+        ``seed + j`` (no ``n``) would get, so n=K and K requests give the same samples."""
+        n = int(req.get("n") or 1)
+        if n == 1 or (isinstance(spec, dict) and spec.get("choices")):
+            return self._completion(req, spec)
+        choices = []
+        for j in range(n):
+            sub = {k: v for k, v in req.items() if k != "n"}
+            if req.get("seed") is not None:
+                sub["seed"] = int(req["seed"]) + j
+            if script is None:
+                spec_j = None
+            elif j == 0 and script.responder is None:
+                spec_j = spec  # a listed answer, already taken for this request
+            else:
+                spec_j = script.next_spec(sub)
+            one = self._completion(sub, spec_j)["choices"][0]
+            one["index"] = j
+            choices.append(one)
+        return self._completion(req, {"choices": [{"content": c["message"].get("content"),
+                                                    "tool_calls": [{"id": t["id"], "name": t["function"]["name"],
+                                                                    "arguments": t["function"]["arguments"]}
+                                                                   for t in c["message"].get("tool_calls") or ()],
+                                                    "finish_reason": c["finish_reason"]} for c in choices]})
 
     def _completion(self, req: dict[str, Any], spec: Spec) -> dict[str, Any]:
         n = int(req.get("n") or 1)

@@ -52,6 +52,13 @@ naming any other model gets vLLM's ``404 model_not_found``. :meth:`stop` then
 :meth:`start` (or :meth:`restart`) brings the server back on the same port,
 as a restarted vLLM would.
 
+With ``vllm=SimVLLMConfig(slots=64, ...)`` it behaves like a vLLM server under
+load: sequence slots with a queue beyond them, a prefix cache, answer times from
+a cost model, ``n > 1`` sharing one prefill, and ``GET /v1/stats`` (``POST``
+resets) reporting busy time, queue wait and prompt tokens prefilled vs served
+from the cache (see :mod:`fabrika.testing.sim_vllm` for the model and how it
+compares with a real vLLM).
+
 For benches run it as a process: ``python -m fabrika.testing.fake_server
 --port 0 --latency-ms 200`` prints ``READY <port>`` once listening.
 """
@@ -67,8 +74,10 @@ from typing import Any
 
 from fabrika.testing.fake_app import FAULT_KINDS, RETRYABLE_FAULTS, FakeOpenAIApp, break_arguments
 from fabrika.testing.http import HttpProtocol
+from fabrika.testing.sim_vllm import SimVLLMConfig
 
-__all__ = ["FAULT_KINDS", "RETRYABLE_FAULTS", "FakeOpenAIApp", "FakeOpenAIServer", "break_arguments", "main"]
+__all__ = ["FAULT_KINDS", "RETRYABLE_FAULTS", "FakeOpenAIApp", "FakeOpenAIServer", "SimVLLMConfig", "break_arguments",
+           "main"]
 
 
 class FakeOpenAIServer:
@@ -76,9 +85,9 @@ class FakeOpenAIServer:
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, latency_ms: float = 0.0,
                  model: str = "fake", seed: int = 0, hang_s: float = 30.0, retry_after: float = 0.05,
-                 models: list[str] | None = None) -> None:
+                 models: list[str] | None = None, vllm: "SimVLLMConfig | None" = None) -> None:
         self.app = FakeOpenAIApp(latency_ms=latency_ms, model=model, seed=seed, hang_s=hang_s, retry_after=retry_after,
-                                 models=models)
+                                 models=models, vllm=vllm)
         self.host = host
         self.port = port
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -123,6 +132,12 @@ class FakeOpenAIServer:
     def requests_for(self, tag_prefix: str) -> list[dict[str, Any]]:
         """Recorded request bodies whose ``x-fabrika-tag`` starts with ``tag_prefix`` (assert on prompts per role)."""
         return [r for r, t in zip(self.app.requests, self.app.request_tags) if t.startswith(tag_prefix)]
+
+    def sim_stats(self) -> dict[str, Any]:
+        """The vLLM mode's counters (what ``GET /stats`` answers); requires ``vllm=SimVLLMConfig(...)``."""
+        if self.app.sim is None:
+            raise RuntimeError("sim_stats() needs FakeOpenAIServer(vllm=SimVLLMConfig(...))")
+        return self.app.sim.snapshot()
 
     @property
     def errors(self) -> list[str]:

@@ -152,7 +152,8 @@ class Episode:
         except PlanLeak as exc:
             raise EpisodeRejected(f"plan_leak: {exc}") from None
         req = ChatRequest(messages=tuple(render_user_prompt(view)),
-                          temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens, tag="fc.user")
+                          temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens, tag="fc.user",
+                          routing_key=self.plan.id)
         choice = await self._ask(req, "user")
         split = split_reasoning(choice.content, choice.reasoning)
         if not split.complete:
@@ -177,7 +178,7 @@ class Episode:
             view = tool_view(self.state(step), call, expected.result if expected else None)
             resp = await self.stage.ctx.llm.complete_one(ChatRequest(
                 messages=tuple(render_tool_prompt(view)), temperature=0.0 if attempt == 0 else 0.7,
-                max_tokens=self.cfg.max_tokens, tag="fc.tool", sample_index=attempt))
+                max_tokens=self.cfg.max_tokens, tag="fc.tool", sample_index=attempt, routing_key=self.plan.id))
             err = response_error(resp)
             if err and err.startswith("truncated"):
                 why = f"tool_{err}"
@@ -231,7 +232,7 @@ class Episode:
         while True:
             messages, tools = render_assistant_request(assistant_view(self.state(step_i)))
             req = ChatRequest(messages=tuple(messages), tools=tuple(tools), temperature=self.cfg.temperature,
-                              max_tokens=self.cfg.max_tokens, tag="fc.assistant",
+                              max_tokens=self.cfg.max_tokens, tag="fc.assistant", routing_key=self.plan.id,
                               meta={"sim_error_rate": self.cfg.sim_error_rate})
             choice = await self._ask(req, "assistant")
             content, calls, parse_problems = parse_assistant_choice(choice)

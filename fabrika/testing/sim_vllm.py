@@ -1,0 +1,247 @@
+"""A vLLM-like cost model for the fake server: sequence slots, a prefix cache, simulated GPU time.
+
+Used by :class:`~fabrika.testing.fake_app.FakeOpenAIApp` when it is built with
+``vllm=SimVLLMConfig(...)``: the *content* of an answer still comes from the
+scripts (or the default answer); this module decides *when* the answer is sent
+and what it cost, and keeps the counters ``GET /stats`` reports.
+
+The model, next to what a real vLLM server does
+------------------------------------------------
+
+========================  ===============================================  =================================================
+aspect                    real vLLM (v1 engine)                             this model
+========================  ===============================================  =================================================
+concurrency               up to ``max_num_seqs`` sequences run per          ``slots`` sequence slots; a request beyond them
+                          scheduler step; the rest wait in a queue          waits (FIFO) for the first slot that frees
+step cost                 one forward pass over the batch: prefill          per slot, a fixed rate: ``prefill_s_per_token`` per
+                          tokens (chunked) + one token per decoding seq;    *uncached* prompt token, then ``decode_s_per_token``
+                          step time grows with the batch                    per output token, plus ``overhead_s``. The rates are
+                                                                            throughput-equivalent (a full server prefills
+                                                                            ``slots / prefill_s_per_token`` tokens per second);
+                                                                            a lone request is *not* faster than one in a full
+                                                                            batch (latency under light load is not modelled)
+prefix cache              automatic prefix caching: KV blocks of            an LRU of ``cache_blocks`` blocks of
+                          ``block_size`` tokens keyed by a hash chain of    ``block_tokens`` tokens, keyed by a hash chain over
+                          the prefix; only full blocks; evicted LRU         the rendered conversation; only full blocks; LRU
+                          when free blocks run out                          eviction by count (blocks of running requests may
+                                                                            be evicted: no pinning)
+when a block is cached    once its KV is computed (during the step that     ``prefill`` seconds after the computing request
+                          prefilled it); generated tokens too               *starts*; prompt + output blocks at its end
+tokens                    the model's tokenizer and chat template           a proxy: the conversation rendered as
+                                                                            ``<|role|>content`` (tool schemas first, tool calls
+                                                                            as JSON), one token per ``chars_per_token``
+                                                                            characters (deterministic; Russian text is longer
+                                                                            per token in real tokenizers)
+``n > 1``                 one prefill; ``n`` sequences decode, each in      one prefill (the first slot); the ``n`` samples take
+                          its own slot                                      ``n`` slots and decode after the prefill
+preemption, KV memory,    yes (recompute/swap when KV memory runs out)      not modelled: a request never loses its slot
+speculative decoding,
+chunked-prefill fairness
+========================  ===============================================  =================================================
+
+Time is modelled, not burned: the whole schedule of a request (its start
+slot, its finish) is computed when it arrives, and the answer is sent with
+``loop.call_later`` after ``simulated seconds / time_scale`` of wall time. With
+``time_scale = 10`` a simulated minute passes in six seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+#: Defaults: roughly an 8B model on one H100 at a full batch (≈ 32k prompt tokens/s prefill and
+#: ≈ 3.2k tokens/s decode across 64 sequences); only their ratio matters for the bench's ratios.
+PREFILL_S_PER_TOKEN = 0.002
+DECODE_S_PER_TOKEN = 0.02
+OVERHEAD_S = 0.01
+BLOCK_TOKENS = 16
+CHARS_PER_TOKEN = 4
+
+
+@dataclass(frozen=True)
+class SimVLLMConfig:
+    """Knobs of the simulated server (see the module docstring for what each models)."""
+
+    slots: int = 64
+    prefill_s_per_token: float = PREFILL_S_PER_TOKEN
+    decode_s_per_token: float = DECODE_S_PER_TOKEN
+    overhead_s: float = OVERHEAD_S
+    block_tokens: int = BLOCK_TOKENS
+    cache_blocks: int = 200_000
+    chars_per_token: int = CHARS_PER_TOKEN
+    time_scale: float = 1.0
+    bucket_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.slots < 1 or self.block_tokens < 1 or self.cache_blocks < 0 or self.time_scale <= 0:
+            raise ValueError(f"SimVLLMConfig: slots, block_tokens >= 1, cache_blocks >= 0 and time_scale > 0 "
+                             f"are required, got {self}")
+
+
+def render_prompt(req: dict[str, Any]) -> str:
+    """The conversation as one string (the tokenisation proxy's input): tool schemas first, as chat
+    templates put them in the system prompt, then ``<|role|>content`` per message."""
+    parts: list[str] = []
+    if req.get("tools"):
+        parts.append("<|tools|>" + json.dumps(req["tools"], sort_keys=True, ensure_ascii=False))
+    for m in req.get("messages") or ():
+        parts.append(render_message(m))
+    return "".join(parts)
+
+
+def render_message(m: dict[str, Any]) -> str:
+    content = m.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    text = f"<|{m.get('role', '')}|>{content or ''}"
+    if m.get("tool_calls"):
+        calls = [{"name": (c.get("function") or {}).get("name"), "arguments": (c.get("function") or {}).get("arguments")}
+                 for c in m["tool_calls"] if isinstance(c, dict)]
+        text += json.dumps(calls, ensure_ascii=False)
+    return text
+
+
+@dataclass
+class _Block:
+    ready_at: float
+
+
+@dataclass
+class SimVLLM:
+    """One simulated server: slots, prefix cache and counters, on a simulated clock.
+
+    ``clock`` returns wall seconds (the event loop's time); simulated time is
+    ``clock() * time_scale``.
+    """
+
+    config: SimVLLMConfig = field(default_factory=SimVLLMConfig)
+    clock: Callable[[], float] = time.monotonic
+    _free: list[float] = field(default_factory=list)
+    _cache: "OrderedDict[bytes, _Block]" = field(default_factory=OrderedDict)
+    stats: dict[str, float] = field(default_factory=dict)
+    #: busy slot-seconds per ``bucket_s`` of simulated time (for utilisation over a window)
+    timeline: dict[int, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty the slots' history, the prefix cache and the counters."""
+        self._free = [0.0] * self.config.slots
+        heapq.heapify(self._free)
+        self._cache.clear()
+        self.timeline = {}
+        self.stats = {"requests": 0, "sequences": 0, "busy_slot_s": 0.0, "queue_wait_s": 0.0,
+                      "prompt_tokens": 0, "prompt_tokens_prefilled": 0, "prompt_tokens_cached": 0,
+                      "completion_tokens": 0, "first_arrival": -1.0, "last_done": 0.0, "evicted_blocks": 0}
+
+    def now(self) -> float:
+        return self.clock() * self.config.time_scale
+
+    # -- tokenisation proxy and cache ---------------------------------------
+    def tokens(self, text: str) -> int:
+        return (len(text) + self.config.chars_per_token - 1) // self.config.chars_per_token
+
+    def _chain(self, text: str) -> list[bytes]:
+        """Hashes of the full blocks of ``text`` (each hash covers the whole prefix up to its block)."""
+        size = self.config.block_tokens * self.config.chars_per_token
+        out: list[bytes] = []
+        h = b""
+        for start in range(0, len(text) - size + 1, size):
+            h = hashlib.blake2b(h + text[start:start + size].encode("utf-8"), digest_size=12).digest()
+            out.append(h)
+        return out
+
+    def _cached_prefix(self, chain: list[bytes], at: float) -> int:
+        """Leading blocks of ``chain`` whose KV is ready at simulated time ``at`` (touched as used)."""
+        hit = 0
+        for h in chain:
+            b = self._cache.get(h)
+            if b is None or b.ready_at > at:
+                break
+            self._cache.move_to_end(h)
+            hit += 1
+        return hit
+
+    def _insert(self, chain: list[bytes], ready_at: float) -> None:
+        cap = self.config.cache_blocks
+        if cap == 0:
+            return
+        for h in chain:
+            b = self._cache.get(h)
+            if b is None:
+                self._cache[h] = _Block(ready_at)
+            else:
+                b.ready_at = min(b.ready_at, ready_at)
+                self._cache.move_to_end(h)
+        while len(self._cache) > cap:
+            self._cache.popitem(last=False)
+            self.stats["evicted_blocks"] += 1
+
+    # -- scheduling -----------------------------------------------------------
+    def schedule(self, req: dict[str, Any], outputs: list[dict[str, Any]]) -> float:
+        """Admit a request with its ``outputs`` (the assistant message of each choice, already decided);
+        returns the *wall* seconds until its answer is due."""
+        cfg = self.config
+        arrival = self.now()
+        st = self.stats
+        if st["first_arrival"] < 0:
+            st["first_arrival"] = arrival
+        prompt = render_prompt(req)
+        prompt_tokens = self.tokens(prompt)
+        chain = self._chain(prompt)
+        n = max(1, len(outputs))
+        starts = [max(arrival, heapq.heappop(self._free)) for _ in range(n)]
+        start = starts[0]
+        cached_tokens = min(prompt_tokens, self._cached_prefix(chain, start) * cfg.block_tokens)
+        uncached = prompt_tokens - cached_tokens
+        prefill = cfg.overhead_s + uncached * cfg.prefill_s_per_token
+        prefilled_at = start + prefill
+        self._insert(chain, prefilled_at)
+        done = arrival
+        for j, message in enumerate(outputs or [{"role": "assistant", "content": ""}]):
+            text = render_message({**message, "role": "assistant"})
+            out_tokens = max(1, self.tokens(text[len("<|assistant|>"):]))
+            begin = prefilled_at if j == 0 else max(starts[j], prefilled_at)
+            end = begin + out_tokens * cfg.decode_s_per_token
+            occupied_from = start if j == 0 else starts[j]
+            heapq.heappush(self._free, end)
+            st["busy_slot_s"] += end - occupied_from
+            self._occupy(occupied_from, end)
+            st["queue_wait_s"] += starts[j] - arrival
+            st["completion_tokens"] += out_tokens
+            self._insert(self._chain(prompt + text), end)
+            done = max(done, end)
+        st["requests"] += 1
+        st["sequences"] += n
+        st["prompt_tokens"] += prompt_tokens
+        st["prompt_tokens_prefilled"] += uncached
+        st["prompt_tokens_cached"] += cached_tokens
+        st["last_done"] = max(st["last_done"], done)
+        return (done - arrival) / cfg.time_scale
+
+    def _occupy(self, start: float, end: float) -> None:
+        b = self.config.bucket_s
+        i = int(start // b)
+        while start < end:
+            stop = min(end, (i + 1) * b)
+            self.timeline[i] = self.timeline.get(i, 0.0) + stop - start
+            start, i = stop, i + 1
+
+    def snapshot(self) -> dict[str, Any]:
+        """What ``GET /stats`` answers: counters in simulated seconds and tokens."""
+        st = dict(self.stats)
+        st["slots"] = self.config.slots
+        st["busy_s"] = st["busy_slot_s"] / self.config.slots  # GPU-equivalent busy time
+        st["cache_blocks_used"] = len(self._cache)
+        st["now"] = self.now()
+        st["bucket_s"] = self.config.bucket_s
+        st["timeline"] = {str(k): round(v, 6) for k, v in sorted(self.timeline.items())}
+        st["config"] = {k: getattr(self.config, k) for k in self.config.__dataclass_fields__}
+        return st

@@ -1,0 +1,185 @@
+"""Prefix-affinity routing: bounded load, key stability, remapping when a server goes down."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fabrika.llm import ChatRequest, LLMConfig, build_engine
+from fabrika.llm.config import routing_policy
+from fabrika.llm.routing import AffinityPolicy, CapacityPolicy, CircuitBreaker, Endpoint, EndpointPool
+from fabrika.testing import FakeOpenAIServer, SimVLLMConfig
+from tests.llm.llm_helpers import http_config
+
+
+def endpoints(n: int, cap: int = 1000, caps: list[int] | None = None) -> list[Endpoint]:
+    caps = caps or [cap] * n
+    return [Endpoint(base_url=f"http://10.0.0.{i}:8000/v1", url="", headers={}, api_key="", max_concurrency=c,
+                     breaker=CircuitBreaker()) for i, c in enumerate(caps)]
+
+
+def req(key: str | None, text: str = "q") -> ChatRequest:
+    return ChatRequest(messages=({"role": "user", "content": text},), routing_key=key)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.5])
+async def test_bounded_load_holds_under_a_hot_key(epsilon: float) -> None:
+    eps = endpoints(4)
+    pool = EndpointPool(eps, AffinityPolicy(epsilon=epsilon))
+    rng = random.Random(3)
+    held: list[Endpoint] = []
+    for i in range(600):
+        key = "hot" if rng.random() < 0.7 else f"k{rng.randrange(20)}"  # one episode takes most requests
+        ep, probe = await pool.acquire(req(key))
+        held.append(ep)
+        total = sum(e.in_flight for e in eps)
+        bound = math.ceil((1 + epsilon) * total / len(eps))
+        assert max(e.in_flight for e in eps) <= bound, (i, [e.in_flight for e in eps], bound)
+        if rng.random() < 0.3 and held:  # some finish, in random order
+            done = held.pop(rng.randrange(len(held)))
+            pool.release(done, None, False)
+
+
+async def test_bounded_load_is_capacity_aware() -> None:
+    eps = endpoints(2, caps=[300, 100])
+    policy = AffinityPolicy(epsilon=0.1)
+    pool = EndpointPool(eps, policy)
+    for _ in range(200):
+        await pool.acquire(req("same"))
+    big, small = eps[0].in_flight, eps[1].in_flight
+    assert small <= math.ceil(1.1 * 200 * 100 / 400) and big <= math.ceil(1.1 * 200 * 300 / 400)
+    assert big + small == 200
+
+
+async def test_same_key_same_endpoint_and_keys_spread() -> None:
+    eps = endpoints(4)
+    policy = AffinityPolicy(epsilon=0.25)
+    pool = EndpointPool(eps, policy)
+    homes: dict[str, set[str]] = {}
+    for rep in range(3):
+        for k in range(200):
+            ep, _ = await pool.acquire(req(f"episode-{k}"))
+            homes.setdefault(f"episode-{k}", set()).add(ep.base_url)
+            pool.release(ep, None, False)  # light load: every request goes home
+    assert all(len(v) == 1 for v in homes.values())
+    per_ep = {e.base_url: sum(1 for v in homes.values() if e.base_url in v) for e in eps}
+    assert min(per_ep.values()) > 20  # the ring spreads 200 keys over 4 servers
+    # without a routing key, the prompt is the key: K samples of one prompt meet on one server
+    seen = set()
+    for _ in range(5):
+        ep, _ = await pool.acquire(req(None, "один и тот же промпт"))
+        seen.add(ep.base_url)
+        pool.release(ep, None, False)
+    assert len(seen) == 1
+
+
+async def test_down_endpoint_remaps_only_its_keys() -> None:
+    eps = endpoints(4)
+    pool = EndpointPool(eps, AffinityPolicy())
+
+    async def home(key: str) -> str:
+        ep, _ = await pool.acquire(req(key))
+        pool.release(ep, None, False)
+        return ep.base_url
+
+    before = {f"e{k}": await home(f"e{k}") for k in range(200)}
+    dead = eps[1]
+    dead.breaker.state, dead.breaker.open_until = "open", time.monotonic() + 3600
+    after = {k: await home(k) for k in before}
+    assert all(after[k] != dead.base_url for k in after)
+    moved = {k for k in before if before[k] != after[k]}
+    assert moved == {k for k in before if before[k] == dead.base_url}  # the others keep their server (and cache)
+
+
+def test_config_default_is_affinity_with_several_endpoints() -> None:
+    one = LLMConfig(backend="openai", endpoints=[{"base_url": "http://a:1/v1"}])
+    two = LLMConfig(backend="openai", endpoints=[{"base_url": "http://a:1/v1"}, {"base_url": "http://b:1/v1"}])
+    assert isinstance(routing_policy(one), CapacityPolicy)
+    assert isinstance(routing_policy(two), AffinityPolicy)
+    assert isinstance(routing_policy(two.model_copy(update={"routing": "least_loaded"})), CapacityPolicy)
+    assert routing_policy(two.model_copy(update={"routing_epsilon": 0.5})).epsilon == 0.5
+    with pytest.raises(ValueError):
+        LLMConfig(backend="openai", endpoints=[{"base_url": "http://a:1/v1"}], routing="random")
+
+
+async def _episodes(eng, n_episodes: int, turns: int, think_s: float = 0.0) -> list[list[str]]:  # noqa: ANN001
+    """Multi-turn conversations: each turn's prompt carries the previous answers (like an FC episode);
+    ``think_s``: up to that long between turns (client-side work), so the fleet's load moves meanwhile."""
+
+    async def episode(e: int) -> list[str]:
+        rng = random.Random(e)
+        # each episode has its own long prefix (in FC: its plan's tool schemas)
+        msgs: list[dict[str, str]] = [{"role": "system", "content": f"Эпизод {e}. " + "Ты — вежливый помощник. " * 10}]
+        out = []
+        for t in range(turns):
+            msgs.append({"role": "user", "content": f"Эпизод {e}, вопрос {t}: что дальше?"})
+            resp = await eng.complete_one(ChatRequest(messages=tuple(msgs), routing_key=f"ep-{e}", tag="fc.user"))
+            assert resp.ok, resp.error
+            out.append(resp.text)
+            msgs.append({"role": "assistant", "content": resp.text})
+            if think_s:
+                await asyncio.sleep(rng.random() * think_s)
+        return out
+
+    return list(await asyncio.gather(*[episode(e) for e in range(n_episodes)]))
+
+
+async def test_dataset_identical_between_routing_modes_and_affinity_reuses_cache(tmp_path: Path) -> None:
+    cfg = SimVLLMConfig(slots=8, time_scale=100.0)
+    results, cached = {}, {}
+    for mode in ("least_loaded", "affinity"):
+        servers = [FakeOpenAIServer(vllm=cfg).start() for _ in range(4)]
+        try:
+            eng = build_engine(http_config(*servers, routing=mode, cache={"enabled": False}), tmp_path / mode)
+            async with eng:
+                results[mode] = await _episodes(eng, 32, 5, think_s=0.02)
+            cached[mode] = sum(s.sim_stats()["prompt_tokens_cached"] for s in servers)
+        finally:
+            for s in servers:
+                s.stop()
+    assert results["affinity"] == results["least_loaded"]
+    assert cached["affinity"] > 1.5 * cached["least_loaded"]  # the bench measures the 2x goal at scale
+
+
+async def test_endpoint_down_mid_run_loses_nothing(tmp_path: Path) -> None:
+    cfg = SimVLLMConfig(slots=8, time_scale=20.0)
+    servers = [FakeOpenAIServer(vllm=cfg).start() for _ in range(3)]
+    try:
+        eng = build_engine(http_config(*servers, routing="affinity", max_retries=8, cache={"enabled": False},
+                                       breaker={"failure_threshold": 1, "cooldown_s": 30.0}), tmp_path)
+        def kill_when_busy() -> None:  # down mid-run: after it has answered 15 requests
+            deadline = time.monotonic() + 20
+            while servers[0].served < 15 and time.monotonic() < deadline:
+                time.sleep(0.002)
+            servers[0].stop()
+
+        killer = threading.Thread(target=kill_when_busy)
+        killer.start()
+        async with eng:
+            results = await _episodes(eng, 30, 6, think_s=0.01)
+        killer.join()
+        assert 15 <= servers[0].served < 40  # it went down early (its fair share was 60 of 180)
+        assert all(len(r) == 6 and all(results_i for results_i in r) for r in results)
+        assert not servers[0].running
+        served = [s.served for s in servers]
+        assert served[1] + served[2] >= 180 - served[0]  # every turn answered; the dead server's keys moved
+        health = {h["base_url"]: h for h in eng.backend.health()}
+        assert health[servers[0].base_url.rstrip("/")]["breaker"] == "open"
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def test_routing_key_is_not_in_the_cache_key(tmp_path: Path) -> None:
+    from fabrika.llm.cache import request_key
+
+    a, b = req("ep-1", "вопрос"), req("ep-2", "вопрос")
+    assert request_key(a, scope="openai") == request_key(b, scope="openai")
+    assert request_key(a, scope="openai") != request_key(req("ep-1", "другой вопрос"), scope="openai")
+
