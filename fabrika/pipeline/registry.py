@@ -22,6 +22,7 @@ STAGE_MODULES: list[str] = [
     "fabrika.generators.instruct",
     "fabrika.generators.fc.topics",
     "fabrika.generators.fc.stages",
+    "fabrika.generators.general",
 ]
 
 _loaded: set[str] = set()
