@@ -18,7 +18,8 @@ no usable answer is a recorded rejection that keeps its answers.
 Sampling: ``n_per_request: true`` asks for the K answers as ``n=K`` in one request
 (OpenAI-compatible servers and vLLM support it; one cache entry). A server that
 ignores ``n`` and returns fewer choices is topped up with single requests
-(``sample_index`` 1…), so K is always K. ``false`` sends K requests with
+(``sample_index`` from the first missing one), and a failed ``n=K`` request falls back
+to K single requests, so K is always K. ``false`` sends K requests with
 ``sample_index`` 0…K−1. Both are deterministic: each request's seed derives from
 the pipeline seed, the stage and the prompt id.
 """
@@ -114,10 +115,8 @@ class GeneralTeacherStage(Stage):
         (first,) = await self.ctx.llm.complete([self._request(row, messages, k, 0)])
         got = len(first.choices) if first.ok else 0
         out = [_problem(first, i) for i in range(min(got, k))]
-        if got < k:  # the server ignored n (or failed): top up with single requests
-            more = await self.ctx.llm.complete([self._request(row, messages, 1, i) for i in range(max(got, 1), k)])
-            if got == 0:
-                out = [_problem(first, 0)]
+        if got < k:  # the server ignored n (fewer choices) or the request failed: single requests for the rest
+            more = await self.ctx.llm.complete([self._request(row, messages, 1, i) for i in range(got, k)])
             out += [_problem(r, 0) for r in more]
         return out
 
