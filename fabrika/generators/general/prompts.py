@@ -44,9 +44,10 @@ class GeneralPromptsConfig(StageConfig):
     task_field: str = Field(default="task", description="Production-log field naming the task/template.")
     templates: bool = Field(default=False, description="Cluster prompts into templates (template_id/template_rank) "
                             "for the general.max_per_template gate; reads the pool twice.")
-    template_threshold: float = Field(default=0.6, gt=0, le=1, description="Jaccard of template views that joins "
+    template_threshold: float = Field(default=0.45, gt=0, le=1, description="Jaccard of template views that joins "
                                       "two prompts into one template.")
-    template_head_words: int = Field(default=12, ge=1, description="Words of the user turn that form the template view.")
+    template_head_words: int = Field(default=8, ge=1, description="First words of the user turn in the template view.")
+    template_tail_words: int = Field(default=6, ge=0, description="Last words of the user turn in the template view.")
     seed: int = Field(default=0, description="Seed of the within-template ranking (which prompts a cap keeps).")
 
 
@@ -109,7 +110,8 @@ class GeneralPromptsStage(Stage):
             if _REJECT in row:
                 continue
             ids.append(row["id"])
-            views.append(template_view(json.loads(row["prompt"]), self.config.template_head_words))
+            views.append(template_view(json.loads(row["prompt"]), self.config.template_head_words,
+                                       self.config.template_tail_words))
             keys.append(f"{row['service'] or ''}/{row['task']}" if row["task"] else None)
         clusters = template_clusters(ids, views, keys, threshold=self.config.template_threshold, seed=self.config.seed)
         del ids, views, keys

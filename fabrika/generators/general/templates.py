@@ -3,8 +3,8 @@
 Production logs hold many prompts built from one template ("Переведи на английский:
 {text}", a service's fixed system prompt + a filled form). :func:`template_clusters`
 groups such prompts with MinHash LSH (datasketch) over word shingles of a *template
-view* of the prompt: the system turn plus the first ``head_words`` words of the last
-user turn, digits folded to ``0`` — the part a template fixes, not the part it fills.
+view* of the prompt: the system turn plus the first and last words of the last user
+turn, digits folded to ``0`` — the part a template fixes, not the part it fills.
 When records carry a ``task`` (or ``service``) field, that field is the template
 instead (the service said what it is).
 
@@ -31,41 +31,59 @@ from fabrika.filters.dedup import shingles
 _DIGITS = re.compile(r"\d+")
 
 
-def template_view(messages: Sequence[dict[str, str]], head_words: int = 12) -> str:
-    """The part of a prompt a template fixes: system turn + the first words of the last user turn."""
+def template_view(messages: Sequence[dict[str, str]], head_words: int = 8, tail_words: int = 6) -> str:
+    """The part of a prompt a template fixes: the system turn + the first and last words of the last user turn."""
     system = " ".join(m["content"] for m in messages if m["role"] == "system")
-    user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
-    head = " ".join(user.split()[:head_words])
-    return _DIGITS.sub("0", f"{system} {head}".lower())
+    words = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "").split()
+    head = words[:head_words]
+    tail = words[max(head_words, len(words) - tail_words):]
+    return _DIGITS.sub("0", " ".join([system, *head, *tail]).lower())
 
 
 def _rank(seed: int, rid: str) -> bytes:
     return hashlib.sha256(f"{seed}:{rid}".encode()).digest()
 
 
+def _find(parent: dict[str, str], x: str) -> str:
+    while parent[x] != x:
+        parent[x] = parent[parent[x]]
+        x = parent[x]
+    return x
+
+
 def template_clusters(ids: Sequence[str], views: Sequence[str], keys: Sequence[str | None], *,
-                      threshold: float = 0.6, num_perm: int = 64, shingle: int = 2,
+                      threshold: float = 0.45, num_perm: int = 64, shingle: int = 2,
                       seed: int = 0) -> dict[str, tuple[str, int]]:
-    """``id → (template_id, template_rank)``; a non-null ``keys[i]`` (task/service) overrides MinHash."""
+    """``id → (template_id, template_rank)``; a non-null ``keys[i]`` (task/service) overrides MinHash.
+
+    Two prompts share a template when the Jaccard similarity of their template views'
+    word shingles (estimated by MinHash, checked after the LSH lookup) reaches
+    ``threshold``; clusters are transitive (union–find).
+    """
     lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
-    cluster: dict[str, str] = {}
+    parent: dict[str, str] = {}
+    sigs: dict[str, MinHash] = {}
     by_key: dict[str, str] = {}
     for rid, view, key in zip(ids, views, keys, strict=True):
+        parent[rid] = rid
         if key is not None:
-            cluster[rid] = by_key.setdefault(key, rid)
+            parent[rid] = by_key.setdefault(key, rid)
             continue
         sh = shingles(view, shingle)
         if not sh:
-            cluster[rid] = rid
             continue
         m = MinHash(num_perm=num_perm, seed=1)
         m.update_batch(list(sh))
-        hits = sorted(cluster[h] for h in lsh.query(m))
-        cluster[rid] = hits[0] if hits else rid
+        for other in lsh.query(m):
+            if m.jaccard(sigs[other]) >= threshold:
+                a, b = _find(parent, rid), _find(parent, other)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
         lsh.insert(rid, m)
+        sigs[rid] = m
     members: dict[str, list[str]] = {}
-    for rid, root in cluster.items():
-        members.setdefault(root, []).append(rid)
+    for rid in parent:
+        members.setdefault(_find(parent, rid), []).append(rid)
     out: dict[str, tuple[str, int]] = {}
     for group in members.values():
         tid = min(group)
