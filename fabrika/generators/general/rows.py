@@ -70,7 +70,8 @@ class GeneralSamplesStage(Stage):
             out.append(ok(sample.id, **{k: v for k, v in to_row(sample).items() if k != "id"},
                           teacher_rm_score=float(score), teacher_rm_rank=rank, answer_length=answer["length"],
                           ref_length=l0, length_ratio=answer["length"] / l0 if l0 else None,
-                          length_unit=row.get("length_unit"), rm_id=row.get("rm_id")))
+                          length_unit=row.get("length_unit"), rm_id=row.get("rm_id"),
+                          template_id=row.get("template_id"), template_rank=row.get("template_rank")))
         return out
 
 
@@ -94,7 +95,8 @@ class GeneralGrpoStage(Stage):
         return [ok(sample.id, **{k: v for k, v in to_row(sample).items() if k != "id"},
                    ref_length=float(row["ref_length"]), length_unit=row.get("length_unit"),
                    rm_id=row.get("rm_id"), teacher_rm_mean=row.get("teacher_rm_mean"),
-                   teacher_usable=row.get("teacher_usable"))]
+                   teacher_usable=row.get("teacher_usable"), template_id=row.get("template_id"),
+                   template_rank=row.get("template_rank"))]
 
 
 class GeneralGate(BaseModel):

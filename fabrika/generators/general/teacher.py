@@ -132,6 +132,8 @@ class GeneralTeacherStage(Stage):
         l0 = reference_length(lengths, cfg.ref_length_stat)
         columns = {"prompt": json.dumps(messages, ensure_ascii=False), "lang": row.get("lang"),
                    "service": row.get("service"), "task": row.get("task"), "prompt_id": row["id"],
+                   # copied so that a refilter re-applies general.max_per_template to the dataset rows
+                   "template_id": row.get("template_id"), "template_rank": row.get("template_rank"),
                    "teacher_answers": json.dumps(answers, ensure_ascii=False), "teacher_k": len(answers),
                    "teacher_usable": len(lengths), "teacher_truncated": sum(a["problem"] == "truncated" for a in answers),
                    "ref_length": l0, "length_unit": cfg.length_unit, "ref_length_stat": cfg.ref_length_stat}
