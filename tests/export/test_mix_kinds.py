@@ -91,3 +91,11 @@ def test_bad_kind_shares_are_config_errors() -> None:
         MixConfig(size=10, kinds={"general": 0.5, "fc": 0.2})
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         MixConfig(size=10, kinds={"general": 1.5, "fc": -0.5})
+
+
+def test_a_mix_block_in_the_config_takes_kind_shares() -> None:
+    from fabrika.export.settings import validate_export_section
+
+    assert validate_export_section({"mix": {"size": 100, "kinds": KINDS}}) == []
+    problems = validate_export_section({"mix": {"size": 100, "kinds": {"general": 0.9, "fc": 0.2}}})
+    assert problems and problems[0][0] == "export.mix" and "sum to 1" in problems[0][1]
