@@ -85,7 +85,8 @@ async def test_served_rm_over_pooling_and_a_failed_request_is_not_a_score() -> N
     finally:
         await runner.cleanup()
     assert [b["model"] for b in seen] == ["ru-rm", "ru-rm"]
-    assert seen[0]["messages"] == PROMPT + [{"role": "assistant", "content": "Кот спит на диване."}]
+    assert sorted(b["messages"][-1]["content"] for b in seen) == ["Кот ест рыбу и мурлычет.", "Кот спит на диване."]
+    assert all(b["messages"][:-1] == PROMPT and b["messages"][-1]["role"] == "assistant" for b in seen)
     assert json.loads(row["answer_rm_scores"]) == [0.75, None, None]
     assert row["teacher_rm_k"] == 1 and row["teacher_rm_failed"] == 2 and row["teacher_rm_mean"] == 0.75
     assert row["rm_id"] == f"ru-rm@http://127.0.0.1:{port}"

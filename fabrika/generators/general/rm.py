@@ -15,9 +15,9 @@ Scorers (exactly one):
 * ``endpoint``: a served reward model behind vLLM's ``/pooling`` API
   (``{model, messages}`` → the first pooled value); ``rm_id`` is ``<model>@<base_url>``
   because remote weights cannot be hashed — train with the same served model;
-* ``sim: true``: a deterministic offline stand-in (hash of the text, mildly favouring
-  answers near the prompt's median length), ``rm_id`` ``sim@v1``. Like the ``sim`` LLM
-  backend it only exercises the pipeline; never train on its scores.
+* ``sim: true``: a deterministic offline stand-in (a hash of prompt and answer mapped to
+  [-2, 2]), ``rm_id`` ``sim@v1``. Like the ``sim`` LLM backend it only exercises the
+  pipeline; never train on its scores.
 """
 
 from __future__ import annotations
@@ -92,21 +92,22 @@ class EndpointRM:
         ep = self.endpoint
         headers = {"Authorization": f"Bearer {ep.api_key}"} if ep.api_key else {}
         timeout = aiohttp.ClientTimeout(total=ep.timeout_s)
-        out: list[float] = []
+        async def one(session: aiohttp.ClientSession, prompt: Any, completion: Any) -> float:
+            body = {"model": ep.model, "messages": list(prompt) + [
+                {"role": "assistant", "content": answer_text(completion)}]}
+            try:
+                async with session.post(f"{ep.base_url.rstrip('/')}/pooling", json=body) as resp:
+                    data = await resp.json(content_type=None) if resp.status == 200 else None
+                value: Any = data["data"][0]["data"] if data else math.nan
+                while isinstance(value, list):
+                    value = value[0] if value else math.nan
+                return float(value)
+            except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, IndexError, TypeError, ValueError):
+                return math.nan  # counted in teacher_rm_failed, never a made-up score
+
         async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
-            for prompt, completion in zip(prompts, completions, strict=True):
-                body = {"model": ep.model, "messages": list(prompt) + [
-                    {"role": "assistant", "content": answer_text(completion)}]}
-                try:
-                    async with session.post(f"{ep.base_url.rstrip('/')}/pooling", json=body) as resp:
-                        data = await resp.json(content_type=None) if resp.status == 200 else None
-                    value: Any = data["data"][0]["data"] if data else math.nan
-                    while isinstance(value, list):
-                        value = value[0] if value else math.nan
-                    out.append(float(value))
-                except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, IndexError, TypeError, ValueError):
-                    out.append(math.nan)  # counted in teacher_rm_failed, never a made-up score
-        return out
+            return list(await asyncio.gather(*(one(session, p, c)
+                                               for p, c in zip(prompts, completions, strict=True))))
 
 
 @register_stage
