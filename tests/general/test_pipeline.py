@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from fabrika.export.source import open_version
 from fabrika.pipeline.config import load_config
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.store.versions import materialise
@@ -20,10 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     config = load_config(ROOT / "configs" / "general_demo.yaml")
     root = tmp_path_factory.mktemp("gd")
-    # without the token-length scorers: they score only the rows the run-time gates passed, so loosening
-    # sft_top_k at refilter time would (rightly) ask for a re-run first; here the gates alone are under test
-    stages = [s for s in config.stages if s.kind != "filter.length"]
-    return run_pipeline(config.model_copy(update={"run_dir": root / "run", "stages": stages}), progress=False).run_dir
+    return run_pipeline(config.model_copy(update={"run_dir": root / "run"}), progress=False).run_dir
 
 
 def _stage(run: Path, name: str) -> pl.DataFrame:
@@ -32,6 +30,12 @@ def _stage(run: Path, name: str) -> pl.DataFrame:
 
 def _version(run: Path, name: str, stage: str) -> pl.DataFrame:
     return pl.read_parquet(run / "versions" / name / "data" / f"{stage}.parquet")
+
+
+def _sft(run: Path, name: str) -> pl.DataFrame:
+    """The rows an SFT export of the version gets (the answer-selection gates are scoped to SFT)."""
+    frame, _ = open_version(run, name, ["general_samples"]).for_kind("sft")
+    return frame.collect()
 
 
 def test_pool_filters_and_template_cap(run: Path) -> None:
@@ -60,22 +64,26 @@ def test_teacher_l0_and_sft_rows(run: Path) -> None:
         n = len(usable)
         median = usable[n // 2] if n % 2 else (usable[n // 2 - 1] + usable[n // 2]) / 2
         assert row["ref_length"] == pytest.approx(median)
-    samples = _version(run, "v1", "general_samples")
-    assert samples.height == teacher.height and (samples["teacher_rm_rank"] == 0).all()
+    version = _version(run, "v1", "general_samples")
+    samples = _sft(run, "v1")
+    # the version keeps every answer (scorers saw them all); the SFT export keeps the best one per prompt,
+    # less those whose best answer a language or length gate dropped
+    assert version.height > samples.height and (samples["teacher_rm_rank"] == 0).all()
+    assert 0.8 * teacher.height <= samples.height <= teacher.height
     by_prompt = _stage(run, "general_samples").group_by("input_id").agg(pl.col("teacher_rm_score").max())
     best = dict(by_prompt.iter_rows())
     assert all(best[i] == s for i, s in zip(samples["input_id"], samples["teacher_rm_score"]))
 
 
 def test_gates_change_offline(run: Path) -> None:
-    all_rows = _stage(run, "general_samples")
+    all_rows = _version(run, "v1", "general_samples")  # the answers no unscoped gate dropped
     materialise(run, {"language": {"allowed": ["ru", "en"]}, "general": {"sft_top_k": None, "min_rm_score": 0.0,
                                                                         "max_per_template": 3}}, name="floor")
-    floor = _version(run, "floor", "general_samples")
+    floor = _sft(run, "floor")
     assert floor.height == (all_rows["teacher_rm_score"] >= 0).sum() and floor.height > 0
     materialise(run, {"language": {"allowed": ["ru", "en"]}, "general": {
         "sft_top_k": None, "min_length_ratio": 0.8, "max_length_ratio": 1.25, "max_per_template": 3}}, name="band")
-    band = _version(run, "band", "general_samples")
+    band = _sft(run, "band")
     assert band.height == all_rows.filter(pl.col("length_ratio").is_between(0.8, 1.25)).height
     assert 0 < band.height < all_rows.height
     materialise(run, {"language": {"allowed": ["ru", "en"]}, "general": {"max_per_template": 1}}, name="cap1")

@@ -5,7 +5,10 @@ that answer, with ``teacher_rm_score``, ``teacher_rm_rank`` (0 = the prompt's be
 ``answer_length``, ``ref_length`` and ``length_ratio``. Which of them a dataset keeps is
 a gate, not a stage decision (contract 2): by default ``general.sft_top_k = 1`` (the
 best-scored answer); ``sft_top_k: null`` with ``min_rm_score`` keeps all above a floor;
-``min_length_ratio`` / ``max_length_ratio`` keep a length band around L0.
+``min_length_ratio`` / ``max_length_ratio`` keep a length band around L0. These gates are
+scoped to SFT exports (the version keeps every answer; ``fabrika export --kind sft``
+leaves the unselected ones out and counts them), so scorers on this table see every
+answer and widening the selection needs no re-run.
 
 ``general.grpo`` writes one prompt-only row per prompt with what
 :func:`fabrika.rewards.general.make_general_reward` needs: ``ref_length`` (L0, in
@@ -17,7 +20,7 @@ would read that column as R, a constant per prompt that teaches nothing.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,6 +31,9 @@ from fabrika.schemas import Message, Sample, to_row
 from fabrika.schemas.ids import stable_id
 
 EXPERT = "general"
+#: The answer-selection gates apply to SFT exports only: they never drop a row at run time, so the scorers of
+#: general.samples (language, length) score every answer and a refilter can widen the selection offline.
+SFT = ("sft",)
 
 
 def _messages(row: Row) -> list[Message]:
@@ -123,16 +129,16 @@ def _general(p: GeneralGate) -> list[GatePredicate]:
                                    ("template_rank",), keep_null=True))
     if p.min_rm_score is not None:
         preds.append(GatePredicate("general.min_rm_score", pl.col("teacher_rm_score") >= p.min_rm_score,
-                                   ("teacher_rm_score",)))
+                                   ("teacher_rm_score",), only_for=SFT))
     if p.sft_top_k is not None:
         preds.append(GatePredicate("general.sft_top_k", pl.col("teacher_rm_rank") < p.sft_top_k,
-                                   ("teacher_rm_rank",)))
+                                   ("teacher_rm_rank",), only_for=SFT))
     if p.min_length_ratio is not None:
         preds.append(GatePredicate("general.min_length_ratio", pl.col("length_ratio") >= p.min_length_ratio,
-                                   ("length_ratio",)))
+                                   ("length_ratio",), only_for=SFT))
     if p.max_length_ratio is not None:
         preds.append(GatePredicate("general.max_length_ratio", pl.col("length_ratio") <= p.max_length_ratio,
-                                   ("length_ratio",)))
+                                   ("length_ratio",), only_for=SFT))
     return preds
 
 

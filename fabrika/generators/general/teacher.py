@@ -130,7 +130,8 @@ class GeneralTeacherStage(Stage):
             answers.append({"index": i, **entry, "length": length, "usable": problem is None, "problem": problem})
         lengths = [float(a["length"]) for a in answers if a["usable"]]
         l0 = reference_length(lengths, cfg.ref_length_stat)
-        columns = {"prompt": json.dumps(messages, ensure_ascii=False), "lang": row.get("lang"),
+        # the pool's own lang, else what filter.language detected on the pool (its columns are joined on read)
+        columns = {"prompt": json.dumps(messages, ensure_ascii=False), "lang": row.get("lang") or row.get("lang_detected"),
                    "service": row.get("service"), "task": row.get("task"), "prompt_id": row["id"],
                    # copied so that a refilter re-applies general.max_per_template to the dataset rows
                    "template_id": row.get("template_id"), "template_rank": row.get("template_rank"),
