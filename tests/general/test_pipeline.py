@@ -90,3 +90,13 @@ def test_gates_change_offline(run: Path) -> None:
     # the cap re-applies to the dataset rows (they carry template_rank): one support ticket is left
     v1, cap1 = _version(run, "v1", "general_grpo"), _version(run, "cap1", "general_grpo")
     assert cap1.height == v1.height - 2 and cap1.filter(pl.col("template_rank") > 0).height == 0
+
+
+def test_same_config_same_data_and_a_rerun_makes_no_llm_calls(run: Path, tmp_path: Path) -> None:
+    config = load_config(ROOT / "configs" / "general_demo.yaml")
+    other = run_pipeline(config.model_copy(update={"run_dir": tmp_path / "again"}), progress=False).run_dir
+    for stage in ("general_prompts", "general_teacher", "general_rm", "general_samples", "general_grpo"):
+        a, b = (_stage(r, stage).drop("input_id", strict=False).sort("id") for r in (run, other))
+        assert a.equals(b), stage
+    rerun = run_pipeline(config.model_copy(update={"run_dir": other}), progress=False)
+    assert rerun.manifest["accounting"]["totals"]["requests"] == 0
