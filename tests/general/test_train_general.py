@@ -117,3 +117,19 @@ def test_one_grpo_step_logged_rewards_equal_the_formula_with_stored_l0(built: di
     logged = [h for h in trainer.state.log_history if f"rewards/{fn.__name__}/mean" in h]
     assert logged and logged[0][f"rewards/{fn.__name__}/mean"] == pytest.approx(sum(out) / len(out), abs=1e-5)
     assert all(not math.isnan(x) for x in out)
+
+
+def test_training_refuses_l0_in_another_unit(built: dict[str, Any], tmp_path: Path) -> None:
+    from datasets import load_from_disk
+
+    from fabrika.errors import InputError
+    from fabrika.train.grpo import build_grpo_trainer, load_grpo_config
+
+    ds = load_from_disk(str(built["grpo"]))
+    assert set(ds["length_unit"]) == {"chars"}  # the export carries the unit of the stored L0
+    cfg = load_grpo_config("general", overrides={"model_name_or_path": str(built["policy"]),
+                                                 "dataset_path": str(built["grpo"]), "rm_path": str(built["rm"]),
+                                                 "output_dir": str(tmp_path / "out"), "length_unit": "words", **CPU})
+    with pytest.raises(InputError, match="L0\\) is measured in chars but length_unit is 'words'") as info:
+        build_grpo_trainer(cfg)
+    assert "\n" not in str(info.value)
