@@ -15,7 +15,8 @@ gate keeps ``template_rank < cap``, which a refilter can change offline.
 
 This is a small stand-in: the evaluation sampler's template clustering should replace
 it once it exists, so that pool and evaluation agree on what a template is.
-Memory: one MinHash per prompt (``num_perm`` × 8 bytes) during the pass.
+Memory: one MinHash per *leader* plus a parent pointer per prompt during the pass
+(see ``bench/general_pool.py``).
 """
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ def template_clusters(ids: Sequence[str], views: Sequence[str], keys: Sequence[s
 
     Two prompts share a template when the Jaccard similarity of their template views'
     word shingles (estimated by MinHash, checked after the LSH lookup) reaches
-    ``threshold``; clusters are transitive (union–find).
+    ``threshold``. Leader clustering: a prompt that matches no indexed prompt becomes a
+    leader and enters the index; one that matches joins its leaders' clusters (union–find,
+    so a prompt matching two leaders merges them). Lookups stay cheap however large a
+    template grows (indexing every member made a big template quadratic).
     """
     lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
     parent: dict[str, str] = {}
@@ -74,13 +78,16 @@ def template_clusters(ids: Sequence[str], views: Sequence[str], keys: Sequence[s
             continue
         m = MinHash(num_perm=num_perm, seed=1)
         m.update_batch(list(sh))
+        matched = False
         for other in lsh.query(m):
             if m.jaccard(sigs[other]) >= threshold:
+                matched = True
                 a, b = _find(parent, rid), _find(parent, other)
                 if a != b:
                     parent[max(a, b)] = min(a, b)
-        lsh.insert(rid, m)
-        sigs[rid] = m
+        if not matched:  # only leaders go into the index: a 10^4-prompt template costs one lookup, not 10^4
+            lsh.insert(rid, m)
+            sigs[rid] = m
     members: dict[str, list[str]] = {}
     for rid in parent:
         members.setdefault(_find(parent, rid), []).append(rid)
