@@ -41,6 +41,42 @@ def _mix_config(mix: str | None, size: int | None, seed: int | None, default: An
         raise ConfigError(f"--mix {mix}: {exc}") from exc
 
 
+def _kind_shares(text: str) -> dict[str, float]:
+    """``general=0.5,if=0.25,fc=0.25`` → shares (checked to sum to 1 by :class:`MixConfig`)."""
+    from fabrika.errors import ConfigError
+
+    shares: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        kind, sep, value = part.partition("=")
+        try:
+            shares[kind.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not kind.strip():
+            raise ConfigError(f"--mix-kinds: {part!r} is not KIND=SHARE; write e.g. general=0.5,if=0.25,fc=0.25")
+    return shares
+
+
+def _with_kinds(cfg: Any, mix_kinds: str | None, mix: str | None, size: int | None, seed: int | None) -> Any:
+    """``--mix-kinds`` over the mix built from ``--mix``/``--size``/``--seed`` (FC dimensions apply inside fc)."""
+    from fabrika.errors import ConfigError
+    from fabrika.export.mix import MixConfig
+
+    if mix_kinds is None:
+        return cfg
+    size = size if size is not None else (cfg.size if cfg is not None else None)
+    if size is None:
+        raise ConfigError("--mix-kinds needs --size N (the exact number of output rows)")
+    base = cfg if cfg is not None else MixConfig(size=size)
+    dims = [] if mix == "none" else base.dimensions
+    try:
+        return MixConfig(size=size, seed=seed if seed is not None else base.seed, dimensions=dims,
+                         kinds=_kind_shares(mix_kinds), kind_column=base.kind_column,
+                         dimensions_kind=base.dimensions_kind)
+    except ValueError as exc:
+        raise ConfigError(f"--mix-kinds {mix_kinds}: {exc}") from exc
+
+
 def register(app: typer.Typer) -> None:
     """Add ``export`` to the fabrika app."""
 
@@ -57,6 +93,9 @@ def register(app: typer.Typer) -> None:
                                                       "(default export.stages.<kind>, else all).")] = None,
         mix: Annotated[Optional[str], typer.Option("--mix", help="'default' (70/30 en/ru, 80/20 call/text, "
                                                    "10% irrelevance) or a YAML file of dimensions.")] = None,
+        mix_kinds: Annotated[Optional[str], typer.Option("--mix-kinds", help="Exact shares across data kinds, e.g. "
+                                                         "general=0.5,if=0.25,fc=0.25 (needs --size); --mix "
+                                                         "dimensions apply inside fc ('--mix none': no FC shares).")] = None,
         size: Annotated[Optional[int], typer.Option("--size", help="Exact output size when mixing.")] = None,
         seed: Annotated[Optional[int], typer.Option("--seed", help="Mix seed (default export.mix.seed, else 0).")] = None,
         validate_rows: Annotated[Optional[int], typer.Option(
@@ -87,7 +126,14 @@ def register(app: typer.Typer) -> None:
             chosen = [s.strip() for s in stages.split(",") if s.strip()] if stages else base.stages.get(kind)
             source = open_version(run_dir, version, chosen)
             fmt = fmt or base.format
-            cfg = ExportConfig(kind=kind, format=fmt, out=out_dir, mix=_mix_config(mix, size, seed, base.mix),
+            if mix_kinds is None and mix == "none":
+                raise ConfigError("--mix none only goes with --mix-kinds (kind shares without FC shares)")
+            if mix_kinds is not None:
+                mix_cfg = base.mix if mix in (None, "none") else _mix_config(mix, size, seed, base.mix)
+            else:
+                mix_cfg = _mix_config(mix, size, seed, base.mix)
+            cfg = ExportConfig(kind=kind, format=fmt, out=out_dir,
+                               mix=_with_kinds(mix_cfg, mix_kinds, mix, size, seed),
                                validate_rows=validate_rows if validate_rows is not None else base.validate_rows,
                                template=str(template) if template else base.template, overwrite=overwrite,
                                license=license_ or base.license, push_to_hub=push_to_hub, token=token)
@@ -105,6 +151,9 @@ def register(app: typer.Typer) -> None:
         if result.skipped_prompt_only:
             out.print(f"  skipped {result.skipped_prompt_only} prompt-only rows (GRPO prompts have no SFT target)")
         if result.mix is not None:
+            if result.mix.kinds is not None:
+                out.print("  kinds: " + ", ".join(f"{k['kind']} {k['rows']} ({k['achieved_share']:.1%})"
+                                                   for k in result.mix.kinds))
             for dim, shares in result.mix.achieved_shares.items():
                 out.print(f"  {dim}: " + ", ".join(f"{k} {v:.1%}" for k, v in shares.items()))
         if result.validation is not None:

@@ -93,8 +93,14 @@ def render_card(source: "ExportSource", kind: str, fmt: str, rows: int, stats: d
               + (" — `estimate:regex` is an estimate, not the model's tokenizer" if "estimate:regex" in tokenizers
                  else "")]
     if mix is not None:
-        lines += ["", "## Mix", "", f"Exact size {mix.size}, seed {mix.seed}.", "",
-                  "| dimension | group | target | achieved |", "|---|---|---|---|"]
+        lines += ["", "## Mix", "", f"Exact size {mix.size}, seed {mix.seed}.", ""]
+        if mix.kinds is not None:
+            lines += ["Shares across data kinds (`expert`; rows without one are general chat):", "",
+                      "| kind | target | achieved | rows | available |", "|---|---|---|---|---|"]
+            lines += [f"| {k['kind']} | {k['target_share']:.3f} | {k['achieved_share']:.3f} | {k['rows']} | "
+                      f"{k['available']} |" for k in mix.kinds]
+            lines += ["", "Dimensions below apply inside the FC share." if mix.target_shares else "", ""]
+        lines += ["| dimension | group | target | achieved |", "|---|---|---|---|"]
         for dim, shares in mix.target_shares.items():
             for group, target in shares.items():
                 lines.append(f"| {dim} | {group} | {target:.3f} | {mix.achieved_shares[dim].get(group, 0):.3f} |")

@@ -29,9 +29,10 @@ ExportKind = Literal["sft", "grpo"]
 SCALAR_COLUMNS: tuple[str, ...] = ("id", "expert", "lang", "target_type")
 #: Optional numeric columns the GRPO record carries when the source has them: the IF RM correction's α
 #: (``teacher_rm_mean``), the general expert's R (``rm_score``) and L0 (``ref_length``), and the stored
-#: difficulty the trainer's dynamic sampling pre-filters on (``difficulty_pass_rate``).
+#: difficulty the trainer's dynamic sampling pre-filters on (``difficulty_pass_rate``); ``length_unit`` is the unit
+#: of a stored L0 (``general.teacher``), which the trainer checks against its own ``length_unit``.
 GRPO_OPTIONAL_COLUMNS: tuple[str, ...] = ("teacher_rm_mean", "teacher_rm_k", "rm_id", "rm_score", "ref_length",
-                                          "difficulty_pass_rate")
+                                          "difficulty_pass_rate", "length_unit")
 #: Unit of a derived ``ref_length``: the general reward's default ``length_unit`` (``fabrika.rewards.general``).
 REF_LENGTH_UNIT = "chars"
 

@@ -11,6 +11,13 @@ Selection is deterministic and independent of input order: inside each cell rows
 are ranked by ``sha256(seed:id)`` and the first ``n`` taken. If a cell has fewer
 rows than it needs, :class:`MixInfeasibleError` lists every short cell with the
 numbers, instead of silently returning a different mix.
+
+Kind-level mixing (``kinds: {general: 0.5, if: 0.25, fc: 0.25}``) first splits
+``size`` across data kinds (the ``expert`` column; rows without one are general
+chat) by the same largest-remainder rounding, then fills each kind's count: the
+kind named by ``dimensions_kind`` (FC) through the dimensions above, the others by
+the same seeded ranking. A kind with too few rows fails with the missing count per
+kind (:func:`mix_kinds`). Without ``kinds`` nothing of this runs.
 """
 
 from __future__ import annotations
@@ -103,6 +110,25 @@ class MixConfig(BaseModel):
     seed: int = Field(default=0, description="Seed of the per-row ranking; same seed, same rows.")
     dimensions: list[MixDimension] = Field(default_factory=reference_dimensions,
                                            description="Target shares; default is the reference recipe.")
+    kinds: dict[str, float] | None = Field(
+        default=None, description="Data kind → exact share of `size` (e.g. general 0.5, if 0.25, fc 0.25); "
+        "`dimensions` then apply inside `dimensions_kind` only. None = no kind-level mix.")
+    kind_column: str = Field(default="expert", description="Column naming a row's data kind; null = 'general'.")
+    dimensions_kind: str = Field(default="fc", description="With `kinds`: the kind whose rows `dimensions` mix.")
+
+    @model_validator(mode="after")
+    def _check_kinds(self) -> "MixConfig":
+        if self.kinds is None:
+            if not self.dimensions:
+                raise ValueError("mix needs at least one dimension (or `kinds`)")
+            return self
+        bad = {k: v for k, v in self.kinds.items() if not 0.0 <= v <= 1.0}
+        if bad or not self.kinds:
+            raise ValueError(f"mix kinds shares must be in [0, 1], got {bad or self.kinds}")
+        total = sum(self.kinds.values())
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"mix kinds shares must sum to 1, got {total:.6f} ({self.kinds})")
+        return self
 
     @model_validator(mode="after")
     def _check_when(self) -> "MixConfig":
@@ -127,6 +153,8 @@ class MixReport(BaseModel):
     target_shares: dict[str, dict[str, float]] = Field(description="Dimension → group → target share (within scope).")
     achieved_shares: dict[str, dict[str, float]] = Field(description="Dimension → group → achieved share.")
     unassigned_rows: int = Field(description="Input rows whose values fall in no group (never selected).")
+    kinds: list[dict[str, Any]] | None = Field(
+        default=None, description="Kind-level mix: per kind its target share, rows taken, achieved share, available.")
 
 
 def _label_expr(i: int, dim: MixDimension, dims: list[MixDimension]) -> pl.Expr:
@@ -185,6 +213,8 @@ def mix(frame: pl.DataFrame | pl.LazyFrame, config: MixConfig) -> tuple[pl.LazyF
     lazy frame semi-joins the chosen ids back onto ``frame`` in source order
     (which rows are chosen does not depend on that order; shuffling is the trainer's job).
     """
+    if config.kinds is not None:
+        return mix_kinds(frame, config)
     lf = frame.lazy()
     dims = config.dimensions
     needed_cols = sorted({"id", *(d.column for d in dims)})
@@ -243,3 +273,52 @@ def _report(chosen: pl.DataFrame, dims: list[MixDimension], targets: dict[tuple[
     ]
     return MixReport(size=chosen.height, seed=config.seed, cells=cells, target_shares=target_shares,
                      achieved_shares=achieved, unassigned_rows=unassigned)
+
+
+def _kind_expr(lf: pl.LazyFrame, column: str) -> pl.Expr:
+    if column not in lf.collect_schema().names():
+        return pl.lit("general").alias("__kind")
+    return pl.col(column).cast(pl.String).fill_null("general").alias("__kind")
+
+
+def mix_kinds(frame: pl.DataFrame | pl.LazyFrame, config: MixConfig) -> tuple[pl.LazyFrame, MixReport]:
+    """Exact shares across data kinds; ``config.dimensions`` apply inside ``config.dimensions_kind``."""
+    assert config.kinds is not None
+    lf = frame.lazy().with_columns(pl.col("id").cast(pl.String))
+    plan = lf.select("id", _kind_expr(lf, config.kind_column)).collect()
+    available = {str(k): int(v) for k, v in plan.group_by("__kind").len().iter_rows()}
+    counts = {k[0]: n for k, n in _largest_remainder({(k,): v for k, v in config.kinds.items()}, config.size).items()}
+    short = [{"cell": {"kind": k}, "needed": n, "available": available.get(k, 0), "missing": n - available.get(k, 0)}
+             for k, n in counts.items() if n > available.get(k, 0)]
+    if short:
+        raise MixInfeasibleError(config.size, short)
+    chosen: list[pl.DataFrame] = []
+    inner: MixReport | None = None
+    for kind, n in counts.items():
+        if n == 0:
+            continue
+        ids = plan.filter(pl.col("__kind") == kind).select("id")
+        if kind == config.dimensions_kind and config.dimensions:
+            sub = lf.join(ids.lazy(), on="id", how="semi")
+            inner_cfg = MixConfig(size=n, seed=config.seed, dimensions=config.dimensions)
+            try:
+                picked, inner = mix(sub, inner_cfg)
+            except MixInfeasibleError as exc:
+                raise MixInfeasibleError(config.size, [{**m, "cell": {"kind": kind, **m["cell"]}}
+                                                       for m in exc.missing]) from exc
+            chosen.append(picked.select("id").collect())
+        else:
+            ranked = ids.with_columns(pl.Series("__rank", rank_key(config.seed, ids["id"].to_list()), dtype=pl.UInt64))
+            chosen.append(ranked.sort("__rank", "id").head(n).select("id"))
+    selection = pl.concat(chosen) if chosen else pl.DataFrame({"id": []}, schema={"id": pl.String})
+    size = selection.height
+    kinds = [{"kind": k, "target_share": round(config.kinds[k], 6), "rows": counts[k],
+              "achieved_share": round(counts[k] / size, 6) if size else 0.0, "available": available.get(k, 0)}
+             for k in config.kinds]
+    unassigned = sum(v for k, v in available.items() if k not in config.kinds)
+    report = MixReport(size=size, seed=config.seed, cells=inner.cells if inner else [],
+                       target_shares=inner.target_shares if inner else {},
+                       achieved_shares=inner.achieved_shares if inner else {},
+                       unassigned_rows=unassigned + (inner.unassigned_rows if inner else 0), kinds=kinds)
+    out = lf.join(selection.lazy(), on="id", how="semi", maintain_order="left")
+    return out, report

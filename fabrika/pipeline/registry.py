@@ -26,6 +26,7 @@ STAGE_MODULES: list[str] = [
     "fabrika.generators.fc.topics",
     "fabrika.generators.fc.stages",
     "fabrika.generators.fc.tools_import",
+    "fabrika.generators.general",
 ]
 
 _loaded: set[str] = set()

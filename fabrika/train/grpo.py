@@ -261,6 +261,19 @@ def prefilter_by_difficulty(ds: Dataset, column: str, low: float, high: float) -
     return kept
 
 
+def _check_general_length_unit(config: FabrikaGRPOConfig, dataset: Dataset) -> None:
+    """L0 and L(y) on one scale: a stored ``length_unit`` (general.teacher) must be the trainer's ``length_unit``."""
+    from fabrika.errors import InputError
+
+    if "length_unit" not in dataset.column_names:
+        return
+    units = sorted({str(u) for u in dataset.data.column("length_unit").to_pylist() if u is not None})
+    if units and units != [config.length_unit]:
+        raise InputError(f"general reward: ref_length (L0) is measured in {', '.join(units)} but length_unit is "
+                         f"{config.length_unit!r}; set length_unit: {units[0]} or re-run general.teacher with "
+                         f"length_unit: {config.length_unit}")
+
+
 def build_grpo_trainer(config: FabrikaGRPOConfig, callbacks: list[Any] | None = None) -> GRPOTrainer:
     """Check data and reward first (fails fast), then load the policy and build ``GRPOTrainer``."""
     from trl import GRPOTrainer
@@ -269,6 +282,8 @@ def build_grpo_trainer(config: FabrikaGRPOConfig, callbacks: list[Any] | None = 
                                    expert=config.expert)
     if config.expert == "if":
         _check_if_rm_columns(config, dataset)
+    if config.expert == "general":
+        _check_general_length_unit(config, dataset)
     reward = expert_reward(config)
     if config.dynamic_sampling:
         if config.dynamic_sampling_column:
