@@ -150,8 +150,14 @@ class RunProgress:
             return
         if self._progress is not None:
             self._progress.console.print(text, highlight=False)
-        else:
-            self._write(text)
+        else:  # plain logs: header notes are warnings-like, so they go to stderr with the warnings
+            from rich.text import Text
+
+            try:
+                sys.stderr.write(Text.from_markup(text).plain + "\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
 
     # -- the runner's calls -----------------------------------------------------------
     def add(self, name: str, total: int | None) -> int:

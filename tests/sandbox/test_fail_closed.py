@@ -74,7 +74,7 @@ def test_rlimits_opt_in_runs_and_the_manifest_says_so(tmp_path, server):
     assert "sandbox: rlimits — WEAKER ISOLATION" in proc.stderr  # the progress header
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["sandbox_isolation"] == "rlimits"
-    assert server.served == 2
+    assert server.served >= 1  # the k=2 verifier samples (one n=2 request when grouped)
     status = cli("status", str(tmp_path / "run"))
     assert "sandbox isolation: rlimits (weaker: no namespaces)" in status.stdout
 
