@@ -13,13 +13,17 @@ the same file instead of adding a second copy of its rows. Only counters travel 
 A worker that dies (OOM, node lost, ``kill -9``) is restarted by Ray and its unfinished
 batches are retried (``ray.max_retries``). A driver that dies takes its actors with it
 (they are owned by the driver); the next ``fabrika run`` skips every id whose shard is on
-disk and redoes the rest.
+disk and redoes the rest. So that an actor of a dead driver, still finishing a batch, cannot
+add rows the new driver is already redoing, each driver writes a fresh token to
+``stages/<stage>/.executor-owner`` before it reads what is done, and a worker writes its
+shard only while the token is still its driver's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -28,7 +32,13 @@ from fabrika.pipeline.context import item_rng
 from fabrika.pipeline.executors import process_item
 from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig
 from fabrika.store.done_ids import DoneIds
-from fabrika.store.shards import next_seq, write_shard
+from fabrika.store.shards import atomic_write_bytes, next_seq, write_shard
+
+OWNER_FILE = ".executor-owner"
+
+
+class StaleDriver(RuntimeError):
+    """A worker's driver was replaced (it died and a new ``fabrika run`` took the stage over)."""
 
 if TYPE_CHECKING:
     from fabrika.pipeline.config import PipelineConfig
@@ -85,7 +95,8 @@ class ItemWorker:
     """One worker actor: a stage instance (and its sandbox pool) that processes batches of items."""
 
     def __init__(self, pipeline: "PipelineConfig", stage: StageConfig, run_dir: str, backend_name: str,
-                 max_in_flight: int) -> None:
+                 max_in_flight: int, owner: str) -> None:
+        self.owner = owner
         from fabrika.pipeline import registry
 
         registry.load_modules(list(pipeline.plugins))
@@ -121,7 +132,11 @@ class ItemWorker:
         results = await asyncio.gather(*(one(i, r) for i, r in items))
         rows = [r for res in results if res.rows for r in res.rows]
         if rows:
-            write_shard(self.ctx.stage_dir(self.stage.name), rows, seq=seq)  # temp file + rename
+            stage_dir = self.ctx.stage_dir(self.stage.name)
+            current = (stage_dir / OWNER_FILE).read_text(encoding="utf-8") if (stage_dir / OWNER_FILE).exists() else ""
+            if current != self.owner:
+                raise StaleDriver(f"stage {self.stage.name!r} was taken over by another driver; batch {seq} dropped")
+            write_shard(stage_dir, rows, seq=seq)  # temp file + rename
         items_out = []
         for res in results:
             if res.rows is None:
@@ -131,7 +146,7 @@ class ItemWorker:
                 ok = sum(r["status"] == "ok" for r in res.rows)
                 items_out.append((res.item_id, ok, len(res.rows) - ok, False, res.internal_error))
         return {"items": items_out, "rows": len(rows), "shard": bool(rows), "report": dict(self.ctx.reported),
-                "pid": os.getpid()}
+                "pid": os.getpid(), "node": os.uname().nodename}
 
     async def close(self) -> None:
         from fabrika.pipeline.lifecycle import close_resources
@@ -156,6 +171,9 @@ async def run_items_on_ray(run: Any, stage: Stage, stats: "StageStats", settings
     cfg = stage.config
     name = stage.name
     store = run.store
+    owner = uuid.uuid4().hex  # before reading what is done: workers of an earlier driver stop writing
+    store.stage_dir(name).mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(store.stage_dir(name) / OWNER_FILE, owner.encode())
     done = store.done_ids(name) if run.resume else DoneIds()
     stats.recovered = store.recover_journal(name, done)  # a crashed local run's journal becomes a shard first
     total = None
@@ -166,20 +184,19 @@ async def run_items_on_ray(run: Any, stage: Stage, stats: "StageStats", settings
     if cfg.max_items is not None:
         total = cfg.max_items if total is None else min(total, cfg.max_items)
     task = run.progress.add(name, total)
-    stage_dir = store.stage_dir(name)
-    stage_dir.mkdir(parents=True, exist_ok=True)
-    seq = next_seq(stage_dir)
+    seq = next_seq(store.stage_dir(name))
     n_workers = _worker_count(ray, settings)
     Worker = ray.remote(num_cpus=settings.num_cpus, max_restarts=settings.max_retries,
                         max_task_retries=settings.max_retries)(ItemWorker)
     limit = cfg.max_in_flight or run.config.max_in_flight
     run_dir = str(store.run_dir.resolve())
-    actors = [Worker.remote(run.config, cfg, run_dir, run.backend_name, limit) for _ in range(n_workers)]
+    actors = [Worker.remote(run.config, cfg, run_dir, run.backend_name, limit, owner) for _ in range(n_workers)]
     load = [0] * n_workers
     in_flight: dict[asyncio.Future, int] = {}
     rows_iter = iter(stage.input_rows())
     exhausted = False
     stats.report["executor"] = f"ray ({n_workers} worker(s))"
+    pids: set[tuple[str, int]] = set()  # (node, pid) of every worker process that returned a batch
 
     def next_batch() -> list[tuple[str, Row]]:
         nonlocal exhausted
@@ -220,6 +237,8 @@ async def run_items_on_ray(run: Any, stage: Stage, stats: "StageStats", settings
                 load[in_flight.pop(fut)] -= 1
                 result = fut.result()  # a batch that failed past max_retries fails the stage (rows written stay)
                 stats.report.update(result["report"])
+                pids.add((result["node"], result["pid"]))
+                stats.report["ray_worker_processes"] = len(pids)  # > workers: Ray restarted a dead one
                 stats.shards += result["shard"]
                 stats.rows_written += result["rows"]
                 for _item_id, ok, rej, miss, internal in result["items"]:
