@@ -33,6 +33,9 @@ class RaySettings(BaseModel):
         "num_gpus_per_engine.")
     num_gpus_per_engine: float = Field(
         default=1.0, ge=0, description="GPUs each vLLM engine actor reserves (llm.vllm.tensor_parallel_size for TP).")
+    engine_backend: str | None = Field(
+        default=None, description="'module:callable' building the backend inside each engine actor from the "
+        "LLMConfig; None: fabrika's in-process vLLM backend (fabrika.llm.vllm_local.VLLMLocalBackend).")
     max_requests_per_engine: int = Field(
         default=256, ge=1, description="Requests sent to one engine actor at once (vLLM batches them itself).")
 
