@@ -59,6 +59,7 @@ def test_a_killed_engine_actor_is_retried_on_a_live_one(ray_cluster, tmp_path):
 
     async def go():
         try:
+            await engine.complete(_requests(8, "warm-up"))  # both replicas are up (a kill while starting is no test)
             task = asyncio.ensure_future(engine.complete(_requests(20, "slow")))
             while not all(engine.backend.in_flight):  # both replicas busy generating
                 await asyncio.sleep(0.01)
