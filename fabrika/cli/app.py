@@ -107,12 +107,14 @@ def run(
                                                 "are still pending (the run still exits 3).")] = False,
     log_every: Annotated[float, typer.Option("--log-every", min=0,
                                              help="Seconds between plain progress lines when stdout is not a terminal.")] = 30.0,
+    executor: Annotated[Optional[str], typer.Option("--executor", help="local | ray: where per-item CPU stages run "
+                                                    "(overrides the config's executor; see docs/RAY.md).")] = None,
 ) -> None:
     """Run a pipeline (validated first; nothing is written on a bad config) and materialise its dataset."""
     from fabrika.pipeline.config import validate_file
     from fabrika.pipeline.runner import run_pipeline
 
-    cfg, issues = validate_file(config, list(set_ or []))
+    cfg, issues = validate_file(config, [*(set_ or []), *([f"executor={executor}"] if executor else [])])
     errors = [str(i) for i in issues if i.level == "error"]
     if cfg is None:
         fail("\n".join(errors))

@@ -24,6 +24,7 @@ from fabrika.errors import ConfigError
 from fabrika.pipeline import gates, registry
 from fabrika.pipeline.overrides import apply_overrides
 from fabrika.pipeline.stage import STAGES, StageConfig
+from fabrika.ray.settings import RaySettings, ray_missing
 from fabrika.sandbox.policy import SandboxSettings
 
 try:  # the LLM layer owns its config; until it is importable, keep the raw mapping
@@ -64,6 +65,11 @@ class PipelineConfig(BaseModel):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings,
                                      description="How LLM-written code runs (isolation, timeout_s, workers, memory_mb), "
                                      "for every stage and the IF reward.")
+    executor: Literal["local", "ray"] = Field(
+        default="local", description="Where per-item CPU stages run: 'local' (this process) or 'ray' (worker actors "
+        "of a Ray cluster; needs pip install 'fabrika[ray]'; see docs/RAY.md). LLM calls stay in the driver.")
+    ray: RaySettings = Field(default_factory=RaySettings, description="Ray cluster, workers and vLLM engine actors "
+                             "(used when executor: ray).")
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _source: str = PrivateAttr(default="<config>")
@@ -338,6 +344,8 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
     for s in stage_objs:
         if s.stage_name not in consumed and s.stage_name not in ds_stages and not STAGES[s.kind].annotates:
             warn(f"stages[{idx[id(s)]}]", f"output of {s.stage_name!r} is used by no stage and not in dataset.stages")
+    if config is not None and config.executor == "ray" and (missing := ray_missing()):
+        err("executor", missing)
     if any(i.level == "error" for i in issues):
         return None, issues
     return config, issues
@@ -396,7 +404,7 @@ def sandbox_problem(config: PipelineConfig) -> str | None:
 
 
 #: Keys that do not change what a run produces; left out of :func:`config_hash`.
-HASH_EXCLUDED_TOP = ("run_dir", "max_in_flight", "max_parallel_stages", "sandbox")
+HASH_EXCLUDED_TOP = ("run_dir", "max_in_flight", "max_parallel_stages", "sandbox", "executor", "ray")
 HASH_EXCLUDED_STAGE = ("chunk_size", "max_in_flight")
 
 

@@ -31,6 +31,10 @@ def build_engine_for(config: PipelineConfig, run_dir: Path, cache_only: bool) ->
             kwargs["cache_only"] = True
         else:
             raise ConfigError("--cache-only: this LLM engine has no cache-only mode")
+    if config.executor == "ray" and getattr(llm_cfg, "backend", None) == "vllm":
+        from fabrika.ray.vllm import build_ray_engine  # one vLLM engine actor per GPU (docs/RAY.md)
+
+        return build_ray_engine(llm_cfg, config.ray, run_dir)
     return build_engine(llm_cfg, run_dir, **kwargs)
 
 

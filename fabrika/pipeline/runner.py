@@ -48,13 +48,14 @@ from fabrika.errors import ConfigError, StoreError
 from fabrika.llm.redact import redact
 from fabrika.pipeline.config import (PipelineConfig, config_hash, execution_order, inputs_of, sandbox_problem,
                                      stage_dependencies, uses_sandbox)
+from fabrika.pipeline.executors import executor_for, finish_rows, process_item
 from fabrika.pipeline.fingerprint import changed_fields, stage_fingerprints
 from fabrika.pipeline.lifecycle import _first_error, backend_of, build_engine_for, close_resources, probe_llm
-from fabrika.pipeline.llm_wrap import ITEM_LAST_ANSWER, ITEM_STATE, ItemState
+from fabrika.pipeline.llm_wrap import ItemState
 from fabrika.pipeline.outcome import MIN_ITEMS_FOR_RATE, StageStats, run_problems, run_warnings
 from fabrika.pipeline.progress import RunProgress
 from fabrika.pipeline.run_context import RunContext
-from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig, is_rejection, rejected
+from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig, is_rejection
 from fabrika.schemas.ids import stable_id
 from fabrika.store.done_ids import DoneIds
 from fabrika.store.journal import StageJournal
@@ -143,6 +144,8 @@ class _Run:
         self.max_failure_rate = 0.2 if rate is None else float(rate)
         #: set when a stage stopped early: stages not started yet are skipped
         self.halted: str | None = None
+        #: where per-item stages run (``executor: local | ray``, :mod:`fabrika.pipeline.executors`)
+        self.executor = executor_for(config)
 
     # -- manifest -----------------------------------------------------------------
     def _write_manifest(self, status: str) -> None:
@@ -263,14 +266,19 @@ class _Run:
         if not stage.global_stage:
             self._check_fingerprint(cfg, stats, before)
         started = time.monotonic()
-        await stage.setup()
+        remote = self.executor.takes(stage)  # its items run on workers, which set the stage up themselves
+        if not remote:
+            await stage.setup()
         try:
             if stage.global_stage:
                 await self._run_global(stage, ctx, stats, before)
+            elif remote:
+                await self.executor.run_items(self, stage, stats)
             else:
                 await self._run_items(stage, ctx, stats)
         finally:
-            await stage.teardown()
+            if not remote:
+                await stage.teardown()
             stats.seconds = time.monotonic() - started
         if stats.internal_errors:
             console.print(f"[bold red]{name}: {stats.internal_errors} item(s) failed with internal_error (a bug in the stage; see reasons)")
@@ -309,43 +317,13 @@ class _Run:
         return stable_id(parts)
 
     def _finish_rows(self, out: Any, item_id: str | None, backends: set[str] | None = None) -> list[Row]:
-        if not isinstance(out, list) or not all(isinstance(r, dict) and r.get("id") for r in out):
-            raise TypeError(f"process() must return a list of row dicts with an 'id', got {type(out).__name__}")
-        # labelled by the backends whose answers the item used (a cached answer keeps its origin)
-        label = "+".join(sorted(backends)) if backends else self.backend_name
-        rows = []
-        for r in out:
-            row = dict(r)
-            row.setdefault("status", "ok")
-            row.setdefault("reason", None)
-            row["input_id"] = item_id if item_id is not None else row.get("input_id")
-            row.setdefault("llm_backend", label)
-            rows.append(row)
-        return rows
+        return finish_rows(out, item_id, self.backend_name, backends)
 
     async def _one(self, stage: Stage, row: Row, item_id: str,
                    stats: StageStats) -> tuple[str, list[Row] | None, ItemState]:
-        state = ItemState()
-        ITEM_STATE.set(state)
-        answer: list[Any] = [None, 0, 0]  # excerpt, calls started, start number of the excerpt's call
-        ITEM_LAST_ANSWER.set(answer)
-        try:
-            out = self._finish_rows(await stage.process(row), item_id, state.backends)
-            if not out:
-                out = self._finish_rows([rejected(item_id, "no_output: process returned no rows")], item_id)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - recorded as data, counted loudly
-            if state.pending is not None:  # a failure caused by the outage itself: still pending
-                return item_id, None, state
-            stats.internal_errors += 1
-            msg = str(exc).replace("\n", " ")[:500]
-            out = self._finish_rows([rejected(item_id, f"internal_error: {type(exc).__name__}: {msg}")], item_id)
-        if answer[0] is not None:  # the reason next to the raw answer that caused it (report's sample browser)
-            for r in out:
-                if r["status"] != "ok" and is_rejection(r.get("reason")) and not r.get("raw_excerpt"):
-                    r["raw_excerpt"] = answer[0]
-        return item_id, (None if state.pending is not None else out), state
+        result = await process_item(stage, row, item_id, self.backend_name)
+        stats.internal_errors += result.internal_error
+        return item_id, result.rows, result.state
 
     async def _run_items(self, stage: Stage, ctx: RunContext, stats: StageStats) -> None:
         cfg = stage.config

@@ -97,6 +97,9 @@ class Stage(abc.ABC):
     global_stage: ClassVar[bool] = False
     #: True for scorers: output rows carry the scored row's ``id`` + score columns (see module docs).
     annotates: ClassVar[bool] = False
+    #: False for per-item stages whose ``process`` never calls ``ctx.llm`` (CPU work such as the sandbox):
+    #: under ``executor: ray`` they run on worker actors (``fabrika.pipeline.executors``).
+    calls_llm: ClassVar[bool] = True
 
     def __init__(self, config: StageConfig, ctx: "StageContext") -> None:
         self.config = config

@@ -160,6 +160,7 @@ class ConsistencyStage(Stage):
 
     kind: ClassVar[str] = "if.consistency"
     uses_sandbox: ClassVar[bool] = True  # runs LLM-written code: fail-closed isolation check
+    calls_llm: ClassVar[bool] = False  # pure CPU: runs on worker actors under executor: ray
     Config: ClassVar[type[StageConfig]] = ConsistencyConfig
     annotates: ClassVar[bool] = True
     config: ConsistencyConfig
