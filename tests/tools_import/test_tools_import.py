@@ -239,7 +239,7 @@ def test_llm_writes_only_missing_tiers_and_a_bad_answer_is_a_rejection(tmp_path:
     assert tiers[3] == "Прогноз погоды в городе на ближайшие дни: температура, осадки и ветер."  # given, kept
     assert tiers[0] == "Погода" and tiers[1:3] == ["Погода в городе", "Погода в городе на дни"]  # MCP title = tier 0
     taxi = rows["mcp:find_taxi"]
-    assert taxi["status"] == "rejected" and taxi["reason"] == "invalid_json: no JSON object found", taxi["reason"]
+    assert taxi["status"] == "rejected" and taxi["reason"] == "invalid_json: no JSON value found", taxi["reason"]
     assert taxi["raw_excerpt"] == "Извините, не могу помочь с этим."  # the answer behind the rejection
 
 

@@ -41,11 +41,12 @@ def dialogue_export(tmp_path: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.train
 def test_one_grpo_step_with_the_rubric_reward(tmp_path: Path, tiny_model: Path, dialogue_export: Path) -> None:
-    with FakeOpenAIServer() as srv:
+    with FakeOpenAIServer(model="judge") as srv:
         srv.script(tag="if.rubric.judge", responder=judge)
         cfg = load_grpo_config("if", overrides={
             "model_name_or_path": str(tiny_model), "dataset_path": str(dialogue_export),
             "output_dir": str(tmp_path / "out"), **CPU,
+            "if_reward_kwargs": {"rm_correction": False},  # no RM here: the dialogue rows carry no α
             "rubric_reward": {"llm": {"backend": "openai", "model": "judge", "max_retries": 0,
                                       "endpoints": [{"base_url": srv.base_url}]}}})
         trainer = build_grpo_trainer(cfg)
