@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from fabrika.pipeline.llm_wrap import ITEM_LAST_ANSWER, ITEM_STATE, ItemState
 from fabrika.pipeline.stage import Row, Stage, is_rejection, rejected
@@ -43,6 +43,29 @@ def finish_rows(out: Any, item_id: str | None, backend_name: str, backends: set[
         row.setdefault("llm_backend", label)
         rows.append(row)
     return rows
+
+
+def new_items(stage: Stage, rows: Iterator[Row], done: Any, stats: "StageStats",
+              on_skip: Callable[[], None]) -> Iterator[tuple[str, Row]]:
+    """``(item_id, row)`` for each input item not yet written, up to the stage's ``max_items``.
+
+    Counts ``seen`` and ``skipped`` in ``stats`` and adds each yielded id to ``done``, so
+    a resumed stage never processes an id twice (contract 1); ``on_skip`` is called for
+    each already written item (the progress line).
+    """
+    max_items = stage.config.max_items
+    while max_items is None or stats.seen < max_items:
+        row = next(rows, None)
+        if row is None:
+            return
+        stats.seen += 1
+        item_id = stage.item_id(row)
+        if item_id in done:
+            stats.skipped += 1
+            on_skip()
+            continue
+        done.add(item_id)
+        yield item_id, row
 
 
 @dataclass

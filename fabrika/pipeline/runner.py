@@ -48,7 +48,7 @@ from fabrika.errors import ConfigError, StoreError
 from fabrika.llm.redact import redact
 from fabrika.pipeline.config import (PipelineConfig, config_hash, execution_order, inputs_of, sandbox_problem,
                                      stage_dependencies, uses_sandbox)
-from fabrika.pipeline.executors import executor_for, finish_rows, process_item
+from fabrika.pipeline.executors import executor_for, finish_rows, new_items, process_item
 from fabrika.pipeline.fingerprint import changed_fields, stage_fingerprints
 from fabrika.pipeline.lifecycle import _first_error, backend_of, build_engine_for, close_resources, probe_llm
 from fabrika.pipeline.llm_wrap import ItemState
@@ -339,11 +339,11 @@ class _Run:
         if cfg.max_items is not None:
             total = cfg.max_items if total is None else min(total, cfg.max_items)
         task = self.progress.add(name, total)
+        items = new_items(stage, iter(stage.input_rows()), done, stats, lambda: self.progress.advance(task, stats))
         pending: list[list[Row]] = []  # finished items' rows, not yet in a shard (they are in the journal)
         journal = StageJournal(self.store.stage_dir(name), DURABLE_SECONDS / 2)  # + the wait below: <= ~1 s
         last_flush = time.monotonic()
         in_flight: set[asyncio.Task] = set()
-        rows_iter = iter(stage.input_rows())
         exhausted = False
 
         def flush(all_items: bool) -> None:
@@ -380,20 +380,11 @@ class _Run:
         try:
             while True:
                 while not exhausted and len(in_flight) < limit:
-                    if cfg.max_items is not None and stats.seen >= cfg.max_items:
+                    item = next(items, None)
+                    if item is None:
                         exhausted = True
                         break
-                    row = next(rows_iter, None)
-                    if row is None:
-                        exhausted = True
-                        break
-                    stats.seen += 1
-                    item_id = stage.item_id(row)
-                    if item_id in done:
-                        stats.skipped += 1
-                        self.progress.advance(task, stats)
-                        continue
-                    done.add(item_id)
+                    item_id, row = item
                     in_flight.add(asyncio.create_task(self._one(stage, row, item_id, stats)))
                 if not in_flight:
                     break

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from fabrika.errors import ConfigError
 from fabrika.pipeline.context import item_rng
-from fabrika.pipeline.executors import process_item
+from fabrika.pipeline.executors import new_items, process_item
 from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig
 from fabrika.store.done_ids import DoneIds
 from fabrika.store.shards import atomic_write_bytes, next_seq, write_shard
@@ -193,7 +193,7 @@ async def run_items_on_ray(run: Any, stage: Stage, stats: "StageStats", settings
     actors = [Worker.remote(run.config, cfg, run_dir, run.backend_name, limit, owner) for _ in range(n_workers)]
     load = [0] * n_workers
     in_flight: dict[asyncio.Future, int] = {}
-    rows_iter = iter(stage.input_rows())
+    items = new_items(stage, iter(stage.input_rows()), done, stats, lambda: run.progress.advance(task, stats))
     exhausted = False
     stats.report["executor"] = f"ray ({n_workers} worker(s))"
     pids: set[tuple[str, int]] = set()  # (node, pid) of every worker process that returned a batch
@@ -202,21 +202,11 @@ async def run_items_on_ray(run: Any, stage: Stage, stats: "StageStats", settings
         nonlocal exhausted
         batch: list[tuple[str, Row]] = []
         while not exhausted and len(batch) < settings.batch_size:
-            if cfg.max_items is not None and stats.seen >= cfg.max_items:
+            item = next(items, None)
+            if item is None:
                 exhausted = True
                 break
-            row = next(rows_iter, None)
-            if row is None:
-                exhausted = True
-                break
-            stats.seen += 1
-            item_id = stage.item_id(row)
-            if item_id in done:
-                stats.skipped += 1
-                run.progress.advance(task, stats)
-                continue
-            done.add(item_id)
-            batch.append((item_id, row))
+            batch.append(item)
         return batch
 
     try:
