@@ -261,8 +261,8 @@ class FakeOpenAIApp:
             completion = self._sim_completion(req, spec, script)
             delay = 1000.0 * self.sim.schedule(req, [c["message"] for c in completion["choices"]])
             reply = HttpReply(200, json.dumps(completion, ensure_ascii=False).encode())
-        else:
-            reply = HttpReply(200, json.dumps(self._completion(req, spec), ensure_ascii=False).encode())
+        else:  # n > 1: each sample drawn as a lone request would get it (scripts advance per sample), as vLLM does
+            reply = HttpReply(200, json.dumps(self._sim_completion(req, spec, script), ensure_ascii=False).encode())
         self._count(route, reply.status)
         if reply.hang_s <= 0:
             reply.delay_s = delay / 1000.0
@@ -369,8 +369,8 @@ class FakeOpenAIApp:
         return {"index": index, "message": message, "finish_reason": finish, "logprobs": None}
 
     def _sim_completion(self, req: dict[str, Any], spec: Spec, script: _Script | None) -> dict[str, Any]:
-        """The answer in vLLM mode: choice ``j`` of an ``n``-sample request is what a lone request with
-        ``seed + j`` (no ``n``) would get, so n=K and K requests give the same samples."""
+        """Choice ``j`` of an ``n``-sample request is what a lone request with ``seed + j`` (no ``n``)
+        would get, so n=K and K requests give the same samples (vLLM seeds its samples this way)."""
         n = int(req.get("n") or 1)
         if n == 1 or (isinstance(spec, dict) and spec.get("choices")):
             return self._completion(req, spec)

@@ -69,7 +69,8 @@ def test_expand_and_dedup_record_every_rejection(tmp_path: Path):
         config, issues = validate_data({
             "name": "if_expand", "run_dir": str(tmp_path / "run"), "plugins": ["fabrika.generators.instruct"],
             "llm": {"backend": "openai", "model": "fake", "endpoints": [{"base_url": srv.base_url}],
-                    "max_retries": 0, "cache": {"enabled": False}},
+                    "max_retries": 0, "cache": {"enabled": False},
+                    "group_samples": False},  # one HTTP request per sample: counts and faults are per request
             "stages": [{"kind": "if.expand", "library_seeds": False, "seed_files": [str(seeds)],
                         "target_count": 40, "candidates_per_request": 10},
                        {"kind": "if.dedup", "input": "if.expand"}],

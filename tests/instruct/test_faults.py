@@ -46,7 +46,8 @@ def test_faults_at_every_stage_become_reasons(tmp_path: Path):
         config, issues = validate_data({
             "name": "if_faults", "seed": 5, "run_dir": str(tmp_path / "run"),
             "llm": {"backend": "openai", "model": "fake", "endpoints": [{"base_url": srv.base_url}],
-                    "max_retries": 0, "cache": {"enabled": False}},
+                    "max_retries": 0, "cache": {"enabled": False},
+                    "group_samples": False},  # one HTTP request per sample: counts and faults are per request
             "stages": [
                 {"kind": "if.expand", "library_seeds": False, "seed_files": [str(seeds)], "target_count": 80},
                 {"kind": "if.dedup", "input": "if.expand"},
