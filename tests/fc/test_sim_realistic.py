@@ -6,10 +6,16 @@ import json
 import random
 
 from fabrika.generators.fc import sim_realistic as real
+from fabrika.generators.fc import sim_responders
 from fabrika.generators.fc.plan_checks import parse_steps
 from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.types import ChatRequest
 
+
+# importing the profile registers it for every sim request of this process (pytest imports every test
+# module before running any): these tests call its responders directly, so the rest of the suite gets
+# the basic profile back
+sim_responders.register_fc_sim_responders()
 
 def test_inflection_round_trips_for_cities_and_names():
     for value in ("Казань", "Тверь", "Москва", "Нижний Новгород", "Петрова"):
