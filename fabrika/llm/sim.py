@@ -212,8 +212,14 @@ class SimBackend:
         return self.respond(request, key)
 
     def cache_scope(self, request: ChatRequest) -> str:
-        """What the cache key adds for a sim answer: its seed and the tag that picks the responder."""
-        return f"sim/{self.seed}/{request.tag}"
+        """What the cache key adds for a sim answer: its seed, the tag, and which responder answers it.
+
+        The responder is named so that switching sim profiles (e.g. the realistic FC profile,
+        registered over the basic one) never serves the other profile's cached answers.
+        """
+        fn = find_sim_responder(request.tag or "")
+        who = "generic" if fn is None else f"{fn.__module__}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+        return f"sim/{self.seed}/{request.tag}/{who}"
 
     async def aclose(self) -> None:
         self._attempts.clear()

@@ -60,3 +60,19 @@ def test_json_answers_arrive_dressed_and_some_truncated():
 def test_every_plan_slip_is_reported_at_once():
     steps, problems = parse_steps({"steps": [{"kind": "nope", "intent": "a"}, {"kind": "text"}]})
     assert steps is None and len(problems) >= 2 and any(p.startswith("steps[1]") for p in problems)
+
+
+def test_switching_profiles_never_reuses_the_other_profiles_cached_answers():
+    """The sim cache scope names the responder: a run dir made with one profile misses under the other."""
+    from fabrika.llm.sim import SimBackend
+
+    request = ChatRequest(messages=({"role": "user", "content": "Привет"},), tag="fc.user")
+    backend = SimBackend(seed=3)
+    basic_scope = backend.cache_scope(request)
+    real.use_realistic_profile()
+    try:
+        realistic_scope = backend.cache_scope(request)
+    finally:
+        sim_responders.register_fc_sim_responders()
+    assert realistic_scope != basic_scope and "sim_realistic" in realistic_scope
+    assert backend.cache_scope(request) == basic_scope  # stable for one profile
