@@ -85,7 +85,9 @@ def test_killed_worker_is_retried_and_the_dataset_is_unchanged(ray_cluster, loca
     assert not psutil.pid_exists(killed[0]) or psutil.Process(killed[0]).status() == psutil.STATUS_ZOMBIE
     assert result.complete, result.problems
     entry = result.manifest["stages"]["if_consistency"]
-    assert entry["report"]["ray_worker_processes"] == 3  # two workers + the one Ray restarted
+    # 3 when the killed worker held a batch (Ray restarts it and retries the batch there); 2 when the kill
+    # fell between its batches and the other worker took the rest — the dataset must be whole either way
+    assert entry["report"]["ray_worker_processes"] in (2, 3)
     assert entry["duplicate_ids"] == 0 and entry["complete"]
     assert_same_data(run_dir, local_run)
 
