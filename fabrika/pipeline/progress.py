@@ -49,6 +49,7 @@ class _Stage:
     errors: int = 0
     internal: int = 0
     cache_miss: int = 0
+    pending: int = 0  # items left for the next run (outage, open breaker): not results
     first_processed: float | None = None
     phase: str | None = None
     finished: float | None = None
@@ -213,6 +214,7 @@ class RunProgress:
         st.tokens = llm.prompt_tokens + llm.completion_tokens
         st.requests, st.cached, st.errors = llm.requests, llm.cached, llm.errors
         st.internal, st.cache_miss = stats.internal_errors, stats.cache_miss
+        st.pending = getattr(stats, "pending", 0)
 
     def _costs(self) -> tuple[dict[str, float], float | None]:
         if self._accounting is None:
@@ -262,6 +264,8 @@ class RunProgress:
             parts.append(f"INTERNAL {st.internal}")
         if st.cache_miss:
             parts.append(f"cache-miss {st.cache_miss}")
+        if st.pending:
+            parts.append(f"PENDING {st.pending}")
         return " ".join(parts)
 
     # -- rendering -------------------------------------------------------------------------

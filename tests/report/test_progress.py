@@ -169,3 +169,20 @@ def test_raw_excerpt_is_the_answer_of_the_call_started_last_whatever_finishes_fi
     result = run_pipeline(cfg, resume=False, progress=False, engine=_RacingEngine())
     rows = ux_stages.rows_of(result, "ux.two_calls")
     assert sorted(r["raw_excerpt"] for r in rows) == sorted(f"answer {i}:b" for i in range(6))
+
+
+def test_pending_items_are_shown_not_hidden() -> None:
+    """Items an outage left for the next run appear on the stage line (they are neither done nor rejected)."""
+    import io
+    from types import SimpleNamespace
+
+    from fabrika.pipeline.progress import RunProgress
+
+    out = io.StringIO()
+    llm = SimpleNamespace(prompt_tokens=0, completion_tokens=0, requests=4, cached=0, errors=4)
+    stats = SimpleNamespace(processed=1, skipped=0, rejected=0, passed_over=0, internal_errors=0, cache_miss=0,
+                            pending=3, llm=llm)
+    with RunProgress(enabled=True, plain=True, log_every=0, out=out) as progress:
+        task = progress.add("fc.plans", 4)
+        progress.finish(task, stats)
+    assert "PENDING 3" in out.getvalue()
