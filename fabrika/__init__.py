@@ -30,7 +30,7 @@ _EXPORTS: dict[str, str] = {
     "StageConfig": "fabrika.pipeline.stage",
     "Tool": "fabrika.schemas",
     "ToolCall": "fabrika.schemas",
-    "build_engine": "fabrika.llm.config",
+    "build_engine": "fabrika.llm.factory",
     "export": "fabrika.export",
     "load_config": "fabrika.pipeline.config",
     "materialise": "fabrika.store",

@@ -1,8 +1,9 @@
 """Configuration of the LLM engine (the ``llm:`` block of a pipeline YAML).
 
-The runner builds the engine with exactly :func:`build_engine` (``build_engine(config,
-run_dir)``); everything a stage needs — cache, retries, concurrency limits,
-accounting — comes configured from here.
+The runner builds the engine with exactly :func:`fabrika.llm.factory.build_engine`
+(``build_engine(config, run_dir)``); everything a stage needs — cache, retries,
+concurrency limits, accounting — is configured here. This module holds only the
+settings, so the engine and the backends can import it without a circle.
 
 Example (two vLLM servers for one model, prices for the cost column)::
 
@@ -23,14 +24,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fabrika.errors import ConfigError
-
-if TYPE_CHECKING:
-    from fabrika.llm.engine import LLMEngine
 
 
 class _Strict(BaseModel):
@@ -178,52 +176,3 @@ class LLMConfig(_Strict):
 
     def price(self, model: str) -> ModelPrice | None:
         return (self.price_per_1m or {}).get(model)
-
-
-def routing_policy(config: LLMConfig) -> Any:
-    """The :class:`~fabrika.llm.routing.RoutingPolicy` ``llm.routing`` names (affinity by default
-    when more than one endpoint is listed)."""
-    from fabrika.llm.routing import AffinityPolicy, CapacityPolicy
-
-    mode = config.routing or ("affinity" if len(config.endpoints) > 1 else "least_loaded")
-    if mode == "affinity":
-        return AffinityPolicy(epsilon=config.routing_epsilon)
-    return CapacityPolicy()
-
-
-def build_engine(config: LLMConfig, run_dir: Path | None = None) -> "LLMEngine":
-    """Build the engine the runner hands to stages as ``ctx.llm``.
-
-    The cache lives at ``config.cache.path`` or ``<run_dir>/cache.sqlite``; with
-    neither (``run_dir=None``) caching is off.
-    """
-    from fabrika.llm.engine import LLMEngine
-
-    backend: Any
-    if config.backend == "sim":
-        from fabrika.llm.sim import SimBackend
-
-        backend = SimBackend(seed=config.sim.seed, error_rate=config.sim.error_rate,
-                             latency_ms=config.sim.latency_ms, model=config.model)
-    elif config.backend == "openai":
-        from fabrika.llm.openai_compat import OpenAICompatBackend
-
-        backend = OpenAICompatBackend(config, routing_policy(config))
-    elif config.backend == "vllm":
-        from fabrika.llm.vllm_local import VLLMLocalBackend
-
-        backend = VLLMLocalBackend(config)
-    else:  # pragma: no cover - Literal guards
-        raise ConfigError(f"llm.backend must be one of openai, vllm, sim; got {config.backend!r}")
-
-    cache = None
-    if config.cache.enabled and (config.cache.path is not None or run_dir is not None):
-        from fabrika.llm.cache import ResponseCache
-
-        path = config.cache.path or Path(run_dir) / "cache.sqlite"  # type: ignore[arg-type]
-        cache = ResponseCache(path, flush_every=config.cache.flush_every,
-                              flush_interval_s=config.cache.flush_interval_s)
-    elif config.cache_only:
-        raise ConfigError("llm.cache_only is true but no cache is configured; set llm.cache.enabled=true and "
-                          "give a run_dir or llm.cache.path")
-    return LLMEngine(backend, config=config, cache=cache)

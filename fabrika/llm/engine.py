@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 class LLMEngine:
     """Concurrent, cached, retried, accounted access to one backend.
 
-    Build it with :func:`fabrika.llm.config.build_engine`. Use one engine per
+    Build it with :func:`fabrika.llm.factory.build_engine`. Use one engine per
     event loop; close it with :meth:`aclose` (or ``async with``) so buffered
     cache writes are flushed.
     """

@@ -16,9 +16,9 @@ console = Console(stderr=True)
 
 
 def build_engine_for(config: PipelineConfig, run_dir: Path, cache_only: bool) -> Any:
-    """The LLM engine of ``config.llm`` (``fabrika.llm.config.build_engine``), honouring ``--cache-only``."""
+    """The LLM engine of ``config.llm`` (``fabrika.llm.factory.build_engine``), honouring ``--cache-only``."""
     try:
-        from fabrika.llm.config import build_engine
+        from fabrika.llm.factory import build_engine
     except ImportError as exc:  # pragma: no cover - the LLM layer is a separate area
         raise ConfigError(f"llm: the LLM engine is not available ({exc})") from exc
     llm_cfg = config.llm

@@ -128,7 +128,7 @@ class RayEngineBackend:
 def build_ray_engine(llm: "LLMConfig", settings: "RaySettings", run_dir: Path | None) -> "LLMEngine":
     """The run's engine with :class:`RayEngineBackend` as its transport and the usual cache.
 
-    Mirrors :func:`fabrika.llm.config.build_engine` (same cache file, flush settings and
+    Mirrors :func:`fabrika.llm.factory.build_engine` (same cache file, flush settings and
     ``cache_only`` rule) so the Ray path cannot drift into a second cache or accounting.
     """
     from fabrika.llm.engine import LLMEngine

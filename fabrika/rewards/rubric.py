@@ -418,7 +418,8 @@ def make_rubric_reward(config: RubricRewardConfig | None = None, *, llm: Client 
 
     async def _engine() -> Client:
         if state["llm"] is None:
-            from fabrika.llm.config import LLMConfig, build_engine
+            from fabrika.llm.config import LLMConfig
+            from fabrika.llm.factory import build_engine
 
             conf = llm_config if isinstance(llm_config, LLMConfig) else LLMConfig.model_validate(dict(llm_config or {}))
             state["llm"] = build_engine(conf, run_dir=None)

@@ -101,7 +101,7 @@ def test_refilter_changes_output_with_zero_llm_calls(tmp_path: Path, monkeypatch
     def no_engine(*a: object, **k: object) -> None:
         raise AssertionError("refilter must not build an LLM engine")
 
-    monkeypatch.setattr("fabrika.llm.config.build_engine", no_engine)
+    monkeypatch.setattr("fabrika.llm.factory.build_engine", no_engine)
     monkeypatch.setattr("fabrika.pipeline.runner.build_engine_for", no_engine)
     result = runner.invoke(app, ["refilter", str(run_dir), "--set", "testscore.min_score=0.12", "--name", "strict"])
     assert result.exit_code == 0, result.output

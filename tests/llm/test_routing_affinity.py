@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fabrika.llm import ChatRequest, LLMConfig, build_engine
-from fabrika.llm.config import routing_policy
+from fabrika.llm.factory import routing_policy
 from fabrika.llm.routing import AffinityPolicy, CapacityPolicy, CircuitBreaker, Endpoint, EndpointPool
 from fabrika.testing import FakeOpenAIServer, SimVLLMConfig
 from tests.llm.llm_helpers import http_config
