@@ -24,7 +24,7 @@ from fabrika.errors import ConfigError
 from fabrika.pipeline import gates, registry
 from fabrika.pipeline.overrides import apply_overrides
 from fabrika.pipeline.stage import STAGES, StageConfig
-from fabrika.ray.settings import RaySettings, ray_missing
+from fabrika.pipeline.sections import RaySettings, ray_missing
 from fabrika.sandbox.policy import SandboxSettings
 
 try:  # the LLM layer owns its config; until it is importable, keep the raw mapping
@@ -330,12 +330,11 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
         except ConfigError as exc:
             where, _, msg = str(exc).partition(": ")  # the message starts with its key path
             err(where if where.startswith("filters.") and msg else f"filters.{group}", msg or str(exc))
-    raw_export = data.get("export")
-    if isinstance(raw_export, dict):  # a non-mapping is already reported by the PipelineConfig check
-        from fabrika.export.settings import validate_export_section  # lazy: export pulls pyarrow and polars
-
-        for where, msg in validate_export_section(raw_export):
-            err(where, msg)
+    for section, check in registry.section_checks().items():
+        raw = data.get(section)
+        if isinstance(raw, dict):  # a non-mapping is already reported by the PipelineConfig check
+            for where, msg in check(raw):
+                err(where, msg)
     if config is not None and not any(i.level == "error" for i in issues):
         try:
             execution_order(config)
@@ -397,10 +396,16 @@ def sandbox_problem(config: PipelineConfig) -> str | None:
     would run LLM-written code of a real model without bubblewrap; None when it may start."""
     if not uses_sandbox(config):
         return None
-    from fabrika.pipeline.lifecycle import backend_of
     from fabrika.sandbox.policy import isolation_problem
 
-    return isolation_problem(config.sandbox, backend_of(config, None))
+    return isolation_problem(config.sandbox, configured_backend(config))
+
+
+def configured_backend(config: PipelineConfig) -> str:
+    """The ``llm.backend`` the document names (``openai``, ``vllm``, ``sim``)."""
+    llm = config.llm
+    value = llm.get("backend") if isinstance(llm, dict) else getattr(llm, "backend", None)
+    return str(getattr(value, "name", value) or "unknown")
 
 
 #: Keys that do not change what a run produces; left out of :func:`config_hash`.

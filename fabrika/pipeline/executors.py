@@ -2,10 +2,11 @@
 
 The runner owns ordering, resume and the manifest; an executor only decides where
 ``process`` runs. :class:`LocalExecutor` leaves every stage to the runner's own
-in-process loop. :class:`RayExecutor` takes the per-item stages that never call the
-LLM (``Stage.calls_llm = False``, e.g. ``if.consistency``, which runs the sandbox) and
-runs them as batches of input rows, keyed by id, on worker actors
-(:mod:`fabrika.ray.items`); each worker writes its batch's rows as one shard,
+in-process loop. Other executors are named in :data:`EXECUTORS` and loaded by module
+string: ``executor: ray`` is :class:`fabrika.ray.executor.RayExecutor`, which takes the
+per-item stages that never call the LLM (``Stage.calls_llm = False``, e.g.
+``if.consistency``, which runs the sandbox) and runs them as batches of input rows,
+keyed by id, on worker actors (:mod:`fabrika.ray.items`); each worker writes its batch's rows as one shard,
 atomically, into the run directory. Global stages and every stage that calls the LLM
 stay in the driver, next to the engine (cache, retries, accounting).
 
@@ -131,29 +132,33 @@ class LocalExecutor:
         raise NotImplementedError("the local executor leaves items to the runner")
 
 
-class RayExecutor:
-    """Per-item stages that never call the LLM run on Ray worker actors (``executor: ray``)."""
+#: Executors other than ``local``, by the name ``executor:`` gives, as ``"module:Class"``. Loaded by
+#: string like stage kinds, so the pipeline never imports an optional extra (or a layer above it).
+#: The class is built with the :class:`~fabrika.pipeline.config.PipelineConfig`; it may define
+#: ``build_engine(config, run_dir)`` returning the run's LLM engine, or None to use the usual one.
+EXECUTORS: dict[str, str] = {
+    "ray": "fabrika.ray.executor:RayExecutor",
+}
 
-    name = "ray"
 
-    def __init__(self, config: "PipelineConfig") -> None:
-        from fabrika.ray import connect
+def executor_class(name: str) -> Any:
+    """The class :data:`EXECUTORS` names for ``executor: <name>``."""
+    import importlib
 
-        self.settings = config.ray
-        self.ray = connect(self.settings)  # ConfigError naming fabrika[ray] when ray is missing
-
-    def takes(self, stage: Stage) -> bool:
-        return not stage.global_stage and not type(stage).calls_llm
-
-    async def run_items(self, run: Any, stage: Stage, stats: "StageStats") -> None:
-        from fabrika.ray.items import run_items_on_ray
-
-        await run_items_on_ray(run, stage, stats, self.settings)
+    try:
+        module, _, attr = EXECUTORS[name].partition(":")
+    except KeyError:
+        raise ValueError(f"executor {name!r} is not one of local, {', '.join(sorted(EXECUTORS))}") from None
+    return getattr(importlib.import_module(module), attr)
 
 
 def executor_for(config: "PipelineConfig") -> Executor:
     """The executor ``config.executor`` names."""
-    return RayExecutor(config) if config.executor == "ray" else LocalExecutor()
+    if config.executor == "local":
+        return LocalExecutor()
+    executor: Executor = executor_class(config.executor)(config)
+    return executor
 
 
-__all__ = ["Executor", "ItemResult", "LocalExecutor", "RayExecutor", "executor_for", "finish_rows", "process_item"]
+__all__ = ["EXECUTORS", "Executor", "ItemResult", "LocalExecutor", "executor_class", "executor_for", "finish_rows",
+           "process_item"]

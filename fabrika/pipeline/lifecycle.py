@@ -10,32 +10,24 @@ from typing import Any
 from rich.console import Console
 
 from fabrika.errors import ConfigError
-from fabrika.pipeline.config import PipelineConfig
+from fabrika.pipeline.config import PipelineConfig, configured_backend
+from fabrika.pipeline.executors import executor_class
 
 console = Console(stderr=True)
 
 
 def build_engine_for(config: PipelineConfig, run_dir: Path, cache_only: bool) -> Any:
     """The LLM engine of ``config.llm`` (``fabrika.llm.factory.build_engine``), honouring ``--cache-only``."""
-    try:
-        from fabrika.llm.factory import build_engine
-    except ImportError as exc:  # pragma: no cover - the LLM layer is a separate area
-        raise ConfigError(f"llm: the LLM engine is not available ({exc})") from exc
-    llm_cfg = config.llm
-    kwargs: dict[str, Any] = {}
-    if cache_only:
-        fields = getattr(type(llm_cfg), "model_fields", {})
-        if "cache_only" in fields:
-            llm_cfg = llm_cfg.model_copy(update={"cache_only": True})
-        elif "cache_only" in inspect.signature(build_engine).parameters:
-            kwargs["cache_only"] = True
-        else:
-            raise ConfigError("--cache-only: this LLM engine has no cache-only mode")
-    if config.executor == "ray" and getattr(llm_cfg, "backend", None) == "vllm":
-        from fabrika.ray.vllm import build_ray_engine  # one vLLM engine actor per GPU (docs/RAY.md)
+    from fabrika.llm.factory import build_engine
 
-        return build_ray_engine(llm_cfg, config.ray, run_dir)
-    return build_engine(llm_cfg, run_dir, **kwargs)
+    if cache_only:
+        config = config.model_copy(update={"llm": config.llm.model_copy(update={"cache_only": True})})
+    if config.executor != "local":  # an executor may place the engine itself (Ray: vLLM engine actors)
+        builder = getattr(executor_class(config.executor), "build_engine", None)
+        engine = builder(config, run_dir) if builder is not None else None
+        if engine is not None:
+            return engine
+    return build_engine(config.llm, run_dir)
 
 
 async def probe_llm(config: PipelineConfig) -> None:
@@ -56,9 +48,7 @@ def backend_of(config: PipelineConfig, engine: Any) -> str:
     name = getattr(engine, "backend_name", None)
     if isinstance(name, str) and name:
         return name
-    llm = config.llm
-    value = llm.get("backend") if isinstance(llm, dict) else getattr(llm, "backend", None)
-    return str(getattr(value, "name", value) or "unknown")
+    return configured_backend(config)
 
 
 async def close_resources(resources: dict[str, Any]) -> None:

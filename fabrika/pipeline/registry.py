@@ -9,6 +9,7 @@ configuration error (it would silently remove stage kinds otherwise).
 from __future__ import annotations
 
 import importlib
+from typing import Any, Callable
 
 STAGE_MODULES: list[str] = [
     "fabrika.generators.generic",
@@ -29,7 +30,23 @@ STAGE_MODULES: list[str] = [
     "fabrika.generators.general",
 ]
 
+#: Sections of the document the pipeline keeps as raw mappings and their owners check:
+#: ``section -> "module:function"`` returning ``[(key path, message)]``. Loaded by string
+#: (lazily: ``export`` pulls pyarrow and polars, and sits in a layer above the pipeline).
+SECTION_CHECKS: dict[str, str] = {
+    "export": "fabrika.export.settings:validate_export_section",
+}
+
 _loaded: set[str] = set()
+
+
+def section_checks() -> dict[str, Callable[[dict[str, Any]], list[tuple[str, str]]]]:
+    """The functions :data:`SECTION_CHECKS` names, imported."""
+    out = {}
+    for section, target in SECTION_CHECKS.items():
+        module, _, attr = target.partition(":")
+        out[section] = getattr(importlib.import_module(module), attr)
+    return out
 
 
 def load_modules(modules: list[str] | None = None) -> list[tuple[str, str]]:

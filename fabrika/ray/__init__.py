@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from fabrika.errors import ConfigError
-from fabrika.ray.settings import RAY_MISSING, RaySettings, ray_missing
+from fabrika.pipeline.sections import RAY_MISSING, RaySettings, ray_missing
 
 
 def import_ray() -> Any:

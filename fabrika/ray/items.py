@@ -43,7 +43,7 @@ class StaleDriver(RuntimeError):
 if TYPE_CHECKING:
     from fabrika.pipeline.config import PipelineConfig
     from fabrika.pipeline.outcome import StageStats
-    from fabrika.ray.settings import RaySettings
+    from fabrika.pipeline.sections import RaySettings
 
 
 class _NoLLM:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from fabrika.llm.config import LLMConfig
     from fabrika.llm.engine import LLMEngine
     from fabrika.llm.types import ChatRequest, ChatResponse
-    from fabrika.ray.settings import RaySettings
+    from fabrika.pipeline.sections import RaySettings
 
 
 def _load(spec: str) -> Any:

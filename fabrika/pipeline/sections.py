@@ -1,4 +1,9 @@
-"""``ray:`` block of a pipeline (used when ``executor: ray``). Pure pydantic: importing it never imports ray."""
+"""Sections of the pipeline document that configure something outside the pipeline package.
+
+``ray:`` (used when ``executor: ray``) lives here, not in :mod:`fabrika.ray`, because
+:class:`~fabrika.pipeline.config.PipelineConfig` holds it and the pipeline layer never
+imports the layers above it. Pure pydantic: importing it never imports ray.
+"""
 
 from __future__ import annotations
 

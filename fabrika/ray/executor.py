@@ -1,0 +1,44 @@
+"""The ``executor: ray`` executor, loaded by name through :data:`fabrika.pipeline.executors.EXECUTORS`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fabrika.pipeline.stage import Stage
+
+if TYPE_CHECKING:
+    from fabrika.pipeline.config import PipelineConfig
+    from fabrika.pipeline.outcome import StageStats
+
+
+class RayExecutor:
+    """Per-item stages that never call the LLM run on Ray worker actors (``executor: ray``)."""
+
+    name = "ray"
+
+    def __init__(self, config: "PipelineConfig") -> None:
+        from fabrika.ray import connect
+
+        self.settings = config.ray
+        self.ray = connect(self.settings)  # ConfigError naming fabrika[ray] when ray is missing
+
+    def takes(self, stage: Stage) -> bool:
+        return not stage.global_stage and not type(stage).calls_llm
+
+    async def run_items(self, run: Any, stage: Stage, stats: "StageStats") -> None:
+        from fabrika.ray.items import run_items_on_ray
+
+        await run_items_on_ray(run, stage, stats, self.settings)
+
+    @staticmethod
+    def build_engine(config: "PipelineConfig", run_dir: Path) -> Any:
+        """One vLLM engine actor per GPU for ``backend: vllm`` (docs/RAY.md); None: the usual engine."""
+        if getattr(config.llm, "backend", None) != "vllm":
+            return None
+        from fabrika.ray.vllm import build_ray_engine
+
+        return build_ray_engine(config.llm, config.ray, run_dir)
+
+
+__all__ = ["RayExecutor"]
