@@ -401,6 +401,19 @@ def sandbox_problem(config: PipelineConfig) -> str | None:
     return isolation_problem(config.sandbox, configured_backend(config))
 
 
+def stage_layout(config: PipelineConfig) -> dict[str, dict[str, Any]]:
+    """Per stage name: its kind, inputs and whether it annotates or runs globally (the manifest's ``layout``)."""
+    return {
+        s.stage_name: {
+            "kind": s.kind,
+            "inputs": inputs_of(s),
+            "annotates": STAGES[s.kind].annotates,
+            "global": STAGES[s.kind].global_stage,
+        }
+        for s in config.stages
+    }
+
+
 def configured_backend(config: PipelineConfig) -> str:
     """The ``llm.backend`` the document names (``openai``, ``vllm``, ``sim``)."""
     llm = config.llm
@@ -429,6 +442,7 @@ __all__ = [
     "config_hash",
     "execution_order",
     "stage_dependencies",
+    "stage_layout",
     "inputs_of",
     "load_config",
     "sandbox_problem",

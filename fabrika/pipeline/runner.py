@@ -47,7 +47,7 @@ from rich.console import Console
 from fabrika.errors import ConfigError, StoreError
 from fabrika.llm.redact import redact
 from fabrika.pipeline.config import (PipelineConfig, config_hash, execution_order, inputs_of, sandbox_problem,
-                                     stage_dependencies, uses_sandbox)
+                                     stage_dependencies, stage_layout, uses_sandbox)
 from fabrika.pipeline.executors import executor_for, finish_rows, new_items, process_item
 from fabrika.pipeline.fingerprint import changed_fields, stage_fingerprints
 from fabrika.pipeline.lifecycle import _first_error, backend_of, build_engine_for, close_resources, probe_llm
@@ -202,7 +202,8 @@ class _Run:
     # -- running ------------------------------------------------------------------
     async def run(self) -> None:
         previous = self.store.read_manifest() if self.resume else {}
-        self.manifest = base_manifest(self.config, config_hash(self.config), self.backend_name, self.stages)
+        self.manifest = base_manifest(self.config, config_hash(self.config), self.backend_name, self.stages,
+                                      stage_layout(self.config))
         if previous:
             self.manifest["started_at"] = previous.get("started_at", self.manifest["started_at"])
             self.manifest["versions"] = previous.get("versions", {})

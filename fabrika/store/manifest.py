@@ -38,11 +38,13 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
-def base_manifest(config: Any, config_hash: str, backend: str, ordered: Sequence[Any]) -> dict[str, Any]:
-    """A fresh manifest for ``config`` (a ``PipelineConfig``) before any stage ran."""
-    from fabrika.pipeline.config import inputs_of
-    from fabrika.pipeline.stage import STAGES
+def base_manifest(config: Any, config_hash: str, backend: str, ordered: Sequence[Any],
+                  layout: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A fresh manifest for ``config`` (a ``PipelineConfig``) before any stage ran.
 
+    ``layout`` is :func:`fabrika.pipeline.config.stage_layout` of it: the store records the
+    stage graph but does not read it (the pipeline sits above the store).
+    """
     return {
         "name": config.name,
         "config": redact(config.model_dump(mode="json")),
@@ -50,15 +52,7 @@ def base_manifest(config: Any, config_hash: str, backend: str, ordered: Sequence
         "config_hash": config_hash,
         "packages": package_versions(),
         "backend": backend,
-        "layout": {
-            s.stage_name: {
-                "kind": s.kind,
-                "inputs": inputs_of(s),
-                "annotates": STAGES[s.kind].annotates,
-                "global": STAGES[s.kind].global_stage,
-            }
-            for s in config.stages
-        },
+        "layout": layout,
         "order": [s.stage_name for s in ordered],
         "stages": {},
         "versions": {},
