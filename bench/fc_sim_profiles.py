@@ -34,7 +34,7 @@ DEMO = ROOT / "configs" / "fc_demo.yaml"
 
 
 def run(run_dir: Path, plans_per_topic: int) -> dict:
-    from fabrika.filters.gates import LanguageGate, _language
+    from fabrika.filters.language import LanguageGate, _language
     from fabrika.pipeline.config import validate_data
     from fabrika.pipeline.runner import run_pipeline
     from fabrika.store.run import RunStore

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from fabrika.pipeline import gates
+from fabrika import gates
 from fabrika.store import RunStore
 from fabrika.store.versions import _decide, materialise
 

@@ -6,7 +6,7 @@ cheap (the pipeline pulls in polars, the export pulls in ``datasets``)::
     import fabrika
     config = fabrika.load_config("configs/demo.yaml")
     result = fabrika.run_pipeline(config)
-    fabrika.refilter(result.run_dir, {"backtranslation": {"min_similarity": 0.7}})
+    fabrika.refilter(result.run_dir, ["backtranslation.min_similarity=0.7"])
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ _EXPORTS: dict[str, str] = {
     "build_engine": "fabrika.llm.factory",
     "export": "fabrika.export",
     "load_config": "fabrika.pipeline.config",
-    "materialise": "fabrika.store",
+    "materialise": "fabrika.pipeline.versions",
     "open_version": "fabrika.export",
-    "refilter": "fabrika.store",
+    "refilter": "fabrika.pipeline.versions",
     "register_stage": "fabrika.pipeline.stage",
     "run_pipeline": "fabrika.pipeline.runner",
 }

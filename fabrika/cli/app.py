@@ -220,7 +220,7 @@ def refilter(
 ) -> None:
     """Re-apply gates with new thresholds: a new version, zero LLM calls, seconds."""
     from fabrika.cli import views
-    from fabrika.store.versions import refilter as do_refilter
+    from fabrika.pipeline.versions import refilter as do_refilter
 
     if not (run_dir / "manifest.json").is_file():
         fail(f"{run_dir}: not a run directory (no manifest.json)")

@@ -2,8 +2,9 @@
 
 Scorers never delete rows: ``filter.language``, ``filter.dedup`` (global),
 ``filter.decontam``, ``filter.difficulty`` and ``filter.length`` write score
-columns keyed by the scored row's ``id``; :mod:`fabrika.filters.gates` turns
-thresholds into polars predicates applied at materialisation. Each scorer's
+columns keyed by the scored row's ``id``; each scorer's module also registers its
+gate group (``filters.<name>`` thresholds turned into polars predicates, applied
+at materialisation; machinery in :mod:`fabrika.gates`). Each scorer's
 logic is also a plain function (``score_rows``, ``near_duplicate_clusters``,
 ``score_texts``, ``pass_rate``, ``score_lengths``) usable without the runner.
 Their modules are listed in ``fabrika.pipeline.registry.STAGE_MODULES``.

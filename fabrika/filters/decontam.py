@@ -16,10 +16,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
+import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import InputError
 from fabrika.filters.text import norm_tokens, row_text
+from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.inputs import iter_records, where
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 
@@ -138,3 +140,23 @@ class DecontamScorer(Stage):
         cfg: DecontamConfig = self.config  # type: ignore[assignment]
         (scores,) = score_texts([row_text(row, cfg.text_field)], self._index())
         return [ok(row["id"], **scores)]
+
+
+# gate group ``filters.decontam``: thresholds on the columns above (scores are data, thresholds are config)
+
+
+class DecontamGate(BaseModel):
+    """``filters.decontam``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_overlap: float = Field(default=0.5, ge=0, le=1,
+                               description="Maximum share of a benchmark item's n-grams found in the row.")
+
+
+def _decontam(p: DecontamGate) -> list[GatePredicate]:
+    return [GatePredicate("decontam.max_overlap", pl.col("decontam_max_overlap") <= p.max_overlap,
+                          ("decontam_max_overlap",), keep_null=True)]
+
+
+register_gate_group("decontam", DecontamGate, _decontam)

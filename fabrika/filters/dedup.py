@@ -22,10 +22,12 @@ from __future__ import annotations
 import json
 from typing import Any, AsyncIterator, ClassVar, Iterator, Sequence
 
+import polars as pl
 from datasketch import MinHash, MinHashLSH
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.filters.text import norm_tokens, row_text
+from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 
 SCORE_COLUMNS = ("dup_cluster", "dup_is_representative", "dup_cluster_size")
@@ -146,3 +148,24 @@ class DedupScorer(Stage):
                   dup_cluster_size=verdict[u]["dup_cluster_size"]) for rid, u in row_units]
         for start in range(0, len(out), cfg.out_chunk):
             yield out[start:start + cfg.out_chunk]
+
+
+# gate group ``filters.dedup``: thresholds on the columns above (scores are data, thresholds are config)
+
+
+class DedupGate(BaseModel):
+    """``filters.dedup``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    keep_representatives_only: bool = Field(default=True, description="Keep one row (smallest id) per cluster.")
+
+
+def _dedup(p: DedupGate) -> list[GatePredicate]:
+    if not p.keep_representatives_only:
+        return []
+    return [GatePredicate("dedup.keep_representatives_only", pl.col("dup_is_representative"),
+                          ("dup_is_representative",), keep_null=True)]
+
+
+register_gate_group("dedup", DedupGate, _dedup)

@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import importlib
 import json
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Literal, Sequence
 
-from pydantic import Field
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fabrika.export.chat import messages_to_chat, tools_to_chat
+from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 from fabrika.schemas import Message
@@ -183,3 +185,49 @@ class DifficultyScorer(Stage):
         reward = resolve_reward(spec)
         responses = await self.ctx.llm.complete(build_requests(row, cfg.k, cfg.model, cfg.temperature, cfg.max_tokens))
         return [ok(row["id"], **pass_rate(row, responses, reward, cfg.pass_threshold))]
+
+
+# gate group ``filters.difficulty``: thresholds on the columns above (scores are data, thresholds are config)
+
+
+class DifficultyGate(BaseModel):
+    """``filters.difficulty``: the pass-rate band (min, max] and the exports it applies to.
+
+    A null pass rate (expert without a reward, or a request failed) is kept and
+    counted as ``kept_null_difficulty.*`` in the funnel.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_pass_rate_exclusive: float = Field(default=0.0, ge=0, le=1,
+                                           description="Keep rows whose pass rate is > this (0: drop never-solved).")
+    max_pass_rate: float = Field(default=0.8, ge=0, le=1,
+                                 description="Keep rows whose pass rate is <= this (drop the too easy).")
+    apply_to: list[Literal["sft", "grpo"]] = Field(
+        default_factory=lambda: ["grpo"],
+        description="Export kinds the band applies to: GRPO only by default (an easy prompt is a fine SFT "
+        "example); [sft, grpo] applies it to the whole version; [] disables it.")
+
+    @model_validator(mode="after")
+    def _band_not_empty(self) -> "DifficultyGate":
+        if self.min_pass_rate_exclusive >= self.max_pass_rate:
+            raise ValueError(f"the band (min_pass_rate_exclusive, max_pass_rate] = ({self.min_pass_rate_exclusive}, "
+                             f"{self.max_pass_rate}] is empty or inverted; need min_pass_rate_exclusive < max_pass_rate")
+        return self
+
+
+def _difficulty(p: DifficultyGate) -> list[GatePredicate]:
+    col = pl.col("difficulty_pass_rate")
+    kinds = set(p.apply_to)
+    if not kinds:
+        return []
+    scope: tuple[str, ...] = () if kinds == {"sft", "grpo"} else tuple(sorted(kinds))
+    return [
+        GatePredicate("difficulty.min_pass_rate_exclusive", col > p.min_pass_rate_exclusive,
+                      ("difficulty_pass_rate",), keep_null=True, only_for=scope),
+        GatePredicate("difficulty.max_pass_rate", col <= p.max_pass_rate, ("difficulty_pass_rate",), keep_null=True,
+                      only_for=scope),
+    ]
+
+
+register_gate_group("difficulty", DifficultyGate, _difficulty)

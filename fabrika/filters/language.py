@@ -33,10 +33,12 @@ import json
 from functools import lru_cache
 from typing import Any, ClassVar, Sequence
 
+import polars as pl
 from lingua import LanguageDetector, LanguageDetectorBuilder
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fabrika.filters.text import messages_text, row_text
+from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 from fabrika.textutil.lang import LANGUAGES
 from fabrika.textutil.script import LATIN_TO_CYRILLIC, has_cyrillic, is_mixed_script
@@ -180,3 +182,38 @@ class LanguageScorer(Stage):
         (scores,) = await asyncio.to_thread(score_rows, [row], cfg.text_field, cfg.languages,
                                          cfg.min_letters)
         return [ok(**scores)]
+
+
+# gate group ``filters.language``: thresholds on the columns above (scores are data, thresholds are config)
+
+
+class LanguageGate(BaseModel):
+    """``filters.language``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allowed: list[str] | None = Field(default=None, description="Detected languages to keep (ISO 639-1); "
+                                      "None = any language that matches the row's own `lang`.")
+    min_confidence: float = Field(default=0.5, ge=0, le=1, description="Minimum lingua confidence of the label.")
+    max_homoglyph_share: float = Field(default=0.0, ge=0, le=1,
+                                       description="Maximum share of Cyrillic words holding Latin look-alikes.")
+    require_match: bool = Field(default=True, description="Drop rows whose detected language differs from `lang`.")
+
+
+def _language(p: LanguageGate) -> list[GatePredicate]:
+    preds = [
+        GatePredicate("language.min_confidence", pl.col("lang_confidence") >= p.min_confidence, ("lang_confidence",),
+                      keep_null=True),
+        GatePredicate("language.max_homoglyph_share", pl.col("homoglyph_share") <= p.max_homoglyph_share,
+                      ("homoglyph_share",), keep_null=True),
+    ]
+    if p.allowed is not None:
+        preds.insert(0, GatePredicate("language.allowed", pl.col("lang_detected").is_in(p.allowed),
+                                        ("lang_detected",), keep_null=True))
+    if p.require_match:
+        preds.append(GatePredicate("language.require_match", pl.col("lang_matches"), ("lang_matches",),
+                                   keep_null=True))
+    return preds
+
+
+register_gate_group("language", LanguageGate, _language)

@@ -33,8 +33,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
 
-from pydantic import Field
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
 
+from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 
 SCORE_COLUMNS = ("len_prompt_chars", "len_completion_chars", "len_prompt_tokens",
@@ -137,3 +139,30 @@ class LengthScorer(Stage):
         path = self._resolve(cfg.tokenizer)
         counter = self.ctx.resource(f"tokenizer:{path}", lambda: token_counter(path))
         return counter, template, f"hf:{Path(path).name}"
+
+
+# gate group ``filters.length``: thresholds on the columns above (scores are data, thresholds are config)
+
+
+class LengthGate(BaseModel):
+    """``filters.length``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int | None = Field(default=8192, ge=1, description="Maximum prompt+completion tokens; None = no cap.")
+    min_completion_tokens: int = Field(default=1, ge=0, description="Minimum completion tokens (0 allows empty).")
+
+
+def _length(p: LengthGate) -> list[GatePredicate]:
+    preds = []
+    if p.max_tokens is not None:
+        preds.append(GatePredicate("length.max_tokens", pl.col("len_total_tokens") <= p.max_tokens,
+                                   ("len_total_tokens",), keep_null=True))
+    if p.min_completion_tokens > 0:
+        preds.append(GatePredicate("length.min_completion_tokens",
+                                   pl.col("len_completion_tokens") >= p.min_completion_tokens,
+                                   ("len_completion_tokens",), keep_null=True))
+    return preds
+
+
+register_gate_group("length", LengthGate, _length)

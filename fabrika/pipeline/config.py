@@ -21,7 +21,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, ValidationError
 
 from fabrika.errors import ConfigError
-from fabrika.pipeline import gates, registry
+from fabrika import gates
+from fabrika.pipeline import registry
 from fabrika.pipeline.overrides import apply_overrides
 from fabrika.pipeline.stage import STAGES, StageConfig
 from fabrika.pipeline.sections import RaySettings, ray_missing

@@ -29,7 +29,7 @@ from typing import Any
 
 from fabrika.errors import StoreError
 from fabrika.pipeline.config import PipelineConfig, config_hash, execution_order, inputs_of, stage_dependencies
-from fabrika.pipeline.gates import gate_lazy
+from fabrika.gates import gate_lazy
 from fabrika.pipeline.lifecycle import build_engine_for
 from fabrika.pipeline.stage import STAGES, StageConfig
 from fabrika.store import RunStore

@@ -9,7 +9,9 @@ configuration error (it would silently remove stage kinds otherwise).
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
+
+from fabrika.errors import StoreError
 
 STAGE_MODULES: list[str] = [
     "fabrika.generators.generic",
@@ -19,7 +21,6 @@ STAGE_MODULES: list[str] = [
     "fabrika.filters.difficulty",
     "fabrika.filters.length",
     "fabrika.filters.teacher_rm",
-    "fabrika.filters.gates",
     "fabrika.generators.instruct",
     "fabrika.generators.instruct.multi",
     "fabrika.generators.instruct.multi_responses",
@@ -62,3 +63,16 @@ def load_modules(modules: list[str] | None = None) -> list[tuple[str, str]]:
         else:
             _loaded.add(mod)
     return failures
+
+
+def load_run_modules(manifest: Mapping[str, Any]) -> None:
+    """Import the registry's modules and the run's ``plugins`` so its gate groups are known.
+
+    Raises :class:`StoreError` naming a module that fails to import (its gates would
+    otherwise be skipped).
+    """
+    mods = list(STAGE_MODULES) + list(manifest.get("config", {}).get("plugins", []))
+    failures = load_modules(mods)
+    if failures:
+        mod, why = failures[0]
+        raise StoreError(f"cannot import {mod!r} needed to apply gates: {why}")

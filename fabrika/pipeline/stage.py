@@ -23,7 +23,7 @@ Columns every output row carries (the runner fills the ones marked *):
     the LLM backend that produced the stage (``"sim"`` data is marked as such).
 
 Score columns are added by scorers; thresholds are never applied in a stage,
-only by gates (``fabrika.pipeline.gates``) when a stage's input or a dataset is
+only by gates (``fabrika.gates``) when a stage's input or a dataset is
 materialised.
 
 Annotating stages (scorers, ``annotates = True``) have exactly one ``input``

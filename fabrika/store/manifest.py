@@ -20,6 +20,7 @@ import time
 from importlib import metadata
 from typing import Any, Sequence
 
+from fabrika.gates import GATE_GROUPS
 from fabrika.llm.redact import redact
 
 PACKAGES = ("fabrika", "polars", "pyarrow", "pydantic", "datasets", "openai", "transformers", "trl", "torch")
@@ -53,6 +54,8 @@ def base_manifest(config: Any, config_hash: str, backend: str, ordered: Sequence
         "packages": package_versions(),
         "backend": backend,
         "layout": layout,
+        # what materialisation checks is loaded before it applies gates (store.versions.check_gate_groups)
+        "gate_groups": sorted(GATE_GROUPS),
         "order": [s.stage_name for s in ordered],
         "stages": {},
         "versions": {},

@@ -135,7 +135,7 @@ class RunStore:
 
         Shards are read in sequence order (rows in shard order), grouped up to ``max_rows`` rows / ``max_bytes``
         uncompressed bytes; each group is conformed to the whole table's schema, so
-        ``where`` (e.g. :func:`fabrika.pipeline.gates.gate_lazy`, whose predicates depend
+        ``where`` (e.g. :func:`fabrika.gates.gate_lazy`, whose predicates depend
         on which columns exist) sees the same columns as on :meth:`scan`. Annotations are
         joined per group, on the annotation rows whose ``id`` is in the group: annotation
         tables (narrow: ids and scores) up to ``ANNOTATION_BYTES`` in all are read once and

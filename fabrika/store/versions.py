@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 
 from fabrika.errors import ConfigError, StoreError
 from fabrika.schemas.ids import stable_id
-from fabrika.pipeline import gates, registry
+from fabrika import gates
 from fabrika.store.run import JOIN_DROP, RunStore, annotation_column
 from fabrika.store import shards
 from fabrika.store.lock import hold_run_dir
@@ -72,13 +72,20 @@ class VersionInfo:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def load_run_modules(manifest: Mapping[str, Any]) -> None:
-    """Import stage/gate modules (registry + the run's plugins) so gate groups are known."""
-    mods = list(registry.STAGE_MODULES) + list(manifest.get("config", {}).get("plugins", []))
-    failures = registry.load_modules(mods)
-    if failures:
-        mod, why = failures[0]
-        raise StoreError(f"cannot import {mod!r} needed to apply gates: {why}")
+def check_gate_groups(manifest: Mapping[str, Any]) -> None:
+    """Every gate group registered when the run ran must be registered now, or its gates would be skipped.
+
+    Gate groups register when their stage modules are imported; the store sits below
+    those modules and does not import them. Callers in a fresh process load them
+    first (:func:`fabrika.pipeline.registry.load_run_modules`, which
+    :func:`fabrika.pipeline.versions.refilter` and ``fabrika refilter`` do).
+    """
+    missing = sorted(set(manifest.get("gate_groups") or ()) - set(gates.GATE_GROUPS))
+    if missing:
+        raise StoreError(f"gate group(s) {', '.join(missing)} of this run are not registered in this process, so "
+                         "their gates would be skipped; load the run's stage modules first "
+                         "(fabrika.pipeline.registry.load_run_modules(manifest)) or use fabrika.refilter / "
+                         "`fabrika refilter`")
 
 
 def version_dir(run_dir: str | Path, name: str) -> Path:
@@ -416,7 +423,7 @@ def _materialise(store: RunStore, thresholds: Mapping[str, Any] | None, name: st
                  previous: str | None, overwrite: bool) -> VersionInfo:
     run_dir = store.run_dir
     manifest = store.read_manifest()
-    load_run_modules(manifest)
+    check_gate_groups(manifest)
     config = manifest.get("config", {})
     thresholds = dict(config.get("filters", {}) if thresholds is None else thresholds)
     params = gates.validate_thresholds(thresholds)
@@ -478,7 +485,8 @@ def refilter(
 ) -> tuple[VersionInfo, list[tuple[str, str, int, int]]]:
     """New thresholds (``base`` version's, default the latest, with ``--set`` overrides) → a new version.
 
-    Never builds an LLM engine. Returns the version and its funnel difference
+    Never builds an LLM engine. The run's gate groups must be registered (see
+    :func:`check_gate_groups`). Returns the version and its funnel difference
     against ``base``. Raises :class:`~fabrika.errors.ConfigError` on an unknown
     gate group or parameter, a wrongly typed value or an unknown ``base``, and
     :class:`StoreError` when ``name`` exists and ``overwrite`` is not set.
@@ -487,7 +495,7 @@ def refilter(
     manifest = store.read_manifest()
     if not manifest:
         raise StoreError(f"{store.run_dir}: not a run directory (no manifest.json)")
-    load_run_modules(manifest)
+    check_gate_groups(manifest)
     if base is not None and not (version_dir(run_dir, base) / "thresholds.json").is_file():
         raise ConfigError(f"--base {base!r}: no such version; versions: {', '.join(list_versions(run_dir)) or '(none)'}")
     base = base or manifest.get("latest_version")

@@ -34,7 +34,7 @@ def russian_calls_kept(store: RunStore) -> tuple[int, int]:
     """(kept, all) Russian tool-call samples under the demo's language gate (the 300K config's filter block)."""
     import polars as pl
 
-    from fabrika.filters.gates import LanguageGate, _language
+    from fabrika.filters.language import LanguageGate, _language
 
     filters = yaml.safe_load(DEMO.read_text(encoding="utf-8"))["filters"]
     samples = store.scan_raw("fc.samples").collect().filter(pl.col("status") == "ok")

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from fabrika.generators.instruct.verifiers import ConsistencyConfig, ConsistencyStage, cross_validate
-from fabrika.pipeline.gates import apply_gates
+from fabrika.gates import apply_gates
 from fabrika.sandbox import Verdict
 
 POSITIVE = ["всё строчными буквами", "тихий вечер", "кот спит", "дождь идёт", "мы дома"]

@@ -177,7 +177,7 @@ def test_funnel_drops_exactly_the_bad_items_and_refilters_offline(tmp_path: Path
 
 
 def _dropped_by(store: RunStore, annotators: list[str]) -> dict[str, str | None]:
-    from fabrika.pipeline.gates import mark_dropped
+    from fabrika.gates import mark_dropped
 
     lf = store.scan("if.verifiers", annotators).filter(pl.col("sample_index").is_null())
     marked, _ = mark_dropped(lf, {})

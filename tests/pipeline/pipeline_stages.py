@@ -9,7 +9,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
-from fabrika.pipeline.gates import GatePredicate, register_gate_group
+from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fabrika.errors import ConfigError
-from fabrika.pipeline.gates import DROPPED_BY, apply_gates, mark_dropped, parse_set, validate_thresholds
+from fabrika.gates import DROPPED_BY, apply_gates, mark_dropped, parse_set, validate_thresholds
 
 
 def frame() -> pl.LazyFrame:

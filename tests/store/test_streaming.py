@@ -8,7 +8,8 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from fabrika.pipeline import gates
+from fabrika import gates
+from fabrika.pipeline import registry
 from fabrika.store import RunStore, versions
 from fabrika.store import run as run_module
 from fabrika.store.versions import materialise
@@ -42,7 +43,7 @@ def _run(tmp_path: Path, n: int = 40, per_shard: int = 7, duplicate: bool = Fals
               **{a: {"inputs": ["data"], "annotates": True} for a in ANNOTATORS}}
     store.write_manifest({"config": {"dataset": {"stages": ["data"]}, "filters": THRESHOLDS},
                           "order": list(layout), "layout": layout})
-    versions.load_run_modules(store.read_manifest())
+    registry.load_run_modules(store.read_manifest())
     return run
 
 

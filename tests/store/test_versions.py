@@ -7,7 +7,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from fabrika.pipeline import gates
+from fabrika import gates
+from fabrika.pipeline import registry
 from fabrika.store import RunStore
 from fabrika.store import versions
 from fabrika.store.versions import materialise
@@ -43,7 +44,7 @@ THRESHOLDS = {"length": {"max_tokens": 450}}
 def test_aligned_gate_table_equals_the_left_join(tmp_path: Path, reverse: bool) -> None:
     run = _run(tmp_path, reverse=reverse)
     store = RunStore(run)
-    versions.load_run_modules(store.read_manifest())
+    registry.load_run_modules(store.read_manifest())
     params = gates.validate_thresholds(THRESHOLDS)
     joined = store.scan("data", ANNOTATORS)
     names = joined.collect_schema().names()
@@ -56,7 +57,7 @@ def test_aligned_gate_table_equals_the_left_join(tmp_path: Path, reverse: bool) 
 def test_unaligned_annotations_fall_back_to_the_join(tmp_path: Path) -> None:
     run = _run(tmp_path, missing="id5")  # the rejected row: unscored, but dropped anyway
     store = RunStore(run)
-    versions.load_run_modules(store.read_manifest())
+    registry.load_run_modules(store.read_manifest())
     params = gates.validate_thresholds(THRESHOLDS)
     names = store.scan("data", ANNOTATORS).collect_schema().names()
     assert versions._aligned_gate_table(store, "data", ANNOTATORS, names, params) is None
@@ -120,3 +121,35 @@ def test_stage_counts_are_reused_until_a_stage_changes(tmp_path: Path, monkeypat
                                   "text": "новый"}])
     third = materialise(run, THRESHOLDS, name="v3")
     assert counted == ["data"] and third.funnel["stages"]["data"]["rows"] == 7
+
+
+def test_materialise_refuses_when_a_gate_group_of_the_run_is_not_registered(tmp_path: Path) -> None:
+    """A gate group the run had but this process never imported would silently apply no gates."""
+    from fabrika.errors import StoreError
+
+    run = _run(tmp_path)
+    store = RunStore(run)
+    manifest = store.read_manifest()
+    registry.load_run_modules(manifest)
+    store.write_manifest({**manifest, "gate_groups": sorted(gates.GATE_GROUPS)})
+    assert materialise(run, THRESHOLDS, name="v1").rows > 0  # every group loaded: fine
+    store.write_manifest({**manifest, "gate_groups": ["length", "toxicity"]})  # a plugin's group, not imported
+    with pytest.raises(StoreError, match=r"gate group\(s\) toxicity of this run are not registered"):
+        materialise(run, THRESHOLDS, name="v2")
+    assert not (run / "versions" / "v2").exists()
+
+
+def test_public_refilter_loads_the_run_s_gate_groups_in_a_fresh_process(tmp_path: Path) -> None:
+    """``fabrika.refilter`` from a new interpreter: nothing imported the stage modules beforehand."""
+    import subprocess
+    import sys
+
+    run = _run(tmp_path)
+    store = RunStore(run)
+    manifest = store.read_manifest()
+    registry.load_run_modules(manifest)
+    store.write_manifest({**manifest, "gate_groups": sorted(gates.GATE_GROUPS)})
+    code = ("import sys, fabrika; info, _ = fabrika.refilter(sys.argv[1], ['length.max_tokens=350']); "
+            "print(info.rows)")
+    out = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["2"]  # id0, id2 (id1 is a dedup duplicate, id3+ too long, id5 rejected)

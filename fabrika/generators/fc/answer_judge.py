@@ -24,7 +24,7 @@ from fabrika.generators.fc.irrelevance import conversation_view
 from fabrika.generators.fc.structured import AnswerVerdict, response_format
 from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.types import ChatRequest
-from fabrika.pipeline.gates import GatePredicate, register_gate_group
+from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.records import Sample
 from fabrika.schemas.rows import from_row

@@ -25,7 +25,7 @@ from typing import ClassVar
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from fabrika.pipeline.gates import GatePredicate, register_gate_group
+from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import Message, Sample, to_row
 from fabrika.schemas.ids import stable_id

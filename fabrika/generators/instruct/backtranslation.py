@@ -19,7 +19,7 @@ from fabrika.filters.similarity import SimilarityConfig, build_similarity
 from fabrika.generators.instruct import prompts
 from fabrika.generators.instruct.parsing import check_russian, is_failure, parse_instruction
 from fabrika.generators.instruct.verifiers import consistency_before, current_min_accuracy, surviving_functions
-from fabrika.pipeline.gates import GatePredicate, register_gate_group
+from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.rows import dumps
 

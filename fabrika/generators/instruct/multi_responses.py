@@ -25,7 +25,7 @@ from fabrika.generators.instruct.parsing import check_russian, parse_score
 from fabrika.generators.instruct.responses import TEACHER_COLUMNS
 from fabrika.generators.instruct.verifiers import get_sandbox
 from fabrika.llm.types import ChatRequest
-from fabrika.pipeline.gates import GatePredicate, register_gate_group
+from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.textutil.reasoning import answer_text as strip_reasoning
 from fabrika.schemas import Message, Sample, stable_id, to_row

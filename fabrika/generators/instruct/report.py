@@ -14,9 +14,9 @@ from typing import Any, Mapping
 
 import polars as pl
 
-from fabrika.pipeline.gates import apply_gates, parse_set
+from fabrika.gates import apply_gates, parse_set
 from fabrika.store.run import RunStore
-from fabrika.store.versions import load_run_modules
+from fabrika.pipeline.registry import load_run_modules
 
 
 def _names(manifest: Mapping[str, Any]) -> dict[str, list[str]]:

@@ -24,7 +24,7 @@ from fabrika.generators.instruct import prompts
 from fabrika.generators.instruct.parsing import check_russian, parse_score
 from fabrika.generators.instruct.queries import CARRIED_SCORES
 from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sandbox
-from fabrika.pipeline.gates import GatePredicate, register_gate_group
+from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import Message, Sample, stable_id, to_row
 from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth, IFVerifierRef

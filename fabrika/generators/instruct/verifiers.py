@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.generators.instruct import prompts
 from fabrika.generators.instruct.parsing import is_failure, parse_verifier_answer
-from fabrika.pipeline.gates import GatePredicate, register_gate_group
+from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id
 from fabrika.schemas.rows import dumps
