@@ -23,7 +23,7 @@ from pathlib import Path
 
 import polars as pl
 
-from fabrika.export.chat import sft_record
+from fabrika.schemas.chat import sft_record
 from fabrika.export.source import open_version
 from fabrika.export.validate import validate_pairs
 from fabrika.export.writer import ExportConfig, export

@@ -28,7 +28,7 @@ from typing import Any
 
 from fabrika.errors import InputError
 from fabrika.eval.logs import read_jsonl
-from fabrika.export.chat import messages_to_chat
+from fabrika.schemas.chat import messages_to_chat
 
 _TYPE_MAP = {"dict": "object", "float": "number", "tuple": "array", "list": "array", "int": "integer",
              "str": "string", "bool": "boolean", "String": "string", "Boolean": "boolean"}

@@ -26,7 +26,7 @@ from fabrika.constraints import get, render_combination, sample_combination
 from fabrika.errors import ConfigError, InputError
 from fabrika.eval.answers import strip_reasoning
 from fabrika.eval.logs import read_jsonl
-from fabrika.export.chat import messages_to_chat
+from fabrika.schemas.chat import messages_to_chat
 from fabrika.llm import ChatRequest, ChatResponse
 from fabrika.schemas import stable_id
 

@@ -7,11 +7,11 @@
 Never calls an LLM (DESIGN: ``export`` must not).
 """
 
-from fabrika.export.chat import grpo_record, sft_record, to_record
 from fabrika.export.mix import MixConfig, MixDimension, MixInfeasibleError, MixReport, mix, reference_dimensions
 from fabrika.export.settings import ExportSettings, validate_export_section
+from fabrika.export.records import grpo_record, to_record
 from fabrika.export.source import ExportSource, open_files, open_version
-from fabrika.export.validate import ValidationReport, check_record, load_template, validate_pairs, validate_records
+from fabrika.export.validate import ValidationReport, check_record, validate_pairs, validate_records
 from fabrika.export.writer import ExportConfig, ExportResult, export, read_export
 
 __all__ = [
@@ -27,13 +27,11 @@ __all__ = [
     "check_record",
     "export",
     "grpo_record",
-    "load_template",
     "mix",
     "open_files",
     "open_version",
     "read_export",
     "reference_dimensions",
-    "sft_record",
     "to_record",
     "validate_pairs",
     "validate_export_section",

@@ -5,71 +5,23 @@ template renders differently on its own than inside prompt+completion shifts
 the loss mask; arguments stored as a JSON string inside a JSON string come out
 as ``"{\\"city\\": ...}"``; Arrow struct unification quietly adds ``null`` keys
 that a template then prints. Every row is rendered with the Qwen3 template
-(shipped in ``fabrika/export/templates``, Apache-2.0) the way ``transformers``
-renders chat templates — a sandboxed jinja2 environment with ``trim_blocks``,
-``lstrip_blocks``, ``loopcontrols``, a ``tojson`` that keeps Unicode, and
-``raise_exception`` — and checked. Failures are listed per row, never raised.
+(:mod:`fabrika.schemas.template`, Apache-2.0) the way ``transformers`` renders
+chat templates, and checked. Failures are listed per row, never raised.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
-from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import jinja2
-from jinja2.ext import loopcontrols
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel, Field
 
-DEFAULT_TEMPLATE = "qwen3.jinja"
+from fabrika.schemas.template import ChatTemplate, load_template
+
 _TOOL_CALL_RE = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.DOTALL)
 # ChatML assistant turns; tool-call checks look only there (the system turn shows a placeholder call).
 _ASSISTANT_RE = re.compile(r"<\|im_start\|>assistant\n(.*?)(?:<\|im_end\|>|$)", re.DOTALL)
-
-
-def _raise_exception(message: str) -> None:
-    raise jinja2.exceptions.TemplateError(message)
-
-
-def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
-            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
-    # transformers overrides jinja's tojson (which HTML-escapes and sorts keys).
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-class ChatTemplate:
-    """A compiled chat template rendered like ``transformers.apply_chat_template(tokenize=False)``."""
-
-    def __init__(self, source: str, name: str = "<template>") -> None:
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-        env.filters["tojson"] = _tojson
-        env.globals["raise_exception"] = _raise_exception
-        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-        self.name = name
-        self.source = source
-        self._template = env.from_string(source)
-
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-               add_generation_prompt: bool = False, **kwargs: Any) -> str:
-        return self._template.render(messages=messages, tools=tools or None,
-                                     add_generation_prompt=add_generation_prompt, **kwargs)
-
-
-@lru_cache(maxsize=8)
-def load_template(path: str | None = None) -> ChatTemplate:
-    """The packaged Qwen3 template, or a ``.jinja`` file at ``path``."""
-    if path is None:
-        source = resources.files("fabrika.export").joinpath("templates", DEFAULT_TEMPLATE).read_text("utf-8")
-        return ChatTemplate(source, DEFAULT_TEMPLATE)
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"chat template {str(p)!r} does not exist; pass a .jinja file or omit it for Qwen3")
-    return ChatTemplate(p.read_text("utf-8"), p.name)
 
 
 def null_paths(value: Any, path: str = "") -> set[str]:

@@ -33,13 +33,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import ConfigError, InputError
 from fabrika.export.card import render_card
-from fabrika.export.chat import (GRPO_OPTIONAL_COLUMNS, LIST_FIELDS, NESTED_FIELDS, ExportKind, message_elements,
-                                 ref_length, to_record, tool_elements, tools_to_chat)
-from fabrika.export.fastjson import dumps as fast_dumps
-from fabrika.export.fastjson import loads
 from fabrika.export.mix import MixConfig, MixReport, mix
+from fabrika.export.records import GRPO_OPTIONAL_COLUMNS, LIST_FIELDS, NESTED_FIELDS, ExportKind, ref_length, to_record
 from fabrika.export.source import ExportSource, iter_batches
-from fabrika.export.validate import ValidationReport, load_template, validate_pairs
+from fabrika.export.validate import ValidationReport, validate_pairs
+from fabrika.schemas.chat import message_elements, tool_elements, tools_to_chat
+from fabrika.schemas.fastjson import dumps as fast_dumps
+from fabrika.schemas.fastjson import loads
+from fabrika.schemas.template import load_template
 
 ExportFormat = Literal["hf", "parquet", "jsonl"]
 SCALAR_TYPES: dict[str, pa.DataType] = {
@@ -134,7 +135,7 @@ def arrow_batch(frame: pl.DataFrame, kind: ExportKind, columns: list[str]) -> pa
     """Stored rows → export Arrow table, column-wise, without building per-row record dicts.
 
     List fields become ``list<json>`` (one JSON text per message/tool), other
-    nested fields ``json``; the same conversion as :func:`fabrika.export.chat.to_record`.
+    nested fields ``json``; the same conversion as :func:`fabrika.export.records.to_record`.
     """
     arrays: dict[str, pa.Array] = {}
     names = set(frame.columns)

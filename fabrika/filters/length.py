@@ -4,7 +4,7 @@ An FC row is mostly *not* its messages: the system turn carries every tool's JSO
 schema and earlier turns carry tool calls and tool replies. Counting message text
 undercounts such rows by 10× and more, so a ``max_tokens`` gate would cap nothing
 and a trainer's ``max_length`` would silently truncate. This scorer renders each
-row exactly as the export validates it (:func:`fabrika.export.chat.sft_record`
+row exactly as the export validates it (:func:`fabrika.schemas.chat.sft_record`
 through the chat template, Qwen3 by default) and counts:
 
 * ``len_prompt_tokens`` — the prompt rendered with ``add_generation_prompt=True``
@@ -73,7 +73,7 @@ def token_counter(tokenizer: str | Path | None = None) -> TokenCounter:
 def render_row(row: Row, template: Any) -> tuple[str, str | None]:
     """``(prompt with generation prompt, prompt + completion)`` as the chat template renders them
     (the second is None for a prompt-only row)."""
-    from fabrika.export.chat import sft_record
+    from fabrika.schemas.chat import sft_record
 
     rec = sft_record(row)
     tools = rec.get("tools") or None
@@ -85,9 +85,9 @@ def render_row(row: Row, template: Any) -> tuple[str, str | None]:
 
 def score_lengths(rows: Sequence[Row], counter: TokenCounter = estimate_tokens, template: Any = None,
                   tokenizer_name: str = ESTIMATE) -> list[dict[str, Any]]:
-    """Annotation rows ``{id, len_*}`` (``template``: a :class:`fabrika.export.validate.ChatTemplate`, default Qwen3)."""
+    """Annotation rows ``{id, len_*}`` (``template``: a :class:`fabrika.schemas.template.ChatTemplate`, default Qwen3)."""
     if template is None:
-        from fabrika.export.validate import load_template
+        from fabrika.schemas.template import load_template
 
         template = load_template(None)
     out = []
@@ -131,7 +131,7 @@ class LengthScorer(Stage):
 
     def _tools(self) -> tuple[TokenCounter, Any, str]:
         cfg: LengthConfig = self.config  # type: ignore[assignment]
-        from fabrika.export.validate import load_template
+        from fabrika.schemas.template import load_template
 
         template = load_template(str(self._resolve(cfg.template)) if cfg.template else None)
         if cfg.tokenizer is None:

@@ -8,7 +8,8 @@ import datasets
 import pytest
 
 from fabrika.errors import ConfigError, StoreError
-from fabrika.export.chat import grpo_record, sft_record
+from fabrika.export.records import grpo_record
+from fabrika.schemas.chat import sft_record
 from fabrika.export.mix import MixConfig
 from fabrika.export.source import open_version
 from fabrika.export.writer import ExportConfig, export, read_export

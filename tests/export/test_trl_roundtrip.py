@@ -16,7 +16,7 @@ import datasets
 import pytest
 
 from fabrika.export.source import open_version
-from fabrika.export.validate import load_template
+from fabrika.schemas.template import load_template
 from fabrika.export.writer import ExportConfig, export
 
 pytest.importorskip("trl")

@@ -102,7 +102,7 @@ async def test_decontam_stage_builds_index_once(tmp_path: Path):
 
 
 def test_length_counts_the_rendered_template():
-    from fabrika.export.validate import load_template
+    from fabrika.schemas.template import load_template
 
     row = _row(1, "Привет, мир!", "Да.")
     (got,) = score_lengths([row], counter=len)  # counter=len: tokens are characters, easy to check by hand

@@ -143,7 +143,7 @@ def test_fresh_run_gives_the_same_dataset(demo, tmp_path: Path):
 
 def test_if_reward_scores_grpo_rows_with_their_ground_truth(demo_run: Path):
     """The GRPO rows feed ``fabrika.rewards.score_if`` as is: the kept response of a prompt earns V = 1."""
-    from fabrika.export.chat import grpo_record
+    from fabrika.export.records import grpo_record
     from fabrika.rewards import score_if
     from fabrika.sandbox import SandboxConfig, SandboxPool
 

@@ -91,13 +91,13 @@ def test_if_expert_refuses_the_demo_export_with_the_rm_correction(demo: dict[str
 
 def test_length_tokens_equal_the_tokenizer_count_of_the_rendered_template(demo: dict[str, Path],
                                                                          tmp_path: Path) -> None:
-    from fabrika.export.validate import load_template
+    from fabrika.schemas.template import load_template
     from fabrika.filters.length import hf_token_counter, score_lengths
     from fabrika.train.tiny import build_tokenizer
 
     tok = build_tokenizer()
     tok.save_pretrained(tmp_path / "tok")
-    qwen3 = (ROOT / "fabrika" / "export" / "templates" / "qwen3.jinja").read_text("utf-8")
+    qwen3 = (ROOT / "fabrika" / "schemas" / "templates" / "qwen3.jinja").read_text("utf-8")
     data = demo["run"] / "versions" / "v1" / "data"
     rows = []
     for stage in ("fc.samples", "fc.irrelevance", "if_samples", "if_grpo", "general_answers"):
@@ -107,7 +107,7 @@ def test_length_tokens_equal_the_tokenizer_count_of_the_rendered_template(demo: 
     assert any('"tool_calls"' in (r.get("prompt") or "") for r in rows)  # histories with tool calls
     got = score_lengths(rows, hf_token_counter(str(tmp_path / "tok")), load_template(None), "hf:tok")
 
-    from fabrika.export.chat import sft_record
+    from fabrika.schemas.chat import sft_record
 
     for row, lengths in zip(rows, got):
         rec = sft_record(row)

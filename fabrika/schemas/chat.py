@@ -1,8 +1,7 @@
-"""Stored sample rows → training records in chat form (SFT and GRPO).
+"""Stored messages and tools → chat form (what chat templates and TRL consume).
 
 Rows in the store are ``fabrika.schemas.to_row(Sample)`` rows: ``prompt``,
-``completion``, ``tools``, ``ground_truth`` and ``meta`` are JSON strings. The
-export turns them into the records TRL consumes:
+``completion``, ``tools``, ``ground_truth`` and ``meta`` are JSON strings.
 
 * messages are reduced to chat form exactly like :meth:`fabrika.schemas.Message.to_chat`
   (``train``/``flag``/``reasoning`` and ``None`` keys dropped), except that a tool
@@ -13,31 +12,23 @@ export turns them into the records TRL consumes:
 * tools stay OpenAI tool dicts.
 
 The conversion is a plain-dict fast path (the export handles 10^5–10^6 rows); a
-test pins it to ``Message.to_chat`` so the two cannot drift.
+test pins it to ``Message.to_chat`` so the two cannot drift. Scorers (length,
+difficulty), the export, the report and eval all use it, so it sits at the bottom
+layer; the export's GRPO record is built on it in :mod:`fabrika.export.records`.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any
 
-from fabrika.export.fastjson import dumps, loads
-
-ExportKind = Literal["sft", "grpo"]
+from fabrika.schemas.fastjson import dumps, loads
 
 #: Columns copied as scalars into every exported record when the source has them.
 SCALAR_COLUMNS: tuple[str, ...] = ("id", "expert", "lang", "target_type")
-#: Optional numeric columns the GRPO record carries when the source has them: the IF RM correction's α
-#: (``teacher_rm_mean``), the general expert's R (``rm_score``) and L0 (``ref_length``), and the stored
-#: difficulty the trainer's dynamic sampling pre-filters on (``difficulty_pass_rate``); ``length_unit`` is the unit
-#: of a stored L0 (``general.teacher``), which the trainer checks against its own ``length_unit``.
-GRPO_OPTIONAL_COLUMNS: tuple[str, ...] = ("teacher_rm_mean", "teacher_rm_k", "rm_id", "rm_score", "ref_length",
-                                          "difficulty_pass_rate", "length_unit")
-#: Unit of a derived ``ref_length``: the general reward's default ``length_unit`` (``fabrika.rewards.general``).
-REF_LENGTH_UNIT = "chars"
 
 
-def _loads(value: Any, default: Any) -> Any:
+def json_field(value: Any, default: Any) -> Any:
     if value is None:
         return default
     if isinstance(value, (bytes, bytearray)):
@@ -98,12 +89,12 @@ def messages_to_chat(value: Any, role: str = "user") -> list[dict[str, Any]]:
         if not (isinstance(parsed, list) and all(isinstance(m, dict) and "role" in m for m in parsed)):
             return [{"role": role, "content": value}]
         value = parsed
-    return [message_to_chat(m) for m in _loads(value, [])]
+    return [message_to_chat(m) for m in json_field(value, [])]
 
 
 def tools_to_chat(value: Any) -> list[dict[str, Any]]:
     """A JSON string (or list) of OpenAI tools → list of tool dicts (unchanged content)."""
-    tools = _loads(value, [])
+    tools = json_field(value, [])
     if not isinstance(tools, list):
         raise ValueError(f"tools must be a JSON list, got {type(tools).__name__}")
     return tools
@@ -127,58 +118,3 @@ def sft_record(row: dict[str, Any]) -> dict[str, Any]:
     rec["completion"] = messages_to_chat(row.get("completion"), role="assistant")
     rec["tools"] = tools_to_chat(row.get("tools"))
     return rec
-
-
-def grpo_record(row: dict[str, Any]) -> dict[str, Any]:
-    """GRPO record: ``prompt``, ``tools``, ``ground_truth`` + scalars (+ ``constraints`` and optional scores).
-
-    ``constraints`` is lifted out of ``ground_truth`` for IF rows because TRL passes
-    extra dataset columns to reward functions as keyword arguments.
-    """
-    rec: dict[str, Any] = {c: row[c] for c in SCALAR_COLUMNS if c in row}
-    rec["prompt"] = messages_to_chat(row.get("prompt"))
-    rec["tools"] = tools_to_chat(row.get("tools"))
-    gt = _loads(row.get("ground_truth"), None)
-    rec["ground_truth"] = gt
-    rec["constraints"] = gt.get("constraints") if isinstance(gt, dict) else None
-    for col in GRPO_OPTIONAL_COLUMNS:
-        if col in row:
-            rec[col] = row[col]
-    if "ref_length" in row or "completion" in row:
-        rec["ref_length"] = ref_length(row.get("ref_length"), row.get("completion"))
-    return rec
-
-
-def ref_length(stored: Any, completion: Any) -> float | None:
-    """L0 of the general reward: the stored value, else the reference completion's visible text length.
-
-    A stored ``ref_length`` is taken as is (it must be in the trainer's
-    ``length_unit``); a derived one is in :data:`REF_LENGTH_UNIT` (chars), measured
-    exactly as :func:`fabrika.rewards.general.completion_length` measures L(y).
-    ``None`` when there is no reference answer (the trainer rejects null L0 up front).
-    """
-    if stored is not None:
-        return float(stored)
-    from fabrika.rewards.general import completion_length
-
-    messages = messages_to_chat(completion, role="assistant")
-    length = completion_length(messages, REF_LENGTH_UNIT) if messages else 0  # type: ignore[arg-type]
-    return float(length) if length > 0 else None
-
-
-def to_record(row: dict[str, Any], kind: ExportKind) -> dict[str, Any]:
-    """Dispatch on the export kind."""
-    if kind == "sft":
-        return sft_record(row)
-    if kind == "grpo":
-        return grpo_record(row)
-    raise ValueError(f"export kind must be 'sft' or 'grpo', got {kind!r}")
-
-
-#: Nested (JSON-valued) fields of each kind's record.
-NESTED_FIELDS: dict[str, tuple[str, ...]] = {
-    "sft": ("prompt", "completion", "tools"),
-    "grpo": ("prompt", "tools", "ground_truth", "constraints"),
-}
-#: Of those, the ones that are lists stored element-wise (``List(Json())``).
-LIST_FIELDS: frozenset[str] = frozenset({"prompt", "completion", "tools"})
