@@ -23,10 +23,10 @@ from pathlib import Path
 
 import polars as pl
 
-from fabrika.schemas.chat import sft_record
 from fabrika.export.source import open_version
 from fabrika.export.validate import validate_pairs
 from fabrika.export.writer import ExportConfig, export
+from fabrika.schemas.chat import sft_record
 
 CITIES = ["Москва", "Казань", "Тверь", "Paris", "Berlin", "Новосибирск"]
 TOOLS = [

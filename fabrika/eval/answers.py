@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from fabrika.generators.parsing import extract_json, is_failure
+from fabrika.textutil.answers import extract_json, is_failure
 from fabrika.textutil.reasoning import split_reasoning
 
 def strip_reasoning(text: str | None) -> str:

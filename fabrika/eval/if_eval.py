@@ -26,9 +26,9 @@ from fabrika.constraints import get, render_combination, sample_combination
 from fabrika.errors import ConfigError, InputError
 from fabrika.eval.answers import strip_reasoning
 from fabrika.eval.logs import read_jsonl
-from fabrika.schemas.chat import messages_to_chat
 from fabrika.llm import ChatRequest, ChatResponse
 from fabrika.schemas import stable_id
+from fabrika.schemas.chat import messages_to_chat
 
 IF_TAG = "eval.if"
 

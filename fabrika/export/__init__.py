@@ -8,8 +8,8 @@ Never calls an LLM (DESIGN: ``export`` must not).
 """
 
 from fabrika.export.mix import MixConfig, MixDimension, MixInfeasibleError, MixReport, mix, reference_dimensions
-from fabrika.export.settings import ExportSettings, validate_export_section
 from fabrika.export.records import grpo_record, to_record
+from fabrika.export.settings import ExportSettings, validate_export_section
 from fabrika.export.source import ExportSource, open_files, open_version
 from fabrika.export.validate import ValidationReport, check_record, validate_pairs, validate_records
 from fabrika.export.writer import ExportConfig, ExportResult, export, read_export

@@ -28,9 +28,9 @@ import polars as pl
 
 from fabrika.errors import StoreError
 from fabrika.export.browser import BrowserLimits, collect_samples
-from fabrika.schemas.chat import messages_to_chat, tools_to_chat
 from fabrika.export.source import open_version
 from fabrika.filters.text import count_tokens, messages_text
+from fabrika.schemas.chat import messages_to_chat, tools_to_chat
 from fabrika.store.shards import atomic_write_bytes, atomic_write_json
 
 CHARTS = ("funnel", "rejections", "lengths", "shares", "tools", "turns", "accounting")

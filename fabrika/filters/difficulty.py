@@ -33,11 +33,11 @@ from typing import Any, Callable, ClassVar, Literal, Sequence
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fabrika.schemas.chat import messages_to_chat, tools_to_chat
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 from fabrika.schemas import Message
+from fabrika.schemas.chat import messages_to_chat, tools_to_chat
 
 TAG = "filter.difficulty"
 SCORE_COLUMNS = ("difficulty_pass_rate", "difficulty_k", "difficulty_errors")

@@ -231,7 +231,7 @@ class LLMJudgeBackend:
         self._model = model
 
     async def raw_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        from fabrika.generators.instruct.parsing import parse_score
+        from fabrika.textutil.answers import parse_score
         from fabrika.llm.types import ChatRequest
 
         requests = [ChatRequest(messages=({"role": "user", "content": JUDGE_PROMPT.format(a=a, b=b)},),

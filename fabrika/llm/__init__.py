@@ -17,8 +17,8 @@ from __future__ import annotations
 from fabrika.llm.base import Backend, LLMClient
 from fabrika.llm.cache import CACHE_KEY_VERSION, ResponseCache, request_key
 from fabrika.llm.config import CacheConfig, EndpointConfig, LLMConfig, SimConfig
-from fabrika.llm.factory import build_engine
 from fabrika.llm.engine import LLMEngine
+from fabrika.llm.factory import build_engine
 from fabrika.llm.sim import SimBackend, register_sim_responder, unregister_sim_responder
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
 

@@ -20,12 +20,12 @@ from typing import Any, Iterator, Literal, Sequence
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, ValidationError
 
-from fabrika.errors import ConfigError
 from fabrika import gates
+from fabrika.errors import ConfigError
 from fabrika.pipeline import registry
 from fabrika.pipeline.overrides import apply_overrides
-from fabrika.pipeline.stage import STAGES, StageConfig
 from fabrika.pipeline.sections import RaySettings, ray_missing
+from fabrika.pipeline.stage import STAGES, StageConfig
 from fabrika.sandbox.policy import SandboxSettings
 
 try:  # the LLM layer owns its config; until it is importable, keep the raw mapping

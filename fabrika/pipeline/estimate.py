@@ -28,8 +28,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from fabrika.errors import StoreError
-from fabrika.pipeline.config import PipelineConfig, config_hash, execution_order, inputs_of, stage_dependencies
 from fabrika.gates import gate_lazy
+from fabrika.pipeline.config import PipelineConfig, config_hash, execution_order, inputs_of, stage_dependencies
 from fabrika.pipeline.lifecycle import build_engine_for
 from fabrika.pipeline.stage import STAGES, StageConfig
 from fabrika.store import RunStore

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import polars as pl
 
-from fabrika.pipeline.context import item_rng
 from fabrika.gates import gate_lazy
+from fabrika.pipeline.context import item_rng
 from fabrika.pipeline.llm_wrap import StageLLM
 from fabrika.pipeline.stage import Row, StageConfig
 

@@ -30,9 +30,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import ConfigError
-from fabrika.generators.parsing import ParseFailure, extract_json, is_failure
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.rewards.instruct import IFRewardConfig, completion_text, parse_constraints, rm_corrected, score_if
+from fabrika.textutil.answers import ParseFailure, extract_json, is_failure
 from fabrika.textutil.reasoning import split_reasoning
 
 __all__ = [

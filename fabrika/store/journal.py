@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from fabrika.store import shards
+import fabrika.store.shards as shards
 
 JOURNAL = "journal.jsonl"
 

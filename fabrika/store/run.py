@@ -23,8 +23,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import polars as pl
 
+import fabrika.store.journal as journal
+import fabrika.store.shards as shards
 from fabrika.errors import StoreError
-from fabrika.store import journal, shards
 from fabrika.store.done_ids import DoneIds
 
 MANIFEST = "manifest.json"

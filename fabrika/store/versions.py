@@ -44,12 +44,12 @@ from typing import Any, Mapping
 import polars as pl
 import pyarrow.parquet as pq
 
+import fabrika.store.shards as shards
+from fabrika import gates
 from fabrika.errors import ConfigError, StoreError
 from fabrika.schemas.ids import stable_id
-from fabrika import gates
-from fabrika.store.run import JOIN_DROP, RunStore, annotation_column
-from fabrika.store import shards
 from fabrika.store.lock import hold_run_dir
+from fabrika.store.run import JOIN_DROP, RunStore, annotation_column
 from fabrika.store.shards import atomic_write_json, fsync_dir, scan_files
 
 VERSION_NAME = re.compile(r"^[\w.-]+$")

@@ -101,3 +101,35 @@ def is_language(text: str, code: str) -> bool:
     top = values[0].value if values else 0.0
     ru = next((v.value for v in values if v.language == Language.RUSSIAN), 0.0)
     return top < _FLAT or ru >= _SHORT_RATIO * top
+
+
+_CYR = re.compile(r"[А-Яа-яЁё]")
+_LAT = re.compile(r"[A-Za-z]")
+
+
+@lru_cache(maxsize=1)
+def _russian_detector() -> LanguageDetector:
+    langs = [Language.RUSSIAN, Language.ENGLISH, Language.UKRAINIAN, Language.BELARUSIAN,
+             Language.BULGARIAN, Language.GERMAN, Language.FRENCH, Language.SPANISH]
+    return LanguageDetectorBuilder.from_languages(*langs).build()
+
+
+def check_russian(text: str, *, min_cyrillic_share: float = 0.6) -> str | None:
+    """``None`` if ``text`` reads as Russian, else a reason (``not_russian: …``, ``garbled: …``).
+
+    Latin inside quotes/code (``JSON``, ``P.S.``) is fine; the share counts letters only.
+    """
+    if "\ufffd" in text:
+        return "garbled: contains U+FFFD replacement characters"
+    letters = len(_CYR.findall(text)) + len(_LAT.findall(text))
+    if letters < 3:
+        return "garbled: too few letters"
+    if sum(ch.isalpha() or ch.isspace() for ch in text) / len(text) < 0.5:
+        return "garbled: mostly symbols"
+    share = len(_CYR.findall(text)) / letters
+    if share < min_cyrillic_share:
+        return f"not_russian: cyrillic share {share:.2f} < {min_cyrillic_share}"
+    lang = _russian_detector().detect_language_of(text)
+    if lang is not None and lang.name != "RUSSIAN":
+        return f"not_russian: detected {lang.name.lower()}"
+    return None

@@ -8,11 +8,11 @@ import datasets
 import pytest
 
 from fabrika.errors import ConfigError, StoreError
-from fabrika.export.records import grpo_record
-from fabrika.schemas.chat import sft_record
 from fabrika.export.mix import MixConfig
+from fabrika.export.records import grpo_record
 from fabrika.export.source import open_version
 from fabrika.export.writer import ExportConfig, export, read_export
+from fabrika.schemas.chat import sft_record
 
 
 def test_hf_round_trip_keeps_different_keys_intact(run_dir: Path, rows, tmp_path: Path):

@@ -16,8 +16,8 @@ import datasets
 import pytest
 
 from fabrika.export.source import open_version
-from fabrika.schemas.template import load_template
 from fabrika.export.writer import ExportConfig, export
+from fabrika.schemas.template import load_template
 
 pytest.importorskip("trl")
 

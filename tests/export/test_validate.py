@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from fabrika.export.validate import check_record, null_paths, validate_records
+from fabrika.schemas import Message, ToolCall, to_row
 from fabrika.schemas.chat import message_to_chat, sft_record
 from fabrika.schemas.template import load_template
-from fabrika.schemas import Message, ToolCall, to_row
 
 from tests.export.export_fixtures import make_sample
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from fabrika.generators.instruct.parsing import parse_verifier_answer
-from fabrika.generators.parsing import extract_json, is_failure
+from fabrika.textutil.answers import extract_json, is_failure, parse_verifier_answer
 
 
 def test_think_then_json_returns_the_answer_not_the_draft():
@@ -87,7 +86,7 @@ def test_if_verifier_parser_uses_the_same_rules():
 
 
 def test_if_text_parsers_grade_the_answer_not_the_reasoning():
-    from fabrika.generators.instruct.parsing import parse_constraint_list, parse_instruction, parse_score
+    from fabrika.textutil.answers import parse_constraint_list, parse_instruction, parse_score
 
     assert parse_score("<think>может, 2? нет</think>Оценка: 8/10") == 8.0
     assert is_failure(parse_score("<think>Оценка 9"))

@@ -8,8 +8,8 @@ import random
 from fabrika.generators.fc import sim_realistic as real
 from fabrika.generators.fc import sim_responders
 from fabrika.generators.fc.plan_checks import parse_steps
-from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.types import ChatRequest
+from fabrika.textutil.answers import extract_json, is_failure
 
 
 # importing the profile registers it for every sim request of this process (pytest imports every test

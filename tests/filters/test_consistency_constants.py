@@ -8,8 +8,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from fabrika.generators.instruct.verifiers import ConsistencyConfig, ConsistencyStage, cross_validate
 from fabrika.gates import apply_gates
+from fabrika.generators.instruct.verifiers import ConsistencyConfig, ConsistencyStage, cross_validate
 from fabrika.sandbox import Verdict
 
 POSITIVE = ["всё строчными буквами", "тихий вечер", "кот спит", "дождь идёт", "мы дома"]

@@ -9,11 +9,11 @@ from typing import Sequence
 import polars as pl
 import pytest
 
+from fabrika.errors import LLMError
 from fabrika.filters import decontam, dedup, language, length  # noqa: F401 - their gate groups register on import
 from fabrika.filters.difficulty import DifficultyConfig, DifficultyScorer, pass_rate, resolve_reward
-from fabrika.llm.types import ChatRequest, ChatResponse, Choice
-from fabrika.errors import LLMError
 from fabrika.gates import apply_gates, parse_set
+from fabrika.llm.types import ChatRequest, ChatResponse, Choice
 
 
 class ScriptedLLM:

@@ -10,9 +10,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from fabrika.gates import mark_dropped
 from fabrika.generators.instruct.multi import parse_conflict
 from fabrika.pipeline.config import validate_data
-from fabrika.gates import mark_dropped
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.rewards.instruct import IFRewardConfig, score_if
 from fabrika.store.run import RunStore

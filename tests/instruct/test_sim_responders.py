@@ -5,10 +5,11 @@ from __future__ import annotations
 import random
 
 from fabrika.generators.instruct import prompts, sim_families as fams
-from fabrika.generators.instruct.parsing import check_russian, is_failure, parse_constraint_list, parse_verifier_answer
 from fabrika.generators.instruct.sim_responders import sim_backtranslate, sim_expand, sim_respond, sim_verifier
 from fabrika.llm.sim import find_sim_responder
 from fabrika.sandbox import SandboxConfig, SandboxPool
+from fabrika.textutil.answers import is_failure, parse_constraint_list, parse_verifier_answer
+from fabrika.textutil.lang import check_russian
 
 
 def test_registered_for_every_role():

@@ -8,8 +8,8 @@ from typing import Any, AsyncIterator, Iterator
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
 from fabrika.gates import GatePredicate, register_gate_group
+from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
 

@@ -19,15 +19,15 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fabrika.agents.prompts import prompt_text
+from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.fc.common import response_error
 from fabrika.generators.fc.irrelevance import conversation_view
 from fabrika.generators.fc.structured import AnswerVerdict, response_format
-from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.types import ChatRequest
-from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.records import Sample
 from fabrika.schemas.rows import from_row
+from fabrika.textutil.answers import extract_json, is_failure
 
 
 class AnswerJudgeConfig(StageConfig):

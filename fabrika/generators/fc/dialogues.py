@@ -31,21 +31,21 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from fabrika.agents.leaks import PlanLeak, mentions, withheld_values
 from fabrika.agents.visibility import (
     EpisodeState, assistant_view, render_assistant_request, render_tool_prompt, render_user_prompt, tool_view,
     user_view,
 )
 from fabrika.generators.fc.common import language_ok, response_error
 from fabrika.generators.fc.step_check import StepVerdict, asks_for, check_step, parse_assistant_choice
-from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.rewards.fc import values_equal
-from fabrika.agents.leaks import PlanLeak, mentions, withheld_values
 from fabrika.schemas.fc import ExpectedCall, Plan, PlanStep
 from fabrika.schemas.ids import stable_id
 from fabrika.schemas.messages import Dialogue, Message
 from fabrika.schemas.tools import ToolCall
+from fabrika.textutil.answers import extract_json, is_failure
 from fabrika.textutil.reasoning import split_reasoning
 
 

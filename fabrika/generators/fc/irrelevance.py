@@ -27,13 +27,13 @@ from fabrika.agents.prompts import prompt_text
 from fabrika.generators.fc.common import language_ok, response_error
 from fabrika.generators.fc.samples import episode_samples
 from fabrika.generators.fc.structured import IrrelevanceVerdict, response_format
-from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
 from fabrika.schemas.messages import Dialogue, Message
 from fabrika.schemas.records import Sample
 from fabrika.schemas.rows import from_row, to_row
+from fabrika.textutil.answers import extract_json, is_failure
 from fabrika.textutil.reasoning import split_reasoning
 
 

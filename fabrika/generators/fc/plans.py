@@ -27,7 +27,6 @@ from fabrika.errors import InputError
 from fabrika.generators.fc.common import response_error
 from fabrika.generators.fc.plan_checks import check_plan, parse_steps
 from fabrika.generators.fc.structured import response_format
-from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.inputs import resolve_data_path
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
@@ -40,6 +39,7 @@ from fabrika.schemas.fc import (
     ToolSpec,
 )
 from fabrika.schemas.ids import stable_id
+from fabrika.textutil.answers import extract_json, is_failure
 
 DEFAULT_TYPES: dict[str, float] = {
     "single": 0.25, "parallel": 0.12, "multi_step": 0.12, "multi_turn": 0.16,

@@ -4,7 +4,7 @@ The JSON schema comes from the pydantic model the stage parses into, so the
 constraint a server enforces (OpenAI ``json_schema``, vLLM structured outputs —
 ``fabrika.llm.vllm_local`` maps it to guided decoding) and the parser can never
 disagree. Servers that ignore ``response_format`` still get the shape in the
-prompt, and :func:`fabrika.generators.parsing.extract_json` stays the fallback:
+prompt, and :func:`fabrika.textutil.answers.extract_json` stays the fallback:
 a constrained answer is still untrusted input.
 """
 

@@ -34,7 +34,6 @@ from fabrika.generators.fc.common import parse_tool, response_error, signature
 from fabrika.generators.fc.tool_sources import Candidate, candidates_from, duplicate_names, load_document, \
     mcp_list_tools, snake_name
 from fabrika.generators.fc.tools import TOOL_COLUMNS
-from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.inputs import resolve_data_path
 from fabrika.llm.sim import register_sim_responder
 from fabrika.llm.types import ChatRequest
@@ -42,6 +41,7 @@ from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, 
 from fabrika.schemas.fc import N_TIERS
 from fabrika.schemas.ids import stable_id
 from fabrika.schemas.tools import Tool
+from fabrika.textutil.answers import extract_json, is_failure
 
 TAG = "fc.tools_import"
 TYPE_ALIASES = {"int": "integer", "long": "integer", "str": "string", "text": "string", "bool": "boolean",

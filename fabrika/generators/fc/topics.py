@@ -22,11 +22,11 @@ from fabrika.embeddings import EmbedderConfig, build_embedder, cached_embed
 from fabrika.errors import ConfigError, InputError
 from fabrika.generators.fc import topics_prompts as prompts
 from fabrika.generators.fc.topics_text import NearDuplicateIndex, keyword_tokens, language_ok
-from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.inputs import iter_records, resolve_data_path, where
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
+from fabrika.textutil.answers import extract_json, is_failure
 
 Lang = Literal["ru", "en"]
 

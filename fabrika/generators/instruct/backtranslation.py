@@ -15,13 +15,14 @@ from typing import Any, ClassVar
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+import fabrika.generators.instruct.prompts as prompts
 from fabrika.filters.similarity import SimilarityConfig, build_similarity
-from fabrika.generators.instruct import prompts
-from fabrika.generators.instruct.parsing import check_russian, is_failure, parse_instruction
-from fabrika.generators.instruct.verifiers import consistency_before, current_min_accuracy, surviving_functions
 from fabrika.gates import GatePredicate, register_gate_group
+from fabrika.generators.instruct.verifiers import consistency_before, current_min_accuracy, surviving_functions
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.rows import dumps
+from fabrika.textutil.answers import is_failure, parse_instruction
+from fabrika.textutil.lang import check_russian
 
 
 class BacktranslationConfig(StageConfig):

@@ -19,15 +19,16 @@ from typing import Any, AsyncIterator, ClassVar, Iterator
 
 from pydantic import Field
 
+import fabrika.generators.instruct.prompts as prompts
 from fabrika.errors import InputError
 from fabrika.filters.dedup import near_duplicate_clusters
 from fabrika.filters.text import norm_tokens
 from fabrika.generators.generic import iter_prompt_records
-from fabrika.generators.instruct import prompts
-from fabrika.generators.instruct.parsing import check_russian, is_failure, parse_constraint_list
 from fabrika.inputs import where
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import Constraint, stable_id, to_row
+from fabrika.textutil.answers import is_failure, parse_constraint_list
+from fabrika.textutil.lang import check_russian
 
 
 class ExpandConfig(StageConfig):

@@ -40,12 +40,12 @@ from pydantic import Field, field_validator
 
 from fabrika.generators.instruct.queries import DEFAULT_POOL, SYSTEM_TEMPLATES, USER_TEMPLATES, load_pool
 from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sandbox, surviving_functions
-from fabrika.generators.parsing import ParseFailure, extract_json, is_failure
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
-from fabrika.textutil.reasoning import answer_text as strip_reasoning
 from fabrika.schemas import stable_id
 from fabrika.schemas.rows import dumps
+from fabrika.textutil.answers import ParseFailure, extract_json, is_failure
+from fabrika.textutil.reasoning import answer_text as strip_reasoning
 
 TAG_CONFLICT = "if.multi.conflict"
 

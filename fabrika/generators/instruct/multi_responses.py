@@ -20,17 +20,18 @@ from typing import Any, ClassVar, Literal
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from fabrika.generators.instruct import prompts
-from fabrika.generators.instruct.parsing import check_russian, parse_score
+import fabrika.generators.instruct.prompts as prompts
+from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.instruct.responses import TEACHER_COLUMNS
 from fabrika.generators.instruct.verifiers import get_sandbox
 from fabrika.llm.types import ChatRequest
-from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
-from fabrika.textutil.reasoning import answer_text as strip_reasoning
 from fabrika.schemas import Message, Sample, stable_id, to_row
 from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth
 from fabrika.schemas.rows import dumps
+from fabrika.textutil.answers import parse_score
+from fabrika.textutil.lang import check_russian
+from fabrika.textutil.reasoning import answer_text as strip_reasoning
 
 TAG_MULTI_RESPOND = "if.multi.respond"
 PROMPT_COLS = ("slot_id", "query_id", "query", "placement", "lang", "messages", "constraints", "library_constraints",

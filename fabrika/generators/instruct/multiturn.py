@@ -42,7 +42,6 @@ from fabrika.generators.instruct.rubrics import (
     parse_rubrics,
     writer_request,
 )
-from fabrika.generators.parsing import is_failure
 from fabrika.inputs import DATA_DIR
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
@@ -50,6 +49,7 @@ from fabrika.rewards.rubric import judge_request, render_transcript, response_ve
 from fabrika.schemas import Message, Sample, stable_id, to_row
 from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth
 from fabrika.schemas.rows import dumps
+from fabrika.textutil.answers import is_failure
 
 TAG_USER = "if.dialogue.user"
 TAG_ASSISTANT = "if.dialogue.assistant"
@@ -287,8 +287,8 @@ class DialoguesStage(Stage):
                               temperature=0.0 if self.config.judge_samples == 1 else 0.7) for i in positions]
         quality: list[float | None] = [None] * len(positions)
         if self.config.judge_quality and positions:
-            from fabrika.generators.instruct import prompts
-            from fabrika.generators.instruct.parsing import parse_score
+            import fabrika.generators.instruct.prompts as prompts
+            from fabrika.textutil.answers import parse_score
 
             qreqs = [prompts.judge_quality_request(messages[i - 1]["content"], [r["text"] for r in rules],
                                                    messages[i]["content"], model=self.config.judge_model)

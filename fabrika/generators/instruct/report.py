@@ -15,8 +15,8 @@ from typing import Any, Mapping
 import polars as pl
 
 from fabrika.gates import apply_gates, parse_set
-from fabrika.store.run import RunStore
 from fabrika.pipeline.registry import load_run_modules
+from fabrika.store.run import RunStore
 
 
 def _names(manifest: Mapping[str, Any]) -> dict[str, list[str]]:

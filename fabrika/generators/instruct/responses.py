@@ -20,15 +20,16 @@ from typing import Any, ClassVar
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from fabrika.generators.instruct import prompts
-from fabrika.generators.instruct.parsing import check_russian, parse_score
+import fabrika.generators.instruct.prompts as prompts
+from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.instruct.queries import CARRIED_SCORES
 from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sandbox
-from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import Message, Sample, stable_id, to_row
 from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth, IFVerifierRef
 from fabrika.schemas.rows import dumps
+from fabrika.textutil.answers import parse_score
+from fabrika.textutil.lang import check_russian
 from fabrika.textutil.reasoning import split_reasoning
 
 PROMPT_COLS = ("constraint_id", "query_id", "query", "placement", "messages", "constraints", "library_constraints")

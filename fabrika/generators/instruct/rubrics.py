@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from fabrika.generators.parsing import ParseFailure, extract_json, is_failure
 from fabrika.llm.types import ChatRequest
 from fabrika.rewards.rubric import parse_verdicts, render_prompt, strip_reasoning
+from fabrika.textutil.answers import ParseFailure, extract_json, is_failure
 
 TAG_RUBRIC_WRITER = "if.dialogue.rubrics"
 TAG_DECIDABLE = "if.dialogue.decidable"
@@ -109,7 +109,7 @@ def parse_decidable(text: str | None, n: int) -> list[bool] | ParseFailure:
 def language_problem(text: str, lang: str) -> str | None:
     """``None`` when ``text`` reads as ``lang`` (ru/en), else the reason."""
     if lang == "ru":
-        from fabrika.generators.instruct.parsing import check_russian
+        from fabrika.textutil.lang import check_russian
 
         return check_russian(text)
     letters = [c for c in text if c.isalpha()]

@@ -14,7 +14,7 @@ import random
 import re
 from typing import Any
 
-from fabrika.generators.instruct import sim_families as fam_mod
+import fabrika.generators.instruct.sim_families as fam_mod
 from fabrika.llm.types import ChatRequest, Choice
 
 SENTENCES = {

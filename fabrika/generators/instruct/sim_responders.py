@@ -13,7 +13,7 @@ import json
 import random
 import re
 
-from fabrika.generators.instruct import sim_families as fam_mod
+import fabrika.generators.instruct.sim_families as fam_mod
 from fabrika.generators.instruct.prompts import (
     TAG_BACKTRANSLATE,
     TAG_EXPAND,

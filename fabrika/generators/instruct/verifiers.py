@@ -25,12 +25,12 @@ from typing import Any, ClassVar
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from fabrika.generators.instruct import prompts
-from fabrika.generators.instruct.parsing import is_failure, parse_verifier_answer
+import fabrika.generators.instruct.prompts as prompts
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id
 from fabrika.schemas.rows import dumps
+from fabrika.textutil.answers import is_failure, parse_verifier_answer
 
 _FATAL = frozenset({"precheck", "syntax", "no_function", "memory", "crash"})
 CONSTRAINT_COLS = ("text", "lang", "source", "parent_id", "family", "params")
