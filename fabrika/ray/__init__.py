@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from fabrika.errors import ConfigError
-from fabrika.pipeline.sections import RAY_MISSING, RaySettings, ray_missing
+from fabrika.pipeline.sections import RAY_MISSING, RaySettings
 
 
 def import_ray() -> Any:
@@ -32,4 +32,4 @@ def connect(settings: RaySettings) -> Any:
     return ray
 
 
-__all__ = ["RAY_MISSING", "RaySettings", "connect", "import_ray", "ray_missing"]
+__all__ = ["connect", "import_ray"]
