@@ -14,8 +14,9 @@ Why this order (bottom to top):
   ``--set`` parsing, gate groups), the constraint library, agent visibility.
 * 2 ``rewards`` — pure scoring functions over samples (sandbox, constraints, llm).
 * 3 ``store`` — shards, manifests, resume and dataset versions; it applies gates
-  (``gates``) but knows nothing of the pipeline: the caller passes the gate
-  groups it needs.
+  (``gates``) but knows nothing of the pipeline: the caller loads the modules
+  that register gate groups (``pipeline.registry.load_run_modules``), and
+  materialisation refuses while a group the run recorded is missing.
 * 4 ``pipeline`` — the document, stage contract and runner; executors other than
   ``local`` are loaded by module string (like stage kinds), so ``pipeline``
   never imports ``ray``.
@@ -31,7 +32,11 @@ The package root ``fabrika/__init__.py`` names its exports as strings and
 imports none of them, so it sits at the bottom.
 
 An import is a dependency wherever it is written: inside a function, under
-``TYPE_CHECKING``, anywhere. Loading a module by string (``importlib``), as the
+``TYPE_CHECKING``, anywhere. ``from fabrika.store import shards`` depends on
+``fabrika/store/__init__.py`` too (the name is read off the package), so a
+sibling is imported as ``from fabrika.store.shards import …`` or
+``import fabrika.store.shards as shards``, keeping package ``__init__`` files
+free to re-export their submodules. Loading a module by string (``importlib``), as the
 stage registry does, is not an edge — that is what registries are for.
 
 When this test fails, the message names both modules and the line: move the
