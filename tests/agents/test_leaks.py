@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,9 +14,7 @@ from fabrika.llm.types import Choice
 from fabrika.agents.leaks import PlanLeak
 from fabrika.schemas.fc import ExpectedCall, Persona, Plan, PlanStep
 from tests.agents.test_visibility import PLAN
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "fc"))
-from fc_helpers import FakeCtx, ScriptedLLM  # noqa: E402
+from tests.fc.fc_helpers import FakeCtx, ScriptedLLM
 
 CALL = ExpectedCall(name="search_train_tickets", arguments={"station_code": "TVR", "carriage_class": "coupe"},
                     result={"trains": []})

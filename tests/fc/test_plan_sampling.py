@@ -33,7 +33,7 @@ def test_exclusions_are_never_drawn():
 
 
 def test_every_group_holds_a_tool_of_the_most_similar_topic():
-    from fc_helpers import FakeCtx
+    from tests.fc.fc_helpers import FakeCtx
 
     from fabrika.generators.fc.plans import PlansConfig, PlansStage
     from fabrika.schemas import Tool

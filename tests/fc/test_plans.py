@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fc_helpers import FakeCtx, ScriptedLLM, sequence
+from tests.fc.fc_helpers import FakeCtx, ScriptedLLM, sequence
 
 from fabrika.generators.fc.plan_checks import check_plan, parse_steps
 from fabrika.generators.fc.plans import PlansConfig, PlansStage

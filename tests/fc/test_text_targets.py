@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fc_helpers import FakeCtx, ScriptedLLM, sequence
+from tests.fc.fc_helpers import FakeCtx, ScriptedLLM, sequence
 
 from fabrika.generators.fc.answer_judge import AnswerJudgeConfig, AnswerJudgeStage, FcTargetsGate, _fc_targets
 from fabrika.generators.fc.dialogues import unsupported_numbers

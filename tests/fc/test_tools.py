@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fc_helpers import FakeCtx, ScriptedLLM
+from tests.fc.fc_helpers import FakeCtx, ScriptedLLM
 
 from fabrika.generators.fc.common import language_ok
 from fabrika.generators.fc.tools import ToolsConfig, ToolsDedupConfig, ToolsDedupStage, ToolsStage

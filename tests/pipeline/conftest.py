@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-HERE = Path(__file__).parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-import pipeline_stages  # noqa: E402  (registers test.* stage kinds and the test gate group)
+from tests.pipeline import pipeline_stages  # registers test.* stage kinds and the test gate group
 
 
 @pytest.fixture

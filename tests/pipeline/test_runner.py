@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-import pipeline_stages as ps
+from tests.pipeline import pipeline_stages as ps
 from fabrika.pipeline.config import PipelineConfig, validate_data
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.store import RunStore
