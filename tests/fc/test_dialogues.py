@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from tests.fc.fc_helpers import FakeCtx, ScriptedLLM, sequence
+from fabrika.testing import ScriptedLLM, sequence, stage_context
 
 from fabrika.generators.fc.dialogues import DialoguesConfig, DialoguesStage
 from fabrika.generators.fc.samples import SamplesConfig, SamplesStage
@@ -31,7 +31,7 @@ def call(name="get_weather", **args):
 
 
 def run(llm, **cfg) -> dict:
-    stage = DialoguesStage(DialoguesConfig(kind="fc.dialogues", **cfg), FakeCtx(llm))
+    stage = DialoguesStage(DialoguesConfig(kind="fc.dialogues", **cfg), stage_context(llm))
     [row] = asyncio.run(stage.process(ROW))
     return row
 
@@ -41,7 +41,7 @@ def scripts(assistant, user=lambda r: "Какая погода в Твери?", 
 
 
 def samples_of(row) -> list[Sample]:
-    out = asyncio.run(SamplesStage(SamplesConfig(kind="fc.samples"), FakeCtx(None)).process(row))
+    out = asyncio.run(SamplesStage(SamplesConfig(kind="fc.samples"), stage_context(None)).process(row))
     return [from_row(Sample, r) for r in out]
 
 
