@@ -1,12 +1,14 @@
-"""Fixtures of the pipeline tests: an in-process fake engine and test stage kinds."""
+"""Fixtures of the pipeline tests: the echoing scripted model and the test stage kinds."""
 
 from __future__ import annotations
 
 import pytest
 
+from fabrika.testing import ScriptedLLM
+
 from tests.pipeline import pipeline_stages  # registers test.* stage kinds and the test gate group
 
 
 @pytest.fixture
-def engine() -> pipeline_stages.FakeEngine:
-    return pipeline_stages.FakeEngine()
+def engine() -> ScriptedLLM:
+    return pipeline_stages.echo_llm()
