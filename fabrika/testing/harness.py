@@ -573,8 +573,8 @@ async def run_stage(stage: Any, config: Any = None, ctx: HarnessContext | None =
         stage: a :class:`~fabrika.pipeline.stage.Stage` subclass (built with ``config`` and ``ctx``)
             or an instance.
         config: the stage's config, or a dict of its fields (validated by the stage's ``Config``).
-        ctx: the context (default ``stage_context()``); it acts for the stage's name unless built
-            with ``stage=``.
+        ctx: the context (default: an instance's own harness context, else ``stage_context()``); it
+            acts for the stage's name unless built with ``stage=``.
         rows: the input rows; default ``stage.input_rows()`` (the gated rows of ``config.input``).
         done: item ids already written (resume skips them).
         strict: raise when the stage raised (:class:`StageInternalError`, chained to the original
@@ -584,7 +584,9 @@ async def run_stage(stage: Any, config: Any = None, ctx: HarnessContext | None =
     """
     from fabrika.pipeline.executors import finish_rows, new_items, process_item
 
-    ctx = ctx if ctx is not None else stage_context()
+    if ctx is None:
+        own = getattr(stage, "ctx", None)
+        ctx = own if isinstance(own, HarnessContext) and not isinstance(stage, type) else stage_context()
     if isinstance(stage, type):
         if isinstance(config, Mapping):
             config = stage.Config(**{"kind": stage.kind, **config})
