@@ -35,8 +35,9 @@ What a handler may return (or raise, for errors):
   and the runner's rules decide pending (outage) vs rejected (``bad_request``,
   ``context_length``).
 
-The handler always sees single-sample requests: a grouped ``n=K`` request (``supports_n=True``)
-calls it once per sample with ``n=1`` and that sample's ``sample_index``; :attr:`ScriptedLLM.requests`
+The handler sees single-sample requests: an ``n=K`` request (the engine groups samples when
+``supports_n=True``; a stage may ask for ``n`` itself) calls it once per sample with ``n=1`` and that
+sample's ``sample_index`` (``split_samples=False``: once, with the ``n=K`` request); :attr:`ScriptedLLM.requests`
 records what actually reached the backend (the ``n=K`` request). Any other exception from the
 handler is a bug in the test: it is recorded in :attr:`ScriptedLLM.handler_errors` and re-raised by
 :meth:`ScriptedLLM.complete` and by :func:`run_stage`, instead of hiding as a failed request.
@@ -230,6 +231,9 @@ class ScriptedLLM:
         model: the model the engine fills into requests that name none.
         supports_n: answer ``n=K`` requests, so the engine groups repeated samples (as it does
             for an OpenAI-compatible server).
+        split_samples: call the handler once per sample of an ``n=K`` request (with ``n=1`` and the
+            sample's ``sample_index``); ``False`` calls it once with the ``n=K`` request itself and its
+            answer (a list for several choices) is the whole answer — e.g. a server that ignores ``n``.
         delay_s: ``asyncio.sleep`` per attempt (for concurrency and crash-window tests).
         config: the engine's :class:`~fabrika.llm.config.LLMConfig`; default: the real defaults
             with ``model`` and no backoff waits (retries happen, instantly).
@@ -237,7 +241,7 @@ class ScriptedLLM:
     """
 
     def __init__(self, handler: Handler | Mapping[str, Any], *, name: str = "scripted", model: str = "scripted",
-                 supports_n: bool = False, delay_s: float = 0.0, config: Any = None,
+                 supports_n: bool = False, split_samples: bool = True, delay_s: float = 0.0, config: Any = None,
                  cache: str | Path | None = None) -> None:
         from fabrika.llm.config import LLMConfig
 
@@ -245,6 +249,7 @@ class ScriptedLLM:
         self.name = name
         self.model = model
         self.supports_n = supports_n
+        self.split_samples = split_samples
         self.delay_s = delay_s
         self.config = config if config is not None else LLMConfig(
             model=model, backoff_initial_s=0.0, backoff_max_s=0.0, backoff_jitter_s=0.0, retry_after_max_s=0.0)
@@ -269,7 +274,7 @@ class ScriptedLLM:
         try:
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
-            samples = [request] if request.n <= 1 else [
+            samples = [request] if request.n <= 1 or not self.split_samples else [
                 dataclasses.replace(request, n=1, sample_index=request.sample_index + j) for j in range(request.n)]
             choices: list[Choice] = []
             usage: Usage | None = Usage(0, 0)

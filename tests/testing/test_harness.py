@@ -348,3 +348,15 @@ def test_errors_keep_their_kind_and_http_status():
     for kind, status in [("rate_limit", 429), ("server", 503), ("context_length", 400), ("timeout", None)]:
         err = llm_error(kind)
         assert isinstance(err, LLMError) and err.kind == kind and err.status_code == status
+
+
+async def test_a_server_that_ignores_n_is_a_retried_server_error_in_the_engine():
+    llm = ScriptedLLM(lambda r: f"один из {r.n}", split_samples=False, config=LLMConfig(max_retries=1,
+                                                                                        backoff_initial_s=0,
+                                                                                        backoff_jitter_s=0))
+    resp = await llm.complete_one(ask("x", n=3))
+    assert resp.error is not None and resp.error.kind == "server" and "n=3" in resp.error.message
+    assert [r.n for r in llm.requests] == [3, 3]  # asked again once, then failed
+    honest = ScriptedLLM(lambda r: f"образец {r.sample_index}")
+    resp = await honest.complete_one(ask("x", n=3))
+    assert [c.content for c in resp.choices] == ["образец 0", "образец 1", "образец 2"] and honest.calls == 1
