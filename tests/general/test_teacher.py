@@ -11,7 +11,7 @@ import pytest
 from fabrika.generators.general.teacher import GeneralTeacherConfig, GeneralTeacherStage, reference_length
 from fabrika.llm.types import Choice
 from fabrika.rewards.general import completion_length
-from tests.general.conftest import context, teacher_llm
+from tests.general.teacher_double import context, teacher_llm
 
 PROMPT = {"id": "gp-1", "prompt": json.dumps([{"role": "user", "content": "Как заварить пуэр?"}], ensure_ascii=False),
           "lang": "ru"}
