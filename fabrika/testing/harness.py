@@ -509,7 +509,7 @@ def _backend_name(llm: Any) -> str:
 def stage_context(llm: Any = None, rows: Mapping[str, Iterable[Row]] | None = None,
                   resources: Mapping[str, Any] | None = None, *, seed: int | None = None,
                   run_dir: str | Path | None = None, pipeline: Any = None, stage: str | None = None,
-                  backend_name: str | None = None) -> HarnessContext:
+                  backend_name: str | None = None, base_dir: str | Path | None = None) -> HarnessContext:
     """A stage context for tests (see :class:`HarnessContext`).
 
     Args:
@@ -525,9 +525,14 @@ def stage_context(llm: Any = None, rows: Mapping[str, Iterable[Row]] | None = No
         stage: the stage name the context acts for; default the name of the stage :func:`run_stage`
             runs (``"test"`` before that).
         backend_name: the rows' ``llm_backend`` label; default the llm's name.
+        base_dir: the config file's directory, which relative paths in stage configs are resolved
+            against (``ctx.pipeline.resolve_path``); default the working directory.
     """
-    return HarnessContext(llm, rows or {}, resources or {}, seed, Path(run_dir) if run_dir else None, pipeline,
-                          stage, backend_name)
+    ctx = HarnessContext(llm, rows or {}, resources or {}, seed, Path(run_dir) if run_dir else None, pipeline,
+                         stage, backend_name)
+    if base_dir is not None:
+        ctx.pipeline._base_dir = Path(base_dir)
+    return ctx
 
 
 # -- running one stage ------------------------------------------------------------------------------

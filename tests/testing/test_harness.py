@@ -360,3 +360,9 @@ async def test_a_server_that_ignores_n_is_a_retried_server_error_in_the_engine()
     honest = ScriptedLLM(lambda r: f"образец {r.sample_index}")
     resp = await honest.complete_one(ask("x", n=3))
     assert [c.content for c in resp.choices] == ["образец 0", "образец 1", "образец 2"] and honest.calls == 1
+
+
+def test_relative_paths_resolve_against_the_config_directory(tmp_path: Path):
+    ctx = stage_context(base_dir=tmp_path)
+    assert ctx.pipeline.resolve_path("seeds/a.jsonl") == tmp_path / "seeds" / "a.jsonl"
+    assert stage_context().pipeline.resolve_path("/abs/x") == Path("/abs/x")
