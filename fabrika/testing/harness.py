@@ -57,13 +57,17 @@ import dataclasses
 import inspect
 import json
 import tempfile
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, Union
 
-from fabrika.errors import LLMError
+from fabrika.errors import LLMError, LLMErrorKind
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
+
+if TYPE_CHECKING:
+    from fabrika.pipeline.stage import Stage, StageConfig
 
 __all__ = [
     "HarnessContext",
@@ -109,10 +113,10 @@ _MESSAGES = {
 }
 
 
-def llm_error(kind: str, message: str | None = None, *, status_code: int | None = None,
+def llm_error(kind: LLMErrorKind, message: str | None = None, *, status_code: int | None = None,
               retry_after: float | None = None) -> LLMError:
     """An :class:`LLMError` of ``kind`` with the status code and wording a real server gives."""
-    return LLMError(kind, message or _MESSAGES.get(kind, kind),  # type: ignore[arg-type]
+    return LLMError(kind, message or _MESSAGES.get(kind, kind),
                     status_code=status_code if status_code is not None else _STATUS.get(kind),
                     retry_after=retry_after)
 
@@ -317,6 +321,8 @@ class ScriptedLLM:
         except RuntimeError:
             loop = None
         if self._engine is None or self._engine.closed or (loop is not None and self._engine_loop is not loop):
+            if self._engine is not None and not self._engine.closed and self._engine.cache is not None:
+                self._engine.cache.close()  # the previous event loop's engine: flush its answers to disk
             cache = None
             if self.cache_path is not None:
                 from fabrika.llm.cache import ResponseCache
@@ -398,8 +404,10 @@ class HarnessContext:
 
         self.rows = {name: list(rs) for name, rs in rows.items()}
         self.resources: dict[str, Any] = dict(resources)
-        self._run_dir = Path(run_dir) if run_dir is not None else None
-        self.pipeline = pipeline if pipeline is not None else self._default_pipeline(seed)
+        #: where ``stage_dir`` lives; without one, a fresh name under the temporary directory (made on first use)
+        self.run_dir = Path(run_dir) if run_dir is not None else Path(tempfile.gettempdir()) / (
+            f"fabrika-harness-{uuid.uuid4().hex[:12]}")
+        self.pipeline = pipeline if pipeline is not None else self._default_pipeline(seed, run_dir)
         self.seed = int(seed if seed is not None else getattr(self.pipeline, "seed", 0))
         self.stage_name = stage or "test"
         self._stage_fixed = stage is not None
@@ -410,27 +418,31 @@ class HarnessContext:
         self.backend_name = backend_name or _backend_name(llm)
         self._wrap()
 
-    def _default_pipeline(self, seed: int | None) -> Any:
+    def _default_pipeline(self, seed: int | None, run_dir: Path | None) -> Any:
         from fabrika.pipeline.config import PipelineConfig
 
-        return PipelineConfig(name="harness", seed=seed or 0, stages=[], run_dir=self._run_dir)
+        return PipelineConfig(name="harness", seed=seed or 0, stages=[], run_dir=run_dir)
 
     def _wrap(self) -> None:
         from fabrika.pipeline.llm_wrap import StageLLM
 
         self.llm = StageLLM(self._client, self.stage_name, self.stats.llm) if self._client is not None else None
 
+    def new_run(self) -> None:
+        """Fresh counters for the next stage run (as the runner gives each stage); reports made so far stay."""
+        from fabrika.pipeline.outcome import StageStats
+
+        reports = dict(self.reports)
+        self.stats = StageStats()
+        self.stats.report.update(reports)
+        self.reports = self.stats.report
+        self._wrap()
+
     def bind(self, stage_name: str) -> None:
         """Act for ``stage_name`` (its RNG, its ``meta["stage"]``), unless the context was built for a stage."""
         if not self._stage_fixed and stage_name != self.stage_name:
             self.stage_name = stage_name
             self._wrap()
-
-    @property
-    def run_dir(self) -> Path:
-        if self._run_dir is None:
-            self._run_dir = Path(tempfile.mkdtemp(prefix="fabrika-harness-"))
-        return self._run_dir
 
     @property
     def filters(self) -> Mapping[str, Any]:
@@ -574,7 +586,8 @@ class StageRun:
         raise KeyError(f"no output row with id {row_id!r}")
 
 
-async def run_stage(stage: Any, config: Any = None, ctx: HarnessContext | None = None, *,
+async def run_stage(stage: "type[Stage] | Stage", config: "StageConfig | Mapping[str, Any] | None" = None,
+                    ctx: HarnessContext | None = None, *,
                     rows: Iterable[Row] | None = None, done: Iterable[str] = (), strict: bool = True,
                     max_in_flight: int | None = None) -> StageRun:
     """Run one stage over ``ctx`` the way the runner does (setup, items, teardown).
@@ -606,6 +619,7 @@ async def run_stage(stage: Any, config: Any = None, ctx: HarnessContext | None =
         stage = stage(config, ctx)
     else:
         ctx.bind(stage.config.stage_name)
+    ctx.new_run()
     inputs = iter(rows) if rows is not None else iter(stage.input_rows())
     stats = ctx.stats
     raised: dict[str, BaseException] = {}
@@ -629,7 +643,7 @@ async def run_stage(stage: Any, config: Any = None, ctx: HarnessContext | None =
                     raised[stage.item_id(row)] = exc
                     raise
 
-            stage.process = process
+            stage.__dict__["process"] = process  # on the instance only; removed after the run
             width = max_in_flight or getattr(stage.config, "max_in_flight", None) or 16
             slots = asyncio.Semaphore(width)
             done_ids = set(done)
@@ -652,6 +666,7 @@ async def run_stage(stage: Any, config: Any = None, ctx: HarnessContext | None =
                 out.extend(res.rows)
             result = StageRun(out, pending, list(results), stats, ctx.reports)
     finally:
+        stage.__dict__.pop("process", None)
         await stage.teardown()
     if strict:
         if script is not None:

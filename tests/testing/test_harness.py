@@ -366,3 +366,13 @@ def test_relative_paths_resolve_against_the_config_directory(tmp_path: Path):
     ctx = stage_context(base_dir=tmp_path)
     assert ctx.pipeline.resolve_path("seeds/a.jsonl") == tmp_path / "seeds" / "a.jsonl"
     assert stage_context().pipeline.resolve_path("/abs/x") == Path("/abs/x")
+
+
+async def test_each_run_of_a_stage_counts_afresh_and_the_instance_is_left_as_it_was():
+    ctx = stage_context(llm=ScriptedLLM(handler), rows={"up": rows("казань", "проза")})
+    stage = GuessStage(GuessConfig(input="up"), ctx)
+    first = await run_stage(stage)
+    second = await run_stage(stage)
+    assert first.stats.processed == second.stats.processed == 2 and second.stats.llm.requests == 2
+    assert "process" not in vars(stage)  # the capturing wrapper is gone
+    await ctx.aclose()
