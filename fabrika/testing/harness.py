@@ -44,7 +44,9 @@ handler is a bug in the test: it is recorded in :attr:`ScriptedLLM.handler_error
 
 :func:`stage_context` builds a :class:`HarnessContext` (the runner's
 :class:`~fabrika.pipeline.context.StageContext`: rows per upstream stage, gated by status and the
-pipeline's gate thresholds, the runner's per-item RNG, ``resource``, ``report``, ``stage_dir``) and
+pipeline's gate thresholds — or, with ``stored=True`` / ``annotators=``, written to a real run store and
+read back with the scorers' columns joined —, the runner's per-item RNG, ``resource``, ``report``,
+``stage_dir``) and
 :func:`run_stage` runs one stage over it with the runner's item execution
 (:func:`fabrika.pipeline.executors.process_item`): ``no_output``, ``internal_error``, pending items,
 ``input_id``/``llm_backend`` columns, resume by item id and ``max_items``.
@@ -399,10 +401,15 @@ class HarnessContext:
     """
 
     def __init__(self, llm: Any, rows: Mapping[str, Iterable[Row]], resources: Mapping[str, Any], seed: int | None,
-                 run_dir: Path | None, pipeline: Any, stage: str | None, backend_name: str | None) -> None:
+                 run_dir: Path | None, pipeline: Any, stage: str | None, backend_name: str | None,
+                 stored: bool = False, annotators: Mapping[str, Sequence[str]] | None = None) -> None:
         from fabrika.pipeline.outcome import StageStats
 
         self.rows = {name: list(rs) for name, rs in rows.items()}
+        #: annotating stages (scorers) by the table they score: their rows are joined on ``id`` when read
+        self.annotators = {name: list(a) for name, a in (annotators or {}).items()}
+        self.stored = stored or bool(self.annotators)
+        self._written: set[str] = set()
         self.resources: dict[str, Any] = dict(resources)
         #: where ``stage_dir`` lives; without one, a fresh name under the temporary directory (made on first use)
         self.run_dir = Path(run_dir) if run_dir is not None else Path(tempfile.gettempdir()) / (
@@ -453,6 +460,9 @@ class HarnessContext:
         if stage_name not in self.rows:
             raise KeyError(f"no rows given for upstream stage {stage_name!r}; pass "
                            f"stage_context(rows={{{stage_name!r}: [...]}}) (given: {sorted(self.rows)})")
+        if self.stored:
+            yield from self._stored_rows(stage_name, gated, columns)
+            return
         rows = self.rows[stage_name]
         names = list(dict.fromkeys(k for r in rows for k in r))  # a table's rows all have its columns
         if gated and rows:
@@ -476,6 +486,25 @@ class HarnessContext:
         order = "__harness_order"
         kept = gate_lazy(frame.with_row_index(order).lazy(), self.filters).select(order).collect()
         return [rows[i] for i in kept[order].to_list()]
+
+    def _stored_rows(self, stage_name: str, gated: bool, columns: list[str] | None) -> Iterator[Row]:
+        """The rows as a run reads them: written as shards of a real run store, read back with the
+        annotators' scores joined and the gates applied (what the runner's context does)."""
+        from fabrika.pipeline.gates import gate_lazy
+        from fabrika.store.run import RunStore
+
+        store = RunStore(self.run_dir)
+        annotators = self.annotators.get(stage_name, [])
+        for name in [stage_name, *annotators]:
+            if name not in self._written:
+                store.drop_stage(name)
+                if self.rows.get(name):
+                    store.write(name, self.rows[name])
+                self._written.add(name)
+        filters = self.filters
+        where = (lambda lf: gate_lazy(lf, filters)) if gated else None
+        for frame in store.iter_frames(stage_name, annotators, where=where, columns=columns):
+            yield from frame.iter_rows(named=True)
 
     def count_rows(self, stage_name: str, gated: bool = True) -> int:
         return sum(1 for _ in self.iter_rows(stage_name, gated=gated))
@@ -521,7 +550,8 @@ def _backend_name(llm: Any) -> str:
 def stage_context(llm: Any = None, rows: Mapping[str, Iterable[Row]] | None = None,
                   resources: Mapping[str, Any] | None = None, *, seed: int | None = None,
                   run_dir: str | Path | None = None, pipeline: Any = None, stage: str | None = None,
-                  backend_name: str | None = None, base_dir: str | Path | None = None) -> HarnessContext:
+                  backend_name: str | None = None, base_dir: str | Path | None = None, stored: bool = False,
+                  annotators: Mapping[str, Sequence[str]] | None = None) -> HarnessContext:
     """A stage context for tests (see :class:`HarnessContext`).
 
     Args:
@@ -539,9 +569,15 @@ def stage_context(llm: Any = None, rows: Mapping[str, Iterable[Row]] | None = No
         backend_name: the rows' ``llm_backend`` label; default the llm's name.
         base_dir: the config file's directory, which relative paths in stage configs are resolved
             against (``ctx.pipeline.resolve_path``); default the working directory.
+        stored: write the upstream rows as shards of a real run store under ``run_dir`` and read
+            them back as a run does (nested values must be JSON strings, columns get the table's
+            schema, rows come in id order).
+        annotators: scorer stages by the table they score (``{"fc.samples": ["judge"]}``; their rows
+            are in ``rows`` too): joined on ``id`` when the table is read, ``status__judge`` /
+            ``reason__judge`` named as in a run, and gated. Implies ``stored``.
     """
     ctx = HarnessContext(llm, rows or {}, resources or {}, seed, Path(run_dir) if run_dir else None, pipeline,
-                         stage, backend_name)
+                         stage, backend_name, stored, annotators)
     if base_dir is not None:
         ctx.pipeline._base_dir = Path(base_dir)
     return ctx

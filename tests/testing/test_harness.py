@@ -376,3 +376,33 @@ async def test_each_run_of_a_stage_counts_afresh_and_the_instance_is_left_as_it_
     assert first.stats.processed == second.stats.processed == 2 and second.stats.llm.requests == 2
     assert "process" not in vars(stage)  # the capturing wrapper is gone
     await ctx.aclose()
+
+
+async def test_stored_rows_join_the_annotators_scores_and_are_gated_on_them(tmp_path: Path):
+    register_gate_group("harness_test", _Band, _band)
+    up = [{"id": i, "status": "ok", "q": "казань"} for i in ("a", "b", "c")]
+    judge = [{"id": "a", "status": "ok", "reason": None, "harness_score": 0.9},
+             {"id": "b", "status": "ok", "reason": None, "harness_score": 0.1},
+             {"id": "c", "status": "rejected", "reason": "judge_failed: unparsable", "harness_score": None}]
+    pipeline = PipelineConfig(name="t", stages=[], filters={"harness_test": {"min": 0.5}})
+    ctx = stage_context(rows={"up": up, "judge": judge}, annotators={"up": ["judge"]}, pipeline=pipeline,
+                        run_dir=tmp_path)
+    assert [(r["id"], r["harness_score"]) for r in ctx.iter_rows("up")] == [("a", 0.9)]
+    everything = {r["id"]: r for r in ctx.iter_rows("up", gated=False)}
+    assert everything["c"]["status__judge"] == "rejected" and everything["c"]["status"] == "ok"
+    assert (tmp_path / "stages" / "up").is_dir()  # real shards of a real run store
+    result = await run_stage(GuessStage, {"input": "up"}, stage_context(
+        llm=ScriptedLLM(handler), rows={"up": up, "judge": judge}, annotators={"up": ["judge"]},
+        pipeline=pipeline, run_dir=tmp_path / "r2"))
+    assert [r["input_id"] for r in result.rows] == ["a"]
+
+
+def test_stored_rows_read_back_as_a_run_reads_them(tmp_path: Path):
+    up = [{"id": "b", "tags": {"город": "Тверь"}}, {"id": "a", "n": 1}]
+    stored = stage_context(rows={"up": up}, stored=True, run_dir=tmp_path)
+    assert list(stored.iter_rows("up")) == [{"id": "a", "n": 1, "tags": None},
+                                            {"id": "b", "n": None, "tags": '{"город":"Тверь"}'}]
+    by_id = {r["id"]: r for r in stored.iter_rows("up", gated=False)}
+    assert json.loads(by_id["b"]["tags"]) == {"город": "Тверь"}  # nested values come back as JSON text
+    assert by_id["a"]["tags"] is None and by_id["b"]["n"] is None  # every row has the table's columns
+    assert [r["id"] for r in stored.iter_rows("up", gated=False)] == ["a", "b"]  # shard content is in id order
