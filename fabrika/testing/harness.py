@@ -241,8 +241,9 @@ class ScriptedLLM:
             sample's ``sample_index``); ``False`` calls it once with the ``n=K`` request itself and its
             answer (a list for several choices) is the whole answer — e.g. a server that ignores ``n``.
         delay_s: ``asyncio.sleep`` per attempt (for concurrency and crash-window tests).
-        config: the engine's :class:`~fabrika.llm.config.LLMConfig`; default: the real defaults
-            with ``model`` and no backoff waits (retries happen, instantly).
+        config: the engine's :class:`~fabrika.llm.config.LLMConfig` (retries, defaults, ``cache_only``…);
+            the fields it does not set explicitly keep the real defaults, except ``model`` (the
+            argument above) and the backoff waits (zero: retries happen, instantly).
         cache: an SQLite file for the engine's response cache (off by default).
     """
 
@@ -257,8 +258,10 @@ class ScriptedLLM:
         self.supports_n = supports_n
         self.split_samples = split_samples
         self.delay_s = delay_s
-        self.config = config if config is not None else LLMConfig(
-            model=model, backoff_initial_s=0.0, backoff_max_s=0.0, backoff_jitter_s=0.0, retry_after_max_s=0.0)
+        quick = {"model": model, "backoff_initial_s": 0.0, "backoff_max_s": 0.0, "backoff_jitter_s": 0.0,
+                 "retry_after_max_s": 0.0}
+        config = config if config is not None else LLMConfig()
+        self.config = config.model_copy(update={k: v for k, v in quick.items() if k not in config.model_fields_set})
         self.cache_path = Path(cache) if cache is not None else None
         #: every request that reached the backend, one per attempt, after the engine's defaults
         self.requests: list[ChatRequest] = []
