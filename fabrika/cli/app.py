@@ -100,7 +100,8 @@ def run(
     resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Skip items already written (default).")] = True,
     cache_only: Annotated[bool, typer.Option("--cache-only", help="Answer only from the LLM cache; uncached items stay pending.")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Live per-stage progress.")] = True,
-    version: Annotated[Optional[str], typer.Option("--version-name", help="Name of the materialised version (default dataset.version).")] = None,
+    version: Annotated[Optional[str], typer.Option("--version-name",
+                                                   help="Name of the materialised version (default dataset.version).")] = None,
     set_: SetOption = None,
     until: Annotated[Optional[list[str]], typer.Option("--until", help="Run only this stage and what it needs (repeatable).")] = None,
     allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Materialise a version even when items "

@@ -154,7 +154,8 @@ def highlights(text: str, p: Mapping[str, Any]) -> bool:
 @constraint(
     "ru.format.postscript",
     F,
-    ["В конце ответа добавьте постскриптум — отдельную строку, которая начинается с «{marker}»", "Завершите ответ припиской «{marker} …» на отдельной строке."],
+    ["В конце ответа добавьте постскриптум — отдельную строку, которая начинается с «{marker}»",
+     "Завершите ответ припиской «{marker} …» на отдельной строке."],
     lambda rng: {"marker": rng.choice(POSTSCRIPT_MARKERS)},
 )
 def postscript(text: str, p: Mapping[str, Any]) -> bool:

@@ -205,7 +205,7 @@ def resolve_expected(predicted: list[dict[str, Any]], expected: list[dict[str, d
     for entry in expected:
         (name, params), = entry.items()
 
-        def concrete(pred_args: dict[str, Any]) -> dict[str, Any]:
+        def concrete(pred_args: dict[str, Any], params: dict[str, Any] = params) -> dict[str, Any]:
             args = {p: _resolve(p in pred_args, pred_args.get(p), allowed, eq) for p, allowed in params.items()}
             return {k: v for k, v in args.items() if v is not _OMIT}
 

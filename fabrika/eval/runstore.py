@@ -79,7 +79,7 @@ class ResultStore:
             except json.JSONDecodeError:
                 if n >= len(lines) - 2:  # a line cut by a crash: drop it, the item is asked again
                     continue
-                raise StoreError(f"{self.path}:{n + 1}: corrupt result line; delete the directory to start over")
+                raise StoreError(f"{self.path}:{n + 1}: corrupt result line; delete the directory to start over") from None
             self.done[rec["id"]] = rec
             good.append(line)
         tmp = self.path.with_name(self.path.name + ".tmp")
@@ -179,7 +179,7 @@ async def run_items(store: ResultStore, llm: LLMConfig, items: Sequence[Item],
                     continue
                 try:
                     records.append({"id": it["id"], **finish(it, resps)})
-                except Exception as exc:  # a scorer bug must not take the finished items with it
+                except Exception as exc:  # noqa: BLE001 - a scorer bug must not take the finished items with it
                     out.failed.append({"id": it["id"], "reason": f"internal_error: {type(exc).__name__}: {exc}"})
             store.append(records)
             out.finished += len(records)

@@ -33,8 +33,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import ConfigError, InputError
 from fabrika.export.card import render_card
-from fabrika.export.chat import (GRPO_OPTIONAL_COLUMNS, LIST_FIELDS, NESTED_FIELDS, ExportKind, message_elements,
-                                 ref_length, to_record, tool_elements, tools_to_chat)
+from fabrika.export.chat import (
+    GRPO_OPTIONAL_COLUMNS,
+    LIST_FIELDS,
+    NESTED_FIELDS,
+    ExportKind,
+    message_elements,
+    ref_length,
+    to_record,
+    tool_elements,
+    tools_to_chat,
+)
 from fabrika.export.fastjson import dumps as fast_dumps
 from fabrika.export.fastjson import loads
 from fabrika.export.mix import MixConfig, MixReport, mix

@@ -291,7 +291,7 @@ class LLMEngine:
                 out = [err] * n
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a backend bug: recorded, and logged loudly
                 _log.exception("LLM backend %r raised %s for tag %r (n=%d); recorded as failed requests",
                                self.backend.name, type(exc).__name__, first.tag, n)
                 e = map_exception(exc)
@@ -376,7 +376,7 @@ class LLMEngine:
                                     attempts=getattr(exc, "attempts", 1))
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # a backend or sim-responder bug: recorded, and logged loudly
+            except Exception as exc:  # noqa: BLE001 - a backend or sim-responder bug: recorded, and logged loudly
                 _log.exception("LLM backend %r raised %s for tag %r; recorded as a failed request",
                                self.backend.name, type(exc).__name__, request.tag)
                 err = map_exception(exc)

@@ -36,7 +36,7 @@ import asyncio
 import hashlib
 import json
 import random
-from typing import Callable, Union
+from typing import Callable
 
 from fabrika.errors import LLMError
 from fabrika.llm.cache import content_key
@@ -49,7 +49,7 @@ from fabrika.llm.schema_gen import (
 )
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
 
-SimResponder = Callable[[ChatRequest, random.Random], Union[Choice, str]]
+SimResponder = Callable[[ChatRequest, random.Random], Choice | str]
 
 _RESPONDERS: dict[str, SimResponder] = {}
 

@@ -250,7 +250,8 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
         for m, why in registry.load_modules([str(mod)]):
             err(f"plugins[{i}]", f"cannot import {m!r}: {why}")
     for m, why in registry.load_modules():
-        err("(stage registry)", f"cannot import stage module {m!r}: {why}; fix it or remove it from fabrika.pipeline.registry.STAGE_MODULES")
+        err("(stage registry)",
+            f"cannot import stage module {m!r}: {why}; fix it or remove it from fabrika.pipeline.registry.STAGE_MODULES")
 
     raw_stages = data.get("stages")
     stage_objs: list[StageConfig] = []

@@ -34,7 +34,6 @@ from fabrika.pipeline.lifecycle import build_engine_for
 from fabrika.pipeline.stage import STAGES, StageConfig
 from fabrika.store import RunStore
 
-
 #: Marks a directory as an estimate's scratch run (only such a directory is emptied).
 MARKER = ".fabrika-estimate"
 

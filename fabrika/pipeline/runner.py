@@ -46,8 +46,15 @@ from rich.console import Console
 
 from fabrika.errors import ConfigError, StoreError
 from fabrika.llm.redact import redact
-from fabrika.pipeline.config import (PipelineConfig, config_hash, execution_order, inputs_of, sandbox_problem,
-                                     stage_dependencies, uses_sandbox)
+from fabrika.pipeline.config import (
+    PipelineConfig,
+    config_hash,
+    execution_order,
+    inputs_of,
+    sandbox_problem,
+    stage_dependencies,
+    uses_sandbox,
+)
 from fabrika.pipeline.executors import executor_for, finish_rows, new_items, process_item
 from fabrika.pipeline.fingerprint import changed_fields, stage_fingerprints
 from fabrika.pipeline.lifecycle import _first_error, backend_of, build_engine_for, close_resources, probe_llm

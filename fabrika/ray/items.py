@@ -248,7 +248,7 @@ async def run_items_on_ray(run: Any, stage: Stage, stats: "StageStats", settings
         closing = [a.close.remote() for a in actors]
         try:
             await asyncio.wait_for(asyncio.gather(*closing, return_exceptions=True), timeout=30)
-        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - a dead actor has nothing to close
+        except (TimeoutError, Exception):  # noqa: BLE001 - a dead actor has nothing to close
             pass
         for a in actors:
             ray.kill(a, no_restart=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Iterable, Mapping, Sequence
 
 from fabrika.rewards.fc_text import is_clarification, is_refusal_with_reason
@@ -69,7 +69,7 @@ def _canonical(value: Any, schema: Any) -> Any:
                 moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
             except ValueError:
                 return text
-            return moment.astimezone(timezone.utc).isoformat() if moment.tzinfo else moment.isoformat()
+            return moment.astimezone(UTC).isoformat() if moment.tzinfo else moment.isoformat()
         return text
     if isinstance(value, dict):
         props = schema.get("properties") or {}

@@ -38,7 +38,7 @@ def nested_fields(cls: type[BaseModel]) -> tuple[str, ...]:
     cached = cls.__dict__.get("__fabrika_nested_fields__")
     if cached is None:
         cached = tuple(n for n, f in cls.model_fields.items() if not _is_scalar_annotation(f.annotation))
-        setattr(cls, "__fabrika_nested_fields__", cached)
+        cls.__fabrika_nested_fields__ = cached
     return cached
 
 

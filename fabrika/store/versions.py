@@ -45,11 +45,11 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from fabrika.errors import ConfigError, StoreError
-from fabrika.schemas.ids import stable_id
 from fabrika.pipeline import gates, registry
-from fabrika.store.run import JOIN_DROP, RunStore, annotation_column
+from fabrika.schemas.ids import stable_id
 from fabrika.store import shards
 from fabrika.store.lock import hold_run_dir
+from fabrika.store.run import JOIN_DROP, RunStore, annotation_column
 from fabrika.store.shards import atomic_write_json, fsync_dir, scan_files
 
 VERSION_NAME = re.compile(r"^[\w.-]+$")

@@ -121,7 +121,7 @@ class HttpProtocol(asyncio.Protocol):
         self.on_start()
         try:
             reply = self.handler(req)
-        except Exception as exc:  # a handler bug must answer 500, not kill the connection silently
+        except Exception as exc:  # noqa: BLE001 - a handler bug must answer 500, not kill the connection silently
             reply = HttpReply(status=500, body=f'{{"error":{{"message":"fake server handler error: {type(exc).__name__}"}}}}'.encode())
         close = req.headers.get("connection", "").lower() == "close"
         if reply.hang_s > 0:

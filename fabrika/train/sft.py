@@ -11,7 +11,6 @@ covers the completion only (``completion_only_loss``; TRL folds the mask into
 from __future__ import annotations
 
 import sys
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any

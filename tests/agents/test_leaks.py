@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from fabrika.agents.leaks import PlanLeak
 from fabrika.agents.visibility import EpisodeState, render_user_prompt, user_view
 from fabrika.generators.fc.dialogues import DialoguesConfig, DialoguesStage
 from fabrika.generators.fc.plan_checks import check_plan
 from fabrika.llm.types import Choice
-from fabrika.agents.leaks import PlanLeak
 from fabrika.schemas.fc import ExpectedCall, Persona, Plan, PlanStep
 from tests.agents.test_visibility import PLAN
 

@@ -7,7 +7,6 @@ import json
 from fabrika.export.chat import message_to_chat, sft_record
 from fabrika.export.validate import check_record, load_template, null_paths, validate_records
 from fabrika.schemas import Message, ToolCall, to_row
-
 from tests.export.export_fixtures import make_sample
 
 

@@ -6,13 +6,13 @@ import asyncio
 import json
 
 from fc_helpers import FakeCtx, ScriptedLLM, sequence
+from test_plans import CALL, TOOLS
 
 from fabrika.generators.fc.dialogues import DialoguesConfig, DialoguesStage
 from fabrika.generators.fc.samples import SamplesConfig, SamplesStage
 from fabrika.llm.types import Choice
 from fabrika.schemas import Sample, from_row
 from fabrika.schemas.fc import Persona, Plan, PlanStep
-from test_plans import CALL, TOOLS
 
 PLAN = Plan(
     id="plan-x", topic_id="t1", lang="ru", sample_type="single", tier=2,

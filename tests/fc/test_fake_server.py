@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 from fabrika.pipeline.config import validate_data
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.schemas import Sample, from_row

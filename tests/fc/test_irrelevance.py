@@ -6,14 +6,14 @@ import asyncio
 import json
 
 from fc_helpers import FakeCtx, ScriptedLLM
+from test_plans import TOOLS
 
 import fabrika.generators.fc.sim_responders as sim
 from fabrika.generators.fc.irrelevance import IrrelevanceConfig, IrrelevanceStage
 from fabrika.generators.fc.samples import episode_samples
 from fabrika.llm.types import ChatRequest
 from fabrika.schemas.messages import Dialogue, Message
-from fabrika.schemas.tools import Tool, ToolCall
-from test_plans import TOOLS
+from fabrika.schemas.tools import ToolCall
 
 WEATHER = [t.tool for t in TOOLS[:2]] + [TOOLS[2].tool]
 

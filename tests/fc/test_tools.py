@@ -77,7 +77,7 @@ def test_dedup_keeps_smallest_id_regardless_of_order():
         stage = ToolsDedupStage(ToolsDedupConfig(kind="fc.tools_dedup", input="fc.tools"),
                                 FakeCtx(None, rows={"fc.tools": order}))
 
-        async def collect():
+        async def collect(stage=stage):
             return [r async for chunk in stage.run_all(stage.input_rows()) for r in chunk]
 
         out = {r["id"]: (r["status"], r["reason"]) for r in asyncio.run(collect())}

@@ -9,10 +9,10 @@ from typing import Sequence
 import polars as pl
 import pytest
 
+from fabrika.errors import LLMError
 from fabrika.filters import gates as _gates  # noqa: F401 - registers the groups
 from fabrika.filters.difficulty import DifficultyConfig, DifficultyScorer, pass_rate, resolve_reward
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice
-from fabrika.errors import LLMError
 from fabrika.pipeline.gates import apply_gates, parse_set
 
 

@@ -10,7 +10,6 @@ import polars as pl
 import pytest
 
 from fabrika.errors import StoreError
-
 from fabrika.export.report import build_report
 from fabrika.export.source import open_version
 from fabrika.export.writer import ExportConfig, export

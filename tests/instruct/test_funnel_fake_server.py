@@ -67,7 +67,8 @@ ENDS_ANSWERS = [
     answer("return response.strip().endswith('Удачи!')", [("Всё просто. Удачи!", True), ("Удачи! Всё", False), ("Пока. Удачи!", True)]),
     answer("return response.rstrip().endswith('Удачи!')", [("Хорошо. Удачи!", True), ("Нет", False), ("Да. Удачи!", True)]),
     answer("s = response.strip()\nreturn s[-6:] == 'Удачи!'", [("Итог. Удачи!", True), ("Удачи, друг", False), ("Ну, Удачи!", True)]),
-    answer("result = response.strip().endswith('Удачи!')\nreturn result", [("И всё. Удачи!", True), ("Привет", False), ("Ок. Удачи!", True)]),
+    answer("result = response.strip().endswith('Удачи!')\nreturn result",
+           [("И всё. Удачи!", True), ("Привет", False), ("Ок. Удачи!", True)]),
 ] * 2
 START_ANSWERS = ["не JSON вовсе"] * 8
 

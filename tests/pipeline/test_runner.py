@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pipeline_stages as ps
 import polars as pl
 import pytest
 
-import pipeline_stages as ps
 from fabrika.pipeline.config import PipelineConfig, validate_data
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.store import RunStore

@@ -8,8 +8,7 @@ import polars as pl
 import pytest
 
 from fabrika.pipeline import gates
-from fabrika.store import RunStore
-from fabrika.store import versions
+from fabrika.store import RunStore, versions
 from fabrika.store.versions import materialise
 
 ANNOTATORS = ["filter.length", "filter.dedup"]

@@ -80,8 +80,8 @@ def test_two_steps_logged_rewards_match_direct(expert: str, tmp_path: Path, tiny
     if expert == "fc":  # the prompt the policy saw carries the tools in its system turn
         assert "get_weather" in rec.calls[0][0][0][0]["content"]
     elif expert == "if":  # V ∈ {0, .5, 1}, shifted by the RM correction (+1 if S > α, −0.5 otherwise)
-        for prompts, _, _, kwargs, out in rec.calls:
-            allowed = {0.0, 1.5, 2.0} if kwargs["rm_score"][0] > 0.5 else {0.0, 0.0, 0.5}
+        for _, _, _, kwargs, out in rec.calls:
+            allowed = {0.0, 1.5, 2.0} if kwargs["rm_score"][0] > 0.5 else {0.0, 0.5}
             assert set(out) <= allowed
     else:  # the general reward really used rm_score and ref_length
         kwargs, out = rec.calls[0][3], rec.calls[0][4]

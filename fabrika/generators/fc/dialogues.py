@@ -31,8 +31,14 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from fabrika.agents.leaks import PlanLeak, mentions, withheld_values
 from fabrika.agents.visibility import (
-    EpisodeState, assistant_view, render_assistant_request, render_tool_prompt, render_user_prompt, tool_view,
+    EpisodeState,
+    assistant_view,
+    render_assistant_request,
+    render_tool_prompt,
+    render_user_prompt,
+    tool_view,
     user_view,
 )
 from fabrika.generators.fc.common import language_ok, response_error
@@ -41,7 +47,6 @@ from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.rewards.fc import values_equal
-from fabrika.agents.leaks import PlanLeak, mentions, withheld_values
 from fabrika.schemas.fc import ExpectedCall, Plan, PlanStep
 from fabrika.schemas.ids import stable_id
 from fabrika.schemas.messages import Dialogue, Message

@@ -25,8 +25,8 @@ from fabrika.agents.prompts import prompt_text
 from fabrika.errors import InputError
 from fabrika.generators.fc.common import parse_tool, response_error, signature
 from fabrika.generators.fc.structured import response_format
-from fabrika.inputs import iter_records, resolve_data_path, where
 from fabrika.generators.parsing import extract_json, is_failure
+from fabrika.inputs import iter_records, resolve_data_path, where
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id

@@ -18,8 +18,8 @@ scores joined: their verifiers and stored test cases). A candidate is refused wh
   LLM-written constraint (``conflict_judge: …``) — library pairs are the table's job.
 
 An LLM-written pair whose verifiers agree on every stored case (paraphrases of one rule that
-dedup did not catch) is refused as ``redundant: …``. Library × LLM-written pairs have no stored cases on the library side, so the judge decides
-them. The surviving LLM-written pool is held in memory (text, kept verifiers, positive cases
+dedup did not catch) is refused as ``redundant: …``. Library × LLM-written pairs have no stored cases on the
+library side, so the judge decides them. The surviving LLM-written pool is held in memory (text, kept verifiers, positive cases
 per constraint; about 2 KB each).
 
 Every refusal is a recorded ``rejected`` row naming both constraints, so a contradicting
@@ -43,9 +43,9 @@ from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sand
 from fabrika.generators.parsing import ParseFailure, extract_json, is_failure
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
-from fabrika.textutil.reasoning import answer_text as strip_reasoning
 from fabrika.schemas import stable_id
 from fabrika.schemas.rows import dumps
+from fabrika.textutil.reasoning import answer_text as strip_reasoning
 
 TAG_CONFLICT = "if.multi.conflict"
 

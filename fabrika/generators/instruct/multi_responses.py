@@ -27,10 +27,10 @@ from fabrika.generators.instruct.verifiers import get_sandbox
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
-from fabrika.textutil.reasoning import answer_text as strip_reasoning
 from fabrika.schemas import Message, Sample, stable_id, to_row
 from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth
 from fabrika.schemas.rows import dumps
+from fabrika.textutil.reasoning import answer_text as strip_reasoning
 
 TAG_MULTI_RESPOND = "if.multi.respond"
 PROMPT_COLS = ("slot_id", "query_id", "query", "placement", "lang", "messages", "constraints", "library_constraints",
