@@ -54,7 +54,8 @@ def _root(
 
 SetOption = Annotated[
     Optional[list[str]],
-    typer.Option("--set", help="Override a config key: KEY=VALUE, e.g. stages.answers.max_items=5 (repeatable)."),
+    typer.Option("--set", help="Override a config key: KEY=VALUE, KEY a dotted path into the YAML (a stage by its name), "
+                 "e.g. stages.answers.max_items=5 or filters.length.max_tokens=1024 (repeatable)."),
 ]
 
 
@@ -214,7 +215,9 @@ def status(
 @app.command()
 def refilter(
     run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="GROUP.PARAM=VALUE threshold override (repeatable).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", help="Change a gate threshold: filters.GROUP.PARAM=VALUE, the same address as `fabrika run --set`, "
+        "e.g. filters.length.max_tokens=1024 (repeatable).")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="New version name (default next vN).")] = None,
     base: Annotated[Optional[str], typer.Option("--base", help="Version whose thresholds to start from (default latest).")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing version named --name.")] = False,

@@ -337,7 +337,7 @@ def _length_warnings(lf: pl.LazyFrame, max_length: int | None) -> list[str]:
     if over:
         out.append(f"{over} of {total} rows are longer than max_length={max_length} tokens (longest {longest}); "
                    "TRL truncates them (a completion past the limit is cut or fully masked) — raise the trainer's "
-                   "max_length or refilter with --set length.max_tokens=N")
+                   "max_length or refilter with --set filters.length.max_tokens=N")
     if unknown:
         out.append(f"{unknown} of {total} rows have no token count (filter.length did not score them)")
     return out

@@ -5,7 +5,7 @@ and a function returning :class:`fabrika.pipeline.gates.GatePredicate` s. A
 predicate only applies to tables that carry its score columns, so a gate
 group is inert until its scorer has run. Set thresholds in the pipeline YAML
 (``filters: {language: {min_confidence: 0.7}}``) or ``--set
-language.min_confidence=0.7``; re-materialising never calls an LLM.
+filters.language.min_confidence=0.7``; re-materialising never calls an LLM.
 
 Reasons (the funnel's ``dropped_<reason>``) are ``<group>.<param>``.
 """

@@ -87,7 +87,7 @@ def build_sft_trainer(config: FabrikaSFTConfig, callbacks: list[Any] | None = No
     if over:
         print(f"warning: {over} of {len(dataset)} rows are longer than max_length={config.max_length} tokens "
               f"(longest {longest}); TRL truncates them and drops fully masked ones — raise max_length or "
-              "refilter with --set length.max_tokens=N", file=sys.stderr)
+              "refilter with --set filters.length.max_tokens=N", file=sys.stderr)
     return SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
                       callbacks=callbacks)
 

@@ -142,7 +142,7 @@ def test_loosening_language_match_never_admits_unscored_rows(demo: dict[str, Pat
     funnel = json.loads((run / "versions" / "v1" / "funnel.json").read_text(encoding="utf-8"))
     dropped = funnel["gates"]["fc.samples"].get("dropped_language.require_match", 0)
     try:
-        refilter(run, ["language.require_match=false"])
+        refilter(run, ["filters.language.require_match=false"])
         refused = False
     except StoreError as exc:  # rows the language gate dropped at run time were never scored by dedup/length
         refused = True
@@ -154,7 +154,7 @@ def test_loosening_language_match_never_admits_unscored_rows(demo: dict[str, Pat
     config = load_config(ROOT / "configs" / "demo.yaml")
     filters = {**config.filters, "language": {"require_match": False}}
     run_pipeline(config.model_copy(update={"run_dir": run, "filters": filters}), progress=False, cache_only=True)
-    info, _ = refilter(run, ["language.require_match=false"])
+    info, _ = refilter(run, ["filters.language.require_match=false"])
     kept = pl.read_parquet(info.path / "data" / "fc.samples.parquet")
     assert info.funnel["gates"]["fc.samples"].get("dropped_language.require_match", 0) == 0
     assert kept.height > 0
