@@ -1,4 +1,4 @@
-"""The ``fabrika`` command: run, validate, status, refilter (+ export/report/train from their areas).
+"""The ``fabrika`` command: run, validate, status, refilter (+ export/report/train/eval from their modules).
 
 Logic lives in ``fabrika.pipeline`` and ``fabrika.store``; this module only
 parses arguments, prints, and maps errors to exit codes: 2 for a user error

@@ -116,7 +116,10 @@ def make_llm_config(*, base_url: str | None, model: str | None, api_key_env: str
         if not config_file.is_file():
             raise ConfigError(f"--llm-config {config_file}: no such file")
         doc = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
-        data = dict(doc.get("llm", doc))
+        section = doc.get("llm", doc) if isinstance(doc, dict) else None
+        if not isinstance(section, dict):
+            raise ConfigError(f"--llm-config {config_file}: expected a mapping of llm settings (optionally under `llm:`)")
+        data = dict(section)
     if base_url:
         data["backend"] = "openai"
         data["endpoints"] = [{"base_url": base_url, **({"api_key_env": api_key_env} if api_key_env else {})}]

@@ -19,7 +19,7 @@ test pins it to ``Message.to_chat`` so the two cannot drift.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from fabrika.export.fastjson import dumps, loads
 
@@ -34,7 +34,7 @@ SCALAR_COLUMNS: tuple[str, ...] = ("id", "expert", "lang", "target_type")
 GRPO_OPTIONAL_COLUMNS: tuple[str, ...] = ("teacher_rm_mean", "teacher_rm_k", "rm_id", "rm_score", "ref_length",
                                           "difficulty_pass_rate", "length_unit")
 #: Unit of a derived ``ref_length``: the general reward's default ``length_unit`` (``fabrika.rewards.general``).
-REF_LENGTH_UNIT = "chars"
+REF_LENGTH_UNIT: Final = "chars"
 
 
 def _loads(value: Any, default: Any) -> Any:
@@ -162,7 +162,7 @@ def ref_length(stored: Any, completion: Any) -> float | None:
     from fabrika.rewards.general import completion_length
 
     messages = messages_to_chat(completion, role="assistant")
-    length = completion_length(messages, REF_LENGTH_UNIT) if messages else 0  # type: ignore[arg-type]
+    length = completion_length(messages, REF_LENGTH_UNIT) if messages else 0
     return float(length) if length > 0 else None
 
 

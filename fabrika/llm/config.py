@@ -66,6 +66,14 @@ class CacheConfig(_Strict):
     flush_every: int = Field(default=512, ge=1, description="Buffered answers written per batched transaction.")
     flush_interval_s: float = Field(default=1.0, gt=0, description="Longest an answer waits in the write buffer.")
 
+    def file_for(self, run_dir: str | Path | None) -> Path | None:
+        """The SQLite file to open: ``path``, else ``<run_dir>/cache.sqlite``; None when disabled or nowhere."""
+        if not self.enabled:
+            return None
+        if self.path is not None:
+            return self.path
+        return Path(run_dir) / "cache.sqlite" if run_dir is not None else None
+
 
 class SimConfig(_Strict):
     """The offline ``sim`` backend (see :mod:`fabrika.llm.sim`)."""
@@ -217,10 +225,10 @@ def build_engine(config: LLMConfig, run_dir: Path | None = None) -> "LLMEngine":
         raise ConfigError(f"llm.backend must be one of openai, vllm, sim; got {config.backend!r}")
 
     cache = None
-    if config.cache.enabled and (config.cache.path is not None or run_dir is not None):
+    path = config.cache.file_for(run_dir)
+    if path is not None:
         from fabrika.llm.cache import ResponseCache
 
-        path = config.cache.path or Path(run_dir) / "cache.sqlite"  # type: ignore[arg-type]
         cache = ResponseCache(path, flush_every=config.cache.flush_every,
                               flush_interval_s=config.cache.flush_interval_s)
     elif config.cache_only:

@@ -93,7 +93,7 @@ class LLMEngine:
         self._inflight: dict[str, asyncio.Future[ChatResponse | None]] = {}
         defaults = {"model": cfg.model, "temperature": cfg.temperature, "top_p": cfg.top_p,
                     "max_tokens": cfg.max_tokens, "seed": cfg.seed}
-        self._defaults = {k: v for k, v in defaults.items() if v is not None}
+        self._defaults: dict[str, Any] = {k: v for k, v in defaults.items() if v is not None}
         self._extra_body = dict(cfg.extra_body) if cfg.extra_body else None
         #: requests currently at the backend (for progress displays)
         self.in_flight = 0
@@ -111,7 +111,7 @@ class LLMEngine:
     # -- request preparation -----------------------------------------------
     def prepare(self, request: ChatRequest) -> ChatRequest:
         """``request`` with the configured defaults filled in where it sets none."""
-        missing = None
+        missing: dict[str, Any] | None = None
         for name, value in self._defaults.items():
             if getattr(request, name) is None:
                 if missing is None:
@@ -195,7 +195,10 @@ class LLMEngine:
                     out[i] = await self._call(prepared[i], keys[i])
 
             await asyncio.gather(*[worker() for _ in range(width)])
-        return out  # type: ignore[return-value]
+        answered = [r for r in out if r is not None]
+        if len(answered) != len(out):  # an engine bug: never hand a stage fewer answers than requests
+            raise RuntimeError(f"LLMEngine.complete: {len(out) - len(answered)} of {len(out)} requests got no response")
+        return answered
 
     # -- repeated samples as one n=K request ---------------------------------
     def _sample_runs(self, prepared: list[ChatRequest], todo: list[int]) -> list[list[int]] | None:

@@ -38,7 +38,7 @@ import json
 import random
 from typing import Callable
 
-from fabrika.errors import LLMError
+from fabrika.errors import LLMError, LLMErrorKind
 from fabrika.llm.cache import content_key
 from fabrika.llm.schema_gen import (
     choose_tool,
@@ -55,7 +55,7 @@ _RESPONDERS: dict[str, SimResponder] = {}
 
 SIM_BACKEND_NAME = "sim"
 
-_RETRYABLE_SIM_KINDS = ("rate_limit", "server", "timeout", "connection")
+_RETRYABLE_SIM_KINDS: tuple[LLMErrorKind, ...] = ("rate_limit", "server", "timeout", "connection")
 
 
 def register_sim_responder(tag_prefix: str, fn: SimResponder) -> None:

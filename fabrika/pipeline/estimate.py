@@ -119,7 +119,7 @@ def _source_count(config: PipelineConfig, cfg: StageConfig) -> int:
     """Items a source stage would read (its ``input_rows`` need only the pipeline)."""
     ctx = SimpleNamespace(pipeline=config, seed=config.seed, llm=None, run_dir=config.resolved_run_dir,
                           backend_name="estimate")
-    n = sum(1 for _ in STAGES[cfg.kind](cfg, ctx).input_rows())  # type: ignore[arg-type]
+    n = sum(1 for _ in STAGES[cfg.kind](cfg, ctx).input_rows())
     return n if cfg.max_items is None else min(n, cfg.max_items)
 
 

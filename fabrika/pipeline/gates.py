@@ -87,9 +87,9 @@ def validate_thresholds(thresholds: Mapping[str, Any] | None) -> dict[str, BaseM
     Raises :class:`ConfigError` naming the first unknown group or bad value.
     """
     thresholds = dict(thresholds or {})
-    for group in thresholds:
-        if group not in GATE_GROUPS:
-            raise ConfigError(f"filters.{group}: unknown gate group; known: {_known()}")
+    for unknown in thresholds:
+        if unknown not in GATE_GROUPS:
+            raise ConfigError(f"filters.{unknown}: unknown gate group; known: {_known()}")
     out: dict[str, BaseModel] = {}
     for name, group in sorted(GATE_GROUPS.items()):
         values = thresholds.get(name) or {}

@@ -514,8 +514,9 @@ async def _run_locked(config: PipelineConfig, run_dir: Path, resume: bool, progr
     run = _Run(config, engine, resume, progress, until, log_every)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
+    assert main is not None  # a coroutine awaited by asyncio.run always runs in a task
     try:  # SIGTERM stops like Ctrl-C: finished items are written, the manifest says "interrupted"
-        loop.add_signal_handler(signal.SIGTERM, main.cancel)  # type: ignore[union-attr]
+        loop.add_signal_handler(signal.SIGTERM, main.cancel)
         handling = True
     except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / platform without it
         handling = False

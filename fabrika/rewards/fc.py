@@ -127,14 +127,14 @@ def calls_match(predicted: Sequence[Any], expected: Sequence[Any], tools: Iterab
     A malformed call on either side never matches.
     """
     schemas = _tool_schemas(tools)
-    pred = [_normalize_call(c, schemas) for c in predicted]
-    exp = [_normalize_call(c, schemas) for c in expected]
-    if any(c is None for c in pred) or any(c is None for c in exp) or len(pred) != len(exp):
+    pred = [c for c in (_normalize_call(c, schemas) for c in predicted) if c is not None]
+    exp = [c for c in (_normalize_call(c, schemas) for c in expected) if c is not None]
+    if len(pred) != len(predicted) or len(exp) != len(expected) or len(pred) != len(exp):  # a malformed call
         return False
     unused = list(pred)
-    for name, args in exp:  # type: ignore[misc]
+    for name, args in exp:
         for i, cand in enumerate(unused):
-            if cand[0] == name and values_equal(cand[1], args):  # type: ignore[index]
+            if cand[0] == name and values_equal(cand[1], args):
                 del unused[i]
                 break
         else:
@@ -232,7 +232,7 @@ def fc_reward(
     target_type: Sequence[str | None],
     tools: Sequence[Any] | None = None,
     **kwargs: Any,
-) -> list[float]:
+) -> list[float | None]:  # TRL's reward contract (None: not applicable); this one always scores
     """TRL reward function: 1.0 for an exact FC match, else 0.0.
 
     ``ground_truth[i]`` is ``{"calls": [...]}`` (or its JSON string, as stored
@@ -250,7 +250,7 @@ def fc_reward(
     Malformed output scores 0.
     """
     del prompts, kwargs
-    rewards: list[float] = []
+    rewards: list[float | None] = []
     for i, completion in enumerate(completions):
         sample_tools = tools[i] if tools is not None else None
         try:

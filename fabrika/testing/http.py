@@ -64,7 +64,8 @@ class HttpProtocol(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, asyncio.Transport)  # a TCP server's connection: readable and writable
+        self.transport = transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         for t in self.timers:

@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 from trl import SFTConfig
 
 from fabrika.errors import ConfigError
-from fabrika.train.config import SFT_PRESET, build_dataclass, read_yaml, resolve_checkpoint, with_preset
+from fabrika.train.config import (
+    SFT_PRESET,
+    build_dataclass,
+    read_yaml,
+    required,
+    resolve_checkpoint,
+    save_trained,
+    with_preset,
+)
 from fabrika.train.data import load_split, prepare_sft_dataset, rows_over_length
 
 if TYPE_CHECKING:
@@ -76,8 +84,8 @@ def build_sft_trainer(config: FabrikaSFTConfig, callbacks: list[Any] | None = No
     """Check the data first (fails fast), then load the model and build ``SFTTrainer``."""
     from trl import SFTTrainer
 
-    dataset = prepare_sft_dataset(load_split(config.dataset_path, config.dataset_split))
-    model, tokenizer = load_model_and_tokenizer(config.model_name_or_path, config.torch_dtype)
+    dataset = prepare_sft_dataset(load_split(required(config, "dataset_path"), config.dataset_split))
+    model, tokenizer = load_model_and_tokenizer(required(config, "model_name_or_path"), config.torch_dtype)
     if config.chat_template_path is None and not tokenizer.chat_template:
         raise ConfigError(f"the tokenizer at {config.model_name_or_path!r} has no chat template; "
                           "set chat_template_path to a .jinja file")
@@ -94,9 +102,9 @@ def build_sft_trainer(config: FabrikaSFTConfig, callbacks: list[Any] | None = No
 
 def run_sft(config: FabrikaSFTConfig) -> SFTTrainer:
     """Train (resuming when ``resume_from_checkpoint`` is a path or ``auto``) and save to ``output_dir``."""
-    checkpoint = resolve_checkpoint(config.resume_from_checkpoint, config.output_dir)
+    output_dir = required(config, "output_dir")
+    checkpoint = resolve_checkpoint(config.resume_from_checkpoint, output_dir)
     trainer = build_sft_trainer(config)
     trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model(config.output_dir)
-    trainer.processing_class.save_pretrained(config.output_dir)
+    save_trained(trainer, output_dir)
     return trainer

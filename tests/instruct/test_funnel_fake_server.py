@@ -105,7 +105,6 @@ def test_funnel_drops_exactly_the_bad_items_and_refilters_offline(tmp_path: Path
         srv.script(tag="if.respond", responder=respond)
         config, issues = validate_data({
             "name": "if_fake", "seed": 3, "run_dir": str(tmp_path / "run"),
-            "plugins": ["fabrika.generators.instruct"],
             "llm": {"backend": "openai", "model": "fake", "endpoints": [{"base_url": srv.base_url}],
                     "max_retries": 0, "cache": {"enabled": False},
                     "group_samples": False},  # one HTTP request per sample: counts and faults are per request

@@ -352,7 +352,7 @@ class MultiPromptsStage(Stage):
             parsed = parse_conflict(resp.text, len(combo))
             if is_failure(parsed):
                 return f"conflict_judge_failed: {parsed}"
-            flag, pairs, reason = parsed  # type: ignore[misc]
+            flag, pairs, reason = parsed
             if not flag:
                 return None
             drop: set[int] = set()
