@@ -149,7 +149,7 @@ def _loads(candidate: str, strict: bool) -> tuple[Any, str | None]:
 
 def _type_name(expect: type | tuple[type, ...]) -> str:
     types = expect if isinstance(expect, tuple) else (expect,)
-    names = {dict: "an object", list: "a list"}
+    names: dict[type, str] = {dict: "an object", list: "a list"}
     return " or ".join(names.get(t, t.__name__) for t in types)
 
 

@@ -229,8 +229,8 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
     est = Estimate(config=config_name, backend=backend,
                    pilot={"fraction": pilot.fraction, "items": pilot.items, "cut_stages": cuts,
                           "full_inputs": full_in, "work_dir": str(work_dir)})
-    totals = {"requests": 0.0, "prompt_tokens": 0.0, "completion_tokens": 0.0, "cost": 0.0 if priced else None,
-              "seconds": 0.0}
+    totals: dict[str, Any] = {"requests": 0.0, "prompt_tokens": 0.0, "completion_tokens": 0.0,
+                              "cost": 0.0 if priced else None, "seconds": 0.0}
     for s in execution_order(config):
         name = s.stage_name
         info = (manifest.get("stages") or {}).get(name, {})

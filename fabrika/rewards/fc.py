@@ -232,7 +232,7 @@ def fc_reward(
     target_type: Sequence[str | None],
     tools: Sequence[Any] | None = None,
     **kwargs: Any,
-) -> list[float | None]:  # TRL's reward contract (None: not applicable); this one always scores
+) -> list[float]:
     """TRL reward function: 1.0 for an exact FC match, else 0.0.
 
     ``ground_truth[i]`` is ``{"calls": [...]}`` (or its JSON string, as stored
@@ -250,7 +250,7 @@ def fc_reward(
     Malformed output scores 0.
     """
     del prompts, kwargs
-    rewards: list[float | None] = []
+    rewards: list[float] = []
     for i, completion in enumerate(completions):
         sample_tools = tools[i] if tools is not None else None
         try:

@@ -159,7 +159,7 @@ def make_general_reward(
     ref_length_column: str = "ref_length",
     length_unit: LengthUnit = "chars",
     clip: tuple[float, float] = (0.1, 0.3),
-) -> Callable[..., list[float | None]]:  # TRL's reward contract; this one always scores
+) -> Callable[..., list[float]]:
     """Build the TRL reward ``general_reward(prompts, completions, completion_ids, **columns)``.
 
     Args:
@@ -177,7 +177,7 @@ def make_general_reward(
     scorer = SequenceClassifierRM(rm) if isinstance(rm, (str, Path)) else rm
 
     def general_reward(prompts: Sequence[Any], completions: Sequence[Any],
-                       completion_ids: Sequence[Sequence[int]] | None = None, **kwargs: Any) -> list[float | None]:
+                       completion_ids: Sequence[Sequence[int]] | None = None, **kwargs: Any) -> list[float]:
         if ref_length_column not in kwargs:
             raise ValueError(f"general reward needs the dataset column {ref_length_column!r} (L0); "
                              f"got columns {sorted(k for k in kwargs if not k.startswith(('trainer_', 'log_')))}")

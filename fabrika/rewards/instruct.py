@@ -351,7 +351,7 @@ def make_if_reward(
     sandbox_runner: SandboxRunner | None = None,
     rm_scorer: RMScorer | None = None,
     sandbox_backend: str = "model",
-) -> RewardFunction[float | None]:  # TRL's reward contract; this one always scores
+) -> RewardFunction[float]:
     """A TRL reward function: ``reward(prompts=..., completions=..., **columns) -> list[float]``.
 
     ``sandbox_runner(code, responses) -> verdicts`` runs LLM-written verifiers
@@ -367,7 +367,7 @@ def make_if_reward(
     lazy = _LazySandbox(cfg.sandbox, sandbox_backend) if sandbox_runner is None else None
     runner = sandbox_runner or lazy
 
-    def if_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+    def if_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         for key in ("completion_ids", "trainer_state", "environments"):
             kwargs.pop(key, None)
         log_metric, log_extra = kwargs.pop("log_metric", None), kwargs.pop("log_extra", None)

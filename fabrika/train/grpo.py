@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -196,8 +197,22 @@ def _check_if_rm_columns(config: FabrikaGRPOConfig, dataset: Dataset) -> None:
         raise InputError(f"IF reward: α was scored by RM {', '.join(got)} but rm_path is {want}; {fix}")
 
 
+def _trl_reward(fn: Callable[..., Sequence[float | None]]) -> RewardFn:
+    """``fn`` as TRL types a reward (``list[float | None]``); ``functools.wraps`` keeps its name and ``close``."""
+
+    @functools.wraps(fn)
+    def reward(*args: Any, **kwargs: Any) -> list[float | None]:
+        return list(fn(*args, **kwargs))
+
+    return reward
+
+
 def expert_reward(config: FabrikaGRPOConfig) -> RewardFn:
     """The expert's TRL reward function."""
+    return _trl_reward(_expert_reward(config))
+
+
+def _expert_reward(config: FabrikaGRPOConfig) -> Callable[..., Sequence[float | None]]:
     if config.expert == "fc":
         from fabrika.rewards.fc import fc_reward
 
@@ -220,7 +235,7 @@ def expert_reward(config: FabrikaGRPOConfig) -> RewardFn:
                                length_unit=_LENGTH_UNITS[config.length_unit])  # checked by load_grpo_config
 
 
-def _rubric_reward(config: FabrikaGRPOConfig, rm_scorer: Any) -> RewardFn:
+def _rubric_reward(config: FabrikaGRPOConfig, rm_scorer: Any) -> Callable[..., Sequence[float | None]]:
     from fabrika.rewards.rubric import RubricRewardConfig, make_rubric_reward
 
     spec = dict(config.rubric_reward or {})

@@ -159,6 +159,21 @@ def test_dynamic_sampling_masks_out_of_band_groups() -> None:
     assert edge == [1.0, 1.0, 1.0, 1.0, 0.0]
 
 
+def test_wrapped_rewards_keep_their_name_and_close() -> None:
+    """run_grpo closes each reward it trains with: a wrapper must not lose the IF reward's sandbox pool."""
+    from fabrika.rewards.reward_fn import RewardFunction
+    from fabrika.train.grpo import _trl_reward
+
+    closed: list[str] = []
+    inner = RewardFunction("if_reward", lambda prompts, completions, **kw: [1.0] * len(completions),
+                           close=lambda: closed.append("pool"))
+    for fn in (_trl_reward(inner), dynamic_sampling(_trl_reward(inner), 0.0, 0.8)):
+        assert fn.__name__ == "if_reward"
+        assert isinstance(fn(prompts=["p"], completions=["c"]), list)
+        fn.close()
+    assert closed == ["pool", "pool"]
+
+
 def test_prefilter_by_stored_difficulty() -> None:
     ds = Dataset.from_dict({"prompt": ["a", "b", "c", "d"], "pass_rate": [0.0, 0.5, 0.8, 1.0]})
     assert prefilter_by_difficulty(ds, "pass_rate", 0.0, 0.8)["prompt"] == ["b", "c"]
