@@ -56,7 +56,7 @@ def test_defaults_apply_to_groups_not_mentioned() -> None:
 @pytest.mark.parametrize(
     ("assignment", "message"),
     [
-        ("nope.x=1", "unknown gate group 'nope'; known: "),
+        ("filters.nope.x=1", "unknown gate group 'nope'; known: "),
         ("filters.testscore.min=1", "unknown parameter 'min' of gate 'testscore'; allowed: min_score, max_i"),
         ("filters.testscore.min_score=high", "filters.testscore.min_score"),
         ("filters.testscore.min_score=1.5", "less than or equal to 1"),
