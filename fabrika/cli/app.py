@@ -85,7 +85,7 @@ def validate(
     if cfg is None:
         raise typer.Exit(2)
     _fail_closed(cfg)
-    if probe and getattr(cfg.llm, "backend", None) == "openai":
+    if probe and cfg.llm.backend == "openai":
         from fabrika.llm.openai_compat import probe_endpoints
 
         problems = asyncio.run(probe_endpoints(cfg.llm))

@@ -134,9 +134,8 @@ def _input_count(store: RunStore, config: PipelineConfig, cfg: StageConfig) -> i
 def _with_stage_updates(config: PipelineConfig, updates: dict[str, dict[str, Any]], run_dir: Path) -> PipelineConfig:
     stages = [s.model_copy(update=updates.get(s.stage_name, {})) for s in config.stages]
     llm = config.llm
-    cache = getattr(llm, "cache", None)
-    if cache is not None and getattr(cache, "path", None) is not None:  # the pilot must not read a real run's cache
-        llm = llm.model_copy(update={"cache": cache.model_copy(update={"path": run_dir / "cache.sqlite"})})
+    if llm.cache.path is not None:  # the pilot must not read a real run's cache
+        llm = llm.model_copy(update={"cache": llm.cache.model_copy(update={"path": run_dir / "cache.sqlite"})})
     return config.model_copy(update={"stages": stages, "run_dir": run_dir, "llm": llm})
 
 
@@ -144,10 +143,9 @@ def _concurrency(config: PipelineConfig, cfg: StageConfig) -> tuple[int, int | N
     """(items in flight for the stage, requests the endpoints take at once; ``None`` = unbounded)."""
     items = cfg.max_in_flight or config.max_in_flight
     llm = config.llm
-    endpoints = getattr(llm, "endpoints", None) or []
-    caps = [int(getattr(e, "max_concurrency", 0) or 0) for e in endpoints]
-    requests = sum(caps) if caps and all(caps) else None
-    engine_cap = getattr(llm, "max_in_flight", None)
+    caps = [e.max_concurrency for e in llm.endpoints]
+    requests = sum(caps) if caps else None
+    engine_cap = llm.max_in_flight
     if engine_cap:
         requests = min(requests, int(engine_cap)) if requests else int(engine_cap)
     return items, requests

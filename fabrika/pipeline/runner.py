@@ -146,9 +146,7 @@ class _Run:
         self._invocation: dict[str, Any] = {}
         self._last_manifest = time.monotonic()
         self.fingerprints = stage_fingerprints(config)
-        llm = config.llm
-        rate = llm.get("max_failure_rate") if isinstance(llm, dict) else getattr(llm, "max_failure_rate", None)
-        self.max_failure_rate = 0.2 if rate is None else float(rate)
+        self.max_failure_rate = config.llm.max_failure_rate
         #: set when a stage stopped early: stages not started yet are skipped
         self.halted: str | None = None
         #: where per-item stages run (``executor: local | ray``, :mod:`fabrika.pipeline.executors`)
