@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: `# type: ignore` comments allowed in fabrika/ (70 before the count was pinned).
 TYPE_IGNORE_CEILING = 37
 #: modules mypy checks with some error codes switched off ([[tool.mypy.overrides]] with disable_error_code).
-MYPY_DEBT_CEILING = 20
+MYPY_DEBT_CEILING = 19
 
 _IGNORE = re.compile(r"#\s*type:\s*ignore\b(\[[^\]]*\])?")
 
