@@ -122,7 +122,7 @@ def _threshold_address(item: str) -> tuple[str, str, str]:
     parts = key.strip().split(".")
     if sep and len(parts) == 3 and parts[0] == "filters" and all(parts):
         return parts[1], parts[2], raw
-    if sep and len(parts) == 2 and all(parts):  # the short form older docs used
+    if sep and len(parts) == 2 and all(parts) and parts[0] != "filters":  # the short form older docs used
         fix = f"write filters.{key.strip()}={raw}"
     elif sep and parts[0] not in ("", "filters"):
         fix = f"only gate thresholds change without an LLM call; for {key.strip()} rerun `fabrika run CONFIG --set {item}`"

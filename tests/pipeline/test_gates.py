@@ -62,6 +62,7 @@ def test_defaults_apply_to_groups_not_mentioned() -> None:
         ("filters.testscore.min_score=1.5", "less than or equal to 1"),
         ("testscore", "addressed as filters.GROUP.PARAM=VALUE"),
         ("testscore.min_score=0.5", "write filters.testscore.min_score=0.5"),  # the short form: the fix is named
+        ("filters.testscore=0.5", "e.g. filters.language.min_ru_share=0.9"),  # a group is not a threshold
         ("stages.answers.max_items=5", "rerun `fabrika run CONFIG --set stages.answers.max_items=5`"),
     ],
 )
