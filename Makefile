@@ -35,8 +35,11 @@ demo: $(VENV)/.core
 	@echo "             open $(DEMO_RUN)/report/index.html"
 
 # bubblewrap: installed like .ci/run does (root + apt), else one loud line; CI=true makes its absence fail.
+# Lint (ruff) and types (mypy) first: both pinned in the dev extra, configured in pyproject.toml.
 test: $(VENV)/.dev
 	@bash .ci/ensure-bwrap.sh
+	$(VENV)/bin/ruff check fabrika tests bench
+	$(VENV)/bin/mypy fabrika
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # The report's browser test drives Debian's `chromium` through Playwright (never `playwright install`).

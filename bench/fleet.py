@@ -128,7 +128,6 @@ def summarise(stats: list[dict]) -> dict:
 def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint: int, workdir: Path,
            epsilon: float = 0.25) -> str:
     """The FC pipeline against ``urls``; returns a hash of the dataset's content (order-independent)."""
-    import polars as pl
 
     from fabrika.pipeline.config import validate_data
     from fabrika.pipeline.runner import run_pipeline

@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+import openai
 import psutil
 
 import fabrika.llm  # noqa: F401 - imported up front so import time is not billed to the first cell
-import openai
 
 REFERENCE_RPS = 430.0
 

@@ -31,6 +31,7 @@ def build(run: Path, n: int) -> None:
 
     sys.path.insert(0, str(ROOT / "bench"))
     from export import make_rows  # bench/export.py's 300K-row FC generator
+
     from fabrika.store import RunStore
     from fabrika.store.versions import materialise
 

@@ -6,7 +6,7 @@ cheap (the pipeline pulls in polars, the export pulls in ``datasets``)::
     import fabrika
     config = fabrika.load_config("configs/demo.yaml")
     result = fabrika.run_pipeline(config)
-    fabrika.refilter(result.run_dir, ["backtranslation.min_similarity=0.7"])
+    fabrika.refilter(result.run_dir, ["filters.backtranslation.min_similarity=0.7"])
 """
 
 from __future__ import annotations

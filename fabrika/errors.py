@@ -56,7 +56,8 @@ class SandboxError(FabrikaError):
 class LLMError(FabrikaError):
     """One LLM request failed. ``kind`` is one of :data:`LLMErrorKind`.
 
-    ``retry_after`` carries the server's Retry-After (seconds) when it sent one.
+    ``retry_after`` carries the server's Retry-After (seconds) when it sent one;
+    ``attempts`` is how many tries the retry loop made before giving up.
     """
 
     def __init__(self, kind: LLMErrorKind, message: str, *, retry_after: float | None = None,
@@ -66,6 +67,7 @@ class LLMError(FabrikaError):
         self.message = message
         self.retry_after = retry_after
         self.status_code = status_code
+        self.attempts = 1
 
     @property
     def retryable(self) -> bool:

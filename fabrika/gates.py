@@ -87,9 +87,9 @@ def validate_thresholds(thresholds: Mapping[str, Any] | None) -> dict[str, BaseM
     Raises :class:`ConfigError` naming the first unknown group or bad value.
     """
     thresholds = dict(thresholds or {})
-    for group in thresholds:
-        if group not in GATE_GROUPS:
-            raise ConfigError(f"filters.{group}: unknown gate group; known: {_known()}")
+    for unknown in thresholds:
+        if unknown not in GATE_GROUPS:
+            raise ConfigError(f"filters.{unknown}: unknown gate group; known: {_known()}")
     out: dict[str, BaseModel] = {}
     for name, group in sorted(GATE_GROUPS.items()):
         values = thresholds.get(name) or {}
@@ -116,18 +116,33 @@ def thresholds_dump(params: Mapping[str, BaseModel]) -> dict[str, dict[str, Any]
     return {name: p.model_dump(mode="json") for name, p in sorted(params.items())}
 
 
-def parse_set(assignments: Sequence[str], base: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-    """Apply ``--set group.param=value`` overrides to ``base`` thresholds, checking each.
+def _threshold_address(item: str) -> tuple[str, str, str]:
+    """``filters.GROUP.PARAM=VALUE`` -> (group, param, raw value): the address ``fabrika run --set`` uses."""
+    key, sep, raw = item.partition("=")
+    parts = key.strip().split(".")
+    if sep and len(parts) == 3 and parts[0] == "filters" and all(parts):
+        return parts[1], parts[2], raw
+    if sep and len(parts) == 2 and all(parts) and parts[0] != "filters":  # the short form older docs used
+        fix = f"write filters.{key.strip()}={raw}"
+    elif sep and parts[0] not in ("", "filters"):
+        fix = f"only gate thresholds change without an LLM call; for {key.strip()} rerun `fabrika run CONFIG --set {item}`"
+    else:
+        fix = "e.g. filters.language.min_ru_share=0.9"
+    raise ConfigError(f"--set {item!r}: a threshold is addressed as filters.GROUP.PARAM=VALUE "
+                      f"(as in `fabrika run --set`); {fix}")
 
-    Values are YAML scalars (``0.5``, ``true``, ``ru``). Raises :class:`ConfigError`
-    with one line naming the gate/param and the allowed ones.
+
+def parse_set(assignments: Sequence[str], base: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Apply ``--set filters.GROUP.PARAM=VALUE`` overrides to ``base`` thresholds, checking each.
+
+    The address is the threshold's path in the pipeline document, so one ``--set`` means the same in
+    ``fabrika run`` and ``fabrika refilter``. Values are YAML scalars (``0.5``, ``true``, ``ru``) or flow
+    collections (``[ru, en]``). Raises :class:`ConfigError` with one line naming the gate/param and the
+    allowed ones.
     """
     out: dict[str, dict[str, Any]] = {k: dict(v or {}) for k, v in (base or {}).items()}
     for item in assignments:
-        key, sep, raw = item.partition("=")
-        group, dot, param = key.strip().partition(".")
-        if not sep or not dot or not group or not param:
-            raise ConfigError(f"--set {item!r}: expected GROUP.PARAM=VALUE, e.g. language.min_ru_share=0.9")
+        group, param, raw = _threshold_address(item)
         if group not in GATE_GROUPS:
             raise ConfigError(f"--set {item!r}: unknown gate group {group!r}; known: {_known()}")
         Params = GATE_GROUPS[group].Params

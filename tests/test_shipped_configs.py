@@ -21,3 +21,9 @@ def test_shipped_config_validates(path):
     errors = [str(i) for i in issues if i.level == "error"]
     assert not errors, errors
     assert config is not None and config.stages
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_config_lists_no_builtin_plugins(path):
+    _, issues = validate_file(path)
+    assert not [str(i) for i in issues if i.path.startswith("plugins")]  # fabrika's stage modules always load

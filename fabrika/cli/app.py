@@ -1,4 +1,4 @@
-"""The ``fabrika`` command: run, validate, status, refilter (+ export/report/train from their areas).
+"""The ``fabrika`` command: run, validate, status, refilter (+ export/report/train/eval from their modules).
 
 Logic lives in ``fabrika.pipeline`` and ``fabrika.store``; this module only
 parses arguments, prints, and maps errors to exit codes: 2 for a user error
@@ -54,7 +54,8 @@ def _root(
 
 SetOption = Annotated[
     Optional[list[str]],
-    typer.Option("--set", help="Override a config key: KEY=VALUE, e.g. stages.answers.max_items=5 (repeatable)."),
+    typer.Option("--set", help="Override a config key: KEY=VALUE, KEY a dotted path into the YAML (a stage by its name), "
+                 "e.g. stages.answers.max_items=5 or filters.length.max_tokens=1024 (repeatable)."),
 ]
 
 
@@ -84,7 +85,7 @@ def validate(
     if cfg is None:
         raise typer.Exit(2)
     _fail_closed(cfg)
-    if probe and getattr(cfg.llm, "backend", None) == "openai":
+    if probe and cfg.llm.backend == "openai":
         from fabrika.llm.openai_compat import probe_endpoints
 
         problems = asyncio.run(probe_endpoints(cfg.llm))
@@ -100,7 +101,8 @@ def run(
     resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Skip items already written (default).")] = True,
     cache_only: Annotated[bool, typer.Option("--cache-only", help="Answer only from the LLM cache; uncached items stay pending.")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Live per-stage progress.")] = True,
-    version: Annotated[Optional[str], typer.Option("--version-name", help="Name of the materialised version (default dataset.version).")] = None,
+    version: Annotated[Optional[str], typer.Option("--version-name",
+                                                   help="Name of the materialised version (default dataset.version).")] = None,
     set_: SetOption = None,
     until: Annotated[Optional[list[str]], typer.Option("--until", help="Run only this stage and what it needs (repeatable).")] = None,
     allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Materialise a version even when items "
@@ -213,7 +215,9 @@ def status(
 @app.command()
 def refilter(
     run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="GROUP.PARAM=VALUE threshold override (repeatable).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", help="Change a gate threshold: filters.GROUP.PARAM=VALUE, the same address as `fabrika run --set`, "
+        "e.g. filters.length.max_tokens=1024 (repeatable).")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="New version name (default next vN).")] = None,
     base: Annotated[Optional[str], typer.Option("--base", help="Version whose thresholds to start from (default latest).")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing version named --name.")] = False,

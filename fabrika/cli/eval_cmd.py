@@ -206,9 +206,9 @@ def compare(
             runs.append(scorer.score(sel.indices))
             if name == "template" and recovery is None and all("template_id" in r.extra for r in records):
                 recovery = _template_recovery([r.extra["template_id"] for r in records], sel.info["labels"])
-        agg = {}
+        agg: dict[str, Any] = {}
         for k, _ in METRIC_COLS:
-            vals = [r[k] for r in runs if r[k] is not None]
+            vals = [v for v in (r[k] for r in runs) if v is not None]
             agg[k] = {"mean": statistics.fmean(vals), "sd": statistics.pstdev(vals)} if vals else None
         agg["seconds_per_run"] = (time.perf_counter() - t0) / seeds
         results[name] = agg
@@ -427,7 +427,7 @@ def if_(
     try:
         if samples is not None:
             items = read_if_samples(samples)
-            source = {"samples": file_digest(samples)}
+            source: dict[str, Any] = {"samples": file_digest(samples)}
         else:
             from fabrika.generators.instruct.queries import DEFAULT_POOL, load_pool
 

@@ -7,10 +7,17 @@ parses options, prints the result and maps errors to exit code 2.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 import yaml
+
+if TYPE_CHECKING:
+    from fabrika.export.records import ExportKind
+    from fabrika.export.writer import ExportFormat
+
+_KINDS: dict[str, ExportKind] = {"sft": "sft", "grpo": "grpo"}
+_FORMATS: dict[str, ExportFormat] = {"hf": "hf", "parquet": "parquet", "jsonl": "jsonl"}
 
 
 def _mix_config(mix: str | None, size: int | None, seed: int | None, default: Any):  # noqa: ANN202
@@ -114,25 +121,25 @@ def register(app: typer.Typer) -> None:
         from fabrika.export.source import open_version
         from fabrika.export.writer import ExportConfig, export
 
-        if kind is not None and kind not in ("sft", "grpo"):
+        if kind is not None and kind not in _KINDS:
             fail(f"--kind must be 'sft' or 'grpo', got {kind!r}")
-        if fmt is not None and fmt not in ("hf", "parquet", "jsonl"):
+        if fmt is not None and fmt not in _FORMATS:
             fail(f"--format must be 'hf', 'parquet' or 'jsonl', got {fmt!r}")
         if push_to_hub and not token:
             fail("--push-to-hub needs --token (or HF_TOKEN); nothing was pushed")
         try:
             base = settings_from_manifest(open_version(run_dir, version).manifest)
-            kind = kind or base.kind
-            chosen = [s.strip() for s in stages.split(",") if s.strip()] if stages else base.stages.get(kind)
+            export_kind = _KINDS[kind] if kind else base.kind
+            chosen = [s.strip() for s in stages.split(",") if s.strip()] if stages else base.stages.get(export_kind)
             source = open_version(run_dir, version, chosen)
-            fmt = fmt or base.format
+            export_format = _FORMATS[fmt] if fmt else base.format
             if mix_kinds is None and mix == "none":
                 raise ConfigError("--mix none only goes with --mix-kinds (kind shares without FC shares)")
             if mix_kinds is not None:
                 mix_cfg = base.mix if mix in (None, "none") else _mix_config(mix, size, seed, base.mix)
             else:
                 mix_cfg = _mix_config(mix, size, seed, base.mix)
-            cfg = ExportConfig(kind=kind, format=fmt, out=out_dir,
+            cfg = ExportConfig(kind=export_kind, format=export_format, out=out_dir,
                                mix=_with_kinds(mix_cfg, mix_kinds, mix, size, seed),
                                validate_rows=validate_rows if validate_rows is not None else base.validate_rows,
                                template=str(template) if template else base.template, overwrite=overwrite,
@@ -143,11 +150,11 @@ def register(app: typer.Typer) -> None:
                 result = export(source, cfg)
         except (ConfigError, InputError, StoreError, FileNotFoundError) as exc:
             fail(str(exc))
-        out.print(f"exported {result.rows} rows ({kind}, {fmt}) to {result.out} in {result.seconds:.1f}s")
+        out.print(f"exported {result.rows} rows ({export_kind}, {export_format}) to {result.out} in {result.seconds:.1f}s")
         for warning in result.warnings:
             err.print(f"warning: {warning}", highlight=False, soft_wrap=True)
         for reason, n in result.left_out_for_kind.items():
-            out.print(f"  left out {n} rows for {kind} by {reason} (a gate scoped to {kind} exports)")
+            out.print(f"  left out {n} rows for {export_kind} by {reason} (a gate scoped to {export_kind} exports)")
         if result.skipped_prompt_only:
             out.print(f"  skipped {result.skipped_prompt_only} prompt-only rows (GRPO prompts have no SFT target)")
         if result.mix is not None:

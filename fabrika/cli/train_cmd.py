@@ -9,7 +9,6 @@ mergekit are imported only when a command runs, so ``fabrika --help`` stays fast
 from __future__ import annotations
 
 import json
-
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional

@@ -7,8 +7,6 @@ Families register themselves on import; the conflict table is applied last.
 """
 
 from fabrika.constraints import formatting, keywords, length, russian, table, textual  # noqa: F401 - register
-from fabrika.constraints.english import apply_english
-from fabrika.constraints.paraphrases import apply_paraphrases
 from fabrika.constraints.base import REGISTRY, SeedConstraint, loose_variants
 from fabrika.constraints.catalogue import catalogue
 from fabrika.constraints.combine import (
@@ -23,6 +21,8 @@ from fabrika.constraints.combine import (
     verify_all,
 )
 from fabrika.constraints.conflicts import apply_conflicts, params_conflict
+from fabrika.constraints.english import apply_english
+from fabrika.constraints.paraphrases import apply_paraphrases
 
 apply_conflicts(REGISTRY)
 apply_english(REGISTRY)

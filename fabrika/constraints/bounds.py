@@ -26,7 +26,7 @@ def _rel(p: Mapping[str, Any]) -> tuple[int, int | None]:
 def implied_bounds(cid: str, p: Mapping[str, Any]) -> Bounds:
     """Bounds on ``words``, ``sentences``, ``paragraphs`` and ``chars`` implied by ``cid`` with ``p``."""
     b: Bounds = {}
-    n = p.get("n")
+    n: int = p.get("n", 0)  # the count of the constraints that have one
     if cid == "ru.length.words_max":
         b["words"] = (0, n)
     elif cid == "ru.length.words_min":

@@ -154,7 +154,8 @@ def highlights(text: str, p: Mapping[str, Any]) -> bool:
 @constraint(
     "ru.format.postscript",
     F,
-    ["В конце ответа добавьте постскриптум — отдельную строку, которая начинается с «{marker}»", "Завершите ответ припиской «{marker} …» на отдельной строке."],
+    ["В конце ответа добавьте постскриптум — отдельную строку, которая начинается с «{marker}»",
+     "Завершите ответ припиской «{marker} …» на отдельной строке."],
     lambda rng: {"marker": rng.choice(POSTSCRIPT_MARKERS)},
 )
 def postscript(text: str, p: Mapping[str, Any]) -> bool:
@@ -164,7 +165,7 @@ def postscript(text: str, p: Mapping[str, Any]) -> bool:
     """
     marker = r"\.\s*".join(re.escape(part.strip()) for part in normalize(p["marker"]).split("."))
     m = re.search(rf"(?:^|\n)\s*{marker}\s*(\S.*)$", text.strip(), re.DOTALL | re.IGNORECASE)
-    return bool(m) and bool(text.strip()[: m.start()].strip())
+    return m is not None and bool(text.strip()[: m.start()].strip())
 
 
 @constraint(

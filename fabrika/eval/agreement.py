@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -112,18 +112,18 @@ def weighted_ci(groups: dict[str, tuple[Sequence[str], Sequence[str]]], labels: 
 
 
 def agreement_report(human: Sequence[str], judge: Sequence[str], groups: Sequence[str], labels: Sequence[str], *,
-                     iterations: int = 1000, seed: int = 0) -> dict[str, object]:
+                     iterations: int = 1000, seed: int = 0) -> dict[str, Any]:
     """κ with CI and confusion matrix per group and overall, plus the sample-weighted κ."""
     by: dict[str, tuple[list[str], list[str]]] = defaultdict(lambda: ([], []))
     for h, j, g in zip(human, judge, groups):
         by[g][0].append(h)
         by[g][1].append(j)
-    per = {}
+    per: dict[str, dict[str, Any]] = {}
     for g in sorted(by):
-        h, j = by[g]
-        per[g] = {"n": len(h), "kappa": kappa(h, j, labels), "ci": bootstrap_ci(h, j, labels, iterations=iterations,
-                                                                                 seed=seed),
-                  "accuracy": sum(a == b for a, b in zip(h, j)) / len(h), "confusion": confusion(h, j, labels)}
+        hs, js = by[g]
+        per[g] = {"n": len(hs), "kappa": kappa(hs, js, labels),
+                  "ci": bootstrap_ci(hs, js, labels, iterations=iterations, seed=seed),
+                  "accuracy": sum(a == b for a, b in zip(hs, js)) / len(hs), "confusion": confusion(hs, js, labels)}
     return {
         "labels": list(labels),
         "n": len(human),

@@ -9,11 +9,11 @@ Reasoning blocks are removed by the shared :mod:`fabrika.textutil.reasoning`.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from fabrika.textutil.answers import extract_json, is_failure
 from fabrika.textutil.reasoning import split_reasoning
+
 
 def strip_reasoning(text: str | None) -> str:
     """``text`` as the user sees it (:func:`fabrika.textutil.reasoning.split_reasoning`).

@@ -95,7 +95,7 @@ def calibration_report(records: list[dict[str, Any]], *, iterations: int = 1000,
     swaps: dict[str, list[bool]] = {}
     for r in scored:
         swaps.setdefault(r["task_type"], []).append(r["first"] != r["swapped"])
-    for task, per in rep["per_group"].items():  # type: ignore[union-attr]
+    for task, per in rep["per_group"].items():
         flags = swaps.get(task, [])
         per["order_swap_disagreement"] = sum(flags) / len(flags) if flags else None
         first = [r for r in scored if r["task_type"] == task]

@@ -58,7 +58,7 @@ def to_json_schema(schema: Any) -> Any:
         return [to_json_schema(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in schema.items():
         if k == "type" and isinstance(v, str):
             if v == "any":
@@ -80,7 +80,8 @@ def sanitize_name(name: str) -> str:
 
 
 def _tools(functions: list[dict[str, Any]], where: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    tools, names = [], {}
+    tools: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
     for fn in functions:
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise InputError(f"{where}: every function needs a 'name'")

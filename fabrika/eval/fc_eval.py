@@ -99,9 +99,10 @@ def text_calls(text: str, known: set[str]) -> list[dict[str, Any]] | None:
         tree = None
     if tree is not None:
         nodes = tree.elts if isinstance(tree, (ast.List, ast.Tuple)) else [tree]
-        if nodes and all(isinstance(n, ast.Call) and _dotted(n.func) in known for n in nodes):
+        call_nodes = [n for n in nodes if isinstance(n, ast.Call) and _dotted(n.func) in known]
+        if nodes and len(call_nodes) == len(nodes):
             calls = []
-            for n in nodes:
+            for n in call_nodes:
                 if n.args or any(k.arg is None for k in n.keywords):
                     return None
                 try:
@@ -119,15 +120,15 @@ def text_calls(text: str, known: set[str]) -> list[dict[str, Any]] | None:
     for it in items:
         if not isinstance(it, dict) or it.get("name") not in known:
             return None
-        args = it.get("arguments", it.get("parameters", {}))
-        if isinstance(args, str):
+        arguments = it.get("arguments", it.get("parameters", {}))
+        if isinstance(arguments, str):
             try:
-                args = json.loads(args)
+                arguments = json.loads(arguments)
             except json.JSONDecodeError:
                 return None
-        if not isinstance(args, dict):
+        if not isinstance(arguments, dict):
             return None
-        calls.append({"name": it["name"], "arguments": args})
+        calls.append({"name": it["name"], "arguments": arguments})
     return calls or None
 
 
@@ -205,7 +206,7 @@ def resolve_expected(predicted: list[dict[str, Any]], expected: list[dict[str, d
     for entry in expected:
         (name, params), = entry.items()
 
-        def concrete(pred_args: dict[str, Any]) -> dict[str, Any]:
+        def concrete(pred_args: dict[str, Any], params: dict[str, Any] = params) -> dict[str, Any]:
             args = {p: _resolve(p in pred_args, pred_args.get(p), allowed, eq) for p, allowed in params.items()}
             return {k: v for k, v in args.items() if v is not _OMIT}
 

@@ -158,7 +158,8 @@ def parse_verdict(text: str | None, scheme: TaskScheme) -> tuple[str | None, dic
         return None, {}, f"bad_verdict: {str(obj['verdict'])[:40]!r}"
     crit: dict[str, str | None] = {}
     if scheme.scheme == "per_criterion":
-        raw = obj.get("criteria") if isinstance(obj.get("criteria"), dict) else {}
+        criteria = obj.get("criteria")
+        raw = criteria if isinstance(criteria, dict) else {}
         lowered = {str(k).strip().lower(): v for k, v in raw.items()}
         crit = {c: normalize_verdict(lowered.get(c.lower())) for c in scheme.criteria}
     return verdict, crit, None

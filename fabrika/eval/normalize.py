@@ -52,7 +52,8 @@ _QUOTES = [re.compile(p) for p in (
 _BRACKETS = [re.compile(p) for p in (
     r"\[[^\[\]\n]{%d,}\]" % LONG_FIELD, r"\([^()\n]{%d,}\)" % LONG_FIELD, r"\{[^{}]{%d,}\}" % LONG_FIELD)]
 # "Key: value" — the key is 1-4 words starting a line (optionally a list bullet or bold markers).
-_KEY_VALUE = re.compile(r"(?m)((?:^|(?<=[.!?] ))\s*(?:[-*•]\s+)?(?:\*\*)?[\w][\w\-/]*(?: [\w\-/]+){0,3}(?:\*\*)?\s*[:=](?:\*\*)?)[ \t]+(?!⟨)(\S.*)$")
+_KEY_VALUE = re.compile(r"(?m)((?:^|(?<=[.!?] ))\s*(?:[-*•]\s+)?(?:\*\*)?[\w][\w\-/]*(?: [\w\-/]+){0,3}(?:\*\*)?\s*[:=](?:\*\*)?)"
+                        r"[ \t]+(?!⟨)(\S.*)$")
 _DATE = re.compile(
     r"\b(?:\d{4}-\d{1,2}-\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?"
     r"|\d{1,2}[./]\d{1,2}[./]\d{2,4}"

@@ -79,7 +79,7 @@ class ResultStore:
             except json.JSONDecodeError:
                 if n >= len(lines) - 2:  # a line cut by a crash: drop it, the item is asked again
                     continue
-                raise StoreError(f"{self.path}:{n + 1}: corrupt result line; delete the directory to start over")
+                raise StoreError(f"{self.path}:{n + 1}: corrupt result line; delete the directory to start over") from None
             self.done[rec["id"]] = rec
             good.append(line)
         tmp = self.path.with_name(self.path.name + ".tmp")
@@ -116,7 +116,10 @@ def make_llm_config(*, base_url: str | None, model: str | None, api_key_env: str
         if not config_file.is_file():
             raise ConfigError(f"--llm-config {config_file}: no such file")
         doc = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
-        data = dict(doc.get("llm", doc))
+        section = doc.get("llm", doc) if isinstance(doc, dict) else None
+        if not isinstance(section, dict):
+            raise ConfigError(f"--llm-config {config_file}: expected a mapping of llm settings (optionally under `llm:`)")
+        data = dict(section)
     if base_url:
         data["backend"] = "openai"
         data["endpoints"] = [{"base_url": base_url, **({"api_key_env": api_key_env} if api_key_env else {})}]
@@ -179,7 +182,7 @@ async def run_items(store: ResultStore, llm: LLMConfig, items: Sequence[Item],
                     continue
                 try:
                     records.append({"id": it["id"], **finish(it, resps)})
-                except Exception as exc:  # a scorer bug must not take the finished items with it
+                except Exception as exc:  # noqa: BLE001 - a scorer bug must not take the finished items with it
                     out.failed.append({"id": it["id"], "reason": f"internal_error: {type(exc).__name__}: {exc}"})
             store.append(records)
             out.finished += len(records)

@@ -112,7 +112,7 @@ def collect_samples(run_dir: str | Path, manifest: dict[str, Any], limits: Brows
     reasons such as ``not_sampled`` that are by design, not a quality verdict).
     """
     store = RunStore(run_dir)
-    stages = [s for s in (manifest.get("order") or sorted((manifest.get("stages") or {}))) if store.has_rows(s)]
+    stages = [s for s in (manifest.get("order") or sorted(manifest.get("stages") or {})) if store.has_rows(s)]
     out: list[dict[str, Any]] = []
     for stage in stages:
         lf = store.scan_raw(stage)

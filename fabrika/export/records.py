@@ -8,7 +8,7 @@ score columns and L0) and the per-kind field layout the writer uses.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from fabrika.schemas.chat import SCALAR_COLUMNS, json_field, messages_to_chat, sft_record, tools_to_chat
 
@@ -21,7 +21,7 @@ ExportKind = Literal["sft", "grpo"]
 GRPO_OPTIONAL_COLUMNS: tuple[str, ...] = ("teacher_rm_mean", "teacher_rm_k", "rm_id", "rm_score", "ref_length",
                                           "difficulty_pass_rate", "length_unit")
 #: Unit of a derived ``ref_length``: the general reward's default ``length_unit`` (``fabrika.rewards.general``).
-REF_LENGTH_UNIT = "chars"
+REF_LENGTH_UNIT: Final = "chars"
 
 
 def grpo_record(row: dict[str, Any]) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def ref_length(stored: Any, completion: Any) -> float | None:
     from fabrika.rewards.general import completion_length
 
     messages = messages_to_chat(completion, role="assistant")
-    length = completion_length(messages, REF_LENGTH_UNIT) if messages else 0  # type: ignore[arg-type]
+    length = completion_length(messages, REF_LENGTH_UNIT) if messages else 0
     return float(length) if length > 0 else None
 
 

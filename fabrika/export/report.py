@@ -22,7 +22,7 @@ import html
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import polars as pl
 
@@ -184,7 +184,7 @@ def chart_lengths(stats: dict[str, Any], path: Path) -> None:
     _save(fig, path)
 
 
-def chart_shares(shares: dict[str, dict[str, int]], path: Path) -> None:
+def chart_shares(shares: Mapping[str, dict[str, int]], path: Path) -> None:
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for ax, col in zip(axes, ("lang", "target_type")):
@@ -292,7 +292,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, version: st
               "upstream_gates": in_order(source.funnel.get("upstream_gates") or {})}
     lf = source.frame
     names = lf.collect_schema().names()
-    shares = {c: {str(k): int(v) for k, v in lf.group_by(c).len().sort(c).collect().iter_rows()}
+    shares: dict[str, dict[str, int]] = {c: {str(k): int(v) for k, v in lf.group_by(c).len().sort(c).collect().iter_rows()}
               for c in ("lang", "target_type", "llm_backend") if c in names}
     total = int(lf.select(pl.len()).collect().item())
     cols = [c for c in ("prompt", "completion", "tools", "meta", "len_prompt_tokens", "len_completion_tokens")

@@ -74,7 +74,7 @@ def check_record(record: Mapping[str, Any], template: ChatTemplate,
     try:
         prompt_text = template.render(prompt, tools, add_generation_prompt=True)
         full_text = template.render(prompt + completion, tools) if completion else prompt_text
-    except Exception as exc:  # a template error on one row is that row's failure
+    except Exception as exc:  # noqa: BLE001 - a template error on one row is that row's failure
         return [f"template {template.name} failed to render: {type(exc).__name__}: {exc}"]
     if "completion" in record:
         if not completion:

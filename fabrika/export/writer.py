@@ -101,7 +101,8 @@ def _dumps(value: Any) -> str:
 
 
 def _list_array(elements: Iterator[Sequence[str]]) -> pa.Array:
-    offsets, flat = [0], []
+    offsets: list[int] = [0]
+    flat: list[str] = []
     for items in elements:
         flat.extend(items)
         offsets.append(len(flat))
@@ -229,7 +230,7 @@ def _write_flat(tmp: Path, batches: Iterator[list[dict[str, Any]]], kind: Export
             nested = NESTED_FIELDS[kind]
             frame = pl.DataFrame({c: [(_dumps(r.get(c)) if c in nested and r.get(c) is not None else r.get(c))
                                       for r in batch] for c in columns},
-                                 schema={c: _PL_TYPES.get(SCALAR_TYPES.get(c), pl.String)  # type: ignore[arg-type]
+                                 schema={c: _PL_TYPES.get(SCALAR_TYPES.get(c, pa.string()), pl.String)
                                          for c in columns})
             frame.write_parquet(data / f"part-{i:05d}.parquet")
     return n
@@ -329,7 +330,7 @@ def _length_warnings(lf: pl.LazyFrame, max_length: int | None) -> list[str]:
     if over:
         out.append(f"{over} of {total} rows are longer than max_length={max_length} tokens (longest {longest}); "
                    "TRL truncates them (a completion past the limit is cut or fully masked) — raise the trainer's "
-                   "max_length or refilter with --set length.max_tokens=N")
+                   "max_length or refilter with --set filters.length.max_tokens=N")
     if unknown:
         out.append(f"{unknown} of {total} rows have no token count (filter.length did not score them)")
     return out

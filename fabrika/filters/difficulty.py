@@ -204,7 +204,7 @@ class DifficultyGate(BaseModel):
     max_pass_rate: float = Field(default=0.8, ge=0, le=1,
                                  description="Keep rows whose pass rate is <= this (drop the too easy).")
     apply_to: list[Literal["sft", "grpo"]] = Field(
-        default_factory=lambda: ["grpo"],
+        default_factory=lambda: list[Literal["sft", "grpo"]](["grpo"]),
         description="Export kinds the band applies to: GRPO only by default (an easy prompt is a fine SFT "
         "example); [sft, grpo] applies it to the whole version; [] disables it.")
 

@@ -23,7 +23,7 @@ evidence either way), and the gates keep nulls.
 mostly of one script (lingua separates the two by script alone), so the
 ``language.min_confidence`` gate is inert for that pair; it separates something
 only with several same-script candidates (``[ru, uk, be, bg]``), where short
-Russian lines score 0.45–0.8 (tests/filters of the FC area pin both).
+Russian lines score 0.45–0.8 (tests/filters pin both).
 """
 
 from __future__ import annotations

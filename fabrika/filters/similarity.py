@@ -231,8 +231,8 @@ class LLMJudgeBackend:
         self._model = model
 
     async def raw_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        from fabrika.textutil.answers import parse_score
         from fabrika.llm.types import ChatRequest
+        from fabrika.textutil.answers import parse_score
 
         requests = [ChatRequest(messages=({"role": "user", "content": JUDGE_PROMPT.format(a=a, b=b)},),
                                 model=self._model, temperature=0.0, tag="if.judge.similarity")

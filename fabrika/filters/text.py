@@ -17,8 +17,6 @@ from typing import Any, Iterable
 
 import razdel
 
-MESSAGE_FIELDS = ("prompt", "completion")
-
 
 def _messages(value: Any) -> list[dict[str, Any]]:
     if value is None:

@@ -64,6 +64,14 @@ class CacheConfig(_Strict):
     flush_every: int = Field(default=512, ge=1, description="Buffered answers written per batched transaction.")
     flush_interval_s: float = Field(default=1.0, gt=0, description="Longest an answer waits in the write buffer.")
 
+    def file_for(self, run_dir: str | Path | None) -> Path | None:
+        """The SQLite file to open: ``path``, else ``<run_dir>/cache.sqlite``; None when disabled or nowhere."""
+        if not self.enabled:
+            return None
+        if self.path is not None:
+            return self.path
+        return Path(run_dir) / "cache.sqlite" if run_dir is not None else None
+
 
 class SimConfig(_Strict):
     """The offline ``sim`` backend (see :mod:`fabrika.llm.sim`)."""

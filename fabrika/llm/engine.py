@@ -93,7 +93,7 @@ class LLMEngine:
         self._inflight: dict[str, asyncio.Future[ChatResponse | None]] = {}
         defaults = {"model": cfg.model, "temperature": cfg.temperature, "top_p": cfg.top_p,
                     "max_tokens": cfg.max_tokens, "seed": cfg.seed}
-        self._defaults = {k: v for k, v in defaults.items() if v is not None}
+        self._defaults: dict[str, Any] = {k: v for k, v in defaults.items() if v is not None}
         self._extra_body = dict(cfg.extra_body) if cfg.extra_body else None
         #: requests currently at the backend (for progress displays)
         self.in_flight = 0
@@ -111,7 +111,7 @@ class LLMEngine:
     # -- request preparation -----------------------------------------------
     def prepare(self, request: ChatRequest) -> ChatRequest:
         """``request`` with the configured defaults filled in where it sets none."""
-        missing = None
+        missing: dict[str, Any] | None = None
         for name, value in self._defaults.items():
             if getattr(request, name) is None:
                 if missing is None:
@@ -195,7 +195,10 @@ class LLMEngine:
                     out[i] = await self._call(prepared[i], keys[i])
 
             await asyncio.gather(*[worker() for _ in range(width)])
-        return out  # type: ignore[return-value]
+        answered = [r for r in out if r is not None]
+        if len(answered) != len(out):  # an engine bug: never hand a stage fewer answers than requests
+            raise RuntimeError(f"LLMEngine.complete: {len(out) - len(answered)} of {len(out)} requests got no response")
+        return answered
 
     # -- repeated samples as one n=K request ---------------------------------
     def _sample_runs(self, prepared: list[ChatRequest], todo: list[int]) -> list[list[int]] | None:
@@ -291,7 +294,7 @@ class LLMEngine:
                 out = [err] * n
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a backend bug: recorded, and logged loudly
                 _log.exception("LLM backend %r raised %s for tag %r (n=%d); recorded as failed requests",
                                self.backend.name, type(exc).__name__, first.tag, n)
                 e = map_exception(exc)
@@ -376,7 +379,7 @@ class LLMEngine:
                                     attempts=getattr(exc, "attempts", 1))
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # a backend or sim-responder bug: recorded, and logged loudly
+            except Exception as exc:  # noqa: BLE001 - a backend or sim-responder bug: recorded, and logged loudly
                 _log.exception("LLM backend %r raised %s for tag %r; recorded as a failed request",
                                self.backend.name, type(exc).__name__, request.tag)
                 err = map_exception(exc)

@@ -49,10 +49,10 @@ def build_engine(config: LLMConfig, run_dir: Path | None = None) -> LLMEngine:
         raise ConfigError(f"llm.backend must be one of openai, vllm, sim; got {config.backend!r}")
 
     cache = None
-    if config.cache.enabled and (config.cache.path is not None or run_dir is not None):
+    path = config.cache.file_for(run_dir)
+    if path is not None:
         from fabrika.llm.cache import ResponseCache
 
-        path = config.cache.path or Path(run_dir) / "cache.sqlite"  # type: ignore[arg-type]
         cache = ResponseCache(path, flush_every=config.cache.flush_every,
                               flush_interval_s=config.cache.flush_interval_s)
     elif config.cache_only:

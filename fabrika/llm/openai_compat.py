@@ -218,7 +218,7 @@ class OpenAICompatBackend:
             )
         return self._session
 
-    async def _send_aiohttp(self, ep: _Endpoint, request: ChatRequest) -> ChatResponse:
+    async def _send_aiohttp(self, ep: Endpoint, request: ChatRequest) -> ChatResponse:
         session = self._get_session()
         payload = json.dumps(build_body(request, self.model), ensure_ascii=False).encode("utf-8")
         headers = ep.headers if request.tag == "default" else {**ep.headers, "x-fabrika-tag": _ascii(request.tag)}
@@ -239,7 +239,7 @@ class OpenAICompatBackend:
         return parse_completion(data, self.name)
 
     # -- openai SDK ----------------------------------------------------------
-    def _sdk_client(self, ep: _Endpoint) -> Any:
+    def _sdk_client(self, ep: Endpoint) -> Any:
         if ep.sdk is None:
             import openai
 
@@ -248,7 +248,7 @@ class OpenAICompatBackend:
                                         http_client=openai.DefaultAioHttpClient(timeout=timeout))
         return ep.sdk
 
-    async def _send_sdk(self, ep: _Endpoint, request: ChatRequest) -> ChatResponse:
+    async def _send_sdk(self, ep: Endpoint, request: ChatRequest) -> ChatResponse:
         client = self._sdk_client(ep)
         body = build_body(request, self.model)
         model = body.pop("model")
@@ -299,7 +299,7 @@ async def probe_endpoints(config: "LLMConfig", timeout_s: float = 10.0) -> list[
                     raw = await resp.read()
                     status = resp.status
                     resp_headers = resp.headers
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError) as exc:
+            except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
                 err = map_exception(exc)
                 return f"{where}: unreachable ({err.message}); is the server up and base_url right?"
             if status != 200:

@@ -115,20 +115,17 @@ def map_exception(exc: BaseException) -> LLMError:
     """An ``LLMError`` for a transport or SDK exception (raise it ``from exc``)."""
     if isinstance(exc, LLMError):
         return exc
-    try:  # the openai SDK is optional at this layer
-        import openai
-    except ImportError:  # pragma: no cover
-        openai = None  # type: ignore[assignment]
-    if openai is not None:
-        if isinstance(exc, openai.APITimeoutError):
-            if _refused(exc):  # the SDK's aiohttp transport reports a refused connect as a timeout
-                return LLMError("connection", f"cannot connect: {exc.__cause__}")
-            return LLMError("timeout", f"request timed out: {exc}")
-        if isinstance(exc, openai.APIConnectionError):
-            return LLMError("connection", f"cannot connect: {exc}")
-        if isinstance(exc, openai.APIStatusError):
-            return map_http_error(exc.status_code, exc.body if exc.body is not None else exc.message,
-                                  exc.response.headers if exc.response is not None else None)
+    import openai  # imported here: only an SDK exception needs it
+
+    if isinstance(exc, openai.APITimeoutError):
+        if _refused(exc):  # the SDK's aiohttp transport reports a refused connect as a timeout
+            return LLMError("connection", f"cannot connect: {exc.__cause__}")
+        return LLMError("timeout", f"request timed out: {exc}")
+    if isinstance(exc, openai.APIConnectionError):
+        return LLMError("connection", f"cannot connect: {exc}")
+    if isinstance(exc, openai.APIStatusError):
+        return map_http_error(exc.status_code, exc.body if exc.body is not None else exc.message,
+                              exc.response.headers if exc.response is not None else None)
     import aiohttp
 
     if isinstance(exc, aiohttp.ConnectionTimeoutError):  # the connect phase: the server is unreachable
@@ -205,7 +202,7 @@ async def call_with_retries(fn: Callable[[], Awaitable[T]], policy: RetryPolicy,
         return await fn(), 1
     except LLMError as exc:
         if not exc.retryable or policy.max_retries == 0:
-            exc.attempts = 1  # type: ignore[attr-defined]
+            exc.attempts = 1
             raise
         first = exc
     if on_retry is not None:
@@ -232,7 +229,7 @@ async def call_with_retries(fn: Callable[[], Awaitable[T]], policy: RetryPolicy,
             with attempt:
                 attempts += 1
                 result = await fn()
-        return result, attempts  # type: ignore[possibly-undefined]
+        return result, attempts
     except LLMError as exc:
-        exc.attempts = attempts  # type: ignore[attr-defined]
+        exc.attempts = attempts
         raise

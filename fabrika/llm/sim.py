@@ -36,9 +36,9 @@ import asyncio
 import hashlib
 import json
 import random
-from typing import Callable, Union
+from typing import Callable
 
-from fabrika.errors import LLMError
+from fabrika.errors import LLMError, LLMErrorKind
 from fabrika.llm.cache import content_key
 from fabrika.llm.schema_gen import (
     choose_tool,
@@ -49,13 +49,13 @@ from fabrika.llm.schema_gen import (
 )
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
 
-SimResponder = Callable[[ChatRequest, random.Random], Union[Choice, str]]
+SimResponder = Callable[[ChatRequest, random.Random], Choice | str]
 
 _RESPONDERS: dict[str, SimResponder] = {}
 
 SIM_BACKEND_NAME = "sim"
 
-_RETRYABLE_SIM_KINDS = ("rate_limit", "server", "timeout", "connection")
+_RETRYABLE_SIM_KINDS: tuple[LLMErrorKind, ...] = ("rate_limit", "server", "timeout", "connection")
 
 
 def register_sim_responder(tag_prefix: str, fn: SimResponder) -> None:

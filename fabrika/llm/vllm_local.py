@@ -33,7 +33,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from fabrika.errors import ConfigError, LLMError
+from fabrika.errors import ConfigError, LLMError, LLMErrorKind
 from fabrika.llm.schema_gen import response_format_schema
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
 
@@ -153,6 +153,7 @@ class VLLMLocalBackend:
                 final = out
         except Exception as exc:
             low = str(exc).lower()
+            kind: LLMErrorKind
             if "max_model_len" in low or "too long" in low or "maximum context" in low:
                 kind = "context_length"
             elif isinstance(exc, (ValueError, TypeError)):

@@ -22,18 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, 
 
 from fabrika import gates
 from fabrika.errors import ConfigError
+from fabrika.llm.config import LLMConfig
 from fabrika.pipeline import registry
 from fabrika.pipeline.overrides import apply_overrides
 from fabrika.pipeline.sections import RaySettings, ray_missing
 from fabrika.pipeline.stage import STAGES, StageConfig
 from fabrika.sandbox.policy import SandboxSettings
-
-try:  # the LLM layer owns its config; until it is importable, keep the raw mapping
-    from fabrika.llm.config import LLMConfig as _LLMConfig
-
-    LLMField: Any = _LLMConfig
-except ImportError:  # pragma: no cover - depends on the llm package's progress
-    LLMField = dict[str, Any]
 
 
 class DatasetConfig(BaseModel):
@@ -53,8 +47,9 @@ class PipelineConfig(BaseModel):
     name: str = Field(description="Pipeline name; the default run directory is runs/<name>.", pattern=r"^[\w.-]+$")
     seed: int = Field(default=0, description="Global seed; every per-item RNG derives from it.")
     run_dir: Path | None = Field(default=None, description="Run directory; default runs/<name> (relative to the working dir).")
-    plugins: list[str] = Field(default_factory=list, description="Extra modules to import (they register stages/gates).")
-    llm: LLMField = Field(default_factory=LLMField, description="LLM engine config (fabrika.llm.config.LLMConfig).")
+    plugins: list[str] = Field(default_factory=list, description="Your own modules to import (they register stages, "
+                               "gates or sim responders); fabrika's own stage modules are always loaded.")
+    llm: LLMConfig = Field(default_factory=LLMConfig, description="LLM engine config (fabrika.llm.config.LLMConfig).")
     max_in_flight: int = Field(default=256, ge=1, description="Items processed concurrently per stage (default for all stages).")
     max_parallel_stages: int = Field(
         default=4, ge=1, description="Stages run at once when their inputs are ready (independent branches overlap); 1 = one by one."
@@ -248,10 +243,13 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
         return None, issues
     plugins = data.get("plugins") or []
     for i, mod in enumerate(plugins if isinstance(plugins, list) else []):
+        if str(mod) in registry.STAGE_MODULES:
+            warn(f"plugins[{i}]", f"{mod!r} is always loaded (fabrika.pipeline.registry.STAGE_MODULES); remove the line")
         for m, why in registry.load_modules([str(mod)]):
             err(f"plugins[{i}]", f"cannot import {m!r}: {why}")
     for m, why in registry.load_modules():
-        err("(stage registry)", f"cannot import stage module {m!r}: {why}; fix it or remove it from fabrika.pipeline.registry.STAGE_MODULES")
+        err("(stage registry)",
+            f"cannot import stage module {m!r}: {why}; fix it or remove it from fabrika.pipeline.registry.STAGE_MODULES")
 
     raw_stages = data.get("stages")
     stage_objs: list[StageConfig] = []

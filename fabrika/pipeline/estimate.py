@@ -34,7 +34,6 @@ from fabrika.pipeline.lifecycle import build_engine_for
 from fabrika.pipeline.stage import STAGES, StageConfig
 from fabrika.store import RunStore
 
-
 #: Marks a directory as an estimate's scratch run (only such a directory is emptied).
 MARKER = ".fabrika-estimate"
 
@@ -120,7 +119,7 @@ def _source_count(config: PipelineConfig, cfg: StageConfig) -> int:
     """Items a source stage would read (its ``input_rows`` need only the pipeline)."""
     ctx = SimpleNamespace(pipeline=config, seed=config.seed, llm=None, run_dir=config.resolved_run_dir,
                           backend_name="estimate")
-    n = sum(1 for _ in STAGES[cfg.kind](cfg, ctx).input_rows())  # type: ignore[arg-type]
+    n = sum(1 for _ in STAGES[cfg.kind](cfg, ctx).input_rows())
     return n if cfg.max_items is None else min(n, cfg.max_items)
 
 
@@ -135,9 +134,8 @@ def _input_count(store: RunStore, config: PipelineConfig, cfg: StageConfig) -> i
 def _with_stage_updates(config: PipelineConfig, updates: dict[str, dict[str, Any]], run_dir: Path) -> PipelineConfig:
     stages = [s.model_copy(update=updates.get(s.stage_name, {})) for s in config.stages]
     llm = config.llm
-    cache = getattr(llm, "cache", None)
-    if cache is not None and getattr(cache, "path", None) is not None:  # the pilot must not read a real run's cache
-        llm = llm.model_copy(update={"cache": cache.model_copy(update={"path": run_dir / "cache.sqlite"})})
+    if llm.cache.path is not None:  # the pilot must not read a real run's cache
+        llm = llm.model_copy(update={"cache": llm.cache.model_copy(update={"path": run_dir / "cache.sqlite"})})
     return config.model_copy(update={"stages": stages, "run_dir": run_dir, "llm": llm})
 
 
@@ -145,10 +143,9 @@ def _concurrency(config: PipelineConfig, cfg: StageConfig) -> tuple[int, int | N
     """(items in flight for the stage, requests the endpoints take at once; ``None`` = unbounded)."""
     items = cfg.max_in_flight or config.max_in_flight
     llm = config.llm
-    endpoints = getattr(llm, "endpoints", None) or []
-    caps = [int(getattr(e, "max_concurrency", 0) or 0) for e in endpoints]
-    requests = sum(caps) if caps and all(caps) else None
-    engine_cap = getattr(llm, "max_in_flight", None)
+    caps = [e.max_concurrency for e in llm.endpoints]
+    requests = sum(caps) if caps else None
+    engine_cap = llm.max_in_flight
     if engine_cap:
         requests = min(requests, int(engine_cap)) if requests else int(engine_cap)
     return items, requests
@@ -230,8 +227,8 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
     est = Estimate(config=config_name, backend=backend,
                    pilot={"fraction": pilot.fraction, "items": pilot.items, "cut_stages": cuts,
                           "full_inputs": full_in, "work_dir": str(work_dir)})
-    totals = {"requests": 0.0, "prompt_tokens": 0.0, "completion_tokens": 0.0, "cost": 0.0 if priced else None,
-              "seconds": 0.0}
+    totals: dict[str, Any] = {"requests": 0.0, "prompt_tokens": 0.0, "completion_tokens": 0.0,
+                              "cost": 0.0 if priced else None, "seconds": 0.0}
     for s in execution_order(config):
         name = s.stage_name
         info = (manifest.get("stages") or {}).get(name, {})

@@ -23,8 +23,7 @@ LLM_FIELDS = ("backend", "model", "temperature", "top_p", "max_tokens", "seed", 
 
 
 def _llm_fields(config: PipelineConfig) -> dict[str, Any]:
-    llm = config.llm
-    raw = llm if isinstance(llm, dict) else llm.model_dump(mode="json")
+    raw = config.llm.model_dump(mode="json")
     out = {k: raw.get(k) for k in LLM_FIELDS}
     if out.get("backend") == "sim":
         out["sim.seed"] = (raw.get("sim") or {}).get("seed", 0)

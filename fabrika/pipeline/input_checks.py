@@ -70,8 +70,8 @@ def scale_warnings(config: Any) -> Iterator[tuple[str, str]]:
                               "expansions rather than clusters of your data; aim for at least as many texts as topics")
     name = str(getattr(config, "name", ""))
     if SCALE_NAME.search(name):
-        for k, endpoint in enumerate(getattr(config.llm, "endpoints", None) or []):
-            host = urlparse(str(getattr(endpoint, "base_url", ""))).hostname or ""
+        for k, endpoint in enumerate(config.llm.endpoints):
+            host = urlparse(str(endpoint.base_url)).hostname or ""
             if host in LOCAL_HOSTS:
                 yield f"llm.endpoints[{k}].base_url", (
                     f"config {name!r} is named for scale but its endpoint is {host}; point it at your inference "

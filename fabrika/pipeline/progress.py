@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Callable
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 #: Width the plain lines are kept under.
 LINE_WIDTH = 100
@@ -331,7 +331,7 @@ class RunProgress:
         rate, eta = self._rate_eta(st, now)
         desc = st.name if not st.phase else f"{st.name} [{st.phase}]"
         self._progress.update(
-            task, description=desc[:26], completed=st.done, total=st.total,
+            TaskID(task), description=desc[:26], completed=st.done, total=st.total,
             count=self._count(st), rate=f"{rate:.1f}/s" if rate is not None else "",
             eta=f"ETA {duration(eta)}" if eta is not None else ("done" if st.finished else ""),
             extra=self._extra(st, per.get(st.name)))

@@ -1,6 +1,6 @@
 """Modules that register stage kinds and gate groups when imported.
 
-Each area appends its module here (``fabrika.generators.fc``, ``fabrika.filters``…).
+A module that defines stage kinds or gate groups is listed here once (``fabrika.generators.fc.stages``…).
 They are imported lazily, on the first config validation, so importing
 ``fabrika.pipeline`` stays cheap. A listed module that fails to import is a
 configuration error (it would silently remove stage kinds otherwise).

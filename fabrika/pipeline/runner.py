@@ -46,8 +46,16 @@ from rich.console import Console
 
 from fabrika.errors import ConfigError, StoreError
 from fabrika.llm.redact import redact
-from fabrika.pipeline.config import (PipelineConfig, config_hash, execution_order, inputs_of, sandbox_problem,
-                                     stage_dependencies, stage_layout, uses_sandbox)
+from fabrika.pipeline.config import (
+    PipelineConfig,
+    config_hash,
+    execution_order,
+    inputs_of,
+    sandbox_problem,
+    stage_dependencies,
+    stage_layout,
+    uses_sandbox,
+)
 from fabrika.pipeline.executors import executor_for, finish_rows, new_items, process_item
 from fabrika.pipeline.fingerprint import changed_fields, stage_fingerprints
 from fabrika.pipeline.lifecycle import _first_error, backend_of, build_engine_for, close_resources, probe_llm
@@ -139,9 +147,7 @@ class _Run:
         self._invocation: dict[str, Any] = {}
         self._last_manifest = time.monotonic()
         self.fingerprints = stage_fingerprints(config)
-        llm = config.llm
-        rate = llm.get("max_failure_rate") if isinstance(llm, dict) else getattr(llm, "max_failure_rate", None)
-        self.max_failure_rate = 0.2 if rate is None else float(rate)
+        self.max_failure_rate = config.llm.max_failure_rate
         #: set when a stage stopped early: stages not started yet are skipped
         self.halted: str | None = None
         #: where per-item stages run (``executor: local | ray``, :mod:`fabrika.pipeline.executors`)
@@ -508,8 +514,9 @@ async def _run_locked(config: PipelineConfig, run_dir: Path, resume: bool, progr
     run = _Run(config, engine, resume, progress, until, log_every)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
+    assert main is not None  # a coroutine awaited by asyncio.run always runs in a task
     try:  # SIGTERM stops like Ctrl-C: finished items are written, the manifest says "interrupted"
-        loop.add_signal_handler(signal.SIGTERM, main.cancel)  # type: ignore[union-attr]
+        loop.add_signal_handler(signal.SIGTERM, main.cancel)
         handling = True
     except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / platform without it
         handling = False

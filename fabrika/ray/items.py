@@ -25,7 +25,7 @@ import asyncio
 import os
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
 
 from fabrika.errors import ConfigError
 from fabrika.pipeline.context import item_rng
@@ -41,6 +41,8 @@ class StaleDriver(RuntimeError):
     """A worker's driver was replaced (it died and a new ``fabrika run`` took the stage over)."""
 
 if TYPE_CHECKING:
+    from fabrika.llm.base import LLMClient
+    from fabrika.llm.types import ChatRequest, ChatResponse
     from fabrika.pipeline.config import PipelineConfig
     from fabrika.pipeline.outcome import StageStats
     from fabrika.pipeline.sections import RaySettings
@@ -52,9 +54,18 @@ class _NoLLM:
     def __init__(self, stage: str) -> None:
         self._stage = stage
 
-    def __getattr__(self, name: str) -> Any:
+    def _refuse(self, name: str) -> NoReturn:
         raise RuntimeError(f"stage {self._stage!r} declares calls_llm = False but used ctx.llm.{name}; "
                            "set calls_llm = True (it then runs in the driver)")
+
+    def __getattr__(self, name: str) -> Any:
+        self._refuse(name)
+
+    async def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResponse]:
+        self._refuse("complete")
+
+    async def complete_one(self, request: ChatRequest) -> ChatResponse:
+        self._refuse("complete_one")
 
 
 class WorkerContext:
@@ -62,7 +73,7 @@ class WorkerContext:
 
     def __init__(self, pipeline: "PipelineConfig", stage: StageConfig, run_dir: Path, backend_name: str) -> None:
         self._stage = stage.stage_name
-        self.llm = _NoLLM(self._stage)
+        self.llm: LLMClient = _NoLLM(self._stage)
         self.seed = pipeline.seed
         self.run_dir = run_dir
         self.pipeline = pipeline
@@ -103,7 +114,7 @@ class ItemWorker:
         registry.load_modules()
         self.backend_name = backend_name
         self.ctx = WorkerContext(pipeline, stage, Path(run_dir), backend_name)
-        self.stage: Stage = STAGES[stage.kind](stage, self.ctx)  # type: ignore[arg-type]
+        self.stage: Stage = STAGES[stage.kind](stage, self.ctx)
         self.max_in_flight = max_in_flight
         self._ready: asyncio.Task | None = None
 
@@ -165,6 +176,7 @@ def _worker_count(ray: Any, settings: "RaySettings") -> int:
 
 async def run_items_on_ray(run: Any, stage: Stage, stats: "StageStats", settings: "RaySettings") -> None:
     """Process the stage's unwritten items on worker actors; see the module docstring."""
+    from fabrika.pipeline.run_context import RunContext
     from fabrika.ray import connect
 
     ray = connect(settings)
@@ -177,10 +189,10 @@ async def run_items_on_ray(run: Any, stage: Stage, stats: "StageStats", settings
     done = store.done_ids(name) if run.resume else DoneIds()
     stats.recovered = store.recover_journal(name, done)  # a crashed local run's journal becomes a shard first
     total = None
-    if cfg.input is not None:
+    if cfg.input is not None and isinstance(stage.ctx, RunContext):  # the driver's context can count its inputs
         from fabrika.pipeline.config import inputs_of
 
-        total = sum(stage.ctx.count_rows(src) for src in inputs_of(cfg))  # type: ignore[attr-defined]
+        total = sum(stage.ctx.count_rows(src) for src in inputs_of(cfg))
     if cfg.max_items is not None:
         total = cfg.max_items if total is None else min(total, cfg.max_items)
     task = run.progress.add(name, total)
@@ -248,7 +260,7 @@ async def run_items_on_ray(run: Any, stage: Stage, stats: "StageStats", settings
         closing = [a.close.remote() for a in actors]
         try:
             await asyncio.wait_for(asyncio.gather(*closing, return_exceptions=True), timeout=30)
-        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - a dead actor has nothing to close
+        except (TimeoutError, Exception):  # noqa: BLE001 - a dead actor has nothing to close
             pass
         for a in actors:
             ray.kill(a, no_restart=True)

@@ -135,10 +135,10 @@ def build_ray_engine(llm: "LLMConfig", settings: "RaySettings", run_dir: Path | 
 
     backend = RayEngineBackend(llm, settings)
     cache = None
-    if llm.cache.enabled and (llm.cache.path is not None or run_dir is not None):
+    path = llm.cache.file_for(run_dir)
+    if path is not None:
         from fabrika.llm.cache import ResponseCache
 
-        path = llm.cache.path or Path(run_dir) / "cache.sqlite"  # type: ignore[arg-type]
         cache = ResponseCache(path, flush_every=llm.cache.flush_every, flush_interval_s=llm.cache.flush_interval_s)
     elif llm.cache_only:
         raise ConfigError("llm.cache_only is true but no cache is configured; set llm.cache.enabled=true and "

@@ -1,6 +1,6 @@
 """Pure reward functions (no torch at module import): IF (``instruct``), FC (``fc``), general chat (``general``).
 
-Each area adds its own exports below; keep this file additive.
+``reward_fn.RewardFunction`` is what the ``make_*_reward`` factories return: a callable with ``close()``.
 """
 
 from fabrika.rewards.general import SequenceClassifierRM, length_penalized, make_general_reward, rm_identity

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Iterable, Mapping, Sequence
 
 from fabrika.rewards.fc_text import is_clarification, is_refusal_with_reason
@@ -69,7 +69,7 @@ def _canonical(value: Any, schema: Any) -> Any:
                 moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
             except ValueError:
                 return text
-            return moment.astimezone(timezone.utc).isoformat() if moment.tzinfo else moment.isoformat()
+            return moment.astimezone(UTC).isoformat() if moment.tzinfo else moment.isoformat()
         return text
     if isinstance(value, dict):
         props = schema.get("properties") or {}
@@ -127,14 +127,14 @@ def calls_match(predicted: Sequence[Any], expected: Sequence[Any], tools: Iterab
     A malformed call on either side never matches.
     """
     schemas = _tool_schemas(tools)
-    pred = [_normalize_call(c, schemas) for c in predicted]
-    exp = [_normalize_call(c, schemas) for c in expected]
-    if any(c is None for c in pred) or any(c is None for c in exp) or len(pred) != len(exp):
+    pred = [c for c in (_normalize_call(c, schemas) for c in predicted) if c is not None]
+    exp = [c for c in (_normalize_call(c, schemas) for c in expected) if c is not None]
+    if len(pred) != len(predicted) or len(exp) != len(expected) or len(pred) != len(exp):  # a malformed call
         return False
     unused = list(pred)
-    for name, args in exp:  # type: ignore[misc]
+    for name, args in exp:
         for i, cand in enumerate(unused):
-            if cand[0] == name and values_equal(cand[1], args):  # type: ignore[index]
+            if cand[0] == name and values_equal(cand[1], args):
                 del unused[i]
                 break
         else:

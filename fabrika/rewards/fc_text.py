@@ -88,7 +88,8 @@ def _tool_params(tools: Any) -> dict[str, dict[str, Any]]:
         params = (fn.get("parameters") or {}) if isinstance(fn, Mapping) else {}
         props = params.get("properties") or {}
         for name in params.get("required") or list(props):
-            out.setdefault(str(name), props.get(name) if isinstance(props.get(name), Mapping) else {})
+            prop = props.get(name)
+            out.setdefault(str(name), dict(prop) if isinstance(prop, Mapping) else {})
     return out
 
 

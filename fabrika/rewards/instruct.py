@@ -38,6 +38,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import ConfigError
+from fabrika.rewards.reward_fn import RewardFunction
 from fabrika.sandbox.policy import SandboxSettings
 from fabrika.textutil.reasoning import answer_text
 
@@ -251,7 +252,8 @@ def _verdicts(
     if by_code and runner is None:
         raise ConfigError("constraints need LLM-written verifiers but no sandbox runner was given; pass sandbox_runner=")
     for code, slots in by_code.items():
-        verdicts = list(runner(code, [texts[i] for i, _ in slots]))  # type: ignore[misc]
+        assert runner is not None  # checked above: by_code is not empty
+        verdicts = list(runner(code, [texts[i] for i, _ in slots]))
         if len(verdicts) != len(slots):
             raise ConfigError(f"sandbox runner returned {len(verdicts)} verdicts for {len(slots)} responses")
         for slot, verdict in zip(slots, verdicts):
@@ -349,7 +351,7 @@ def make_if_reward(
     sandbox_runner: SandboxRunner | None = None,
     rm_scorer: RMScorer | None = None,
     sandbox_backend: str = "model",
-) -> Callable[..., list[float]]:
+) -> RewardFunction[float]:
     """A TRL reward function: ``reward(prompts=..., completions=..., **columns) -> list[float]``.
 
     ``sandbox_runner(code, responses) -> verdicts`` runs LLM-written verifiers
@@ -377,6 +379,4 @@ def make_if_reward(
             log_extra("if_verifier_score", [s.v for s in scores])
         return [s.reward for s in scores]
 
-    if_reward.__name__ = "if_reward"
-    if_reward.close = lazy.close if lazy is not None else (lambda: None)  # type: ignore[attr-defined]
-    return if_reward
+    return RewardFunction("if_reward", if_reward, lazy.close if lazy is not None else None, config=cfg)

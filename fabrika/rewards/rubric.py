@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fabrika.errors import ConfigError
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.rewards.instruct import IFRewardConfig, completion_text, parse_constraints, rm_corrected, score_if
+from fabrika.rewards.reward_fn import RewardFunction
 from fabrika.textutil.answers import ParseFailure, extract_json, is_failure
 from fabrika.textutil.reasoning import split_reasoning
 
@@ -227,8 +228,8 @@ def parse_verdicts(text: str | None, n_rubrics: int, *, key: str = "pass") -> li
 def response_verdicts(resp: ChatResponse, n_rubrics: int, vote: str = "majority",
                       key: str = "pass") -> list[bool] | ParseFailure:
     """Verdicts from every choice of a judge response, combined by ``vote``; failures say why."""
-    if not resp.ok:
-        return ParseFailure(f"llm_error: {resp.error.kind}")  # type: ignore[union-attr]
+    if resp.error is not None:
+        return ParseFailure(f"llm_error: {resp.error.kind}")
     samples: list[list[bool]] = []
     reasons: list[str] = []
     for choice in resp.choices:
@@ -239,7 +240,7 @@ def response_verdicts(resp: ChatResponse, n_rubrics: int, vote: str = "majority"
         if is_failure(parsed):
             reasons.append(str(parsed))
         else:
-            samples.append(parsed)  # type: ignore[arg-type]
+            samples.append(parsed)
     return combine_votes(samples, len(resp.choices), vote, reasons)
 
 
@@ -329,11 +330,12 @@ async def score_rubrics(prompts: Sequence[Any], completions: Sequence[Any], conf
     v_if: list[float | None] = [None] * n
     idx = [i for i in range(n) if with_cons[i]]
     if idx:
-        sub = {k: [v[i] for i in idx] for k, v in columns.items() if isinstance(v, (list, tuple)) and len(v) == n}
+        sub: dict[str, Any] = {k: [v[i] for i in idx] for k, v in columns.items()
+                               if isinstance(v, (list, tuple)) and len(v) == n}
         plain = if_cfg.model_copy(update={"rm_correction": False})
-        for i, s in zip(idx, score_if([prompts[i] for i in idx], [completions[i] for i in idx], plain,
-                                      sandbox_runner=sandbox_runner, **sub)):
-            v_if[i] = s.v
+        for i, scored in zip(idx, score_if([prompts[i] for i in idx], [completions[i] for i in idx], plain,
+                                           sandbox_runner=sandbox_runner, **sub)):
+            v_if[i] = scored.v
 
     s_col = alpha_col = None
     if if_cfg.rm_correction:
@@ -353,8 +355,10 @@ async def score_rubrics(prompts: Sequence[Any], completions: Sequence[Any], conf
             out.append(RubricScore(None, None, v_if[i], None, None, None, None, error=str(vd)))
             continue
         passed = all(vd) if vd is not None else True  # no rubrics: only the constraints decide
-        v = (1.0 if passed else 0.0) * (v_if[i] if v_if[i] is not None else 1.0)
-        s = alpha = None
+        vi = v_if[i]
+        v = (1.0 if passed else 0.0) * (vi if vi is not None else 1.0)
+        s: float | None = None
+        alpha: float | None = None
         reward = v
         if s_col is not None and alpha_col is not None and s_col[i] is not None and alpha_col[i] is not None:
             s, alpha = float(s_col[i]), float(alpha_col[i])
@@ -393,7 +397,7 @@ class _LoopThread:
 def make_rubric_reward(config: RubricRewardConfig | None = None, *, llm: Client | None = None,
                        llm_config: Mapping[str, Any] | Any | None = None,
                        sandbox_runner: SandboxRunner | None = None,
-                       rm_scorer: RMScorer | None = None) -> Callable[..., list[float | None]]:
+                       rm_scorer: RMScorer | None = None) -> RewardFunction[float | None]:
     """A TRL reward function: ``reward(prompts=..., completions=..., **columns) -> list[float | None]``.
 
     The judge is ``llm`` (an engine or any object with ``async complete``), or an engine built
@@ -454,7 +458,4 @@ def make_rubric_reward(config: RubricRewardConfig | None = None, *, llm: Client 
             state["sandbox"].close()
             state["sandbox"] = None
 
-    rubric_reward.__name__ = "rubric_reward"
-    rubric_reward.close = close  # type: ignore[attr-defined]
-    rubric_reward.config = cfg  # type: ignore[attr-defined]
-    return rubric_reward
+    return RewardFunction("rubric_reward", rubric_reward, close, config=cfg)

@@ -570,7 +570,7 @@ def main() -> None:
                 gc.freeze()
                 spare = _Child()
 
-        def emit(lines: list[bytes]) -> None:
+        def emit(lines: list[bytes], nonce: bytes = nonce) -> None:
             _write(b"".join(nonce + line + b"\n" for line in lines))
 
         _run_batch(body, len(request["responses"]), spare, emit)

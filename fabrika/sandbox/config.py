@@ -67,7 +67,8 @@ class SandboxConfig(BaseModel):
         description="Static pre-check plus guarded builtins. TEST-ONLY switch: False proves that the "
         "runtime isolation alone contains hostile code. Never disable in a pipeline.",
     )
-    max_file_mb: int = Field(default=1, ge=0, description="RLIMIT_FSIZE in MiB: the largest file a verifier may write (scratch tmpfs only).")
+    max_file_mb: int = Field(default=1, ge=0,
+                             description="RLIMIT_FSIZE in MiB: the largest file a verifier may write (scratch tmpfs only).")
     max_open_files: int = Field(default=64, ge=16, description="RLIMIT_NOFILE of a worker.")
 
 

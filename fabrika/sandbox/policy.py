@@ -9,7 +9,7 @@ the report and the dataset card.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,10 +43,10 @@ class SandboxSettings(BaseModel):
         isolation = self.isolation
         if isolation == "auto" and backend not in OFFLINE_BACKENDS:
             isolation = "bwrap"
-        values: dict[str, object] = {"isolation": isolation, "timeout_s": self.timeout_s, "memory_mb": self.memory_mb,
+        values: dict[str, Any] = {"isolation": isolation, "timeout_s": self.timeout_s, "memory_mb": self.memory_mb,
                                      "workers": self.workers or default_workers()}
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return SandboxConfig(**values)
+        return SandboxConfig.model_validate(values)
 
 
 def isolation_problem(settings: SandboxSettings, backend: str) -> str | None:

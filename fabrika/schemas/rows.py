@@ -10,6 +10,7 @@ keeps ``1`` and ``1.0`` apart, so ints and floats survive the trip.
 
 from __future__ import annotations
 
+import functools
 import json
 import types
 import typing
@@ -33,13 +34,10 @@ def _is_scalar_annotation(ann: Any) -> bool:
     return False
 
 
+@functools.cache
 def nested_fields(cls: type[BaseModel]) -> tuple[str, ...]:
-    """Names of the fields stored as JSON strings."""
-    cached = cls.__dict__.get("__fabrika_nested_fields__")
-    if cached is None:
-        cached = tuple(n for n, f in cls.model_fields.items() if not _is_scalar_annotation(f.annotation))
-        setattr(cls, "__fabrika_nested_fields__", cached)
-    return cached
+    """Names of the fields stored as JSON strings (computed once per class)."""
+    return tuple(n for n, f in cls.model_fields.items() if not _is_scalar_annotation(f.annotation))
 
 
 def dumps(value: Any) -> str:

@@ -145,9 +145,10 @@ class RunStore:
         ``where``. Empty groups are skipped.
         """
         files = self.shards(stage)
-        if not files:
+        scan = shards.scan_files(files)
+        if scan is None:  # no shards
             return
-        schema = shards.scan_files(files).collect_schema()  # type: ignore[union-attr]
+        schema = scan.collect_schema()
         anns = self._annotations(schema.names(), annotators)
         present = [a for a in annotators if self.has_rows(a)]
         if anns and sum(shards.shard_size(f)[1] for a in present for f in self.shards(a)) <= ANNOTATION_BYTES:

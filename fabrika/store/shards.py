@@ -121,8 +121,9 @@ def shard_files(directory: Path) -> list[Path]:
 
 
 def next_seq(directory: Path) -> int:
-    files = shard_files(directory)
-    return int(SHARD_PATTERN.match(files[-1].name).group(1)) + 1 if files else 0  # type: ignore[union-attr]
+    files = shard_files(directory)  # each name matches SHARD_PATTERN
+    last = SHARD_PATTERN.match(files[-1].name) if files else None
+    return int(last.group(1)) + 1 if last else 0
 
 
 def write_shard(directory: Path, rows: list[dict[str, Any]], seq: int | None = None) -> Path:

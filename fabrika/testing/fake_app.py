@@ -10,9 +10,9 @@ from __future__ import annotations
 import email.utils
 import hashlib
 import json
-import time
 import logging
 import random
+import time
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
@@ -195,7 +195,7 @@ class FakeOpenAIApp:
         :attr:`errors` (and logged), so the test can show it instead of a puzzling retry story."""
         try:
             return self._handle(http)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a responder bug is shown by the test, not a retry story
             _log.exception("fake OpenAI server: responder/script raised %s", type(exc).__name__)
             self.errors.append("".join(traceback.format_exception(exc)))
             self._count("handler_error", 500)

@@ -175,7 +175,7 @@ class FakeOpenAIServer:
         try:
             self._server = loop.run_until_complete(loop.create_server(factory, self.host, self.port, backlog=4096))
             self.port = self._server.sockets[0].getsockname()[1]
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - handed to the starting thread, which re-raises it
             self._error = exc
             self._ready.set()
             loop.close()

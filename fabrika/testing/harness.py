@@ -63,7 +63,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 
 from fabrika.errors import LLMError, LLMErrorKind
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
@@ -84,8 +84,8 @@ __all__ = [
     "stage_context",
 ]
 
-Answer = Union[str, Mapping[str, Any], Choice, ChatResponse, LLMError, Sequence[Any]]
-Handler = Callable[[ChatRequest], Union[Answer, Awaitable[Answer]]]
+Answer = str | Mapping[str, Any] | Choice | ChatResponse | LLMError | Sequence[Any]
+Handler = Callable[[ChatRequest], Answer | Awaitable[Answer]]
 Row = dict[str, Any]
 
 

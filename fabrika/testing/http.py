@@ -64,7 +64,8 @@ class HttpProtocol(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, asyncio.Transport)  # a TCP server's connection: readable and writable
+        self.transport = transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         for t in self.timers:
@@ -121,7 +122,7 @@ class HttpProtocol(asyncio.Protocol):
         self.on_start()
         try:
             reply = self.handler(req)
-        except Exception as exc:  # a handler bug must answer 500, not kill the connection silently
+        except Exception as exc:  # noqa: BLE001 - a handler bug must answer 500, not kill the connection silently
             reply = HttpReply(status=500, body=f'{{"error":{{"message":"fake server handler error: {type(exc).__name__}"}}}}'.encode())
         close = req.headers.get("connection", "").lower() == "close"
         if reply.hang_s > 0:

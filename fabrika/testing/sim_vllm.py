@@ -236,7 +236,7 @@ class SimVLLM:
 
     def snapshot(self) -> dict[str, Any]:
         """What ``GET /stats`` answers: counters in simulated seconds and tokens."""
-        st = dict(self.stats)
+        st: dict[str, Any] = dict(self.stats)
         st["slots"] = self.config.slots
         st["busy_s"] = st["busy_slot_s"] / self.config.slots  # GPU-equivalent busy time
         st["cache_blocks_used"] = len(self._cache)

@@ -34,6 +34,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from typing_extensions import TypeIs
+
 from fabrika.schemas.records import TestCase
 from fabrika.textutil.reasoning import answer_text, split_reasoning
 
@@ -48,7 +50,8 @@ class ParseFailure(str):
     """A reason why an answer could not be parsed (a ``str`` so it can go straight into ``reason``)."""
 
 
-def is_failure(value: Any) -> bool:
+def is_failure(value: Any) -> TypeIs[ParseFailure]:
+    """True for a :class:`ParseFailure`; type checkers narrow ``T | ParseFailure`` to ``T`` otherwise."""
     return isinstance(value, ParseFailure)
 
 
@@ -157,7 +160,7 @@ def _loads(candidate: str, strict: bool) -> tuple[Any, str | None]:
 
 def _type_name(expect: type | tuple[type, ...]) -> str:
     types = expect if isinstance(expect, tuple) else (expect,)
-    names = {dict: "an object", list: "a list"}
+    names: dict[type, str] = {dict: "an object", list: "a list"}
     return " or ".join(names.get(t, t.__name__) for t in types)
 
 

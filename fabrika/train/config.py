@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import yaml
 
@@ -20,7 +20,10 @@ from fabrika.errors import ConfigError
 
 Expert = Literal["if", "fc", "general"]
 EXPERTS: tuple[str, ...] = ("if", "fc", "general")
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 # The reference recipe for real hardware (SFT): bf16, 32k context, 2 epochs, AdamW, cosine.
 SFT_PRESET: dict[str, Any] = {
@@ -81,7 +84,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 def build_dataclass(cls: type[T], values: dict[str, Any], *, where: str = "config") -> T:
     """``cls(**values)`` with unknown keys and bad values reported as :class:`ConfigError`."""
-    names = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(values) - names)
     if unknown:
         hints = {k: difflib.get_close_matches(k, names, n=2) for k in unknown}
@@ -102,6 +105,21 @@ def with_preset(preset: dict[str, Any], user: dict[str, Any], overrides: dict[st
     out.update(user)
     out.update(overrides or {})
     return out
+
+
+def required(config: Any, name: str) -> str:
+    """``config.<name>`` as a string; the loaders require it, a config built by hand gets the same one-line error."""
+    value = getattr(config, name)
+    if not value:
+        raise ConfigError(f"`{name}` is required; set it in the YAML or pass --set {name}=...")
+    return str(value)
+
+
+def save_trained(trainer: Any, output_dir: str) -> None:
+    """Save the model and its tokenizer/processor (TRL keeps it as ``processing_class``) to ``output_dir``."""
+    trainer.save_model(output_dir)
+    if trainer.processing_class is not None:
+        trainer.processing_class.save_pretrained(output_dir)
 
 
 def resolve_checkpoint(value: str | None, output_dir: str) -> str | None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -46,7 +47,9 @@ from fabrika.train.config import (
     GRPO_PRESET,
     build_dataclass,
     read_yaml,
+    required,
     resolve_checkpoint,
+    save_trained,
     vllm_available,
 )
 from fabrika.train.data import load_split, prepare_grpo_dataset
@@ -56,7 +59,10 @@ if TYPE_CHECKING:
     from datasets import Dataset
     from trl import GRPOTrainer
 
-RewardFn = Callable[..., list[float | None]]
+    from fabrika.rewards.general import LengthUnit
+
+RewardFn = Callable[..., list[float | None]]  # TRL's reward contract (None: not applicable to this sample)
+_LENGTH_UNITS: dict[str, LengthUnit] = {"chars": "chars", "words": "words", "tokens": "tokens"}
 
 
 @dataclass
@@ -191,8 +197,22 @@ def _check_if_rm_columns(config: FabrikaGRPOConfig, dataset: Dataset) -> None:
         raise InputError(f"IF reward: α was scored by RM {', '.join(got)} but rm_path is {want}; {fix}")
 
 
+def _trl_reward(fn: Callable[..., Sequence[float | None]]) -> RewardFn:
+    """``fn`` as TRL types a reward (``list[float | None]``); ``functools.wraps`` keeps its name and ``close``."""
+
+    @functools.wraps(fn)
+    def reward(*args: Any, **kwargs: Any) -> list[float | None]:
+        return list(fn(*args, **kwargs))
+
+    return reward
+
+
 def expert_reward(config: FabrikaGRPOConfig) -> RewardFn:
     """The expert's TRL reward function."""
+    return _trl_reward(_expert_reward(config))
+
+
+def _expert_reward(config: FabrikaGRPOConfig) -> Callable[..., Sequence[float | None]]:
     if config.expert == "fc":
         from fabrika.rewards.fc import fc_reward
 
@@ -212,10 +232,10 @@ def expert_reward(config: FabrikaGRPOConfig) -> RewardFn:
 
     return make_general_reward(config.rm_path, score_column=config.rm_score_column,
                                ref_length_column=config.ref_length_column,
-                               length_unit=config.length_unit)  # type: ignore[arg-type]
+                               length_unit=_LENGTH_UNITS[config.length_unit])  # checked by load_grpo_config
 
 
-def _rubric_reward(config: FabrikaGRPOConfig, rm_scorer: Any) -> RewardFn:
+def _rubric_reward(config: FabrikaGRPOConfig, rm_scorer: Any) -> Callable[..., Sequence[float | None]]:
     from fabrika.rewards.rubric import RubricRewardConfig, make_rubric_reward
 
     spec = dict(config.rubric_reward or {})
@@ -240,7 +260,7 @@ def dynamic_sampling(reward_fn: RewardFn, low: float = 0.0, high: float = 0.8) -
         for i, prompt in enumerate(prompts):
             groups.setdefault(json.dumps(prompt, sort_keys=True, ensure_ascii=False), []).append(i)
         for idx in groups.values():
-            values = [rewards[i] for i in idx if rewards[i] is not None and not math.isnan(rewards[i])]
+            values = [r for r in (rewards[i] for i in idx) if r is not None and not math.isnan(r)]
             mean = sum(values) / len(values) if values else math.nan
             if not (low < mean <= high):
                 for i in idx:
@@ -278,7 +298,7 @@ def build_grpo_trainer(config: FabrikaGRPOConfig, callbacks: list[Any] | None = 
     """Check data and reward first (fails fast), then load the policy and build ``GRPOTrainer``."""
     from trl import GRPOTrainer
 
-    dataset = prepare_grpo_dataset(load_split(config.dataset_path, config.dataset_split), required_columns(config),
+    dataset = prepare_grpo_dataset(load_split(required(config, "dataset_path"), config.dataset_split), required_columns(config),
                                    expert=config.expert)
     if config.expert == "if":
         _check_if_rm_columns(config, dataset)
@@ -291,7 +311,7 @@ def build_grpo_trainer(config: FabrikaGRPOConfig, callbacks: list[Any] | None = 
                                               config.dynamic_sampling_low, config.dynamic_sampling_high)
         else:
             reward = dynamic_sampling(reward, config.dynamic_sampling_low, config.dynamic_sampling_high)
-    model, tokenizer = load_model_and_tokenizer(config.model_name_or_path, config.torch_dtype)
+    model, tokenizer = load_model_and_tokenizer(required(config, "model_name_or_path"), config.torch_dtype)
     if not tokenizer.chat_template:
         raise ConfigError(f"the tokenizer at {config.model_name_or_path!r} has no chat template; GRPO prompts are "
                           "conversational — save the tokenizer with one")
@@ -301,7 +321,8 @@ def build_grpo_trainer(config: FabrikaGRPOConfig, callbacks: list[Any] | None = 
 
 def run_grpo(config: FabrikaGRPOConfig) -> GRPOTrainer:
     """Train (resuming when ``resume_from_checkpoint`` is a path or ``auto``) and save the expert."""
-    checkpoint = resolve_checkpoint(config.resume_from_checkpoint, config.output_dir)
+    output_dir = required(config, "output_dir")
+    checkpoint = resolve_checkpoint(config.resume_from_checkpoint, output_dir)
     trainer = build_grpo_trainer(config)
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
@@ -310,6 +331,5 @@ def run_grpo(config: FabrikaGRPOConfig) -> GRPOTrainer:
             close = getattr(fn, "close", None)
             if callable(close):
                 close()
-    trainer.save_model(config.output_dir)
-    trainer.processing_class.save_pretrained(config.output_dir)
+    save_trained(trainer, output_dir)
     return trainer

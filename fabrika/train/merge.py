@@ -256,7 +256,7 @@ def grid_search(cfg: MergeConfig) -> Any:
         raise ConfigError("grid_search needs `grid` and `eval_command` in the merge config")
     root = Path(cfg.output_dir)
     root.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows: list[dict[str, Any]] = []
     best_dir: Path | None = None
     best_score = -math.inf
     for t in cfg.grid:

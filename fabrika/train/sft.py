@@ -11,7 +11,6 @@ covers the completion only (``completion_only_loss``; TRL folds the mask into
 from __future__ import annotations
 
 import sys
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 from trl import SFTConfig
 
 from fabrika.errors import ConfigError
-from fabrika.train.config import SFT_PRESET, build_dataclass, read_yaml, resolve_checkpoint, with_preset
+from fabrika.train.config import (
+    SFT_PRESET,
+    build_dataclass,
+    read_yaml,
+    required,
+    resolve_checkpoint,
+    save_trained,
+    with_preset,
+)
 from fabrika.train.data import load_split, prepare_sft_dataset, rows_over_length
 
 if TYPE_CHECKING:
@@ -77,8 +84,8 @@ def build_sft_trainer(config: FabrikaSFTConfig, callbacks: list[Any] | None = No
     """Check the data first (fails fast), then load the model and build ``SFTTrainer``."""
     from trl import SFTTrainer
 
-    dataset = prepare_sft_dataset(load_split(config.dataset_path, config.dataset_split))
-    model, tokenizer = load_model_and_tokenizer(config.model_name_or_path, config.torch_dtype)
+    dataset = prepare_sft_dataset(load_split(required(config, "dataset_path"), config.dataset_split))
+    model, tokenizer = load_model_and_tokenizer(required(config, "model_name_or_path"), config.torch_dtype)
     if config.chat_template_path is None and not tokenizer.chat_template:
         raise ConfigError(f"the tokenizer at {config.model_name_or_path!r} has no chat template; "
                           "set chat_template_path to a .jinja file")
@@ -88,16 +95,16 @@ def build_sft_trainer(config: FabrikaSFTConfig, callbacks: list[Any] | None = No
     if over:
         print(f"warning: {over} of {len(dataset)} rows are longer than max_length={config.max_length} tokens "
               f"(longest {longest}); TRL truncates them and drops fully masked ones — raise max_length or "
-              "refilter with --set length.max_tokens=N", file=sys.stderr)
+              "refilter with --set filters.length.max_tokens=N", file=sys.stderr)
     return SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
                       callbacks=callbacks)
 
 
 def run_sft(config: FabrikaSFTConfig) -> SFTTrainer:
     """Train (resuming when ``resume_from_checkpoint`` is a path or ``auto``) and save to ``output_dir``."""
-    checkpoint = resolve_checkpoint(config.resume_from_checkpoint, config.output_dir)
+    output_dir = required(config, "output_dir")
+    checkpoint = resolve_checkpoint(config.resume_from_checkpoint, output_dir)
     trainer = build_sft_trainer(config)
     trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model(config.output_dir)
-    trainer.processing_class.save_pretrained(config.output_dir)
+    save_trained(trainer, output_dir)
     return trainer

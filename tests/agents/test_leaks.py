@@ -7,14 +7,14 @@ import json
 
 import pytest
 
+from fabrika.agents.leaks import PlanLeak
 from fabrika.agents.visibility import EpisodeState, render_user_prompt, user_view
 from fabrika.generators.fc.dialogues import DialoguesConfig, DialoguesStage
 from fabrika.generators.fc.plan_checks import check_plan
 from fabrika.llm.types import Choice
-from fabrika.agents.leaks import PlanLeak
 from fabrika.schemas.fc import ExpectedCall, Persona, Plan, PlanStep
-from tests.agents.test_visibility import PLAN
 from fabrika.testing import ScriptedLLM, stage_context
+from tests.agents.test_visibility import PLAN
 
 CALL = ExpectedCall(name="search_train_tickets", arguments={"station_code": "TVR", "carriage_class": "coupe"},
                     result={"trains": []})

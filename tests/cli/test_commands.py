@@ -103,7 +103,7 @@ def test_refilter_changes_output_with_zero_llm_calls(tmp_path: Path, monkeypatch
 
     monkeypatch.setattr("fabrika.llm.factory.build_engine", no_engine)
     monkeypatch.setattr("fabrika.pipeline.runner.build_engine_for", no_engine)
-    result = runner.invoke(app, ["refilter", str(run_dir), "--set", "testscore.min_score=0.12", "--name", "strict"])
+    result = runner.invoke(app, ["refilter", str(run_dir), "--set", "filters.testscore.min_score=0.12", "--name", "strict"])
     assert result.exit_code == 0, result.output
     strict = scan_version(run_dir, "strict").collect()
     assert 0 < strict.height < v1.height
@@ -121,7 +121,7 @@ def test_refilter_changes_output_with_zero_llm_calls(tmp_path: Path, monkeypatch
     assert doc["status"] == "done" and doc["latest_version"] == "strict"
     assert doc["latest_funnel"]["gates"]["test.ask"]["out"] == strict.height
     # next refilter starts from the latest thresholds: min_score stays 0.12, max_i added
-    again = runner.invoke(app, ["refilter", str(run_dir), "--set", "testscore.max_i=15"])
+    again = runner.invoke(app, ["refilter", str(run_dir), "--set", "filters.testscore.max_i=15"])
     assert again.exit_code == 0, again.output
     v2 = scan_version(run_dir, "v2").collect()
     assert min(v2["score"]) >= 0.12 and max(v2["i"]) <= 15
@@ -130,9 +130,12 @@ def test_refilter_changes_output_with_zero_llm_calls(tmp_path: Path, monkeypatch
 @pytest.mark.parametrize(
     ("assignment", "needle"),
     [
-        ("nogate.x=1", "unknown gate group 'nogate'"),
-        ("testscore.min_score=abc", "filters.testscore.min_score"),
-        ("testscore.oops=1", "allowed: min_score, max_i"),
+        ("filters.nogate.x=1", "unknown gate group 'nogate'"),
+        ("filters.testscore.min_score=abc", "filters.testscore.min_score"),
+        ("filters.testscore.oops=1", "allowed: min_score, max_i"),
+        # one address for run and refilter: the short form and a stage setting are refused with the fix
+        ("testscore.min_score=0.1", "write filters.testscore.min_score=0.1"),
+        ("stages.test.count.n=5", "rerun `fabrika run CONFIG --set stages.test.count.n=5`"),
     ],
 )
 def test_refilter_bad_set_exits_2_one_line(tmp_path: Path, assignment: str, needle: str) -> None:
@@ -171,7 +174,7 @@ def test_smoke_config_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     run_dir = tmp_path / "runs" / "smoke"
     v1 = scan_version(run_dir, "v1").collect()
     assert v1.height == 12 and set(v1["llm_backend"]) == {"sim"} and set(v1["lang_detected"]) == {"ru"}
-    strict = runner.invoke(app, ["refilter", str(run_dir), "--set", "length.min_completion_tokens=1000"])
+    strict = runner.invoke(app, ["refilter", str(run_dir), "--set", "filters.length.min_completion_tokens=1000"])
     assert strict.exit_code == 0, strict.output
     assert scan_version(run_dir, "v2").collect().height == 0
     assert "dropped_length.min_completion_tokens" in strict.stdout
@@ -195,6 +198,31 @@ def test_run_with_set_overrides(tmp_path: Path) -> None:
     assert manifest(tmp_path)["config"]["stages"][0]["n"] == 5  # the manifest records the effective config
     bad = runner.invoke(app, ["validate", str(cfg), "--set", "stages.test.count.n=lots"])
     assert bad.exit_code == 2 and "stages[0].n: Input should be a valid integer" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("assignment", "needle"),
+    [
+        ("stages.nosuch.n=5", "no stage named 'nosuch'"),
+        ("filters.nogate.x=1", "filters.nogate: unknown gate group"),
+        ("filters.testscore.oops=1", "filters.testscore.oops: unknown parameter"),
+        ("testscore.min_score=0", "testscore: unknown key"),
+    ],
+)
+def test_run_unknown_set_address_exits_2_before_writing(tmp_path: Path, assignment: str, needle: str) -> None:
+    cfg = write_config(tmp_path)
+    result = runner.invoke(app, ["run", str(cfg), "--no-progress", "--set", assignment])
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_run_and_refilter_document_one_set_address() -> None:
+    for command in ("run", "refilter"):
+        shown = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).stdout
+        help_text = " ".join(shown.replace("│", " ").split())
+        assert "filters.length.max_tokens=1024" in help_text, (command, help_text)
 
 
 def test_until_in_the_cli(tmp_path: Path) -> None:

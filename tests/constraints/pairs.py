@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator, Sequence
-from functools import lru_cache
+from functools import cache
 
 from fabrika.constraints import REGISTRY, params_conflict
 from fabrika.constraints.pools import COPY_PHRASES, END_PHRASES, POSTSCRIPT_MARKERS, REQUESTS, START_PHRASES
@@ -84,7 +84,7 @@ def combinable(a: Entry, b: Entry) -> bool:
     return ca != cb and cb not in REGISTRY[ca].conflicts and not params_conflict(ca, pa, cb, pb)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _verdict(cid: str, params_key: str, text: str) -> bool:
     return REGISTRY[cid].verify(text, json.loads(params_key))
 

@@ -13,7 +13,7 @@ import pytest
 
 from fabrika.constraints import REGISTRY
 
-from .test_library import ALL_CASES, _IDS
+from .test_library import _IDS, ALL_CASES
 
 _CYR_WORD = re.compile(r"[а-яёА-ЯЁ]{3,}")
 _VOWEL = re.compile(r"([аеиоуыэюяАЕИОУЫЭЮЯ])")

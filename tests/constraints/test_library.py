@@ -8,6 +8,7 @@ import re
 import pytest
 
 from fabrika.constraints import REGISTRY
+
 from . import cases_format, cases_keywords, cases_length, cases_russian, cases_textual
 
 ALL_CASES = [*cases_length.CASES, *cases_keywords.CASES, *cases_format.CASES, *cases_textual.CASES, *cases_russian.CASES]

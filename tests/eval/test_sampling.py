@@ -14,8 +14,7 @@ from fabrika.cli.app import app
 from fabrika.eval.logs import LogRecord, read_logs
 from fabrika.eval.metrics import SampleScorer, js_distance, mean_pairwise_distance
 from fabrika.eval.normalize import normalize
-from fabrika.eval.sampling import allocate_budget, find_templates, global_maxmin, random_sample, tag_diversity, \
-    template_aware
+from fabrika.eval.sampling import allocate_budget, find_templates, global_maxmin, random_sample, tag_diversity, template_aware
 
 runner = CliRunner()
 NAMES = ["Иван Петров", "Мария Смирнова", "Олег Кузнецов", "Анна Лебедева", "Пётр Соколов", "Ирина Волкова"]

@@ -6,11 +6,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.export.export_fixtures import make_rows, make_run
-
 from fabrika.export.card import length_stats, render_card, trl_limits, trl_snippet
 from fabrika.export.source import open_version
 from fabrika.filters.text import count_tokens, messages_text
+from tests.export.export_fixtures import make_rows, make_run
 
 
 def _config_kwargs(snippet: str, name: str) -> dict:

@@ -97,9 +97,8 @@ def test_missing_version_is_a_clear_error(run_dir: Path):
 
 
 def test_grpo_if_rows_carry_constraints_and_teacher_rm_mean(tmp_path: Path):
-    from tests.export.export_fixtures import make_run
-
     from fabrika.schemas import Message, Sample, to_row
+    from tests.export.export_fixtures import make_run
 
     rows = []
     for i in range(3):

@@ -69,6 +69,6 @@ def test_export_warns_about_rows_longer_than_max_length(tmp_path: Path) -> None:
     res = export(open_version(run), ExportConfig(kind="sft", out=tmp_path / "sft", validate_rows=0, max_length=1024))
     assert res.warnings == ["2 of 6 rows are longer than max_length=1024 tokens (longest 8000); TRL truncates them "
                             "(a completion past the limit is cut or fully masked) — raise the trainer's max_length "
-                            "or refilter with --set length.max_tokens=N"]
+                            "or refilter with --set filters.length.max_tokens=N"]
     quiet = export(open_version(run), ExportConfig(kind="sft", out=tmp_path / "sft2", validate_rows=0))
     assert quiet.warnings == []  # the SFT preset's 32768 fits

@@ -8,7 +8,6 @@ from fabrika.export.validate import check_record, null_paths, validate_records
 from fabrika.schemas import Message, ToolCall, to_row
 from fabrika.schemas.chat import message_to_chat, sft_record
 from fabrika.schemas.template import load_template
-
 from tests.export.export_fixtures import make_sample
 
 

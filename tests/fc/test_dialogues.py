@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fabrika.testing import ScriptedLLM, sequence, stage_context
-
 from fabrika.generators.fc.dialogues import DialoguesConfig, DialoguesStage
 from fabrika.generators.fc.samples import SamplesConfig, SamplesStage
 from fabrika.llm.types import Choice
 from fabrika.schemas import Sample, from_row
 from fabrika.schemas.fc import Persona, Plan, PlanStep
+from fabrika.testing import ScriptedLLM, sequence, stage_context
 from tests.fc.test_plans import CALL, TOOLS
 
 PLAN = Plan(

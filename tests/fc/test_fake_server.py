@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 from fabrika.pipeline.config import validate_data
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.schemas import Sample, from_row
@@ -57,7 +56,6 @@ def test_assistant_errs_twice_then_recovers_over_http(tmp_path: Path):
         ])
         config, issues = validate_data({
             "name": "fc_fake", "seed": 1, "run_dir": str(tmp_path / "run"),
-            "plugins": ["fabrika.generators.fc.stages"],
             "llm": {"backend": "openai", "model": "fake", "endpoints": [{"base_url": srv.base_url}],
                     "max_retries": 0, "cache": {"enabled": False}},
             "stages": [

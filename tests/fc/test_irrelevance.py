@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fabrika.testing import ScriptedLLM, stage_context
-
 import fabrika.generators.fc.sim_responders as sim
 from fabrika.generators.fc.irrelevance import IrrelevanceConfig, IrrelevanceStage
 from fabrika.generators.fc.samples import episode_samples
 from fabrika.llm.types import ChatRequest
 from fabrika.schemas.messages import Dialogue, Message
-from fabrika.schemas.tools import Tool, ToolCall
+from fabrika.schemas.tools import ToolCall
+from fabrika.testing import ScriptedLLM, stage_context
 from tests.fc.test_plans import TOOLS
 
 WEATHER = [t.tool for t in TOOLS[:2]] + [TOOLS[2].tool]

@@ -6,8 +6,7 @@ import json
 
 import polars as pl
 
-from fabrika.filters.language import LanguageGate, _language
-from fabrika.filters.language import score_languages, score_rows
+from fabrika.filters.language import LanguageGate, _language, score_languages, score_rows
 
 CYRILLIC_SET = ["ru", "en", "uk", "be", "bg"]
 

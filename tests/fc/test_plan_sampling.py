@@ -33,11 +33,10 @@ def test_exclusions_are_never_drawn():
 
 
 def test_every_group_holds_a_tool_of_the_most_similar_topic():
-    from fabrika.testing import stage_context
-
     from fabrika.generators.fc.plans import PlansConfig, PlansStage
     from fabrika.schemas import Tool
     from fabrika.schemas.fc import ToolSpec
+    from fabrika.testing import stage_context
 
     def spec(topic: str, name: str, words: str) -> ToolSpec:
         return ToolSpec(id=f"tool-{topic}-{name}", topic_id=topic, lang="ru",

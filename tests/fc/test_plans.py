@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fabrika.testing import ScriptedLLM, sequence, stage_context
-
 from fabrika.generators.fc.plan_checks import check_plan, parse_steps
 from fabrika.generators.fc.plans import PlansConfig, PlansStage
 from fabrika.schemas import Tool
 from fabrika.schemas.fc import ToolSpec
+from fabrika.testing import ScriptedLLM, sequence, stage_context
 
 
 def spec(topic: str, name: str) -> ToolSpec:

@@ -11,7 +11,6 @@ from fabrika.generators.fc.plan_checks import parse_steps
 from fabrika.llm.types import ChatRequest
 from fabrika.textutil.answers import extract_json, is_failure
 
-
 # importing the profile registers it for every sim request of this process (pytest imports every test
 # module before running any): these tests call its responders directly, so the rest of the suite gets
 # the basic profile back

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fabrika.testing import ScriptedLLM, sequence, stage_context
-
 from fabrika.generators.fc.answer_judge import AnswerJudgeConfig, AnswerJudgeStage, FcTargetsGate, _fc_targets
 from fabrika.generators.fc.dialogues import unsupported_numbers
 from fabrika.generators.fc.plans import parse_verdict
@@ -14,6 +12,7 @@ from fabrika.generators.fc.step_check import asks_for
 from fabrika.schemas.messages import Message
 from fabrika.schemas.records import Sample
 from fabrika.schemas.rows import to_row
+from fabrika.testing import ScriptedLLM, sequence, stage_context
 from tests.agents.test_visibility import PLAN
 
 

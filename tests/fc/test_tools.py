@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fabrika.testing import ScriptedLLM, stage_context
-
 from fabrika.generators.fc.common import language_ok
 from fabrika.generators.fc.tools import ToolsConfig, ToolsDedupConfig, ToolsDedupStage, ToolsStage
 from fabrika.schemas.fc import ToolSpec
+from fabrika.testing import ScriptedLLM, stage_context
 
 TOPIC = {"id": "topic-1", "topic": "Доставка", "description": "Доставка еды", "keywords": '["еда"]', "lang": "ru"}
 TIERS = ["Заказ еды", "Заказ еды на дом", "Заказ еды на дом из ресторана", "Заказ еды на дом из ресторана с оплатой картой"]
@@ -77,7 +76,7 @@ def test_dedup_keeps_smallest_id_regardless_of_order():
         stage = ToolsDedupStage(ToolsDedupConfig(kind="fc.tools_dedup", input="fc.tools"),
                                 stage_context(None, rows={"fc.tools": order}))
 
-        async def collect():
+        async def collect(stage=stage):
             return [r async for chunk in stage.run_all(stage.input_rows()) for r in chunk]
 
         out = {r["id"]: (r["status"], r["reason"]) for r in asyncio.run(collect())}

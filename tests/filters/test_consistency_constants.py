@@ -83,7 +83,7 @@ def test_supported_cases_gate_is_configurable() -> None:
 
 
 def test_cross_validate_counts_supported_labels() -> None:
-    t, f = Verdict("true"), Verdict("false")
+    t = Verdict("true")
     cv = cross_validate(["c"], [("a", True), ("b", False)], [[t, t]])  # constant: right on a, wrong on b
     assert cv["support"] == [1, 0] and cv["accuracies"] == [0.0]
     assert (cv["n_supported_true"], cv["n_supported_false"]) == (1, 0)

@@ -117,9 +117,9 @@ def test_gate_funnel_with_defaults_and_overrides():
     assert funnel["kept_null_language.min_confidence"] == 1  # f has no language score: counted, not hidden
     _, everywhere = apply_gates(_scored(), {"difficulty": {"apply_to": ["sft", "grpo"]}})
     assert everywhere["dropped_difficulty.max_pass_rate"] == 1
-    relaxed = parse_set(["language.min_confidence=0.2", "language.max_homoglyph_share=0.5",
-                         "difficulty.max_pass_rate=1.0", "dedup.keep_representatives_only=false",
-                         "language.allowed=[ru]"])
+    relaxed = parse_set(["filters.language.min_confidence=0.2", "filters.language.max_homoglyph_share=0.5",
+                         "filters.difficulty.max_pass_rate=1.0", "filters.dedup.keep_representatives_only=false",
+                         "filters.language.allowed=[ru]"])
     kept, funnel = apply_gates(_scored(), relaxed)
     assert kept.collect()["id"].to_list() == ["a", "b", "d", "e", "f"] and funnel["dropped_language.allowed"] == 1
 
@@ -132,7 +132,7 @@ def test_inverted_or_empty_difficulty_band_is_a_config_error(band):
     with pytest.raises(ConfigError, match="empty or inverted"):
         apply_gates(_scored(), {"difficulty": band})
     with pytest.raises(ConfigError, match="empty or inverted"):
-        parse_set([f"difficulty.{k}={v}" for k, v in band.items()])
+        parse_set([f"filters.difficulty.{k}={v}" for k, v in band.items()])
 
 
 async def test_if_rows_use_the_if_verifier_reward():

@@ -10,7 +10,6 @@ import polars as pl
 import pytest
 
 from fabrika.errors import StoreError
-
 from fabrika.export.report import build_report
 from fabrika.export.source import open_version
 from fabrika.export.writer import ExportConfig, export
@@ -55,7 +54,7 @@ dataset:
 
     # loosening the language gate would admit rows that dedup and length never scored (they read only the rows
     # that passed language at run time): the refilter refuses, names the count and the command that scores them
-    loosen = ["language.allowed=[ru, en]", "dedup.keep_representatives_only=false"]
+    loosen = ["filters.language.allowed=[ru, en]", "filters.dedup.keep_representatives_only=false"]
     with pytest.raises(StoreError, match=r"never saw \(1 by dedup, 2 by length\).*fabrika run .*p.yaml --cache-only "
                                          r"--set filters.dedup.keep_representatives_only=false "
                                          r"--set 'filters.language.allowed=\[\"ru\",\"en\"\]'"):

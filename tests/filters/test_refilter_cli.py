@@ -49,16 +49,16 @@ def test_unknown_base_is_exit_2(run: Path) -> None:
 
 def test_existing_name_needs_overwrite(run: Path) -> None:
     before = (run / "versions" / "v1" / "thresholds.json").read_text("utf-8")
-    result = _refilter(str(run), "--name", "v1", "--set", "length.max_tokens=10")
+    result = _refilter(str(run), "--name", "v1", "--set", "filters.length.max_tokens=10")
     assert result.exit_code == 2 and "version 'v1' exists" in result.output and "--overwrite" in result.output
     assert (run / "versions" / "v1" / "thresholds.json").read_text("utf-8") == before  # untouched
-    again = _refilter(str(run), "--name", "v1", "--set", "length.max_tokens=10", "--overwrite")
+    again = _refilter(str(run), "--name", "v1", "--set", "filters.length.max_tokens=10", "--overwrite")
     assert again.exit_code == 0, again.output
     assert json.loads((run / "versions" / "v1" / "thresholds.json").read_text("utf-8"))["length"]["max_tokens"] == 10
 
 
-@pytest.mark.parametrize("sets", [["difficulty.min_pass_rate_exclusive=0.9", "difficulty.max_pass_rate=0.2"],
-                                  ["difficulty.min_pass_rate_exclusive=0.5", "difficulty.max_pass_rate=0.5"]])
+@pytest.mark.parametrize("sets", [["filters.difficulty.min_pass_rate_exclusive=0.9", "filters.difficulty.max_pass_rate=0.2"],
+                                  ["filters.difficulty.min_pass_rate_exclusive=0.5", "filters.difficulty.max_pass_rate=0.5"]])
 def test_inverted_or_empty_band_is_exit_2(run: Path, sets: list[str]) -> None:
     args = [a for s in sets for a in ("--set", s)]
     result = _refilter(str(run), *args)

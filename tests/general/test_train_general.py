@@ -78,8 +78,8 @@ def test_grpo_rows_carry_the_teacher_l0_and_the_rm_id(built: dict[str, Any]) -> 
 def test_one_grpo_step_logged_rewards_equal_the_formula_with_stored_l0(built: dict[str, Any],
                                                                       tmp_path: Path) -> None:
     from fabrika.rewards.general import SequenceClassifierRM, completion_length, length_penalized
-    from fabrika.train.grpo import build_grpo_trainer, load_grpo_config
     from fabrika.textutil.reasoning import answer_text
+    from fabrika.train.grpo import build_grpo_trainer, load_grpo_config
 
     cfg = load_grpo_config("general", overrides={"model_name_or_path": str(built["policy"]),
                                                  "dataset_path": str(built["grpo"]), "rm_path": str(built["rm"]),

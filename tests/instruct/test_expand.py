@@ -41,7 +41,7 @@ def test_seed_file_errors_name_path_and_line(tmp_path: Path):
         load_seed_file(dup)
     with pytest.raises(InputError, match="seed file not found"):
         load_seed_file(tmp_path / "missing.jsonl")
-    config, issues = validate_data({"name": "x", "plugins": ["fabrika.generators.instruct"],
+    config, issues = validate_data({"name": "x",
                                     "stages": [{"kind": "if.expand", "library_seeds": False, "seed_files": [str(bad)]}]},
                                    "test", tmp_path)
     assert config is None
@@ -67,7 +67,7 @@ def test_expand_and_dedup_record_every_rejection(tmp_path: Path):
     with FakeOpenAIServer() as srv:
         srv.script(tag="if.expand", responses=EXPAND_ANSWERS)
         config, issues = validate_data({
-            "name": "if_expand", "run_dir": str(tmp_path / "run"), "plugins": ["fabrika.generators.instruct"],
+            "name": "if_expand", "run_dir": str(tmp_path / "run"),
             "llm": {"backend": "openai", "model": "fake", "endpoints": [{"base_url": srv.base_url}],
                     "max_retries": 0, "cache": {"enabled": False},
                     "group_samples": False},  # one HTTP request per sample: counts and faults are per request

@@ -26,7 +26,10 @@ ROLES = {"if.verifiers": sim.sim_verifier, "if.backtranslate": sim.sim_backtrans
          "if.expand": sim.sim_expand}
 
 
-def over_http(tag: str, fn, counter=itertools.count()):
+_SEEDS = itertools.count()  # one sequence for every responder: no two answers share a seed
+
+
+def over_http(tag: str, fn, counter=_SEEDS):
     def responder(req: dict):
         request = ChatRequest(messages=tuple(req["messages"]), tag=tag)
         out = fn(request, random.Random(next(counter)))

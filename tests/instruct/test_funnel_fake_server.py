@@ -67,7 +67,8 @@ ENDS_ANSWERS = [
     answer("return response.strip().endswith('Удачи!')", [("Всё просто. Удачи!", True), ("Удачи! Всё", False), ("Пока. Удачи!", True)]),
     answer("return response.rstrip().endswith('Удачи!')", [("Хорошо. Удачи!", True), ("Нет", False), ("Да. Удачи!", True)]),
     answer("s = response.strip()\nreturn s[-6:] == 'Удачи!'", [("Итог. Удачи!", True), ("Удачи, друг", False), ("Ну, Удачи!", True)]),
-    answer("result = response.strip().endswith('Удачи!')\nreturn result", [("И всё. Удачи!", True), ("Привет", False), ("Ок. Удачи!", True)]),
+    answer("result = response.strip().endswith('Удачи!')\nreturn result",
+           [("И всё. Удачи!", True), ("Привет", False), ("Ок. Удачи!", True)]),
 ] * 2
 START_ANSWERS = ["не JSON вовсе"] * 8
 
@@ -104,7 +105,6 @@ def test_funnel_drops_exactly_the_bad_items_and_refilters_offline(tmp_path: Path
         srv.script(tag="if.respond", responder=respond)
         config, issues = validate_data({
             "name": "if_fake", "seed": 3, "run_dir": str(tmp_path / "run"),
-            "plugins": ["fabrika.generators.instruct"],
             "llm": {"backend": "openai", "model": "fake", "endpoints": [{"base_url": srv.base_url}],
                     "max_retries": 0, "cache": {"enabled": False},
                     "group_samples": False},  # one HTTP request per sample: counts and faults are per request

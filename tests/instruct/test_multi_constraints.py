@@ -102,7 +102,6 @@ def _run(tmp: Path, judge, target: int, seeds: dict[str, str] = SEEDS,  # noqa: 
         srv.script(tag="if.multi.respond", responder=respond)
         config, issues = validate_data({
             "name": "if_multi_fake", "seed": 5, "run_dir": str(tmp / "run"),
-            "plugins": ["fabrika.generators.instruct"],
             "llm": {"backend": "openai", "model": "fake", "endpoints": [{"base_url": srv.base_url}],
                     "max_retries": 0, "cache": {"enabled": False}},
             "stages": [

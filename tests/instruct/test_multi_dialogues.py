@@ -74,7 +74,6 @@ def run(tmp_path_factory: pytest.TempPathFactory):
         srv.script(tag="if.rubric.judge", responder=judge)
         config, issues = validate_data({
             "name": "if_dialogues_fake", "seed": 1, "run_dir": str(tmp / "run"),
-            "plugins": ["fabrika.generators.instruct"],
             "llm": {"backend": "openai", "model": "fake", "endpoints": [{"base_url": srv.base_url}],
                     "max_retries": 0, "cache": {"enabled": False}},
             "stages": [

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from fabrika.textutil.answers import (is_failure, parse_constraint_list, parse_instruction, parse_score,
-                                      parse_verifier_answer)
+from fabrika.textutil.answers import is_failure, parse_constraint_list, parse_instruction, parse_score, parse_verifier_answer
 from fabrika.textutil.lang import check_russian
 
 CASES = [{"input": "привет", "output": True}, {"input": "Привет", "output": False}]

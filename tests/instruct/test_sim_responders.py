@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from fabrika.generators.instruct import prompts, sim_families as fams
+from fabrika.generators.instruct import prompts
+from fabrika.generators.instruct import sim_families as fams
 from fabrika.generators.instruct.sim_responders import sim_backtranslate, sim_expand, sim_respond, sim_verifier
 from fabrika.llm.sim import find_sim_responder
 from fabrika.sandbox import SandboxConfig, SandboxPool
@@ -55,7 +56,7 @@ def test_backtranslate_reads_code_back_and_respond_follows_constraints():
         assert fam.render(params) in answers  # mostly faithful, sometimes about something else
         messages = [{"role": "system", "content": fam.render(params)}, {"role": "user", "content": "Расскажи о чае."}]
         ns: dict = {}
-        exec(code, ns)  # sim-written code of our own, not LLM output
+        exec(code, ns)  # noqa: S102 - sim-written code of our own, not LLM output
         ok = sum(ns["evaluate"](str(sim_respond(prompts.respond_request(messages, sample_index=0, model=None,
                                                                           temperature=0.7, max_tokens=None),
                                                   random.Random(s)))) for s in range(30))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 
 import jsonschema
 import pytest

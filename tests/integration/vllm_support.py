@@ -113,9 +113,9 @@ CORPUS = [
 
 def build_tiny_qwen2(out: Path) -> Path:
     """A random-weight Qwen2 (hidden 64, 2 heads -> head_dim 32) with a local BPE tokenizer."""
+    import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-    import torch
 
     out.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE())

@@ -11,6 +11,7 @@ from fabrika.llm import LLMEngine, build_engine
 from fabrika.testing import FakeOpenAIServer
 from tests.llm.llm_helpers import http_config
 
+
 @pytest.fixture
 def server() -> Iterator[FakeOpenAIServer]:
     with FakeOpenAIServer() as srv:

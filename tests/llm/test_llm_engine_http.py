@@ -9,7 +9,6 @@ import pytest
 
 from fabrika.llm import LLMEngine
 from fabrika.testing import FakeOpenAIServer
-
 from tests.llm.llm_helpers import req
 
 TRANSPORTS = ["aiohttp", "openai_sdk"]

@@ -62,7 +62,7 @@ async def test_same_key_same_endpoint_and_keys_spread() -> None:
     policy = AffinityPolicy(epsilon=0.25)
     pool = EndpointPool(eps, policy)
     homes: dict[str, set[str]] = {}
-    for rep in range(3):
+    for _rep in range(3):
         for k in range(200):
             ep, _ = await pool.acquire(req(f"episode-{k}"))
             homes.setdefault(f"episode-{k}", set()).add(ep.base_url)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from fabrika.testing import ScriptedLLM
-
 from tests.pipeline import pipeline_stages  # registers test.* stage kinds and the test gate group
 
 

@@ -85,7 +85,8 @@ class AskStage(Stage):
     kind = "test.ask"
 
     async def process(self, row: Row) -> list[Row]:
-        resp = await self.ctx.llm.complete_one(ChatRequest(messages=({"role": "user", "content": row.get("text") or row["answer"]},), tag="test"))
+        prompt = {"role": "user", "content": row.get("text") or row["answer"]}
+        resp = await self.ctx.llm.complete_one(ChatRequest(messages=(prompt,), tag="test"))
         if not resp.ok:
             return [rejected(stable_id(row["id"], "ask"), f"llm_error: {resp.error.kind}")]
         return [ok(stable_id(row["id"], "ask"), i=row["i"], answer=resp.text)]

@@ -113,6 +113,15 @@ def test_warnings_do_not_block(tmp_path: Path) -> None:
     assert [i.path for i in issues if i.level == "warning"] == ["stages[3]"]
 
 
+def test_plugins_names_only_modules_the_registry_does_not_load(tmp_path: Path) -> None:
+    cfg, issues = validate_file(write(tmp_path, base(plugins=["fabrika.generators.instruct"])))
+    assert cfg is not None  # an old config that still lists a built-in module keeps working...
+    assert [(i.level, i.path) for i in issues] == [("warning", "plugins[0]")]  # ...and is told to drop the line
+    assert "always loaded" in issues[0].message and "remove the line" in issues[0].message
+    cfg, issues = validate_file(write(tmp_path, base(plugins=["no_such_module_xyz"])))
+    assert cfg is None and [(i.level, i.path) for i in issues] == [("error", "plugins[0]")]
+
+
 def test_annotating_stage_rules(tmp_path: Path) -> None:
     doc = base()
     doc["dataset"] = {"stages": ["judge"]}

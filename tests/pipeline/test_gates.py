@@ -56,11 +56,14 @@ def test_defaults_apply_to_groups_not_mentioned() -> None:
 @pytest.mark.parametrize(
     ("assignment", "message"),
     [
-        ("nope.x=1", "unknown gate group 'nope'; known: "),
-        ("testscore.min=1", "unknown parameter 'min' of gate 'testscore'; allowed: min_score, max_i"),
-        ("testscore.min_score=high", "filters.testscore.min_score"),
-        ("testscore.min_score=1.5", "less than or equal to 1"),
-        ("testscore", "expected GROUP.PARAM=VALUE"),
+        ("filters.nope.x=1", "unknown gate group 'nope'; known: "),
+        ("filters.testscore.min=1", "unknown parameter 'min' of gate 'testscore'; allowed: min_score, max_i"),
+        ("filters.testscore.min_score=high", "filters.testscore.min_score"),
+        ("filters.testscore.min_score=1.5", "less than or equal to 1"),
+        ("testscore", "addressed as filters.GROUP.PARAM=VALUE"),
+        ("testscore.min_score=0.5", "write filters.testscore.min_score=0.5"),  # the short form: the fix is named
+        ("filters.testscore=0.5", "e.g. filters.language.min_ru_share=0.9"),  # a group is not a threshold
+        ("stages.answers.max_items=5", "rerun `fabrika run CONFIG --set stages.answers.max_items=5`"),
     ],
 )
 def test_parse_set_errors_are_one_line(assignment: str, message: str) -> None:
@@ -71,7 +74,7 @@ def test_parse_set_errors_are_one_line(assignment: str, message: str) -> None:
 
 
 def test_parse_set_merges_over_base_and_types_values() -> None:
-    out = parse_set(["testscore.min_score=0.5", "testscore.max_i=7"], {"testscore": {"min_score": 0.1}, "other": {}})
+    out = parse_set(["filters.testscore.min_score=0.5", "filters.testscore.max_i=7"], {"testscore": {"min_score": 0.1}, "other": {}})
     assert out["testscore"] == {"min_score": 0.5, "max_i": 7}
     assert isinstance(out["testscore"]["max_i"], int)
 

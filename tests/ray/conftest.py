@@ -11,7 +11,6 @@ import pytest
 
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.store.run import RunStore
-
 from tests.ray.ifconfig import KEEP, small_if_config
 
 

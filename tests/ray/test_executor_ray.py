@@ -12,13 +12,11 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
 from fabrika.pipeline.config import load_config
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.store.run import RunStore
 from fabrika.store.shards import shard_files
-
 from tests.ray.conftest import assert_same_data, resume_copy
 from tests.ray.ifconfig import KEEP, ROOT, small_if_document, write_config
 

@@ -9,7 +9,6 @@ from typer.testing import CliRunner
 
 from fabrika.cli.app import app
 from fabrika.pipeline.config import validate_file
-
 from tests.ray.ifconfig import small_if_document, write_config
 
 FIX = "pip install 'fabrika[ray]'"

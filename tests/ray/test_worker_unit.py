@@ -8,7 +8,6 @@ import pytest
 
 from fabrika.ray.items import OWNER_FILE, ItemWorker, StaleDriver
 from fabrika.store.shards import shard_files
-
 from tests.ray.ifconfig import small_if_config
 
 ROW = {"id": "c1", "verifiers": "[]"}  # no verifier answers: scored without running code

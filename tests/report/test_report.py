@@ -12,11 +12,10 @@ import numpy as np
 from PIL import Image
 from typer.testing import CliRunner
 
-from tests.export.export_fixtures import make_rows, make_run  # noqa: E402
-
 from fabrika.cli.app import app  # noqa: E402
 from fabrika.export.report import CHARTS, build_report  # noqa: E402
 from fabrika.store import RunStore  # noqa: E402
+from tests.export.export_fixtures import make_rows, make_run  # noqa: E402
 
 
 def _run_with_accounting(tmp_path: Path) -> Path:

@@ -26,7 +26,7 @@ def pipeline(tmp_path: Path, base_url: str, **top: object) -> Path:
     seeds = tmp_path / "seeds.jsonl"
     seeds.write_text(json.dumps({"id": "c-lower", "text": CONSTRAINT}, ensure_ascii=False) + "\n", encoding="utf-8")
     doc = {
-        "name": "fail_closed", "run_dir": str(tmp_path / "run"), "plugins": ["fabrika.generators.instruct"],
+        "name": "fail_closed", "run_dir": str(tmp_path / "run"),
         "llm": {"backend": "openai", "model": "fake", "endpoints": [{"base_url": base_url}], "max_retries": 0,
                 "cache": {"enabled": False}},
         "stages": [
@@ -100,7 +100,6 @@ def test_pipelines_without_llm_code_are_not_held_back(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     cfg, issues = validate_data({"name": "fc_only", "llm": {"backend": "openai", "model": "m",
                                                             "endpoints": [{"base_url": "http://127.0.0.1:9"}]},
-                                 "plugins": ["fabrika.generators.instruct"],
                                  "stages": [{"kind": "if.expand", "library_seeds": True, "target_count": 0}]},
                                 "t.yaml", tmp_path)
     assert cfg is not None, [str(i) for i in issues]

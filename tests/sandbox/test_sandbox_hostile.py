@@ -58,8 +58,10 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("socket_internet", IMP + "socket = imp('socket')\n" + fn(
         "socket.create_connection(('1.1.1.1', 53), timeout=0.3)\nreturn True"), {"error:exception"}),
     ("os_system", OS + fn("assert os.system('touch {target}') == 0\nreturn True"), {"error:exception"}),
-    ("subprocess_run", IMP + "sp = imp('subprocess')\n" + fn("sp.run(['/usr/bin/touch', {target!r}], check=True)\nreturn True"), {"error:exception"}),
-    ("ctypes_libc_system", IMP + "ctypes = imp('ctypes')\n" + fn("assert ctypes.CDLL(None).system(b'touch {target}') == 0\nreturn True"), {"error:exception"}),
+    ("subprocess_run", IMP + "sp = imp('subprocess')\n" + fn("sp.run(['/usr/bin/touch', {target!r}], check=True)\nreturn True"),
+     {"error:exception"}),
+    ("ctypes_libc_system", IMP + "ctypes = imp('ctypes')\n" + fn("assert ctypes.CDLL(None).system(b'touch {target}') == 0\nreturn True"),
+     {"error:exception"}),
     ("ctypes_segfault", IMP + "ctypes = imp('ctypes')\n" + fn("ctypes.string_at(0)\nreturn True"), {"error:crash"}),
     ("builtins_eval_import", B + fn("assert B.eval(\"__import__('os').system('touch {target}')\") == 0\nreturn True"), {"error:exception"}),
     ("builtins_exec_open", B + fn("B.exec(\"open({target!r}, 'w').write('x')\")\nreturn True"), {"error:exception"}),

@@ -9,8 +9,7 @@ import pytest
 
 from fabrika import gates
 from fabrika.pipeline import registry
-from fabrika.store import RunStore
-from fabrika.store import versions
+from fabrika.store import RunStore, versions
 from fabrika.store.versions import materialise
 
 ANNOTATORS = ["filter.length", "filter.dedup"]

@@ -12,12 +12,12 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import LLMError
+from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.llm.config import LLMConfig
 from fabrika.llm.engine import LLMEngine
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice
 from fabrika.pipeline.config import PipelineConfig
 from fabrika.pipeline.context import item_rng
-from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, rejected
 from fabrika.schemas.ids import stable_id
 from fabrika.testing import (

@@ -91,8 +91,8 @@ def test_if_expert_refuses_the_demo_export_with_the_rm_correction(demo: dict[str
 
 def test_length_tokens_equal_the_tokenizer_count_of_the_rendered_template(demo: dict[str, Path],
                                                                          tmp_path: Path) -> None:
-    from fabrika.schemas.template import load_template
     from fabrika.filters.length import hf_token_counter, score_lengths
+    from fabrika.schemas.template import load_template
     from fabrika.train.tiny import build_tokenizer
 
     tok = build_tokenizer()
@@ -142,7 +142,7 @@ def test_loosening_language_match_never_admits_unscored_rows(demo: dict[str, Pat
     funnel = json.loads((run / "versions" / "v1" / "funnel.json").read_text(encoding="utf-8"))
     dropped = funnel["gates"]["fc.samples"].get("dropped_language.require_match", 0)
     try:
-        refilter(run, ["language.require_match=false"])
+        refilter(run, ["filters.language.require_match=false"])
         refused = False
     except StoreError as exc:  # rows the language gate dropped at run time were never scored by dedup/length
         refused = True
@@ -154,7 +154,7 @@ def test_loosening_language_match_never_admits_unscored_rows(demo: dict[str, Pat
     config = load_config(ROOT / "configs" / "demo.yaml")
     filters = {**config.filters, "language": {"require_match": False}}
     run_pipeline(config.model_copy(update={"run_dir": run, "filters": filters}), progress=False, cache_only=True)
-    info, _ = refilter(run, ["language.require_match=false"])
+    info, _ = refilter(run, ["filters.language.require_match=false"])
     kept = pl.read_parquet(info.path / "data" / "fc.samples.parquet")
     assert info.funnel["gates"]["fc.samples"].get("dropped_language.require_match", 0) == 0
     assert kept.height > 0

@@ -80,8 +80,8 @@ def test_two_steps_logged_rewards_match_direct(expert: str, tmp_path: Path, tiny
     if expert == "fc":  # the prompt the policy saw carries the tools in its system turn
         assert "get_weather" in rec.calls[0][0][0][0]["content"]
     elif expert == "if":  # V ∈ {0, .5, 1}, shifted by the RM correction (+1 if S > α, −0.5 otherwise)
-        for prompts, _, _, kwargs, out in rec.calls:
-            allowed = {0.0, 1.5, 2.0} if kwargs["rm_score"][0] > 0.5 else {0.0, 0.0, 0.5}
+        for _, _, _, kwargs, out in rec.calls:
+            allowed = {0.0, 1.5, 2.0} if kwargs["rm_score"][0] > 0.5 else {0.0, 0.5}
             assert set(out) <= allowed
     else:  # the general reward really used rm_score and ref_length
         kwargs, out = rec.calls[0][3], rec.calls[0][4]
@@ -157,6 +157,21 @@ def test_dynamic_sampling_masks_out_of_band_groups() -> None:
     assert wrapped.__name__ == "reward"
     edge = wrapped(prompts=["d"] * 5, completions=[1, 1, 1, 1, 0])  # mean 0.8 is inside (0, 0.8]
     assert edge == [1.0, 1.0, 1.0, 1.0, 0.0]
+
+
+def test_wrapped_rewards_keep_their_name_and_close() -> None:
+    """run_grpo closes each reward it trains with: a wrapper must not lose the IF reward's sandbox pool."""
+    from fabrika.rewards.reward_fn import RewardFunction
+    from fabrika.train.grpo import _trl_reward
+
+    closed: list[str] = []
+    inner = RewardFunction("if_reward", lambda prompts, completions, **kw: [1.0] * len(completions),
+                           close=lambda: closed.append("pool"))
+    for fn in (_trl_reward(inner), dynamic_sampling(_trl_reward(inner), 0.0, 0.8)):
+        assert fn.__name__ == "if_reward"
+        assert isinstance(fn(prompts=["p"], completions=["c"]), list)
+        fn.close()
+    assert closed == ["pool", "pool"]
 
 
 def test_prefilter_by_stored_difficulty() -> None:

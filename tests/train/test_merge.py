@@ -53,7 +53,7 @@ def _experts(root: Path, arch: str = "qwen2") -> dict[str, str]:
     for name, seed in (("if", 1), ("fc", 2), ("general", 3)):
         model = build_model(tok, seed=seed, arch=arch)
         with torch.no_grad():  # norms start at 1 and biases at 0 in every seed: make them differ too
-            for pname, param in model.named_parameters():
+            for param in model.parameters():
                 if param.ndim == 1:
                     param.add_(torch.randn_like(param) * 0.1)
         model.save_pretrained(root / name)

@@ -91,7 +91,8 @@ def test_wrong_format_fails_before_training(tmp_path: Path, tiny_model: Path) ->
         build_sft_trainer(_config(tmp_path, tiny_model, tmp_path / "missing"))
 
 
-QWEN3 = Path(__file__).resolve().parents[2] / "fabrika" / "schemas" / "templates" / "qwen3.jinja"  # packaged copy of shared/chat_templates/qwen3.jinja
+# packaged copy of shared/chat_templates/qwen3.jinja
+QWEN3 = Path(__file__).resolve().parents[2] / "fabrika" / "schemas" / "templates" / "qwen3.jinja"
 
 
 @pytest.mark.skipif(not QWEN3.is_file(), reason="reference Qwen3 template not present")

@@ -33,7 +33,12 @@ from pydantic import Field
 
 from fabrika.agents.leaks import PlanLeak, mentions, withheld_values
 from fabrika.agents.visibility import (
-    EpisodeState, assistant_view, render_assistant_request, render_tool_prompt, render_user_prompt, tool_view,
+    EpisodeState,
+    assistant_view,
+    render_assistant_request,
+    render_tool_prompt,
+    render_user_prompt,
+    tool_view,
     user_view,
 )
 from fabrika.generators.fc.common import language_ok, response_error
@@ -330,7 +335,7 @@ class DialoguesStage(Stage):
                  "n_tool_retries": episode.n_tool_retries, "n_truncated": episode.n_truncated,
                  "n_steps": episode.n_steps,
                  "n_targets": len(episode.targets), "n_messages": len(episode.messages)}
-        if share > self.config.max_injected_share:  # type: ignore[attr-defined]
+        if share > self.config.max_injected_share:
             return [rejected(ep_id, f"too_many_injected: {untrained}/{episode.n_steps} steps untrained "
                              f"({episode.n_injected} injected, {episode.n_repeat} repeated)", **base, **stats)]
         dialogue = Dialogue(id=ep_id, messages=episode.messages, tools=plan.tools_at_tier(), lang=plan.lang,

@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from fabrika.agents.leaks import user_facing_leaks
 from fabrika.generators.fc.common import check_calls, language_ok
 from fabrika.rewards.fc import values_equal
-from fabrika.agents.leaks import user_facing_leaks
 from fabrika.schemas.fc import Persona, PlanStep, SampleType, ToolSpec
 from fabrika.textutil.morph import parses
 

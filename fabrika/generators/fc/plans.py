@@ -225,8 +225,8 @@ class PlansStage(Stage):
                                     problems=problems, verdict=verdict))
             if verdict is not None and verdict.approved:
                 plan = Plan(id=item["id"], topic_id=item["topic_id"], lang=lang, sample_type=sample_type,
-                            persona=persona, tools=group, tier=tier, steps=steps, rounds=rounds)  # type: ignore[arg-type]
-                return [ok(item["id"], **base, n_steps=len(steps), n_rounds=len(rounds),  # type: ignore[arg-type]
+                            persona=persona, tools=group, tier=tier, steps=steps, rounds=rounds)
+                return [ok(item["id"], **base, n_steps=len(steps), n_rounds=len(rounds),
                            plan=plan.model_dump_json())]
             issues = problems + (verdict.issues if verdict else [])
             # the plan travels once per request: the task, the last plan, the review (tokens stay flat per round)

@@ -3,8 +3,8 @@
 The prompt is the assistant's system prompt plus every earlier message of the
 episode — wrong turns and their replies included, with their flags — so the
 model learns to recover from its own mistakes; the completion is the target turn
-(``train=True``; earlier targets are plain context in the prompt, ``train=False``). ``ground_truth`` holds the expected calls (the FC reward's
-input). Wrong and injected turns are never completions. This is a dataset stage.
+(``train=True``; earlier targets are plain context in the prompt, ``train=False``). ``ground_truth`` holds the
+expected calls (the FC reward's input). Wrong and injected turns are never completions. This is a dataset stage.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def episode_samples(dialogue: Dialogue) -> list[Sample]:
             meta["turn_tools"] = step_tools[step]
         out.append(Sample(
             id=stable_id(dialogue.id, i, prefix="fcs-"), expert="fc", lang=dialogue.lang or "ru",
-            prompt=[system, *(m.model_copy(update={"train": False}) for m in dialogue.messages[:i])], completion=[msg], tools=dialogue.tools,
+            prompt=[system, *(m.model_copy(update={"train": False}) for m in dialogue.messages[:i])], completion=[msg],
+            tools=dialogue.tools,
             target_type=target["target_type"], ground_truth={"calls": target["expected"]}, meta=meta,
         ))
     return out

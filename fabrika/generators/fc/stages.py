@@ -1,7 +1,6 @@
 """Import point of the FC pipeline: registers every FC stage kind and the sim responders.
 
-List ``fabrika.generators.fc.stages`` in a pipeline's ``plugins`` (or in
-``fabrika.pipeline.registry.STAGE_MODULES``) to use ``fc.tools``,
+Listed in ``fabrika.pipeline.registry.STAGE_MODULES``, so every pipeline can use ``fc.tools``,
 ``fc.tools_dedup``, ``fc.plans``, ``fc.dialogues``, ``fc.samples``,
 ``fc.irrelevance`` and ``fc.answer_judge`` (plus the ``fc_targets`` gate group).
 """

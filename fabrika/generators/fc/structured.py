@@ -10,7 +10,7 @@ a constrained answer is still untrusted input.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -74,7 +74,7 @@ def _drop_deprecated(schema: Any) -> Any:
     return schema
 
 
-@lru_cache(maxsize=None)
+@cache
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
     return _drop_deprecated(model.model_json_schema())
 

@@ -187,7 +187,7 @@ async def mcp_list_tools(command: list[str], env: dict[str, str] | None = None, 
 
     try:
         return await asyncio.wait_for(fetch(), timeout_s)
-    except (TimeoutError, asyncio.TimeoutError) as exc:
+    except TimeoutError as exc:
         raise InputError(f"MCP server {' '.join(command)!r} did not list its tools within {timeout_s:g} s") from exc
     except Exception as exc:  # noqa: BLE001 - any failure of a user's server is an input problem
         raise InputError(f"MCP server {' '.join(command)!r} failed: {type(exc).__name__}: {exc}") from exc

@@ -31,8 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fabrika.errors import InputError
 from fabrika.generators.fc.common import parse_tool, response_error, signature
-from fabrika.generators.fc.tool_sources import Candidate, candidates_from, duplicate_names, load_document, \
-    mcp_list_tools, snake_name
+from fabrika.generators.fc.tool_sources import Candidate, candidates_from, duplicate_names, load_document, mcp_list_tools, snake_name
 from fabrika.generators.fc.tools import TOOL_COLUMNS
 from fabrika.inputs import resolve_data_path
 from fabrika.llm.sim import register_sim_responder

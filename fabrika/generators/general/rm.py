@@ -102,7 +102,7 @@ class EndpointRM:
                 while isinstance(value, list):
                     value = value[0] if value else math.nan
                 return float(value)
-            except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, IndexError, TypeError, ValueError):
+            except (TimeoutError, aiohttp.ClientError, KeyError, IndexError, TypeError, ValueError):
                 return math.nan  # counted in teacher_rm_failed, never a made-up score
 
         async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:

@@ -18,8 +18,8 @@ scores joined: their verifiers and stored test cases). A candidate is refused wh
   LLM-written constraint (``conflict_judge: …``) — library pairs are the table's job.
 
 An LLM-written pair whose verifiers agree on every stored case (paraphrases of one rule that
-dedup did not catch) is refused as ``redundant: …``. Library × LLM-written pairs have no stored cases on the library side, so the judge decides
-them. The surviving LLM-written pool is held in memory (text, kept verifiers, positive cases
+dedup did not catch) is refused as ``redundant: …``. Library × LLM-written pairs have no stored cases on the
+library side, so the judge decides them. The surviving LLM-written pool is held in memory (text, kept verifiers, positive cases
 per constraint; about 2 KB each).
 
 Every refusal is a recorded ``rejected`` row naming both constraints, so a contradicting
@@ -352,7 +352,7 @@ class MultiPromptsStage(Stage):
             parsed = parse_conflict(resp.text, len(combo))
             if is_failure(parsed):
                 return f"conflict_judge_failed: {parsed}"
-            flag, pairs, reason = parsed  # type: ignore[misc]
+            flag, pairs, reason = parsed
             if not flag:
                 return None
             drop: set[int] = set()

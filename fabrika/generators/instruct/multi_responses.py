@@ -8,7 +8,7 @@ ids of the failing constraints (``failed_constraints``, ``failed_constraints_loo
 ``if_multi`` gate keeps an answer only when every constraint passes (``mode: strict`` by
 default); a dropped answer names the constraints it failed. ``if.multi.samples`` makes a
 sample of every ok answer and carries the same columns, so the gate acts when the dataset is
-materialised and ``fabrika refilter --set if_multi.mode=loose`` switches it without an LLM call.
+materialised and ``fabrika refilter --set filters.if_multi.mode=loose`` switches it without an LLM call.
 """
 
 from __future__ import annotations

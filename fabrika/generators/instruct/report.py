@@ -3,7 +3,7 @@
 Counts come from the stored shards with gates applied at the given thresholds, so
 the funnel of a refilter is computed without any LLM call:
 
-    python -m fabrika.generators.instruct.report runs/if_demo [--set consistency.min_function_accuracy=1.0]
+    python -m fabrika.generators.instruct.report runs/if_demo [--set filters.consistency.min_function_accuracy=1.0]
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def if_funnel(run_dir: str | Path, thresholds: Mapping[str, Any] | None = None) 
 def main(argv: list[str] | None = None) -> None:  # pragma: no cover - thin CLI
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir")
-    ap.add_argument("--set", action="append", default=[], help="GROUP.PARAM=VALUE threshold override")
+    ap.add_argument("--set", action="append", default=[], help="filters.GROUP.PARAM=VALUE threshold override (as in fabrika refilter)")
     args = ap.parse_args(argv)
     manifest = RunStore(args.run_dir).read_manifest()
     load_run_modules(manifest)

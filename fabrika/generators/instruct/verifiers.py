@@ -75,8 +75,8 @@ class VerifiersStage(Stage):
             if is_failure(v):
                 out.append(rejected(rid, str(v), **base, sample_index=i, verifiers="[]", n_verifiers=0))
                 continue
-            parsed.append({"sample_index": i, "code": v.code,  # type: ignore[union-attr]
-                           "cases": [c.model_dump() for c in v.test_cases]})  # type: ignore[union-attr]
+            parsed.append({"sample_index": i, "code": v.code,
+                           "cases": [c.model_dump() for c in v.test_cases]})
         cols = {**base, "sample_index": None, "verifiers": dumps(parsed), "n_verifiers": len(parsed)}
         if parsed:
             out.append(ok(cid, **cols))
