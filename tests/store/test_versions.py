@@ -147,7 +147,7 @@ def test_public_refilter_loads_the_run_s_gate_groups_in_a_fresh_process(tmp_path
     store = RunStore(run)
     manifest = store.read_manifest()
     store.write_manifest({**manifest, "gate_groups": ["dedup", "length"]})  # registered by the registry's modules
-    code = ("import sys, fabrika; info, _ = fabrika.refilter(sys.argv[1], ['length.max_tokens=350']); "
+    code = ("import sys, fabrika; info, _ = fabrika.refilter(sys.argv[1], ['filters.length.max_tokens=350']); "
             "print(info.rows)")
     out = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
