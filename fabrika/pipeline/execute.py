@@ -43,6 +43,11 @@ if TYPE_CHECKING:
     from fabrika.pipeline.progress import RunProgress
     from fabrika.store.run import RunStore
 
+#: What an input feed yields when no row is ready yet but more will come (an upstream still
+#: writing, :mod:`fabrika.pipeline.overlap`): the item loop waits a little and asks again.
+STARVED: Any = object()
+#: A starved loop with nothing in flight waits this long before it asks its feed again.
+STARVED_WAIT = 0.1
 FLUSH_SECONDS = 30.0
 #: Finished items reach the disk (the stage journal, fsynced) within about this long.
 DURABLE_SECONDS = 1.0
@@ -66,19 +71,22 @@ def finish_rows(out: Any, item_id: str | None, backend_name: str, backends: set[
     return rows
 
 
-def new_items(stage: Stage, rows: Iterator[Row], done: Any, stats: StageStats,
-              on_skip: Callable[[], None]) -> Iterator[tuple[str, Row]]:
+def new_items(stage: Stage, rows: Iterator[Any], done: Any, stats: StageStats,
+              on_skip: Callable[[], None]) -> Iterator[Any]:
     """``(item_id, row)`` for each input item not yet written, up to the stage's ``max_items``.
 
     Counts ``seen`` and ``skipped`` in ``stats`` and adds each yielded id to ``done``, so
     a resumed stage never processes an id twice (contract 1); ``on_skip`` is called for
-    each already written item (the progress line).
+    each already written item (the progress line). :data:`STARVED` from ``rows`` is passed on.
     """
     max_items = stage.config.max_items
     while max_items is None or stats.seen < max_items:
         row = next(rows, None)
         if row is None:
             return
+        if row is STARVED:
+            yield STARVED
+            continue
         stats.seen += 1
         item_id = stage.item_id(row)
         if item_id in done:
@@ -190,8 +198,12 @@ def count_item(stats: StageStats, out: list[Row] | None, state: ItemState, windo
 
 
 async def run_items(services: StageServices, stage: Stage, stats: StageStats,
-                    count_rows: Callable[[str], int] | None = None) -> None:
-    """Process every not-yet-written item of a per-item stage in this process (see module docs)."""
+                    count_rows: Callable[[str], int] | None = None, rows: Iterator[Any] | None = None) -> None:
+    """Process every not-yet-written item of a per-item stage in this process (see module docs).
+
+    ``rows`` replaces ``stage.input_rows()`` (an upstream followed as it grows; it may yield
+    :data:`STARVED`); ``count_rows`` gives the progress total (``None``: unknown).
+    """
     cfg = stage.config
     name = stage.name
     store = services.store
@@ -202,7 +214,8 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
     if stats.recovered:
         console.print(f"{name}: recovered {stats.recovered} finished row(s) from the journal of a stopped run")
     task = progress.add(name, item_total(stage, count_rows))
-    items = new_items(stage, iter(stage.input_rows()), done, stats, lambda: progress.advance(task, stats))
+    feed = iter(stage.input_rows()) if rows is None else rows
+    items = new_items(stage, feed, done, stats, lambda: progress.advance(task, stats))
     pending: list[list[Row]] = []  # finished items' rows, not yet in a shard (they are in the journal)
     journal = StageJournal(store.stage_dir(name), DURABLE_SECONDS / 2)  # + the wait below: <= ~1 s
     last_flush = time.monotonic()
@@ -233,14 +246,24 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
     saved = False
     try:
         while True:
+            starved = False
             while not exhausted and len(in_flight) < limit:
                 item = next(items, None)
                 if item is None:
                     exhausted = True
                     break
+                if item is STARVED:
+                    starved = True
+                    break
                 in_flight.add(asyncio.create_task(one(*item)))
             if not in_flight:
-                break
+                if not starved:
+                    break
+                await asyncio.sleep(STARVED_WAIT)
+                journal.maybe_sync()
+                if pending and time.monotonic() - last_flush > FLUSH_SECONDS:
+                    flush(all_items=True)
+                continue
             finished, in_flight = await asyncio.wait(in_flight, timeout=DURABLE_SECONDS / 2,
                                                      return_when=asyncio.FIRST_COMPLETED)
             for t in finished:
@@ -314,5 +337,5 @@ def skip_global(services: StageServices, stage: Stage, stats: StageStats) -> Non
     services.progress.finish(task, stats)
 
 
-__all__ = ["DURABLE_SECONDS", "FLUSH_SECONDS", "ItemResult", "StageServices", "finish_rows", "item_total", "new_items",
+__all__ = ["DURABLE_SECONDS", "FLUSH_SECONDS", "STARVED", "ItemResult", "StageServices", "finish_rows", "item_total", "new_items",
            "process_item", "run_global", "run_items", "skip_global"]

@@ -52,6 +52,13 @@ class StageStats:
         finished = self.processed + self.pending - self.cache_miss
         return (self.pending - self.cache_miss + self.llm_failed) / finished if finished > 0 else 0.0
 
+    def restart_items(self) -> None:
+        """Forget the item counters: the stage's items are redone from scratch (LLM counters and reports stay)."""
+        for name in ("seen", "processed", "skipped", "cache_miss", "internal_errors", "rejected", "passed_over",
+                     "shards", "rows_written", "pending", "llm_failed", "ok_rows", "recovered"):
+            setattr(self, name, 0)
+        self.stopped_early = False
+
     def manifest_facts(self) -> dict[str, Any]:
         """What the manifest records of a finished stage (the store adds its table's counts)."""
         facts: dict[str, Any] = dict(

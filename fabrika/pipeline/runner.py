@@ -47,8 +47,9 @@ from fabrika.pipeline.fingerprint import changed_fields, stage_fingerprints
 from fabrika.pipeline.llm_wrap import StageLLM
 from fabrika.pipeline.lifecycle import backend_of, build_engine_for, close_resources, first_error, probe_llm
 from fabrika.pipeline.outcome import StageStats, run_problems, run_warnings
+from fabrika.pipeline.overlap import ReadRecord, UpstreamTail, load_record, streaming_inputs, verify_read
 from fabrika.pipeline.progress import RunProgress
-from fabrika.pipeline.stage import STAGES, StageConfig
+from fabrika.pipeline.stage import STAGES, Stage, StageConfig
 from fabrika.schemas.ids import stable_id
 from fabrika.store.lock import hold_run_dir
 from fabrika.store.manifest import RunManifest, base_manifest
@@ -136,6 +137,10 @@ class PipelineRun:
         self.max_failure_rate = 0.2 if rate is None else float(rate)
         #: where per-item stages run (``executor: local | ray``, :mod:`fabrika.pipeline.executors`)
         self.executor = executor_for(config)
+        #: ``{stage: upstream}``: stages that start on their upstream's committed shards (``overlap: true``)
+        self.streams = streaming_inputs(config, self.stages)
+        self.streamed = set(self.streams.values())
+        self.finished: dict[str, asyncio.Event] = {}
         self.services = StageServices(store=self.store, pipeline=config, resume=resume, progress=self.progress,
                                       backend_name=self.backend_name, max_failure_rate=self.max_failure_rate,
                                       live=self.live)
@@ -189,18 +194,25 @@ class PipelineRun:
         only finished tables). The first failure cancels the others (they save finished items).
         """
         deps = stage_dependencies(self.config)
-        finished = {name: asyncio.Event() for name in self.order}
+        finished = self.finished = {name: asyncio.Event() for name in self.order}
+        #: set once a stage's output is past its resume checks (what a streaming consumer waits for)
+        ready = {name: asyncio.Event() for name in self.order}
         for name in set(self.order) - {cfg.stage_name for cfg in self.stages}:
             finished[name].set()  # not part of this invocation (--until)
+            ready[name].set()
         slots = asyncio.Semaphore(self.config.max_parallel_stages)
 
         async def one(cfg: StageConfig) -> None:
-            for dep in sorted(deps[cfg.stage_name]):
-                await finished[dep].wait()
-            async with slots:
-                if self.halted is None:
-                    await self._run_stage(cfg, before.get(cfg.stage_name, {}))
-            finished[cfg.stage_name].set()
+            name = cfg.stage_name
+            for dep in sorted(deps[name]):
+                await (ready if self.streams.get(name) == dep else finished)[dep].wait()
+            try:
+                async with slots:
+                    if self.halted is None:
+                        await self._run_stage(cfg, before.get(name, {}), ready[name])
+            finally:
+                ready[name].set()
+                finished[name].set()
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -219,7 +231,7 @@ class PipelineRun:
                           backend_name=self.backend_name, report=stats.report, resources=self.resources,
                           annotators=annotators)
 
-    async def _run_stage(self, cfg: StageConfig, before: dict[str, Any]) -> None:
+    async def _run_stage(self, cfg: StageConfig, before: dict[str, Any], ready: asyncio.Event) -> None:
         name = cfg.stage_name
         stats = self.stats[name] = StageStats()
         ctx = self.context(cfg, stats)
@@ -227,6 +239,9 @@ class PipelineRun:
         self.store.clean_temp(name)
         if not stage.global_stage:
             self._check_fingerprint(cfg, stats, before)
+            if name in self.streamed:
+                self.store.epoch(name, create=True)
+        ready.set()  # from here on its shards are only appended: a streaming consumer may read them
         started = time.monotonic()
         remote = self.executor.takes(stage)  # its items run on workers, which set the stage up themselves
         if not remote:
@@ -241,9 +256,11 @@ class PipelineRun:
                 else:
                     await run_global(self.services, stage, stats)
             elif remote:
+                if name in self.streams:
+                    await self.finished[self.streams[name]].wait()  # workers read finished tables only
                 await self.executor.run_items(self.services, stage, stats)
             else:
-                await run_items(self.services, stage, stats, ctx.count_rows)
+                await self._run_items(stage, ctx, stats)
         finally:
             if not remote:
                 await stage.teardown()
@@ -255,6 +272,44 @@ class PipelineRun:
         if dups:
             console.print(f"[bold red]{name}: {dups} output id(s) written more than once — ids must be unique per stage "
                           "(derive them from the inputs that make the item distinct)")
+
+    async def _run_items(self, stage: Stage, ctx: RunContext, stats: StageStats) -> None:
+        """A per-item stage in this process; with overlap it follows its upstream as it grows."""
+        name = stage.name
+        store = self.store
+        up = self.streams.get(name)
+        if up is None or self.finished[up].is_set():  # its input is final
+            earlier = load_record(store, name)  # rows an earlier (killed) overlapping run read early
+            if earlier is not None:
+                self._redo_if_unverified(stage, stats, up or str(earlier.get("upstream")))
+            await run_items(self.services, stage, stats, ctx.count_rows)
+            return
+        record = ReadRecord(store, name, up)
+        if record.doc.get("epoch") not in (None, store.epoch(up)):
+            self._redo(stage, stats, f"{up}'s rows were rewritten since {name} read them")
+            record = ReadRecord(store, name, up)
+        tail = UpstreamTail(store, up, record, ctx.where(True), self.finished[up])
+        await run_items(self.services, stage, stats, None, tail.rows())
+        stats.report["overlap"] = {"upstream": up, "rows_read_early": tail.rows_early}
+        if self._redo_if_unverified(stage, stats, up):
+            await run_items(self.services, stage, stats, ctx.count_rows)
+
+    def _redo_if_unverified(self, stage: Stage, stats: StageStats, upstream: str) -> bool:
+        problem = verify_read(self.store, stage.name, upstream)
+        if problem is not None:
+            self._redo(stage, stats, problem)
+        return problem is not None
+
+    def _redo(self, stage: Stage, stats: StageStats, why: str) -> None:
+        """Drop a stage's rows and count from zero: they were made from rows its input no longer has."""
+        name = stage.name
+        console.print(f"[bold yellow]{name}:[/] {why}; re-processing the stage over the final table "
+                      "(answers to unchanged requests come from the cache)")
+        self.store.drop_stage(name)
+        if name in self.streamed:
+            self.store.epoch(name, create=True)  # its consumers see that what they read is gone
+        stats.restart_items()
+        stats.report["overlap_redone"] = why
 
     def _check_fingerprint(self, cfg: StageConfig, stats: StageStats, before: dict[str, Any]) -> None:
         """Redo a per-item stage whose config fingerprint changed since its rows were written."""
