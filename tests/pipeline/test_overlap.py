@@ -144,3 +144,33 @@ def test_resume_after_a_verified_overlap_redoes_nothing(tmp_path: Path) -> None:
     second = run_pipeline(cfg, progress=False, engine=again)
     assert again.calls == 0
     assert ps.dataset_rows(first.run_dir) == ps.dataset_rows(second.run_dir)
+
+
+FC_DEMO = Path(__file__).parents[2] / "configs" / "fc_demo.yaml"
+
+
+def fc_demo(tmp_path: Path, name: str, overlap: bool) -> PipelineConfig:
+    import yaml
+
+    data = yaml.safe_load(FC_DEMO.read_text(encoding="utf-8"))
+    data.update(run_dir=str(tmp_path / name), overlap=overlap)
+    for stage in data["stages"]:
+        stage["chunk_size"] = 2  # many shards, so consumers really start on a partial table
+    cfg, issues = validate_data(data, str(FC_DEMO), FC_DEMO.parent)
+    assert cfg is not None, [str(i) for i in issues]
+    return cfg
+
+
+def test_fc_demo_on_sim_gives_the_same_dataset_with_overlap(tmp_path: Path) -> None:
+    """The real FC stages (dialogues, samples, irrelevance, scorers, dedup) on the sim backend."""
+    over_cfg = fc_demo(tmp_path, "over", True)
+    streams = streaming_inputs(over_cfg, execution_order(over_cfg))
+    assert streams.get("fc.dialogues") == "fc.plans" and streams.get("fc.samples") == "fc.dialogues"
+    assert "fc.plans" not in streams  # it indexes its whole input (own input_rows)
+    assert "fc_language" not in streams  # a second scorer of fc.samples waits for the first
+    seq = run_pipeline(fc_demo(tmp_path, "seq", False), resume=False, progress=False)
+    over = run_pipeline(over_cfg, resume=False, progress=False)
+    assert seq.complete and over.complete and seq.version is not None and over.version is not None
+    rows = ps.dataset_rows(over.run_dir, over.version.name)
+    assert rows and rows == ps.dataset_rows(seq.run_dir, seq.version.name)
+    assert over.version.funnel == seq.version.funnel
