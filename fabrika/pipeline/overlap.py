@@ -17,15 +17,24 @@ workers.
 Why the dataset is the sequential run's: shards are immutable and only appended, so
 a row read early is a row of the final table — except that a read conforms each
 shard to the schema of the shards written *so far*, and gates apply only when their
-columns exist. A column that appears only in a later shard (or a type widened by
-one) would make an early read differ from the sequential read: a gate not applied,
-a key missing, ``3`` instead of ``3.0``. So the stage records, in
-``stages/<stage>/.overlap-read.json`` and before it consumes a row, the upstream's
-epoch (:meth:`RunStore.epoch`) and every schema it read under. When the upstream has
-finished, :func:`verify_read` compares them with the final table: if either
-differs, the stage's rows are dropped and it is redone over the final table (answers
-to unchanged requests come from the cache), loudly. The record survives a crash,
-so a resumed run checks the rows a killed one read early before trusting them.
+columns exist. A column that appears only in later shards (``raw_excerpt`` comes
+with the first rejection that has one) would leave a gate on it unapplied to the
+rows read early; a type widened by a later shard would change values (``3`` vs
+``3.0``). So the stage records, in ``stages/<stage>/.overlap-read.json`` and before
+it consumes a row, the upstream's epoch (:meth:`RunStore.epoch`) and, per schema it
+read under, the shards and how many rows passed the gates. When the upstream has
+finished, :func:`verify_read` checks them against the final table: same epoch; and
+per earlier schema, either no change, or only columns added and the same number of
+those shards' rows passing the gates under the final schema (a gate on an added
+column can only drop rows, so equal counts mean equal rows). Anything else drops
+the stage's rows and redoes it over the final table (answers to unchanged requests
+come from the cache), loudly. The record survives a crash, so a resumed run checks
+the rows a killed one read early before trusting them.
+
+The one difference tolerated: a row read before a column existed lacks that key,
+where a sequential read has it as ``None`` — the same difference a sequential read
+already shows between a table with and without such rows. Stages read optional
+columns with ``row.get``.
 """
 
 from __future__ import annotations
@@ -49,6 +58,8 @@ if TYPE_CHECKING:
 
 #: A starved stage looks for newly committed upstream shards at most this often.
 POLL_SECONDS = 0.2
+#: Shards read (and recorded) in one step: bounds what one step holds in memory.
+SHARDS_PER_STEP = 8
 RECORD = ".overlap-read.json"
 
 
@@ -87,16 +98,17 @@ class ReadRecord:
         self.path: Path = store.stage_dir(stage) / RECORD
         self.doc: dict[str, Any] = load_record(store, stage) or {"upstream": upstream, "epoch": None, "schemas": {}}
 
-    def note(self, epoch: str | None, schema: pl.Schema | None) -> None:
-        """Record the epoch and schema of a read, durably, before any of its rows is consumed."""
+    def note(self, epoch: str | None, schema: pl.Schema | None, shards: list[str], rows: int) -> None:
+        """Record a read (its epoch, schema, shards and gated rows), durably, before any of its rows is consumed."""
         fp = schema_fingerprint(schema)
         if self.doc.get("epoch") is None:
             self.doc["epoch"] = epoch
         elif self.doc["epoch"] != epoch:
             self.doc["epoch_changed"] = True
-        if fp in self.doc["schemas"] and not self.doc.get("epoch_changed"):
-            return
-        self.doc["schemas"][fp] = [[n, str(t)] for n, t in (schema or {}).items()]
+        entry = self.doc["schemas"].setdefault(fp, {"columns": [[n, str(t)] for n, t in (schema or {}).items()],
+                                                    "shards": [], "rows": 0})
+        entry["shards"].extend(shards)
+        entry["rows"] += rows
         atomic_write_json(self.path, self.doc)
 
 
@@ -111,22 +123,26 @@ def load_record(store: "RunStore", stage: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else {"upstream": None, "epoch": None, "schemas": {}, "unreadable": True}
 
 
-def _schema_change(old: list[list[str]], new: pl.Schema | None) -> str:
-    before = dict((n, t) for n, t in old)
+def _schema_change(old: list[list[str]], new: pl.Schema | None) -> tuple[str, bool]:
+    """What changed, and whether it is only added columns."""
+    before = {n: t for n, t in old}
     after = {n: str(t) for n, t in (new or {}).items()}
-    parts = [f"+{n}" for n in after if n not in before]
-    parts += [f"-{n}" for n in before if n not in after]
-    parts += [f"{n}: {before[n]} -> {after[n]}" for n in after if n in before and before[n] != after[n]]
-    return ", ".join(parts) or "column order"
+    added = [f"+{n}" for n in after if n not in before]
+    other = [f"-{n}" for n in before if n not in after]
+    other += [f"{n}: {before[n]} -> {after[n]}" for n in after if n in before and before[n] != after[n]]
+    return ", ".join(added + other) or "column order", not other
 
 
-def verify_read(store: "RunStore", stage: str, upstream: str) -> str | None:
-    """``None`` when every row ``stage`` read early is a row of ``upstream``'s final table as a
-    sequential read gives it (the record is then removed); otherwise why not."""
+def verify_read(store: "RunStore", stage: str, upstream: str,
+                where: Callable[[pl.LazyFrame], pl.LazyFrame] | None) -> tuple[str | None, list[str]]:
+    """``(problem, notes)``: ``problem`` is ``None`` when every row ``stage`` read early is a row of
+    ``upstream``'s final table as a sequential read gives it (the record is then removed); ``notes``
+    name the tolerated changes (columns added after an early read)."""
     doc = load_record(store, stage)
     if doc is None:
-        return None
+        return None, []
     problem = None
+    notes: list[str] = []
     if doc.get("unreadable") or doc.get("upstream") != upstream:
         problem = "its record of what it read is unreadable"
     elif doc.get("epoch_changed") or doc.get("epoch") != store.epoch(upstream):
@@ -134,12 +150,24 @@ def verify_read(store: "RunStore", stage: str, upstream: str) -> str | None:
     else:
         final = store.table_schema(upstream)
         fp = schema_fingerprint(final)
-        changed = [cols for key, cols in doc.get("schemas", {}).items() if key != fp]
-        if changed:
-            problem = f"{upstream}'s columns changed after {stage} read its first rows ({_schema_change(changed[0], final)})"
+        for key, entry in doc.get("schemas", {}).items():
+            if key == fp:
+                continue
+            change, only_added = _schema_change(entry.get("columns") or [], final)
+            if not only_added:
+                problem = f"{upstream}'s columns changed after {stage} read its first rows ({change})"
+                break
+            names = set(entry.get("shards") or [])
+            files = [f for f in store.shards(upstream) if f.name in names]
+            now = sum(f.height for f in store.iter_frames(upstream, (), where=where, columns=["id"], only=files))
+            if len(files) != len(names) or now != entry.get("rows"):
+                problem = (f"{upstream}'s columns changed after {stage} read its first rows ({change}) and the "
+                           f"gates now keep {now} of the {entry.get('rows')} rows it read then")
+                break
+            notes.append(change)
     if problem is None:
         (store.stage_dir(stage) / RECORD).unlink(missing_ok=True)
-    return problem
+    return problem, sorted(set(notes))
 
 
 class UpstreamTail:
@@ -175,19 +203,24 @@ class UpstreamTail:
                     return
                 yield STARVED
                 continue
-            self.record.note(self.store.epoch(self.upstream), self.store.table_schema(self.upstream))
-            consumed.update(f.name for f in new)
-            try:
-                for frame in self.store.iter_frames(self.upstream, (), where=self.where, only=new):
-                    if not done:
-                        self.rows_early += frame.height
+            for start in range(0, len(new), SHARDS_PER_STEP):
+                step = new[start : start + SHARDS_PER_STEP]
+                consumed.update(f.name for f in step)
+                schema = self.store.table_schema(self.upstream)
+                try:
+                    frames = list(self.store.iter_frames(self.upstream, (), where=self.where, only=step))
+                except (OSError, pl.exceptions.PolarsError):
+                    if all(f.exists() for f in step):
+                        raise
+                    # the upstream dropped its shards (it is being redone): its epoch changed, so
+                    # verify_read redoes this stage over the final table
+                    frames = []
+                rows = sum(f.height for f in frames)
+                self.record.note(self.store.epoch(self.upstream), schema, [f.name for f in step], rows)
+                if not done:
+                    self.rows_early += rows
+                for frame in frames:
                     yield from frame.iter_rows(named=True)
-            except (OSError, pl.exceptions.PolarsError):
-                if all(f.exists() for f in new):
-                    raise
-                # the upstream dropped its shards (it is being redone): its epoch changed, so
-                # verify_read redoes this stage over the final table
-                self.record.note(self.store.epoch(self.upstream), self.store.table_schema(self.upstream))
             last_poll = float("-inf")  # more may have committed while these were read
 
 

@@ -44,8 +44,8 @@ from fabrika.pipeline.context import RunContext
 from fabrika.pipeline.execute import StageServices, run_global, run_items, skip_global
 from fabrika.pipeline.executors import executor_for
 from fabrika.pipeline.fingerprint import changed_fields, stage_fingerprints
-from fabrika.pipeline.llm_wrap import StageLLM
 from fabrika.pipeline.lifecycle import backend_of, build_engine_for, close_resources, first_error, probe_llm
+from fabrika.pipeline.llm_wrap import StageLLM
 from fabrika.pipeline.outcome import StageStats, run_problems, run_warnings
 from fabrika.pipeline.overlap import ReadRecord, UpstreamTail, load_record, streaming_inputs, verify_read
 from fabrika.pipeline.progress import RunProgress
@@ -281,7 +281,7 @@ class PipelineRun:
         if up is None or self.finished[up].is_set():  # its input is final
             earlier = load_record(store, name)  # rows an earlier (killed) overlapping run read early
             if earlier is not None:
-                self._redo_if_unverified(stage, stats, up or str(earlier.get("upstream")))
+                self._redo_if_unverified(stage, ctx, stats, up or str(earlier.get("upstream")))
             await run_items(self.services, stage, stats, ctx.count_rows)
             return
         record = ReadRecord(store, name, up)
@@ -291,11 +291,13 @@ class PipelineRun:
         tail = UpstreamTail(store, up, record, ctx.where(True), self.finished[up])
         await run_items(self.services, stage, stats, None, tail.rows())
         stats.report["overlap"] = {"upstream": up, "rows_read_early": tail.rows_early}
-        if self._redo_if_unverified(stage, stats, up):
+        if self._redo_if_unverified(stage, ctx, stats, up):
             await run_items(self.services, stage, stats, ctx.count_rows)
 
-    def _redo_if_unverified(self, stage: Stage, stats: StageStats, upstream: str) -> bool:
-        problem = verify_read(self.store, stage.name, upstream)
+    def _redo_if_unverified(self, stage: Stage, ctx: RunContext, stats: StageStats, upstream: str) -> bool:
+        problem, added = verify_read(self.store, stage.name, upstream, ctx.where(True))
+        if added:
+            stats.report["overlap_columns_added_later"] = added
         if problem is not None:
             self._redo(stage, stats, problem)
         return problem is not None

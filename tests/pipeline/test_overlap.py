@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import overlap_stages as ov
 import pipeline_stages as ps
+import pytest
+
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.config import PipelineConfig, execution_order, validate_data
 from fabrika.pipeline.overlap import RECORD, streaming_inputs
@@ -82,12 +82,12 @@ def test_overlap_gives_the_sequential_dataset_and_scorers_stay_barriers(tmp_path
     assert not any((over.run_dir / "stages" / s / RECORD).exists() for s in ("test.ask", "judge", "relay"))
 
 
-def late(tmp_path: Path, name: str, overlap: bool, wait: bool = True) -> PipelineConfig:
+def late(tmp_path: Path, name: str, overlap: bool, wait: bool = True, gate: bool = True) -> PipelineConfig:
     stages = [
         {"kind": "test.late", "n": 30, "chunk_size": 2, "max_in_flight": 2, "wait_for": "relay" if wait else None},
         {"kind": "test.relay", "name": "relay", "input": "test.late", "chunk_size": 2},
     ]
-    return config(tmp_path, name, overlap, stages, {"testflag": {"on": True}}, ["relay"])
+    return config(tmp_path, name, overlap, stages, {"testflag": {"on": gate}}, ["relay"])
 
 
 def test_a_gate_column_that_appears_late_does_not_let_rows_through(tmp_path: Path) -> None:
@@ -103,6 +103,20 @@ def test_a_gate_column_that_appears_late_does_not_let_rows_through(tmp_path: Pat
     assert "+flag" in over.stats["relay"].report["overlap_redone"]
     assert ps.dataset_rows(over.run_dir) == expected
     assert not (over.run_dir / "stages/relay" / RECORD).exists()
+
+
+def test_a_column_that_appears_late_without_a_gate_on_it_is_no_reason_to_redo(tmp_path: Path) -> None:
+    """A later shard adds a column no gate reads (as `raw_excerpt` arrives with the first rejection): the
+    rows read early pass the same gates under the final schema, so nothing is redone."""
+    seq = run_pipeline(late(tmp_path, "seq", False, wait=False, gate=False), progress=False, engine=ps.FakeEngine())
+    ov.CONSUMED.clear()
+    engine = ps.FakeEngine()
+    over = run_pipeline(late(tmp_path, "over", True, gate=False), progress=False, engine=engine)
+    report = over.stats["relay"].report
+    assert report["overlap"]["rows_read_early"] > 0
+    assert "overlap_redone" not in report and report["overlap_columns_added_later"] == ["+flag"]
+    assert engine.calls == 30  # every item asked once
+    assert ps.dataset_rows(over.run_dir) == ps.dataset_rows(seq.run_dir)
 
 
 @pytest.mark.parametrize("resume_overlap", [True, False])
