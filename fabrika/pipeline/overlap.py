@@ -98,17 +98,17 @@ class ReadRecord:
         self.path: Path = store.stage_dir(stage) / RECORD
         self.doc: dict[str, Any] = load_record(store, stage) or {"upstream": upstream, "epoch": None, "schemas": {}}
 
-    def note(self, epoch: str | None, schema: pl.Schema | None, shards: list[str], rows: int) -> None:
-        """Record a read (its epoch, schema, shards and gated rows), durably, before any of its rows is consumed."""
+    def note(self, epoch: str | None, schema: pl.Schema | None, rows: dict[str, int]) -> None:
+        """Record a read (its epoch, its schema, and per shard the rows that passed the gates),
+        durably, before any of its rows is consumed."""
         fp = schema_fingerprint(schema)
         if self.doc.get("epoch") is None:
             self.doc["epoch"] = epoch
         elif self.doc["epoch"] != epoch:
             self.doc["epoch_changed"] = True
         entry = self.doc["schemas"].setdefault(fp, {"columns": [[n, str(t)] for n, t in (schema or {}).items()],
-                                                    "shards": [], "rows": 0})
-        entry["shards"].extend(shards)
-        entry["rows"] += rows
+                                                    "shards": {}})
+        entry["shards"].update(rows)
         atomic_write_json(self.path, self.doc)
 
 
@@ -157,12 +157,12 @@ def verify_read(store: "RunStore", stage: str, upstream: str,
             if not only_added:
                 problem = f"{upstream}'s columns changed after {stage} read its first rows ({change})"
                 break
-            names = set(entry.get("shards") or [])
-            files = [f for f in store.shards(upstream) if f.name in names]
+            read: dict[str, int] = entry.get("shards") or {}
+            files = [f for f in store.shards(upstream) if f.name in read]
             now = sum(f.height for f in store.iter_frames(upstream, (), where=where, columns=["id"], only=files))
-            if len(files) != len(names) or now != entry.get("rows"):
+            if len(files) != len(read) or now != sum(read.values()):
                 problem = (f"{upstream}'s columns changed after {stage} read its first rows ({change}) and the "
-                           f"gates now keep {now} of the {entry.get('rows')} rows it read then")
+                           f"gates now keep {now} of the {sum(read.values())} rows it read then")
                 break
             notes.append(change)
     if problem is None:
@@ -209,16 +209,20 @@ class UpstreamTail:
                 schema = self.store.table_schema(self.upstream)
                 try:
                     frames = list(self.store.iter_frames(self.upstream, (), where=self.where, only=step))
+                    owner = {i: f.name for f in step for i in pl.read_parquet(f, columns=["id"])["id"].to_list()}
                 except (OSError, pl.exceptions.PolarsError):
                     if all(f.exists() for f in step):
                         raise
                     # the upstream dropped its shards (it is being redone): its epoch changed, so
                     # verify_read redoes this stage over the final table
-                    frames = []
-                rows = sum(f.height for f in frames)
-                self.record.note(self.store.epoch(self.upstream), schema, [f.name for f in step], rows)
+                    frames, owner = [], {}
+                rows = dict.fromkeys(owner.values(), 0)  # per shard: its rows that passed the gates
+                for frame in frames:
+                    for i in frame["id"].to_list():
+                        rows[owner[i]] += 1
+                self.record.note(self.store.epoch(self.upstream), schema, rows)
                 if not done:
-                    self.rows_early += rows
+                    self.rows_early += sum(rows.values())
                 for frame in frames:
                     yield from frame.iter_rows(named=True)
             last_poll = float("-inf")  # more may have committed while these were read

@@ -119,14 +119,16 @@ def test_a_column_that_appears_late_without_a_gate_on_it_is_no_reason_to_redo(tm
     assert ps.dataset_rows(over.run_dir) == ps.dataset_rows(seq.run_dir)
 
 
-@pytest.mark.parametrize("resume_overlap", [True, False])
-def test_a_run_killed_during_overlap_resumes_to_the_sequential_dataset(tmp_path: Path, resume_overlap: bool) -> None:
+@pytest.mark.parametrize(("resume_overlap", "gate"), [(True, True), (False, True), (True, False)])
+def test_a_run_killed_during_overlap_resumes_to_the_sequential_dataset(tmp_path: Path, resume_overlap: bool,
+                                                                       gate: bool) -> None:
     """Stopped after relay consumed (and saved) rows read before `flag` existed; the next run, with or
-    without overlap, must check those reads against the final table instead of trusting them."""
-    expected = ps.dataset_rows(run_pipeline(late(tmp_path, "seq", False, wait=False), progress=False,
+    without overlap, must check those reads against the final table instead of trusting them (with the
+    flag gate they are redone; without it they stand, though the resumed run reads those shards again)."""
+    expected = ps.dataset_rows(run_pipeline(late(tmp_path, "seq", False, wait=False, gate=gate), progress=False,
                                             engine=ps.FakeEngine()).run_dir)
     ov.CONSUMED.clear()
-    cfg = late(tmp_path, "over", True)
+    cfg = late(tmp_path, "over", True, gate=gate)
     relay_dir = cfg.resolved_run_dir / "stages" / "relay"
 
     async def interrupted() -> None:
@@ -143,11 +145,11 @@ def test_a_run_killed_during_overlap_resumes_to_the_sequential_dataset(tmp_path:
     assert (relay_dir / RECORD).is_file()  # what it read early is not trusted yet
     saved = list(relay_dir.glob("part-*.parquet")) + list(relay_dir.glob("journal.jsonl"))
     assert saved, "the interrupted run saved nothing of relay; the test did not exercise the resume"
-    again = late(tmp_path, "over", resume_overlap)
+    again = late(tmp_path, "over", resume_overlap, gate=gate)
     result = run_pipeline(again, progress=False, engine=ps.FakeEngine())
     assert result.complete
     assert ps.dataset_rows(result.run_dir) == expected
-    assert "overlap_redone" in result.stats["relay"].report
+    assert ("overlap_redone" in result.stats["relay"].report) == gate
     assert not (relay_dir / RECORD).exists()
 
 
