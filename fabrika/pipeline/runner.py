@@ -2,7 +2,8 @@
 
 This module schedules: which stage runs when (a stage starts once the stages it
 depends on are done, ``max_parallel_stages`` at a time, so independent branches
-overlap; each stage only ever reads finished tables), whether a stage's rows
+overlap; with ``overlap: true`` a stage that :mod:`fabrika.pipeline.overlap` allows
+starts on its upstream's committed shards instead), whether a stage's rows
 still hold (its config fingerprint — its own settings, the LLM settings that
 change answers, the seed and its inputs' fingerprints — against the manifest's;
 a changed one redoes the stage with answers to unchanged requests from the
