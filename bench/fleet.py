@@ -1,5 +1,5 @@
 """Fleet bench: the FC pipeline on a simulated vLLM fleet — least-loaded vs prefix-affinity routing,
-and K sample requests vs one n=K request.
+K sample requests vs one n=K request, and stages one after another vs overlapping (``--overlap both``).
 
 A child process serves ``--servers`` fake OpenAI servers in vLLM mode
 (:mod:`fabrika.testing.sim_vllm`: ``--slots`` sequence slots each, prefix cache,
@@ -126,7 +126,7 @@ def summarise(stats: list[dict]) -> dict:
 
 
 def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint: int, workdir: Path,
-           epsilon: float = 0.25) -> str:
+           epsilon: float = 0.25, overlap: bool = False, chunk_size: int = 256) -> str:
     """The FC pipeline against ``urls``; returns a hash of the dataset's content (order-independent)."""
 
     from fabrika.pipeline.config import validate_data
@@ -142,7 +142,7 @@ def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint:
                                 "keywords": [f"{noun.lower()}{i}"]}, ensure_ascii=False) + "\n")
     total = per_endpoint * len(urls) // 2  # the pool never fills: the routing policy decides placement
     doc = {
-        "name": "fleet", "seed": 1, "run_dir": str(workdir / "run"), "max_in_flight": total,
+        "name": "fleet", "seed": 1, "run_dir": str(workdir / "run"), "max_in_flight": total, "overlap": overlap,
         "plugins": ["fabrika.generators.fc.stages"],
         "llm": {"backend": "openai", "model": "fake", "max_in_flight": total, "max_retries": 2, "routing": routing,
                 "routing_epsilon": epsilon,
@@ -152,9 +152,9 @@ def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint:
         "stages": [
             {"kind": "fc.tools", "topics_file": str(topics_file), "tools_per_topic": 3},
             {"kind": "fc.tools_dedup", "input": "fc.tools"},
-            {"kind": "fc.plans", "input": "fc.tools_dedup", "plans_per_topic": plans},
-            {"kind": "fc.dialogues", "input": "fc.plans", "sim_error_rate": 0.1},
-            {"kind": "fc.samples", "input": "fc.dialogues"},
+            {"kind": "fc.plans", "input": "fc.tools_dedup", "plans_per_topic": plans, "chunk_size": chunk_size},
+            {"kind": "fc.dialogues", "input": "fc.plans", "sim_error_rate": 0.1, "chunk_size": chunk_size},
+            {"kind": "fc.samples", "input": "fc.dialogues", "chunk_size": chunk_size},
         ],
         "dataset": {"stages": ["fc.samples"]},
     }
@@ -205,6 +205,9 @@ def main() -> None:
     ap.add_argument("--epsilon", type=float, default=0.25, help="affinity's load bound (llm.routing_epsilon)")
     ap.add_argument("--routings", nargs="+", default=["least_loaded", "affinity"],
                     choices=["least_loaded", "affinity"])
+    ap.add_argument("--overlap", choices=["off", "on", "both"], default="off",
+                    help="FC runs with stages one after another (off), overlapping (on), or both side by side")
+    ap.add_argument("--chunk-size", type=int, default=256, help="FC stages' chunk_size (shard size: overlap's step)")
     ap.add_argument("--skip-samples", action="store_true", help="only the FC routing comparison")
     ap.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -216,19 +219,29 @@ def main() -> None:
     hashes: dict[str, str] = {}
     print(f"fleet: {args.servers} servers x {args.slots} slots, FC pipeline {args.topics} topics x {args.plans} "
           f"plans; endpoint max_concurrency {per_endpoint}; time scale {args.time_scale:g}", flush=True)
+    overlaps = {"off": [False], "on": [True], "both": [False, True]}[args.overlap]
     for routing in args.routings:
-        fleet = Fleet(args.servers, args.slots, args.time_scale)
-        try:
-            t0 = time.perf_counter()
-            with tempfile.TemporaryDirectory() as tmp:
-                hashes[routing] = fc_run(fleet.urls, routing, args.topics, args.plans, per_endpoint, Path(tmp),
-                                         args.epsilon)
-            results[routing] = summarise(fleet.stats())
-            results[routing]["wall_s"] = time.perf_counter() - t0
-        finally:
-            fleet.stop()
-        show(f"FC {routing}", results[routing])
-    if len(results) == 2:
+        for overlap in overlaps:
+            key = routing + (" +overlap" if overlap else "")
+            fleet = Fleet(args.servers, args.slots, args.time_scale)
+            try:
+                t0 = time.perf_counter()
+                with tempfile.TemporaryDirectory() as tmp:
+                    hashes[key] = fc_run(fleet.urls, routing, args.topics, args.plans, per_endpoint, Path(tmp),
+                                         args.epsilon, overlap, args.chunk_size)
+                results[key] = summarise(fleet.stats())
+                results[key]["wall_s"] = time.perf_counter() - t0
+            finally:
+                fleet.stop()
+            show(f"FC {key}", results[key])
+    for routing in args.routings:
+        if routing in results and f"{routing} +overlap" in results:
+            seq, ov = results[routing], results[f"{routing} +overlap"]
+            print(f"{routing}: overlapping / sequential stages: makespan x{ov['makespan_s'] / seq['makespan_s']:.2f} "
+                  f"(x{seq['makespan_s'] / seq['ideal_s']:.2f} -> x{ov['makespan_s'] / ov['ideal_s']:.2f} ideal), "
+                  f"util mean {seq['util_mean']:.2f} -> {ov['util_mean']:.2f}; dataset equal: "
+                  f"{hashes[routing] == hashes[routing + ' +overlap']} ({hashes[routing + ' +overlap']})", flush=True)
+    if "least_loaded" in results and "affinity" in results:
         ll, af = results["least_loaded"], results["affinity"]
         print(f"affinity / least-loaded: cached prompt tokens x{af['cached'] / max(1, ll['cached']):.2f}, "
               f"prefilled x{af['prefilled'] / max(1, ll['prefilled']):.2f}, "

@@ -66,13 +66,6 @@ LAYERS: list[set[str]] = [
     {"cli", "__main__"},                                                     # 11
 ]
 
-# TEMPORARY: the runner split (issue 15 item 2) ends this circle by handing
-# RunContext what it needs explicitly. Remove the entry when that lands; nothing
-# else belongs here.
-KNOWN_CYCLES_TO_BREAK: set[frozenset[str]] = {
-    frozenset({"fabrika.pipeline.runner", "fabrika.pipeline.run_context"}),
-}
-
 ROOT = Path(__file__).resolve().parents[1] / "fabrika"
 
 #: module -> [(imported module, line)]
@@ -212,12 +205,10 @@ def cycles(graph: Graph) -> list[list[str]]:
     return sorted(found)
 
 
-def cycle_messages(graph: Graph, allowed: set[frozenset[str]] = frozenset()) -> list[str]:
+def cycle_messages(graph: Graph) -> list[str]:
     """One message per circle, naming every import line that closes it."""
     problems = []
     for component in cycles(graph):
-        if frozenset(component) in allowed:
-            continue
         members = set(component)
         lines = [f"{m} imports {t} at line {line}"
                  for m in component for t, line in graph[m] if t in members]
@@ -267,8 +258,6 @@ def test_checker_fails_on_a_cycle_inside_one_layer() -> None:
     assert "fabrika.llm.config, fabrika.llm.engine, fabrika.llm.sim" in problem
     assert "fabrika.llm.sim imports fabrika.llm.config at line 9" in problem
     assert "fabrika.llm.types" not in problem
-    assert cycle_messages(graph, {frozenset({"fabrika.llm.config", "fabrika.llm.engine",
-                                             "fabrika.llm.sim"})}) == []
 
 
 def test_a_submodule_importing_its_package_that_imports_it_is_a_cycle(tmp_path: Path) -> None:
@@ -332,15 +321,8 @@ def test_no_import_points_up() -> None:
 
 
 def test_no_import_circles() -> None:
-    problems = cycle_messages(read_graph(), KNOWN_CYCLES_TO_BREAK)
+    problems = cycle_messages(read_graph())
     assert not problems, "\n".join(problems)
-
-
-def test_known_cycles_still_exist() -> None:
-    """An allow-list entry whose circle is gone must be removed, so the list only shrinks."""
-    present = {frozenset(c) for c in cycles(read_graph())}
-    stale = [sorted(c) for c in KNOWN_CYCLES_TO_BREAK if c not in present]
-    assert not stale, f"these circles are broken; delete them from KNOWN_CYCLES_TO_BREAK: {stale}"
 
 
 def test_architecture_doc_states_the_same_order() -> None:

@@ -54,6 +54,10 @@ class PipelineConfig(BaseModel):
     max_parallel_stages: int = Field(
         default=4, ge=1, description="Stages run at once when their inputs are ready (independent branches overlap); 1 = one by one."
     )
+    overlap: bool = Field(
+        default=False, description="Let a per-item stage start on the shards its per-item upstream has already written "
+        "instead of waiting for it to finish (the fleet does not drain at stage boundaries). Global stages and "
+        "stages whose input has scorers still wait; the dataset is the same either way (docs/ARCHITECTURE.md).")
     stages: list[SerializeAsAny[StageConfig]] = Field(description="Stage configs, discriminated by `kind`.")
     filters: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Gate thresholds by group: filters.<group>.<param>.")
     dataset: DatasetConfig = Field(default_factory=DatasetConfig, description="Which stages form the final dataset.")
@@ -421,7 +425,7 @@ def configured_backend(config: PipelineConfig) -> str:
 
 
 #: Keys that do not change what a run produces; left out of :func:`config_hash`.
-HASH_EXCLUDED_TOP = ("run_dir", "max_in_flight", "max_parallel_stages", "sandbox", "executor", "ray")
+HASH_EXCLUDED_TOP = ("run_dir", "max_in_flight", "max_parallel_stages", "overlap", "sandbox", "executor", "ray")
 HASH_EXCLUDED_STAGE = ("chunk_size", "max_in_flight")
 
 

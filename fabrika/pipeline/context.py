@@ -1,15 +1,20 @@
-"""What a stage may touch while it runs (implemented by the runner)."""
+"""What a stage may touch while it runs: the :class:`StageContext` protocol and the runner's
+:class:`RunContext`, which gets everything it hands out from the runner explicitly."""
 
 from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
+import polars as pl
+
+from fabrika.gates import gate_lazy
 from fabrika.schemas.ids import derive_seed
 
 if TYPE_CHECKING:
     from fabrika.llm.base import LLMClient
+    from fabrika.store.run import RunStore
 
 
 class StageContext(Protocol):
@@ -56,3 +61,67 @@ class StageContext(Protocol):
 def item_rng(global_seed: int, stage_name: str, *parts: Any) -> random.Random:
     """The RNG every context's :meth:`StageContext.rng` returns."""
     return random.Random(derive_seed(global_seed, stage_name, *parts))
+
+
+class RunContext:
+    """The :class:`StageContext` the runner hands to one stage.
+
+    Args:
+        stage_name: the stage it serves (its RNG and its LLM counters are keyed by it).
+        store: the run's store (tables are read from it).
+        pipeline: the validated pipeline config (``seed``, ``filters`` and ``resolve_path`` come from it).
+        llm: the stage's view of the run's engine (:class:`~fabrika.pipeline.llm_wrap.StageLLM`), or ``None``.
+        backend_name: the backend rows are labelled with.
+        report: where :meth:`report` puts the stage's facts for the manifest (``StageStats.report``).
+        resources: the run-wide shared objects (:meth:`resource`); the runner closes them.
+        annotators: per table, the annotating stages whose scores are final for this stage
+            (those that run before it); they are joined when the table is read.
+    """
+
+    def __init__(self, stage_name: str, *, store: "RunStore", pipeline: Any, llm: Any, backend_name: str,
+                 report: dict[str, Any], resources: dict[str, Any],
+                 annotators: Mapping[str, Sequence[str]]) -> None:
+        self.stage_name = stage_name
+        self.store = store
+        self.reported = report
+        self.resources = resources
+        self.annotators = annotators
+        self.llm = llm
+        self.seed = pipeline.seed
+        self.filters = pipeline.filters
+        self.run_dir = store.run_dir
+        self.pipeline = pipeline
+        self.backend_name = backend_name
+
+    def where(self, gated: bool) -> Callable[[pl.LazyFrame], pl.LazyFrame] | None:
+        """The read filter: the configured gates (``gated``) or nothing."""
+        filters = self.filters
+        return (lambda lf: gate_lazy(lf, filters)) if gated else None
+
+    def iter_rows(self, stage_name: str, *, gated: bool = True, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
+        """Rows of an upstream stage with the annotations that ran before this stage joined,
+        streamed a bounded group of shards at a time (:meth:`RunStore.iter_frames`)."""
+        frames = self.store.iter_frames(stage_name, self.annotators.get(stage_name, ()),
+                                        where=self.where(gated), columns=columns)
+        for frame in frames:
+            yield from frame.iter_rows(named=True)
+
+    def count_rows(self, stage_name: str, gated: bool = True) -> int:
+        """How many rows :meth:`iter_rows` would yield (narrow columns only; for progress totals)."""
+        return self.store.count_rows(stage_name, self.annotators.get(stage_name, ()), self.where(gated))
+
+    def rng(self, *parts: Any) -> random.Random:
+        return item_rng(self.seed, self.stage_name, *parts)
+
+    def resource(self, name: str, factory: Callable[[], Any]) -> Any:
+        if name not in self.resources:
+            self.resources[name] = factory()
+        return self.resources[name]
+
+    def stage_dir(self, stage_name: str) -> Path:
+        path = self.store.stage_dir(stage_name)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def report(self, key: str, value: Any) -> None:
+        self.reported[key] = value

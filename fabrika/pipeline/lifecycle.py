@@ -66,11 +66,11 @@ async def close_resources(resources: dict[str, Any]) -> None:
     resources.clear()
 
 
-def _first_error(eg: BaseExceptionGroup) -> BaseException:
+def first_error(eg: BaseExceptionGroup) -> BaseException:
     """The error a stage raised (not the cancellations it caused in its siblings)."""
     for exc in eg.exceptions:
         if isinstance(exc, BaseExceptionGroup):
-            return _first_error(exc)
+            return first_error(exc)
         if not isinstance(exc, asyncio.CancelledError):
             return exc
     return eg.exceptions[0]

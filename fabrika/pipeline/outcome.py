@@ -52,6 +52,33 @@ class StageStats:
         finished = self.processed + self.pending - self.cache_miss
         return (self.pending - self.cache_miss + self.llm_failed) / finished if finished > 0 else 0.0
 
+    def restart_items(self) -> None:
+        """Forget the item counters: the stage's items are redone from scratch (LLM counters and reports stay)."""
+        for name in ("seen", "processed", "skipped", "cache_miss", "internal_errors", "rejected", "passed_over",
+                     "shards", "rows_written", "pending", "llm_failed", "ok_rows", "recovered"):
+            setattr(self, name, 0)
+        self.stopped_early = False
+
+    def manifest_facts(self) -> dict[str, Any]:
+        """What the manifest records of a finished stage (the store adds its table's counts)."""
+        facts: dict[str, Any] = dict(
+            seen=self.seen, processed=self.processed, skipped=self.skipped, cache_miss=self.cache_miss,
+            internal_errors=self.internal_errors, seconds=round(self.seconds, 3), llm=self.llm.as_dict(),
+            report=self.report, pending=self.pending, recovered_from_journal=self.recovered,
+            stopped_early=self.stopped_early, failure_rate=round(self.failure_rate(), 4),
+        )
+        if self.fingerprint is not None:
+            facts["input_fingerprint"] = self.fingerprint
+        if self.reprocessed:
+            facts["reprocessed_because"] = self.reprocessed
+        return facts
+
+    def live_facts(self) -> dict[str, Any]:
+        """What the manifest shows of a stage still running (counters only)."""
+        return dict(seen=self.seen, processed=self.processed, skipped=self.skipped,
+                    rows_written_this_run=self.rows_written, internal_errors=self.internal_errors,
+                    llm=self.llm.as_dict())
+
 
 def run_problems(stats: Mapping[str, StageStats], max_failure_rate: float, halted: str | None,
                  not_run: Sequence[str]) -> list[str]:

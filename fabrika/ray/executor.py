@@ -9,6 +9,7 @@ from fabrika.pipeline.stage import Stage
 
 if TYPE_CHECKING:
     from fabrika.pipeline.config import PipelineConfig
+    from fabrika.pipeline.execute import StageServices
     from fabrika.pipeline.outcome import StageStats
 
 
@@ -26,7 +27,7 @@ class RayExecutor:
     def takes(self, stage: Stage) -> bool:
         return not stage.global_stage and not type(stage).calls_llm
 
-    async def run_items(self, run: Any, stage: Stage, stats: "StageStats") -> None:
+    async def run_items(self, run: "StageServices", stage: Stage, stats: "StageStats") -> None:
         from fabrika.ray.items import run_items_on_ray
 
         await run_items_on_ray(run, stage, stats, self.settings)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
 
 from fabrika.errors import ConfigError
 from fabrika.pipeline.context import item_rng
-from fabrika.pipeline.executors import new_items, process_item
+from fabrika.pipeline.execute import item_total, new_items, process_item
 from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig
 from fabrika.store.done_ids import DoneIds
 from fabrika.store.shards import atomic_write_bytes, next_seq, write_shard
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from fabrika.llm.base import LLMClient
     from fabrika.llm.types import ChatRequest, ChatResponse
     from fabrika.pipeline.config import PipelineConfig
+    from fabrika.pipeline.execute import StageServices
     from fabrika.pipeline.outcome import StageStats
     from fabrika.pipeline.sections import RaySettings
 
@@ -174,9 +175,8 @@ def _worker_count(ray: Any, settings: "RaySettings") -> int:
     return max(1, int(cpus // settings.num_cpus))
 
 
-async def run_items_on_ray(run: Any, stage: Stage, stats: "StageStats", settings: "RaySettings") -> None:
+async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStats", settings: "RaySettings") -> None:
     """Process the stage's unwritten items on worker actors; see the module docstring."""
-    from fabrika.pipeline.run_context import RunContext
     from fabrika.ray import connect
 
     ray = connect(settings)
@@ -188,21 +188,14 @@ async def run_items_on_ray(run: Any, stage: Stage, stats: "StageStats", settings
     atomic_write_bytes(store.stage_dir(name) / OWNER_FILE, owner.encode())
     done = store.done_ids(name) if run.resume else DoneIds()
     stats.recovered = store.recover_journal(name, done)  # a crashed local run's journal becomes a shard first
-    total = None
-    if cfg.input is not None and isinstance(stage.ctx, RunContext):  # the driver's context can count its inputs
-        from fabrika.pipeline.config import inputs_of
-
-        total = sum(stage.ctx.count_rows(src) for src in inputs_of(cfg))
-    if cfg.max_items is not None:
-        total = cfg.max_items if total is None else min(total, cfg.max_items)
-    task = run.progress.add(name, total)
+    task = run.progress.add(name, item_total(stage, getattr(stage.ctx, "count_rows", None)))
     seq = next_seq(store.stage_dir(name))
     n_workers = _worker_count(ray, settings)
     Worker = ray.remote(num_cpus=settings.num_cpus, max_restarts=settings.max_retries,
                         max_task_retries=settings.max_retries)(ItemWorker)
-    limit = cfg.max_in_flight or run.config.max_in_flight
+    limit = cfg.max_in_flight or run.pipeline.max_in_flight
     run_dir = str(store.run_dir.resolve())
-    actors = [Worker.remote(run.config, cfg, run_dir, run.backend_name, limit, owner) for _ in range(n_workers)]
+    actors = [Worker.remote(run.pipeline, cfg, run_dir, run.backend_name, limit, owner) for _ in range(n_workers)]
     load = [0] * n_workers
     in_flight: dict[asyncio.Future, int] = {}
     items = new_items(stage, iter(stage.input_rows()), done, stats, lambda: run.progress.advance(task, stats))
@@ -253,7 +246,7 @@ async def run_items_on_ray(run: Any, stage: Stage, stats: "StageStats", settings
                         stats.rejected += rej
                         stats.internal_errors += internal
                     run.progress.advance(task, stats)
-            run._live_entry(name, stats)
+            run.live(name, stats)
     finally:
         for fut in in_flight:
             fut.cancel()

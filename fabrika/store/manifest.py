@@ -11,17 +11,26 @@ Secrets never reach it: :func:`redact` replaces the value of every
 ``*_key`` / ``*token*`` / ``*secret*`` / ``*password*`` field (``api_key``,
 ``hf_token``…) and the password of URLs (``https://user:pw@host``) with
 ``***`` before the config is recorded.
+
+:class:`RunManifest` is the one writer of a run's manifest: the runner hands it
+facts (a stage's settings fingerprint, its counters, the run's status) and it
+merges them with what an earlier invocation recorded and what the store counts.
 """
 
 from __future__ import annotations
 
+import os
 import platform
+import socket
 import time
 from importlib import metadata
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from fabrika.gates import GATE_GROUPS
 from fabrika.llm.redact import redact
+
+if TYPE_CHECKING:
+    from fabrika.store.run import RunStore
 
 PACKAGES = ("fabrika", "polars", "pyarrow", "pydantic", "datasets", "openai", "transformers", "trl", "torch")
 
@@ -39,35 +48,113 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
-def base_manifest(config: Any, config_hash: str, backend: str, ordered: Sequence[Any],
-                  layout: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """A fresh manifest for ``config`` (a ``PipelineConfig``) before any stage ran.
+def base_manifest(name: str, config: Mapping[str, Any], config_file: str | None, config_hash: str, backend: str,
+                  layout: Mapping[str, Mapping[str, Any]], order: Sequence[str]) -> dict[str, Any]:
+    """A fresh manifest before any stage ran.
 
-    ``layout`` is :func:`fabrika.pipeline.config.stage_layout` of it: the store records the
-    stage graph but does not read it (the pipeline sits above the store).
+    ``config`` is the pipeline document as JSON (redacted here), ``layout`` per stage name its
+    ``kind``/``inputs``/``annotates``/``global`` and ``order`` the stages this invocation runs.
     """
     return {
-        "name": config.name,
-        "config": redact(config.model_dump(mode="json")),
-        "config_file": config.source,
+        "name": name,
+        "config": redact(dict(config)),
+        "config_file": config_file,
         "config_hash": config_hash,
         "packages": package_versions(),
         "backend": backend,
-        "layout": layout,
+        "layout": {k: dict(v) for k, v in layout.items()},
         # what materialisation checks is loaded before it applies gates (store.versions.check_gate_groups)
         "gate_groups": sorted(GATE_GROUPS),
-        "order": [s.stage_name for s in ordered],
+        "order": list(order),
         "stages": {},
         "versions": {},
         "started_at": now(),
     }
 
 
+#: A running stage refreshes its manifest entry at most this often (``fabrika status`` on a live run).
+LIVE_SECONDS = 5.0
+
+
+class RunManifest:
+    """The manifest of a run while ``fabrika run`` writes it (one instance per invocation).
+
+    Every write is atomic (:meth:`RunStore.write_manifest`). ``accounting`` returns the engine's
+    counters, recorded with each write (an error there is recorded, never raised).
+    """
+
+    def __init__(self, store: "RunStore", accounting: Callable[[], Any] | None = None,
+                 live_every: float = LIVE_SECONDS) -> None:
+        self.store = store
+        self.accounting = accounting
+        self.live_every = live_every
+        self.doc: dict[str, Any] = {}
+        self.invocation: dict[str, Any] = {}
+        #: sandbox isolation modes the stages of this invocation reported
+        self.isolation: set[str] = set()
+        self._last_live = time.monotonic()
+
+    def start(self, fresh: dict[str, Any], previous: Mapping[str, Any], resume: bool) -> None:
+        """Begin an invocation: ``fresh`` (:func:`base_manifest`) keeps what ``previous`` recorded
+        (start time, versions, stage entries, invocations) and the status becomes ``running``."""
+        self.doc = fresh
+        if previous:
+            fresh["started_at"] = previous.get("started_at", fresh["started_at"])
+            fresh["versions"] = previous.get("versions", {})
+            fresh["stages"] = previous.get("stages", {})
+            if previous.get("latest_version"):
+                fresh["latest_version"] = previous["latest_version"]
+            if previous.get("config_hash") != fresh["config_hash"]:
+                fresh["config_changed_on_resume"] = True  # stages whose settings changed are redone
+        self.invocation = {"started_at": now(), "resume": resume, "pid": os.getpid(), "host": socket.gethostname()}
+        fresh["invocations"] = [*previous.get("invocations", []), self.invocation]
+        self.write("running")
+
+    def entry(self, stage: str) -> dict[str, Any]:
+        return self.doc.setdefault("stages", {}).setdefault(stage, {})
+
+    def write(self, status: str) -> None:
+        m = self.doc
+        m["status"] = status
+        m["updated_at"] = now()
+        if self.accounting is not None:
+            try:
+                m["accounting"] = self.accounting()
+            except Exception as exc:  # noqa: BLE001 - accounting must not kill a run
+                m["accounting"] = {"error": f"{type(exc).__name__}: {exc}"}
+        # one record per `fabrika run` of this directory: a resumed run's cost is the sum of these
+        self.invocation.update(status=status, updated_at=m["updated_at"],
+                               llm_totals=(m.get("accounting") or {}).get("totals"))
+        if self.isolation:
+            modes = sorted(self.isolation)
+            m["sandbox_isolation"] = modes[0] if len(modes) == 1 else modes
+        self.store.write_manifest(m)
+
+    def stage_settings(self, stage: str, fingerprint: str, fields: Mapping[str, Any]) -> None:
+        """Record the settings fingerprint a per-item stage's rows are written under."""
+        self.entry(stage).update(config_fingerprint=fingerprint, config_fields=dict(fields))
+        self.write("running")
+
+    def stage_live(self, stage: str, facts: Mapping[str, Any]) -> None:
+        """Progress of a running stage, at most every ``live_every`` seconds (counters only, no pass over the store)."""
+        t = time.monotonic()
+        if t - self._last_live < self.live_every:
+            return
+        self._last_live = t
+        self.entry(stage).update(complete=False, **facts)
+        self.write("running")
+
+    def stage_finished(self, stage: str, facts: Mapping[str, Any], complete: bool) -> int:
+        """A stage's final entry: the store's counts of its table plus ``facts``. Returns its duplicate ids."""
+        entry = self.entry(stage)
+        entry.update(self.store.counts(stage))
+        entry.update(facts, complete=complete)
+        self.write("running")
+        return int(entry.get("duplicate_ids", 0))
+
+
 def effective_status(manifest: dict[str, Any]) -> str:
     """The manifest's status, or ``killed`` when it says running but its process is gone (kill -9, OOM)."""
-    import os
-    import socket
-
     status = str(manifest.get("status", "unknown"))
     last = (manifest.get("invocations") or [{}])[-1]
     if status != "running" or last.get("host") != socket.gethostname() or not last.get("pid"):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -29,6 +30,8 @@ from fabrika.errors import StoreError
 from fabrika.store.done_ids import DoneIds
 
 MANIFEST = "manifest.json"
+#: A stage's output generation: a token that changes whenever its shards are dropped (see :meth:`RunStore.epoch`).
+EPOCH_FILE = ".epoch"
 JOIN_DROP = ("input_id", "llm_backend")
 #: One read of :meth:`RunStore.iter_frames` holds at most about this many rows / uncompressed bytes.
 READ_ROWS = 16_384
@@ -63,6 +66,22 @@ class RunStore:
 
     def has_rows(self, stage: str) -> bool:
         return bool(self.shards(stage))
+
+    def epoch(self, stage: str, create: bool = False) -> str | None:
+        """The stage's output generation: a random token kept until the stage's output is dropped.
+
+        Shards are immutable and only appended, so a reader that saw the same epoch at its first
+        read and after the stage finished has seen only rows of the final table. ``create``
+        writes a fresh token when there is none; otherwise a missing one is ``None``.
+        """
+        path = self.stage_dir(stage) / EPOCH_FILE
+        if path.is_file():
+            return path.read_text(encoding="utf-8").strip() or None
+        if not create:
+            return None
+        token = uuid.uuid4().hex
+        shards.atomic_write_bytes(path, token.encode())
+        return token
 
     # -- writing ----------------------------------------------------------------
     def write(self, stage: str, rows: list[dict[str, Any]]) -> Path:
@@ -131,6 +150,7 @@ class RunStore:
         columns: Sequence[str] | None = None,
         max_rows: int = READ_ROWS,
         max_bytes: int = READ_BYTES,
+        only: Sequence[Path] | None = None,
     ) -> Iterator[pl.DataFrame]:
         """The rows of :meth:`scan`, a group of shards at a time (DESIGN contract 6: memory stays flat).
 
@@ -142,13 +162,19 @@ class RunStore:
         tables (narrow: ids and scores) up to ``ANNOTATION_BYTES`` in all are read once and
         kept; larger ones are scanned once per group (time, not memory, grows: about
         rows / ``max_rows`` passes over them). ``columns`` selects after
-        ``where``. Empty groups are skipped.
+        ``where``. Empty groups are skipped. ``only`` reads just those shards (a reader that
+        follows a table as it grows), conformed to the schema of every shard there is now.
         """
         files = self.shards(stage)
         scan = shards.scan_files(files)
         if scan is None:  # no shards
             return
         schema = scan.collect_schema()
+        if only is not None:  # a subset, read exactly as it reads within the whole table
+            wanted = {p.name for p in only}
+            files = [f for f in files if f.name in wanted]
+            if not files:
+                return
         anns = self._annotations(schema.names(), annotators)
         present = [a for a in annotators if self.has_rows(a)]
         if anns and sum(shards.shard_size(f)[1] for a in present for f in self.shards(a)) <= ANNOTATION_BYTES:
@@ -170,6 +196,11 @@ class RunStore:
             frame = lf.collect()
             if frame.height:
                 yield frame
+
+    def table_schema(self, stage: str) -> pl.Schema | None:
+        """The schema a read of the stage's table conforms every shard to (``None``: no shards)."""
+        lf = shards.scan_files(self.shards(stage))
+        return None if lf is None else lf.collect_schema()
 
     def count_rows(self, stage: str, annotators: Sequence[str] = (),
                    where: Callable[[pl.LazyFrame], pl.LazyFrame] | None = None) -> int:

@@ -644,7 +644,7 @@ async def run_stage(stage: "type[Stage] | Stage", config: "StageConfig | Mapping
             ``internal_error`` rows as the runner records them.
         max_in_flight: items processed at once (default the config's, else 16).
     """
-    from fabrika.pipeline.executors import finish_rows, new_items, process_item
+    from fabrika.pipeline.execute import finish_rows, new_items, process_item
 
     if ctx is None:
         own = getattr(stage, "ctx", None)
