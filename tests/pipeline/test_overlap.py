@@ -9,29 +9,30 @@ import time
 from pathlib import Path
 from typing import Any
 
-import overlap_stages as ov
-import pipeline_stages as ps
 import pytest
 
-from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.config import PipelineConfig, execution_order, validate_data
 from fabrika.pipeline.overlap import RECORD, streaming_inputs
 from fabrika.pipeline.runner import arun_pipeline, run_pipeline
+from fabrika.testing import ScriptedLLM
+from tests.pipeline import overlap_stages as ov
+from tests.pipeline import pipeline_stages as ps
 
 
-class TimedEngine(ps.FakeEngine):
-    """The fake engine, also noting when each stage made its first and last call."""
+class Timed(ps.StageOverlap):
+    """The echoing handler, also noting when each stage made its first and last call."""
 
     def __init__(self, delay: float = 0.0) -> None:
         super().__init__(delay)
         self.first: dict[str, float] = {}
         self.last: dict[str, float] = {}
 
-    async def complete_one(self, request: ChatRequest) -> ChatResponse:
+    async def __call__(self, request: ChatRequest) -> str:
         stage = request.meta.get("stage", "?")
         self.first.setdefault(stage, time.monotonic())
         try:
-            return await super().complete_one(request)
+            return await super().__call__(request)
         finally:
             self.last[stage] = time.monotonic()
 
@@ -39,7 +40,7 @@ class TimedEngine(ps.FakeEngine):
 def config(tmp_path: Path, name: str, overlap: bool, stages: list[dict[str, Any]], filters: dict[str, Any],
            dataset: list[str]) -> PipelineConfig:
     doc = {"name": "ov", "run_dir": str(tmp_path / name), "llm": {"backend": "sim"}, "overlap": overlap,
-           "plugins": ["overlap_stages"], "stages": stages, "filters": filters, "dataset": {"stages": dataset}}
+           "plugins": ["tests.pipeline.overlap_stages"], "stages": stages, "filters": filters, "dataset": {"stages": dataset}}
     cfg, issues = validate_data(doc, "ov.yaml", tmp_path)
     assert cfg is not None, issues
     return cfg
@@ -67,9 +68,9 @@ def test_only_safe_stages_stream(tmp_path: Path) -> None:
 
 
 def test_overlap_gives_the_sequential_dataset_and_scorers_stay_barriers(tmp_path: Path) -> None:
-    seq = run_pipeline(chain(tmp_path, "seq", False), progress=False, engine=TimedEngine(0.01))
-    engine = TimedEngine(0.01)
-    over = run_pipeline(chain(tmp_path, "over", True), progress=False, engine=engine)
+    seq = run_pipeline(chain(tmp_path, "seq", False), progress=False, engine=ScriptedLLM(Timed(0.01)))
+    timed = Timed(0.01)
+    over = run_pipeline(chain(tmp_path, "over", True), progress=False, engine=ScriptedLLM(timed))
     assert seq.complete and over.complete
     assert ps.dataset_rows(over.run_dir) == ps.dataset_rows(seq.run_dir)
     assert len(ps.dataset_rows(over.run_dir)) > 0
@@ -78,7 +79,7 @@ def test_overlap_gives_the_sequential_dataset_and_scorers_stay_barriers(tmp_path
     assert over.stats["judge"].report["overlap"]["rows_read_early"] > 0
     assert "overlap" not in over.stats["relay"].report
     # the scorer is a barrier: relay's first call comes after judge's last one
-    assert engine.first["relay"] >= engine.last["judge"]
+    assert timed.first["relay"] >= timed.last["judge"]
     assert not any((over.run_dir / "stages" / s / RECORD).exists() for s in ("test.ask", "judge", "relay"))
 
 
@@ -94,11 +95,11 @@ def test_a_gate_column_that_appears_late_does_not_let_rows_through(tmp_path: Pat
     """Early shards have no `flag` column, so a read of them alone does not apply the flag gate; the rows
     relay made from them must not survive (sequentially they are dropped: their flag is null)."""
     ov.CONSUMED.clear()
-    seq = run_pipeline(late(tmp_path, "seq", False, wait=False), progress=False, engine=ps.FakeEngine())
+    seq = run_pipeline(late(tmp_path, "seq", False, wait=False), progress=False, engine=ps.echo_llm())
     expected = ps.dataset_rows(seq.run_dir)
     assert {r["i"] for r in expected} == {i for i in range(20, 30) if i % 2 == 0}
     ov.CONSUMED.clear()
-    over = run_pipeline(late(tmp_path, "over", True), progress=False, engine=ps.FakeEngine())
+    over = run_pipeline(late(tmp_path, "over", True), progress=False, engine=ps.echo_llm())
     assert ov.CONSUMED["relay"] > 5  # relay consumed early rows (the late ones waited for that)
     assert "+flag" in over.stats["relay"].report["overlap_redone"]
     assert ps.dataset_rows(over.run_dir) == expected
@@ -108,14 +109,14 @@ def test_a_gate_column_that_appears_late_does_not_let_rows_through(tmp_path: Pat
 def test_a_column_that_appears_late_without_a_gate_on_it_is_no_reason_to_redo(tmp_path: Path) -> None:
     """A later shard adds a column no gate reads (as `raw_excerpt` arrives with the first rejection): the
     rows read early pass the same gates under the final schema, so nothing is redone."""
-    seq = run_pipeline(late(tmp_path, "seq", False, wait=False, gate=False), progress=False, engine=ps.FakeEngine())
+    seq = run_pipeline(late(tmp_path, "seq", False, wait=False, gate=False), progress=False, engine=ps.echo_llm())
     ov.CONSUMED.clear()
-    engine = ps.FakeEngine()
+    engine = ps.echo_llm()
     over = run_pipeline(late(tmp_path, "over", True, gate=False), progress=False, engine=engine)
     report = over.stats["relay"].report
     assert report["overlap"]["rows_read_early"] > 0
     assert "overlap_redone" not in report and report["overlap_columns_added_later"] == ["+flag"]
-    assert engine.calls == 30  # every item asked once
+    assert len(engine.requests) == 30  # every item asked once
     assert ps.dataset_rows(over.run_dir) == ps.dataset_rows(seq.run_dir)
 
 
@@ -126,13 +127,13 @@ def test_a_run_killed_during_overlap_resumes_to_the_sequential_dataset(tmp_path:
     without overlap, must check those reads against the final table instead of trusting them (with the
     flag gate they are redone; without it they stand, though the resumed run reads those shards again)."""
     expected = ps.dataset_rows(run_pipeline(late(tmp_path, "seq", False, wait=False, gate=gate), progress=False,
-                                            engine=ps.FakeEngine()).run_dir)
+                                            engine=ps.echo_llm()).run_dir)
     ov.CONSUMED.clear()
     cfg = late(tmp_path, "over", True, gate=gate)
     relay_dir = cfg.resolved_run_dir / "stages" / "relay"
 
     async def interrupted() -> None:
-        task = asyncio.ensure_future(arun_pipeline(cfg, progress=False, engine=ps.FakeEngine(0.05)))
+        task = asyncio.ensure_future(arun_pipeline(cfg, progress=False, engine=ps.echo_llm(0.05)))
         deadline = time.monotonic() + 20
         while ov.CONSUMED.get("relay", 0) < 3 and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -146,7 +147,7 @@ def test_a_run_killed_during_overlap_resumes_to_the_sequential_dataset(tmp_path:
     saved = list(relay_dir.glob("part-*.parquet")) + list(relay_dir.glob("journal.jsonl"))
     assert saved, "the interrupted run saved nothing of relay; the test did not exercise the resume"
     again = late(tmp_path, "over", resume_overlap, gate=gate)
-    result = run_pipeline(again, progress=False, engine=ps.FakeEngine())
+    result = run_pipeline(again, progress=False, engine=ps.echo_llm())
     assert result.complete
     assert ps.dataset_rows(result.run_dir) == expected
     assert ("overlap_redone" in result.stats["relay"].report) == gate
@@ -155,10 +156,10 @@ def test_a_run_killed_during_overlap_resumes_to_the_sequential_dataset(tmp_path:
 
 def test_resume_after_a_verified_overlap_redoes_nothing(tmp_path: Path) -> None:
     cfg = chain(tmp_path, "over", True)
-    first = run_pipeline(cfg, progress=False, engine=ps.FakeEngine())
-    again = ps.FakeEngine()
+    first = run_pipeline(cfg, progress=False, engine=ps.echo_llm())
+    again = ps.echo_llm()
     second = run_pipeline(cfg, progress=False, engine=again)
-    assert again.calls == 0
+    assert len(again.requests) == 0
     assert ps.dataset_rows(first.run_dir) == ps.dataset_rows(second.run_dir)
 
 
