@@ -144,7 +144,6 @@ def pass_rate(row: Row, responses: Sequence[ChatResponse], reward: RewardFn,
 class DifficultyConfig(StageConfig):
     """``filter.difficulty``: policy sampling and reward settings."""
 
-    kind: str = Field(default="filter.difficulty", description="Stage kind.")
     k: int = Field(default=8, ge=1, le=64, description="Samples per prompt.")
     model: str | None = Field(default=None, description="Policy model name at the backend; None = backend default.")
     temperature: float = Field(default=1.0, ge=0, le=2, description="Sampling temperature of the policy.")
@@ -155,11 +154,10 @@ class DifficultyConfig(StageConfig):
 
 
 @register_stage
-class DifficultyScorer(Stage):
+class DifficultyScorer(Stage[DifficultyConfig]):
     """Annotating stage: ``k`` policy samples per row, scored by the expert's reward."""
 
     kind: ClassVar[str] = "filter.difficulty"
-    Config: ClassVar[type[StageConfig]] = DifficultyConfig
     annotates: ClassVar[bool] = True
     uses_sandbox: ClassVar[bool] = True  # the IF reward runs LLM-written verifiers: fail-closed check
 
@@ -175,7 +173,7 @@ class DifficultyScorer(Stage):
         _SANDBOX[:] = [current]
 
     async def process(self, row: Row) -> list[Row]:
-        cfg: DifficultyConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         expert = str(row.get("expert") or "")
         spec = cfg.rewards.get(expert)
         if spec is None:

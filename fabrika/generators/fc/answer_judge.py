@@ -13,7 +13,7 @@ user turn). Thresholds live in the gate group (contract 2).
 from __future__ import annotations
 
 import json
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -33,7 +33,6 @@ from fabrika.schemas.rows import from_row
 class AnswerJudgeConfig(StageConfig):
     """Config of ``fc.answer_judge`` (input: ``fc.samples``)."""
 
-    kind: Literal["fc.answer_judge"] = "fc.answer_judge"
     max_tokens: int = Field(default=512, ge=64, description="Completion budget of one judge request.")
 
 
@@ -50,11 +49,10 @@ def closing_context(sample: Sample) -> tuple[list[str], list[str]] | None:
 
 
 @register_stage
-class AnswerJudgeStage(Stage):
+class AnswerJudgeStage(Stage[AnswerJudgeConfig]):
     """Annotating stage: ``answer_consistency`` (0–10) per closing answer, null elsewhere."""
 
     kind: ClassVar[str] = "fc.answer_judge"
-    Config: ClassVar[type[StageConfig]] = AnswerJudgeConfig
     annotates: ClassVar[bool] = True
 
     async def process(self, row: Row) -> list[Row]:

@@ -19,7 +19,7 @@ same samples.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from pydantic import Field, ValidationError
 
@@ -40,7 +40,6 @@ from fabrika.textutil.reasoning import split_reasoning
 class IrrelevanceConfig(StageConfig):
     """Config of ``fc.irrelevance`` (input: ``fc.samples``)."""
 
-    kind: Literal["fc.irrelevance"] = "fc.irrelevance"
     # input: fc.dialogues (preferred) or fc.samples
     share: float = Field(default=0.3, ge=0, le=1, description="Share of eligible samples to derive from (chosen by ctx.rng).")
     temperature: float = Field(default=0.7, ge=0, le=2, description="Temperature of the answer writer.")
@@ -75,9 +74,8 @@ def parse_irrelevance_verdict(text: str | None) -> IrrelevanceVerdict | str:
 
 
 @register_stage
-class IrrelevanceStage(Stage):
+class IrrelevanceStage(Stage[IrrelevanceConfig]):
     kind: ClassVar[str] = "fc.irrelevance"
-    Config: ClassVar[type[StageConfig]] = IrrelevanceConfig
 
     def eligible(self, sample: Sample) -> list[str] | None:
         """The tools to remove (every tool this user turn needs), or ``None`` when no true sample can be derived.
@@ -120,7 +118,7 @@ class IrrelevanceStage(Stage):
         return await self.derive(from_row(Sample, row))
 
     async def derive(self, sample: Sample) -> list[Row]:
-        cfg: IrrelevanceConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         out_id = stable_id(sample.id, prefix="fci-")
         removed = self.eligible(sample)
         if removed is None:

@@ -69,7 +69,6 @@ class ToolSourceConfig(BaseModel):
 class ToolsImportConfig(StageConfig):
     """Config of ``fc.tools_import``."""
 
-    kind: Literal["fc.tools_import"] = "fc.tools_import"
     sources: list[ToolSourceConfig] = Field(min_length=1, description="Where the tools come from.")
     lang: Literal["ru", "en"] = Field(default="en", description="Language of the tools' descriptions (and of the "
                                       "tiers the LLM writes); a tool whose descriptions are in another one is refused.")
@@ -316,19 +315,17 @@ def _row(status_row: Row, cand: Candidate, lang: str, topic_id: str, **cols: Any
 
 
 @register_stage
-class ToolsImportStage(Stage):
+class ToolsImportStage(Stage[ToolsImportConfig]):
     """Source stage: one row per imported tool (ok, or rejected with its reason)."""
 
     kind: ClassVar[str] = "fc.tools_import"
-    Config: ClassVar[type[StageConfig]] = ToolsImportConfig
 
-    def __init__(self, config: StageConfig, ctx: Any) -> None:
+    def __init__(self, config: ToolsImportConfig, ctx: Any) -> None:
         super().__init__(config, ctx)
         self._live: dict[int, dict[str, Any]] = {}  # source index -> tools/list result of a running MCP server
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
-        assert isinstance(config, ToolsImportConfig)
+    def check_config(cls, config: ToolsImportConfig, pipeline: Any) -> list[tuple[str, str]]:
         issues: list[tuple[str, str]] = []
         resolve = getattr(pipeline, "resolve_path", None)
         for i, src in enumerate(config.sources):
@@ -352,13 +349,13 @@ class ToolsImportStage(Stage):
         return issues
 
     async def setup(self) -> None:
-        cfg: ToolsImportConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         for i, src in enumerate(cfg.sources):
             if src.command is not None:
                 self._live[i] = await mcp_list_tools(src.command, src.env, None, src.timeout_s)
 
     def _candidates(self) -> Iterator[tuple[str, Candidate]]:
-        cfg: ToolsImportConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         resolve = getattr(self.ctx.pipeline, "resolve_path", None)
         for i, src in enumerate(cfg.sources):
             if src.command is not None:
@@ -383,7 +380,7 @@ class ToolsImportStage(Stage):
                    "candidate": cand, "duplicate_of": dups.get(n)}
 
     async def process(self, row: Row) -> list[Row]:
-        cfg: ToolsImportConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         cand: Candidate = copy.deepcopy(row["candidate"])
         lang = cfg.lang
         topic_id = stable_id(row["label"], cand.topic, prefix="topic-")

@@ -42,7 +42,6 @@ class CorpusFile(BaseModel):
 class TopicsConfig(StageConfig):
     """Config of ``fc.topics``."""
 
-    kind: Literal["fc.topics"] = "fc.topics"
     corpus: list[CorpusFile] = Field(
         default_factory=lambda: [CorpusFile(path="package://topics/corpus_demo.jsonl")],
         description="Seed corpora; 'package://' paths point into fabrika/data.",
@@ -98,17 +97,14 @@ def _corpus_record(rec: dict[str, Any], spec: CorpusFile, at: str) -> dict[str, 
 
 
 @register_stage
-class TopicsStage(Stage):
+class TopicsStage(Stage[TopicsConfig]):
     """Builds the topic pool; a global stage (clustering needs the whole corpus)."""
 
     kind: ClassVar[str] = "fc.topics"
-    Config = TopicsConfig
     global_stage: ClassVar[bool] = True
-    config: TopicsConfig
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
-        assert isinstance(config, TopicsConfig)
+    def check_config(cls, config: TopicsConfig, pipeline: Any) -> list[tuple[str, str]]:
         base = getattr(pipeline, "base_dir", None)
         problems = []
         for i, spec in enumerate(config.corpus):

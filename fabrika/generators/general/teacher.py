@@ -45,7 +45,6 @@ TAG = "general.teacher"
 class GeneralTeacherConfig(StageConfig):
     """``general.teacher``: the teacher's K answers per prompt and L0."""
 
-    kind: str = Field(default="general.teacher", description="Stage kind.")
     k: int = Field(default=4, ge=1, le=64, description="Teacher answers per prompt.")
     n_per_request: bool = Field(default=True, description="Ask for K answers as n=K in one request (topped up "
                                 "with single requests when the server returns fewer); false = K requests.")
@@ -88,12 +87,10 @@ def reference_length(lengths: list[float], stat: str) -> float | None:
 
 
 @register_stage
-class GeneralTeacherStage(Stage):
+class GeneralTeacherStage(Stage[GeneralTeacherConfig]):
     """Per prompt: K teacher answers (visible text, length, problem) and L0 over the usable ones."""
 
     kind: ClassVar[str] = "general.teacher"
-    Config: ClassVar[type[StageConfig]] = GeneralTeacherConfig
-    config: GeneralTeacherConfig
 
     def messages(self, row: Row) -> list[dict[str, Any]]:
         messages = prompt_messages(row)

@@ -27,7 +27,6 @@ from fabrika.schemas.rows import dumps
 class BacktranslationConfig(StageConfig):
     """Config of ``if.backtranslation`` (the threshold lives in ``filters.backtranslation``)."""
 
-    kind: str = Field(default="if.backtranslation", description="Stage kind.")
     max_functions: int = Field(default=3, ge=1, le=16, description="Surviving functions (best first) to back-translate.")
     similarity: SimilarityConfig = Field(default_factory=SimilarityConfig,
                                          description="Similarity backend and its calibration.")
@@ -35,16 +34,14 @@ class BacktranslationConfig(StageConfig):
 
 
 @register_stage
-class BacktranslationStage(Stage):
+class BacktranslationStage(Stage[BacktranslationConfig]):
     """Per constraint: back-translate the best functions, store similarity to the original."""
 
     kind: ClassVar[str] = "if.backtranslation"
-    Config: ClassVar[type[StageConfig]] = BacktranslationConfig
     annotates: ClassVar[bool] = True
-    config: BacktranslationConfig
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+    def check_config(cls, config: BacktranslationConfig, pipeline: Any) -> list[tuple[str, str]]:
         return consistency_before(config, pipeline)
 
     async def setup(self) -> None:

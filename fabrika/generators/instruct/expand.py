@@ -33,7 +33,6 @@ from fabrika.schemas import Constraint, stable_id, to_row
 class ExpandConfig(StageConfig):
     """Config of ``if.expand``."""
 
-    kind: str = Field(default="if.expand", description="Stage kind.")
     library_seeds: bool = Field(default=True, description="Use every constraint of fabrika.constraints.REGISTRY "
                                 "(rendered with sampled params) as a seed.")
     library_ids: list[str] | None = Field(default=None, description="Restrict library seeds to these ids (None: all).")
@@ -79,16 +78,13 @@ def library_seeds(ids: list[str] | None, seed: int) -> list[Constraint]:
 
 
 @register_stage
-class ExpandStage(Stage):
+class ExpandStage(Stage[ExpandConfig]):
     """Source stage: one input item per seed; outputs the seed and its LLM-written candidates."""
 
     kind: ClassVar[str] = "if.expand"
-    Config: ClassVar[type[StageConfig]] = ExpandConfig
-    config: ExpandConfig
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
-        assert isinstance(config, ExpandConfig)
+    def check_config(cls, config: ExpandConfig, pipeline: Any) -> list[tuple[str, str]]:
         problems = []
         for i, p in enumerate(config.seed_files):
             try:
@@ -180,7 +176,6 @@ def _reject_cols(base: Constraint, k: int) -> dict[str, Any]:
 class DedupConfig(StageConfig):
     """Config of ``if.dedup``."""
 
-    kind: str = Field(default="if.dedup", description="Stage kind.")
     threshold: float = Field(default=0.8, gt=0, le=1, description="Jaccard (over token sets) at which two "
                              "candidates are near-duplicates.")
     num_perm: int = Field(default=128, ge=16, le=1024, description="MinHash permutations.")
@@ -193,13 +188,11 @@ def normalise(text: str) -> str:
 
 
 @register_stage
-class DedupStage(Stage):
+class DedupStage(Stage[DedupConfig]):
     """Global stage: copies every candidate, rejecting exact and near duplicates with the kept id."""
 
     kind: ClassVar[str] = "if.dedup"
-    Config: ClassVar[type[StageConfig]] = DedupConfig
     global_stage: ClassVar[bool] = True
-    config: DedupConfig
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:
         cfg = self.config

@@ -66,7 +66,6 @@ DEFAULT_COUNT_WEIGHTS = {2: 0.3, 3: 0.28, 4: 0.2, 5: 0.13, 6: 0.09}
 class MultiPromptsConfig(StageConfig):
     """Config of ``if.multi.prompts`` (``input``: the ``if.verifiers`` stage, scored by ``if.consistency``)."""
 
-    kind: str = Field(default="if.multi.prompts", description="Stage kind.")
     target_count: int = Field(default=14_000, ge=0, description="Prompts to compose (reference recipe: 14K).")
     count_weights: dict[int, float] = Field(default_factory=lambda: dict(DEFAULT_COUNT_WEIGHTS),
                                             description="Relative weight of each constraint count (2..6 by default).")
@@ -171,15 +170,13 @@ def render_instructions(texts: list[str]) -> str:
 
 
 @register_stage
-class MultiPromptsStage(Stage):
+class MultiPromptsStage(Stage[MultiPromptsConfig]):
     """Per slot: one prompt with 2–6 compatible constraints, plus a rejected row per refused candidate."""
 
     kind: ClassVar[str] = "if.multi.prompts"
-    Config: ClassVar[type[StageConfig]] = MultiPromptsConfig
-    config: MultiPromptsConfig
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+    def check_config(cls, config: MultiPromptsConfig, pipeline: Any) -> list[tuple[str, str]]:
         from fabrika.generators.instruct.verifiers import consistency_before
 
         assert isinstance(config, MultiPromptsConfig)

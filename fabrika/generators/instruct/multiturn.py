@@ -66,7 +66,6 @@ _LABELS = ("пользователь:", "user:", "реплика:", "message:")
 class DialoguesConfig(StageConfig):
     """Config of ``if.dialogues`` (a source stage)."""
 
-    kind: str = Field(default="if.dialogues", description="Stage kind.")
     target_count: int = Field(default=13_000, ge=0, description="Dialogues to simulate (reference recipe: ~13K).")
     en_share: float = Field(default=0.3, ge=0, le=1, description="Share of English dialogues (the rest Russian).")
     turns_min: int = Field(default=3, ge=1, le=12, description="Fewest user turns per dialogue.")
@@ -169,15 +168,13 @@ def _failure(resp: ChatResponse) -> str | None:
 
 
 @register_stage
-class DialoguesStage(Stage):
+class DialoguesStage(Stage[DialoguesConfig]):
     """Source stage: one adversarial dialogue per slot, judged turn by turn."""
 
     kind: ClassVar[str] = "if.dialogues"
-    Config: ClassVar[type[StageConfig]] = DialoguesConfig
-    config: DialoguesConfig
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+    def check_config(cls, config: DialoguesConfig, pipeline: Any) -> list[tuple[str, str]]:
         from fabrika.constraints import REGISTRY
 
         assert isinstance(config, DialoguesConfig)
@@ -340,15 +337,12 @@ def turn_failure(turn: dict[str, Any]) -> str | None:
 class DialogueSamplesConfig(StageConfig):
     """Config of ``if.dialogue.samples``."""
 
-    kind: str = Field(default="if.dialogue.samples", description="Stage kind.")
-
 
 @register_stage
-class DialogueSamplesStage(Stage):
+class DialogueSamplesStage(Stage[DialogueSamplesConfig]):
     """Per dialogue: one SFT sample per assistant turn that passes every rubric and rule; a rejection per other turn."""
 
     kind: ClassVar[str] = "if.dialogue.samples"
-    Config: ClassVar[type[StageConfig]] = DialogueSamplesConfig
 
     async def process(self, row: Row) -> list[Row]:
         messages = json.loads(row["messages"])
@@ -377,15 +371,12 @@ class DialogueSamplesStage(Stage):
 class DialogueGrpoConfig(StageConfig):
     """Config of ``if.dialogue.grpo``."""
 
-    kind: str = Field(default="if.dialogue.grpo", description="Stage kind.")
-
 
 @register_stage
-class DialogueGrpoStage(Stage):
+class DialogueGrpoStage(Stage[DialogueGrpoConfig]):
     """Per assistant turn of a dialogue: a GRPO prompt (the chat before it) with its rules and rubrics."""
 
     kind: ClassVar[str] = "if.dialogue.grpo"
-    Config: ClassVar[type[StageConfig]] = DialogueGrpoConfig
 
     async def process(self, row: Row) -> list[Row]:
         messages = json.loads(row["messages"])

@@ -39,7 +39,6 @@ RESPONSE_SCORES = ("max_failed_verifier_accuracy", "n_verifiers_passed", "if_lib
 class ResponsesConfig(StageConfig):
     """Config of ``if.responses``."""
 
-    kind: str = Field(default="if.responses", description="Stage kind.")
     k: int = Field(default=2, ge=1, le=64, description="Responses sampled per prompt.")
     model: str | None = Field(default=None, description="Responder model (None: the engine default).")
     temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature.")
@@ -54,13 +53,11 @@ class ResponsesConfig(StageConfig):
 
 
 @register_stage
-class ResponsesStage(Stage):
+class ResponsesStage(Stage[ResponsesConfig]):
     """Per prompt: K responses, each verified (sandbox + trusted library) and optionally judged."""
 
     kind: ClassVar[str] = "if.responses"
     uses_sandbox: ClassVar[bool] = True  # runs LLM-written code: fail-closed isolation check
-    Config: ClassVar[type[StageConfig]] = ResponsesConfig
-    config: ResponsesConfig
 
     async def setup(self) -> None:
         self.pool = get_sandbox(self.ctx, self.config.timeout_s)
@@ -162,15 +159,12 @@ register_gate_group("if_response", ResponseParams, response_predicates)
 class SamplesConfig(StageConfig):
     """Config of ``if.samples`` (SFT rows from kept responses)."""
 
-    kind: str = Field(default="if.samples", description="Stage kind.")
-
 
 @register_stage
-class SamplesStage(Stage):
+class SamplesStage(Stage[SamplesConfig]):
     """Per kept response: one SFT Sample (expert 'if') plus the re-filterable score columns."""
 
     kind: ClassVar[str] = "if.samples"
-    Config: ClassVar[type[StageConfig]] = SamplesConfig
 
     async def process(self, row: Row) -> list[Row]:
         prompt = [Message(**m) for m in json.loads(row["messages"])]
@@ -200,21 +194,18 @@ class GrpoConfig(StageConfig):
     and GRPO with the RM correction refuses to start (the reward needs α on S's scale).
     """
 
-    kind: str = Field(default="if.grpo", description="Stage kind.")
-
 
 TEACHER_COLUMNS = ("teacher_rm_mean", "teacher_rm_k", "rm_id")
 
 
 @register_stage
-class GrpoStage(Stage):
+class GrpoStage(Stage[GrpoConfig]):
     """Per prompt: a GRPO row; ``ground_truth`` = constraints (library ids + params) and surviving verifier code."""
 
     kind: ClassVar[str] = "if.grpo"
-    Config: ClassVar[type[StageConfig]] = GrpoConfig
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+    def check_config(cls, config: GrpoConfig, pipeline: Any) -> list[tuple[str, str]]:
         inputs = [config.input] if isinstance(config.input, str) else list(config.input or [])
         if len(inputs) != 1:
             return [("input", f"if.grpo takes one input (the if.queries stage), got {inputs!r}; α comes from an "

@@ -39,19 +39,16 @@ CONSTRAINT_COLS = ("text", "lang", "source", "parent_id", "family", "params")
 class VerifiersConfig(StageConfig):
     """Config of ``if.verifiers``."""
 
-    kind: str = Field(default="if.verifiers", description="Stage kind.")
     k: int = Field(default=8, ge=1, le=64, description="Verifier answers per constraint (AutoIF default 8).")
     model: str | None = Field(default=None, description="Model name (None: the engine default).")
     temperature: float = Field(default=0.8, ge=0, le=2, description="Sampling temperature (diversity across K).")
 
 
 @register_stage
-class VerifiersStage(Stage):
+class VerifiersStage(Stage[VerifiersConfig]):
     """Per constraint: K verifier answers → one ok row + one rejected row per bad answer."""
 
     kind: ClassVar[str] = "if.verifiers"
-    Config: ClassVar[type[StageConfig]] = VerifiersConfig
-    config: VerifiersConfig
 
     async def process(self, row: Row) -> list[Row]:
         cfg = self.config
@@ -134,7 +131,6 @@ def _first_error(row: list[Any]) -> str | None:
 class ConsistencyConfig(StageConfig):
     """Config of ``if.consistency`` (sandbox settings; thresholds live in ``filters.consistency``)."""
 
-    kind: str = Field(default="if.consistency", description="Stage kind.")
     timeout_s: float | None = Field(default=None, gt=0, le=60, description="Sandbox wall-clock budget per response "
                                     "(None: the pipeline's sandbox.timeout_s).")
     workers: int | None = Field(default=None, ge=1, description="Sandbox worker processes (None: sandbox.workers).")
@@ -155,15 +151,13 @@ def get_sandbox(ctx: Any, timeout_s: float | None = None, workers: int | None = 
 
 
 @register_stage
-class ConsistencyStage(Stage):
+class ConsistencyStage(Stage[ConsistencyConfig]):
     """Annotating scorer over ``if.verifiers``: one row per constraint with the cross-validation scores."""
 
     kind: ClassVar[str] = "if.consistency"
     uses_sandbox: ClassVar[bool] = True  # runs LLM-written code: fail-closed isolation check
     calls_llm: ClassVar[bool] = False  # pure CPU: runs on worker actors under executor: ray
-    Config: ClassVar[type[StageConfig]] = ConsistencyConfig
     annotates: ClassVar[bool] = True
-    config: ConsistencyConfig
 
     async def setup(self) -> None:
         self.pool = get_sandbox(self.ctx, self.config.timeout_s, self.config.workers)
