@@ -16,7 +16,9 @@ rows; :class:`LLMStage` does everything in between, the same way for every stage
 
 Stages that talk to the LLM over several dependent rounds (``fc.dialogues``,
 ``fc.plans``) keep :meth:`Stage.process`; they word their rejections with the
-same :func:`answer_problem` / :func:`llm_error_reason`.
+same :func:`~fabrika.llm.rejections.answer_problem` /
+:func:`~fabrika.llm.rejections.llm_error_reason` (in ``llm`` so that layers below the
+pipeline, such as ``rewards``, word them alike).
 """
 
 from __future__ import annotations
@@ -28,36 +30,9 @@ from typing import Any, ClassVar, Sequence
 
 from pydantic import BaseModel
 
-from fabrika.errors import LLMError
+from fabrika.llm.rejections import NO_CHOICES, TRUNCATED, answer_problem, llm_error_reason
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.stage import ConfigT, Row, Stage, rejected
-
-#: Reason of an answer cut off at ``max_tokens`` (``finish_reason == "length"``).
-TRUNCATED = "truncated: answer cut off (finish_reason=length)"
-#: Reason of a response without an error and without any choice (a server that broke the protocol).
-NO_CHOICES = "empty_answer: no choices"
-#: Longest server message kept in an ``llm_error`` reason (the row's ``raw_excerpt`` keeps more).
-MESSAGE_CHARS = 300
-
-
-def llm_error_reason(error: LLMError) -> str:
-    """``llm_error: <kind>: <message>`` — the one wording of a failed request (the key is ``llm_error``)."""
-    message = " ".join(str(error.message).split())
-    if len(message) > MESSAGE_CHARS:
-        message = message[:MESSAGE_CHARS] + "…"
-    return f"llm_error: {error.kind}: {message}" if message else f"llm_error: {error.kind}"
-
-
-def answer_problem(response: ChatResponse, *, allow_truncated: bool = False) -> str | None:
-    """The standard rejection reason of an unusable answer (failed, no choices, truncated), else ``None``."""
-    if response.error is not None:
-        return llm_error_reason(response.error)
-    if not response.choices:
-        return NO_CHOICES
-    if response.choices[0].truncated and not allow_truncated:
-        return TRUNCATED
-    return None
-
 
 @lru_cache(maxsize=None)
 def structured_format(model: type[BaseModel], name: str) -> dict[str, Any]:

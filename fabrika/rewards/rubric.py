@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import ConfigError
 from fabrika.generators.parsing import ParseFailure, extract_json, is_failure
+from fabrika.llm.rejections import llm_error_reason
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.rewards.instruct import IFRewardConfig, completion_text, parse_constraints, rm_corrected, score_if
 from fabrika.textutil.reasoning import split_reasoning
@@ -227,8 +228,8 @@ def parse_verdicts(text: str | None, n_rubrics: int, *, key: str = "pass") -> li
 def response_verdicts(resp: ChatResponse, n_rubrics: int, vote: str = "majority",
                       key: str = "pass") -> list[bool] | ParseFailure:
     """Verdicts from every choice of a judge response, combined by ``vote``; failures say why."""
-    if not resp.ok:
-        return ParseFailure(f"llm_error: {resp.error.kind}")  # type: ignore[union-attr]
+    if resp.error is not None:
+        return ParseFailure(llm_error_reason(resp.error))
     samples: list[list[bool]] = []
     reasons: list[str] = []
     for choice in resp.choices:

@@ -25,6 +25,7 @@ from fabrika.generators.fc.topics_text import NearDuplicateIndex, keyword_tokens
 from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.inputs import iter_records, resolve_data_path, where
 from fabrika.llm.types import ChatRequest
+from fabrika.llm.rejections import answer_problem
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
 
@@ -215,10 +216,8 @@ class TopicsStage(Stage[TopicsConfig]):
 
     @staticmethod
     def _parse_topic(resp: Any, lang: str) -> tuple[str | None, dict[str, str]]:
-        if not resp.ok:
-            return f"llm_error: {resp.error.kind}", {}
-        if resp.choices and resp.choices[0].truncated:
-            return "truncated", {}
+        if (problem := answer_problem(resp)) is not None:
+            return problem, {}
         value = extract_json(resp.text, expect=dict)
         if is_failure(value):
             return str(value), {}
@@ -269,9 +268,8 @@ class TopicsStage(Stage[TopicsConfig]):
         base = {"lang": lang, "source": "llm_expansion", "parent_id": parent["id"], "n_docs": 0,
                 "keywords": json.dumps([], ensure_ascii=False)}
         answer_id = stable_id(lang, "expand", parent["id"], rnd, prefix="topic-")
-        if not resp.ok or (resp.choices and resp.choices[0].truncated):
-            reason = f"llm_error: {resp.error.kind}" if not resp.ok else "truncated"
-            return [rejected(answer_id, reason, topic=None, description=None, **base)]
+        if (problem := answer_problem(resp)) is not None:
+            return [rejected(answer_id, problem, topic=None, description=None, **base)]
         value = extract_json(resp.text, expect=dict)
         if is_failure(value) or not isinstance(value.get("topics"), list):
             reason = str(value) if is_failure(value) else "schema: 'topics' must be a list"

@@ -34,6 +34,7 @@ from pydantic import Field
 
 from fabrika.filters.teacher_rm import prompt_messages
 from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.llm.rejections import TRUNCATED, llm_error_reason
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.rewards.general import completion_length
 from fabrika.schemas.ids import stable_id
@@ -62,16 +63,15 @@ class GeneralTeacherConfig(StageConfig):
 
 def _problem(resp: ChatResponse, index: int) -> tuple[dict[str, Any], str | None]:
     """One stored answer for choice ``index`` of ``resp`` and its problem (None when usable)."""
-    if not resp.ok:
-        err = resp.error
-        return {"text": None, "finish_reason": None}, f"llm_error: {getattr(err, 'kind', 'error')}"
+    if resp.error is not None:
+        return {"text": None, "finish_reason": None}, llm_error_reason(resp.error)
     if index >= len(resp.choices):
         return {"text": None, "finish_reason": None}, "missing_choice"
     choice = resp.choices[index]
     split = split_reasoning(choice.content, choice.reasoning)
     entry = {"text": split.answer, "finish_reason": choice.finish_reason, "had_reasoning": bool(split.reasoning)}
     if choice.truncated:
-        return entry, "truncated"
+        return entry, TRUNCATED
     if not split.complete:
         return entry, "cut_off_in_reasoning"
     if not split.answer:
@@ -133,7 +133,7 @@ class GeneralTeacherStage(Stage[GeneralTeacherConfig]):
                    # copied so that a refilter re-applies general.max_per_template to the dataset rows
                    "template_id": row.get("template_id"), "template_rank": row.get("template_rank"),
                    "teacher_answers": json.dumps(answers, ensure_ascii=False), "teacher_k": len(answers),
-                   "teacher_usable": len(lengths), "teacher_truncated": sum(a["problem"] == "truncated" for a in answers),
+                   "teacher_usable": len(lengths), "teacher_truncated": sum(a["problem"] == TRUNCATED for a in answers),
                    "ref_length": l0, "length_unit": cfg.length_unit, "ref_length_stat": cfg.ref_length_stat}
         out_id = stable_id(row["id"], self.name, prefix="gt-")
         if l0 is None:

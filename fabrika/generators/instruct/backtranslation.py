@@ -20,6 +20,7 @@ from fabrika.generators.instruct import prompts
 from fabrika.generators.instruct.parsing import check_russian, is_failure, parse_instruction
 from fabrika.generators.instruct.verifiers import consistency_before, current_min_accuracy, surviving_functions
 from fabrika.pipeline.gates import GatePredicate, register_gate_group
+from fabrika.llm.rejections import TRUNCATED, llm_error_reason
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.rows import dumps
 
@@ -59,13 +60,13 @@ class BacktranslationStage(Stage[BacktranslationConfig]):
         instructions: list[dict] = []
         problems: list[dict] = []
         for f, resp in zip(funcs, await self.ctx.llm.complete(reqs)):
-            if not resp.ok:
-                problems.append({"sample_index": f["sample_index"], "reason": f"llm_error: {resp.error.kind}"})  # type: ignore[union-attr]
+            if resp.error is not None:
+                problems.append({"sample_index": f["sample_index"], "reason": llm_error_reason(resp.error)})
                 continue
             text = parse_instruction(resp.text)
             reason = str(text) if is_failure(text) else check_russian(str(text))
             if reason is None and resp.choices and resp.choices[0].truncated:
-                reason = "truncated: answer cut off (finish_reason=length)"
+                reason = TRUNCATED
             if reason is not None:
                 problems.append({"sample_index": f["sample_index"], "reason": reason})
                 continue

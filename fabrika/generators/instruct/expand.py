@@ -26,6 +26,7 @@ from fabrika.generators.generic import iter_prompt_records
 from fabrika.generators.instruct import prompts
 from fabrika.generators.instruct.parsing import check_russian, is_failure, parse_constraint_list
 from fabrika.inputs import where
+from fabrika.llm.rejections import llm_error_reason
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import Constraint, stable_id, to_row
 
@@ -137,8 +138,8 @@ class ExpandStage(Stage[ExpandConfig]):
         responses = await self.ctx.llm.complete(requests) if requests else []
         for k, resp in enumerate(responses):
             base = self._candidate("", seed.id, k)
-            if not resp.ok:
-                out.append(rejected(**_reject_cols(base, k), reason=f"llm_error: {resp.error.kind}"))  # type: ignore[union-attr]
+            if resp.error is not None:
+                out.append(rejected(**_reject_cols(base, k), reason=llm_error_reason(resp.error)))
                 continue
             items = parse_constraint_list(resp.text)
             if is_failure(items):

@@ -42,6 +42,7 @@ from fabrika.generators.instruct.queries import DEFAULT_POOL, SYSTEM_TEMPLATES, 
 from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sandbox, surviving_functions
 from fabrika.generators.parsing import ParseFailure, extract_json, is_failure
 from fabrika.llm.types import ChatRequest
+from fabrika.llm.rejections import answer_problem
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.textutil.reasoning import answer_text as strip_reasoning
 from fabrika.schemas import stable_id
@@ -342,10 +343,8 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
         for _ in range(self.config.judge_rounds):
             resp = (await self.ctx.llm.complete([conflict_request([c["text"] for c in combo],
                                                                   model=self.config.judge_model)]))[0]
-            if not resp.ok:
-                return f"conflict_judge_failed: llm_error: {resp.error.kind}"  # type: ignore[union-attr]
-            if resp.choices and resp.choices[0].truncated:
-                return "conflict_judge_failed: truncated"
+            if (problem := answer_problem(resp)) is not None:
+                return f"conflict_judge_failed: {problem}"
             parsed = parse_conflict(resp.text, len(combo))
             if is_failure(parsed):
                 return f"conflict_judge_failed: {parsed}"

@@ -26,6 +26,7 @@ from fabrika.generators.instruct.responses import TEACHER_COLUMNS
 from fabrika.generators.instruct.verifiers import get_sandbox
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.gates import GatePredicate, register_gate_group
+from fabrika.llm.rejections import answer_problem
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.textutil.reasoning import answer_text as strip_reasoning
 from fabrika.schemas import Message, Sample, stable_id, to_row
@@ -88,10 +89,8 @@ class MultiResponsesStage(Stage[MultiResponsesConfig]):
             rid = stable_id(pid, "response", i, prefix="ifmr-")
             text = strip_reasoning(resp.text) if resp.ok else ""
             empty = {"response": None, "sample_index": i, **base}
-            if not resp.ok:
-                out.append(rejected(rid, f"llm_error: {resp.error.kind}", **empty))  # type: ignore[union-attr]
-            elif resp.choices and resp.choices[0].truncated:
-                out.append(rejected(rid, "truncated: answer cut off (finish_reason=length)", **empty))
+            if (problem := answer_problem(resp)) is not None:
+                out.append(rejected(rid, problem, **empty))
             elif not text:
                 out.append(rejected(rid, "empty_answer", **empty))
             elif check_language and (why := check_russian(text)):

@@ -45,6 +45,7 @@ from fabrika.generators.instruct.rubrics import (
 from fabrika.generators.parsing import is_failure
 from fabrika.inputs import DATA_DIR
 from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.llm.rejections import answer_problem
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.rewards.rubric import judge_request, render_transcript, response_verdicts, strip_reasoning
 from fabrika.schemas import Message, Sample, stable_id, to_row
@@ -160,11 +161,7 @@ def _load_seeds(path: Path | None) -> dict[str, Any]:
 
 
 def _failure(resp: ChatResponse) -> str | None:
-    if not resp.ok:
-        return f"llm_error: {resp.error.kind}"  # type: ignore[union-attr]
-    if resp.choices and resp.choices[0].truncated:
-        return "truncated: answer cut off (finish_reason=length)"
-    return None
+    return answer_problem(resp)
 
 
 @register_stage

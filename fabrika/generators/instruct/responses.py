@@ -25,6 +25,7 @@ from fabrika.generators.instruct.parsing import check_russian, parse_score
 from fabrika.generators.instruct.queries import CARRIED_SCORES
 from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sandbox
 from fabrika.pipeline.gates import GatePredicate, register_gate_group
+from fabrika.llm.rejections import answer_problem, llm_error_reason
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import Message, Sample, stable_id, to_row
 from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth, IFVerifierRef
@@ -80,12 +81,8 @@ class ResponsesStage(Stage[ResponsesConfig]):
         for i, resp in enumerate(await self.ctx.llm.complete(reqs)):
             rid = stable_id(pid, "response", i, prefix="ifr-")
             empty = {"response": None, "sample_index": i, **base}
-            if not resp.ok:
-                out.append(rejected(rid, f"llm_error: {resp.error.kind}", **empty))  # type: ignore[union-attr]
-            elif not resp.choices:
-                out.append(rejected(rid, "empty_answer: no choices", **empty))
-            elif resp.choices[0].truncated:
-                out.append(rejected(rid, "truncated: answer cut off (finish_reason=length)", **empty))
+            if (problem := answer_problem(resp)) is not None:
+                out.append(rejected(rid, problem, **empty))
             elif not (split := split_reasoning(resp.text, resp.choices[0].reasoning)).complete:
                 out.append(rejected(rid, "no_answer: reasoning never closed (cut off while thinking)", **empty))
             elif not split.answer:
@@ -107,11 +104,14 @@ class ResponsesStage(Stage[ResponsesConfig]):
             instr = [c["text"] for c in json.loads(row.get("constraints") or "[]")]
             jreqs = [prompts.judge_quality_request(row.get("query") or "", instr, t, model=cfg.judge_model) for t in texts]
             for j, jr in enumerate(await self.ctx.llm.complete(jreqs)):
-                s = parse_score(jr.text) if jr.ok else None
+                if jr.error is not None:
+                    judge_notes[j] = llm_error_reason(jr.error)
+                    continue
+                s = parse_score(jr.text)
                 if isinstance(s, float):
                     scores[j] = s
                 else:
-                    judge_notes[j] = str(s) if s is not None else f"llm_error: {jr.error.kind}"  # type: ignore[union-attr]
+                    judge_notes[j] = str(s)
         for j, (i, text) in enumerate(good):
             results = [{"sample_index": v["sample_index"], "accuracy": v["accuracy"], "status": vs[j].status,
                         "passed": vs[j].passed} for v, vs in zip(verifiers, verdicts)]

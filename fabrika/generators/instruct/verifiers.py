@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fabrika.generators.instruct import prompts
 from fabrika.generators.instruct.parsing import is_failure, parse_verifier_answer
 from fabrika.pipeline.gates import GatePredicate, register_gate_group
+from fabrika.llm.rejections import answer_problem
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id
 from fabrika.schemas.rows import dumps
@@ -60,13 +61,8 @@ class VerifiersStage(Stage[VerifiersConfig]):
         out: list[Row] = []
         for i, resp in enumerate(await self.ctx.llm.complete(reqs)):
             rid = stable_id(cid, "verifier", i, prefix="ifv-")
-            if not resp.ok:
-                out.append(rejected(rid, f"llm_error: {resp.error.kind}", **base, sample_index=i,  # type: ignore[union-attr]
-                                    verifiers="[]", n_verifiers=0))
-                continue
-            if resp.choices and resp.choices[0].truncated:
-                out.append(rejected(rid, "truncated: answer cut off (finish_reason=length)", **base,
-                                    sample_index=i, verifiers="[]", n_verifiers=0))
+            if (problem := answer_problem(resp)) is not None:
+                out.append(rejected(rid, problem, **base, sample_index=i, verifiers="[]", n_verifiers=0))
                 continue
             v = parse_verifier_answer(resp.text)
             if is_failure(v):
