@@ -25,6 +25,8 @@ import json
 import re
 from typing import Any, Callable, Iterator
 
+from typing_extensions import TypeIs
+
 from fabrika.textutil.reasoning import split_reasoning
 
 __all__ = ["ParseFailure", "answer_json_text", "extract_json", "is_failure"]
@@ -37,7 +39,8 @@ class ParseFailure(str):
     """A reason why an answer could not be parsed (a ``str`` so it can go straight into ``reason``)."""
 
 
-def is_failure(value: Any) -> bool:
+def is_failure(value: object) -> TypeIs[ParseFailure]:
+    """True for a :class:`ParseFailure`; narrows ``X | ParseFailure`` to ``X`` in the other branch."""
     return isinstance(value, ParseFailure)
 
 

@@ -195,8 +195,9 @@ def _bind_kind(stage: type[Stage[Any]]) -> None:
     if declared not in (None, kind):
         raise TypeError(f"{config.__qualname__}.kind defaults to {declared!r} but {stage.__qualname__}.kind "
                         f"is {kind!r}; declare the kind once, on the stage")
+    literal: Any = Literal[kind]  # built at run time: the kind is a value here, not a type known to a checker
     config.__pydantic_fields__["kind"] = FieldInfo.from_annotated_attribute(
-        Literal[kind], Field(default=kind, description=f"Stage kind: always {kind!r} (selects the stage class)."))
+        literal, Field(default=kind, description=f"Stage kind: always {kind!r} (selects the stage class)."))
     config.model_rebuild(force=True)
     _CONFIG_KINDS[config] = kind
 

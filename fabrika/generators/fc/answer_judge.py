@@ -67,7 +67,7 @@ class AnswerJudgeStage(Stage[AnswerJudgeConfig]):
         resp = await self.ctx.llm.complete_one(ChatRequest(
             messages=({"role": "user", "content": prompt_text("answer_judge", sample.lang).format(
                 task=json.dumps(task, ensure_ascii=False, indent=1))},),
-            temperature=0.0, max_tokens=self.config.max_tokens,  # type: ignore[attr-defined]
+            temperature=0.0, max_tokens=self.config.max_tokens,
             tag="fc.answer_judge", response_format=response_format("fc_answer_judge")))
         err = response_error(resp)
         if err:

@@ -328,7 +328,7 @@ class DialoguesStage(Stage[DialoguesConfig]):
                  "n_tool_retries": episode.n_tool_retries, "n_truncated": episode.n_truncated,
                  "n_steps": episode.n_steps,
                  "n_targets": len(episode.targets), "n_messages": len(episode.messages)}
-        if share > self.config.max_injected_share:  # type: ignore[attr-defined]
+        if share > self.config.max_injected_share:
             return [rejected(ep_id, f"too_many_injected: {untrained}/{episode.n_steps} steps untrained "
                              f"({episode.n_injected} injected, {episode.n_repeat} repeated)", **base, **stats)]
         dialogue = Dialogue(id=ep_id, messages=episode.messages, tools=plan.tools_at_tier(), lang=plan.lang,

@@ -157,7 +157,7 @@ class PlansStage(Stage[PlansConfig]):
     def input_rows(self) -> Iterator[Row]:
         by_topic, _ = self._index
         for topic_id in sorted(by_topic):
-            for i in range(self.config.plans_per_topic):  # type: ignore[attr-defined]
+            for i in range(self.config.plans_per_topic):
                 yield {"id": stable_id(topic_id, i, prefix="plan-"), "topic_id": topic_id, "plan_index": i}
 
     def sample_setup(self, item: Row) -> tuple[SampleType, list[ToolSpec], Persona, int]:
@@ -221,10 +221,10 @@ class PlansStage(Stage[PlansConfig]):
                 verdict = await self._judge(sample_type, group, steps, lang)
             rounds.append(PlanRound(round=r, plan=None if steps is None else {"steps": [s.model_dump() for s in steps]},
                                     problems=problems, verdict=verdict))
-            if verdict is not None and verdict.approved:
+            if verdict is not None and verdict.approved and steps is not None:
                 plan = Plan(id=item["id"], topic_id=item["topic_id"], lang=lang, sample_type=sample_type,
-                            persona=persona, tools=group, tier=tier, steps=steps, rounds=rounds)  # type: ignore[arg-type]
-                return [ok(item["id"], **base, n_steps=len(steps), n_rounds=len(rounds),  # type: ignore[arg-type]
+                            persona=persona, tools=group, tier=tier, steps=steps, rounds=rounds)
+                return [ok(item["id"], **base, n_steps=len(steps), n_rounds=len(rounds),
                            plan=plan.model_dump_json())]
             issues = problems + (verdict.issues if verdict else [])
             # the plan travels once per request: the task, the last plan, the review (tokens stay flat per round)

@@ -139,7 +139,8 @@ def tools_responder(request: ChatRequest, rng: random.Random) -> str:
     """``fc.tools``: n tools whose tier-0 description is the key phrase '<verb> — <topic>'."""
     topic = _blocks(request)[0]
     lang = topic.get("lang") or _lang_of(request)
-    n = int(re.search(r"(\d+)", request.messages[0]["content"]).group(1))  # type: ignore[union-attr]
+    count = re.search(r"(\d+)", request.messages[0]["content"])
+    n = int(count.group(1)) if count else 3  # the prompt states how many tools it wants
     label = re.sub(r"[.?!]", "", str(topic.get("topic") or "тема")).strip()
     words = WORDS[lang]
     tools = []

@@ -25,7 +25,7 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Literal
+from typing import Any, ClassVar, Iterator, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -238,7 +238,7 @@ def given_tiers(cand: Candidate) -> dict[int, str]:
 
 
 def tiers_request(name: str, parameters: dict[str, Any], given: dict[int, str], lang: str, topic: str,
-                  cfg: ToolsImportConfig, undescribed_params: list[str] = ()) -> ChatRequest:  # type: ignore[assignment]
+                  cfg: ToolsImportConfig, undescribed_params: Sequence[str] = ()) -> ChatRequest:
     missing = [i for i in range(N_TIERS) if i not in given]
     task = {"name": name, "topic": topic, "lang": lang, "parameters": parameters,
             "given_tiers": {str(i): t for i, t in sorted(given.items())}, "missing_tiers": missing,
@@ -333,11 +333,11 @@ class ToolsImportStage(Stage[ToolsImportConfig]):
             if (src.path is None) == (src.command is None):
                 issues.append((where, "give exactly one of 'path' (a file) or 'command' (an MCP server)"))
                 continue
-            if src.command is not None:
+            if src.path is None:  # an MCP server
                 if not src.command:
                     issues.append((f"{where}.command", "empty command"))
                 continue
-            path = resolve_data_path(src.path, resolve)  # type: ignore[arg-type]
+            path = resolve_data_path(src.path, resolve)
             if not path.is_file():
                 issues.append((f"{where}.path", f"tools source not found: {path}"))
                 continue
@@ -358,12 +358,12 @@ class ToolsImportStage(Stage[ToolsImportConfig]):
         cfg = self.config
         resolve = getattr(self.ctx.pipeline, "resolve_path", None)
         for i, src in enumerate(cfg.sources):
-            if src.command is not None:
+            if src.path is None:  # an MCP server (validation admits exactly one of path and command)
                 doc = self._live[i]
-                label = str(doc.get("server") or snake_name(" ".join(src.command)) or f"mcp{i}")
+                label = str(doc.get("server") or snake_name(" ".join(src.command or [])) or f"mcp{i}")
                 cands = candidates_from(doc, "mcp", label)
             else:
-                path = resolve_data_path(src.path, resolve)  # type: ignore[arg-type]
+                path = resolve_data_path(src.path, resolve)
                 label = path.stem
                 cands = candidates_from(load_document(path), src.format, label, group_by=cfg.group_by,
                                         base_dir=path.parent, uri=path.resolve().as_uri())

@@ -142,9 +142,10 @@ def parse_conflict(text: str | None, n: int) -> tuple[bool, list[tuple[int, int]
     for p in value.get("pairs") or []:
         raw = list(p.values()) if isinstance(p, dict) else p  # {"a": 1, "b": 3} is read as [1, 3]
         ints = [_as_number(i) for i in raw] if isinstance(raw, list) else []
-        if len(ints) != 2 or not all(i is not None and 1 <= i <= n for i in ints) or ints[0] == ints[1]:
+        nums = [i for i in ints if i is not None and 1 <= i <= n]
+        if len(ints) != 2 or len(nums) != 2 or nums[0] == nums[1]:
             return ParseFailure(f"bad_conflict: pair {p!r} is not two distinct numbers in 1..{n}")
-        pairs.append((min(ints) - 1, max(ints) - 1))  # type: ignore[type-var, operator]
+        pairs.append((min(nums) - 1, max(nums) - 1))
     if flag and not pairs:
         return ParseFailure("bad_conflict: conflict flagged without pairs")
     return flag, pairs, str(value.get("reason") or "")[:300]
@@ -205,7 +206,7 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
         self.library = sorted(ids)
         self.pool = self._llm_pool() if cfg.input else []
         self.sandbox = get_sandbox(self.ctx, cfg.timeout_s) if self.pool else None
-        self.pairs: dict[tuple[str, str], asyncio.Future[tuple[int, int]] | tuple[int, int]] = {}
+        self.pairs: dict[tuple[str, str], asyncio.Future[tuple[int, int, bool]] | tuple[int, int, bool]] = {}
 
     def _llm_pool(self) -> list[dict[str, Any]]:
         """Surviving LLM-written constraints: text, best verifiers, supported positive cases (sorted by id)."""
@@ -235,7 +236,10 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
     async def _passes_all(self, codes: list[str], texts: list[str]) -> list[bool]:
         if not texts:
             return []
-        runs = await asyncio.gather(*(self.sandbox.run(code, texts) for code in codes))  # type: ignore[union-attr]
+        if self.sandbox is None:
+            raise RuntimeError("pair checks run LLM-written verifiers: the stage has no sandbox without an input pool")
+        sandbox = self.sandbox
+        runs = await asyncio.gather(*(sandbox.run(code, texts) for code in codes))
         return [all(run[i].passed for run in runs) for i in range(len(texts))]
 
     async def witnesses(self, a: dict[str, Any], b: dict[str, Any]) -> tuple[int, int, bool]:
@@ -348,7 +352,7 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
             parsed = parse_conflict(resp.text, len(combo))
             if is_failure(parsed):
                 return f"conflict_judge_failed: {parsed}"
-            flag, pairs, reason = parsed  # type: ignore[misc]
+            flag, pairs, reason = parsed
             if not flag:
                 return None
             drop: set[int] = set()

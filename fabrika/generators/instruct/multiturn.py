@@ -42,7 +42,7 @@ from fabrika.generators.instruct.rubrics import (
     parse_rubrics,
     writer_request,
 )
-from fabrika.generators.parsing import is_failure
+from fabrika.generators.parsing import ParseFailure, is_failure
 from fabrika.inputs import DATA_DIR
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.llm.rejections import answer_problem
@@ -221,10 +221,11 @@ class DialoguesStage(Stage[DialoguesConfig]):
 
         written = (await self.ctx.llm.complete([writer_request(persona, rule_texts, topic, lang=lang,
                                                                model=cfg.writer_model)]))[0]
-        parsed = _failure(written) or parse_rubrics(written.text)
-        if isinstance(parsed, str):
+        problem = _failure(written)
+        parsed = parse_rubrics(written.text) if problem is None else ParseFailure(problem)
+        if is_failure(parsed):
             return [rejected(did, f"rubric_writer: {parsed}", **base)]
-        rubrics, dropped = parsed  # type: ignore[misc]
+        rubrics, dropped = parsed
         if cfg.decidability_check:
             check = (await self.ctx.llm.complete([decidable_request(rubrics, lang=lang, model=cfg.writer_model)]))[0]
             verdict = _failure(check) or parse_decidable(check.text, len(rubrics))
@@ -300,11 +301,12 @@ class DialoguesStage(Stage[DialoguesConfig]):
             lib = verify_all(reply, [(r["library_id"], r["params"]) for r in rules])
             lang_why = language_problem(reply, lang)
             judge_error = str(verdicts) if is_failure(verdicts) else None
-            failed_rubrics = [] if judge_error else [r for r, v in zip(rubrics, verdicts) if not v]  # type: ignore[arg-type]
+            kept = None if is_failure(verdicts) else list(verdicts)
+            failed_rubrics = [] if kept is None else [r for r, v in zip(rubrics, kept) if not v]
             failed_rules = [r["id"] for r, v in zip(rules, lib) if not v]
             passed = None if judge_error else not failed_rubrics and not failed_rules and lang_why is None
             out.append({"turn": t, "tactic": tactics[t - 1], "message_index": i, "passed": passed,
-                        "rubric_verdicts": None if judge_error else list(verdicts),  # type: ignore[arg-type]
+                        "rubric_verdicts": kept,
                         "failed_rubrics": failed_rubrics, "failed_rules": failed_rules, "judge_error": judge_error,
                         "language_problem": lang_why, "quality": quality[t - 1]})
         return out

@@ -68,8 +68,7 @@ class VerifiersStage(Stage[VerifiersConfig]):
             if is_failure(v):
                 out.append(rejected(rid, str(v), **base, sample_index=i, verifiers="[]", n_verifiers=0))
                 continue
-            parsed.append({"sample_index": i, "code": v.code,  # type: ignore[union-attr]
-                           "cases": [c.model_dump() for c in v.test_cases]})  # type: ignore[union-attr]
+            parsed.append({"sample_index": i, "code": v.code, "cases": [c.model_dump() for c in v.test_cases]})
         cols = {**base, "sample_index": None, "verifiers": dumps(parsed), "n_verifiers": len(parsed)}
         if parsed:
             out.append(ok(cid, **cols))
@@ -282,7 +281,7 @@ def consistency_before(config: StageConfig, pipeline: Any) -> list[tuple[str, st
     Annotators run in document order, so a stage reading ``functions`` placed before the
     scorer would see none and reject everything.
     """
-    src = config.input if isinstance(config.input, str) else (config.input or [None])[0]
+    src = config.input if isinstance(config.input, str) else next(iter(config.input or []), None)
     for s in getattr(pipeline, "stages", []):
         if s is config:
             break
