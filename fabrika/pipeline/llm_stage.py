@@ -77,12 +77,18 @@ class LLMStage(Stage[ConfigT]):
         """The standard reason why ``response`` is unusable for this stage, else ``None``."""
         return answer_problem(response, allow_truncated=self.allow_truncated)
 
-    def _structured(self, request: ChatRequest) -> ChatRequest:
+    def answer_format(self) -> dict[str, Any] | None:
+        """The ``response_format`` given to requests that have none; default built from :attr:`answer_model`."""
         model = type(self).answer_model
-        if model is None or request.response_format is not None:
+        if model is None:
+            return None
+        return structured_format(model, type(self).answer_schema_name or self.kind.replace(".", "_"))
+
+    def _structured(self, request: ChatRequest) -> ChatRequest:
+        if request.response_format is not None:
             return request
-        name = type(self).answer_schema_name or self.kind.replace(".", "_")
-        return dataclasses.replace(request, response_format=structured_format(model, name))
+        fmt = self.answer_format()
+        return request if fmt is None else dataclasses.replace(request, response_format=fmt)
 
     async def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResponse]:
         """Send ``requests`` (with the stage's ``response_format``) in one engine call."""
