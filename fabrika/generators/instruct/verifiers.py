@@ -28,7 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from fabrika.generators.instruct import prompts
 from fabrika.generators.instruct.parsing import is_failure, parse_verifier_answer
 from fabrika.pipeline.gates import GatePredicate, register_gate_group
-from fabrika.llm.rejections import answer_problem
+from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id
 from fabrika.schemas.rows import dumps
@@ -46,22 +47,25 @@ class VerifiersConfig(StageConfig):
 
 
 @register_stage
-class VerifiersStage(Stage[VerifiersConfig]):
+class VerifiersStage(LLMStage[VerifiersConfig]):
     """Per constraint: K verifier answers → one ok row + one rejected row per bad answer."""
 
-    kind: ClassVar[str] = "if.verifiers"
+    kind = "if.verifiers"
+    per_answer = True  # K independent samples: one bad answer rejects itself, not the constraint
 
-    async def process(self, row: Row) -> list[Row]:
+    def requests(self, row: Row) -> list[ChatRequest]:
         cfg = self.config
+        return [prompts.verifier_request(row["text"], sample_index=i, model=cfg.model, temperature=cfg.temperature,
+                                         meta={"constraint_id": str(row["id"])}) for i in range(cfg.k)]
+
+    def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
         cid = str(row["id"])
         base = {"constraint_id": cid, **{k: row.get(k) for k in CONSTRAINT_COLS}}
-        reqs = [prompts.verifier_request(row["text"], sample_index=i, model=cfg.model, temperature=cfg.temperature,
-                                         meta={"constraint_id": cid}) for i in range(cfg.k)]
         parsed: list[dict[str, Any]] = []
         out: list[Row] = []
-        for i, resp in enumerate(await self.ctx.llm.complete(reqs)):
+        for i, resp in enumerate(responses):
             rid = stable_id(cid, "verifier", i, prefix="ifv-")
-            if (problem := answer_problem(resp)) is not None:
+            if (problem := self.answer_problem(resp)) is not None:
                 out.append(rejected(rid, problem, **base, sample_index=i, verifiers="[]", n_verifiers=0))
                 continue
             v = parse_verifier_answer(resp.text)
@@ -73,7 +77,7 @@ class VerifiersStage(Stage[VerifiersConfig]):
         if parsed:
             out.append(ok(cid, **cols))
         else:
-            out.append(rejected(cid, f"no_valid_verifiers: 0 of {cfg.k} answers parsed", **cols))
+            out.append(rejected(cid, f"no_valid_verifiers: 0 of {len(responses)} answers parsed", **cols))
         return out
 
 
