@@ -26,7 +26,8 @@ from fabrika.generators.generic import iter_prompt_records
 from fabrika.generators.instruct import prompts
 from fabrika.generators.instruct.parsing import check_russian, is_failure, parse_constraint_list
 from fabrika.inputs import where
-from fabrika.llm.rejections import llm_error_reason
+from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import Constraint, stable_id, to_row
 
@@ -79,10 +80,12 @@ def library_seeds(ids: list[str] | None, seed: int) -> list[Constraint]:
 
 
 @register_stage
-class ExpandStage(Stage[ExpandConfig]):
+class ExpandStage(LLMStage[ExpandConfig]):
     """Source stage: one input item per seed; outputs the seed and its LLM-written candidates."""
 
-    kind: ClassVar[str] = "if.expand"
+    kind = "if.expand"
+    per_answer = True  # each answer's candidates stand alone; a failed answer rejects only itself
+    allow_truncated = True  # a cut-off list keeps its complete items (only the last one is rejected)
 
     @classmethod
     def check_config(cls, config: ExpandConfig, pipeline: Any) -> list[tuple[str, str]]:
@@ -118,11 +121,13 @@ class ExpandStage(Stage[ExpandConfig]):
     def _candidate(self, text: str, seed_id: str, *parts: Any) -> Constraint:
         return Constraint(id=stable_id(seed_id, *parts, prefix="ifc-"), text=text, source="llm", parent_id=seed_id)
 
-    async def process(self, row: Row) -> list[Row]:
-        cfg = self.config
-        seed = Constraint(**{k: row[k] for k in ("id", "text", "lang", "source", "parent_id", "family")},
+    def _seed(self, row: Row) -> Constraint:
+        return Constraint(**{k: row[k] for k in ("id", "text", "lang", "source", "parent_id", "family")},
                           params=_json(row.get("params")))
-        out: list[Row] = [ok(**to_row(seed.model_copy(update={"parent_id": seed.parent_id or seed.id})), sample_index=None)]
+
+    def requests(self, row: Row) -> list[ChatRequest]:
+        cfg = self.config
+        seed = self._seed(row)
         seeds = self.seeds()
         # ceil(target / per_request) calls in all, spread over the seeds (the first ones take the remainder)
         total = math.ceil(cfg.target_count / cfg.candidates_per_request)
@@ -135,17 +140,22 @@ class ExpandStage(Stage[ExpandConfig]):
             examples = [seed.text] + rng.sample(others, min(len(others), cfg.examples_per_request - 1))
             requests.append(prompts.expand_request(examples, cfg.candidates_per_request, sample_index=k,
                                                    model=cfg.model, temperature=cfg.temperature))
-        responses = await self.ctx.llm.complete(requests) if requests else []
+        return requests
+
+    def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
+        cfg = self.config
+        seed = self._seed(row)
+        out: list[Row] = [ok(**to_row(seed.model_copy(update={"parent_id": seed.parent_id or seed.id})), sample_index=None)]
         for k, resp in enumerate(responses):
             base = self._candidate("", seed.id, k)
-            if resp.error is not None:
-                out.append(rejected(**_reject_cols(base, k), reason=llm_error_reason(resp.error)))
+            if (problem := self.answer_problem(resp)) is not None:
+                out.append(rejected(**_reject_cols(base, k), reason=problem))
                 continue
             items = parse_constraint_list(resp.text)
             if is_failure(items):
                 out.append(rejected(**_reject_cols(base, k), reason=str(items)))
                 continue
-            truncated = bool(resp.choices and resp.choices[0].truncated)
+            truncated = resp.choices[0].truncated
             for j, text in enumerate(items):
                 cand = self._candidate(text, seed.id, k, j)
                 reason = None
