@@ -34,7 +34,8 @@ from pydantic import Field
 
 from fabrika.export.chat import messages_to_chat, tools_to_chat
 from fabrika.llm.types import ChatRequest, ChatResponse
-from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
+from fabrika.pipeline.llm_stage import LLMStage
+from fabrika.pipeline.stage import Row, StageConfig, ok, register_stage
 from fabrika.schemas import Message
 
 TAG = "filter.difficulty"
@@ -154,9 +155,10 @@ class DifficultyConfig(StageConfig):
 
 
 @register_stage
-class DifficultyScorer(Stage[DifficultyConfig]):
+class DifficultyScorer(LLMStage[DifficultyConfig]):
     """Annotating stage: ``k`` policy samples per row, scored by the expert's reward."""
 
+    per_answer = True  # a failed sample leaves the pass rate null (difficulty_errors), it rejects nothing
     kind: ClassVar[str] = "filter.difficulty"
     annotates: ClassVar[bool] = True
     uses_sandbox: ClassVar[bool] = True  # the IF reward runs LLM-written verifiers: fail-closed check
@@ -172,12 +174,14 @@ class DifficultyScorer(Stage[DifficultyConfig]):
             _IF_REWARD.clear()
         _SANDBOX[:] = [current]
 
-    async def process(self, row: Row) -> list[Row]:
+    def requests(self, row: Row) -> list[ChatRequest]:
         cfg = self.config
-        expert = str(row.get("expert") or "")
-        spec = cfg.rewards.get(expert)
+        if str(row.get("expert") or "") not in cfg.rewards:  # no reward for this expert: nothing to measure
+            return []
+        return build_requests(row, cfg.k, cfg.model, cfg.temperature, cfg.max_tokens)
+
+    def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
+        spec = self.config.rewards.get(str(row.get("expert") or ""))
         if spec is None:
             return [ok(row["id"], difficulty_pass_rate=None, difficulty_k=0, difficulty_errors=0)]
-        reward = resolve_reward(spec)
-        responses = await self.ctx.llm.complete(build_requests(row, cfg.k, cfg.model, cfg.temperature, cfg.max_tokens))
-        return [ok(row["id"], **pass_rate(row, responses, reward, cfg.pass_threshold))]
+        return [ok(row["id"], **pass_rate(row, responses, resolve_reward(spec), self.config.pass_threshold))]
