@@ -8,11 +8,17 @@ to). The cheap rule scores are written by ``fc.samples`` itself:
 ``asks_withheld`` (a clarification names the withheld argument) and
 ``unsupported_numbers`` (numbers of a closing answer found in no tool result or
 user turn). Thresholds live in the gate group (contract 2).
+
+The module is a whole stage in one place — config, :class:`~fabrika.pipeline.llm_stage.LLMStage`
+(``requests`` / ``parse``), the ``sim`` responder and the gate group — and is the worked
+example of ``docs/STAGES.md``.
 """
 
 from __future__ import annotations
 
 import json
+import random
+import re
 from typing import Any, ClassVar
 
 import polars as pl
@@ -22,6 +28,7 @@ from fabrika.agents.prompts import prompt_text
 from fabrika.generators.fc.irrelevance import conversation_view
 from fabrika.generators.fc.structured import AnswerVerdict
 from fabrika.generators.parsing import extract_json, is_failure
+from fabrika.llm.sim import register_sim_responder
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.gates import GatePredicate, register_gate_group
@@ -89,6 +96,22 @@ class AnswerJudgeStage(LLMStage[AnswerJudgeConfig]):
             return [rejected(row["id"], f"answer_judge_unusable: {exc.errors()[0]['msg']}", **_NO_SCORE)]
         return [ok(row["id"], answer_consistency=float(verdict.score),
                    answer_issues=json.dumps(verdict.issues, ensure_ascii=False))]
+
+
+def answer_judge_responder(request: ChatRequest, rng: random.Random) -> str:
+    """``sim`` judge: 10 when every number of the answer occurs in the results or user turns, else 3.
+
+    It reads the task from the prompt's JSON block, as a model would.
+    """
+    block = _TASK_BLOCK.search(str(request.messages[-1].get("content") or ""))
+    task = json.loads(block.group(1)) if block else {}
+    seen = json.dumps(task.get("results"), ensure_ascii=False) + " " + " ".join(task.get("user_turns") or [])
+    missing = [n for n in re.findall(r"\d+", task.get("answer") or "") if n not in seen]
+    return json.dumps({"score": 3 if missing else 10, "issues": [f"number {n}" for n in missing]})
+
+
+_TASK_BLOCK = re.compile(r"```json\s*\n(.*?)```", re.DOTALL)
+register_sim_responder("fc.answer_judge", answer_judge_responder)
 
 
 class FcTargetsGate(BaseModel):

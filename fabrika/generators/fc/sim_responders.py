@@ -22,6 +22,7 @@ import random
 import re
 from typing import Any
 
+from fabrika.generators.fc.answer_judge import answer_judge_responder
 from fabrika.llm.types import ChatRequest, Choice
 
 _BLOCK = re.compile(r"```json\s*\n(.*?)```", re.DOTALL)
@@ -267,14 +268,6 @@ def judge_responder(request: ChatRequest, rng: random.Random) -> str:
     if rng.random() < 0.8:
         return json.dumps({"approved": True, "issues": []})
     return json.dumps({"approved": False, "issues": [WORDS[lang]["issue"]]}, ensure_ascii=False)
-
-
-def answer_judge_responder(request: ChatRequest, rng: random.Random) -> str:
-    """``fc.answer_judge``: 10 when every number of the answer occurs in the results, else 3."""
-    task = _blocks(request)[0]
-    seen = json.dumps(task.get("results"), ensure_ascii=False) + " " + " ".join(task.get("user_turns") or [])
-    missing = [n for n in re.findall(r"\d+", task.get("answer") or "") if n not in seen]
-    return json.dumps({"score": 3 if missing else 10, "issues": [f"number {n}" for n in missing]})
 
 
 def user_responder(request: ChatRequest, rng: random.Random) -> str:

@@ -48,6 +48,3 @@ from fabrika.generators.instruct import (  # noqa: F401 - register stages and ga
 from fabrika.generators.instruct.sim_responders import register_sim_responders
 
 register_sim_responders()
-
-STAGE_KINDS = ("if.expand", "if.dedup", "if.verifiers", "if.consistency", "if.backtranslation", "if.queries",
-               "if.responses", "if.samples", "if.grpo")
