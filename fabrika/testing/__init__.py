@@ -1,5 +1,11 @@
 """Test doubles that ship with fabrika (no real model, no network beyond 127.0.0.1).
 
+* :class:`ScriptedLLM` — a backend answered by a ``handler(request)``, under the real
+  engine (cache, retries, ``n > 1``, truncation, error kinds), recording the requests it saw;
+  :func:`by_tag`, :func:`sequence`, :func:`llm_error` build handlers and errors.
+* :func:`stage_context` / :func:`run_stage` — a real-enough stage context over in-memory
+  upstream rows, and one stage run the way the runner runs it (pending items, ``internal_error``)
+  (see :mod:`fabrika.testing.harness`).
 * :class:`FakeOpenAIServer` — a real OpenAI-compatible HTTP server on a
   background thread: scripted answers per prompt substring / tag, seeded fault
   injection, request counters (see :mod:`fabrika.testing.fake_server`).
@@ -11,14 +17,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["FAULT_KINDS", "FakeOpenAIApp", "FakeOpenAIServer", "SimVLLMConfig", "break_arguments"]
+if TYPE_CHECKING:
+    from fabrika.testing.fake_server import FAULT_KINDS, FakeOpenAIApp, FakeOpenAIServer, SimVLLMConfig, break_arguments
+    from fabrika.testing.harness import (HarnessContext, ScriptedLLM, StageInternalError, StageRun,
+                                         UnscriptedRequest, by_tag, llm_error, run_stage, sequence, stage_context)
+
+_HARNESS = ("HarnessContext", "ScriptedLLM", "StageInternalError", "StageRun", "UnscriptedRequest", "by_tag",
+            "llm_error", "run_stage", "sequence", "stage_context")
+_SERVER = ("FAULT_KINDS", "FakeOpenAIApp", "FakeOpenAIServer", "SimVLLMConfig", "break_arguments")
+
+__all__ = sorted(_HARNESS + _SERVER)
 
 
 def __getattr__(name: str) -> Any:
     # Lazy, so `python -m fabrika.testing.fake_server` does not import the module twice.
-    if name in __all__:
+    if name in _HARNESS:
+        from fabrika.testing import harness
+
+        return getattr(harness, name)
+    if name in _SERVER:
         from fabrika.testing import fake_server
 
         return getattr(fake_server, name)

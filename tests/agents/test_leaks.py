@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,9 +14,7 @@ from fabrika.llm.types import Choice
 from fabrika.agents.leaks import PlanLeak
 from fabrika.schemas.fc import ExpectedCall, Persona, Plan, PlanStep
 from tests.agents.test_visibility import PLAN
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "fc"))
-from fc_helpers import FakeCtx, ScriptedLLM  # noqa: E402
+from fabrika.testing import ScriptedLLM, stage_context
 
 CALL = ExpectedCall(name="search_train_tickets", arguments={"station_code": "TVR", "carriage_class": "coupe"},
                     result={"trains": []})
@@ -97,7 +93,7 @@ def _episode(plan: Plan) -> tuple[dict, ScriptedLLM]:
                       "arguments": json.dumps({"station_code": code, "carriage_class": "coupe"})},))
 
     llm = ScriptedLLM({"fc.user": user, "fc.assistant": assistant, "fc.tool": lambda r: '{"trains": []}'})
-    stage = DialoguesStage(DialoguesConfig(kind="fc.dialogues", max_injected_share=1.0), FakeCtx(llm))
+    stage = DialoguesStage(DialoguesConfig(kind="fc.dialogues", max_injected_share=1.0), stage_context(llm))
     [row] = asyncio.run(stage.process({"id": plan.id, "status": "ok", "plan": plan.model_dump_json()}))
     return row, llm
 

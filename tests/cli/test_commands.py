@@ -20,7 +20,7 @@ def write_config(tmp_path: Path, **over: object) -> Path:
     doc = {
         "name": "clitest",
         "run_dir": str(tmp_path / "run"),
-        "plugins": ["pipeline_stages"],
+        "plugins": ["tests.pipeline.pipeline_stages"],
         "llm": {"backend": "sim"},
         "stages": [
             {"kind": "test.count", "n": 20},

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fc_helpers import FakeCtx, ScriptedLLM, sequence
+from fabrika.testing import ScriptedLLM, sequence, stage_context
 
 from fabrika.generators.fc.dialogues import DialoguesConfig, DialoguesStage
 from fabrika.generators.fc.samples import SamplesConfig, SamplesStage
 from fabrika.llm.types import Choice
 from fabrika.schemas import Sample, from_row
 from fabrika.schemas.fc import Persona, Plan, PlanStep
-from test_plans import CALL, TOOLS
+from tests.fc.test_plans import CALL, TOOLS
 
 PLAN = Plan(
     id="plan-x", topic_id="t1", lang="ru", sample_type="single", tier=2,
@@ -31,7 +31,7 @@ def call(name="get_weather", **args):
 
 
 def run(llm, **cfg) -> dict:
-    stage = DialoguesStage(DialoguesConfig(kind="fc.dialogues", **cfg), FakeCtx(llm))
+    stage = DialoguesStage(DialoguesConfig(kind="fc.dialogues", **cfg), stage_context(llm))
     [row] = asyncio.run(stage.process(ROW))
     return row
 
@@ -41,7 +41,7 @@ def scripts(assistant, user=lambda r: "Какая погода в Твери?", 
 
 
 def samples_of(row) -> list[Sample]:
-    out = asyncio.run(SamplesStage(SamplesConfig(kind="fc.samples"), FakeCtx(None)).process(row))
+    out = asyncio.run(SamplesStage(SamplesConfig(kind="fc.samples"), stage_context(None)).process(row))
     return [from_row(Sample, r) for r in out]
 
 

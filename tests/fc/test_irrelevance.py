@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fc_helpers import FakeCtx, ScriptedLLM
+from fabrika.testing import ScriptedLLM, stage_context
 
 import fabrika.generators.fc.sim_responders as sim
 from fabrika.generators.fc.irrelevance import IrrelevanceConfig, IrrelevanceStage
@@ -13,7 +13,7 @@ from fabrika.generators.fc.samples import episode_samples
 from fabrika.llm.types import ChatRequest
 from fabrika.schemas.messages import Dialogue, Message
 from fabrika.schemas.tools import Tool, ToolCall
-from test_plans import TOOLS
+from tests.fc.test_plans import TOOLS
 
 WEATHER = [t.tool for t in TOOLS[:2]] + [TOOLS[2].tool]
 
@@ -39,7 +39,7 @@ def _dialogue(clarify: bool) -> Dialogue:
 
 
 def _stage(llm) -> IrrelevanceStage:
-    return IrrelevanceStage(IrrelevanceConfig(kind="fc.irrelevance", share=1.0), FakeCtx(llm))
+    return IrrelevanceStage(IrrelevanceConfig(kind="fc.irrelevance", share=1.0), stage_context(llm))
 
 
 def test_the_answer_to_a_clarification_is_not_eligible():

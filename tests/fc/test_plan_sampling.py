@@ -33,7 +33,7 @@ def test_exclusions_are_never_drawn():
 
 
 def test_every_group_holds_a_tool_of_the_most_similar_topic():
-    from fc_helpers import FakeCtx
+    from fabrika.testing import stage_context
 
     from fabrika.generators.fc.plans import PlansConfig, PlansStage
     from fabrika.schemas import Tool
@@ -50,7 +50,7 @@ def test_every_group_holds_a_tool_of_the_most_similar_topic():
     tools += [spec(f"t-other{i}", f"other_tool_{i}", f"совсем другое занятие номер {i} {'x' * i}") for i in range(8)]
     rows = {"fc.tools_dedup": [{"id": t.id, "status": "ok", "spec": t.model_dump_json()} for t in tools]}
     stage = PlansStage(PlansConfig(kind="fc.plans", input="fc.tools_dedup", plans_per_topic=4, distractors=2,
-                                   similar_distractors=1), FakeCtx(None, rows=rows, seed=1))
+                                   similar_distractors=1), stage_context(None, rows=rows, seed=1))
     for item in stage.input_rows():
         if item["topic_id"] == "t-hotel":
             _, group, _, _ = stage.sample_setup(item)

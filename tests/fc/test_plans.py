@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fc_helpers import FakeCtx, ScriptedLLM, sequence
+from fabrika.testing import ScriptedLLM, sequence, stage_context
 
 from fabrika.generators.fc.plan_checks import check_plan, parse_steps
 from fabrika.generators.fc.plans import PlansConfig, PlansStage
@@ -40,7 +40,7 @@ def single_step(**over):
 
 def make_stage(llm, **cfg) -> PlansStage:
     config = PlansConfig(kind="fc.plans", input="fc.tools_dedup", plans_per_topic=3, **cfg)
-    return PlansStage(config, FakeCtx(llm, rows=ROWS, seed=3))
+    return PlansStage(config, stage_context(llm, rows=ROWS, seed=3))
 
 
 def test_items_and_sampling_are_deterministic():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fc_helpers import FakeCtx, ScriptedLLM, sequence
+from fabrika.testing import ScriptedLLM, sequence, stage_context
 
 from fabrika.generators.fc.answer_judge import AnswerJudgeConfig, AnswerJudgeStage, FcTargetsGate, _fc_targets
 from fabrika.generators.fc.dialogues import unsupported_numbers
@@ -43,7 +43,7 @@ def _closing_sample() -> Sample:
 def test_answer_judge_scores_closing_answers_only():
     llm = ScriptedLLM({"fc.answer_judge": sequence('<think>проверю</think>{"score": 9, "issues": []}',
                                                    '{"score": 42}')})
-    stage = AnswerJudgeStage(AnswerJudgeConfig(kind="fc.answer_judge", input="fc.samples"), FakeCtx(llm))
+    stage = AnswerJudgeStage(AnswerJudgeConfig(kind="fc.answer_judge", input="fc.samples"), stage_context(llm))
     [row] = asyncio.run(stage.process(to_row(_closing_sample())))
     assert row["status"] == "ok" and row["answer_consistency"] == 9.0
     task = llm.requests[0].messages[0]["content"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fc_helpers import FakeCtx, ScriptedLLM
+from fabrika.testing import ScriptedLLM, stage_context
 
 from fabrika.generators.fc.common import language_ok
 from fabrika.generators.fc.tools import ToolsConfig, ToolsDedupConfig, ToolsDedupStage, ToolsStage
@@ -22,7 +22,7 @@ def tool(name="order_food", tiers=TIERS, **params):
 
 
 def run_parse(answer: str) -> list[dict]:
-    stage = ToolsStage(ToolsConfig(kind="fc.tools"), FakeCtx(ScriptedLLM({})))
+    stage = ToolsStage(ToolsConfig(kind="fc.tools"), stage_context(ScriptedLLM({})))
     return stage.parse(TOPIC, answer)
 
 
@@ -61,7 +61,7 @@ def test_invalid_json_and_missing_list_are_rejections():
 
 def test_process_uses_llm_and_topic_language():
     llm = ScriptedLLM({"fc.tools": lambda req: json.dumps({"tools": [tool()]}, ensure_ascii=False)})
-    stage = ToolsStage(ToolsConfig(kind="fc.tools", tools_per_topic=3), FakeCtx(llm))
+    stage = ToolsStage(ToolsConfig(kind="fc.tools", tools_per_topic=3), stage_context(llm))
     rows = asyncio.run(stage.process(TOPIC))
     assert rows[0]["status"] == "ok"
     prompt = llm.requests[0].messages[0]["content"]
@@ -75,7 +75,7 @@ def test_dedup_keeps_smallest_id_regardless_of_order():
     other = {**rows[0], "id": "tool-zzz", "signature": "different"}
     for order in ([rows[0], twin, other], [other, twin, rows[0]]):
         stage = ToolsDedupStage(ToolsDedupConfig(kind="fc.tools_dedup", input="fc.tools"),
-                                FakeCtx(None, rows={"fc.tools": order}))
+                                stage_context(None, rows={"fc.tools": order}))
 
         async def collect():
             return [r async for chunk in stage.run_all(stage.input_rows()) for r in chunk]

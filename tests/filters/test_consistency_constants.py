@@ -11,6 +11,7 @@ import pytest
 from fabrika.generators.instruct.verifiers import ConsistencyConfig, ConsistencyStage, cross_validate
 from fabrika.pipeline.gates import apply_gates
 from fabrika.sandbox import Verdict
+from fabrika.testing import stage_context
 
 POSITIVE = ["всё строчными буквами", "тихий вечер", "кот спит", "дождь идёт", "мы дома"]
 NEGATIVE = ["Всё С Заглавных", "Тихий Вечер", "КОТ СПИТ", "Дождь Идёт", "Мы Дома"]
@@ -26,17 +27,6 @@ class InProcessPool:
         scope: dict[str, Any] = {}
         exec(code, scope)  # noqa: S102 - fixed test code, not LLM output
         return [Verdict("true" if scope["evaluate"](r) else "false") for r in responses]
-
-
-class Ctx:
-    def __init__(self) -> None:
-        self.pool = InProcessPool()
-
-    def resource(self, name: str, factory: Any) -> Any:
-        return self.pool
-
-    def report(self, key: str, value: Any) -> None:
-        pass
 
 
 def _row(codes: list[str]) -> dict[str, Any]:
@@ -56,7 +46,7 @@ REAL = ["def evaluate(response):\n    return response == response.lower()",
 
 
 async def _scores(codes: list[str]) -> dict[str, Any]:
-    stage = ConsistencyStage(ConsistencyConfig(input="v"), Ctx())
+    stage = ConsistencyStage(ConsistencyConfig(input="v"), stage_context(resources={"sandbox": InProcessPool()}))
     await stage.setup()
     (out,) = await stage.process(_row(codes))
     return out

@@ -3,36 +3,28 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
-from typing import Sequence
+from typing import Any
 
 import polars as pl
 import pytest
 
 from fabrika.filters import gates as _gates  # noqa: F401 - registers the groups
 from fabrika.filters.difficulty import DifficultyConfig, DifficultyScorer, pass_rate, resolve_reward
-from fabrika.llm.types import ChatRequest, ChatResponse, Choice
-from fabrika.errors import LLMError
+from fabrika.llm.config import LLMConfig
+from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.gates import apply_gates, parse_set
+from fabrika.testing import ScriptedLLM, llm_error, stage_context
 
 
-class ScriptedLLM:
-    """Answers sample i with a correct call when i is in ``good``; records the requests."""
+def weather_llm(good: set[int], fail: set[int] = frozenset()) -> ScriptedLLM:
+    """Sample i answers with a correct call when i is in ``good``, else a wrong city; a timeout when in ``fail``."""
+    def handler(r: ChatRequest) -> Any:
+        if r.sample_index in fail:
+            return llm_error("timeout")
+        city = "Казань" if r.sample_index in good else "Москва"
+        return {"content": "", "tool_calls": [{"id": "c", "name": "get_weather", "arguments": {"city": city}}]}
 
-    def __init__(self, good: set[int], fail: set[int] = frozenset()) -> None:
-        self.good, self.fail, self.requests = good, fail, []
-
-    async def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResponse]:
-        self.requests.extend(requests)
-        out = []
-        for r in requests:
-            if r.sample_index in self.fail:
-                out.append(ChatResponse(error=LLMError("timeout", "slow")))
-                continue
-            city = "Казань" if r.sample_index in self.good else "Москва"
-            call = {"id": "c", "name": "get_weather", "arguments": json.dumps({"city": city}, ensure_ascii=False)}
-            out.append(ChatResponse(choices=(Choice(content="", tool_calls=(call,)),), backend="sim"))
-        return out
+    return ScriptedLLM(handler, config=LLMConfig(max_retries=1, backoff_initial_s=0, backoff_jitter_s=0))
 
 
 ROW = {
@@ -46,8 +38,8 @@ ROW = {
 
 
 async def test_pass_rate_over_k_samples_with_fc_reward():
-    llm = ScriptedLLM(good={0, 3, 5})
-    stage = DifficultyScorer(DifficultyConfig(k=8), SimpleNamespace(llm=llm))
+    llm = weather_llm(good={0, 3, 5})
+    stage = DifficultyScorer(DifficultyConfig(k=8), stage_context(llm))
     (out,) = await stage.process(ROW)
     assert out == {"id": "s1", "status": "ok", "reason": None, "difficulty_pass_rate": 3 / 8,
                    "difficulty_k": 8, "difficulty_errors": 0}
@@ -57,7 +49,7 @@ async def test_pass_rate_over_k_samples_with_fc_reward():
 
 async def test_a_failed_request_leaves_the_pass_rate_unmeasured_never_zero():
     for fail in ({7}, set(range(8))):  # one timeout, or an outage
-        stage = DifficultyScorer(DifficultyConfig(k=8), SimpleNamespace(llm=ScriptedLLM(good=set(), fail=fail)))
+        stage = DifficultyScorer(DifficultyConfig(k=8), stage_context(weather_llm(good=set(), fail=fail)))
         (out,) = await stage.process(ROW)
         assert out["difficulty_pass_rate"] is None and out["difficulty_errors"] == len(fail)
     kept, funnel = apply_gates(pl.LazyFrame({"id": ["x"], "status": ["ok"], "difficulty_pass_rate": [None],
@@ -73,8 +65,8 @@ async def test_prompt_with_earlier_tool_calls_goes_out_in_wire_format():
                    {"id": "c1", "name": "get_weather", "arguments": {"city": "Казань"}}], "train": False},
                {"role": "tool", "content": "{\"t\": 3}", "tool_call_id": "c1", "name": "get_weather"},
                {"role": "user", "content": "А в Москве?"}]
-    llm = ScriptedLLM(good=set())
-    stage = DifficultyScorer(DifficultyConfig(k=1), SimpleNamespace(llm=llm))
+    llm = weather_llm(good=set())
+    stage = DifficultyScorer(DifficultyConfig(k=1), stage_context(llm))
     await stage.process({**ROW, "prompt": json.dumps(history, ensure_ascii=False)})
     sent = llm.requests[0].messages
     call = sent[1]["tool_calls"][0]
@@ -90,11 +82,11 @@ async def test_reward_is_pluggable_per_expert():
         seen.append(cols["target_type"])
         return [1.0] * len(completions)
 
-    responses = await ScriptedLLM(good=set()).complete([ChatRequest(messages=(), sample_index=i) for i in range(4)])
+    responses = await weather_llm(good=set()).complete([ChatRequest(messages=(), sample_index=i) for i in range(4)])
     assert pass_rate(ROW, responses, always)["difficulty_pass_rate"] == 1.0 and seen == [["tool_call"] * 4]
     with pytest.raises(ValueError, match="module:function"):
         resolve_reward("nocolon")
-    stage = DifficultyScorer(DifficultyConfig(k=2), SimpleNamespace(llm=ScriptedLLM(set())))
+    stage = DifficultyScorer(DifficultyConfig(k=2), stage_context(weather_llm(set())))
     (out,) = await stage.process({**ROW, "expert": "general"})  # no reward for the expert: not scored
     assert out["difficulty_pass_rate"] is None and out["difficulty_k"] == 0
 
@@ -143,22 +135,12 @@ def test_inverted_or_empty_difficulty_band_is_a_config_error(band):
         parse_set([f"difficulty.{k}={v}" for k, v in band.items()])
 
 
-class TextLLM:
-    """Answers sample i with ``answers[i]``."""
-
-    def __init__(self, answers: list[str]) -> None:
-        self.answers = answers
-
-    async def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResponse]:
-        return [ChatResponse(choices=(Choice(content=self.answers[r.sample_index]),)) for r in requests]
-
-
 async def test_if_rows_use_the_if_verifier_reward():
     spec = {"id": "ru.punct.no_commas@1a2b", "library_id": "ru.punct.no_commas", "params": {}}
     row = {"id": "q1", "expert": "if", "lang": "ru", "target_type": "text",
            "prompt": json.dumps([{"role": "user", "content": "Опиши кота. Не используйте запятых."}], ensure_ascii=False),
            "ground_truth": json.dumps({"constraints": [spec]}, ensure_ascii=False)}
     answers = ["Кот спит.", "Кот спит, мурлычет.", "Кот ест.", "Кот, кошка."]
-    stage = DifficultyScorer(DifficultyConfig(k=4), SimpleNamespace(llm=TextLLM(answers)))
+    stage = DifficultyScorer(DifficultyConfig(k=4), stage_context(ScriptedLLM(lambda r: answers[r.sample_index])))
     (out,) = await stage.process(row)
     assert out["difficulty_pass_rate"] == 0.5 and out["difficulty_errors"] == 0

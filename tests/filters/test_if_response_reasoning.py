@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
 
 from fabrika.generators.instruct.responses import ResponsesConfig, ResponsesStage
-from fabrika.llm.types import ChatRequest, ChatResponse, Choice
 from fabrika.sandbox import Verdict
+from fabrika.testing import ScriptedLLM, stage_context
 
 ANSWERS = [
     "<think>\n\n</think>\n\nМой кот обычно спит на тёплом диване у окна.",  # thinking off: passes
@@ -17,11 +16,6 @@ ANSWERS = [
     "<think>hmm</think>",  # reasoning only
 ]
 NO_COMMAS = "def evaluate(response):\n    return ',' not in response"
-
-
-class Teacher:
-    async def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResponse]:
-        return [ChatResponse(choices=(Choice(content=ANSWERS[r.sample_index]),)) for r in requests]
 
 
 class Pool:
@@ -35,21 +29,10 @@ class Pool:
         return [Verdict("true" if "," not in r else "false") for r in responses]
 
 
-class Ctx:
-    def __init__(self) -> None:
-        self.llm = Teacher()
-        self.pool = Pool()
-
-    def resource(self, name: str, factory: Any) -> Any:
-        return self.pool
-
-    def report(self, key: str, value: Any) -> None:
-        pass
-
-
 async def test_verifiers_library_and_sft_target_see_only_the_answer() -> None:
-    ctx = Ctx()
-    stage = ResponsesStage(ResponsesConfig(k=len(ANSWERS)), ctx)
+    pool = Pool()
+    teacher = ScriptedLLM(lambda r: ANSWERS[r.sample_index])
+    stage = ResponsesStage(ResponsesConfig(k=len(ANSWERS)), stage_context(teacher, resources={"sandbox": pool}))
     await stage.setup()
     row = {"id": "q1", "constraint_id": "c1", "query": "Опишите кота.", "placement": "end",
            "messages": json.dumps([{"role": "user", "content": "Опишите кота. Не используйте запятых."}],
@@ -65,4 +48,4 @@ async def test_verifiers_library_and_sft_target_see_only_the_answer() -> None:
     assert out[2]["if_library_pass"] is False and out[2]["max_failed_verifier_accuracy"] == 1.0
     assert out[3]["status"] == "rejected" and out[3]["reason"].startswith("no_answer")
     assert out[4]["status"] == "rejected" and out[4]["reason"] == "empty_answer: reasoning only"
-    assert not any("<think>" in r or "Надо" in r for r in ctx.pool.seen)  # the sandbox never saw reasoning
+    assert not any("<think>" in r or "Надо" in r for r in pool.seen)  # the sandbox never saw reasoning

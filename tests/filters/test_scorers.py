@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import polars as pl
@@ -16,6 +15,7 @@ from fabrika.filters.dedup import DedupConfig, DedupScorer, near_duplicate_clust
 from fabrika.filters.language import LanguageConfig, homoglyph_share, score_languages, score_rows
 from fabrika.filters.length import score_lengths
 from fabrika.filters.text import row_text
+from fabrika.testing import stage_context
 
 
 def _row(i: int, user: str, answer: str, lang: str = "ru") -> dict[str, Any]:
@@ -63,7 +63,7 @@ def test_dedup_clusters_are_order_independent_with_smallest_id_representative():
 async def test_dedup_stage_streams_annotations():
     rows = [_row(i, "Одинаковый длинный запрос пользователя про погоду в Москве завтра", "x") for i in range(5)]
     rows.append(_row(9, "Другой запрос про билеты на поезд до Санкт-Петербурга", "y"))
-    stage = DedupScorer(DedupConfig(out_chunk=4), SimpleNamespace())
+    stage = DedupScorer(DedupConfig(out_chunk=4), stage_context())
     chunks = [c async for c in stage.run_all(iter(rows))]
     assert [len(c) for c in chunks] == [4, 2]
     flat = [r for c in chunks for r in c]
@@ -89,16 +89,14 @@ def test_decontam_overlap_against_jsonl_and_parquet(tmp_path: Path):
 
 async def test_decontam_stage_builds_index_once(tmp_path: Path):
     (tmp_path / "b.jsonl").write_text('{"prompt": "раз два три четыре пять шесть семь восемь"}\n', "utf-8")
-    made = []
-
-    def resource(name, factory):
-        made.append(name)
-        return factory()
-
-    ctx = SimpleNamespace(resource=resource)
+    ctx = stage_context()
     stage = DecontamScorer(DecontamConfig(benchmarks=[{"path": tmp_path / "b.jsonl"}], text_field="user"), ctx)
     (out,) = await stage.process(_row(1, "Считаем: раз два три четыре пять шесть семь восемь!", "ok"))
-    assert out["decontam_max_overlap"] == 1.0 and out["id"] == "id001" and made
+    assert out["decontam_max_overlap"] == 1.0 and out["id"] == "id001"
+    index = next(iter(ctx.resources.values()))
+    (clean,) = await stage.process(_row(2, "Совсем другой запрос про погоду", "ok"))
+    assert clean["decontam_max_overlap"] == 0.0
+    assert len(ctx.resources) == 1 and next(iter(ctx.resources.values())) is index  # built once, then shared
 
 
 def test_length_counts_the_rendered_template():
@@ -137,8 +135,7 @@ def test_length_with_a_local_hf_tokenizer(tmp_path: Path):
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(tmp_path / "tok")
     cfg = LengthConfig(tokenizer="tok")
-    ctx = SimpleNamespace(pipeline=SimpleNamespace(resolve_path=lambda p: tmp_path / p),
-                          resource=lambda name, factory: factory())
+    ctx = stage_context(base_dir=tmp_path)
     count, _, name = LengthScorer(cfg, ctx)._tools()  # relative to the config file's directory
     assert count("привет мир") == 2 and count("привет, мир!") == 4  # WordLevel: ',' and '!' are [UNK] tokens
     assert name == "hf:tok"
@@ -156,11 +153,11 @@ async def test_dedup_judges_episodes_as_units():
     rows = [step(1, "ep-a", ask, "шаг один"), step(2, "ep-a", ask, "шаг два"),   # steps share the user turns
             step(3, "ep-b", ask + ".", "шаг один"), step(4, "ep-b", ask, "шаг два"),  # a duplicate episode
             step(5, "ep-c", "Какая погода завтра в Казани и нужен ли зонт утром", "ответ")]
-    flat = [r for c in [c async for c in DedupScorer(DedupConfig(), SimpleNamespace()).run_all(iter(rows))] for r in c]
+    flat = [r for c in [c async for c in DedupScorer(DedupConfig(), stage_context()).run_all(iter(rows))] for r in c]
     by = {r["id"]: r for r in flat}
     assert [by[f"id00{i}"]["dup_is_representative"] for i in range(1, 6)] == [True, True, False, False, True]
     assert by["id003"]["dup_cluster"] == by["id004"]["dup_cluster"] == "id001" and by["id001"]["dup_cluster_size"] == 2
-    per_row = DedupScorer(DedupConfig(unit=None), SimpleNamespace())
+    per_row = DedupScorer(DedupConfig(unit=None), stage_context())
     flat = [r for c in [c async for c in per_row.run_all(iter(rows))] for r in c]
     assert sum(r["dup_is_representative"] for r in flat) == 2  # without units the steps collapse too
 

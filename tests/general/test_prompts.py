@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import polars as pl
 import pytest
@@ -14,11 +13,11 @@ from fabrika.errors import InputError
 from fabrika.generators.general.pool import NotAPrompt, normalise_record
 from fabrika.generators.general.prompts import GeneralPromptsConfig, GeneralPromptsStage
 from fabrika.generators.general.templates import template_clusters, template_view
+from fabrika.testing import stage_context
 
 
 def _stage(path: Path, **cfg) -> GeneralPromptsStage:
-    pipeline = SimpleNamespace(resolve_path=lambda p: Path(p))
-    return GeneralPromptsStage(GeneralPromptsConfig(path=path, **cfg), SimpleNamespace(pipeline=pipeline))
+    return GeneralPromptsStage(GeneralPromptsConfig(path=path, **cfg), stage_context())
 
 
 async def _rows(stage: GeneralPromptsStage) -> list[dict]:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from fabrika.generators.general.rm import GeneralRMConfig, GeneralRMStage, RMEndpoint
+from fabrika.testing import stage_context
 
 PROMPT = [{"role": "user", "content": "Опишите кота."}]
 ANSWERS = [{"index": 0, "text": "Кот спит на диване.", "usable": True, "length": 19},
@@ -34,19 +34,12 @@ async def test_local_rm_scores_match_the_reward_rm_and_rm_teacher_scores(tmp_pat
     from fabrika.train.tiny import save_tiny
 
     rm_dir = save_tiny(tmp_path / "rm", seed=5, num_labels=1)
-    made: dict[str, object] = {}
-
-    def resource(name: str, factory):  # noqa: ANN001, ANN202 - the run-wide resource cache
-        if name not in made:
-            made[name] = factory()
-        return made[name]
-
-    ctx = SimpleNamespace(pipeline=None, resource=resource)
+    ctx = stage_context()  # its resources are the run-wide cache the two stages share
     stage = GeneralRMStage(GeneralRMConfig(rm=rm_dir), ctx)
     await stage.setup()
     other = TeacherScoresStage(TeacherScoresConfig(rm=rm_dir), ctx)
     await other.setup()
-    assert stage.local_rm is other.rm and list(made) == [f"rm:{rm_dir}"]  # one RM per run, shared
+    assert stage.local_rm is other.rm and list(ctx.resources) == [f"rm:{rm_dir}"]  # one RM per run, shared
     (row,) = await stage.process(dict(ROW))
     direct = SequenceClassifierRM(rm_dir)([PROMPT] * 2, [[{"role": "assistant", "content": a["text"]}]
                                                          for a in (ANSWERS[0], ANSWERS[2])])
@@ -79,7 +72,7 @@ async def test_served_rm_over_pooling_and_a_failed_request_is_not_a_score() -> N
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
         endpoint = RMEndpoint(base_url=f"http://127.0.0.1:{port}", model="ru-rm", timeout_s=5)
-        stage = GeneralRMStage(GeneralRMConfig(endpoint=endpoint), SimpleNamespace(pipeline=None))
+        stage = GeneralRMStage(GeneralRMConfig(endpoint=endpoint), stage_context())
         await stage.setup()
         (row,) = await stage.process(dict(ROW))
     finally:

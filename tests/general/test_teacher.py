@@ -12,7 +12,7 @@ from fabrika.generators.general.teacher import GeneralTeacherConfig, GeneralTeac
 from fabrika.llm.rejections import TRUNCATED
 from fabrika.llm.types import Choice
 from fabrika.rewards.general import completion_length
-from tests.general.conftest import Teacher, context
+from tests.general.teacher_double import context, teacher_llm
 
 PROMPT = {"id": "gp-1", "prompt": json.dumps([{"role": "user", "content": "Как заварить пуэр?"}], ensure_ascii=False),
           "lang": "ru"}
@@ -31,7 +31,7 @@ def _choices() -> list[Choice | None]:
 
 
 async def _run(stat: str, unit: str = "chars", n_per_request: bool = True, honours_n: bool = True):
-    teacher = Teacher(_choices(), honours_n=honours_n)
+    teacher = teacher_llm(_choices(), honours_n=honours_n)
     cfg = GeneralTeacherConfig(k=6, ref_length_stat=stat, length_unit=unit, n_per_request=n_per_request)
     stage = GeneralTeacherStage(cfg, context(teacher))
     (row,) = await stage.process(dict(PROMPT))
@@ -63,7 +63,7 @@ async def test_l0_is_the_statistic_of_stored_usable_lengths(stat: str, unit: str
 
 
 async def _run_k(k: int, choices: list, honours_n: bool = True):
-    teacher = Teacher(choices, honours_n=honours_n)
+    teacher = teacher_llm(choices, honours_n=honours_n)
     stage = GeneralTeacherStage(GeneralTeacherConfig(k=k), context(teacher))
     (row,) = await stage.process(dict(PROMPT))
     return row, teacher
@@ -72,9 +72,10 @@ async def _run_k(k: int, choices: list, honours_n: bool = True):
 async def test_n_in_one_request_and_a_server_that_ignores_n_give_the_same_answers() -> None:
     one, t1 = await _run_k(5, _choices()[:5])
     assert len(t1.requests) == 1 and t1.requests[0].n == 5
-    topped, t2 = await _run_k(5, _choices()[:5], honours_n=False)  # one choice back: topped up with singles
-    assert [r.n for r in t2.requests] == [5, 1, 1, 1, 1]
-    assert [r.sample_index for r in t2.requests] == [0, 1, 2, 3, 4]
+    # one choice back for n=5: the engine calls that a server error, and the stage asks for 5 singles
+    topped, t2 = await _run_k(5, _choices()[:5], honours_n=False)
+    assert [r.n for r in t2.requests] == [5, 1, 1, 1, 1, 1]
+    assert [r.sample_index for r in t2.requests] == [0, 0, 1, 2, 3, 4]
     assert json.loads(topped["teacher_answers"]) == json.loads(one["teacher_answers"])
     assert topped["ref_length"] == one["ref_length"]
 
@@ -95,7 +96,7 @@ async def test_requests_are_deterministic_per_prompt() -> None:
 
 
 async def test_no_usable_answer_is_a_recorded_rejection() -> None:
-    teacher = Teacher([Choice(content="Обрезано", finish_reason="length"), Choice(content="   ")])
+    teacher = teacher_llm([Choice(content="Обрезано", finish_reason="length"), Choice(content="   ")])
     stage = GeneralTeacherStage(GeneralTeacherConfig(k=2, n_per_request=False), context(teacher))
     (row,) = await stage.process(dict(PROMPT))
     assert row["status"] == "rejected" and row["reason"].startswith("no_usable_teacher_answer")

@@ -16,7 +16,7 @@ from fabrika.filters.similarity import (
     load_calibration_pairs,
     rescale,
 )
-from fabrika.llm.types import ChatResponse, Choice
+from fabrika.testing import ScriptedLLM, sequence
 
 
 def test_calibration_file_is_balanced_russian_pairs():
@@ -98,20 +98,8 @@ async def test_sentence_transformers_from_a_local_path():
     assert (fitted.lo, fitted.hi) != (0.0, 1.0) and fitted.hi > fitted.lo  # anchors fitted on the shipped pairs
 
 
-class _Judge:
-    """An LLM client stub answering the judge prompt with scripted texts."""
-
-    def __init__(self, answers: list[str | None]) -> None:
-        self.answers = answers
-        self.requests = []
-
-    async def complete(self, requests):
-        self.requests.extend(requests)
-        return [ChatResponse(choices=(Choice(content=a),)) for a in self.answers[: len(requests)]]
-
-
 async def test_llm_judge_parses_scores_and_unparseable_is_zero():
-    judge = _Judge(["9", "Оценка: 2 из 10", "не знаю"])
+    judge = ScriptedLLM(sequence("9", "Оценка: 2 из 10", "не знаю"))
     sim = build_similarity(SimilarityConfig(backend="llm_judge"), llm=judge)
     scores = await sim.pairs([("а", "б"), ("в", "г"), ("д", "е")])
     assert scores == [0.9, 0.2, 0.0]

@@ -19,8 +19,8 @@ from fabrika.generators.instruct.verifiers import (
     normalise_code,
     surviving_functions,
 )
-from fabrika.pipeline.context import item_rng
 from fabrika.sandbox import Verdict
+from fabrika.testing import stage_context
 
 T, F = Verdict("true"), Verdict("false")
 ERR = Verdict("error", "exception", "ZeroDivisionError: division by zero")
@@ -68,23 +68,6 @@ class FakePool:
         return [rule(r) if callable(rule) else rule for r in responses]
 
 
-class Ctx:
-    def __init__(self, **resources: Any) -> None:
-        self.resources = resources
-        self.seed = 1
-        self.pipeline = type("P", (), {"filters": {}, "resolve_path": staticmethod(Path)})()
-        self.reports: dict[str, Any] = {}
-
-    def resource(self, name, factory):
-        return self.resources[name] if name in self.resources else self.resources.setdefault(name, factory())
-
-    def rng(self, *parts):
-        return item_rng(self.seed, "test", *parts)
-
-    def report(self, key, value):
-        self.reports[key] = value
-
-
 def _verifiers(*codes_cases: tuple[str, list[tuple[str, bool]]]) -> str:
     return json.dumps([{"sample_index": i, "code": c, "cases": [{"response": r, "label": y} for r, y in cs]}
                        for i, (c, cs) in enumerate(codes_cases)], ensure_ascii=False)
@@ -94,7 +77,7 @@ async def test_consistency_probes_hanging_code_once_and_drops_conflicting_cases(
     good = "def evaluate(response):\n    return response.islower()"
     hang = "def evaluate(response):\n    while True:\n        pass"
     pool = FakePool({good: lambda r: T if r.islower() else F, hang: Verdict("timeout", None, "ran past 1s")})
-    ctx = Ctx(sandbox=pool)
+    ctx = stage_context(resources={"sandbox": pool}, seed=1)
     stage = ConsistencyStage(ConsistencyConfig(input="v"), ctx)
     await stage.setup()
     row = {"id": "c1", "text": "строчные", "verifiers": _verifiers(
@@ -131,7 +114,7 @@ def _constraint_row(cid: str, **extra: Any) -> dict[str, Any]:
 
 
 async def test_queries_placements_and_carried_scores():
-    stage = QueriesStage(QueriesConfig(input="v", queries_per_constraint=5, system_share=0.5), Ctx())
+    stage = QueriesStage(QueriesConfig(input="v", queries_per_constraint=5, system_share=0.5), stage_context(seed=1))
     await stage.setup()
     rows = []
     for i in range(40):
@@ -148,13 +131,13 @@ async def test_queries_placements_and_carried_scores():
             assert len(msgs) == 1 and msgs[0]["content"].startswith(r["query"]) and text in msgs[0]["content"]
         assert [v["sample_index"] for v in json.loads(r["verifiers"])] == [0]  # runnable functions only
         assert r["bt_min_similarity"] == 0.9 and r["n_unique_cases"] == 12
-    sys_only = QueriesStage(QueriesConfig(input="v", system_share=1.0), Ctx())
+    sys_only = QueriesStage(QueriesConfig(input="v", system_share=1.0), stage_context(seed=1))
     await sys_only.setup()
     assert {r["placement"] for r in await sys_only.process(_constraint_row("x"))} == {"system"}
 
 
 async def test_library_constraints_combine_only_without_conflicts():
-    stage = QueriesStage(QueriesConfig(input="v", queries_per_constraint=3, max_extra_constraints=3), Ctx())
+    stage = QueriesStage(QueriesConfig(input="v", queries_per_constraint=3, max_extra_constraints=3), stage_context(seed=1))
     await stage.setup()
     combos = 0
     for cid in sorted(REGISTRY):

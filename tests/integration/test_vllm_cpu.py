@@ -23,10 +23,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import vllm_support  # noqa: E402
-
-from fabrika.llm import ChatRequest, EndpointConfig, LLMConfig, build_engine  # noqa: E402
+from fabrika.llm import ChatRequest, EndpointConfig, LLMConfig, build_engine
+from tests.integration import vllm_support
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(1800)]
 

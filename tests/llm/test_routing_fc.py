@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fc"))
-
-from test_dialogues import PLAN, call, run, scripts  # noqa: E402
+from tests.fc.test_dialogues import PLAN, call, run, scripts
 
 
 def test_every_agent_turn_is_routed_by_its_episode() -> None:

@@ -1,19 +1,14 @@
-"""Fixtures of the pipeline tests: an in-process fake engine and test stage kinds."""
+"""Fixtures of the pipeline tests: the echoing scripted model and the test stage kinds."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-HERE = Path(__file__).parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+from fabrika.testing import ScriptedLLM
 
-import pipeline_stages  # noqa: E402  (registers test.* stage kinds and the test gate group)
+from tests.pipeline import pipeline_stages  # registers test.* stage kinds and the test gate group
 
 
 @pytest.fixture
-def engine() -> pipeline_stages.FakeEngine:
-    return pipeline_stages.FakeEngine()
+def engine() -> ScriptedLLM:
+    return pipeline_stages.echo_llm()

@@ -1,4 +1,4 @@
-"""Test stage kinds, a test gate group and a counting fake engine (also used as a plugin)."""
+"""Test stage kinds, a test gate group and the echoing scripted model of the pipeline tests (also a plugin)."""
 
 from __future__ import annotations
 
@@ -8,47 +8,41 @@ from typing import Any, AsyncIterator, Iterator
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
+from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
+from fabrika.testing import ScriptedLLM
 
 
-class FakeEngine:
-    """Answers ``echo: <last user message>`` and counts requests; records request meta."""
-
-    backend_name = "fake"
+class StageOverlap:
+    """A ScriptedLLM handler: answers ``echo: <last user message>`` after ``delay`` seconds and keeps
+    the most stages that had a request at the backend at the same time (``peak``)."""
 
     def __init__(self, delay: float = 0.0) -> None:
-        self.calls = 0
         self.delay = delay
-        self.stages_seen: set[str] = set()
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self.stage_in_flight: dict[str, int] = {}
-        self.max_parallel_stages = 0
+        self.in_flight: dict[str, int] = {}
+        self.peak = 0
 
-    async def complete_one(self, request: ChatRequest) -> ChatResponse:
-        self.calls += 1
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+    async def __call__(self, request: ChatRequest) -> str:
         stage = request.meta.get("stage", "?")
-        self.stages_seen.add(stage)
-        self.stage_in_flight[stage] = self.stage_in_flight.get(stage, 0) + 1
-        self.max_parallel_stages = max(self.max_parallel_stages, sum(1 for v in self.stage_in_flight.values() if v))
+        self.in_flight[stage] = self.in_flight.get(stage, 0) + 1
+        self.peak = max(self.peak, sum(1 for v in self.in_flight.values() if v))
         try:
             await asyncio.sleep(self.delay)
         finally:
-            self.in_flight -= 1
-            self.stage_in_flight[stage] -= 1
-        text = request.messages[-1]["content"]
-        return ChatResponse(choices=(Choice(content=f"echo: {text}"),), usage=Usage(3, 2), backend="fake")
+            self.in_flight[stage] -= 1
+        return f"echo: {request.messages[-1]['content']}"
 
-    async def complete(self, requests: list[ChatRequest]) -> list[ChatResponse]:
-        return list(await asyncio.gather(*(self.complete_one(r) for r in requests)))
 
-    async def aclose(self) -> None:
-        pass
+def echo_llm(delay: float = 0.0, **kw: Any) -> ScriptedLLM:
+    """The pipeline tests' model: ``echo: <last user message>`` through the real engine (``kw``: ScriptedLLM's)."""
+    return ScriptedLLM(StageOverlap(delay), **kw)
+
+
+def stages_seen(llm: ScriptedLLM) -> set[str]:
+    """The stages the runner stamped on the requests that reached the backend (``meta["stage"]``)."""
+    return {r.meta.get("stage", "?") for r in llm.requests}
 
 
 class CountConfig(StageConfig):

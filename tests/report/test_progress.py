@@ -15,13 +15,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from fabrika.llm.types import ChatResponse, Choice, Usage
 from fabrika.pipeline.config import validate_data
 from fabrika.pipeline.llm_wrap import LLMCounters
 from fabrika.pipeline.progress import LINE_WIDTH, RunProgress
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.pipeline.stage import RAW_EXCERPT_CHARS
-from fabrika.testing import FakeOpenAIServer
+from fabrika.testing import FakeOpenAIServer, ScriptedLLM
 from tests.report import ux_stages
 
 ROOT = Path(__file__).parents[2]
@@ -79,7 +78,7 @@ def test_rejections_keep_a_bounded_raw_excerpt_and_passed_over_rows_are_not_reje
            "plugins": ["tests.report.ux_stages"], "stages": [{"kind": "ux.parse", "n": 20}]}
     cfg, issues = validate_data(doc, "t.yaml", tmp_path)
     assert cfg is not None, issues
-    result = run_pipeline(cfg, resume=False, progress=False, engine=ux_stages.ProseEngine())
+    result = run_pipeline(cfg, resume=False, progress=False, engine=ScriptedLLM(ux_stages.prose_answer))
     rows = ux_stages.rows_of(result, "ux.parse")
     bad = [r for r in rows if (r["reason"] or "").startswith("invalid_json")]
     passed = [r for r in rows if (r["reason"] or "").startswith("not_sampled")]
@@ -128,17 +127,15 @@ def test_piped_run_prints_periodic_lines_during_a_long_stage(tmp_path: Path):
     assert "━" not in proc.stdout and "┃" not in proc.stdout  # no live bars or boxes in a log
 
 
-class _RacingEngine(ux_stages.ProseEngine):
+async def _racing_answer(request):  # noqa: ANN001, ANN201
     """Two concurrent calls per item whose finishing order flips with the item."""
+    import asyncio
 
-    async def complete_one(self, request):  # noqa: ANN001, ANN201
-        import asyncio
-
-        text = request.messages[-1]["content"]
-        first = text.endswith(":a")
-        i = int(text.split(":")[0])
-        await asyncio.sleep(0.002 if first == (i % 2 == 0) else 0.0)
-        return ChatResponse(choices=(Choice(content=f"answer {text}"),), usage=Usage(1, 1), backend="fake")
+    text = request.messages[-1]["content"]
+    first = text.endswith(":a")
+    i = int(text.split(":")[0])
+    await asyncio.sleep(0.002 if first == (i % 2 == 0) else 0.0)
+    return f"answer {text}"
 
 
 def test_raw_excerpt_is_the_answer_of_the_call_started_last_whatever_finishes_first(tmp_path: Path):
@@ -166,7 +163,7 @@ def test_raw_excerpt_is_the_answer_of_the_call_started_last_whatever_finishes_fi
            "stages": [{"kind": "ux.two_calls"}]}
     cfg, issues = validate_data(doc, "t.yaml", tmp_path)
     assert cfg is not None, issues
-    result = run_pipeline(cfg, resume=False, progress=False, engine=_RacingEngine())
+    result = run_pipeline(cfg, resume=False, progress=False, engine=ScriptedLLM(_racing_answer))
     rows = ux_stages.rows_of(result, "ux.two_calls")
     assert sorted(r["raw_excerpt"] for r in rows) == sorted(f"answer {i}:b" for i in range(6))
 

@@ -9,32 +9,20 @@ from typing import Any, AsyncIterator, Iterator
 
 from pydantic import Field
 
-from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
+from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.progress import phase
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
 
 
-class ProseEngine:
-    """Answers like a real model that was asked for JSON: a <think> block and prose around it (a long
-    one for every third item, every fifth answer is valid JSON)."""
-
-    backend_name = "fake"
-
-    async def complete_one(self, request: ChatRequest) -> ChatResponse:
-        i = int(request.messages[-1]["content"])
-        if i % 5 == 0:
-            text = json.dumps({"answer": i})
-        else:
-            text = f"<think>the user wants JSON for {i}</think>Конечно! Вот ответ: {{\"answer\": {i}" + (
-                " бла" * 3000 if i % 3 == 0 else "")
-        return ChatResponse(choices=(Choice(content=text),), usage=Usage(10, 5), backend="fake")
-
-    async def complete(self, requests: list[ChatRequest]) -> list[ChatResponse]:
-        return [await self.complete_one(r) for r in requests]
-
-    async def aclose(self) -> None:
-        pass
+def prose_answer(request: ChatRequest) -> str:
+    """A ScriptedLLM handler that answers like a real model asked for JSON: a <think> block and prose
+    around it (a long one for every third item, every fifth answer is valid JSON)."""
+    i = int(request.messages[-1]["content"])
+    if i % 5 == 0:
+        return json.dumps({"answer": i})
+    return f"<think>the user wants JSON for {i}</think>Конечно! Вот ответ: {{\"answer\": {i}" + (
+        " бла" * 3000 if i % 3 == 0 else "")
 
 
 class ParseConfig(StageConfig):

@@ -17,6 +17,7 @@ from fabrika.rewards.instruct import (
     score_if,
     verifier_score,
 )
+from fabrika.sandbox import Verdict
 
 MAX5 = {"id": "ru.length.words_max", "params": {"n": 5}}
 NO_COMMAS = {"id": "ru.punct.no_commas", "params": {}}
@@ -132,13 +133,9 @@ def test_rm_scorer_callable_and_loose_mode() -> None:
 def test_llm_verifiers_go_through_the_injected_runner_batched_per_code() -> None:
     calls: list[tuple[str, list[str]]] = []
 
-    class FakeVerdict:
-        def __init__(self, ok: bool) -> None:
-            self.passed = ok
-
-    def runner(code: str, responses: list[str]) -> list[FakeVerdict]:
+    def runner(code: str, responses: list[str]) -> list[Verdict]:  # the sandbox's own verdict type
         calls.append((code, list(responses)))
-        return [FakeVerdict("кот" in r.lower()) for r in responses]
+        return [Verdict("true" if "кот" in r.lower() else "false") for r in responses]
 
     code = "def evaluate(response):\n    return 'кот' in response.lower()\n"
     specs = [{"verifier_code": code, "constraint_id": "c1"}, MAX5]

@@ -15,7 +15,7 @@ from fabrika.rewards.rubric import (
     parse_verdicts,
     strip_reasoning,
 )
-from fabrika.testing import FakeOpenAIServer
+from fabrika.testing import FakeOpenAIServer, ScriptedLLM
 
 RUBRICS = ["Ответ написан только строчными буквами.", "Ассистент обращается к пользователю на «вы»."]
 PROMPT = [{"role": "system", "content": "Ты вежливый консультант."},
@@ -105,17 +105,19 @@ def test_composes_with_the_verifier_score_and_rm_correction() -> None:
     assert out == [2.0, 0.0, 0.5, 0.0]
 
 
-def test_row_without_rubrics_or_constraints_is_a_config_error() -> None:
-    class Never:
-        async def complete(self, requests: Any) -> list[Any]:
-            raise AssertionError("no request expected")
+def _no_request(request: Any) -> str:
+    raise AssertionError(f"no judge request expected, got tag {request.tag!r}")
 
-    reward = make_rubric_reward(llm=Never())
+
+def test_row_without_rubrics_or_constraints_is_a_config_error() -> None:
+    never = ScriptedLLM(_no_request)
+    reward = make_rubric_reward(llm=never)
     try:
         with pytest.raises(ConfigError, match="neither rubrics nor constraints"):
             reward(prompts=[PROMPT], completions=["текст"], ground_truth=[json.dumps({"constraints": []})])
     finally:
         reward.close()
+    assert never.calls == 0
 
 
 @pytest.mark.parametrize("text, why", [
@@ -163,16 +165,12 @@ def test_verdicts_as_a_mapping() -> None:
 def test_rows_without_rubrics_get_exactly_the_if_reward(if_reward: dict) -> None:
     from fabrika.rewards.instruct import IFRewardConfig, make_if_reward
 
-    class Never:
-        async def complete(self, requests: Any) -> list[Any]:
-            assert not requests, "rows without rubrics must not reach the judge"
-            return []
-
     cons = json.dumps([{"id": "ru.case.all_lowercase", "params": {}}, {"id": "ru.punct.no_commas", "params": {}}])
     texts = ["всё просто", "Всё просто", "всё, просто", "Всё, Просто"]
     cols = {"constraints": [cons] * 4, "ground_truth": [json.dumps({"constraints": json.loads(cons)})] * 4,
             "rm_score": [0.9, 0.1, 0.9, 0.1], "teacher_rm_mean": [0.5] * 4}
-    rubric = make_rubric_reward(RubricRewardConfig(if_reward=if_reward), llm=Never())
+    judge = ScriptedLLM(_no_request)
+    rubric = make_rubric_reward(RubricRewardConfig(if_reward=if_reward), llm=judge)
     plain = make_if_reward(IFRewardConfig(**if_reward))
     try:
         got = rubric(prompts=[PROMPT] * 4, completions=texts, **cols)
@@ -181,3 +179,4 @@ def test_rows_without_rubrics_get_exactly_the_if_reward(if_reward: dict) -> None
     finally:
         rubric.close()
         plain.close()
+    assert judge.calls == 0  # rows without rubrics never reach the judge

@@ -13,13 +13,14 @@ import pytest
 import yaml
 
 from fabrika.generators.fc.tools_import import import_tools
-from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
+from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.config import validate_data
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.schemas import Sample, from_row
 from fabrika.schemas.fc import ToolSpec
 from fabrika.schemas.tools import Tool
 from fabrika.store import RunStore
+from fabrika.testing import ScriptedLLM
 
 ROOT = Path(__file__).parents[2]
 HERE = Path(__file__).parent
@@ -206,33 +207,21 @@ def test_repair_fixes_sloppy_schemas_with_warnings_or_refuses_them(tmp_path: Pat
     assert params["properties"]["volume"]["description"] == "значение параметра volume"  # written by the (sim) LLM
 
 
-class PickyWriter:
+def picky_writer(request: ChatRequest) -> str:
     """A tier writer that misbehaves like real models: prose around JSON, a rewritten given tier,
     or no JSON at all."""
-
-    backend_name = "fake"
-
-    async def complete_one(self, request: ChatRequest) -> ChatResponse:
-        task = json.loads(request.messages[-1]["content"].split("```json\n", 1)[1].rsplit("```", 1)[0])
-        if task["name"] == "get_weather":
-            text = ('<think>черновик: {"tiers": ["x", "y", "z", "w"]}</think>Вот: {"tiers": ["Погода", '
-                    '"Погода в городе", "Погода в городе на дни", '
-                    '"ПЕРЕПИСАННОЕ описание, которое модель не должна была менять вовсе"]}')
-        else:
-            text = "Извините, не могу помочь с этим."
-        return ChatResponse(choices=(Choice(content=text),), usage=Usage(50, 20), backend="fake")
-
-    async def complete(self, requests: list[ChatRequest]) -> list[ChatResponse]:
-        return [await self.complete_one(r) for r in requests]
-
-    async def aclose(self) -> None:
-        pass
+    task = json.loads(request.messages[-1]["content"].split("```json\n", 1)[1].rsplit("```", 1)[0])
+    if task["name"] == "get_weather":
+        return ('<think>черновик: {"tiers": ["x", "y", "z", "w"]}</think>Вот: {"tiers": ["Погода", '
+                '"Погода в городе", "Погода в городе на дни", '
+                '"ПЕРЕПИСАННОЕ описание, которое модель не должна была менять вовсе"]}')
+    return "Извините, не могу помочь с этим."
 
 
 def test_llm_writes_only_missing_tiers_and_a_bad_answer_is_a_rejection(tmp_path: Path):
     cfg = _config(tmp_path, [{"kind": "fc.tools_import", "lang": "ru",
                               "sources": [{"path": "package://fc/mcp_tools_demo.json"}]}])
-    rows = _rows(run_pipeline(cfg, resume=False, progress=False, engine=PickyWriter()))
+    rows = _rows(run_pipeline(cfg, resume=False, progress=False, engine=ScriptedLLM(picky_writer)))
     weather = rows["mcp:get_weather"]
     assert weather["status"] == "ok"
     tiers = ToolSpec.model_validate_json(weather["spec"]).tiers

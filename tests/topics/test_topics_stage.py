@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -14,58 +14,23 @@ pytest.importorskip("bertopic")
 from fabrika.errors import InputError
 from fabrika.generators.fc.topics import TopicsConfig, TopicsStage, read_corpus, CorpusFile
 from fabrika.generators.fc.topics_text import NearDuplicateIndex, keyword_tokens
-from fabrika.llm.sim import SimBackend
-from fabrika.llm.types import ChatResponse, Choice
-from fabrika.pipeline.context import item_rng
+from fabrika.llm.config import LLMConfig, build_engine
+from fabrika.testing import ScriptedLLM, run_stage, stage_context
 
 
-class _Ctx:
-    """Just enough of a StageContext to drive one stage without the runner."""
-
-    def __init__(self, tmp: Path, llm) -> None:
-        self.llm = llm
-        self.seed = 7
-        self.run_dir = tmp
-        self.pipeline = SimpleNamespace(base_dir=None)
-        self.backend_name = "sim"
-        self._resources: dict = {}
-
-    def rng(self, *parts):
-        return item_rng(self.seed, "fc.topics", *parts)
-
-    def resource(self, name, factory):
-        if name not in self._resources:
-            self._resources[name] = factory()
-        return self._resources[name]
-
-    def stage_dir(self, name):
-        d = self.run_dir / name
-        d.mkdir(parents=True, exist_ok=True)
-        return d
+def _ctx(tmp: Path, llm: Any) -> Any:
+    return stage_context(llm, seed=7, run_dir=tmp, stage="fc.topics")
 
 
-class _SimClient:
-    def __init__(self) -> None:
-        self.backend = SimBackend(seed=0)
-        self.requests = []
-
-    async def complete(self, requests):
-        self.requests.extend(requests)
-        return [await self.backend.send(r) for r in requests]
+def _sim() -> Any:
+    """The offline sim model behind the real engine (no cache)."""
+    return build_engine(LLMConfig(backend="sim"))
 
 
-class _ScriptedClient:
-    """Answers label requests from a list, in order; expansion requests get an empty list."""
-
-    def __init__(self, answers: list[str]) -> None:
-        self.answers = list(answers)
-
-    async def complete(self, requests):
-        out = []
-        for r in requests:
-            text = self.answers.pop(0) if r.tag == "fc.topics.label" and self.answers else '{"topics": []}'
-            out.append(ChatResponse(choices=(Choice(content=text),), backend="scripted"))
-        return out
+def _scripted(answers: list[str]) -> ScriptedLLM:
+    """Answers label requests from ``answers``, in order; expansion requests get an empty list."""
+    left = list(answers)
+    return ScriptedLLM(lambda r: left.pop(0) if r.tag == "fc.topics.label" and left else '{"topics": []}')
 
 
 def _config(**kw) -> TopicsConfig:
@@ -76,15 +41,11 @@ def _config(**kw) -> TopicsConfig:
 
 
 async def _run(stage: TopicsStage) -> list[dict]:
-    rows = []
-    async for chunk in stage.run_all(stage.input_rows()):
-        rows.extend(chunk)
-    return rows
+    return (await run_stage(stage)).rows
 
 
 def test_pool_reaches_target_per_language_without_duplicates(tmp_path):
-    client = _SimClient()
-    stage = TopicsStage(_config(), _Ctx(tmp_path, client))
+    stage = TopicsStage(_config(), _ctx(tmp_path, _sim()))
     rows = asyncio.run(_run(stage))
     ids = [r["id"] for r in rows]
     assert len(ids) == len(set(ids)), "ids must be unique"
@@ -100,12 +61,12 @@ def test_pool_reaches_target_per_language_without_duplicates(tmp_path):
     # the sim expander repeats aspects across rounds: those are recorded, not silently dropped
     assert any(r["reason"] and r["reason"].startswith("near_duplicate_of") for r in rows)
     # embeddings were precomputed once and kept on disk
-    assert list((tmp_path / "fc.topics" / "embeddings").glob("emb-*.npy"))
+    assert list((tmp_path / "stages" / "fc.topics" / "embeddings").glob("emb-*.npy"))
 
 
 def test_same_seed_same_pool(tmp_path):
-    a = asyncio.run(_run(TopicsStage(_config(), _Ctx(tmp_path / "a", _SimClient()))))
-    b = asyncio.run(_run(TopicsStage(_config(), _Ctx(tmp_path / "b", _SimClient()))))
+    a = asyncio.run(_run(TopicsStage(_config(), _ctx(tmp_path / "a", _sim()))))
+    b = asyncio.run(_run(TopicsStage(_config(), _ctx(tmp_path / "b", _sim()))))
     key = lambda rows: sorted((r["id"], r["status"], r["topic"]) for r in rows)  # noqa: E731
     assert key(a) == key(b)
 
@@ -118,7 +79,7 @@ def test_bad_label_answers_are_recorded_rejections(tmp_path):
         'Вот ответ: {"label": "Банковские переводы", "description": "Переводы и карты."} надеюсь, подходит',
     ]
     cfg = _config(languages=["ru"], n_clusters=4, target_size={"ru": 0})
-    rows = asyncio.run(_run(TopicsStage(cfg, _Ctx(tmp_path, _ScriptedClient(answers)))))
+    rows = asyncio.run(_run(TopicsStage(cfg, _ctx(tmp_path, _scripted(answers)))))
     by_status = sorted((r["status"], (r["reason"] or "").split(":")[0]) for r in rows)
     assert by_status == [("ok", ""), ("rejected", "invalid_json"), ("rejected", "invalid_json"),
                          ("rejected", "wrong_language")]

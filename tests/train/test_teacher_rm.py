@@ -6,17 +6,16 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Sequence
 
 import pytest
 from datasets import Dataset
 
 from fabrika.errors import InputError
 from fabrika.filters.teacher_rm import TeacherScoresConfig, TeacherScoresStage
-from fabrika.llm.types import ChatRequest, ChatResponse, Choice
+from fabrika.llm.config import LLMConfig
 from fabrika.rewards.general import SequenceClassifierRM, rm_identity
 from fabrika.rewards.instruct import IFRewardConfig, score_if
+from fabrika.testing import ScriptedLLM, llm_error, stage_context
 from fabrika.train.grpo import build_grpo_trainer, load_grpo_config
 from fabrika.train.tiny import save_tiny
 
@@ -27,18 +26,10 @@ ANSWERS = ["<think>\n\n</think>\n\nКот спит.", "Кот ест рыбу.",
            "<think>не успел", ""]  # the last two are unusable: cut off while thinking, empty
 
 
-class Teacher:
-    """Answers sample i with ANSWERS[i]; sample 5 fails like a timed-out request."""
-
-    def __init__(self) -> None:
-        self.requests: list[ChatRequest] = []
-
-    async def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResponse]:
-        from fabrika.errors import LLMError
-
-        self.requests.extend(requests)
-        return [ChatResponse(error=LLMError("timeout", "slow")) if r.sample_index >= len(ANSWERS)
-                else ChatResponse(choices=(Choice(content=ANSWERS[r.sample_index]),)) for r in requests]
+def teacher_llm() -> ScriptedLLM:
+    """Answers sample i with ANSWERS[i]; sample 5 times out (no retries: ``.requests`` is the server's log)."""
+    return ScriptedLLM(lambda r: ANSWERS[r.sample_index] if r.sample_index < len(ANSWERS) else llm_error("timeout"),
+                       config=LLMConfig(max_retries=0))
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +38,8 @@ def tiny_rm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 async def test_alpha_and_s_come_from_the_same_rm(tiny_rm: Path) -> None:
-    teacher = Teacher()
-    ctx = SimpleNamespace(llm=teacher, pipeline=None, resource=lambda name, factory: factory())
+    teacher = teacher_llm()
+    ctx = stage_context(teacher)
     stage = TeacherScoresStage(TeacherScoresConfig(rm=tiny_rm, k=6), ctx)
     await stage.setup()
     (row,) = await stage.process({"id": "q1", "messages": json.dumps(QUERY, ensure_ascii=False)})
