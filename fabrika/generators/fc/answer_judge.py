@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fabrika.agents.prompts import prompt_text
 from fabrika.generators.fc.irrelevance import conversation_view
-from fabrika.generators.fc.structured import AnswerVerdict
 from fabrika.generators.parsing import extract_json, is_failure
 from fabrika.llm.sim import register_sim_responder
 from fabrika.llm.types import ChatRequest, ChatResponse
@@ -41,6 +40,15 @@ class AnswerJudgeConfig(StageConfig):
     """Config of ``fc.answer_judge`` (input: ``fc.samples``)."""
 
     max_tokens: int = Field(default=512, ge=64, description="Completion budget of one judge request.")
+
+
+class AnswerVerdict(BaseModel):
+    """How consistent a closing answer is with the tool results (0 contradicts … 10 fully consistent)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    score: float = Field(ge=0, le=10)
+    issues: list[str] = Field(default_factory=list)
 
 
 def closing_context(sample: Sample) -> tuple[list[str], list[str]] | None:
