@@ -208,7 +208,7 @@ class DedupStage(Stage[DedupConfig]):
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:
         cfg = self.config
         keep_cols = ("id", "text", "lang", "source", "parent_id", "family", "params")
-        data = [{k: r.get(k) for k in keep_cols} for r in rows]
+        data: list[dict[str, Any]] = [{k: r.get(k) for k in keep_cols} for r in rows]
         # seeds first, then by id: the kept member of a group never depends on input order
         data.sort(key=lambda r: (r["source"] == "llm", r["id"]))
         first_of: dict[str, str] = {}
