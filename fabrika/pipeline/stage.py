@@ -185,6 +185,7 @@ def _bind_kind(stage: type[Stage[Any]]) -> None:
     if config is StageConfig:  # a stage without options still gets a config class of its own
         config = create_model(f"{stage.__name__}Config", __base__=StageConfig, __module__=stage.__module__,
                               __doc__=f"Config of ``{kind}`` (only the fields every stage has).")
+        config.__qualname__ = f"{stage.__qualname__}.Config"  # so pickle finds it (Ray workers, process pools)
         stage.Config = config
     bound = _CONFIG_KINDS.get(config)
     if bound is not None and bound != kind:

@@ -94,3 +94,13 @@ def test_validate_still_names_unknown_kinds_and_bad_fields(tmp_path: Path) -> No
     assert any("stages[1].kind" in m and "unknown stage kind 'generic.complet'" in m and "generic.complete" in m
                for m in messages), messages
     assert any("stages[2].max_tokens" in m for m in messages), messages
+
+
+def test_a_generated_config_pickles_like_a_declared_one() -> None:
+    import pickle
+
+    from tests.pipeline.pipeline_stages import AskStage
+
+    cfg = AskStage.Config(name="ask", input="src")
+    back = pickle.loads(pickle.dumps(cfg))
+    assert type(back) is AskStage.Config and back == cfg and back.kind == "test.ask"
