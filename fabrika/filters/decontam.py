@@ -119,7 +119,7 @@ class DecontamConfig(StageConfig):
 class DecontamScorer(Stage[DecontamConfig]):
     """Annotating stage: benchmark overlap per row (the index is built once per run)."""
 
-    kind: ClassVar[str] = "filter.decontam"
+    kind = "filter.decontam"
     annotates: ClassVar[bool] = True
 
     def _index(self) -> NgramIndex:

@@ -116,7 +116,7 @@ class DedupConfig(StageConfig):
 class DedupScorer(Stage[DedupConfig]):
     """Global annotating stage: clusters all input rows, then streams annotations out."""
 
-    kind: ClassVar[str] = "filter.dedup"
+    kind = "filter.dedup"
     global_stage: ClassVar[bool] = True
     annotates: ClassVar[bool] = True
 

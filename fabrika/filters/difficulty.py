@@ -159,7 +159,7 @@ class DifficultyScorer(LLMStage[DifficultyConfig]):
     """Annotating stage: ``k`` policy samples per row, scored by the expert's reward."""
 
     per_answer = True  # a failed sample leaves the pass rate null (difficulty_errors), it rejects nothing
-    kind: ClassVar[str] = "filter.difficulty"
+    kind = "filter.difficulty"
     annotates: ClassVar[bool] = True
     uses_sandbox: ClassVar[bool] = True  # the IF reward runs LLM-written verifiers: fail-closed check
 

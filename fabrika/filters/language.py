@@ -169,7 +169,7 @@ class LanguageConfig(StageConfig):
 class LanguageScorer(Stage[LanguageConfig]):
     """Annotating stage: adds language scores to each row of its input."""
 
-    kind: ClassVar[str] = "filter.language"
+    kind = "filter.language"
     annotates: ClassVar[bool] = True
 
     async def process(self, row: Row) -> list[Row]:

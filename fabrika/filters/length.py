@@ -114,7 +114,7 @@ class LengthConfig(StageConfig):
 class LengthScorer(Stage[LengthConfig]):
     """Annotating stage: token counts of each row's rendered chat template."""
 
-    kind: ClassVar[str] = "filter.length"
+    kind = "filter.length"
     annotates: ClassVar[bool] = True
 
     async def process(self, row: Row) -> list[Row]:

@@ -86,7 +86,7 @@ def summarise(scores: list[float], failed: int, rm_id: str) -> dict[str, Any]:
 class TeacherScoresStage(Stage[TeacherScoresConfig]):
     """Annotating stage over a prompt table: α per prompt under the training RM."""
 
-    kind: ClassVar[str] = "rm.teacher_scores"
+    kind = "rm.teacher_scores"
     annotates: ClassVar[bool] = True
 
     async def setup(self) -> None:

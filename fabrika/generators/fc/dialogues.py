@@ -27,7 +27,7 @@ import asyncio
 import dataclasses
 import json
 import re
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import Field
 
@@ -309,7 +309,7 @@ class Episode:
 
 @register_stage
 class DialoguesStage(Stage[DialoguesConfig]):
-    kind: ClassVar[str] = "fc.dialogues"
+    kind = "fc.dialogues"
 
     async def process(self, row: Row) -> list[Row]:
         plan = Plan.model_validate_json(row["plan"])

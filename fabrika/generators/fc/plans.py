@@ -18,7 +18,7 @@ import random
 import re
 import zlib
 from functools import cached_property
-from typing import Any, ClassVar, Iterator
+from typing import Any, Iterator
 
 from pydantic import Field, ValidationError
 
@@ -92,7 +92,7 @@ def _sample_other_topics(rng: random.Random, pool: list[str], own: str, k: int,
 
 @register_stage
 class PlansStage(Stage[PlansConfig]):
-    kind: ClassVar[str] = "fc.plans"
+    kind = "fc.plans"
 
     @cached_property
     def _index(self) -> tuple[dict[str, list[bytes]], dict[str, list[str]]]:

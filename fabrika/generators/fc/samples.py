@@ -9,7 +9,7 @@ input). Wrong and injected turns are never completions. This is a dataset stage.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from fabrika.agents.prompts import assistant_system
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
@@ -61,7 +61,7 @@ def score_columns(sample: Sample) -> dict[str, Any]:
 
 @register_stage
 class SamplesStage(Stage[SamplesConfig]):
-    kind: ClassVar[str] = "fc.samples"
+    kind = "fc.samples"
 
     async def process(self, row: Row) -> list[Row]:
         dialogue = Dialogue.model_validate_json(row["dialogue"])

@@ -54,7 +54,7 @@ class ToolsConfig(StageConfig):
 class ToolsStage(Stage[ToolsConfig]):
     """Topic row (``id``, ``topic``, ``description``, ``keywords``, ``lang``) → tool rows."""
 
-    kind: ClassVar[str] = "fc.tools"
+    kind = "fc.tools"
 
     @classmethod
     def check_config(cls, config: ToolsConfig, pipeline: Any) -> list[tuple[str, str]]:
@@ -136,7 +136,7 @@ class ToolsDedupConfig(StageConfig):
 class ToolsDedupStage(Stage[ToolsDedupConfig]):
     """Keep one tool per signature (smallest id wins); reject the others as ``duplicate_of``."""
 
-    kind: ClassVar[str] = "fc.tools_dedup"
+    kind = "fc.tools_dedup"
     global_stage: ClassVar[bool] = True
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:

@@ -25,7 +25,7 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Literal, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -318,7 +318,7 @@ def _row(status_row: Row, cand: Candidate, lang: str, topic_id: str, **cols: Any
 class ToolsImportStage(Stage[ToolsImportConfig]):
     """Source stage: one row per imported tool (ok, or rejected with its reason)."""
 
-    kind: ClassVar[str] = "fc.tools_import"
+    kind = "fc.tools_import"
 
     def __init__(self, config: ToolsImportConfig, ctx: Any) -> None:
         super().__init__(config, ctx)

@@ -101,7 +101,7 @@ def _corpus_record(rec: dict[str, Any], spec: CorpusFile, at: str) -> dict[str, 
 class TopicsStage(Stage[TopicsConfig]):
     """Builds the topic pool; a global stage (clustering needs the whole corpus)."""
 
-    kind: ClassVar[str] = "fc.topics"
+    kind = "fc.topics"
     global_stage: ClassVar[bool] = True
 
     @classmethod

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, Iterator
 
 from pydantic import Field
 
@@ -58,7 +58,7 @@ def _text_or_none(value: Any) -> str | None:
 class GeneralPromptsStage(Stage[GeneralPromptsConfig]):
     """Source stage: the prompt pool, normalised to messages; bad records are recorded rejections."""
 
-    kind: ClassVar[str] = "general.prompts"
+    kind = "general.prompts"
 
     def _path(self) -> Path:
         pipeline = getattr(self.ctx, "pipeline", None)

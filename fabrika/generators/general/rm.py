@@ -113,7 +113,7 @@ class EndpointRM:
 class GeneralRMStage(Stage[GeneralRMConfig]):
     """Annotating stage over ``general.teacher``: one RM score per usable teacher answer."""
 
-    kind: ClassVar[str] = "general.rm"
+    kind = "general.rm"
     annotates: ClassVar[bool] = True
 
     async def setup(self) -> None:

@@ -20,7 +20,6 @@ would read that column as R, a constant per prompt that teaches nothing.
 from __future__ import annotations
 
 import json
-from typing import ClassVar
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
@@ -48,7 +47,7 @@ class GeneralSamplesConfig(StageConfig):
 class GeneralSamplesStage(Stage[GeneralSamplesConfig]):
     """One SFT row per usable, RM-scored teacher answer (ranked by score within its prompt)."""
 
-    kind: ClassVar[str] = "general.samples"
+    kind = "general.samples"
 
     async def process(self, row: Row) -> list[Row]:
         if row.get("answer_rm_scores") is None:
@@ -86,7 +85,7 @@ class GeneralGrpoConfig(StageConfig):
 class GeneralGrpoStage(Stage[GeneralGrpoConfig]):
     """One prompt-only GRPO row per prompt with a usable L0."""
 
-    kind: ClassVar[str] = "general.grpo"
+    kind = "general.grpo"
 
     async def process(self, row: Row) -> list[Row]:
         sample = Sample(id=stable_id(row["id"], prefix="gg-"), expert=EXPERT, lang=row.get("lang") or "und",

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -90,7 +90,7 @@ def reference_length(lengths: list[float], stat: str) -> float | None:
 class GeneralTeacherStage(Stage[GeneralTeacherConfig]):
     """Per prompt: K teacher answers (visible text, length, problem) and L0 over the usable ones."""
 
-    kind: ClassVar[str] = "general.teacher"
+    kind = "general.teacher"
 
     def messages(self, row: Row) -> list[dict[str, Any]]:
         messages = prompt_messages(row)

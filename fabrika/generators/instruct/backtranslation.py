@@ -38,7 +38,7 @@ class BacktranslationConfig(StageConfig):
 class BacktranslationStage(Stage[BacktranslationConfig]):
     """Per constraint: back-translate the best functions, store similarity to the original."""
 
-    kind: ClassVar[str] = "if.backtranslation"
+    kind = "if.backtranslation"
     annotates: ClassVar[bool] = True
 
     @classmethod

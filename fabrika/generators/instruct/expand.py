@@ -202,7 +202,7 @@ def normalise(text: str) -> str:
 class DedupStage(Stage[DedupConfig]):
     """Global stage: copies every candidate, rejecting exact and near duplicates with the kept id."""
 
-    kind: ClassVar[str] = "if.dedup"
+    kind = "if.dedup"
     global_stage: ClassVar[bool] = True
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:

@@ -34,7 +34,7 @@ import json
 import random
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Literal
+from typing import Any, Iterator, Literal
 
 from pydantic import Field, field_validator
 
@@ -175,7 +175,7 @@ def render_instructions(texts: list[str]) -> str:
 class MultiPromptsStage(Stage[MultiPromptsConfig]):
     """Per slot: one prompt with 2–6 compatible constraints, plus a rejected row per refused candidate."""
 
-    kind: ClassVar[str] = "if.multi.prompts"
+    kind = "if.multi.prompts"
 
     @classmethod
     def check_config(cls, config: MultiPromptsConfig, pipeline: Any) -> list[tuple[str, str]]:

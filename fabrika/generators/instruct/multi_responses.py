@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
@@ -67,7 +67,7 @@ def library_verdicts(text: str, spec: dict[str, Any]) -> tuple[bool, bool]:
 class MultiResponsesStage(Stage[MultiResponsesConfig]):
     """Per multi-constraint prompt: K answers, each with a verdict per constraint."""
 
-    kind: ClassVar[str] = "if.multi.responses"
+    kind = "if.multi.responses"
 
     async def setup(self) -> None:
         self.pool = get_sandbox(self.ctx, self.config.timeout_s)
@@ -170,7 +170,7 @@ class MultiSamplesConfig(StageConfig):
 class MultiSamplesStage(Stage[MultiSamplesConfig]):
     """Per kept answer: one SFT Sample (expert 'if') with every constraint in its ground truth."""
 
-    kind: ClassVar[str] = "if.multi.samples"
+    kind = "if.multi.samples"
 
     def input_rows(self):  # noqa: ANN201 - Iterator[Row]
         """Every ok answer, passing or not: the verdict columns travel with the sample, so the ``if_multi``
@@ -208,7 +208,7 @@ class MultiGrpoConfig(StageConfig):
 class MultiGrpoStage(Stage[MultiGrpoConfig]):
     """Per prompt: a GRPO row whose ground truth holds every constraint (library params or verifier code)."""
 
-    kind: ClassVar[str] = "if.multi.grpo"
+    kind = "if.multi.grpo"
 
     @classmethod
     def check_config(cls, config: MultiGrpoConfig, pipeline: Any) -> list[tuple[str, str]]:

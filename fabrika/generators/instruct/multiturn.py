@@ -29,7 +29,7 @@ import random
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, Iterator
 
 import jinja2
 import yaml
@@ -168,7 +168,7 @@ def _failure(resp: ChatResponse) -> str | None:
 class DialoguesStage(Stage[DialoguesConfig]):
     """Source stage: one adversarial dialogue per slot, judged turn by turn."""
 
-    kind: ClassVar[str] = "if.dialogues"
+    kind = "if.dialogues"
 
     @classmethod
     def check_config(cls, config: DialoguesConfig, pipeline: Any) -> list[tuple[str, str]]:
@@ -341,7 +341,7 @@ class DialogueSamplesConfig(StageConfig):
 class DialogueSamplesStage(Stage[DialogueSamplesConfig]):
     """Per dialogue: one SFT sample per assistant turn that passes every rubric and rule; a rejection per other turn."""
 
-    kind: ClassVar[str] = "if.dialogue.samples"
+    kind = "if.dialogue.samples"
 
     async def process(self, row: Row) -> list[Row]:
         messages = json.loads(row["messages"])
@@ -375,7 +375,7 @@ class DialogueGrpoConfig(StageConfig):
 class DialogueGrpoStage(Stage[DialogueGrpoConfig]):
     """Per assistant turn of a dialogue: a GRPO prompt (the chat before it) with its rules and rubrics."""
 
-    kind: ClassVar[str] = "if.dialogue.grpo"
+    kind = "if.dialogue.grpo"
 
     async def process(self, row: Row) -> list[Row]:
         messages = json.loads(row["messages"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import Field
 
@@ -66,7 +66,7 @@ def _render_list(texts: list[str]) -> str:
 class QueriesStage(Stage[QueriesConfig]):
     """Per surviving constraint: N prompts (query × placement), each with what verification needs."""
 
-    kind: ClassVar[str] = "if.queries"
+    kind = "if.queries"
 
     @classmethod
     def check_config(cls, config: QueriesConfig, pipeline: Any) -> list[tuple[str, str]]:

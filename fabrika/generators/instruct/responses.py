@@ -57,7 +57,7 @@ class ResponsesConfig(StageConfig):
 class ResponsesStage(Stage[ResponsesConfig]):
     """Per prompt: K responses, each verified (sandbox + trusted library) and optionally judged."""
 
-    kind: ClassVar[str] = "if.responses"
+    kind = "if.responses"
     uses_sandbox: ClassVar[bool] = True  # runs LLM-written code: fail-closed isolation check
 
     async def setup(self) -> None:
@@ -164,7 +164,7 @@ class SamplesConfig(StageConfig):
 class SamplesStage(Stage[SamplesConfig]):
     """Per kept response: one SFT Sample (expert 'if') plus the re-filterable score columns."""
 
-    kind: ClassVar[str] = "if.samples"
+    kind = "if.samples"
 
     async def process(self, row: Row) -> list[Row]:
         prompt = [Message(**m) for m in json.loads(row["messages"])]
@@ -202,7 +202,7 @@ TEACHER_COLUMNS = ("teacher_rm_mean", "teacher_rm_k", "rm_id")
 class GrpoStage(Stage[GrpoConfig]):
     """Per prompt: a GRPO row; ``ground_truth`` = constraints (library ids + params) and surviving verifier code."""
 
-    kind: ClassVar[str] = "if.grpo"
+    kind = "if.grpo"
 
     @classmethod
     def check_config(cls, config: GrpoConfig, pipeline: Any) -> list[tuple[str, str]]:

@@ -153,7 +153,7 @@ def get_sandbox(ctx: Any, timeout_s: float | None = None, workers: int | None = 
 class ConsistencyStage(Stage[ConsistencyConfig]):
     """Annotating scorer over ``if.verifiers``: one row per constraint with the cross-validation scores."""
 
-    kind: ClassVar[str] = "if.consistency"
+    kind = "if.consistency"
     uses_sandbox: ClassVar[bool] = True  # runs LLM-written code: fail-closed isolation check
     calls_llm: ClassVar[bool] = False  # pure CPU: runs on worker actors under executor: ray
     annotates: ClassVar[bool] = True
