@@ -20,25 +20,54 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fabrika.testing.fake_server import FAULT_KINDS, FakeOpenAIApp, FakeOpenAIServer, SimVLLMConfig, break_arguments
-    from fabrika.testing.harness import (HarnessContext, ScriptedLLM, StageInternalError, StageRun,
-                                         UnscriptedRequest, by_tag, llm_error, run_stage, sequence, stage_context)
+    from fabrika.testing.fake_server import (
+        FAULT_KINDS,
+        FakeOpenAIApp,
+        FakeOpenAIServer,
+        SimVLLMConfig,
+        break_arguments,
+    )
+    from fabrika.testing.harness import (
+        HarnessContext,
+        ScriptedLLM,
+        StageInternalError,
+        StageRun,
+        UnscriptedRequest,
+        by_tag,
+        llm_error,
+        run_stage,
+        sequence,
+        stage_context,
+    )
 
-_HARNESS = ("HarnessContext", "ScriptedLLM", "StageInternalError", "StageRun", "UnscriptedRequest", "by_tag",
-            "llm_error", "run_stage", "sequence", "stage_context")
-_SERVER = ("FAULT_KINDS", "FakeOpenAIApp", "FakeOpenAIServer", "SimVLLMConfig", "break_arguments")
-
-__all__ = sorted(_HARNESS + _SERVER)
+__all__ = [
+    "FAULT_KINDS",
+    "FakeOpenAIApp",
+    "FakeOpenAIServer",
+    "HarnessContext",
+    "ScriptedLLM",
+    "SimVLLMConfig",
+    "StageInternalError",
+    "StageRun",
+    "UnscriptedRequest",
+    "break_arguments",
+    "by_tag",
+    "llm_error",
+    "run_stage",
+    "sequence",
+    "stage_context",
+]
+_SERVER = frozenset({"FAULT_KINDS", "FakeOpenAIApp", "FakeOpenAIServer", "SimVLLMConfig", "break_arguments"})
 
 
 def __getattr__(name: str) -> Any:
     # Lazy, so `python -m fabrika.testing.fake_server` does not import the module twice.
-    if name in _HARNESS:
-        from fabrika.testing import harness
-
-        return getattr(harness, name)
     if name in _SERVER:
         from fabrika.testing import fake_server
 
         return getattr(fake_server, name)
+    if name in __all__:
+        from fabrika.testing import harness
+
+        return getattr(harness, name)
     raise AttributeError(f"module 'fabrika.testing' has no attribute {name!r}")

@@ -44,7 +44,9 @@ handler is a bug in the test: it is recorded in :attr:`ScriptedLLM.handler_error
 
 :func:`stage_context` builds a :class:`HarnessContext` (the runner's
 :class:`~fabrika.pipeline.context.StageContext`: rows per upstream stage, gated by status and the
-pipeline's gate thresholds, the runner's per-item RNG, ``resource``, ``report``, ``stage_dir``) and
+pipeline's gate thresholds — or, with ``stored=True`` / ``annotators=``, written to a real run store and
+read back with the scorers' columns joined —, the runner's per-item RNG, ``resource``, ``report``,
+``stage_dir``) and
 :func:`run_stage` runs one stage over it with the runner's item execution
 (:func:`fabrika.pipeline.executors.process_item`): ``no_output``, ``internal_error``, pending items,
 ``input_id``/``llm_backend`` columns, resume by item id and ``max_items``.
@@ -57,13 +59,17 @@ import dataclasses
 import inspect
 import json
 import tempfile
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, Union
 
-from fabrika.errors import LLMError
+from fabrika.errors import LLMError, LLMErrorKind
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
+
+if TYPE_CHECKING:
+    from fabrika.pipeline.stage import Stage, StageConfig
 
 __all__ = [
     "HarnessContext",
@@ -109,10 +115,10 @@ _MESSAGES = {
 }
 
 
-def llm_error(kind: str, message: str | None = None, *, status_code: int | None = None,
+def llm_error(kind: LLMErrorKind, message: str | None = None, *, status_code: int | None = None,
               retry_after: float | None = None) -> LLMError:
     """An :class:`LLMError` of ``kind`` with the status code and wording a real server gives."""
-    return LLMError(kind, message or _MESSAGES.get(kind, kind),  # type: ignore[arg-type]
+    return LLMError(kind, message or _MESSAGES.get(kind, kind),
                     status_code=status_code if status_code is not None else _STATUS.get(kind),
                     retry_after=retry_after)
 
@@ -235,8 +241,9 @@ class ScriptedLLM:
             sample's ``sample_index``); ``False`` calls it once with the ``n=K`` request itself and its
             answer (a list for several choices) is the whole answer — e.g. a server that ignores ``n``.
         delay_s: ``asyncio.sleep`` per attempt (for concurrency and crash-window tests).
-        config: the engine's :class:`~fabrika.llm.config.LLMConfig`; default: the real defaults
-            with ``model`` and no backoff waits (retries happen, instantly).
+        config: the engine's :class:`~fabrika.llm.config.LLMConfig` (retries, defaults, ``cache_only``…);
+            the fields it does not set explicitly keep the real defaults, except ``model`` (the
+            argument above) and the backoff waits (zero: retries happen, instantly).
         cache: an SQLite file for the engine's response cache (off by default).
     """
 
@@ -251,8 +258,10 @@ class ScriptedLLM:
         self.supports_n = supports_n
         self.split_samples = split_samples
         self.delay_s = delay_s
-        self.config = config if config is not None else LLMConfig(
-            model=model, backoff_initial_s=0.0, backoff_max_s=0.0, backoff_jitter_s=0.0, retry_after_max_s=0.0)
+        quick = {"model": model, "backoff_initial_s": 0.0, "backoff_max_s": 0.0, "backoff_jitter_s": 0.0,
+                 "retry_after_max_s": 0.0}
+        config = config if config is not None else LLMConfig()
+        self.config = config.model_copy(update={k: v for k, v in quick.items() if k not in config.model_fields_set})
         self.cache_path = Path(cache) if cache is not None else None
         #: every request that reached the backend, one per attempt, after the engine's defaults
         self.requests: list[ChatRequest] = []
@@ -317,6 +326,8 @@ class ScriptedLLM:
         except RuntimeError:
             loop = None
         if self._engine is None or self._engine.closed or (loop is not None and self._engine_loop is not loop):
+            if self._engine is not None and not self._engine.closed and self._engine.cache is not None:
+                self._engine.cache.close()  # the previous event loop's engine: flush its answers to disk
             cache = None
             if self.cache_path is not None:
                 from fabrika.llm.cache import ResponseCache
@@ -393,13 +404,20 @@ class HarnessContext:
     """
 
     def __init__(self, llm: Any, rows: Mapping[str, Iterable[Row]], resources: Mapping[str, Any], seed: int | None,
-                 run_dir: Path | None, pipeline: Any, stage: str | None, backend_name: str | None) -> None:
+                 run_dir: Path | None, pipeline: Any, stage: str | None, backend_name: str | None,
+                 stored: bool = False, annotators: Mapping[str, Sequence[str]] | None = None) -> None:
         from fabrika.pipeline.outcome import StageStats
 
         self.rows = {name: list(rs) for name, rs in rows.items()}
+        #: annotating stages (scorers) by the table they score: their rows are joined on ``id`` when read
+        self.annotators = {name: list(a) for name, a in (annotators or {}).items()}
+        self.stored = stored or bool(self.annotators)
+        self._written: set[str] = set()
         self.resources: dict[str, Any] = dict(resources)
-        self._run_dir = Path(run_dir) if run_dir is not None else None
-        self.pipeline = pipeline if pipeline is not None else self._default_pipeline(seed)
+        #: where ``stage_dir`` lives; without one, a fresh name under the temporary directory (made on first use)
+        self.run_dir = Path(run_dir) if run_dir is not None else Path(tempfile.gettempdir()) / (
+            f"fabrika-harness-{uuid.uuid4().hex[:12]}")
+        self.pipeline = pipeline if pipeline is not None else self._default_pipeline(seed, run_dir)
         self.seed = int(seed if seed is not None else getattr(self.pipeline, "seed", 0))
         self.stage_name = stage or "test"
         self._stage_fixed = stage is not None
@@ -410,27 +428,31 @@ class HarnessContext:
         self.backend_name = backend_name or _backend_name(llm)
         self._wrap()
 
-    def _default_pipeline(self, seed: int | None) -> Any:
+    def _default_pipeline(self, seed: int | None, run_dir: Path | None) -> Any:
         from fabrika.pipeline.config import PipelineConfig
 
-        return PipelineConfig(name="harness", seed=seed or 0, stages=[], run_dir=self._run_dir)
+        return PipelineConfig(name="harness", seed=seed or 0, stages=[], run_dir=run_dir)
 
     def _wrap(self) -> None:
         from fabrika.pipeline.llm_wrap import StageLLM
 
         self.llm = StageLLM(self._client, self.stage_name, self.stats.llm) if self._client is not None else None
 
+    def new_run(self) -> None:
+        """Fresh counters for the next stage run (as the runner gives each stage); reports made so far stay."""
+        from fabrika.pipeline.outcome import StageStats
+
+        reports = dict(self.reports)
+        self.stats = StageStats()
+        self.stats.report.update(reports)
+        self.reports = self.stats.report
+        self._wrap()
+
     def bind(self, stage_name: str) -> None:
         """Act for ``stage_name`` (its RNG, its ``meta["stage"]``), unless the context was built for a stage."""
         if not self._stage_fixed and stage_name != self.stage_name:
             self.stage_name = stage_name
             self._wrap()
-
-    @property
-    def run_dir(self) -> Path:
-        if self._run_dir is None:
-            self._run_dir = Path(tempfile.mkdtemp(prefix="fabrika-harness-"))
-        return self._run_dir
 
     @property
     def filters(self) -> Mapping[str, Any]:
@@ -441,6 +463,9 @@ class HarnessContext:
         if stage_name not in self.rows:
             raise KeyError(f"no rows given for upstream stage {stage_name!r}; pass "
                            f"stage_context(rows={{{stage_name!r}: [...]}}) (given: {sorted(self.rows)})")
+        if self.stored:
+            yield from self._stored_rows(stage_name, gated, columns)
+            return
         rows = self.rows[stage_name]
         names = list(dict.fromkeys(k for r in rows for k in r))  # a table's rows all have its columns
         if gated and rows:
@@ -464,6 +489,25 @@ class HarnessContext:
         order = "__harness_order"
         kept = gate_lazy(frame.with_row_index(order).lazy(), self.filters).select(order).collect()
         return [rows[i] for i in kept[order].to_list()]
+
+    def _stored_rows(self, stage_name: str, gated: bool, columns: list[str] | None) -> Iterator[Row]:
+        """The rows as a run reads them: written as shards of a real run store, read back with the
+        annotators' scores joined and the gates applied (what the runner's context does)."""
+        from fabrika.pipeline.gates import gate_lazy
+        from fabrika.store.run import RunStore
+
+        store = RunStore(self.run_dir)
+        annotators = self.annotators.get(stage_name, [])
+        for name in [stage_name, *annotators]:
+            if name not in self._written:
+                store.drop_stage(name)
+                if self.rows.get(name):
+                    store.write(name, self.rows[name])
+                self._written.add(name)
+        filters = self.filters
+        where = (lambda lf: gate_lazy(lf, filters)) if gated else None
+        for frame in store.iter_frames(stage_name, annotators, where=where, columns=columns):
+            yield from frame.iter_rows(named=True)
 
     def count_rows(self, stage_name: str, gated: bool = True) -> int:
         return sum(1 for _ in self.iter_rows(stage_name, gated=gated))
@@ -509,7 +553,8 @@ def _backend_name(llm: Any) -> str:
 def stage_context(llm: Any = None, rows: Mapping[str, Iterable[Row]] | None = None,
                   resources: Mapping[str, Any] | None = None, *, seed: int | None = None,
                   run_dir: str | Path | None = None, pipeline: Any = None, stage: str | None = None,
-                  backend_name: str | None = None, base_dir: str | Path | None = None) -> HarnessContext:
+                  backend_name: str | None = None, base_dir: str | Path | None = None, stored: bool = False,
+                  annotators: Mapping[str, Sequence[str]] | None = None) -> HarnessContext:
     """A stage context for tests (see :class:`HarnessContext`).
 
     Args:
@@ -527,9 +572,15 @@ def stage_context(llm: Any = None, rows: Mapping[str, Iterable[Row]] | None = No
         backend_name: the rows' ``llm_backend`` label; default the llm's name.
         base_dir: the config file's directory, which relative paths in stage configs are resolved
             against (``ctx.pipeline.resolve_path``); default the working directory.
+        stored: write the upstream rows as shards of a real run store under ``run_dir`` and read
+            them back as a run does (nested values must be JSON strings, columns get the table's
+            schema, rows come in id order).
+        annotators: scorer stages by the table they score (``{"fc.samples": ["judge"]}``; their rows
+            are in ``rows`` too): joined on ``id`` when the table is read, ``status__judge`` /
+            ``reason__judge`` named as in a run, and gated. Implies ``stored``.
     """
     ctx = HarnessContext(llm, rows or {}, resources or {}, seed, Path(run_dir) if run_dir else None, pipeline,
-                         stage, backend_name)
+                         stage, backend_name, stored, annotators)
     if base_dir is not None:
         ctx.pipeline._base_dir = Path(base_dir)
     return ctx
@@ -574,7 +625,8 @@ class StageRun:
         raise KeyError(f"no output row with id {row_id!r}")
 
 
-async def run_stage(stage: Any, config: Any = None, ctx: HarnessContext | None = None, *,
+async def run_stage(stage: "type[Stage] | Stage", config: "StageConfig | Mapping[str, Any] | None" = None,
+                    ctx: HarnessContext | None = None, *,
                     rows: Iterable[Row] | None = None, done: Iterable[str] = (), strict: bool = True,
                     max_in_flight: int | None = None) -> StageRun:
     """Run one stage over ``ctx`` the way the runner does (setup, items, teardown).
@@ -606,6 +658,7 @@ async def run_stage(stage: Any, config: Any = None, ctx: HarnessContext | None =
         stage = stage(config, ctx)
     else:
         ctx.bind(stage.config.stage_name)
+    ctx.new_run()
     inputs = iter(rows) if rows is not None else iter(stage.input_rows())
     stats = ctx.stats
     raised: dict[str, BaseException] = {}
@@ -629,7 +682,7 @@ async def run_stage(stage: Any, config: Any = None, ctx: HarnessContext | None =
                     raised[stage.item_id(row)] = exc
                     raise
 
-            stage.process = process
+            stage.__dict__["process"] = process  # on the instance only; removed after the run
             width = max_in_flight or getattr(stage.config, "max_in_flight", None) or 16
             slots = asyncio.Semaphore(width)
             done_ids = set(done)
@@ -652,6 +705,7 @@ async def run_stage(stage: Any, config: Any = None, ctx: HarnessContext | None =
                 out.extend(res.rows)
             result = StageRun(out, pending, list(results), stats, ctx.reports)
     finally:
+        stage.__dict__.pop("process", None)
         await stage.teardown()
     if strict:
         if script is not None:

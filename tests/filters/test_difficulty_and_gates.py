@@ -24,7 +24,7 @@ def weather_llm(good: set[int], fail: set[int] = frozenset()) -> ScriptedLLM:
         city = "Казань" if r.sample_index in good else "Москва"
         return {"content": "", "tool_calls": [{"id": "c", "name": "get_weather", "arguments": {"city": city}}]}
 
-    return ScriptedLLM(handler, config=LLMConfig(max_retries=1, backoff_initial_s=0, backoff_jitter_s=0))
+    return ScriptedLLM(handler, config=LLMConfig(max_retries=1))
 
 
 ROW = {

@@ -81,8 +81,7 @@ async def test_raised_errors_behave_like_returned_ones():
 
 
 async def test_an_outage_exhausts_the_retries_then_fails_the_request():
-    llm = ScriptedLLM(lambda r: llm_error("timeout"), config=LLMConfig(max_retries=2, backoff_initial_s=0,
-                                                                       backoff_jitter_s=0))
+    llm = ScriptedLLM(lambda r: llm_error("timeout"), config=LLMConfig(max_retries=2))
     resp = await llm.complete_one(ask("x"))
     assert resp.error is not None and resp.error.kind == "timeout" and llm.calls == 3
 
@@ -214,7 +213,7 @@ def rows(*qs: str, **extra: Any) -> list[Row]:
 
 
 async def test_run_stage_records_rejections_and_leaves_outages_pending():
-    llm = ScriptedLLM(handler, config=LLMConfig(max_retries=1, backoff_initial_s=0, backoff_jitter_s=0))
+    llm = ScriptedLLM(handler, config=LLMConfig(max_retries=1))
     async with stage_context(llm=llm, rows={"up": rows("казань", "проза", "обрыв", "сбой", "плохой")}) as ctx:
         result = await run_stage(GuessStage, {"input": "up"}, ctx)
     assert result.reasons() == {"invalid_json": 1, "truncated": 1, "llm_error": 1}
@@ -351,9 +350,7 @@ def test_errors_keep_their_kind_and_http_status():
 
 
 async def test_a_server_that_ignores_n_is_a_retried_server_error_in_the_engine():
-    llm = ScriptedLLM(lambda r: f"один из {r.n}", split_samples=False, config=LLMConfig(max_retries=1,
-                                                                                        backoff_initial_s=0,
-                                                                                        backoff_jitter_s=0))
+    llm = ScriptedLLM(lambda r: f"один из {r.n}", split_samples=False, config=LLMConfig(max_retries=1))
     resp = await llm.complete_one(ask("x", n=3))
     assert resp.error is not None and resp.error.kind == "server" and "n=3" in resp.error.message
     assert [r.n for r in llm.requests] == [3, 3]  # asked again once, then failed
@@ -366,3 +363,52 @@ def test_relative_paths_resolve_against_the_config_directory(tmp_path: Path):
     ctx = stage_context(base_dir=tmp_path)
     assert ctx.pipeline.resolve_path("seeds/a.jsonl") == tmp_path / "seeds" / "a.jsonl"
     assert stage_context().pipeline.resolve_path("/abs/x") == Path("/abs/x")
+
+
+async def test_each_run_of_a_stage_counts_afresh_and_the_instance_is_left_as_it_was():
+    ctx = stage_context(llm=ScriptedLLM(handler), rows={"up": rows("казань", "проза")})
+    stage = GuessStage(GuessConfig(input="up"), ctx)
+    first = await run_stage(stage)
+    second = await run_stage(stage)
+    assert first.stats.processed == second.stats.processed == 2 and second.stats.llm.requests == 2
+    assert "process" not in vars(stage)  # the capturing wrapper is gone
+    await ctx.aclose()
+
+
+async def test_stored_rows_join_the_annotators_scores_and_are_gated_on_them(tmp_path: Path):
+    register_gate_group("harness_test", _Band, _band)
+    up = [{"id": i, "status": "ok", "q": "казань"} for i in ("a", "b", "c")]
+    judge = [{"id": "a", "status": "ok", "reason": None, "harness_score": 0.9},
+             {"id": "b", "status": "ok", "reason": None, "harness_score": 0.1},
+             {"id": "c", "status": "rejected", "reason": "judge_failed: unparsable", "harness_score": None}]
+    pipeline = PipelineConfig(name="t", stages=[], filters={"harness_test": {"min": 0.5}})
+    ctx = stage_context(rows={"up": up, "judge": judge}, annotators={"up": ["judge"]}, pipeline=pipeline,
+                        run_dir=tmp_path)
+    assert [(r["id"], r["harness_score"]) for r in ctx.iter_rows("up")] == [("a", 0.9)]
+    everything = {r["id"]: r for r in ctx.iter_rows("up", gated=False)}
+    assert everything["c"]["status__judge"] == "rejected" and everything["c"]["status"] == "ok"
+    assert (tmp_path / "stages" / "up").is_dir()  # real shards of a real run store
+    result = await run_stage(GuessStage, {"input": "up"}, stage_context(
+        llm=ScriptedLLM(handler), rows={"up": up, "judge": judge}, annotators={"up": ["judge"]},
+        pipeline=pipeline, run_dir=tmp_path / "r2"))
+    assert [r["input_id"] for r in result.rows] == ["a"]
+
+
+def test_stored_rows_read_back_as_a_run_reads_them(tmp_path: Path):
+    up = [{"id": "b", "tags": {"город": "Тверь"}}, {"id": "a", "n": 1}]
+    stored = stage_context(rows={"up": up}, stored=True, run_dir=tmp_path)
+    assert list(stored.iter_rows("up")) == [{"id": "a", "n": 1, "tags": None},
+                                            {"id": "b", "n": None, "tags": '{"город":"Тверь"}'}]
+    by_id = {r["id"]: r for r in stored.iter_rows("up", gated=False)}
+    assert json.loads(by_id["b"]["tags"]) == {"город": "Тверь"}  # nested values come back as JSON text
+    assert by_id["a"]["tags"] is None and by_id["b"]["n"] is None  # every row has the table's columns
+    assert [r["id"] for r in stored.iter_rows("up", gated=False)] == ["a", "b"]  # shard content is in id order
+
+
+async def test_a_partial_config_keeps_the_quick_retries_and_the_scripted_model():
+    llm = ScriptedLLM(sequence(llm_error("rate_limit", retry_after=30), "ok"), config=LLMConfig(max_retries=1))
+    resp = await asyncio.wait_for(llm.complete_one(ask("x")), timeout=5)  # Retry-After is not waited out
+    assert resp.text == "ok" and llm.requests[0].model == "scripted"
+    own = ScriptedLLM(lambda r: "ok", config=LLMConfig(model="qwen3"))
+    await own.complete_one(ask("x"))
+    assert own.requests[0].model == "qwen3"
