@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import ConfigError
 from fabrika.generators.parsing import ParseFailure, extract_json, is_failure
-from fabrika.llm.rejections import llm_error_reason
+from fabrika.llm.rejections import TRUNCATED, llm_error_reason
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.rewards.instruct import IFRewardConfig, completion_text, parse_constraints, rm_corrected, score_if
 from fabrika.textutil.reasoning import split_reasoning
@@ -234,7 +234,7 @@ def response_verdicts(resp: ChatResponse, n_rubrics: int, vote: str = "majority"
     reasons: list[str] = []
     for choice in resp.choices:
         if choice.truncated:
-            reasons.append("truncated")
+            reasons.append(TRUNCATED)
             continue
         parsed = parse_verdicts(choice.content, n_rubrics, key=key)
         if is_failure(parsed):
