@@ -21,6 +21,7 @@ _EXPORTS: dict[str, str] = {
     "ChatResponse": "fabrika.llm.types",
     "ExportConfig": "fabrika.export",
     "LLMConfig": "fabrika.llm.config",
+    "LLMStage": "fabrika.pipeline.llm_stage",
     "Message": "fabrika.schemas",
     "PipelineConfig": "fabrika.pipeline.config",
     "Sample": "fabrika.schemas",

@@ -10,7 +10,7 @@ import fabrika
 
 def test_exported_members():
     assert fabrika.__all__ == [
-        "ChatRequest", "ChatResponse", "ExportConfig", "LLMConfig", "Message", "PipelineConfig", "Sample",
+        "ChatRequest", "ChatResponse", "ExportConfig", "LLMConfig", "LLMStage", "Message", "PipelineConfig", "Sample",
         "SandboxConfig", "SandboxPool", "Stage", "StageConfig", "Tool", "ToolCall", "__version__", "build_engine",
         "export", "load_config", "materialise", "open_version", "refilter", "register_stage", "run_pipeline",
     ]

@@ -112,22 +112,20 @@ def score_texts(texts: Sequence[str], index: NgramIndex) -> list[dict[str, Any]]
 class DecontamConfig(StageConfig):
     """``filter.decontam``: benchmark files and n-gram size."""
 
-    kind: str = Field(default="filter.decontam", description="Stage kind.")
     text_field: str = Field(default="prompt", description="'prompt', 'completion', 'user' or a column name.")
     benchmarks: list[BenchmarkSource] = Field(min_length=1, description="Benchmark files to check against.")
     ngram: int = Field(default=8, ge=1, le=64, description="n of the n-grams over normalised tokens.")
 
 
 @register_stage
-class DecontamScorer(Stage):
+class DecontamScorer(Stage[DecontamConfig]):
     """Annotating stage: benchmark overlap per row (the index is built once per run)."""
 
-    kind: ClassVar[str] = "filter.decontam"
-    Config: ClassVar[type[StageConfig]] = DecontamConfig
+    kind = "filter.decontam"
     annotates: ClassVar[bool] = True
 
     def _index(self) -> NgramIndex:
-        cfg: DecontamConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         pipeline = getattr(self.ctx, "pipeline", None)
         sources = [src.model_copy(update={"path": pipeline.resolve_path(src.path)}) if pipeline is not None else src
                    for src in cfg.benchmarks]  # paths are relative to the config file
@@ -137,7 +135,7 @@ class DecontamScorer(Stage):
         self._index()
 
     async def process(self, row: Row) -> list[Row]:
-        cfg: DecontamConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         (scores,) = score_texts([row_text(row, cfg.text_field)], self._index())
         return [ok(row["id"], **scores)]
 

@@ -104,7 +104,6 @@ def unit_key(row: Row, field: str | None) -> str | None:
 class DedupConfig(StageConfig):
     """``filter.dedup``: MinHash LSH parameters."""
 
-    kind: str = Field(default="filter.dedup", description="Stage kind.")
     text_field: str = Field(default="user", description="'prompt', 'completion', 'user' or a column name.")
     threshold: float = Field(default=0.8, gt=0, le=1, description="Jaccard similarity at which rows are duplicates.")
     num_perm: int = Field(default=128, ge=16, le=1024, description="MinHash permutations (accuracy vs speed).")
@@ -116,16 +115,15 @@ class DedupConfig(StageConfig):
 
 
 @register_stage
-class DedupScorer(Stage):
+class DedupScorer(Stage[DedupConfig]):
     """Global annotating stage: clusters all input rows, then streams annotations out."""
 
-    kind: ClassVar[str] = "filter.dedup"
-    Config: ClassVar[type[StageConfig]] = DedupConfig
+    kind = "filter.dedup"
     global_stage: ClassVar[bool] = True
     annotates: ClassVar[bool] = True
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:
-        cfg: DedupConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         row_units: list[tuple[str, str]] = []
         unit_text: dict[str, str] = {}
         unit_id: dict[str, str] = {}  # a unit is named by its smallest row id

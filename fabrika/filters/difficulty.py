@@ -35,7 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.llm.types import ChatRequest, ChatResponse
-from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
+from fabrika.pipeline.llm_stage import LLMStage
+from fabrika.pipeline.stage import Row, StageConfig, ok, register_stage
 from fabrika.schemas import Message
 from fabrika.schemas.chat import messages_to_chat, tools_to_chat
 
@@ -146,7 +147,6 @@ def pass_rate(row: Row, responses: Sequence[ChatResponse], reward: RewardFn,
 class DifficultyConfig(StageConfig):
     """``filter.difficulty``: policy sampling and reward settings."""
 
-    kind: str = Field(default="filter.difficulty", description="Stage kind.")
     k: int = Field(default=8, ge=1, le=64, description="Samples per prompt.")
     model: str | None = Field(default=None, description="Policy model name at the backend; None = backend default.")
     temperature: float = Field(default=1.0, ge=0, le=2, description="Sampling temperature of the policy.")
@@ -157,11 +157,11 @@ class DifficultyConfig(StageConfig):
 
 
 @register_stage
-class DifficultyScorer(Stage):
+class DifficultyScorer(LLMStage[DifficultyConfig]):
     """Annotating stage: ``k`` policy samples per row, scored by the expert's reward."""
 
-    kind: ClassVar[str] = "filter.difficulty"
-    Config: ClassVar[type[StageConfig]] = DifficultyConfig
+    per_answer = True  # a failed sample leaves the pass rate null (difficulty_errors), it rejects nothing
+    kind = "filter.difficulty"
     annotates: ClassVar[bool] = True
     uses_sandbox: ClassVar[bool] = True  # the IF reward runs LLM-written verifiers: fail-closed check
 
@@ -176,15 +176,17 @@ class DifficultyScorer(Stage):
             _IF_REWARD.clear()
         _SANDBOX[:] = [current]
 
-    async def process(self, row: Row) -> list[Row]:
-        cfg: DifficultyConfig = self.config  # type: ignore[assignment]
-        expert = str(row.get("expert") or "")
-        spec = cfg.rewards.get(expert)
+    def requests(self, row: Row) -> list[ChatRequest]:
+        cfg = self.config
+        if str(row.get("expert") or "") not in cfg.rewards:  # no reward for this expert: nothing to measure
+            return []
+        return build_requests(row, cfg.k, cfg.model, cfg.temperature, cfg.max_tokens)
+
+    def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
+        spec = self.config.rewards.get(str(row.get("expert") or ""))
         if spec is None:
             return [ok(row["id"], difficulty_pass_rate=None, difficulty_k=0, difficulty_errors=0)]
-        reward = resolve_reward(spec)
-        responses = await self.ctx.llm.complete(build_requests(row, cfg.k, cfg.model, cfg.temperature, cfg.max_tokens))
-        return [ok(row["id"], **pass_rate(row, responses, reward, cfg.pass_threshold))]
+        return [ok(row["id"], **pass_rate(row, responses, resolve_reward(spec), self.config.pass_threshold))]
 
 
 # gate group ``filters.difficulty``: thresholds on the columns above (scores are data, thresholds are config)

@@ -146,7 +146,6 @@ def score_rows(rows: Sequence[Row], text_field: str = "auto",
 class LanguageConfig(StageConfig):
     """``filter.language``: which text to score and the candidate languages."""
 
-    kind: str = Field(default="filter.language", description="Stage kind.")
     text_field: str = Field(
         default="auto",
         description="'auto' (the completion's text; for a tool-call completion the user turns it answers plus "
@@ -169,15 +168,14 @@ class LanguageConfig(StageConfig):
 
 
 @register_stage
-class LanguageScorer(Stage):
+class LanguageScorer(Stage[LanguageConfig]):
     """Annotating stage: adds language scores to each row of its input."""
 
-    kind: ClassVar[str] = "filter.language"
-    Config: ClassVar[type[StageConfig]] = LanguageConfig
+    kind = "filter.language"
     annotates: ClassVar[bool] = True
 
     async def process(self, row: Row) -> list[Row]:
-        cfg: LanguageConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         # lingua is CPU-bound: off the event loop, so LLM stages running alongside keep their requests flowing
         (scores,) = await asyncio.to_thread(score_rows, [row], cfg.text_field, cfg.languages,
                                          cfg.min_letters)

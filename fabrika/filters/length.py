@@ -105,7 +105,6 @@ def score_lengths(rows: Sequence[Row], counter: TokenCounter = estimate_tokens, 
 class LengthConfig(StageConfig):
     """``filter.length``: which tokenizer counts the tokens of which chat template."""
 
-    kind: str = Field(default="filter.length", description="Stage kind.")
     tokenizer: Path | None = Field(default=None, description="Local HF tokenizer directory of the trained model "
                                    "(relative to the config file): exact counts. None = a regex estimate "
                                    "(len_tokenizer='estimate:regex').")
@@ -114,11 +113,10 @@ class LengthConfig(StageConfig):
 
 
 @register_stage
-class LengthScorer(Stage):
+class LengthScorer(Stage[LengthConfig]):
     """Annotating stage: token counts of each row's rendered chat template."""
 
-    kind: ClassVar[str] = "filter.length"
-    Config: ClassVar[type[StageConfig]] = LengthConfig
+    kind = "filter.length"
     annotates: ClassVar[bool] = True
 
     async def process(self, row: Row) -> list[Row]:
@@ -130,7 +128,7 @@ class LengthScorer(Stage):
         return pipeline.resolve_path(path) if pipeline is not None else path
 
     def _tools(self) -> tuple[TokenCounter, Any, str]:
-        cfg: LengthConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         from fabrika.schemas.template import load_template
 
         template = load_template(str(self._resolve(cfg.template)) if cfg.template else None)

@@ -44,7 +44,6 @@ SCORE_COLUMNS = ("teacher_rm_mean", "teacher_rm_k", "teacher_rm_failed", "rm_id"
 class TeacherScoresConfig(StageConfig):
     """``rm.teacher_scores``: the teacher's K answers per prompt, scored by the training RM."""
 
-    kind: str = Field(default="rm.teacher_scores", description="Stage kind.")
     rm: Path = Field(description="Local sequence-classification RM directory (relative to the config file): the "
                      "SAME RM the GRPO trainer's rm_path points at.")
     k: int = Field(default=8, ge=1, le=64, description="Teacher answers per prompt (the reference recipe: 8).")
@@ -84,13 +83,11 @@ def summarise(scores: list[float], failed: int, rm_id: str) -> dict[str, Any]:
 
 
 @register_stage
-class TeacherScoresStage(Stage):
+class TeacherScoresStage(Stage[TeacherScoresConfig]):
     """Annotating stage over a prompt table: α per prompt under the training RM."""
 
-    kind: ClassVar[str] = "rm.teacher_scores"
-    Config: ClassVar[type[StageConfig]] = TeacherScoresConfig
+    kind = "rm.teacher_scores"
     annotates: ClassVar[bool] = True
-    config: TeacherScoresConfig
 
     async def setup(self) -> None:
         from fabrika.rewards.general import SequenceClassifierRM, rm_identity

@@ -2,7 +2,8 @@
 
 ``generic.prompts`` (source) reads a JSONL or parquet file of prompts;
 ``generic.complete`` asks the engine for one completion per prompt and records
-the text, or a rejection on an LLM error, a truncated or an empty answer.
+the text, or a rejection on an LLM error, a truncated or an empty answer (the
+smallest :class:`~fabrika.pipeline.llm_stage.LLMStage`).
 Together they make the smallest useful pipeline (``configs/smoke.yaml``).
 """
 
@@ -15,7 +16,8 @@ from pydantic import Field
 
 from fabrika.errors import InputError
 from fabrika.inputs import iter_records, where
-from fabrika.llm.types import ChatRequest
+from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
 
@@ -39,16 +41,13 @@ def iter_prompt_records(path: Path, text_field: str, *,
 
 
 @register_stage
-class PromptsStage(Stage):
+class PromptsStage(Stage[PromptsConfig]):
     """Source stage: one ok row per prompt, id = hash of the text (or the file's id field)."""
 
     kind = "generic.prompts"
-    Config = PromptsConfig
-    config: PromptsConfig
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
-        assert isinstance(config, PromptsConfig)
+    def check_config(cls, config: PromptsConfig, pipeline: Any) -> list[tuple[str, str]]:
         path = pipeline.resolve_path(config.path)
         if not path.is_file():
             return []  # reported by the generic path check
@@ -83,39 +82,33 @@ class CompleteConfig(StageConfig):
 
 
 @register_stage
-class CompleteStage(Stage):
+class CompleteStage(LLMStage[CompleteConfig]):
     """One completion per input row; the answer is untrusted and checked before it is kept."""
 
     kind = "generic.complete"
-    Config = CompleteConfig
-    config: CompleteConfig
 
-    def request(self, row: Row) -> ChatRequest:
+    def output_id(self, row: Row) -> str:
+        return stable_id(row["id"], self.name, prefix="gen-")
+
+    def requests(self, row: Row) -> list[ChatRequest]:
         messages: list[dict[str, Any]] = []
         if self.config.system:
             messages.append({"role": "system", "content": self.config.system})
         messages.append({"role": "user", "content": str(row[self.config.prompt_field])})
-        return ChatRequest(
+        return [ChatRequest(
             messages=tuple(messages),
             model=self.config.model,
             temperature=self.config.temperature,
             max_tokens=self.config.max_tokens,
             seed=self.ctx.rng(row["id"]).randrange(2**31),
             tag=self.config.tag,
-        )
+        )]
 
-    async def process(self, row: Row) -> list[Row]:
-        request = self.request(row)
-        out_id = stable_id(row["id"], self.name, prefix="gen-")
-        response = await self.ctx.llm.complete_one(request)
-        if response.error is not None:
-            return [rejected(out_id, f"llm_error: {response.error.kind}: {response.error.message}")]
-        choice = response.choices[0] if response.choices else None
-        if choice is None or choice.truncated:
-            return [rejected(out_id, "truncated: answer hit max_tokens" if choice else "empty_response: no choices")]
-        text = (choice.content or "").strip()
+    def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
+        (response,) = responses
+        text = (response.choices[0].content or "").strip()
         if not text:
-            return [rejected(out_id, "empty_response: no text")]
+            return [rejected(self.output_id(row), "empty_answer: no text")]
         prompt = str(row[self.config.prompt_field])
-        messages = list(request.messages) + [{"role": "assistant", "content": text}]
-        return [ok(out_id, prompt=prompt, completion=text, messages=messages, model=response.model)]
+        messages = list(self.requests(row)[0].messages) + [{"role": "assistant", "content": text}]
+        return [ok(self.output_id(row), prompt=prompt, completion=text, messages=messages, model=response.model)]

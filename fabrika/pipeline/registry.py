@@ -1,9 +1,13 @@
 """Modules that register stage kinds and gate groups when imported.
 
-A module that defines stage kinds or gate groups is listed here once (``fabrika.generators.fc.stages``…).
-They are imported lazily, on the first config validation, so importing
-``fabrika.pipeline`` stays cheap. A listed module that fails to import is a
-configuration error (it would silently remove stage kinds otherwise).
+A stage module registers everything of its stage when imported: the kind
+(``@register_stage``), its gate group (``register_gate_group``) and, where it has
+one, its ``sim`` responder (``register_sim_responder``). Adding a stage is that
+module plus one line here (or in the package module already listed, e.g.
+``fabrika.generators.fc.stages``); see ``docs/STAGES.md``. They are imported
+lazily, on the first config validation, so importing ``fabrika.pipeline`` stays
+cheap. A listed module that fails to import is a configuration error (it would
+silently remove stage kinds otherwise).
 """
 
 from __future__ import annotations

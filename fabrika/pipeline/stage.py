@@ -45,14 +45,22 @@ Facts for the manifest (e.g. the sandbox isolation mode) go through ``ctx.report
 
 Paths in a stage config should be typed ``Path``: the validate step checks they
 exist (relative to the config file) and ``ctx.pipeline.resolve_path`` resolves them.
+
+A stage names its config once, as the type argument (``class ToolsStage(Stage[ToolsConfig])``),
+and its kind once, as ``kind = "fc.tools"``: :func:`register_stage` makes that kind the config's
+``kind`` field (``Literal["fc.tools"]``, default ``"fc.tools"``), so ``ToolsConfig()`` needs no
+kind and ``self.config`` is a typed ``ToolsConfig``. Stages that call the LLM once per item
+usually subclass :class:`fabrika.pipeline.llm_stage.LLMStage` instead (``requests`` / ``parse``).
+See ``docs/STAGES.md``.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, AsyncIterator, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, ClassVar, Generic, Iterator, Literal, TypeVar, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.fields import FieldInfo
 
 if TYPE_CHECKING:
     from fabrika.pipeline.context import StageContext
@@ -83,12 +91,18 @@ class StageConfig(BaseModel):
         return self.name or self.kind
 
 
-class Stage(abc.ABC):
+ConfigT = TypeVar("ConfigT", bound=StageConfig)
+
+
+class Stage(abc.ABC, Generic[ConfigT]):
     """One resumable step of a pipeline.
 
-    Subclasses set ``kind`` and ``Config`` and implement :meth:`process`
-    (per-item, concurrent) — or override :meth:`run_all` for stages that need the
-    whole input at once (clustering, dedup), which must then still stream their output.
+    Subclasses name their config as the type argument (``Stage[ToolsConfig]``), set
+    ``kind`` and implement :meth:`process` (per-item, concurrent) — or override
+    :meth:`run_all` for stages that need the whole input at once (clustering, dedup),
+    which must then still stream their output. ``Config`` is taken from the type
+    argument (set it explicitly only when it differs); a stage without one gets an
+    empty config of its own.
     """
 
     kind: ClassVar[str]
@@ -101,8 +115,20 @@ class Stage(abc.ABC):
     #: under ``executor: ray`` they run on worker actors (``fabrika.pipeline.executors``).
     calls_llm: ClassVar[bool] = True
 
-    def __init__(self, config: StageConfig, ctx: "StageContext") -> None:
-        self.config = config
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "Config" in cls.__dict__:
+            return
+        for base in getattr(cls, "__orig_bases__", ()):
+            origin = get_origin(base)
+            if isinstance(origin, type) and issubclass(origin, Stage):
+                args = get_args(base)
+                if args and isinstance(args[0], type) and issubclass(args[0], StageConfig):
+                    cls.Config = args[0]
+                    return
+
+    def __init__(self, config: ConfigT, ctx: "StageContext") -> None:
+        self.config: ConfigT = config
         self.ctx = ctx
 
     @property
@@ -110,7 +136,7 @@ class Stage(abc.ABC):
         return self.config.stage_name
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+    def check_config(cls, config: ConfigT, pipeline: Any) -> list[tuple[str, str]]:
         """Extra validation before any LLM call: ``(field, message)`` pairs. ``Path`` fields are checked already."""
         return []
 
@@ -146,14 +172,44 @@ class Stage(abc.ABC):
         yield []
 
 
-STAGES: dict[str, type[Stage]] = {}
+STAGES: dict[str, type[Stage[Any]]] = {}
+#: The kind each config class was bound to by :func:`register_stage` (one kind per config class).
+_CONFIG_KINDS: dict[type[StageConfig], str] = {}
+
+StageT = TypeVar("StageT", bound="type[Stage[Any]]")
 
 
-def register_stage(cls: type[Stage]) -> type[Stage]:
-    """Class decorator: make ``cls.kind`` usable in pipeline YAML."""
+def _bind_kind(stage: type[Stage[Any]]) -> None:
+    """Make ``stage.kind`` the ``kind`` field of its config: ``Literal[kind]`` with that default."""
+    kind, config = stage.kind, stage.Config
+    if config is StageConfig:  # a stage without options still gets a config class of its own
+        config = create_model(f"{stage.__name__}Config", __base__=StageConfig, __module__=stage.__module__,
+                              __doc__=f"Config of ``{kind}`` (only the fields every stage has).")
+        config.__qualname__ = f"{stage.__qualname__}.Config"  # so pickle finds it (Ray workers, process pools)
+        stage.Config = config
+    bound = _CONFIG_KINDS.get(config)
+    if bound is not None and bound != kind:
+        raise TypeError(f"{config.__qualname__} is already the config of stage kind {bound!r}; "
+                        f"give {stage.__qualname__} ({kind!r}) a subclass of it")
+    own = config.__dict__.get("__annotations__", {})
+    declared = config.__pydantic_fields__["kind"].default if "kind" in own else None
+    if declared not in (None, kind):
+        raise TypeError(f"{config.__qualname__}.kind defaults to {declared!r} but {stage.__qualname__}.kind "
+                        f"is {kind!r}; declare the kind once, on the stage")
+    literal: Any = Literal[kind]  # built at run time: the kind is a value here, not a type known to a checker
+    config.__pydantic_fields__["kind"] = FieldInfo.from_annotated_attribute(
+        literal, Field(default=kind, description=f"Stage kind: always {kind!r} (selects the stage class)."))
+    config.model_rebuild(force=True)
+    _CONFIG_KINDS[config] = kind
+
+
+def register_stage(cls: StageT) -> StageT:
+    """Class decorator: make ``cls.kind`` usable in pipeline YAML (and the kind of its config)."""
     kind = cls.kind
     if kind in STAGES and STAGES[kind] is not cls:
         raise ValueError(f"stage kind {kind!r} is registered twice ({STAGES[kind].__qualname__}, {cls.__qualname__})")
+    if STAGES.get(kind) is not cls:
+        _bind_kind(cls)
     STAGES[kind] = cls
     return cls
 

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import ConfigError
+from fabrika.llm.rejections import TRUNCATED, llm_error_reason
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.rewards.instruct import IFRewardConfig, completion_text, parse_constraints, rm_corrected, score_if
 from fabrika.rewards.reward_fn import RewardFunction
@@ -229,12 +230,12 @@ def response_verdicts(resp: ChatResponse, n_rubrics: int, vote: str = "majority"
                       key: str = "pass") -> list[bool] | ParseFailure:
     """Verdicts from every choice of a judge response, combined by ``vote``; failures say why."""
     if resp.error is not None:
-        return ParseFailure(f"llm_error: {resp.error.kind}")
+        return ParseFailure(llm_error_reason(resp.error))
     samples: list[list[bool]] = []
     reasons: list[str] = []
     for choice in resp.choices:
         if choice.truncated:
-            reasons.append("truncated")
+            reasons.append(TRUNCATED)
             continue
         parsed = parse_verdicts(choice.content, n_rubrics, key=key)
         if is_failure(parsed):

@@ -50,8 +50,8 @@ class ParseFailure(str):
     """A reason why an answer could not be parsed (a ``str`` so it can go straight into ``reason``)."""
 
 
-def is_failure(value: Any) -> TypeIs[ParseFailure]:
-    """True for a :class:`ParseFailure`; type checkers narrow ``T | ParseFailure`` to ``T`` otherwise."""
+def is_failure(value: object) -> TypeIs[ParseFailure]:
+    """True for a :class:`ParseFailure`; narrows ``X | ParseFailure`` to ``X`` in the other branch."""
     return isinstance(value, ParseFailure)
 
 

@@ -86,3 +86,17 @@ def test_sim_judge_polarity_on_a_known_relevant_case():
         assert verdict["any_tool_fits"] is fits
 
 
+
+
+def test_a_failed_or_cut_off_writer_is_a_standard_rejection_of_that_sample():
+    from fabrika.llm.rejections import TRUNCATED
+    from fabrika.testing import llm_error
+
+    row = {"id": "ep-1", "dialogue": _dialogue(clarify=False).model_dump_json()}
+    verdict = '{"any_tool_fits": false, "fitting_tools": [], "issues": []}'
+    for writer, reason in ((lambda r: llm_error("bad_request"), "llm_error: bad_request: HTTP 400"),
+                           (lambda r: {"content": "К сожалению, узна", "finish_reason": "length"}, TRUNCATED)):
+        llm = ScriptedLLM({"fc.irrelevance.answer": writer, "fc.irrelevance.judge": lambda r: verdict})
+        [out] = asyncio.run(_stage(llm).process(row))
+        assert out["status"] == "rejected" and out["reason"].startswith(reason), out["reason"]
+        assert out["id"].startswith("fci-") and out["source_id"]

@@ -9,6 +9,7 @@ import statistics
 import pytest
 
 from fabrika.generators.general.teacher import GeneralTeacherConfig, GeneralTeacherStage, reference_length
+from fabrika.llm.rejections import TRUNCATED
 from fabrika.llm.types import Choice
 from fabrika.rewards.general import completion_length
 from tests.general.teacher_double import context, teacher_llm
@@ -42,8 +43,8 @@ async def _run(stat: str, unit: str = "chars", n_per_request: bool = True, honou
 async def test_l0_is_the_statistic_of_stored_usable_lengths(stat: str, unit: str) -> None:
     row, _ = await _run(stat, unit, n_per_request=False)
     answers = json.loads(row["teacher_answers"])
-    assert [a["problem"] for a in answers] == [None, "truncated", None, "cut_off_in_reasoning", None,
-                                              "llm_error: timeout"]
+    assert [a["problem"] for a in answers][:5] == [None, TRUNCATED, None, "cut_off_in_reasoning", None]
+    assert answers[5]["problem"].startswith("llm_error: timeout: ")
     usable = [a for a in answers if a["usable"]]
     # the stored text is the visible answer (reasoning removed) and its length is the reward's own measure
     assert usable[0]["text"] == "Водой 95 градусов, первый пролив слить." and usable[0]["had_reasoning"]
@@ -83,7 +84,7 @@ async def test_a_failed_n_request_falls_back_to_k_single_requests() -> None:
     row, teacher = await _run_k(6, _choices())  # the n=6 request fails as a whole (sample 5 times out)
     assert [r.n for r in teacher.requests] == [6, 1, 1, 1, 1, 1, 1]
     answers = json.loads(row["teacher_answers"])
-    assert len(answers) == 6 and answers[5]["problem"] == "llm_error: timeout" and row["teacher_usable"] == 3
+    assert len(answers) == 6 and answers[5]["problem"].startswith("llm_error: timeout: ") and row["teacher_usable"] == 3
 
 
 async def test_requests_are_deterministic_per_prompt() -> None:

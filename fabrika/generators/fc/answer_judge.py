@@ -8,23 +8,29 @@ to). The cheap rule scores are written by ``fc.samples`` itself:
 ``asks_withheld`` (a clarification names the withheld argument) and
 ``unsupported_numbers`` (numbers of a closing answer found in no tool result or
 user turn). Thresholds live in the gate group (contract 2).
+
+The module is a whole stage in one place — config, :class:`~fabrika.pipeline.llm_stage.LLMStage`
+(``requests`` / ``parse``), the ``sim`` responder and the gate group — and is the worked
+example of ``docs/STAGES.md``.
 """
 
 from __future__ import annotations
 
 import json
-from typing import ClassVar, Literal
+import random
+import re
+from typing import Any, ClassVar
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fabrika.agents.prompts import prompt_text
 from fabrika.gates import GatePredicate, register_gate_group
-from fabrika.generators.fc.common import response_error
 from fabrika.generators.fc.irrelevance import conversation_view
-from fabrika.generators.fc.structured import AnswerVerdict, response_format
-from fabrika.llm.types import ChatRequest
-from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.llm.sim import register_sim_responder
+from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.llm_stage import LLMStage
+from fabrika.pipeline.stage import Row, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.records import Sample
 from fabrika.schemas.rows import from_row
 from fabrika.textutil.answers import extract_json, is_failure
@@ -33,8 +39,16 @@ from fabrika.textutil.answers import extract_json, is_failure
 class AnswerJudgeConfig(StageConfig):
     """Config of ``fc.answer_judge`` (input: ``fc.samples``)."""
 
-    kind: Literal["fc.answer_judge"] = "fc.answer_judge"
     max_tokens: int = Field(default=512, ge=64, description="Completion budget of one judge request.")
+
+
+class AnswerVerdict(BaseModel):
+    """How consistent a closing answer is with the tool results (0 contradicts … 10 fully consistent)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    score: float = Field(ge=0, le=10)
+    issues: list[str] = Field(default_factory=list)
 
 
 def closing_context(sample: Sample) -> tuple[list[str], list[str]] | None:
@@ -49,41 +63,63 @@ def closing_context(sample: Sample) -> tuple[list[str], list[str]] | None:
     return [m.content or "" for m in sample.prompt if m.role == "user"], results
 
 
+_NO_SCORE = {"answer_consistency": None, "answer_issues": None}
+
+
 @register_stage
-class AnswerJudgeStage(Stage):
+class AnswerJudgeStage(LLMStage[AnswerJudgeConfig]):
     """Annotating stage: ``answer_consistency`` (0–10) per closing answer, null elsewhere."""
 
-    kind: ClassVar[str] = "fc.answer_judge"
-    Config: ClassVar[type[StageConfig]] = AnswerJudgeConfig
+    kind = "fc.answer_judge"
     annotates: ClassVar[bool] = True
+    answer_model = AnswerVerdict
 
-    async def process(self, row: Row) -> list[Row]:
+    def requests(self, row: Row) -> list[ChatRequest]:
         sample = from_row(Sample, row)
         found = closing_context(sample)
         if found is None:
-            return [ok(row["id"], answer_consistency=None, answer_issues=None)]
+            return []
         users, results = found
         answer = "\n".join(m.content or "" for m in sample.completion)
         task = {"conversation": conversation_view(sample.prompt), "user_turns": users,
                 "results": [json.loads(r) if r[:1] in "[{" else r for r in results], "answer": answer}
-        resp = await self.ctx.llm.complete_one(ChatRequest(
+        return [ChatRequest(
             messages=({"role": "user", "content": prompt_text("answer_judge", sample.lang).format(
                 task=json.dumps(task, ensure_ascii=False, indent=1))},),
-            temperature=0.0, max_tokens=self.config.max_tokens,  # type: ignore[attr-defined]
-            tag="fc.answer_judge", response_format=response_format("fc_answer_judge")))
-        err = response_error(resp)
-        if err:
-            return [rejected(row["id"], f"answer_judge_{err}", answer_consistency=None, answer_issues=None)]
+            temperature=0.0, max_tokens=self.config.max_tokens, tag="fc.answer_judge")]
+
+    def rejection_columns(self, row: Row) -> dict[str, Any]:
+        return dict(_NO_SCORE)
+
+    def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
+        if not responses:  # not a closing answer: the score does not apply
+            return [ok(row["id"], **_NO_SCORE)]
+        (resp,) = responses
         data = extract_json(resp.text, expect=dict, reasoning_content=resp.choices[0].reasoning)
         if is_failure(data):
-            return [rejected(row["id"], f"answer_judge_{data}", answer_consistency=None, answer_issues=None)]
+            return [rejected(row["id"], f"answer_judge_{data}", **_NO_SCORE)]
         try:
             verdict = AnswerVerdict.model_validate(data)
         except ValidationError as exc:
-            return [rejected(row["id"], f"answer_judge_unusable: {exc.errors()[0]['msg']}",
-                             answer_consistency=None, answer_issues=None)]
+            return [rejected(row["id"], f"answer_judge_unusable: {exc.errors()[0]['msg']}", **_NO_SCORE)]
         return [ok(row["id"], answer_consistency=float(verdict.score),
                    answer_issues=json.dumps(verdict.issues, ensure_ascii=False))]
+
+
+def answer_judge_responder(request: ChatRequest, rng: random.Random) -> str:
+    """``sim`` judge: 10 when every number of the answer occurs in the results or user turns, else 3.
+
+    It reads the task from the prompt's JSON block, as a model would.
+    """
+    block = _TASK_BLOCK.search(str(request.messages[-1].get("content") or ""))
+    task = json.loads(block.group(1)) if block else {}
+    seen = json.dumps(task.get("results"), ensure_ascii=False) + " " + " ".join(task.get("user_turns") or [])
+    missing = [n for n in re.findall(r"\d+", task.get("answer") or "") if n not in seen]
+    return json.dumps({"score": 3 if missing else 10, "issues": [f"number {n}" for n in missing]})
+
+
+_TASK_BLOCK = re.compile(r"```json\s*\n(.*?)```", re.DOTALL)
+register_sim_responder("fc.answer_judge", answer_judge_responder)
 
 
 class FcTargetsGate(BaseModel):

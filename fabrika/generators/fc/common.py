@@ -14,6 +14,7 @@ from typing import Any, Iterable
 import jsonschema
 from pydantic import ValidationError
 
+from fabrika.llm.rejections import answer_problem
 from fabrika.llm.types import ChatResponse
 from fabrika.schemas.fc import N_TIERS, ToolSpec
 from fabrika.schemas.ids import canonical_json, stable_id
@@ -53,14 +54,8 @@ def language_ok(text: str, lang: str, min_share: float = 0.6) -> bool:
 
 
 def response_error(resp: ChatResponse) -> str | None:
-    """A rejection reason for a failed or truncated response, else ``None``."""
-    if not resp.ok:
-        return f"llm_error: {resp.error}"
-    if not resp.choices:
-        return "llm_error: no choices"
-    if resp.choices[0].truncated:
-        return "truncated: finish_reason=length"
-    return None
+    """A rejection reason for a failed, empty or truncated response, else ``None`` (the standard wording)."""
+    return answer_problem(resp)
 
 
 def signature(tool: Tool) -> str:

@@ -27,7 +27,7 @@ import asyncio
 import dataclasses
 import json
 import re
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 from pydantic import Field
 
@@ -61,7 +61,6 @@ class EpisodeRejected(Exception):
 class DialoguesConfig(StageConfig):
     """Config of ``fc.dialogues`` (input: ``fc.plans``)."""
 
-    kind: Literal["fc.dialogues"] = "fc.dialogues"
     max_retries: int = Field(default=2, ge=0, le=5, description="Retries after a failed assistant attempt before the reference is injected (0: inject at the first failure).")
     max_injected_share: float = Field(default=0.34, ge=0, le=1, description="Reject episodes whose share of untrained assistant steps (injected or repeated) exceeds this.")
     tool_retries: int = Field(default=1, ge=0, le=5, description="Re-asks of the tool agent when its answer breaks the plan's expected result; then the episode is rejected.")
@@ -314,9 +313,8 @@ class Episode:
 
 
 @register_stage
-class DialoguesStage(Stage):
-    kind: ClassVar[str] = "fc.dialogues"
-    Config: ClassVar[type[StageConfig]] = DialoguesConfig
+class DialoguesStage(Stage[DialoguesConfig]):
+    kind = "fc.dialogues"
 
     async def process(self, row: Row) -> list[Row]:
         plan = Plan.model_validate_json(row["plan"])

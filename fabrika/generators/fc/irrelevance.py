@@ -19,7 +19,7 @@ same samples.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 from pydantic import Field, ValidationError
 
@@ -27,8 +27,9 @@ from fabrika.agents.prompts import prompt_text
 from fabrika.generators.fc.common import language_ok, response_error
 from fabrika.generators.fc.samples import episode_samples
 from fabrika.generators.fc.structured import IrrelevanceVerdict, response_format
-from fabrika.llm.types import ChatRequest
-from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.llm_stage import LLMStage
+from fabrika.pipeline.stage import Row, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
 from fabrika.schemas.messages import Dialogue, Message
 from fabrika.schemas.records import Sample
@@ -40,7 +41,6 @@ from fabrika.textutil.reasoning import split_reasoning
 class IrrelevanceConfig(StageConfig):
     """Config of ``fc.irrelevance`` (input: ``fc.samples``)."""
 
-    kind: Literal["fc.irrelevance"] = "fc.irrelevance"
     # input: fc.dialogues (preferred) or fc.samples
     share: float = Field(default=0.3, ge=0, le=1, description="Share of eligible samples to derive from (chosen by ctx.rng).")
     temperature: float = Field(default=0.7, ge=0, le=2, description="Temperature of the answer writer.")
@@ -75,9 +75,11 @@ def parse_irrelevance_verdict(text: str | None) -> IrrelevanceVerdict | str:
 
 
 @register_stage
-class IrrelevanceStage(Stage):
-    kind: ClassVar[str] = "fc.irrelevance"
-    Config: ClassVar[type[StageConfig]] = IrrelevanceConfig
+class IrrelevanceStage(LLMStage[IrrelevanceConfig]):
+    """Derived irrelevance samples: the needed tools removed, a refusal written and judged (two requests each)."""
+
+    kind = "fc.irrelevance"
+    per_answer = True  # an episode row derives several samples: each pair of answers stands alone
 
     def eligible(self, sample: Sample) -> list[str] | None:
         """The tools to remove (every tool this user turn needs), or ``None`` when no true sample can be derived.
@@ -105,60 +107,85 @@ class IrrelevanceStage(Stage):
             return None
         return removed
 
-    async def process(self, row: Row) -> list[Row]:
-        """One ``fc.samples`` row, or one ``fc.dialogues`` row (every sample of the episode)."""
+    def _sources(self, row: Row) -> list[Sample]:
+        """One ``fc.samples`` row, or the eligible samples of one ``fc.dialogues`` row (the whole episode)."""
         if "dialogue" in row:
-            candidates = [s for s in episode_samples(Dialogue.model_validate_json(row["dialogue"]))
-                          if self.eligible(s) is not None]
-            if not candidates:
-                return [rejected(stable_id(row["id"], prefix="fci-none-"),
-                                 "not_eligible: no turn-opening tool_call sample with tools left")]
-            out: list[Row] = []
-            for sample in candidates:
-                out += await self.derive(sample)
-            return out
-        return await self.derive(from_row(Sample, row))
+            return [s for s in episode_samples(Dialogue.model_validate_json(row["dialogue"]))
+                    if self.eligible(s) is not None]
+        return [from_row(Sample, row)]
 
-    async def derive(self, sample: Sample) -> list[Row]:
-        cfg: IrrelevanceConfig = self.config  # type: ignore[assignment]
+    def _draw(self, sample: Sample) -> tuple[list[str], str] | Row:
+        """``(removed tools, task)`` of a sample to derive from, or the row that passes it over."""
         out_id = stable_id(sample.id, prefix="fci-")
         removed = self.eligible(sample)
         if removed is None:
-            return [rejected(out_id, "not_eligible: not a turn-opening tool_call sample (or it answers a "
-                             "clarification, or no tools would be left)", source_id=sample.id, lang=sample.lang)]
-        if self.ctx.rng(sample.id).random() >= cfg.share:
-            return [rejected(out_id, f"not_sampled: share={cfg.share}", source_id=sample.id, lang=sample.lang)]
+            return rejected(out_id, "not_eligible: not a turn-opening tool_call sample (or it answers a "
+                            "clarification, or no tools would be left)", source_id=sample.id, lang=sample.lang)
+        if self.ctx.rng(sample.id).random() >= self.config.share:
+            return rejected(out_id, f"not_sampled: share={self.config.share}", source_id=sample.id, lang=sample.lang)
         tools = [t for t in sample.tools if t.name not in removed]
         task = json.dumps({"conversation": conversation_view(sample.prompt),
                            "tools": [t.to_openai()["function"] for t in tools]}, ensure_ascii=False, indent=1)
+        return removed, task
+
+    def requests(self, row: Row) -> list[ChatRequest]:
+        """Two per drawn sample: the refusal's writer and the judge, who both read the whole conversation."""
+        cfg = self.config
+        out: list[ChatRequest] = []
+        for sample in self._sources(row):
+            drawn = self._draw(sample)
+            if isinstance(drawn, dict):
+                continue
+            task = drawn[1]
+            out += [
+                ChatRequest(messages=({"role": "user", "content": prompt_text("irrelevance_answer", sample.lang).format(task=task)},),
+                            temperature=cfg.temperature, max_tokens=cfg.max_tokens, tag="fc.irrelevance.answer"),
+                ChatRequest(messages=({"role": "user", "content": prompt_text("irrelevance_judge", sample.lang).format(task=task)},),
+                            temperature=0.0, max_tokens=cfg.max_tokens, tag="fc.irrelevance.judge",
+                            response_format=response_format("fc_irrelevance_judge")),
+            ]
+        return out
+
+    def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
+        sources = self._sources(row)
+        if not sources:
+            return [rejected(stable_id(row["id"], prefix="fci-none-"),
+                             "not_eligible: no turn-opening tool_call sample with tools left")]
+        answers = iter(responses)
+        out: list[Row] = []
+        for sample in sources:
+            drawn = self._draw(sample)
+            if isinstance(drawn, dict):
+                out.append(drawn)
+            else:
+                out.append(self._derived(sample, drawn[0], next(answers), next(answers)))
+        return out
+
+    def _derived(self, sample: Sample, removed: list[str], answer_resp: ChatResponse,
+                 judge_resp: ChatResponse) -> Row:
+        out_id = stable_id(sample.id, prefix="fci-")
+        tools = [t for t in sample.tools if t.name not in removed]
         base = {"source_id": sample.id, "lang": sample.lang}
-        answer_resp, judge_resp = await self.ctx.llm.complete([
-            ChatRequest(messages=({"role": "user", "content": prompt_text("irrelevance_answer", sample.lang).format(task=task)},),
-                        temperature=cfg.temperature, max_tokens=cfg.max_tokens, tag="fc.irrelevance.answer"),
-            ChatRequest(messages=({"role": "user", "content": prompt_text("irrelevance_judge", sample.lang).format(task=task)},),
-                        temperature=0.0, max_tokens=cfg.max_tokens, tag="fc.irrelevance.judge",
-                        response_format=response_format("fc_irrelevance_judge")),
-        ])
         err = response_error(answer_resp)
         if err:
-            return [rejected(out_id, err, **base)]
+            return rejected(out_id, err, **base)
         split = split_reasoning(answer_resp.text, answer_resp.choices[0].reasoning)
         text = split.answer if split.complete else ""
         if not text or "<tool_call>" in text:
-            return [rejected(out_id, "invalid_answer: empty, unfinished reasoning or contains a tool call", **base)]
+            return rejected(out_id, "invalid_answer: empty, unfinished reasoning or contains a tool call", **base)
         if not language_ok(text, sample.lang):
-            return [rejected(out_id, f"wrong_language: answer not in {sample.lang!r}", **base)]
+            return rejected(out_id, f"wrong_language: answer not in {sample.lang!r}", **base)
         err = response_error(judge_resp)
         verdict = parse_irrelevance_verdict(None if err else judge_resp.text)
         if isinstance(verdict, str):
-            return [rejected(out_id, verdict if not err else f"judge_{err}", **base)]
+            return rejected(out_id, verdict if not err else f"judge_{err}", **base)
         if verdict.any_tool_fits:
             why = ", ".join(verdict.fitting_tools) or (verdict.issues or ["-"])[0]
-            return [rejected(out_id, f"judge_rejected: a remaining tool fits: {why}", **base)]
+            return rejected(out_id, f"judge_rejected: a remaining tool fits: {why}", **base)
         derived = Sample(
             id=out_id, expert="fc", lang=sample.lang, prompt=sample.prompt,
             completion=[Message(role="assistant", content=text, train=True)], tools=tools,
             target_type="irrelevance", ground_truth={"calls": []},
             meta={**sample.meta, "derived_from": sample.id, "removed_tools": removed},
         )
-        return [ok(out_id, **{k: v for k, v in to_row(derived).items() if k != "id"}, source_id=sample.id)]
+        return ok(out_id, **{k: v for k, v in to_row(derived).items() if k != "id"}, source_id=sample.id)

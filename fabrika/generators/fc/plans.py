@@ -18,7 +18,7 @@ import random
 import re
 import zlib
 from functools import cached_property
-from typing import Any, ClassVar, Iterator, Literal
+from typing import Any, Iterator
 
 from pydantic import Field, ValidationError
 
@@ -51,7 +51,6 @@ NEEDS_TWO_TOOLS = ("parallel", "multi_step")
 class PlansConfig(StageConfig):
     """Config of ``fc.plans`` (input: ``fc.tools_dedup`` or ``fc.tools``)."""
 
-    kind: Literal["fc.plans"] = "fc.plans"
     plans_per_topic: int = Field(default=4, ge=1, description="Plans sampled per topic.")
     sample_types: dict[SampleType, float] = Field(default_factory=lambda: dict(DEFAULT_TYPES),
                                                   description="Relative weights of the sample types.")
@@ -92,9 +91,8 @@ def _sample_other_topics(rng: random.Random, pool: list[str], own: str, k: int,
 
 
 @register_stage
-class PlansStage(Stage):
-    kind: ClassVar[str] = "fc.plans"
-    Config: ClassVar[type[StageConfig]] = PlansConfig
+class PlansStage(Stage[PlansConfig]):
+    kind = "fc.plans"
 
     @cached_property
     def _index(self) -> tuple[dict[str, list[bytes]], dict[str, list[str]]]:
@@ -152,19 +150,19 @@ class PlansStage(Stage):
 
     @cached_property
     def _personas(self) -> dict[str, list[Persona]]:
-        cfg: PlansConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         resolve = getattr(self.ctx.pipeline, "resolve_path", None)
         return {lang: load_personas(path, resolve) for lang, path in cfg.personas.items()}
 
     def input_rows(self) -> Iterator[Row]:
         by_topic, _ = self._index
         for topic_id in sorted(by_topic):
-            for i in range(self.config.plans_per_topic):  # type: ignore[attr-defined]
+            for i in range(self.config.plans_per_topic):
                 yield {"id": stable_id(topic_id, i, prefix="plan-"), "topic_id": topic_id, "plan_index": i}
 
     def sample_setup(self, item: Row) -> tuple[SampleType, list[ToolSpec], Persona, int]:
         """Deterministic choices for one plan: type, tool group, persona, tier."""
-        cfg: PlansConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         by_topic, by_lang = self._index
         own = self._tools(item["topic_id"])
         lang = own[0].lang
@@ -194,7 +192,7 @@ class PlansStage(Stage):
         return task
 
     async def process(self, item: Row) -> list[Row]:
-        cfg: PlansConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         sample_type, group, persona, tier = self.sample_setup(item)
         lang = persona.lang
         task = self._task(sample_type, group, persona, self._tools(item["topic_id"]))
@@ -223,7 +221,7 @@ class PlansStage(Stage):
                 verdict = await self._judge(sample_type, group, steps, lang)
             rounds.append(PlanRound(round=r, plan=None if steps is None else {"steps": [s.model_dump() for s in steps]},
                                     problems=problems, verdict=verdict))
-            if verdict is not None and verdict.approved:
+            if verdict is not None and verdict.approved and steps is not None:
                 plan = Plan(id=item["id"], topic_id=item["topic_id"], lang=lang, sample_type=sample_type,
                             persona=persona, tools=group, tier=tier, steps=steps, rounds=rounds)
                 return [ok(item["id"], **base, n_steps=len(steps), n_rounds=len(rounds),
@@ -241,7 +239,7 @@ class PlansStage(Stage):
         return [rejected(item["id"], f"{why}: {detail}", **base, n_rounds=len(rounds), rounds=_dump(rounds))]
 
     async def _judge(self, sample_type: str, group: list[ToolSpec], steps: list, lang: str) -> JudgeVerdict:
-        cfg: PlansConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         task = {"sample_type": sample_type, "tools": [t.tool.to_openai()["function"] for t in group],
                 "plan": {"steps": [s.model_dump() for s in steps]}}
         resp = await self.ctx.llm.complete_one(ChatRequest(

@@ -9,7 +9,7 @@ expected calls (the FC reward's input). Wrong and injected turns are never compl
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 from fabrika.agents.prompts import assistant_system
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
@@ -21,8 +21,6 @@ from fabrika.schemas.rows import to_row
 
 class SamplesConfig(StageConfig):
     """Config of ``fc.samples`` (input: ``fc.dialogues``; no knobs)."""
-
-    kind: Literal["fc.samples"] = "fc.samples"
 
 
 SCORE_COLUMNS = ("asks_withheld", "unsupported_numbers")
@@ -63,9 +61,8 @@ def score_columns(sample: Sample) -> dict[str, Any]:
 
 
 @register_stage
-class SamplesStage(Stage):
-    kind: ClassVar[str] = "fc.samples"
-    Config: ClassVar[type[StageConfig]] = SamplesConfig
+class SamplesStage(Stage[SamplesConfig]):
+    kind = "fc.samples"
 
     async def process(self, row: Row) -> list[Row]:
         dialogue = Dialogue.model_validate_json(row["dialogue"])

@@ -22,6 +22,7 @@ import random
 import re
 from typing import Any
 
+from fabrika.generators.fc.answer_judge import answer_judge_responder
 from fabrika.llm.types import ChatRequest, Choice
 
 _BLOCK = re.compile(r"```json\s*\n(.*?)```", re.DOTALL)
@@ -139,7 +140,8 @@ def tools_responder(request: ChatRequest, rng: random.Random) -> str:
     """``fc.tools``: n tools whose tier-0 description is the key phrase '<verb> — <topic>'."""
     topic = _blocks(request)[0]
     lang = topic.get("lang") or _lang_of(request)
-    n = int(re.search(r"(\d+)", request.messages[0]["content"]).group(1))
+    count = re.search(r"(\d+)", request.messages[0]["content"])
+    n = int(count.group(1)) if count else 3  # the prompt states how many tools it wants
     label = re.sub(r"[.?!]", "", str(topic.get("topic") or "тема")).strip()
     words = WORDS[lang]
     tools = []
@@ -266,14 +268,6 @@ def judge_responder(request: ChatRequest, rng: random.Random) -> str:
     if rng.random() < 0.8:
         return json.dumps({"approved": True, "issues": []})
     return json.dumps({"approved": False, "issues": [WORDS[lang]["issue"]]}, ensure_ascii=False)
-
-
-def answer_judge_responder(request: ChatRequest, rng: random.Random) -> str:
-    """``fc.answer_judge``: 10 when every number of the answer occurs in the results, else 3."""
-    task = _blocks(request)[0]
-    seen = json.dumps(task.get("results"), ensure_ascii=False) + " " + " ".join(task.get("user_turns") or [])
-    missing = [n for n in re.findall(r"\d+", task.get("answer") or "") if n not in seen]
-    return json.dumps({"score": 3 if missing else 10, "issues": [f"number {n}" for n in missing]})
 
 
 def user_responder(request: ChatRequest, rng: random.Random) -> str:

@@ -1,8 +1,8 @@
-"""Import point of the FC pipeline: registers every FC stage kind and the sim responders.
+"""Import point of the FC pipeline: importing it registers the FC stage kinds, gate groups and sim responders.
 
-Listed in ``fabrika.pipeline.registry.STAGE_MODULES``, so every pipeline can use ``fc.tools``,
-``fc.tools_dedup``, ``fc.plans``, ``fc.dialogues``, ``fc.samples``,
-``fc.irrelevance`` and ``fc.answer_judge`` (plus the ``fc_targets`` gate group).
+Each stage module registers its own kind, gate group and (where it has one) sim
+responder when imported; this module only imports them, and is listed in
+``fabrika.pipeline.registry.STAGE_MODULES``. ``fabrika stages`` lists the kinds.
 """
 
 from __future__ import annotations

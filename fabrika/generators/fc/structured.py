@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.schemas.fc import JudgeVerdict, PlanStep
 
-__all__ = ["AnswerVerdict", "IrrelevanceVerdict", "PlanAnswer", "ToolDraft", "ToolsAnswer", "response_format"]
+__all__ = ["IrrelevanceVerdict", "PlanAnswer", "ToolDraft", "ToolsAnswer", "response_format"]
 
 
 class ToolDraft(BaseModel):
@@ -52,15 +52,6 @@ class IrrelevanceVerdict(BaseModel):
     issues: list[str] = Field(default_factory=list)
 
 
-class AnswerVerdict(BaseModel):
-    """How consistent a closing answer is with the tool results (0 contradicts … 10 fully consistent)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    score: float = Field(ge=0, le=10)
-    issues: list[str] = Field(default_factory=list)
-
-
 def _drop_deprecated(schema: Any) -> Any:
     if isinstance(schema, dict):
         props = schema.get("properties")
@@ -81,8 +72,8 @@ def _schema(model: type[BaseModel]) -> dict[str, Any]:
 
 MODELS: dict[str, type[BaseModel]] = {
     "fc_tools": ToolsAnswer, "fc_plan": PlanAnswer, "fc_judge": JudgeVerdict,
-    "fc_irrelevance_judge": IrrelevanceVerdict, "fc_answer_judge": AnswerVerdict,
-}
+    "fc_irrelevance_judge": IrrelevanceVerdict,
+}  # LLMStage stages declare their answer model themselves (``answer_model``, e.g. fc.answer_judge)
 
 
 def response_format(name: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, AsyncIterator, ClassVar, Iterator, Literal
+from typing import Any, AsyncIterator, ClassVar, Iterator
 
 from pydantic import Field
 
@@ -41,7 +41,6 @@ def _tool_row(status_row: Row, **cols: Any) -> Row:
 class ToolsConfig(StageConfig):
     """Config of ``fc.tools``."""
 
-    kind: Literal["fc.tools"] = "fc.tools"
     tools_per_topic: int = Field(default=4, ge=1, le=20, description="How many tools the LLM writes per topic.")
     temperature: float = Field(default=0.8, ge=0, le=2, description="Sampling temperature of the tool writer.")
     max_tokens: int = Field(default=4096, ge=256, description="Completion budget of one tool-writing request.")
@@ -52,22 +51,20 @@ class ToolsConfig(StageConfig):
 
 
 @register_stage
-class ToolsStage(Stage):
+class ToolsStage(Stage[ToolsConfig]):
     """Topic row (``id``, ``topic``, ``description``, ``keywords``, ``lang``) → tool rows."""
 
-    kind: ClassVar[str] = "fc.tools"
-    Config: ClassVar[type[StageConfig]] = ToolsConfig
+    kind = "fc.tools"
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
-        assert isinstance(config, ToolsConfig)
+    def check_config(cls, config: ToolsConfig, pipeline: Any) -> list[tuple[str, str]]:
         if config.input is not None or config.topics_file is None:
             return []
         path = resolve_data_path(config.topics_file, getattr(pipeline, "resolve_path", None))
         return [] if path.is_file() else [("topics_file", f"topics file not found: {path}")]
 
     def input_rows(self) -> Iterator[Row]:
-        cfg: ToolsConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         if cfg.input is not None or cfg.topics_file is None:
             yield from super().input_rows()
             return
@@ -79,7 +76,7 @@ class ToolsStage(Stage):
             yield row
 
     def build_request(self, row: Row) -> ChatRequest:
-        cfg: ToolsConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         lang = row.get("lang") or "ru"
         keywords = row.get("keywords") or []
         if isinstance(keywords, str):
@@ -134,15 +131,12 @@ class ToolsStage(Stage):
 class ToolsDedupConfig(StageConfig):
     """Config of ``fc.tools_dedup`` (no knobs: the signature is name + parameter names/types + required)."""
 
-    kind: Literal["fc.tools_dedup"] = "fc.tools_dedup"
-
 
 @register_stage
-class ToolsDedupStage(Stage):
+class ToolsDedupStage(Stage[ToolsDedupConfig]):
     """Keep one tool per signature (smallest id wins); reject the others as ``duplicate_of``."""
 
-    kind: ClassVar[str] = "fc.tools_dedup"
-    Config: ClassVar[type[StageConfig]] = ToolsDedupConfig
+    kind = "fc.tools_dedup"
     global_stage: ClassVar[bool] = True
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:

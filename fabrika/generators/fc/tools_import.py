@@ -25,7 +25,7 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Literal
+from typing import Any, Iterator, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -68,7 +68,6 @@ class ToolSourceConfig(BaseModel):
 class ToolsImportConfig(StageConfig):
     """Config of ``fc.tools_import``."""
 
-    kind: Literal["fc.tools_import"] = "fc.tools_import"
     sources: list[ToolSourceConfig] = Field(min_length=1, description="Where the tools come from.")
     lang: Literal["ru", "en"] = Field(default="en", description="Language of the tools' descriptions (and of the "
                                       "tiers the LLM writes); a tool whose descriptions are in another one is refused.")
@@ -238,7 +237,7 @@ def given_tiers(cand: Candidate) -> dict[int, str]:
 
 
 def tiers_request(name: str, parameters: dict[str, Any], given: dict[int, str], lang: str, topic: str,
-                  cfg: ToolsImportConfig, undescribed_params: list[str] = ()) -> ChatRequest:  # type: ignore[assignment]
+                  cfg: ToolsImportConfig, undescribed_params: Sequence[str] = ()) -> ChatRequest:
     missing = [i for i in range(N_TIERS) if i not in given]
     task = {"name": name, "topic": topic, "lang": lang, "parameters": parameters,
             "given_tiers": {str(i): t for i, t in sorted(given.items())}, "missing_tiers": missing,
@@ -315,19 +314,17 @@ def _row(status_row: Row, cand: Candidate, lang: str, topic_id: str, **cols: Any
 
 
 @register_stage
-class ToolsImportStage(Stage):
+class ToolsImportStage(Stage[ToolsImportConfig]):
     """Source stage: one row per imported tool (ok, or rejected with its reason)."""
 
-    kind: ClassVar[str] = "fc.tools_import"
-    Config: ClassVar[type[StageConfig]] = ToolsImportConfig
+    kind = "fc.tools_import"
 
-    def __init__(self, config: StageConfig, ctx: Any) -> None:
+    def __init__(self, config: ToolsImportConfig, ctx: Any) -> None:
         super().__init__(config, ctx)
         self._live: dict[int, dict[str, Any]] = {}  # source index -> tools/list result of a running MCP server
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
-        assert isinstance(config, ToolsImportConfig)
+    def check_config(cls, config: ToolsImportConfig, pipeline: Any) -> list[tuple[str, str]]:
         issues: list[tuple[str, str]] = []
         resolve = getattr(pipeline, "resolve_path", None)
         for i, src in enumerate(config.sources):
@@ -335,11 +332,11 @@ class ToolsImportStage(Stage):
             if (src.path is None) == (src.command is None):
                 issues.append((where, "give exactly one of 'path' (a file) or 'command' (an MCP server)"))
                 continue
-            if src.command is not None:
+            if src.path is None:  # an MCP server
                 if not src.command:
                     issues.append((f"{where}.command", "empty command"))
                 continue
-            path = resolve_data_path(src.path, resolve)  # type: ignore[arg-type]
+            path = resolve_data_path(src.path, resolve)
             if not path.is_file():
                 issues.append((f"{where}.path", f"tools source not found: {path}"))
                 continue
@@ -351,21 +348,21 @@ class ToolsImportStage(Stage):
         return issues
 
     async def setup(self) -> None:
-        cfg: ToolsImportConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         for i, src in enumerate(cfg.sources):
             if src.command is not None:
                 self._live[i] = await mcp_list_tools(src.command, src.env, None, src.timeout_s)
 
     def _candidates(self) -> Iterator[tuple[str, Candidate]]:
-        cfg: ToolsImportConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         resolve = getattr(self.ctx.pipeline, "resolve_path", None)
         for i, src in enumerate(cfg.sources):
-            if src.command is not None:
+            if src.path is None:  # an MCP server (validation admits exactly one of path and command)
                 doc = self._live[i]
-                label = str(doc.get("server") or snake_name(" ".join(src.command)) or f"mcp{i}")
+                label = str(doc.get("server") or snake_name(" ".join(src.command or [])) or f"mcp{i}")
                 cands = candidates_from(doc, "mcp", label)
             else:
-                path = resolve_data_path(src.path, resolve)  # type: ignore[arg-type]
+                path = resolve_data_path(src.path, resolve)
                 label = path.stem
                 cands = candidates_from(load_document(path), src.format, label, group_by=cfg.group_by,
                                         base_dir=path.parent, uri=path.resolve().as_uri())
@@ -382,7 +379,7 @@ class ToolsImportStage(Stage):
                    "candidate": cand, "duplicate_of": dups.get(n)}
 
     async def process(self, row: Row) -> list[Row]:
-        cfg: ToolsImportConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         cand: Candidate = copy.deepcopy(row["candidate"])
         lang = cfg.lang
         topic_id = stable_id(row["label"], cand.topic, prefix="topic-")

@@ -23,6 +23,7 @@ from fabrika.errors import ConfigError, InputError
 from fabrika.generators.fc import topics_prompts as prompts
 from fabrika.generators.fc.topics_text import NearDuplicateIndex, keyword_tokens, language_ok
 from fabrika.inputs import iter_records, resolve_data_path, where
+from fabrika.llm.rejections import answer_problem
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
@@ -42,7 +43,6 @@ class CorpusFile(BaseModel):
 class TopicsConfig(StageConfig):
     """Config of ``fc.topics``."""
 
-    kind: Literal["fc.topics"] = "fc.topics"
     corpus: list[CorpusFile] = Field(
         default_factory=lambda: [CorpusFile(path="package://topics/corpus_demo.jsonl")],
         description="Seed corpora; 'package://' paths point into fabrika/data.",
@@ -98,17 +98,14 @@ def _corpus_record(rec: dict[str, Any], spec: CorpusFile, at: str) -> dict[str, 
 
 
 @register_stage
-class TopicsStage(Stage):
+class TopicsStage(Stage[TopicsConfig]):
     """Builds the topic pool; a global stage (clustering needs the whole corpus)."""
 
-    kind: ClassVar[str] = "fc.topics"
-    Config = TopicsConfig
+    kind = "fc.topics"
     global_stage: ClassVar[bool] = True
-    config: TopicsConfig
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
-        assert isinstance(config, TopicsConfig)
+    def check_config(cls, config: TopicsConfig, pipeline: Any) -> list[tuple[str, str]]:
         base = getattr(pipeline, "base_dir", None)
         problems = []
         for i, spec in enumerate(config.corpus):
@@ -219,10 +216,8 @@ class TopicsStage(Stage):
 
     @staticmethod
     def _parse_topic(resp: Any, lang: str) -> tuple[str | None, dict[str, str]]:
-        if not resp.ok:
-            return f"llm_error: {resp.error.kind}", {}
-        if resp.choices and resp.choices[0].truncated:
-            return "truncated", {}
+        if (problem := answer_problem(resp)) is not None:
+            return problem, {}
         value = extract_json(resp.text, expect=dict)
         if is_failure(value):
             return str(value), {}
@@ -273,9 +268,8 @@ class TopicsStage(Stage):
         base = {"lang": lang, "source": "llm_expansion", "parent_id": parent["id"], "n_docs": 0,
                 "keywords": json.dumps([], ensure_ascii=False)}
         answer_id = stable_id(lang, "expand", parent["id"], rnd, prefix="topic-")
-        if not resp.ok or (resp.choices and resp.choices[0].truncated):
-            reason = f"llm_error: {resp.error.kind}" if not resp.ok else "truncated"
-            return [rejected(answer_id, reason, topic=None, description=None, **base)]
+        if (problem := answer_problem(resp)) is not None:
+            return [rejected(answer_id, problem, topic=None, description=None, **base)]
         value = extract_json(resp.text, expect=dict)
         if is_failure(value) or not isinstance(value.get("topics"), list):
             reason = str(value) if is_failure(value) else "schema: 'topics' must be a list"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, Iterator
 
 from pydantic import Field
 
@@ -32,7 +32,6 @@ _REJECT = "__reject"
 class GeneralPromptsConfig(StageConfig):
     """``general.prompts``: where the pool is and how its records are read."""
 
-    kind: str = Field(default="general.prompts", description="Stage kind.")
     path: Path = Field(description="jsonl/parquet file or save_to_disk directory of prompts or chats "
                        "(relative to the config file).")
     split: str | None = Field(default=None, description="Split of a saved DatasetDict.")
@@ -56,20 +55,17 @@ def _text_or_none(value: Any) -> str | None:
 
 
 @register_stage
-class GeneralPromptsStage(Stage):
+class GeneralPromptsStage(Stage[GeneralPromptsConfig]):
     """Source stage: the prompt pool, normalised to messages; bad records are recorded rejections."""
 
-    kind: ClassVar[str] = "general.prompts"
-    Config: ClassVar[type[StageConfig]] = GeneralPromptsConfig
-    config: GeneralPromptsConfig
+    kind = "general.prompts"
 
     def _path(self) -> Path:
         pipeline = getattr(self.ctx, "pipeline", None)
         return resolve_data_path(self.config.path, pipeline.resolve_path if pipeline is not None else None)
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
-        assert isinstance(config, GeneralPromptsConfig)
+    def check_config(cls, config: GeneralPromptsConfig, pipeline: Any) -> list[tuple[str, str]]:
         path = resolve_data_path(config.path, pipeline.resolve_path)
         if not path.exists():
             return []  # the generic path check reports it

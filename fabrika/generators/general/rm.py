@@ -51,7 +51,6 @@ class RMEndpoint(BaseModel):
 class GeneralRMConfig(StageConfig):
     """``general.rm``: which RM scores the teacher answers."""
 
-    kind: str = Field(default="general.rm", description="Stage kind.")
     rm: Path | None = Field(default=None, description="Local sequence-classification RM directory: the SAME RM the "
                             "GRPO trainer's rm_path points at.")
     endpoint: RMEndpoint | None = Field(default=None, description="A served RM instead of a local one.")
@@ -111,13 +110,11 @@ class EndpointRM:
 
 
 @register_stage
-class GeneralRMStage(Stage):
+class GeneralRMStage(Stage[GeneralRMConfig]):
     """Annotating stage over ``general.teacher``: one RM score per usable teacher answer."""
 
-    kind: ClassVar[str] = "general.rm"
-    Config: ClassVar[type[StageConfig]] = GeneralRMConfig
+    kind = "general.rm"
     annotates: ClassVar[bool] = True
-    config: GeneralRMConfig
 
     async def setup(self) -> None:
         cfg = self.config

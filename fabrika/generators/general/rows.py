@@ -20,7 +20,6 @@ would read that column as R, a constant per prompt that teaches nothing.
 from __future__ import annotations
 
 import json
-from typing import ClassVar
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
@@ -43,15 +42,12 @@ def _messages(row: Row) -> list[Message]:
 class GeneralSamplesConfig(StageConfig):
     """``general.samples``: SFT rows from scored teacher answers."""
 
-    kind: str = Field(default="general.samples", description="Stage kind.")
-
 
 @register_stage
-class GeneralSamplesStage(Stage):
+class GeneralSamplesStage(Stage[GeneralSamplesConfig]):
     """One SFT row per usable, RM-scored teacher answer (ranked by score within its prompt)."""
 
-    kind: ClassVar[str] = "general.samples"
-    Config: ClassVar[type[StageConfig]] = GeneralSamplesConfig
+    kind = "general.samples"
 
     async def process(self, row: Row) -> list[Row]:
         if row.get("answer_rm_scores") is None:
@@ -84,15 +80,12 @@ class GeneralSamplesStage(Stage):
 class GeneralGrpoConfig(StageConfig):
     """``general.grpo``: GRPO prompt rows with L0 and the RM id."""
 
-    kind: str = Field(default="general.grpo", description="Stage kind.")
-
 
 @register_stage
-class GeneralGrpoStage(Stage):
+class GeneralGrpoStage(Stage[GeneralGrpoConfig]):
     """One prompt-only GRPO row per prompt with a usable L0."""
 
-    kind: ClassVar[str] = "general.grpo"
-    Config: ClassVar[type[StageConfig]] = GeneralGrpoConfig
+    kind = "general.grpo"
 
     async def process(self, row: Row) -> list[Row]:
         sample = Sample(id=stable_id(row["id"], prefix="gg-"), expert=EXPERT, lang=row.get("lang") or "und",

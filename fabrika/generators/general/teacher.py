@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import json
 import statistics
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from fabrika.filters.teacher_rm import prompt_messages
+from fabrika.llm.rejections import TRUNCATED, llm_error_reason
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.rewards.general import completion_length
@@ -45,7 +46,6 @@ TAG = "general.teacher"
 class GeneralTeacherConfig(StageConfig):
     """``general.teacher``: the teacher's K answers per prompt and L0."""
 
-    kind: str = Field(default="general.teacher", description="Stage kind.")
     k: int = Field(default=4, ge=1, le=64, description="Teacher answers per prompt.")
     n_per_request: bool = Field(default=True, description="Ask for K answers as n=K in one request (topped up "
                                 "with single requests when the server returns fewer); false = K requests.")
@@ -63,16 +63,15 @@ class GeneralTeacherConfig(StageConfig):
 
 def _problem(resp: ChatResponse, index: int) -> tuple[dict[str, Any], str | None]:
     """One stored answer for choice ``index`` of ``resp`` and its problem (None when usable)."""
-    if not resp.ok:
-        err = resp.error
-        return {"text": None, "finish_reason": None}, f"llm_error: {getattr(err, 'kind', 'error')}"
+    if resp.error is not None:
+        return {"text": None, "finish_reason": None}, llm_error_reason(resp.error)
     if index >= len(resp.choices):
         return {"text": None, "finish_reason": None}, "missing_choice"
     choice = resp.choices[index]
     split = split_reasoning(choice.content, choice.reasoning)
     entry = {"text": split.answer, "finish_reason": choice.finish_reason, "had_reasoning": bool(split.reasoning)}
     if choice.truncated:
-        return entry, "truncated"
+        return entry, TRUNCATED
     if not split.complete:
         return entry, "cut_off_in_reasoning"
     if not split.answer:
@@ -88,12 +87,10 @@ def reference_length(lengths: list[float], stat: str) -> float | None:
 
 
 @register_stage
-class GeneralTeacherStage(Stage):
+class GeneralTeacherStage(Stage[GeneralTeacherConfig]):
     """Per prompt: K teacher answers (visible text, length, problem) and L0 over the usable ones."""
 
-    kind: ClassVar[str] = "general.teacher"
-    Config: ClassVar[type[StageConfig]] = GeneralTeacherConfig
-    config: GeneralTeacherConfig
+    kind = "general.teacher"
 
     def messages(self, row: Row) -> list[dict[str, Any]]:
         messages = prompt_messages(row)
@@ -136,7 +133,7 @@ class GeneralTeacherStage(Stage):
                    # copied so that a refilter re-applies general.max_per_template to the dataset rows
                    "template_id": row.get("template_id"), "template_rank": row.get("template_rank"),
                    "teacher_answers": json.dumps(answers, ensure_ascii=False), "teacher_k": len(answers),
-                   "teacher_usable": len(lengths), "teacher_truncated": sum(a["problem"] == "truncated" for a in answers),
+                   "teacher_usable": len(lengths), "teacher_truncated": sum(a["problem"] == TRUNCATED for a in answers),
                    "ref_length": l0, "length_unit": cfg.length_unit, "ref_length_stat": cfg.ref_length_stat}
         out_id = stable_id(row["id"], self.name, prefix="gt-")
         if l0 is None:

@@ -19,6 +19,7 @@ import fabrika.generators.instruct.prompts as prompts
 from fabrika.filters.similarity import SimilarityConfig, build_similarity
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.instruct.verifiers import consistency_before, current_min_accuracy, surviving_functions
+from fabrika.llm.rejections import TRUNCATED, llm_error_reason
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.rows import dumps
 from fabrika.textutil.answers import is_failure, parse_instruction
@@ -28,7 +29,6 @@ from fabrika.textutil.lang import check_russian
 class BacktranslationConfig(StageConfig):
     """Config of ``if.backtranslation`` (the threshold lives in ``filters.backtranslation``)."""
 
-    kind: str = Field(default="if.backtranslation", description="Stage kind.")
     max_functions: int = Field(default=3, ge=1, le=16, description="Surviving functions (best first) to back-translate.")
     similarity: SimilarityConfig = Field(default_factory=SimilarityConfig,
                                          description="Similarity backend and its calibration.")
@@ -36,16 +36,14 @@ class BacktranslationConfig(StageConfig):
 
 
 @register_stage
-class BacktranslationStage(Stage):
+class BacktranslationStage(Stage[BacktranslationConfig]):
     """Per constraint: back-translate the best functions, store similarity to the original."""
 
-    kind: ClassVar[str] = "if.backtranslation"
-    Config: ClassVar[type[StageConfig]] = BacktranslationConfig
+    kind = "if.backtranslation"
     annotates: ClassVar[bool] = True
-    config: BacktranslationConfig
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+    def check_config(cls, config: BacktranslationConfig, pipeline: Any) -> list[tuple[str, str]]:
         return consistency_before(config, pipeline)
 
     async def setup(self) -> None:
@@ -63,13 +61,13 @@ class BacktranslationStage(Stage):
         instructions: list[dict] = []
         problems: list[dict] = []
         for f, resp in zip(funcs, await self.ctx.llm.complete(reqs)):
-            if not resp.ok:
-                problems.append({"sample_index": f["sample_index"], "reason": f"llm_error: {resp.error.kind}"})  # type: ignore[union-attr]
+            if resp.error is not None:
+                problems.append({"sample_index": f["sample_index"], "reason": llm_error_reason(resp.error)})
                 continue
             text = parse_instruction(resp.text)
             reason = str(text) if is_failure(text) else check_russian(str(text))
             if reason is None and resp.choices and resp.choices[0].truncated:
-                reason = "truncated: answer cut off (finish_reason=length)"
+                reason = TRUNCATED
             if reason is not None:
                 problems.append({"sample_index": f["sample_index"], "reason": reason})
                 continue

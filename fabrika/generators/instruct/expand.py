@@ -25,6 +25,8 @@ from fabrika.filters.dedup import near_duplicate_clusters
 from fabrika.filters.text import norm_tokens
 from fabrika.generators.generic import iter_prompt_records
 from fabrika.inputs import where
+from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import Constraint, stable_id, to_row
 from fabrika.textutil.answers import is_failure, parse_constraint_list
@@ -34,7 +36,6 @@ from fabrika.textutil.lang import check_russian
 class ExpandConfig(StageConfig):
     """Config of ``if.expand``."""
 
-    kind: str = Field(default="if.expand", description="Stage kind.")
     library_seeds: bool = Field(default=True, description="Use every constraint of fabrika.constraints.REGISTRY "
                                 "(rendered with sampled params) as a seed.")
     library_ids: list[str] | None = Field(default=None, description="Restrict library seeds to these ids (None: all).")
@@ -80,16 +81,15 @@ def library_seeds(ids: list[str] | None, seed: int) -> list[Constraint]:
 
 
 @register_stage
-class ExpandStage(Stage):
+class ExpandStage(LLMStage[ExpandConfig]):
     """Source stage: one input item per seed; outputs the seed and its LLM-written candidates."""
 
-    kind: ClassVar[str] = "if.expand"
-    Config: ClassVar[type[StageConfig]] = ExpandConfig
-    config: ExpandConfig
+    kind = "if.expand"
+    per_answer = True  # each answer's candidates stand alone; a failed answer rejects only itself
+    allow_truncated = True  # a cut-off list keeps its complete items (only the last one is rejected)
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
-        assert isinstance(config, ExpandConfig)
+    def check_config(cls, config: ExpandConfig, pipeline: Any) -> list[tuple[str, str]]:
         problems = []
         for i, p in enumerate(config.seed_files):
             try:
@@ -122,11 +122,13 @@ class ExpandStage(Stage):
     def _candidate(self, text: str, seed_id: str, *parts: Any) -> Constraint:
         return Constraint(id=stable_id(seed_id, *parts, prefix="ifc-"), text=text, source="llm", parent_id=seed_id)
 
-    async def process(self, row: Row) -> list[Row]:
-        cfg = self.config
-        seed = Constraint(**{k: row[k] for k in ("id", "text", "lang", "source", "parent_id", "family")},
+    def _seed(self, row: Row) -> Constraint:
+        return Constraint(**{k: row[k] for k in ("id", "text", "lang", "source", "parent_id", "family")},
                           params=_json(row.get("params")))
-        out: list[Row] = [ok(**to_row(seed.model_copy(update={"parent_id": seed.parent_id or seed.id})), sample_index=None)]
+
+    def requests(self, row: Row) -> list[ChatRequest]:
+        cfg = self.config
+        seed = self._seed(row)
         seeds = self.seeds()
         # ceil(target / per_request) calls in all, spread over the seeds (the first ones take the remainder)
         total = math.ceil(cfg.target_count / cfg.candidates_per_request)
@@ -139,17 +141,22 @@ class ExpandStage(Stage):
             examples = [seed.text] + rng.sample(others, min(len(others), cfg.examples_per_request - 1))
             requests.append(prompts.expand_request(examples, cfg.candidates_per_request, sample_index=k,
                                                    model=cfg.model, temperature=cfg.temperature))
-        responses = await self.ctx.llm.complete(requests) if requests else []
+        return requests
+
+    def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
+        cfg = self.config
+        seed = self._seed(row)
+        out: list[Row] = [ok(**to_row(seed.model_copy(update={"parent_id": seed.parent_id or seed.id})), sample_index=None)]
         for k, resp in enumerate(responses):
             base = self._candidate("", seed.id, k)
-            if not resp.ok:
-                out.append(rejected(**_reject_cols(base, k), reason=f"llm_error: {resp.error.kind}"))  # type: ignore[union-attr]
+            if (problem := self.answer_problem(resp)) is not None:
+                out.append(rejected(**_reject_cols(base, k), reason=problem))
                 continue
             items = parse_constraint_list(resp.text)
             if is_failure(items):
                 out.append(rejected(**_reject_cols(base, k), reason=str(items)))
                 continue
-            truncated = bool(resp.choices and resp.choices[0].truncated)
+            truncated = resp.choices[0].truncated
             for j, text in enumerate(items):
                 cand = self._candidate(text, seed.id, k, j)
                 reason = None
@@ -181,7 +188,6 @@ def _reject_cols(base: Constraint, k: int) -> dict[str, Any]:
 class DedupConfig(StageConfig):
     """Config of ``if.dedup``."""
 
-    kind: str = Field(default="if.dedup", description="Stage kind.")
     threshold: float = Field(default=0.8, gt=0, le=1, description="Jaccard (over token sets) at which two "
                              "candidates are near-duplicates.")
     num_perm: int = Field(default=128, ge=16, le=1024, description="MinHash permutations.")
@@ -194,18 +200,16 @@ def normalise(text: str) -> str:
 
 
 @register_stage
-class DedupStage(Stage):
+class DedupStage(Stage[DedupConfig]):
     """Global stage: copies every candidate, rejecting exact and near duplicates with the kept id."""
 
-    kind: ClassVar[str] = "if.dedup"
-    Config: ClassVar[type[StageConfig]] = DedupConfig
+    kind = "if.dedup"
     global_stage: ClassVar[bool] = True
-    config: DedupConfig
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:
         cfg = self.config
         keep_cols = ("id", "text", "lang", "source", "parent_id", "family", "params")
-        data = [{k: r.get(k) for k in keep_cols} for r in rows]
+        data: list[dict[str, Any]] = [{k: r.get(k) for k in keep_cols} for r in rows]
         # seeds first, then by id: the kept member of a group never depends on input order
         data.sort(key=lambda r: (r["source"] == "llm", r["id"]))
         first_of: dict[str, str] = {}

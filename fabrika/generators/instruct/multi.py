@@ -34,12 +34,13 @@ import json
 import random
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Literal
+from typing import Any, Iterator, Literal
 
 from pydantic import Field, field_validator
 
 from fabrika.generators.instruct.queries import DEFAULT_POOL, SYSTEM_TEMPLATES, USER_TEMPLATES, load_pool
 from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sandbox, surviving_functions
+from fabrika.llm.rejections import answer_problem
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id
@@ -66,7 +67,6 @@ DEFAULT_COUNT_WEIGHTS = {2: 0.3, 3: 0.28, 4: 0.2, 5: 0.13, 6: 0.09}
 class MultiPromptsConfig(StageConfig):
     """Config of ``if.multi.prompts`` (``input``: the ``if.verifiers`` stage, scored by ``if.consistency``)."""
 
-    kind: str = Field(default="if.multi.prompts", description="Stage kind.")
     target_count: int = Field(default=14_000, ge=0, description="Prompts to compose (reference recipe: 14K).")
     count_weights: dict[int, float] = Field(default_factory=lambda: dict(DEFAULT_COUNT_WEIGHTS),
                                             description="Relative weight of each constraint count (2..6 by default).")
@@ -142,9 +142,10 @@ def parse_conflict(text: str | None, n: int) -> tuple[bool, list[tuple[int, int]
     for p in value.get("pairs") or []:
         raw = list(p.values()) if isinstance(p, dict) else p  # {"a": 1, "b": 3} is read as [1, 3]
         ints = [_as_number(i) for i in raw] if isinstance(raw, list) else []
-        if len(ints) != 2 or not all(i is not None and 1 <= i <= n for i in ints) or ints[0] == ints[1]:
+        nums = [i for i in ints if i is not None and 1 <= i <= n]
+        if len(ints) != 2 or len(nums) != 2 or nums[0] == nums[1]:
             return ParseFailure(f"bad_conflict: pair {p!r} is not two distinct numbers in 1..{n}")
-        pairs.append((min(ints) - 1, max(ints) - 1))  # type: ignore[type-var, operator]
+        pairs.append((min(nums) - 1, max(nums) - 1))
     if flag and not pairs:
         return ParseFailure("bad_conflict: conflict flagged without pairs")
     return flag, pairs, str(value.get("reason") or "")[:300]
@@ -171,15 +172,13 @@ def render_instructions(texts: list[str]) -> str:
 
 
 @register_stage
-class MultiPromptsStage(Stage):
+class MultiPromptsStage(Stage[MultiPromptsConfig]):
     """Per slot: one prompt with 2–6 compatible constraints, plus a rejected row per refused candidate."""
 
-    kind: ClassVar[str] = "if.multi.prompts"
-    Config: ClassVar[type[StageConfig]] = MultiPromptsConfig
-    config: MultiPromptsConfig
+    kind = "if.multi.prompts"
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+    def check_config(cls, config: MultiPromptsConfig, pipeline: Any) -> list[tuple[str, str]]:
         from fabrika.generators.instruct.verifiers import consistency_before
 
         assert isinstance(config, MultiPromptsConfig)
@@ -207,7 +206,7 @@ class MultiPromptsStage(Stage):
         self.library = sorted(ids)
         self.pool = self._llm_pool() if cfg.input else []
         self.sandbox = get_sandbox(self.ctx, cfg.timeout_s) if self.pool else None
-        self.pairs: dict[tuple[str, str], asyncio.Future[tuple[int, int]] | tuple[int, int]] = {}
+        self.pairs: dict[tuple[str, str], asyncio.Future[tuple[int, int, bool]] | tuple[int, int, bool]] = {}
 
     def _llm_pool(self) -> list[dict[str, Any]]:
         """Surviving LLM-written constraints: text, best verifiers, supported positive cases (sorted by id)."""
@@ -237,7 +236,10 @@ class MultiPromptsStage(Stage):
     async def _passes_all(self, codes: list[str], texts: list[str]) -> list[bool]:
         if not texts:
             return []
-        runs = await asyncio.gather(*(self.sandbox.run(code, texts) for code in codes))  # type: ignore[union-attr]
+        if self.sandbox is None:
+            raise RuntimeError("pair checks run LLM-written verifiers: the stage has no sandbox without an input pool")
+        sandbox = self.sandbox
+        runs = await asyncio.gather(*(sandbox.run(code, texts) for code in codes))
         return [all(run[i].passed for run in runs) for i in range(len(texts))]
 
     async def witnesses(self, a: dict[str, Any], b: dict[str, Any]) -> tuple[int, int, bool]:
@@ -345,10 +347,8 @@ class MultiPromptsStage(Stage):
         for _ in range(self.config.judge_rounds):
             resp = (await self.ctx.llm.complete([conflict_request([c["text"] for c in combo],
                                                                   model=self.config.judge_model)]))[0]
-            if not resp.ok:
-                return f"conflict_judge_failed: llm_error: {resp.error.kind}"  # type: ignore[union-attr]
-            if resp.choices and resp.choices[0].truncated:
-                return "conflict_judge_failed: truncated"
+            if (problem := answer_problem(resp)) is not None:
+                return f"conflict_judge_failed: {problem}"
             parsed = parse_conflict(resp.text, len(combo))
             if is_failure(parsed):
                 return f"conflict_judge_failed: {parsed}"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,6 +24,7 @@ import fabrika.generators.instruct.prompts as prompts
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.instruct.responses import TEACHER_COLUMNS
 from fabrika.generators.instruct.verifiers import get_sandbox
+from fabrika.llm.rejections import answer_problem
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import Message, Sample, stable_id, to_row
@@ -43,7 +44,6 @@ MULTI_SCORES = ("n_constraints", "n_llm_constraints", "n_passed", "n_passed_loos
 class MultiResponsesConfig(StageConfig):
     """Config of ``if.multi.responses``."""
 
-    kind: str = Field(default="if.multi.responses", description="Stage kind.")
     k: int = Field(default=2, ge=1, le=64, description="Responses sampled per prompt.")
     model: str | None = Field(default=None, description="Responder model (None: the engine default).")
     temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature.")
@@ -65,12 +65,10 @@ def library_verdicts(text: str, spec: dict[str, Any]) -> tuple[bool, bool]:
 
 
 @register_stage
-class MultiResponsesStage(Stage):
+class MultiResponsesStage(Stage[MultiResponsesConfig]):
     """Per multi-constraint prompt: K answers, each with a verdict per constraint."""
 
-    kind: ClassVar[str] = "if.multi.responses"
-    Config: ClassVar[type[StageConfig]] = MultiResponsesConfig
-    config: MultiResponsesConfig
+    kind = "if.multi.responses"
 
     async def setup(self) -> None:
         self.pool = get_sandbox(self.ctx, self.config.timeout_s)
@@ -92,10 +90,8 @@ class MultiResponsesStage(Stage):
             rid = stable_id(pid, "response", i, prefix="ifmr-")
             text = strip_reasoning(resp.text) if resp.ok else ""
             empty = {"response": None, "sample_index": i, **base}
-            if not resp.ok:
-                out.append(rejected(rid, f"llm_error: {resp.error.kind}", **empty))  # type: ignore[union-attr]
-            elif resp.choices and resp.choices[0].truncated:
-                out.append(rejected(rid, "truncated: answer cut off (finish_reason=length)", **empty))
+            if (problem := answer_problem(resp)) is not None:
+                out.append(rejected(rid, problem, **empty))
             elif not text:
                 out.append(rejected(rid, "empty_answer", **empty))
             elif check_language and (why := check_russian(text)):
@@ -170,15 +166,12 @@ def _gt_constraint(c: dict[str, Any]) -> IFConstraintRef:
 class MultiSamplesConfig(StageConfig):
     """Config of ``if.multi.samples`` (SFT rows from every ok answer; the ``if_multi`` gate decides which stay)."""
 
-    kind: str = Field(default="if.multi.samples", description="Stage kind.")
-
 
 @register_stage
-class MultiSamplesStage(Stage):
+class MultiSamplesStage(Stage[MultiSamplesConfig]):
     """Per kept answer: one SFT Sample (expert 'if') with every constraint in its ground truth."""
 
-    kind: ClassVar[str] = "if.multi.samples"
-    Config: ClassVar[type[StageConfig]] = MultiSamplesConfig
+    kind = "if.multi.samples"
 
     def input_rows(self):  # noqa: ANN201 - Iterator[Row]
         """Every ok answer, passing or not: the verdict columns travel with the sample, so the ``if_multi``
@@ -211,18 +204,15 @@ class MultiGrpoConfig(StageConfig):
     copies those columns. The quality judge's 0–10 score is not on the RM's scale.
     """
 
-    kind: str = Field(default="if.multi.grpo", description="Stage kind.")
-
 
 @register_stage
-class MultiGrpoStage(Stage):
+class MultiGrpoStage(Stage[MultiGrpoConfig]):
     """Per prompt: a GRPO row whose ground truth holds every constraint (library params or verifier code)."""
 
-    kind: ClassVar[str] = "if.multi.grpo"
-    Config: ClassVar[type[StageConfig]] = MultiGrpoConfig
+    kind = "if.multi.grpo"
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+    def check_config(cls, config: MultiGrpoConfig, pipeline: Any) -> list[tuple[str, str]]:
         inputs = [config.input] if isinstance(config.input, str) else list(config.input or [])
         if len(inputs) != 1:
             return [("input", f"if.multi.grpo takes one input (the if.multi.prompts stage), got {inputs!r}; α comes "

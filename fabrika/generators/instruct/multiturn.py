@@ -29,7 +29,7 @@ import random
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, Iterator
 
 import jinja2
 import yaml
@@ -43,13 +43,14 @@ from fabrika.generators.instruct.rubrics import (
     writer_request,
 )
 from fabrika.inputs import DATA_DIR
+from fabrika.llm.rejections import answer_problem
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.rewards.rubric import judge_request, render_transcript, response_verdicts, strip_reasoning
 from fabrika.schemas import Message, Sample, stable_id, to_row
 from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth
 from fabrika.schemas.rows import dumps
-from fabrika.textutil.answers import is_failure
+from fabrika.textutil.answers import ParseFailure, is_failure
 
 TAG_USER = "if.dialogue.user"
 TAG_ASSISTANT = "if.dialogue.assistant"
@@ -66,7 +67,6 @@ _LABELS = ("пользователь:", "user:", "реплика:", "message:")
 class DialoguesConfig(StageConfig):
     """Config of ``if.dialogues`` (a source stage)."""
 
-    kind: str = Field(default="if.dialogues", description="Stage kind.")
     target_count: int = Field(default=13_000, ge=0, description="Dialogues to simulate (reference recipe: ~13K).")
     en_share: float = Field(default=0.3, ge=0, le=1, description="Share of English dialogues (the rest Russian).")
     turns_min: int = Field(default=3, ge=1, le=12, description="Fewest user turns per dialogue.")
@@ -161,23 +161,17 @@ def _load_seeds(path: Path | None) -> dict[str, Any]:
 
 
 def _failure(resp: ChatResponse) -> str | None:
-    if not resp.ok:
-        return f"llm_error: {resp.error.kind}"  # type: ignore[union-attr]
-    if resp.choices and resp.choices[0].truncated:
-        return "truncated: answer cut off (finish_reason=length)"
-    return None
+    return answer_problem(resp)
 
 
 @register_stage
-class DialoguesStage(Stage):
+class DialoguesStage(Stage[DialoguesConfig]):
     """Source stage: one adversarial dialogue per slot, judged turn by turn."""
 
-    kind: ClassVar[str] = "if.dialogues"
-    Config: ClassVar[type[StageConfig]] = DialoguesConfig
-    config: DialoguesConfig
+    kind = "if.dialogues"
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+    def check_config(cls, config: DialoguesConfig, pipeline: Any) -> list[tuple[str, str]]:
         from fabrika.constraints import REGISTRY
 
         assert isinstance(config, DialoguesConfig)
@@ -227,8 +221,9 @@ class DialoguesStage(Stage):
 
         written = (await self.ctx.llm.complete([writer_request(persona, rule_texts, topic, lang=lang,
                                                                model=cfg.writer_model)]))[0]
-        parsed = _failure(written) or parse_rubrics(written.text)
-        if isinstance(parsed, str):
+        problem = _failure(written)
+        parsed = parse_rubrics(written.text) if problem is None else ParseFailure(problem)
+        if is_failure(parsed):
             return [rejected(did, f"rubric_writer: {parsed}", **base)]
         rubrics, dropped = parsed
         if cfg.decidability_check:
@@ -306,11 +301,12 @@ class DialoguesStage(Stage):
             lib = verify_all(reply, [(r["library_id"], r["params"]) for r in rules])
             lang_why = language_problem(reply, lang)
             judge_error = str(verdicts) if is_failure(verdicts) else None
-            failed_rubrics = [] if judge_error else [r for r, v in zip(rubrics, verdicts) if not v]
+            kept = None if is_failure(verdicts) else list(verdicts)
+            failed_rubrics = [] if kept is None else [r for r, v in zip(rubrics, kept) if not v]
             failed_rules = [r["id"] for r, v in zip(rules, lib) if not v]
             passed = None if judge_error else not failed_rubrics and not failed_rules and lang_why is None
             out.append({"turn": t, "tactic": tactics[t - 1], "message_index": i, "passed": passed,
-                        "rubric_verdicts": None if judge_error else list(verdicts),
+                        "rubric_verdicts": kept,
                         "failed_rubrics": failed_rubrics, "failed_rules": failed_rules, "judge_error": judge_error,
                         "language_problem": lang_why, "quality": quality[t - 1]})
         return out
@@ -340,15 +336,12 @@ def turn_failure(turn: dict[str, Any]) -> str | None:
 class DialogueSamplesConfig(StageConfig):
     """Config of ``if.dialogue.samples``."""
 
-    kind: str = Field(default="if.dialogue.samples", description="Stage kind.")
-
 
 @register_stage
-class DialogueSamplesStage(Stage):
+class DialogueSamplesStage(Stage[DialogueSamplesConfig]):
     """Per dialogue: one SFT sample per assistant turn that passes every rubric and rule; a rejection per other turn."""
 
-    kind: ClassVar[str] = "if.dialogue.samples"
-    Config: ClassVar[type[StageConfig]] = DialogueSamplesConfig
+    kind = "if.dialogue.samples"
 
     async def process(self, row: Row) -> list[Row]:
         messages = json.loads(row["messages"])
@@ -377,15 +370,12 @@ class DialogueSamplesStage(Stage):
 class DialogueGrpoConfig(StageConfig):
     """Config of ``if.dialogue.grpo``."""
 
-    kind: str = Field(default="if.dialogue.grpo", description="Stage kind.")
-
 
 @register_stage
-class DialogueGrpoStage(Stage):
+class DialogueGrpoStage(Stage[DialogueGrpoConfig]):
     """Per assistant turn of a dialogue: a GRPO prompt (the chat before it) with its rules and rubrics."""
 
-    kind: ClassVar[str] = "if.dialogue.grpo"
-    Config: ClassVar[type[StageConfig]] = DialogueGrpoConfig
+    kind = "if.dialogue.grpo"
 
     async def process(self, row: Row) -> list[Row]:
         messages = json.loads(row["messages"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import Field
 
@@ -40,7 +40,6 @@ USER_TEMPLATES = ("{query}\n\n{instructions}", "{query} {instructions}", "{query
 class QueriesConfig(StageConfig):
     """Config of ``if.queries``."""
 
-    kind: str = Field(default="if.queries", description="Stage kind.")
     query_pool: Path | None = Field(default=None, description="jsonl/parquet of queries ('text', optional 'id'); "
                                     "None: the shipped Russian pool fabrika/data/instruct/queries_ru.jsonl.")
     queries_per_constraint: int = Field(default=3, ge=1, description="Queries each constraint is attached to.")
@@ -64,15 +63,13 @@ def _render_list(texts: list[str]) -> str:
 
 
 @register_stage
-class QueriesStage(Stage):
+class QueriesStage(Stage[QueriesConfig]):
     """Per surviving constraint: N prompts (query × placement), each with what verification needs."""
 
-    kind: ClassVar[str] = "if.queries"
-    Config: ClassVar[type[StageConfig]] = QueriesConfig
-    config: QueriesConfig
+    kind = "if.queries"
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+    def check_config(cls, config: QueriesConfig, pipeline: Any) -> list[tuple[str, str]]:
         from fabrika.generators.instruct.verifiers import consistency_before
 
         return consistency_before(config, pipeline)

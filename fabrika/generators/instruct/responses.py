@@ -24,6 +24,7 @@ import fabrika.generators.instruct.prompts as prompts
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.instruct.queries import CARRIED_SCORES
 from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sandbox
+from fabrika.llm.rejections import answer_problem, llm_error_reason
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import Message, Sample, stable_id, to_row
 from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth, IFVerifierRef
@@ -40,7 +41,6 @@ RESPONSE_SCORES = ("max_failed_verifier_accuracy", "n_verifiers_passed", "if_lib
 class ResponsesConfig(StageConfig):
     """Config of ``if.responses``."""
 
-    kind: str = Field(default="if.responses", description="Stage kind.")
     k: int = Field(default=2, ge=1, le=64, description="Responses sampled per prompt.")
     model: str | None = Field(default=None, description="Responder model (None: the engine default).")
     temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature.")
@@ -55,13 +55,11 @@ class ResponsesConfig(StageConfig):
 
 
 @register_stage
-class ResponsesStage(Stage):
+class ResponsesStage(Stage[ResponsesConfig]):
     """Per prompt: K responses, each verified (sandbox + trusted library) and optionally judged."""
 
-    kind: ClassVar[str] = "if.responses"
+    kind = "if.responses"
     uses_sandbox: ClassVar[bool] = True  # runs LLM-written code: fail-closed isolation check
-    Config: ClassVar[type[StageConfig]] = ResponsesConfig
-    config: ResponsesConfig
 
     async def setup(self) -> None:
         self.pool = get_sandbox(self.ctx, self.config.timeout_s)
@@ -84,12 +82,8 @@ class ResponsesStage(Stage):
         for i, resp in enumerate(await self.ctx.llm.complete(reqs)):
             rid = stable_id(pid, "response", i, prefix="ifr-")
             empty = {"response": None, "sample_index": i, **base}
-            if not resp.ok:
-                out.append(rejected(rid, f"llm_error: {resp.error.kind}", **empty))  # type: ignore[union-attr]
-            elif not resp.choices:
-                out.append(rejected(rid, "empty_answer: no choices", **empty))
-            elif resp.choices[0].truncated:
-                out.append(rejected(rid, "truncated: answer cut off (finish_reason=length)", **empty))
+            if (problem := answer_problem(resp)) is not None:
+                out.append(rejected(rid, problem, **empty))
             elif not (split := split_reasoning(resp.text, resp.choices[0].reasoning)).complete:
                 out.append(rejected(rid, "no_answer: reasoning never closed (cut off while thinking)", **empty))
             elif not split.answer:
@@ -111,11 +105,14 @@ class ResponsesStage(Stage):
             instr = [c["text"] for c in json.loads(row.get("constraints") or "[]")]
             jreqs = [prompts.judge_quality_request(row.get("query") or "", instr, t, model=cfg.judge_model) for t in texts]
             for j, jr in enumerate(await self.ctx.llm.complete(jreqs)):
-                s = parse_score(jr.text) if jr.ok else None
+                if jr.error is not None:
+                    judge_notes[j] = llm_error_reason(jr.error)
+                    continue
+                s = parse_score(jr.text)
                 if isinstance(s, float):
                     scores[j] = s
                 else:
-                    judge_notes[j] = str(s) if s is not None else f"llm_error: {jr.error.kind}"  # type: ignore[union-attr]
+                    judge_notes[j] = str(s)
         for j, (i, text) in enumerate(good):
             results = [{"sample_index": v["sample_index"], "accuracy": v["accuracy"], "status": vs[j].status,
                         "passed": vs[j].passed} for v, vs in zip(verifiers, verdicts)]
@@ -163,15 +160,12 @@ register_gate_group("if_response", ResponseParams, response_predicates)
 class SamplesConfig(StageConfig):
     """Config of ``if.samples`` (SFT rows from kept responses)."""
 
-    kind: str = Field(default="if.samples", description="Stage kind.")
-
 
 @register_stage
-class SamplesStage(Stage):
+class SamplesStage(Stage[SamplesConfig]):
     """Per kept response: one SFT Sample (expert 'if') plus the re-filterable score columns."""
 
-    kind: ClassVar[str] = "if.samples"
-    Config: ClassVar[type[StageConfig]] = SamplesConfig
+    kind = "if.samples"
 
     async def process(self, row: Row) -> list[Row]:
         prompt = [Message(**m) for m in json.loads(row["messages"])]
@@ -201,21 +195,18 @@ class GrpoConfig(StageConfig):
     and GRPO with the RM correction refuses to start (the reward needs α on S's scale).
     """
 
-    kind: str = Field(default="if.grpo", description="Stage kind.")
-
 
 TEACHER_COLUMNS = ("teacher_rm_mean", "teacher_rm_k", "rm_id")
 
 
 @register_stage
-class GrpoStage(Stage):
+class GrpoStage(Stage[GrpoConfig]):
     """Per prompt: a GRPO row; ``ground_truth`` = constraints (library ids + params) and surviving verifier code."""
 
-    kind: ClassVar[str] = "if.grpo"
-    Config: ClassVar[type[StageConfig]] = GrpoConfig
+    kind = "if.grpo"
 
     @classmethod
-    def check_config(cls, config: StageConfig, pipeline: Any) -> list[tuple[str, str]]:
+    def check_config(cls, config: GrpoConfig, pipeline: Any) -> list[tuple[str, str]]:
         inputs = [config.input] if isinstance(config.input, str) else list(config.input or [])
         if len(inputs) != 1:
             return [("input", f"if.grpo takes one input (the if.queries stage), got {inputs!r}; α comes from an "

@@ -25,8 +25,10 @@ from typing import Any, ClassVar
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-import fabrika.generators.instruct.prompts as prompts
 from fabrika.gates import GatePredicate, register_gate_group
+from fabrika.generators.instruct import prompts
+from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id
 from fabrika.schemas.rows import dumps
@@ -39,49 +41,43 @@ CONSTRAINT_COLS = ("text", "lang", "source", "parent_id", "family", "params")
 class VerifiersConfig(StageConfig):
     """Config of ``if.verifiers``."""
 
-    kind: str = Field(default="if.verifiers", description="Stage kind.")
     k: int = Field(default=8, ge=1, le=64, description="Verifier answers per constraint (AutoIF default 8).")
     model: str | None = Field(default=None, description="Model name (None: the engine default).")
     temperature: float = Field(default=0.8, ge=0, le=2, description="Sampling temperature (diversity across K).")
 
 
 @register_stage
-class VerifiersStage(Stage):
+class VerifiersStage(LLMStage[VerifiersConfig]):
     """Per constraint: K verifier answers → one ok row + one rejected row per bad answer."""
 
-    kind: ClassVar[str] = "if.verifiers"
-    Config: ClassVar[type[StageConfig]] = VerifiersConfig
-    config: VerifiersConfig
+    kind = "if.verifiers"
+    per_answer = True  # K independent samples: one bad answer rejects itself, not the constraint
 
-    async def process(self, row: Row) -> list[Row]:
+    def requests(self, row: Row) -> list[ChatRequest]:
         cfg = self.config
+        return [prompts.verifier_request(row["text"], sample_index=i, model=cfg.model, temperature=cfg.temperature,
+                                         meta={"constraint_id": str(row["id"])}) for i in range(cfg.k)]
+
+    def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
         cid = str(row["id"])
         base = {"constraint_id": cid, **{k: row.get(k) for k in CONSTRAINT_COLS}}
-        reqs = [prompts.verifier_request(row["text"], sample_index=i, model=cfg.model, temperature=cfg.temperature,
-                                         meta={"constraint_id": cid}) for i in range(cfg.k)]
         parsed: list[dict[str, Any]] = []
         out: list[Row] = []
-        for i, resp in enumerate(await self.ctx.llm.complete(reqs)):
+        for i, resp in enumerate(responses):
             rid = stable_id(cid, "verifier", i, prefix="ifv-")
-            if not resp.ok:
-                out.append(rejected(rid, f"llm_error: {resp.error.kind}", **base, sample_index=i,  # type: ignore[union-attr]
-                                    verifiers="[]", n_verifiers=0))
-                continue
-            if resp.choices and resp.choices[0].truncated:
-                out.append(rejected(rid, "truncated: answer cut off (finish_reason=length)", **base,
-                                    sample_index=i, verifiers="[]", n_verifiers=0))
+            if (problem := self.answer_problem(resp)) is not None:
+                out.append(rejected(rid, problem, **base, sample_index=i, verifiers="[]", n_verifiers=0))
                 continue
             v = parse_verifier_answer(resp.text)
             if is_failure(v):
                 out.append(rejected(rid, str(v), **base, sample_index=i, verifiers="[]", n_verifiers=0))
                 continue
-            parsed.append({"sample_index": i, "code": v.code,
-                           "cases": [c.model_dump() for c in v.test_cases]})
+            parsed.append({"sample_index": i, "code": v.code, "cases": [c.model_dump() for c in v.test_cases]})
         cols = {**base, "sample_index": None, "verifiers": dumps(parsed), "n_verifiers": len(parsed)}
         if parsed:
             out.append(ok(cid, **cols))
         else:
-            out.append(rejected(cid, f"no_valid_verifiers: 0 of {cfg.k} answers parsed", **cols))
+            out.append(rejected(cid, f"no_valid_verifiers: 0 of {len(responses)} answers parsed", **cols))
         return out
 
 
@@ -134,7 +130,6 @@ def _first_error(row: list[Any]) -> str | None:
 class ConsistencyConfig(StageConfig):
     """Config of ``if.consistency`` (sandbox settings; thresholds live in ``filters.consistency``)."""
 
-    kind: str = Field(default="if.consistency", description="Stage kind.")
     timeout_s: float | None = Field(default=None, gt=0, le=60, description="Sandbox wall-clock budget per response "
                                     "(None: the pipeline's sandbox.timeout_s).")
     workers: int | None = Field(default=None, ge=1, description="Sandbox worker processes (None: sandbox.workers).")
@@ -155,15 +150,13 @@ def get_sandbox(ctx: Any, timeout_s: float | None = None, workers: int | None = 
 
 
 @register_stage
-class ConsistencyStage(Stage):
+class ConsistencyStage(Stage[ConsistencyConfig]):
     """Annotating scorer over ``if.verifiers``: one row per constraint with the cross-validation scores."""
 
-    kind: ClassVar[str] = "if.consistency"
+    kind = "if.consistency"
     uses_sandbox: ClassVar[bool] = True  # runs LLM-written code: fail-closed isolation check
     calls_llm: ClassVar[bool] = False  # pure CPU: runs on worker actors under executor: ray
-    Config: ClassVar[type[StageConfig]] = ConsistencyConfig
     annotates: ClassVar[bool] = True
-    config: ConsistencyConfig
 
     async def setup(self) -> None:
         self.pool = get_sandbox(self.ctx, self.config.timeout_s, self.config.workers)
@@ -292,7 +285,7 @@ def consistency_before(config: StageConfig, pipeline: Any) -> list[tuple[str, st
     Annotators run in document order, so a stage reading ``functions`` placed before the
     scorer would see none and reject everything.
     """
-    src = config.input if isinstance(config.input, str) else (config.input or [None])[0]
+    src = config.input if isinstance(config.input, str) else next(iter(config.input or []), None)
     for s in getattr(pipeline, "stages", []):
         if s is config:
             break
