@@ -14,10 +14,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: `# type: ignore` comments allowed in fabrika/ (70 before the count was pinned).
-TYPE_IGNORE_CEILING = 37
+#: `# type: ignore` comments allowed in fabrika/ (70 before the count was pinned; the one left is a library typing gap).
+TYPE_IGNORE_CEILING = 1
 #: modules mypy checks with some error codes switched off ([[tool.mypy.overrides]] with disable_error_code).
-MYPY_DEBT_CEILING = 19
+MYPY_DEBT_CEILING = 14
 
 _IGNORE = re.compile(r"#\s*type:\s*ignore\b(\[[^\]]*\])?")
 

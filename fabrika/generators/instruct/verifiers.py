@@ -26,7 +26,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.gates import GatePredicate, register_gate_group
-from fabrika.generators.instruct import prompts
+import fabrika.generators.instruct.prompts as prompts
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
