@@ -45,13 +45,15 @@ PROMPTS: dict[str, dict[str, str]] = {
               "You know nothing about how the assistant works and never mention functions or programs.",
     },
     "user_turn": {
-        "ru": "Что ты хочешь в этой реплике:\n```json\n{goal}\n```\nРазговор на данный момент:\n{transcript}\n\n"
+        # the transcript comes first: it only grows from turn to turn, so the server's prefix cache
+        # serves it again; the goal, which changes every turn, comes after it
+        "ru": "Разговор на данный момент:\n{transcript}\n\nЧто ты хочешь в этой реплике:\n```json\n{goal}\n```\n"
               "Напиши следующую реплику пользователя. Передай все сведения из `facts` и ничего сверх них. "
               "Если у сведения `verbatim` = true (вариант из списка, номер, код, дата, адрес почты, число), "
               "напиши `value` в точности как есть, символ в символ. Остальное скажи своими словами, как "
               "сказал бы живой человек: слова можно склонять («в Казань», «для Петровой»), но не заменяй "
               "их другими. Ответь только текстом реплики.",
-        "en": "What you want in this turn:\n```json\n{goal}\n```\nThe conversation so far:\n{transcript}\n\n"
+        "en": "The conversation so far:\n{transcript}\n\nWhat you want in this turn:\n```json\n{goal}\n```\n"
               "Write the user's next message. Convey every item in `facts` and nothing beyond them. When an "
               "item has `verbatim` = true (an option from a list, a number, a code, a date, an e-mail "
               "address), write its `value` exactly as given, character for character. Say the rest in your "

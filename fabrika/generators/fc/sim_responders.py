@@ -277,8 +277,9 @@ def answer_judge_responder(request: ChatRequest, rng: random.Random) -> str:
 
 
 def user_responder(request: ChatRequest, rng: random.Random) -> str:
-    """``fc.user``: says the goal card's reference words (the basic sim user never paraphrases)."""
-    return _blocks(request, -1)[0]["say"]
+    """``fc.user``: says the goal card's reference words (the basic sim user never paraphrases); the goal is the
+    last JSON block (the transcript comes before it)."""
+    return _blocks(request, -1)[-1]["say"]
 
 
 def tool_responder(request: ChatRequest, rng: random.Random) -> str:
