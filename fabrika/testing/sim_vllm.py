@@ -229,7 +229,8 @@ class SimVLLM:
         prompt_tokens = self.tokens(prompt)
         chain = self._chain(prompt)
         n = max(1, len(outputs))
-        starts = [max(arrival, heapq.heappop(self._free)) for _ in range(n)]
+        # the samples take a slot each; beyond ``slots`` of them they wait for one to free
+        starts = [max(arrival, heapq.heappop(self._free)) for _ in range(min(n, cfg.slots))]
         start = starts[0]
         cached_tokens = min(prompt_tokens, self._cached_prefix(chain, start) * cfg.block_tokens)
         uncached = prompt_tokens - cached_tokens
@@ -240,6 +241,8 @@ class SimVLLM:
         for j, message in enumerate(outputs or [{"role": "assistant", "content": ""}]):
             text = render_message({**message, "role": "assistant"})
             out_tokens = max(1, self.tokens(text[len("<|assistant|>"):]))
+            if j >= len(starts):
+                starts.append(max(arrival, heapq.heappop(self._free)))
             begin = prefilled_at if j == 0 else max(starts[j], prefilled_at)
             end = begin + out_tokens * cfg.decode_s_per_token
             occupied_from = start if j == 0 else starts[j]
