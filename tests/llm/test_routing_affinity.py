@@ -183,3 +183,18 @@ def test_routing_key_is_not_in_the_cache_key(tmp_path: Path) -> None:
     assert request_key(a, scope="openai") == request_key(b, scope="openai")
     assert request_key(a, scope="openai") != request_key(req("ep-1", "другой вопрос"), scope="openai")
 
+
+
+async def test_ring_shares_are_even_enough_that_the_bound_rarely_bites() -> None:
+    """Each key alone (light load): its home's share of 8,000 keys stays near 1/4 for several fleets."""
+    for base in (0, 7, 40):
+        eps = [Endpoint(base_url=f"http://127.0.0.1:{41000 + base + i}/v1", url="", headers={}, api_key="",
+                        max_concurrency=1000, breaker=CircuitBreaker()) for i in range(4)]
+        policy = AffinityPolicy()
+        pool = EndpointPool(eps, policy)
+        for k in range(8000):
+            ep, _ = await pool.acquire(req(f"plan-{k}"))
+            pool.release(ep, None, False)
+        shares = [e.served / 8000 for e in eps]
+        assert max(shares) < 1.15 / 4 and min(shares) > 0.85 / 4, shares
+        assert policy.stats["spill"] == policy.stats["fallback"] == 0
