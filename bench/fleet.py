@@ -110,6 +110,9 @@ class Fleet:
         self.proc.wait(10)
 
 
+#: the FC stages by the roles that call the LLM in them (the server sees only the role header)
+STAGE_ROLES = {"fc.tools": ("fc.tools",), "fc.plans": ("fc.planner", "fc.judge"),
+               "fc.dialogues": ("fc.user", "fc.tool", "fc.assistant")}
 STEADY_BUSY = 0.9  # a second is "steady" once the fleet's slots are at least this busy
 
 
@@ -150,12 +153,29 @@ def summarise(stats: list[dict]) -> dict:
                 idle_misplaced += idle
             else:
                 idle_starved += idle
-    by_tag: dict[str, dict[str, int]] = {}
+    by_tag: dict[str, dict[str, float]] = {}
     for s in stats:
         for tag, c in s.get("by_tag", {}).items():
             agg = by_tag.setdefault(tag, {})
             for key, v in c.items():
-                agg[key] = agg.get(key, 0) + v
+                if key == "first_arrival":
+                    agg[key] = min(agg.get(key, v), v)
+                elif key == "last_done":
+                    agg[key] = max(agg.get(key, v), v)
+                else:
+                    agg[key] = agg.get(key, 0) + v
+    # per stage (its roles' first request to last answer): utilisation and requests in the servers
+    stages = {}
+    for stage, tags in STAGE_ROLES.items():
+        seen = [by_tag[t] for t in tags if t in by_tag]
+        if not seen:
+            continue
+        t0, t1 = min(c["first_arrival"] for c in seen), max(c["last_done"] for c in seen)
+        i0, i1 = int(t0 // b) - first, min(len(fleet_busy), int(t1 // b) - first + 1)
+        if i1 > i0:
+            stages[stage] = {"window_s": t1 - t0, "share": (t1 - t0) / makespan,
+                             "util": sum(fleet_busy[i0:i1]) / (slots * (i1 - i0)),
+                             "in_servers": sum(sum(d[i0:i1]) for d in demand) / (i1 - i0)}
     prefilled = sum(s["prompt_tokens_prefilled"] for s in stats)
     cached = sum(s["prompt_tokens_cached"] for s in stats)
     span = len(fleet_busy) * b
@@ -165,7 +185,7 @@ def summarise(stats: list[dict]) -> dict:
             "idle_starved": idle_starved / (slots * span), "idle_misplaced": idle_misplaced / (slots * span),
             "mean_in_servers": sum(sum(d) for d in demand) / len(fleet_busy),
             "queue_wait_s": sum(s["queue_wait_s"] for s in stats) / max(1, sum(s["sequences"] for s in stats)),
-            "prefilled": prefilled, "cached": cached, "by_tag": by_tag,
+            "prefilled": prefilled, "cached": cached, "by_tag": by_tag, "stages": stages,
             "evicted_blocks": sum(s["evicted_blocks"] for s in stats),
             "kv_overcommit_blocks": max(s.get("kv_overcommit_blocks", 0) for s in stats),
             "requests": sum(s["requests"] for s in stats), "sequences": sum(s["sequences"] for s in stats),
@@ -291,6 +311,10 @@ def show(name: str, m: dict) -> None:
         total = max(1, sum(a.values()))
         print(f"{'':<30} affinity: home {a['home'] / total:.1%}, spill {a['spill'] / total:.1%}, "
               f"fallback {a['fallback'] / total:.1%} of {total:,} placements", flush=True)
+    for stage, w in m.get("stages", {}).items():
+        if len(m["stages"]) > 1:
+            print(f"{'':<30}   stage {stage:<13} {w['window_s']:7.1f} s ({w['share']:.0%} of the makespan): "
+                  f"utilisation {w['util']:.2f}, mean requests in the servers {w['in_servers']:.0f}", flush=True)
     for tag, c in sorted(m["by_tag"].items(), key=lambda kv: -kv[1]["prompt_tokens"]):
         if len(m["by_tag"]) > 1:
             print(f"{'':<30}   {tag or '-':<14} prompt tokens {c['prompt_tokens']:>10,} "

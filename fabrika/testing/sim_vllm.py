@@ -259,7 +259,8 @@ class SimVLLM:
             self._insert(self._chain(prompt + text)[len(chain):], end, end)
         self._evict(arrival)
         tagged = st["by_tag"].setdefault(tag, {"requests": 0, "prompt_tokens": 0, "prompt_tokens_prefilled": 0,
-                                               "prompt_tokens_cached": 0})
+                                               "prompt_tokens_cached": 0, "first_arrival": arrival, "last_done": 0.0})
+        tagged["last_done"] = max(tagged["last_done"], done)
         tagged["requests"] += 1
         tagged["prompt_tokens"] += prompt_tokens
         tagged["prompt_tokens_prefilled"] += uncached
