@@ -38,6 +38,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import random
 import subprocess
 import sys
@@ -97,6 +98,14 @@ class Fleet:
         if not line.startswith("READY"):
             raise SystemExit(f"fleet did not start: {line!r}")
         self.urls = [f"http://127.0.0.1:{p}/v1" for p in line.split()[1:]]
+
+    def cpu_s(self) -> float:
+        """CPU seconds the server child has used (Linux /proc; 0 elsewhere)."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return 0.0
 
     def stats(self) -> list[dict]:
         out = []
@@ -189,7 +198,9 @@ def summarise(stats: list[dict]) -> dict:
             "evicted_blocks": sum(s["evicted_blocks"] for s in stats),
             "kv_overcommit_blocks": max(s.get("kv_overcommit_blocks", 0) for s in stats),
             "requests": sum(s["requests"] for s in stats), "sequences": sum(s["sequences"] for s in stats),
-            "prompt_tokens": sum(s["prompt_tokens"] for s in stats)}
+            "prompt_tokens": sum(s["prompt_tokens"] for s in stats),
+            "series": {"start": first * b, "bucket_s": b, "busy": [round(v, 2) for v in fleet_busy],
+                       "in_servers": [round(sum(col), 2) for col in zip(*demand)]}}
 
 
 def overlap_setting() -> tuple[str, object, object] | None:
@@ -206,6 +217,29 @@ def overlap_setting() -> tuple[str, object, object] | None:
             on = f.default if isinstance(f.default, int) and f.default > 0 else 4
             return name, 0, on
     return None
+
+
+class LagProbe(threading.Thread):
+    """A thread that sleeps 10 ms at a time and records how late it wakes: on a box with more runnable
+    processes than cores (or a GIL held long) the client's event loop is late by about as much, and
+    late requests look like idle servers."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.lags: list[float] = []
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            t = time.perf_counter()
+            time.sleep(0.01)
+            self.lags.append(time.perf_counter() - t - 0.01)
+
+    def stop(self) -> dict[str, float]:
+        self._done.set()
+        self.join()
+        lags = sorted(self.lags) or [0.0]
+        return {"lag_mean_ms": 1000 * sum(lags) / len(lags), "lag_p99_ms": 1000 * lags[int(0.99 * (len(lags) - 1))]}
 
 
 class AffinityProbe:
@@ -304,7 +338,9 @@ def show(name: str, m: dict) -> None:
           f"{m['idle_misplaced']:.0%} while another server had a queue; mean requests in the servers "
           f"{m['mean_in_servers']:.0f}, mean server queue wait {m['queue_wait_s']:.2f} s; evicted blocks "
           f"{m['evicted_blocks']:,}, most KV blocks over the pool {m['kv_overcommit_blocks']:,}"
-          + (f"; client CPU {m['client_cpu']:.0%} of wall {m['wall_s']:.0f} s" if "client_cpu" in m else ""),
+          + (f"; wall {m['wall_s']:.0f} s, CPU of the client {m['client_cpu']:.0%} and the servers "
+             f"{m['server_cpu']:.0%}, client wake-up lag mean {m['lag_mean_ms']:.1f} ms p99 {m['lag_p99_ms']:.0f} ms"
+             if "client_cpu" in m else ""),
           flush=True)
     if m.get("affinity"):
         a = m["affinity"]
@@ -342,6 +378,7 @@ def main() -> None:
                     choices=["least_loaded", "affinity"])
     ap.add_argument("--skip-samples", action="store_true", help="only the FC routing comparison")
     ap.add_argument("--skip-overlap", action="store_true", help="no sequential-vs-overlap pair")
+    ap.add_argument("--series", help="write per-second busy slots and requests in the servers here (JSON)")
     ap.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
@@ -363,14 +400,19 @@ def main() -> None:
     for name, routing, setting in runs:
         fleet = Fleet(args.servers, args.slots, args.time_scale, args.kv_tokens)
         try:
-            t0, cpu0 = time.perf_counter(), time.process_time()
+            t0, cpu0, server_cpu0 = time.perf_counter(), time.process_time(), fleet.cpu_s()
+            lag = LagProbe()
+            lag.start()
             with tempfile.TemporaryDirectory() as tmp:
                 hashes[name] = fc_run(fleet.urls, routing, args.topics, args.plans, per_endpoint,
                                       args.items_in_flight, Path(tmp), args.epsilon, setting)
             results[name] = summarise(fleet.stats())
-            results[name]["wall_s"] = time.perf_counter() - t0
-            # near 1.0: the client process (runner + engine, one event loop) was the limit, not the fleet
-            results[name]["client_cpu"] = (time.process_time() - cpu0) / results[name]["wall_s"]
+            wall = results[name]["wall_s"] = time.perf_counter() - t0
+            # near 1.0: that process (the client: runner + engine on one event loop; or the fake
+            # servers) was the limit, not the simulated fleet
+            results[name]["client_cpu"] = (time.process_time() - cpu0) / wall
+            results[name]["server_cpu"] = (fleet.cpu_s() - server_cpu0) / wall
+            results[name].update(lag.stop())
             results[name]["affinity"] = probe.counts() if routing == "affinity" else {}
         finally:
             fleet.stop()
@@ -400,6 +442,10 @@ def main() -> None:
         per_prompt = m["prompt_tokens"] / m["requests"]
         print(f"  prompts prefilled per sample: {m['prefilled'] / per_prompt / m['sequences']:.3f}"
               f" (1/K = {1 / args.k:.3f})", flush=True)
+    if args.series:  # fleet-wide busy slots and requests in the servers per second, per configuration
+        Path(args.series).write_text(json.dumps({k: v.pop("series") for k, v in results.items()}), encoding="utf-8")
+    for v in results.values():
+        v.pop("series", None)
     print("JSON " + json.dumps(results), flush=True)
 
 
