@@ -188,7 +188,7 @@ def _say(fn: dict[str, Any], args: dict[str, Any], skip: str | None = None) -> s
 
 def planner_responder(request: ChatRequest, rng: random.Random) -> str:
     """``fc.planner``: a plan of the requested type built from the task's tools."""
-    task = _blocks(request, 0)[0]
+    task = _blocks(request, 0)[-1]  # the task is the prompt's last JSON block
     lang, kind, tools = task["lang"], task["sample_type"], task["tools"]
     w = WORDS[lang]
     polite = w["polite"][min(3, sum(1 for m in request.messages if m.get("role") == "assistant"))]
