@@ -143,6 +143,8 @@ class SimVLLM:
     #: sequence-seconds in the server (queued or running) per bucket: ÷ ``bucket_s`` = mean demand;
     #: a bucket with demand below ``slots`` was idle for want of requests, not for the server
     demand: dict[int, float] = field(default_factory=dict)
+    #: per client role (the ``x-fabrika-tag`` header): requests, prompt tokens prefilled / cached, first/last times
+    by_tag: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.reset()
@@ -156,7 +158,8 @@ class SimVLLM:
         self.stats = {"requests": 0, "sequences": 0, "busy_slot_s": 0.0, "queue_wait_s": 0.0,
                       "prompt_tokens": 0, "prompt_tokens_prefilled": 0, "prompt_tokens_cached": 0,
                       "completion_tokens": 0, "first_arrival": -1.0, "last_done": 0.0, "evicted_blocks": 0,
-                      "kv_overcommit_blocks": 0, "by_tag": {}}
+                      "kv_overcommit_blocks": 0}
+        self.by_tag = {}
 
     def now(self) -> float:
         return self.clock() * self.config.time_scale
@@ -211,9 +214,8 @@ class SimVLLM:
                 continue
             cache.popitem(last=False)
             self.stats["evicted_blocks"] += 1
-        over = len(cache) - cap
-        if over > self.stats["kv_overcommit_blocks"]:  # where vLLM would preempt a sequence
-            self.stats["kv_overcommit_blocks"] = over
+        # blocks still held beyond the pool: where vLLM would preempt a sequence
+        self.stats["kv_overcommit_blocks"] = max(self.stats["kv_overcommit_blocks"], len(cache) - cap)
 
     # -- scheduling -----------------------------------------------------------
     def schedule(self, req: dict[str, Any], outputs: list[dict[str, Any]], tag: str = "") -> float:
@@ -258,7 +260,7 @@ class SimVLLM:
         for begin, end, text in ends:  # generated blocks are held while their sequence decodes
             self._insert(self._chain(prompt + text)[len(chain):], end, end)
         self._evict(arrival)
-        tagged = st["by_tag"].setdefault(tag, {"requests": 0, "prompt_tokens": 0, "prompt_tokens_prefilled": 0,
+        tagged = self.by_tag.setdefault(tag, {"requests": 0, "prompt_tokens": 0, "prompt_tokens_prefilled": 0,
                                                "prompt_tokens_cached": 0, "first_arrival": arrival, "last_done": 0.0})
         tagged["last_done"] = max(tagged["last_done"], done)
         tagged["requests"] += 1
@@ -283,8 +285,8 @@ class SimVLLM:
 
     def snapshot(self) -> dict[str, Any]:
         """What ``GET /stats`` answers: counters in simulated seconds and tokens."""
-        st = dict(self.stats)
-        st["by_tag"] = {k: dict(v) for k, v in self.stats["by_tag"].items()}
+        st: dict[str, Any] = dict(self.stats)
+        st["by_tag"] = {k: dict(v) for k, v in self.by_tag.items()}
         st["slots"] = self.config.slots
         st["busy_s"] = st["busy_slot_s"] / self.config.slots  # GPU-equivalent busy time
         st["cache_blocks_used"] = len(self._cache)
