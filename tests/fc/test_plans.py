@@ -131,3 +131,19 @@ def test_planner_rounds_and_judge_are_routed_by_the_plan_id():
     # the revision starts with the first round's prompt (the prefix a server can serve from its cache)
     first = llm.tagged("fc.planner")[0].messages[0]
     assert all(r.messages[0] == first for r in llm.tagged("fc.planner"))
+
+
+def test_planner_prompts_of_different_plans_share_their_instructions():
+    """The per-plan task is the prompt's tail: every planner request starts with the same ~3,400 characters."""
+    llm = ScriptedLLM({"fc.planner": lambda r: json.dumps(single_step(), ensure_ascii=False),
+                       "fc.judge": lambda r: '{"approved": true, "issues": []}'})
+    stage = make_stage(llm, sample_types={"single": 1.0})
+    items = list(stage.input_rows())[:3]
+    for item in items:
+        asyncio.run(stage.process(item))
+    firsts = [r.messages[0]["content"] for r in llm.tagged("fc.planner")]
+    common = firsts[0]
+    for text in firsts[1:]:
+        while not text.startswith(common):
+            common = common[:-1]
+    assert len(set(firsts)) == 3 and len(common) > 3000
