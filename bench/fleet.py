@@ -378,6 +378,9 @@ def main() -> None:
                     choices=["least_loaded", "affinity"])
     ap.add_argument("--skip-samples", action="store_true", help="only the FC routing comparison")
     ap.add_argument("--skip-overlap", action="store_true", help="no sequential-vs-overlap pair")
+    ap.add_argument("--overlap-setting", metavar="FIELD:SEQUENTIAL:OVERLAP",
+                    help="the pipeline field and its two values (JSON) when detection by name does not find it, "
+                         "e.g. lookahead_shards:0:8")
     ap.add_argument("--series", help="write per-second busy slots and requests in the servers here (JSON)")
     ap.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -392,6 +395,9 @@ def main() -> None:
           f"max_concurrency {per_endpoint}; time scale {args.time_scale:g}", flush=True)
     probe = AffinityProbe()
     overlap = None if args.skip_overlap else overlap_setting()
+    if args.overlap_setting and not args.skip_overlap:
+        field, off, on = args.overlap_setting.split(":", 2)
+        overlap = (field, json.loads(off), json.loads(on))
     runs: list[tuple[str, str, tuple[str, object] | None]] = [
         (f"FC {r}" + (", sequential" if overlap else ""), r, (overlap[0], overlap[1]) if overlap else None)
         for r in args.routings]
