@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from fabrika.errors import LLMError
 from fabrika.llm.retry import map_exception, map_http_error
-from fabrika.llm.routing import CapacityPolicy, CircuitBreaker, Endpoint, EndpointPool, RoutingPolicy
+from fabrika.llm.routing import (CapacityPolicy, CircuitBreaker, Endpoint, EndpointPool, RoutingPolicy,
+                                 sequences_of)
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
 
 if TYPE_CHECKING:
@@ -190,16 +191,16 @@ class OpenAICompatBackend:
             else:
                 resp = await self._send_aiohttp(ep, request)
         except LLMError as exc:
-            pool.release(ep, exc, probe)
+            pool.release(ep, exc, probe, sequences_of(request))
             key = ep.api_key
             if len(key) >= 8 and key in exc.message:  # a server that echoes the key back: never keep it
                 exc.message = exc.message.replace(key, "***")
                 exc.args = (f"[{exc.kind}] {exc.message}",)
             raise
         except BaseException:
-            pool.release(ep, None, probe)
+            pool.release(ep, None, probe, sequences_of(request))
             raise
-        pool.release(ep, None, probe)
+        pool.release(ep, None, probe, sequences_of(request))
         return resp
 
     # -- aiohttp -----------------------------------------------------------

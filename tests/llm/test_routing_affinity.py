@@ -198,3 +198,20 @@ async def test_ring_shares_are_even_enough_that_the_bound_rarely_bites() -> None
         shares = [e.served / 8000 for e in eps]
         assert max(shares) < 1.15 / 4 and min(shares) > 0.85 / 4, shares
         assert policy.stats["spill"] == policy.stats["fallback"] == 0
+
+
+async def test_bounded_load_counts_the_samples_of_an_n_request() -> None:
+    """An n=8 request takes 8 sequence slots on a vLLM server: the bound and the fallback weigh it so."""
+    eps = endpoints(4)
+    pool = EndpointPool(eps, AffinityPolicy(epsilon=0.25))
+    held = []
+    for k in range(64):  # many keys, K=8 samples each as one request
+        r = ChatRequest(messages=({"role": "user", "content": f"prompt {k}"},), n=8)
+        ep, _ = await pool.acquire(r)
+        held.append(ep)
+        total = sum(e.in_flight for e in eps)
+        assert total == 8 * (k + 1)
+        assert max(e.in_flight for e in eps) <= math.ceil(1.25 * total / 4) + 7  # one request's overshoot at most
+    for ep in held:
+        pool.release(ep, None, False, 8)
+    assert [e.in_flight for e in eps] == [0, 0, 0, 0]
