@@ -377,6 +377,7 @@ def main() -> None:
     ap.add_argument("--routings", nargs="+", default=["least_loaded", "affinity"],
                     choices=["least_loaded", "affinity"])
     ap.add_argument("--skip-samples", action="store_true", help="only the FC routing comparison")
+    ap.add_argument("--skip-fc", action="store_true", help="only the samples scenario")
     ap.add_argument("--skip-overlap", action="store_true", help="no sequential-vs-overlap pair")
     ap.add_argument("--overlap-setting", metavar="FIELD:SEQUENTIAL:OVERLAP",
                     help="the pipeline field and its two values (JSON) when detection by name does not find it, "
@@ -398,10 +399,10 @@ def main() -> None:
     if args.overlap_setting and not args.skip_overlap:
         field, off, on = args.overlap_setting.split(":", 2)
         overlap = (field, json.loads(off), json.loads(on))
-    runs: list[tuple[str, str, tuple[str, object] | None]] = [
+    runs: list[tuple[str, str, tuple[str, object] | None]] = [] if args.skip_fc else [
         (f"FC {r}" + (", sequential" if overlap else ""), r, (overlap[0], overlap[1]) if overlap else None)
         for r in args.routings]
-    if overlap is not None:
+    if overlap is not None and not args.skip_fc:
         runs += [(f"FC {r}, overlap ({overlap[0]}={overlap[2]})", r, (overlap[0], overlap[2])) for r in args.routings]
     for name, routing, setting in runs:
         fleet = Fleet(args.servers, args.slots, args.time_scale, args.kv_tokens)
@@ -429,7 +430,7 @@ def main() -> None:
             print(f"affinity / least-loaded{suffix}: cached prompt tokens x{af['cached'] / max(1, ll['cached']):.2f}, "
                   f"prefilled x{af['prefilled'] / max(1, ll['prefilled']):.2f}, "
                   f"makespan x{af['makespan_s'] / ll['makespan_s']:.2f}", flush=True)
-    if overlap is None and not args.skip_overlap:
+    if overlap is None and not args.skip_overlap and not args.skip_fc:
         print("overlap rows not measured: the pipeline config has no overlapping-stages setting "
               "(a field named *overlap* or *lookahead*); every stage is a barrier", flush=True)
     if hashes:
