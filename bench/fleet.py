@@ -269,7 +269,8 @@ class AffinityProbe:
 
 
 def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint: int, items: int, workdir: Path,
-           epsilon: float = 0.25, overlap: tuple[str, object] | None = None) -> str:
+           epsilon: float = 0.25, overlap: tuple[str, object] | None = None,
+           sample_types: dict[str, float] | None = None) -> str:
     """The FC pipeline against ``urls``; returns a hash of the dataset's content (order-independent)."""
     from fabrika.pipeline.config import validate_data
     from fabrika.pipeline.runner import run_pipeline
@@ -292,7 +293,8 @@ def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint:
         "stages": [
             {"kind": "fc.tools", "topics_file": str(topics_file), "tools_per_topic": 3},
             {"kind": "fc.tools_dedup", "input": "fc.tools"},
-            {"kind": "fc.plans", "input": "fc.tools_dedup", "plans_per_topic": plans},
+            {"kind": "fc.plans", "input": "fc.tools_dedup", "plans_per_topic": plans,
+             **({"sample_types": sample_types} if sample_types else {})},
             {"kind": "fc.dialogues", "input": "fc.plans", "sim_error_rate": 0.1},
             {"kind": "fc.samples", "input": "fc.dialogues"},
         ],
@@ -378,6 +380,8 @@ def main() -> None:
                     choices=["least_loaded", "affinity"])
     ap.add_argument("--skip-samples", action="store_true", help="only the FC routing comparison")
     ap.add_argument("--skip-fc", action="store_true", help="only the samples scenario")
+    ap.add_argument("--sample-types", metavar="TYPE=W,...",
+                    help="fc.plans sample_types weights, e.g. multi_turn=1,clarification=1 (default: the stage's mix)")
     ap.add_argument("--skip-overlap", action="store_true", help="no sequential-vs-overlap pair")
     ap.add_argument("--overlap-setting", metavar="FIELD:SEQUENTIAL:OVERLAP",
                     help="the pipeline field and its two values (JSON) when detection by name does not find it, "
@@ -394,6 +398,8 @@ def main() -> None:
     print(f"fleet: {args.servers} servers x {args.slots} slots, KV {args.kv_tokens:,} tokens per server; FC pipeline "
           f"{args.topics} topics x {args.plans} plans, {args.items_in_flight} items in flight; endpoint "
           f"max_concurrency {per_endpoint}; time scale {args.time_scale:g}", flush=True)
+    sample_types = ({k: float(v) for k, v in (p.split("=") for p in args.sample_types.split(","))}
+                    if args.sample_types else None)
     probe = AffinityProbe()
     overlap = None if args.skip_overlap else overlap_setting()
     if args.overlap_setting and not args.skip_overlap:
@@ -412,7 +418,7 @@ def main() -> None:
             lag.start()
             with tempfile.TemporaryDirectory() as tmp:
                 hashes[name] = fc_run(fleet.urls, routing, args.topics, args.plans, per_endpoint,
-                                      args.items_in_flight, Path(tmp), args.epsilon, setting)
+                                      args.items_in_flight, Path(tmp), args.epsilon, setting, sample_types)
             results[name] = summarise(fleet.stats())
             wall = results[name]["wall_s"] = time.perf_counter() - t0
             # near 1.0: that process (the client: runner + engine on one event loop; or the fake

@@ -35,7 +35,8 @@ tokens                    the model's tokenizer and chat template           a pr
                                                                             characters (deterministic; Russian text is longer
                                                                             per token in real tokenizers)
 ``n > 1``                 one prefill; ``n`` sequences decode, each in      one prefill (the first slot); the ``n`` samples take
-                          its own slot                                      ``n`` slots and decode after the prefill
+                          its own slot                                      ``n`` slots and decode after the prefill (samples
+                                                                            beyond ``slots`` wait for a slot to free)
 preemption,               yes (recompute when KV memory runs out)           not modelled: a request never loses its slot; the
                                                                             most blocks held beyond the pool is reported as
                                                                             ``kv_overcommit_blocks`` (where vLLM would preempt)
