@@ -176,7 +176,7 @@ class OpenAICompatBackend:
         self._session: Any = None
 
     def endpoint_load(self) -> list[int]:
-        """Requests in flight per endpoint (for progress displays and tests)."""
+        """Sequences in flight per endpoint (an n=K request counts K; for progress displays and tests)."""
         return [ep.in_flight for ep in self.endpoints]
 
     def health(self) -> list[dict[str, Any]]:
