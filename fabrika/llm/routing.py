@@ -211,7 +211,8 @@ class AffinityPolicy:
         eps = self._all
         total = sum(e.in_flight for e in eps) + weight
         cap = sum(e.max_concurrency for e in eps)
-        return max(1, math.ceil((1.0 + self.epsilon) * total * ep.max_concurrency / cap))
+        # at least the request itself: an idle endpoint never sends its own key's request away
+        return max(weight, math.ceil((1.0 + self.epsilon) * total * ep.max_concurrency / cap))
 
     def pick(self, candidates: Sequence[Endpoint], request: ChatRequest) -> Endpoint:
         if not self._ring or len(self._all) < len(candidates):

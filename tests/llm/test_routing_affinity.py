@@ -215,3 +215,17 @@ async def test_bounded_load_counts_the_samples_of_an_n_request() -> None:
     for ep in held:
         pool.release(ep, None, False, 8)
     assert [e.in_flight for e in eps] == [0, 0, 0, 0]
+
+
+async def test_an_n_request_goes_home_in_an_idle_fleet() -> None:
+    """The bound never refuses an endpoint that holds nothing: a lone n=8 request is not sent away from its cache."""
+    eps = endpoints(4)
+    policy = AffinityPolicy(epsilon=0.25)
+    pool = EndpointPool(eps, policy)
+    homes = set()
+    for _ in range(3):
+        r = ChatRequest(messages=({"role": "user", "content": "один промпт"},), n=8)
+        ep, _ = await pool.acquire(r)
+        homes.add(ep.base_url)
+        pool.release(ep, None, False, 8)
+    assert len(homes) == 1 and policy.stats["home"] == 3
