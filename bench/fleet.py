@@ -1,27 +1,33 @@
 """Fleet bench: the FC pipeline on a simulated vLLM fleet — least-loaded vs prefix-affinity routing,
-K sample requests vs one n=K request, and stages one after another vs overlapping (``--overlap both``).
+sequential vs overlapping stages (when the runner has the setting), and K sample requests vs one
+n=K request.
 
 A child process serves ``--servers`` fake OpenAI servers in vLLM mode
-(:mod:`fabrika.testing.sim_vllm`: ``--slots`` sequence slots each, prefix cache,
-answer times from the cost model) that answer every FC role with the sim
-responders. For each routing mode a fresh fleet (empty caches) serves the FC
-pipeline through the real runner and engine (openai backend, aiohttp, LLM cache
-off): fc.tools → fc.tools_dedup → fc.plans → fc.dialogues → fc.samples. Endpoint
-``max_concurrency`` is four times the slots and the engine's ``max_in_flight``
-half the endpoints' sum, so each server keeps a queue (as a vLLM server does), the
-client's slot pool never fills, and the routing policy — not whichever slot freed
-first — decides placement.
+(:mod:`fabrika.testing.sim_vllm`: ``--slots`` sequence slots each, a prefix cache bounded by
+``--kv-tokens`` of KV memory per server (default: an 8B model on an 80 GB GPU, see
+``sim_vllm.KV_CACHE_TOKENS``), answer times from the cost model) that answer every FC role with
+the sim responders. For each configuration a fresh fleet (empty caches) serves the FC pipeline
+through the real runner and engine (openai backend, aiohttp, LLM cache off): fc.tools →
+fc.tools_dedup → fc.plans → fc.dialogues → fc.samples. The client never queues a request
+itself: the engine's ``max_in_flight`` is the endpoints' sum and endpoint ``max_concurrency`` is
+four times the slots, so every request the pipeline has goes straight to a server, each server
+keeps its own queue (as a vLLM server does), and the routing policy — not whichever client slot
+freed first — decides placement. What the client has in flight is bounded only by the items the
+runner processes at once (``--items-in-flight``: episodes in the dialogues stage).
 
 Then the *samples* scenario: ``--prompts`` prompts × ``--k`` samples each (as IF
 verifiers or difficulty pass rates ask) through the engine, with
 ``llm.group_samples`` off (K requests) and on (n=K).
 
-Per configuration it prints: makespan (simulated seconds, first arrival to last
-answer across the fleet), ideal makespan (total slot-seconds of work ÷ all slots),
-utilisation (busy slot-seconds ÷ slots × makespan per server: mean, min; and the
-mean over the steady part, 10%–90% of the makespan), prompt tokens prefilled vs
-served from the prefix cache, and the ratios; plus whether the datasets of the
-two routing modes are equal.
+Per configuration it prints: makespan (simulated seconds, first arrival to last answer across
+the fleet), ideal makespan (total slot-seconds of work ÷ all slots), utilisation (busy
+slot-seconds ÷ slots × makespan per server: mean, min), the steady part (from the first to the
+last second in which the fleet's slots were at least 90% busy: ramp-up before it and the drain
+after it are left out, idle gaps inside it — stage boundaries — are counted) and its share of the
+makespan, where idle slot-time went (no request anywhere in the fleet: the pipeline had nothing
+to send; or idle on one server while another had a queue: placement), prompt tokens prefilled vs
+served from the prefix cache, per role, affinity's home / spill / fallback counts, and the ratios;
+plus whether the datasets of the configurations are equal.
 
     .venv/bin/python bench/fleet.py --servers 4 --slots 64 --topics 100
 """
@@ -32,6 +38,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import random
 import subprocess
 import sys
@@ -48,7 +55,7 @@ NOUNS = ["Доставка", "Бронирование", "Ремонт", "Аре
 FC_TAGS = ["fc.tools", "fc.planner", "fc.judge", "fc.user", "fc.tool", "fc.assistant"]
 
 
-def serve(n: int, slots: int, time_scale: float) -> None:
+def serve(n: int, slots: int, time_scale: float, kv_tokens: int) -> None:
     """Child: ``n`` vLLM-mode fake servers; FC roles answered by the sim responders."""
     from fabrika.generators.fc import sim_responders as sr
     from fabrika.llm.types import ChatRequest, Choice
@@ -68,7 +75,7 @@ def serve(n: int, slots: int, time_scale: float) -> None:
         return responder
 
     ports = []
-    cfg = SimVLLMConfig(slots=slots, time_scale=time_scale)
+    cfg = SimVLLMConfig(slots=slots, time_scale=time_scale, cache_blocks=kv_tokens // SimVLLMConfig.block_tokens)
     for _ in range(n):
         srv = FakeOpenAIServer(vllm=cfg)
         for tag in FC_TAGS:
@@ -83,13 +90,22 @@ def serve(n: int, slots: int, time_scale: float) -> None:
 class Fleet:
     """The server child: start, read its ports, fetch stats, stop."""
 
-    def __init__(self, servers: int, slots: int, time_scale: float) -> None:
-        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(servers), str(slots), str(time_scale)],
+    def __init__(self, servers: int, slots: int, time_scale: float, kv_tokens: int) -> None:
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(servers), str(slots), str(time_scale),
+                                      str(kv_tokens)],
                                      stdout=subprocess.PIPE, text=True, cwd=ROOT)
         line = self.proc.stdout.readline()  # type: ignore[union-attr]
         if not line.startswith("READY"):
             raise SystemExit(f"fleet did not start: {line!r}")
         self.urls = [f"http://127.0.0.1:{p}/v1" for p in line.split()[1:]]
+
+    def cpu_s(self) -> float:
+        """CPU seconds the server child has used (Linux /proc; 0 elsewhere)."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return 0.0
 
     def stats(self) -> list[dict]:
         out = []
@@ -103,32 +119,159 @@ class Fleet:
         self.proc.wait(10)
 
 
+#: the FC stages by the roles that call the LLM in them (the server sees only the role header)
+STAGE_ROLES = {"fc.tools": ("fc.tools",), "fc.plans": ("fc.planner", "fc.judge"),
+               "fc.dialogues": ("fc.user", "fc.tool", "fc.assistant")}
+STEADY_BUSY = 0.9  # a second is "steady" once the fleet's slots are at least this busy
+
+
+def _series(line: dict[str, float], bucket: float, first: int, last: int) -> list[float]:
+    """Per bucket ``first..last`` (inclusive): the value ÷ bucket length (busy slots, or requests in the server)."""
+    return [line.get(str(i), 0.0) / bucket for i in range(first, last + 1)]
+
+
 def summarise(stats: list[dict]) -> dict:
+    """Makespan, ideal, utilisation (whole run and steady part), where idle time went, tokens per role."""
     start = min(s["first_arrival"] for s in stats if s["first_arrival"] >= 0)
     end = max(s["last_done"] for s in stats)
     makespan = end - start
     slots = sum(s["slots"] for s in stats)
     work = sum(s["busy_slot_s"] for s in stats)
     util = [s["busy_slot_s"] / (s["slots"] * makespan) for s in stats]
-    steady = []
-    lo, hi = start + 0.1 * makespan, start + 0.9 * makespan
-    for s in stats:  # whole buckets inside the window only
-        b = s["bucket_s"]
-        inside = [v for i, v in s["timeline"].items() if lo <= int(i) * b and (int(i) + 1) * b <= hi]
-        first, last = int(-(-lo // b)), int(hi // b)  # buckets with no work count as idle
-        steady.append(sum(inside) / (s["slots"] * b * max(1, last - first)))
+    b = stats[0]["bucket_s"]
+    first, last = int(start // b), int(end // b)
+    busy = [_series(s["timeline"], b, first, last) for s in stats]
+    demand = [_series(s["demand"], b, first, last) for s in stats]
+    fleet_busy = [sum(col) for col in zip(*busy)]
+    # the steady part: whole buckets from the first to the last one with the fleet >= 90% busy
+    hot = [i for i, v in enumerate(fleet_busy) if v >= STEADY_BUSY * slots]
+    if hot:
+        lo, hi = hot[0], hot[-1]
+        steady = [sum(row[lo:hi + 1]) / (s["slots"] * (hi - lo + 1)) for row, s in zip(busy, stats)]
+        steady_s = (hi - lo + 1) * b
+    else:
+        steady, steady_s = [0.0] * len(stats), 0.0
+    # idle slot-time: nothing queued anywhere (the pipeline had nothing to send) vs idle here while
+    # another server had a queue (placement could have used this slot)
+    idle_starved = idle_misplaced = 0.0
+    for i in range(len(fleet_busy)):
+        queued_elsewhere = [d[i] > s["slots"] + 1e-9 for d, s in zip(demand, stats)]
+        for k, s in enumerate(stats):
+            idle = max(0.0, s["slots"] - busy[k][i]) * b
+            if any(q for j, q in enumerate(queued_elsewhere) if j != k):
+                idle_misplaced += idle
+            else:
+                idle_starved += idle
+    by_tag: dict[str, dict[str, float]] = {}
+    for s in stats:
+        for tag, c in s.get("by_tag", {}).items():
+            agg = by_tag.setdefault(tag, {})
+            for key, v in c.items():
+                if key == "first_arrival":
+                    agg[key] = min(agg.get(key, v), v)
+                elif key == "last_done":
+                    agg[key] = max(agg.get(key, v), v)
+                else:
+                    agg[key] = agg.get(key, 0) + v
+    # per stage (its roles' first request to last answer): utilisation and requests in the servers
+    stages = {}
+    for stage, tags in STAGE_ROLES.items():
+        seen = [by_tag[t] for t in tags if t in by_tag]
+        if not seen:
+            continue
+        t0, t1 = min(c["first_arrival"] for c in seen), max(c["last_done"] for c in seen)
+        i0, i1 = int(t0 // b) - first, min(len(fleet_busy), int(t1 // b) - first + 1)
+        if i1 > i0:
+            stages[stage] = {"window_s": t1 - t0, "share": (t1 - t0) / makespan,
+                             "util": sum(fleet_busy[i0:i1]) / (slots * (i1 - i0)),
+                             "in_servers": sum(sum(d[i0:i1]) for d in demand) / (i1 - i0)}
     prefilled = sum(s["prompt_tokens_prefilled"] for s in stats)
     cached = sum(s["prompt_tokens_cached"] for s in stats)
+    span = len(fleet_busy) * b
     return {"makespan_s": makespan, "ideal_s": work / slots, "util_mean": sum(util) / len(util), "util_min": min(util),
-            "steady_util_mean": sum(steady) / len(steady), "prefilled": prefilled, "cached": cached,
+            "steady_util_mean": sum(steady) / len(steady), "steady_util_min": min(steady),
+            "steady_share": steady_s / makespan if makespan else 0.0,
+            "idle_starved": idle_starved / (slots * span), "idle_misplaced": idle_misplaced / (slots * span),
+            "mean_in_servers": sum(sum(d) for d in demand) / len(fleet_busy),
+            "queue_wait_s": sum(s["queue_wait_s"] for s in stats) / max(1, sum(s["sequences"] for s in stats)),
+            "prefilled": prefilled, "cached": cached, "by_tag": by_tag, "stages": stages,
+            "evicted_blocks": sum(s["evicted_blocks"] for s in stats),
+            "kv_overcommit_blocks": max(s.get("kv_overcommit_blocks", 0) for s in stats),
             "requests": sum(s["requests"] for s in stats), "sequences": sum(s["sequences"] for s in stats),
-            "prompt_tokens": sum(s["prompt_tokens"] for s in stats)}
+            "prompt_tokens": sum(s["prompt_tokens"] for s in stats),
+            "series": {"start": first * b, "bucket_s": b, "busy": [round(v, 2) for v in fleet_busy],
+                       "in_servers": [round(sum(col), 2) for col in zip(*demand)]}}
 
 
-def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint: int, workdir: Path,
-           epsilon: float = 0.25, overlap: bool = False, chunk_size: int = 256) -> str:
+def overlap_setting() -> tuple[str, object, object] | None:
+    """The pipeline's overlapping-stages setting as ``(field, sequential value, overlapping value)``,
+    or None while the runner has none (found by name: a field about overlap or lookahead)."""
+    from fabrika.pipeline.config import PipelineConfig
+
+    for name, f in PipelineConfig.model_fields.items():
+        if "overlap" not in name and "lookahead" not in name:
+            continue
+        if f.annotation is bool:
+            return name, False, True
+        if f.annotation is int:
+            on = f.default if isinstance(f.default, int) and f.default > 0 else 4
+            return name, 0, on
+    return None
+
+
+class LagProbe(threading.Thread):
+    """A thread that sleeps 10 ms at a time and records how late it wakes: on a box with more runnable
+    processes than cores (or a GIL held long) the client's event loop is late by about as much, and
+    late requests look like idle servers."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.lags: list[float] = []
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            t = time.perf_counter()
+            time.sleep(0.01)
+            self.lags.append(time.perf_counter() - t - 0.01)
+
+    def stop(self) -> dict[str, float]:
+        self._done.set()
+        self.join()
+        lags = sorted(self.lags) or [0.0]
+        return {"lag_mean_ms": 1000 * sum(lags) / len(lags), "lag_p99_ms": 1000 * lags[int(0.99 * (len(lags) - 1))]}
+
+
+class AffinityProbe:
+    """Collects the affinity policies the engine builds, for their home / spill / fallback counts."""
+
+    def __init__(self) -> None:
+        from fabrika.llm import routing
+
+        self.policies: list = []
+        self._cls = routing.AffinityPolicy
+        self._orig = self._cls.__post_init__
+        probe = self
+
+        def post_init(policy) -> None:  # noqa: ANN001
+            probe._orig(policy)
+            probe.policies.append(policy)
+
+        self._cls.__post_init__ = post_init  # type: ignore[method-assign]
+
+    def counts(self) -> dict[str, int]:
+        out = {"home": 0, "spill": 0, "fallback": 0}
+        for p in self.policies:
+            for k, v in p.stats.items():
+                out[k] += v
+        self.policies.clear()
+        return out
+
+
+def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint: int, items: int, workdir: Path,
+           epsilon: float = 0.25, overlap: tuple[str, object] | None = None,
+           sample_types: dict[str, float] | None = None, chunk_size: int = 256) -> str:
     """The FC pipeline against ``urls``; returns a hash of the dataset's content (order-independent)."""
-
     from fabrika.pipeline.config import validate_data
     from fabrika.pipeline.runner import run_pipeline
     from fabrika.store.run import RunStore
@@ -140,24 +283,25 @@ def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint:
             f.write(json.dumps({"id": f"topic-{i}", "topic": f"{noun} номер {i}", "lang": "ru",
                                 "description": f"{noun}: услуги и заказы, раздел {i}",
                                 "keywords": [f"{noun.lower()}{i}"]}, ensure_ascii=False) + "\n")
-    total = per_endpoint * len(urls) // 2  # the pool never fills: the routing policy decides placement
     doc = {
-        "name": "fleet", "seed": 1, "run_dir": str(workdir / "run"), "max_in_flight": total, "overlap": overlap,
+        "name": "fleet", "seed": 1, "run_dir": str(workdir / "run"), "max_in_flight": items,
         "plugins": ["fabrika.generators.fc.stages"],
-        "llm": {"backend": "openai", "model": "fake", "max_in_flight": total, "max_retries": 2, "routing": routing,
-                "routing_epsilon": epsilon,
-                "timeout_s": 600.0, "probe": False,
+        "llm": {"backend": "openai", "model": "fake", "max_in_flight": per_endpoint * len(urls), "max_retries": 2,
+                "routing": routing, "routing_epsilon": epsilon, "timeout_s": 600.0, "probe": False,
                 "endpoints": [{"base_url": u, "max_concurrency": per_endpoint} for u in urls],
                 "cache": {"enabled": False}},
         "stages": [
-            {"kind": "fc.tools", "topics_file": str(topics_file), "tools_per_topic": 3},
-            {"kind": "fc.tools_dedup", "input": "fc.tools"},
-            {"kind": "fc.plans", "input": "fc.tools_dedup", "plans_per_topic": plans, "chunk_size": chunk_size},
+            {"kind": "fc.tools", "topics_file": str(topics_file), "tools_per_topic": 3, "chunk_size": chunk_size},
+            {"kind": "fc.tools_dedup", "input": "fc.tools", "chunk_size": chunk_size},
+            {"kind": "fc.plans", "input": "fc.tools_dedup", "plans_per_topic": plans, "chunk_size": chunk_size,
+             **({"sample_types": sample_types} if sample_types else {})},
             {"kind": "fc.dialogues", "input": "fc.plans", "sim_error_rate": 0.1, "chunk_size": chunk_size},
             {"kind": "fc.samples", "input": "fc.dialogues", "chunk_size": chunk_size},
         ],
         "dataset": {"stages": ["fc.samples"]},
     }
+    if overlap is not None:
+        doc[overlap[0]] = overlap[1]
     config, issues = validate_data(doc, "bench", workdir)
     if config is None:
         raise SystemExit("\n".join(str(i) for i in issues))
@@ -173,7 +317,7 @@ async def samples_run(urls: list[str], group: bool, prompts: int, k: int, per_en
     from fabrika.llm import ChatRequest, LLMConfig, build_engine
 
     cfg = LLMConfig(backend="openai", model="fake", routing="affinity", group_samples=group, timeout_s=600.0,
-                    max_in_flight=per_endpoint * len(urls) // 2, cache={"enabled": False},
+                    max_in_flight=per_endpoint * len(urls), cache={"enabled": False},
                     endpoints=[{"base_url": u, "max_concurrency": per_endpoint} for u in urls])
     eng = build_engine(cfg, None)
     body = "Напиши функцию evaluate(response), которая проверяет, что ответ содержит ровно три абзаца. " * 6
@@ -187,78 +331,136 @@ async def samples_run(urls: list[str], group: bool, prompts: int, k: int, per_en
 
 
 def show(name: str, m: dict) -> None:
-    print(f"{name:<26} makespan {m['makespan_s']:8.1f} s  ideal {m['ideal_s']:8.1f} s  "
-          f"(x{m['makespan_s'] / m['ideal_s']:.2f})  util mean {m['util_mean']:.2f} min {m['util_min']:.2f} "
-          f"steady {m['steady_util_mean']:.2f}  prompt tokens prefilled {m['prefilled']:>10,} cached "
-          f"{m['cached']:>10,}  requests {m['requests']:,} sequences {m['sequences']:,}", flush=True)
+    print(f"{name:<30} makespan {m['makespan_s']:8.1f} s  ideal {m['ideal_s']:8.1f} s  "
+          f"(x{m['makespan_s'] / m['ideal_s']:.2f})  util mean {m['util_mean']:.2f} min {m['util_min']:.2f}  "
+          f"steady {m['steady_util_mean']:.2f} (min {m['steady_util_min']:.2f}) over {m['steady_share']:.0%} of the run  "
+          f"prompt tokens prefilled {m['prefilled']:>10,} cached {m['cached']:>10,}  "
+          f"requests {m['requests']:,} sequences {m['sequences']:,}", flush=True)
+    print(f"{'':<30} idle slot-time {m['idle_starved']:.0%} with no request queued anywhere, "
+          f"{m['idle_misplaced']:.0%} while another server had a queue; mean requests in the servers "
+          f"{m['mean_in_servers']:.0f}, mean server queue wait {m['queue_wait_s']:.2f} s; evicted blocks "
+          f"{m['evicted_blocks']:,}, most KV blocks over the pool {m['kv_overcommit_blocks']:,}"
+          + (f"; wall {m['wall_s']:.0f} s, CPU of the client {m['client_cpu']:.0%} and the servers "
+             f"{m['server_cpu']:.0%}, client wake-up lag mean {m['lag_mean_ms']:.1f} ms p99 {m['lag_p99_ms']:.0f} ms"
+             if "client_cpu" in m else ""),
+          flush=True)
+    if m.get("affinity"):
+        a = m["affinity"]
+        total = max(1, sum(a.values()))
+        print(f"{'':<30} affinity: home {a['home'] / total:.1%}, spill {a['spill'] / total:.1%}, "
+              f"fallback {a['fallback'] / total:.1%} of {total:,} placements", flush=True)
+    for stage, w in m.get("stages", {}).items():
+        if len(m["stages"]) > 1:
+            print(f"{'':<30}   stage {stage:<13} {w['window_s']:7.1f} s ({w['share']:.0%} of the makespan): "
+                  f"utilisation {w['util']:.2f}, mean requests in the servers {w['in_servers']:.0f}", flush=True)
+    for tag, c in sorted(m["by_tag"].items(), key=lambda kv: -kv[1]["prompt_tokens"]):
+        if len(m["by_tag"]) > 1:
+            print(f"{'':<30}   {tag or '-':<14} prompt tokens {c['prompt_tokens']:>10,} "
+                  f"({c['prompt_tokens'] / max(1, m['prompt_tokens']):.0%})  cached "
+                  f"{c['prompt_tokens_cached'] / max(1, c['prompt_tokens']):.0%}", flush=True)
 
 
 def main() -> None:
+    from fabrika.testing.sim_vllm import KV_CACHE_TOKENS
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--servers", type=int, default=4)
     ap.add_argument("--slots", type=int, default=64)
+    ap.add_argument("--kv-tokens", type=int, default=KV_CACHE_TOKENS,
+                    help="KV memory per server in tokens (running sequences and prefix cache together)")
     ap.add_argument("--topics", type=int, default=100, help="FC topics (episodes = topics x plans)")
     ap.add_argument("--plans", type=int, default=10)
+    ap.add_argument("--items-in-flight", type=int, default=512,
+                    help="items the runner processes at once per stage (episodes in the dialogues stage)")
     ap.add_argument("--prompts", type=int, default=256, help="samples scenario: distinct prompts")
     ap.add_argument("--k", type=int, default=8, help="samples scenario: samples per prompt")
     ap.add_argument("--time-scale", type=float, default=1.0, help="simulated seconds per wall second")
     ap.add_argument("--epsilon", type=float, default=0.25, help="affinity's load bound (llm.routing_epsilon)")
     ap.add_argument("--routings", nargs="+", default=["least_loaded", "affinity"],
                     choices=["least_loaded", "affinity"])
-    ap.add_argument("--overlap", choices=["off", "on", "both"], default="off",
-                    help="FC runs with stages one after another (off), overlapping (on), or both side by side")
     ap.add_argument("--chunk-size", type=int, default=256, help="FC stages' chunk_size (shard size: overlap's step)")
     ap.add_argument("--skip-samples", action="store_true", help="only the FC routing comparison")
-    ap.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--skip-fc", action="store_true", help="only the samples scenario")
+    ap.add_argument("--sample-types", metavar="TYPE=W,...",
+                    help="fc.plans sample_types weights, e.g. multi_turn=1,clarification=1 (default: the stage's mix)")
+    ap.add_argument("--skip-overlap", action="store_true", help="no sequential-vs-overlap pair")
+    ap.add_argument("--overlap-setting", metavar="FIELD:SEQUENTIAL:OVERLAP",
+                    help="the pipeline field and its two values (JSON) when detection by name does not find it, "
+                         "e.g. lookahead_shards:0:8")
+    ap.add_argument("--series", help="write per-second busy slots and requests in the servers here (JSON)")
+    ap.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
-        serve(int(args.serve[0]), int(args.serve[1]), float(args.serve[2]))
+        serve(int(args.serve[0]), int(args.serve[1]), float(args.serve[2]), int(args.serve[3]))
         return
     per_endpoint = 4 * args.slots
     results: dict[str, dict] = {}
     hashes: dict[str, str] = {}
-    print(f"fleet: {args.servers} servers x {args.slots} slots, FC pipeline {args.topics} topics x {args.plans} "
-          f"plans; endpoint max_concurrency {per_endpoint}; time scale {args.time_scale:g}", flush=True)
-    overlaps = {"off": [False], "on": [True], "both": [False, True]}[args.overlap]
-    for routing in args.routings:
-        for overlap in overlaps:
-            key = routing + (" +overlap" if overlap else "")
-            fleet = Fleet(args.servers, args.slots, args.time_scale)
-            try:
-                t0 = time.perf_counter()
-                with tempfile.TemporaryDirectory() as tmp:
-                    hashes[key] = fc_run(fleet.urls, routing, args.topics, args.plans, per_endpoint, Path(tmp),
-                                         args.epsilon, overlap, args.chunk_size)
-                results[key] = summarise(fleet.stats())
-                results[key]["wall_s"] = time.perf_counter() - t0
-            finally:
-                fleet.stop()
-            show(f"FC {key}", results[key])
-    for routing in args.routings:
-        if routing in results and f"{routing} +overlap" in results:
-            seq, ov = results[routing], results[f"{routing} +overlap"]
-            print(f"{routing}: overlapping / sequential stages: makespan x{ov['makespan_s'] / seq['makespan_s']:.2f} "
-                  f"(x{seq['makespan_s'] / seq['ideal_s']:.2f} -> x{ov['makespan_s'] / ov['ideal_s']:.2f} ideal), "
-                  f"util mean {seq['util_mean']:.2f} -> {ov['util_mean']:.2f}; dataset equal: "
-                  f"{hashes[routing] == hashes[routing + ' +overlap']} ({hashes[routing + ' +overlap']})", flush=True)
-    if "least_loaded" in results and "affinity" in results:
-        ll, af = results["least_loaded"], results["affinity"]
-        print(f"affinity / least-loaded: cached prompt tokens x{af['cached'] / max(1, ll['cached']):.2f}, "
-              f"prefilled x{af['prefilled'] / max(1, ll['prefilled']):.2f}, "
-              f"makespan x{af['makespan_s'] / ll['makespan_s']:.2f}; "
-              f"dataset equal: {hashes['least_loaded'] == hashes['affinity']} ({hashes['affinity']})", flush=True)
+    print(f"fleet: {args.servers} servers x {args.slots} slots, KV {args.kv_tokens:,} tokens per server; FC pipeline "
+          f"{args.topics} topics x {args.plans} plans, {args.items_in_flight} items in flight; endpoint "
+          f"max_concurrency {per_endpoint}; time scale {args.time_scale:g}", flush=True)
+    sample_types = ({k: float(v) for k, v in (p.split("=") for p in args.sample_types.split(","))}
+                    if args.sample_types else None)
+    probe = AffinityProbe()
+    overlap = None if args.skip_overlap else overlap_setting()
+    if args.overlap_setting and not args.skip_overlap:
+        field, off, on = args.overlap_setting.split(":", 2)
+        overlap = (field, json.loads(off), json.loads(on))
+    runs: list[tuple[str, str, tuple[str, object] | None]] = [] if args.skip_fc else [
+        (f"FC {r}" + (", sequential" if overlap else ""), r, (overlap[0], overlap[1]) if overlap else None)
+        for r in args.routings]
+    if overlap is not None and not args.skip_fc:
+        runs += [(f"FC {r}, overlap ({overlap[0]}={overlap[2]})", r, (overlap[0], overlap[2])) for r in args.routings]
+    for name, routing, setting in runs:
+        fleet = Fleet(args.servers, args.slots, args.time_scale, args.kv_tokens)
+        try:
+            t0, cpu0, server_cpu0 = time.perf_counter(), time.process_time(), fleet.cpu_s()
+            lag = LagProbe()
+            lag.start()
+            with tempfile.TemporaryDirectory() as tmp:
+                hashes[name] = fc_run(fleet.urls, routing, args.topics, args.plans, per_endpoint,
+                                      args.items_in_flight, Path(tmp), args.epsilon, setting, sample_types,
+                                      args.chunk_size)
+            results[name] = summarise(fleet.stats())
+            wall = results[name]["wall_s"] = time.perf_counter() - t0
+            # near 1.0: that process (the client: runner + engine on one event loop; or the fake
+            # servers) was the limit, not the simulated fleet
+            results[name]["client_cpu"] = (time.process_time() - cpu0) / wall
+            results[name]["server_cpu"] = (fleet.cpu_s() - server_cpu0) / wall
+            results[name].update(lag.stop())
+            results[name]["affinity"] = probe.counts() if routing == "affinity" else {}
+        finally:
+            fleet.stop()
+        show(name, results[name])
+    for suffix in sorted({n[len(f"FC {r}"):] for n, r, _ in runs}):
+        ll, af = results.get(f"FC least_loaded{suffix}"), results.get(f"FC affinity{suffix}")
+        if ll and af:
+            print(f"affinity / least-loaded{suffix}: cached prompt tokens x{af['cached'] / max(1, ll['cached']):.2f}, "
+                  f"prefilled x{af['prefilled'] / max(1, ll['prefilled']):.2f}, "
+                  f"makespan x{af['makespan_s'] / ll['makespan_s']:.2f}", flush=True)
+    if overlap is None and not args.skip_overlap and not args.skip_fc:
+        print("overlap rows not measured: the pipeline config has no overlapping-stages setting "
+              "(a field named *overlap* or *lookahead*); every stage is a barrier", flush=True)
+    if hashes:
+        print(f"datasets equal across configurations: {len(set(hashes.values())) == 1} "
+              f"({', '.join(sorted(set(hashes.values())))})", flush=True)
     for group in () if args.skip_samples else (False, True):
-        fleet = Fleet(args.servers, args.slots, args.time_scale)
+        fleet = Fleet(args.servers, args.slots, args.time_scale, args.kv_tokens)
         try:
             asyncio.run(samples_run(fleet.urls, group, args.prompts, args.k, per_endpoint))
             m = summarise(fleet.stats())
         finally:
             fleet.stop()
+        m["affinity"] = probe.counts()
         results[f"samples_n{'K' if group else '1'}"] = m
         show(f"samples {'n=K' if group else 'K requests'} (K={args.k})", m)
         per_prompt = m["prompt_tokens"] / m["requests"]
         print(f"  prompts prefilled per sample: {m['prefilled'] / per_prompt / m['sequences']:.3f}"
               f" (1/K = {1 / args.k:.3f})", flush=True)
+    if args.series:  # fleet-wide busy slots and requests in the servers per second, per configuration
+        Path(args.series).write_text(json.dumps({k: v.pop("series") for k, v in results.items()}), encoding="utf-8")
+    for v in results.values():
+        v.pop("series", None)
     print("JSON " + json.dumps(results), flush=True)
 
 

@@ -45,13 +45,15 @@ PROMPTS: dict[str, dict[str, str]] = {
               "You know nothing about how the assistant works and never mention functions or programs.",
     },
     "user_turn": {
-        "ru": "Что ты хочешь в этой реплике:\n```json\n{goal}\n```\nРазговор на данный момент:\n{transcript}\n\n"
+        # the transcript comes first: it only grows from turn to turn, so the server's prefix cache
+        # serves it again; the goal, which changes every turn, comes after it
+        "ru": "Разговор на данный момент:\n{transcript}\n\nЧто ты хочешь в этой реплике:\n```json\n{goal}\n```\n"
               "Напиши следующую реплику пользователя. Передай все сведения из `facts` и ничего сверх них. "
               "Если у сведения `verbatim` = true (вариант из списка, номер, код, дата, адрес почты, число), "
               "напиши `value` в точности как есть, символ в символ. Остальное скажи своими словами, как "
               "сказал бы живой человек: слова можно склонять («в Казань», «для Петровой»), но не заменяй "
               "их другими. Ответь только текстом реплики.",
-        "en": "What you want in this turn:\n```json\n{goal}\n```\nThe conversation so far:\n{transcript}\n\n"
+        "en": "The conversation so far:\n{transcript}\n\nWhat you want in this turn:\n```json\n{goal}\n```\n"
               "Write the user's next message. Convey every item in `facts` and nothing beyond them. When an "
               "item has `verbatim` = true (an option from a list, a number, a code, a date, an e-mail "
               "address), write its `value` exactly as given, character for character. Say the rest in your "
@@ -106,8 +108,10 @@ PROMPTS: dict[str, dict[str, str]] = {
               "[\"...\", \"...\", \"...\", \"...\"]}}]}}",
     },
     "planner": {
-        "ru": "Составь эталонный сценарий разговора пользователя с ассистентом, у которого есть функции.\n"
-              "```json\n{task}\n```\n"
+        # the task comes last: the instructions before it are the same for every plan, so a server's
+        # prefix cache serves them to every planner request (about 850 tokens each)
+        "ru": "Составь эталонный сценарий разговора пользователя с ассистентом, у которого есть функции. "
+              "Задание — в конце.\n"
               "Тип сценария (`sample_type`): single — один вызов; parallel — несколько независимых вызовов в "
               "одном раунде; multi_step — несколько раундов, следующий использует результат предыдущего; "
               "multi_turn — несколько реплик пользователя; clarification — пользователь не называет "
@@ -128,9 +132,10 @@ PROMPTS: dict[str, dict[str, str]] = {
               "функций, ни имён параметров, ни значений из `withheld`, ни значений, которые понадобятся "
               "только в следующих шагах.\n"
               + _PLANNER_EXAMPLES_RU +
-              "\nВсе тексты — по-русски. Верни JSON: {{\"steps\": [...]}}",
-        "en": "Write a reference script of a conversation between a user and an assistant that has functions.\n"
-              "```json\n{task}\n```\n"
+              "\nВсе тексты — по-русски. Верни JSON: {{\"steps\": [...]}}\n"
+              "Задание:\n```json\n{task}\n```",
+        "en": "Write a reference script of a conversation between a user and an assistant that has functions. "
+              "The task is at the end.\n"
               "Script type (`sample_type`): single — one call; parallel — several independent calls in one "
               "round; multi_step — several rounds, each using the previous result; multi_turn — several user "
               "turns; clarification — the user leaves out a required parameter, the assistant asks, then "
@@ -148,7 +153,8 @@ PROMPTS: dict[str, dict[str, str]] = {
               "`say` never contain function names, parameter names, withheld values or values needed only in "
               "later steps.\n"
               + _PLANNER_EXAMPLES_EN +
-              "\nAll texts in English. Return JSON: {{\"steps\": [...]}}",
+              "\nAll texts in English. Return JSON: {{\"steps\": [...]}}\n"
+              "Task:\n```json\n{task}\n```",
     },
     "planner_revise": {
         "ru": "Замечания к сценарию выше:\n```json\n{issues}\n```\n"

@@ -41,7 +41,8 @@ class EndpointConfig(_Strict):
     base_url: str = Field(description="Base URL including the API prefix, e.g. 'http://gpu-1:8000/v1'.")
     api_key: str | None = Field(default=None, description="API key in clear text (prefer api_key_env).")
     api_key_env: str | None = Field(default=None, description="Name of the environment variable holding the API key.")
-    max_concurrency: int = Field(default=64, ge=1, description="Requests in flight to this endpoint at most.")
+    max_concurrency: int = Field(default=64, ge=1, description="Requests in flight to this endpoint at most; "
+                                 "an n=K request counts K (its sequence slots).")
 
     def resolve_api_key(self) -> str:
         """The key to send; local servers (vLLM) accept any, so a missing key becomes 'EMPTY'."""

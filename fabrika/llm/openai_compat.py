@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from fabrika.errors import LLMError
 from fabrika.llm.retry import map_exception, map_http_error
-from fabrika.llm.routing import CapacityPolicy, CircuitBreaker, Endpoint, EndpointPool, RoutingPolicy
+from fabrika.llm.routing import CapacityPolicy, CircuitBreaker, Endpoint, EndpointPool, RoutingPolicy, sequences_of
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
 
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ class OpenAICompatBackend:
         self._session: Any = None
 
     def endpoint_load(self) -> list[int]:
-        """Requests in flight per endpoint (for progress displays and tests)."""
+        """Sequences in flight per endpoint (an n=K request counts K; for progress displays and tests)."""
         return [ep.in_flight for ep in self.endpoints]
 
     def health(self) -> list[dict[str, Any]]:
@@ -190,16 +190,16 @@ class OpenAICompatBackend:
             else:
                 resp = await self._send_aiohttp(ep, request)
         except LLMError as exc:
-            pool.release(ep, exc, probe)
+            pool.release(ep, exc, probe, sequences_of(request))
             key = ep.api_key
             if len(key) >= 8 and key in exc.message:  # a server that echoes the key back: never keep it
                 exc.message = exc.message.replace(key, "***")
                 exc.args = (f"[{exc.kind}] {exc.message}",)
             raise
         except BaseException:
-            pool.release(ep, None, probe)
+            pool.release(ep, None, probe, sequences_of(request))
             raise
-        pool.release(ep, None, probe)
+        pool.release(ep, None, probe, sequences_of(request))
         return resp
 
     # -- aiohttp -----------------------------------------------------------

@@ -20,11 +20,13 @@ step cost                 one forward pass over the batch: prefill          per 
                                                                             ``slots / prefill_s_per_token`` tokens per second);
                                                                             a lone request is *not* faster than one in a full
                                                                             batch (latency under light load is not modelled)
-prefix cache              automatic prefix caching: KV blocks of            an LRU of ``cache_blocks`` blocks of
-                          ``block_size`` tokens keyed by a hash chain of    ``block_tokens`` tokens, keyed by a hash chain over
-                          the prefix; only full blocks; evicted LRU         the rendered conversation; only full blocks; LRU
-                          when free blocks run out                          eviction by count (blocks of running requests may
-                                                                            be evicted: no pinning)
+prefix cache              automatic prefix caching: KV blocks of            ``cache_blocks`` blocks of ``block_tokens`` tokens
+                          ``block_size`` tokens keyed by a hash chain of    (default 28,000 × 16 = 448K tokens, an 8B model's
+                          the prefix; only full blocks; the cache is the    KV on an 80 GB GPU, see ``KV_CACHE_TOKENS``), keyed
+                          KV memory not held by running sequences; free     by a hash chain over the rendered conversation; only
+                          blocks are evicted LRU when new ones are needed   full blocks; one pool for running sequences and the
+                                                                            cache: LRU eviction skips blocks a sequence still
+                                                                            holds (queued ones included)
 when a block is cached    once its KV is computed (during the step that     ``prefill`` seconds after the computing request
                           prefilled it); generated tokens too               *starts*; prompt + output blocks at its end
 tokens                    the model's tokenizer and chat template           a proxy: the conversation rendered as
@@ -33,8 +35,11 @@ tokens                    the model's tokenizer and chat template           a pr
                                                                             characters (deterministic; Russian text is longer
                                                                             per token in real tokenizers)
 ``n > 1``                 one prefill; ``n`` sequences decode, each in      one prefill (the first slot); the ``n`` samples take
-                          its own slot                                      ``n`` slots and decode after the prefill
-preemption, KV memory,    yes (recompute/swap when KV memory runs out)      not modelled: a request never loses its slot
+                          its own slot                                      ``n`` slots and decode after the prefill (samples
+                                                                            beyond ``slots`` wait for a slot to free)
+preemption,               yes (recompute when KV memory runs out)           not modelled: a request never loses its slot; the
+                                                                            most blocks held beyond the pool is reported as
+                                                                            ``kv_overcommit_blocks`` (where vLLM would preempt)
 speculative decoding,
 chunked-prefill fairness
 ========================  ===============================================  =================================================
@@ -60,8 +65,16 @@ from typing import Any, Callable
 PREFILL_S_PER_TOKEN = 0.002
 DECODE_S_PER_TOKEN = 0.02
 OVERHEAD_S = 0.01
-BLOCK_TOKENS = 16
+BLOCK_TOKENS = 16  # vLLM's default ``--block-size`` on CUDA
 CHARS_PER_TOKEN = 4
+#: KV memory of one server in tokens, running sequences and prefix cache together. Derivation for an
+#: 8B model (Llama-3.1-8B: 32 layers × 8 KV heads × 128 head dim; Qwen3-8B: 36 × 8 × 128) in bf16:
+#: K and V per token = 2 × layers × kv_heads × head_dim × 2 bytes = 128 KiB (Llama) / 144 KiB (Qwen3).
+#: On an 80 GB H100 with ``--gpu-memory-utilization 0.9``: 72 GiB − ≈ 15 GiB weights − ≈ 3 GiB
+#: activations and CUDA graphs ≈ 54 GiB of KV ≈ 4.4×10^5 tokens (Llama) / 3.9×10^5 (Qwen3) — the
+#: figure vLLM prints at start-up as "GPU KV cache size: N tokens". 28,000 blocks of 16 = 448K tokens.
+KV_CACHE_TOKENS = 448_000
+CACHE_BLOCKS = KV_CACHE_TOKENS // BLOCK_TOKENS
 
 
 @dataclass(frozen=True)
@@ -73,7 +86,7 @@ class SimVLLMConfig:
     decode_s_per_token: float = DECODE_S_PER_TOKEN
     overhead_s: float = OVERHEAD_S
     block_tokens: int = BLOCK_TOKENS
-    cache_blocks: int = 200_000
+    cache_blocks: int = CACHE_BLOCKS
     chars_per_token: int = CHARS_PER_TOKEN
     time_scale: float = 1.0
     bucket_s: float = 1.0
@@ -109,7 +122,8 @@ def render_message(m: dict[str, Any]) -> str:
 
 @dataclass
 class _Block:
-    ready_at: float
+    ready_at: float  # its KV exists from then on
+    busy_until: float  # a running (or queued) sequence uses it until then: it cannot be evicted before
 
 
 @dataclass
@@ -127,6 +141,11 @@ class SimVLLM:
     stats: dict[str, float] = field(default_factory=dict)
     #: busy slot-seconds per ``bucket_s`` of simulated time (for utilisation over a window)
     timeline: dict[int, float] = field(default_factory=dict)
+    #: sequence-seconds in the server (queued or running) per bucket: ÷ ``bucket_s`` = mean demand;
+    #: a bucket with demand below ``slots`` was idle for want of requests, not for the server
+    demand: dict[int, float] = field(default_factory=dict)
+    #: per client role (the ``x-fabrika-tag`` header): requests, prompt tokens prefilled / cached, first/last times
+    by_tag: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.reset()
@@ -136,10 +155,12 @@ class SimVLLM:
         self._free = [0.0] * self.config.slots
         heapq.heapify(self._free)
         self._cache.clear()
-        self.timeline = {}
+        self.timeline, self.demand = {}, {}
         self.stats = {"requests": 0, "sequences": 0, "busy_slot_s": 0.0, "queue_wait_s": 0.0,
                       "prompt_tokens": 0, "prompt_tokens_prefilled": 0, "prompt_tokens_cached": 0,
-                      "completion_tokens": 0, "first_arrival": -1.0, "last_done": 0.0, "evicted_blocks": 0}
+                      "completion_tokens": 0, "first_arrival": -1.0, "last_done": 0.0, "evicted_blocks": 0,
+                      "kv_overcommit_blocks": 0}
+        self.by_tag = {}
 
     def now(self) -> float:
         return self.clock() * self.config.time_scale
@@ -169,25 +190,39 @@ class SimVLLM:
             hit += 1
         return hit
 
-    def _insert(self, chain: list[bytes], ready_at: float) -> None:
-        cap = self.config.cache_blocks
-        if cap == 0:
+    def _insert(self, chain: list[bytes], ready_at: float, busy_until: float) -> None:
+        if self.config.cache_blocks == 0:
             return
         for h in chain:
             b = self._cache.get(h)
             if b is None:
-                self._cache[h] = _Block(ready_at)
+                self._cache[h] = _Block(ready_at, busy_until)
             else:
                 b.ready_at = min(b.ready_at, ready_at)
+                b.busy_until = max(b.busy_until, busy_until)
                 self._cache.move_to_end(h)
-        while len(self._cache) > cap:
-            self._cache.popitem(last=False)
+
+    def _evict(self, now: float) -> None:
+        """Free least-recently-used blocks until the KV pool fits; blocks of sequences still running
+        (or queued) at ``now`` are skipped, as vLLM only evicts blocks no request holds."""
+        cache, cap = self._cache, self.config.cache_blocks
+        skipped = 0
+        while len(cache) > cap and skipped < len(cache):
+            h, b = next(iter(cache.items()))
+            if b.busy_until > now:
+                cache.move_to_end(h)
+                skipped += 1
+                continue
+            cache.popitem(last=False)
             self.stats["evicted_blocks"] += 1
+        # blocks still held beyond the pool: where vLLM would preempt a sequence
+        self.stats["kv_overcommit_blocks"] = max(self.stats["kv_overcommit_blocks"], len(cache) - cap)
 
     # -- scheduling -----------------------------------------------------------
-    def schedule(self, req: dict[str, Any], outputs: list[dict[str, Any]]) -> float:
+    def schedule(self, req: dict[str, Any], outputs: list[dict[str, Any]], tag: str = "") -> float:
         """Admit a request with its ``outputs`` (the assistant message of each choice, already decided);
-        returns the *wall* seconds until its answer is due."""
+        returns the *wall* seconds until its answer is due. ``tag`` (the client's role header) only
+        groups the counters in ``by_tag``."""
         cfg = self.config
         arrival = self.now()
         st = self.stats
@@ -197,27 +232,42 @@ class SimVLLM:
         prompt_tokens = self.tokens(prompt)
         chain = self._chain(prompt)
         n = max(1, len(outputs))
-        starts = [max(arrival, heapq.heappop(self._free)) for _ in range(n)]
+        # the samples take a slot each; beyond ``slots`` of them they wait for one to free
+        starts = [max(arrival, heapq.heappop(self._free)) for _ in range(min(n, cfg.slots))]
         start = starts[0]
         cached_tokens = min(prompt_tokens, self._cached_prefix(chain, start) * cfg.block_tokens)
         uncached = prompt_tokens - cached_tokens
         prefill = cfg.overhead_s + uncached * cfg.prefill_s_per_token
         prefilled_at = start + prefill
-        self._insert(chain, prefilled_at)
+        ends: list[tuple[float, float, str]] = []
         done = arrival
         for j, message in enumerate(outputs or [{"role": "assistant", "content": ""}]):
             text = render_message({**message, "role": "assistant"})
             out_tokens = max(1, self.tokens(text[len("<|assistant|>"):]))
+            if j >= len(starts):
+                starts.append(max(arrival, heapq.heappop(self._free)))
             begin = prefilled_at if j == 0 else max(starts[j], prefilled_at)
             end = begin + out_tokens * cfg.decode_s_per_token
             occupied_from = start if j == 0 else starts[j]
             heapq.heappush(self._free, end)
             st["busy_slot_s"] += end - occupied_from
-            self._occupy(occupied_from, end)
+            self._occupy(self.timeline, occupied_from, end)
+            self._occupy(self.demand, arrival, end)
             st["queue_wait_s"] += starts[j] - arrival
             st["completion_tokens"] += out_tokens
-            self._insert(self._chain(prompt + text), end)
+            ends.append((begin, end, text))
             done = max(done, end)
+        self._insert(chain, prefilled_at, done)
+        for _begin, end, text in ends:  # generated blocks are held while their sequence decodes
+            self._insert(self._chain(prompt + text)[len(chain):], end, end)
+        self._evict(arrival)
+        tagged = self.by_tag.setdefault(tag, {"requests": 0, "prompt_tokens": 0, "prompt_tokens_prefilled": 0,
+                                               "prompt_tokens_cached": 0, "first_arrival": arrival, "last_done": 0.0})
+        tagged["last_done"] = max(tagged["last_done"], done)
+        tagged["requests"] += 1
+        tagged["prompt_tokens"] += prompt_tokens
+        tagged["prompt_tokens_prefilled"] += uncached
+        tagged["prompt_tokens_cached"] += cached_tokens
         st["requests"] += 1
         st["sequences"] += n
         st["prompt_tokens"] += prompt_tokens
@@ -226,22 +276,24 @@ class SimVLLM:
         st["last_done"] = max(st["last_done"], done)
         return (done - arrival) / cfg.time_scale
 
-    def _occupy(self, start: float, end: float) -> None:
+    def _occupy(self, line: dict[int, float], start: float, end: float) -> None:
         b = self.config.bucket_s
         i = int(start // b)
         while start < end:
             stop = min(end, (i + 1) * b)
-            self.timeline[i] = self.timeline.get(i, 0.0) + stop - start
+            line[i] = line.get(i, 0.0) + stop - start
             start, i = stop, i + 1
 
     def snapshot(self) -> dict[str, Any]:
         """What ``GET /stats`` answers: counters in simulated seconds and tokens."""
         st: dict[str, Any] = dict(self.stats)
+        st["by_tag"] = {k: dict(v) for k, v in self.by_tag.items()}
         st["slots"] = self.config.slots
         st["busy_s"] = st["busy_slot_s"] / self.config.slots  # GPU-equivalent busy time
         st["cache_blocks_used"] = len(self._cache)
         st["now"] = self.now()
         st["bucket_s"] = self.config.bucket_s
         st["timeline"] = {str(k): round(v, 6) for k, v in sorted(self.timeline.items())}
+        st["demand"] = {str(k): round(v, 6) for k, v in sorted(self.demand.items())}
         st["config"] = {k: getattr(self.config, k) for k in self.config.__dataclass_fields__}
         return st

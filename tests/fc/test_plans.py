@@ -114,3 +114,35 @@ def test_never_approved_plan_is_a_recorded_rejection():
     [row] = asyncio.run(stage.process(next(iter(stage.input_rows()))))
     assert row["status"] == "rejected" and row["reason"] == "judge_rejected: нереалистично"
     assert len(json.loads(row["rounds"])) == 2
+
+
+def test_planner_rounds_and_judge_are_routed_by_the_plan_id():
+    """Revision rounds repeat the task prompt: with the plan id as routing key they meet its KV on one server."""
+    planner = sequence("не json вовсе", json.dumps(single_step(), ensure_ascii=False))
+    judge = sequence('{"approved": false, "issues": ["сухо"]}', '{"approved": true, "issues": []}')
+    llm = ScriptedLLM({"fc.planner": planner, "fc.judge": judge})
+    stage = make_stage(llm, sample_types={"single": 1.0}, max_rounds=4)
+    item = next(i for i in stage.input_rows() if i["topic_id"] == "t1")
+    [row] = asyncio.run(stage.process(item))
+    assert row["status"] == "ok"
+    asked = llm.tagged("fc.planner") + llm.tagged("fc.judge")
+    assert len(asked) >= 4 and {r.routing_key for r in asked} == {item["id"]}
+    # the revision starts with the first round's prompt (the prefix a server can serve from its cache)
+    first = llm.tagged("fc.planner")[0].messages[0]
+    assert all(r.messages[0] == first for r in llm.tagged("fc.planner"))
+
+
+def test_planner_prompts_of_different_plans_share_their_instructions():
+    """The per-plan task is the prompt's tail: every planner request starts with the same ~3,400 characters."""
+    llm = ScriptedLLM({"fc.planner": lambda r: json.dumps(single_step(), ensure_ascii=False),
+                       "fc.judge": lambda r: '{"approved": true, "issues": []}'})
+    stage = make_stage(llm, sample_types={"single": 1.0})
+    items = list(stage.input_rows())[:3]
+    for item in items:
+        asyncio.run(stage.process(item))
+    firsts = [r.messages[0]["content"] for r in llm.tagged("fc.planner")]
+    common = firsts[0]
+    for text in firsts[1:]:
+        while not text.startswith(common):
+            common = common[:-1]
+    assert len(set(firsts)) == 3 and len(common) > 3000

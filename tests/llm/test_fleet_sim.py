@@ -171,3 +171,38 @@ async def test_short_n_answer_is_a_server_error_not_a_lost_sample(tmp_path: Path
         async with eng:
             resps = await eng.complete(_samples(3))
     assert [r.error.kind if r.error else None for r in resps] == ["server"] * 3
+
+
+def test_more_samples_than_slots_wait_for_a_slot() -> None:
+    cfg = SimVLLMConfig(slots=2, prefill_s_per_token=0.0, decode_s_per_token=1.0, overhead_s=0.0)
+    sim = SimVLLM(cfg, Clock())
+    delay = sim.schedule(body("q", n=5), [answer("abcd")] * 5)  # 1 output token per sample = 1 s
+    assert delay == 3.0 and sim.stats["sequences"] == 5  # 2 + 2 + 1 samples, one after another
+    assert sim.stats["busy_slot_s"] == 5.0 and sim.stats["queue_wait_s"] == 0 + 0 + 1 + 1 + 2
+
+
+def test_blocks_of_running_sequences_are_not_evicted() -> None:
+    """KV memory is one pool: a sequence still decoding keeps its blocks, finished ones are evicted first."""
+    cfg = SimVLLMConfig(slots=4, cache_blocks=12, overhead_s=0.0, prefill_s_per_token=0.001, decode_s_per_token=1.0)
+    clock = Clock()
+    sim = SimVLLM(cfg, clock)
+    long_answer = answer("x" * 400)  # 100 tokens: decodes for 100 s
+    sim.schedule(body(PROMPT), [long_answer])  # 8 prompt blocks held until t = 100
+    clock.t = 1.0
+    sim.schedule(body("Другой длинный запрос про рецепты борща и пельменей. " * 8), [answer("b")])  # finishes at ~2
+    clock.t = 50.0  # the first is still decoding: an identical prompt finds its blocks
+    sim.schedule(body(PROMPT), [answer("c")])
+    p = sim.tokens(render_prompt(body(PROMPT)))
+    assert sim.stats["prompt_tokens_cached"] == (p // cfg.block_tokens) * cfg.block_tokens
+    assert sim.stats["evicted_blocks"] > 0  # the finished second prompt's blocks made room instead
+
+
+def test_counters_by_role_and_demand() -> None:
+    cfg = SimVLLMConfig(slots=1, prefill_s_per_token=0.0, decode_s_per_token=1.0, overhead_s=0.0, bucket_s=1.0)
+    sim = SimVLLM(cfg, Clock())
+    sim.schedule(body("q1"), [answer("abcd")], tag="fc.user")
+    sim.schedule(body("q2"), [answer("abcd")], tag="fc.tool")  # queues behind the first: in the server 0-2 s
+    snap = sim.snapshot()
+    assert snap["by_tag"]["fc.user"]["requests"] == 1 and snap["by_tag"]["fc.tool"]["requests"] == 1
+    assert snap["timeline"] == {"0": 1.0, "1": 1.0}  # one slot busy throughout
+    assert snap["demand"] == {"0": 2.0, "1": 1.0}  # two requests in the server in the first second

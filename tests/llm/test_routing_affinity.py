@@ -183,3 +183,49 @@ def test_routing_key_is_not_in_the_cache_key(tmp_path: Path) -> None:
     assert request_key(a, scope="openai") == request_key(b, scope="openai")
     assert request_key(a, scope="openai") != request_key(req("ep-1", "другой вопрос"), scope="openai")
 
+
+
+async def test_ring_shares_are_even_enough_that_the_bound_rarely_bites() -> None:
+    """Each key alone (light load): its home's share of 8,000 keys stays near 1/4 for several fleets."""
+    for base in (0, 7, 40):
+        eps = [Endpoint(base_url=f"http://127.0.0.1:{41000 + base + i}/v1", url="", headers={}, api_key="",
+                        max_concurrency=1000, breaker=CircuitBreaker()) for i in range(4)]
+        policy = AffinityPolicy()
+        pool = EndpointPool(eps, policy)
+        for k in range(8000):
+            ep, _ = await pool.acquire(req(f"plan-{k}"))
+            pool.release(ep, None, False)
+        shares = [e.served / 8000 for e in eps]
+        assert max(shares) < 1.15 / 4 and min(shares) > 0.85 / 4, shares
+        assert policy.stats["spill"] == policy.stats["fallback"] == 0
+
+
+async def test_bounded_load_counts_the_samples_of_an_n_request() -> None:
+    """An n=8 request takes 8 sequence slots on a vLLM server: the bound and the fallback weigh it so."""
+    eps = endpoints(4)
+    pool = EndpointPool(eps, AffinityPolicy(epsilon=0.25))
+    held = []
+    for k in range(64):  # many keys, K=8 samples each as one request
+        r = ChatRequest(messages=({"role": "user", "content": f"prompt {k}"},), n=8)
+        ep, _ = await pool.acquire(r)
+        held.append(ep)
+        total = sum(e.in_flight for e in eps)
+        assert total == 8 * (k + 1)
+        assert max(e.in_flight for e in eps) <= math.ceil(1.25 * total / 4) + 7  # one request's overshoot at most
+    for ep in held:
+        pool.release(ep, None, False, 8)
+    assert [e.in_flight for e in eps] == [0, 0, 0, 0]
+
+
+async def test_an_n_request_goes_home_in_an_idle_fleet() -> None:
+    """The bound never refuses an endpoint that holds nothing: a lone n=8 request is not sent away from its cache."""
+    eps = endpoints(4)
+    policy = AffinityPolicy(epsilon=0.25)
+    pool = EndpointPool(eps, policy)
+    homes = set()
+    for _ in range(3):
+        r = ChatRequest(messages=({"role": "user", "content": "один промпт"},), n=8)
+        ep, _ = await pool.acquire(r)
+        homes.add(ep.base_url)
+        pool.release(ep, None, False, 8)
+    assert len(homes) == 1 and policy.stats["home"] == 3

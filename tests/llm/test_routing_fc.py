@@ -12,3 +12,25 @@ def test_every_agent_turn_is_routed_by_its_episode() -> None:
     for tag in ("fc.user", "fc.assistant", "fc.tool"):
         asked = llm.tagged(tag)
         assert asked and all(r.routing_key == PLAN.id for r in asked), tag
+
+
+
+def test_the_user_prompt_grows_at_its_end_so_a_prefix_cache_serves_the_transcript() -> None:
+    """Turn 3's user-agent prompt starts with turn 2's, transcript included; only the turn's goal comes after."""
+    from fabrika.agents.visibility import EpisodeState, render_user_prompt, user_view
+    from fabrika.schemas import Message
+
+    def step(intent: str, say: str):  # noqa: ANN202
+        return PLAN.steps[0].model_copy(update={"intent": intent, "user_message": say, "slots": {}, "rounds": [],
+                                                "kind": "text", "final_answer": "Хорошо."})
+
+    plan = PLAN.model_copy(update={"steps": [PLAN.steps[0], step("узнать прогноз на завтра", "А завтра?"),
+                                             step("поблагодарить", "Спасибо!")]})
+    dialogue = (Message(role="user", content="Какая погода в Твери?"), Message(role="assistant", content="+5."),
+                Message(role="user", content="А завтра?"), Message(role="assistant", content="Тоже +5."))
+    turn2 = render_user_prompt(user_view(EpisodeState(plan=plan, messages=dialogue[:2], step=1)))
+    turn3 = render_user_prompt(user_view(EpisodeState(plan=plan, messages=dialogue, step=2)))
+    assert turn2[0] == turn3[0]  # the persona's system prompt
+    head = turn2[1]["content"].split("```json")[0]
+    assert "+5." in head and turn3[1]["content"].startswith(head.rsplit("\n\n", 1)[0])
+    assert turn2[1]["content"] != turn3[1]["content"]

@@ -204,7 +204,7 @@ class PlansStage(Stage[PlansConfig]):
         for r in range(cfg.max_rounds):
             resp = await self.ctx.llm.complete_one(ChatRequest(
                 messages=tuple(convo), temperature=cfg.temperature, max_tokens=cfg.max_tokens, tag="fc.planner",
-                response_format=response_format("fc_plan"), sample_index=r))
+                response_format=response_format("fc_plan"), sample_index=r, routing_key=item["id"]))
             err = response_error(resp)
             if err and not err.startswith("truncated"):
                 return [rejected(item["id"], err, **base, rounds=_dump(rounds))]
@@ -218,7 +218,7 @@ class PlansStage(Stage[PlansConfig]):
                 problems = check_plan(steps, group, sample_type, lang, persona)
             verdict = None
             if steps is not None and not problems:
-                verdict = await self._judge(sample_type, group, steps, lang)
+                verdict = await self._judge(sample_type, group, steps, lang, routing_key=item["id"])
             rounds.append(PlanRound(round=r, plan=None if steps is None else {"steps": [s.model_dump() for s in steps]},
                                     problems=problems, verdict=verdict))
             if verdict is not None and verdict.approved and steps is not None:
@@ -238,14 +238,16 @@ class PlansStage(Stage[PlansConfig]):
         detail = (last.problems or (last.verdict.issues if last.verdict else []) or ["-"])[0]
         return [rejected(item["id"], f"{why}: {detail}", **base, n_rounds=len(rounds), rounds=_dump(rounds))]
 
-    async def _judge(self, sample_type: str, group: list[ToolSpec], steps: list, lang: str) -> JudgeVerdict:
+    async def _judge(self, sample_type: str, group: list[ToolSpec], steps: list, lang: str,
+                     routing_key: str | None = None) -> JudgeVerdict:
         cfg = self.config
         task = {"sample_type": sample_type, "tools": [t.tool.to_openai()["function"] for t in group],
                 "plan": {"steps": [s.model_dump() for s in steps]}}
         resp = await self.ctx.llm.complete_one(ChatRequest(
             messages=({"role": "user", "content": prompt_text("judge", lang).format(
                 task=json.dumps(task, ensure_ascii=False, indent=1))},),
-            temperature=0.0, max_tokens=cfg.max_tokens, tag="fc.judge", response_format=response_format("fc_judge")))
+            temperature=0.0, max_tokens=cfg.max_tokens, tag="fc.judge", response_format=response_format("fc_judge"),
+            routing_key=routing_key))  # the plan's id: its revision rounds find their prefix on one server
         return parse_verdict(resp.text if resp.ok and not response_error(resp) else None)
 
 

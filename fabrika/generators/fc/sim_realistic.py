@@ -180,7 +180,7 @@ def _render_fact(say: str, fact: dict[str, Any], rng: random.Random, lang: str) 
 def user_responder(request: ChatRequest, rng: random.Random) -> Choice:
     """``fc.user``: the planned words, said like a person (see module docstring)."""
     lang = _lang(request)
-    goal = basic._blocks(request, -1)[0]
+    goal = basic._blocks(request, -1)[-1]
     say = goal.get("say") or goal.get("intent") or ""
     for fact in goal.get("facts") or []:
         say = _render_fact(say, fact, rng, lang)

@@ -190,7 +190,7 @@ def _say(fn: dict[str, Any], args: dict[str, Any], skip: str | None = None) -> s
 
 def planner_responder(request: ChatRequest, rng: random.Random) -> str:
     """``fc.planner``: a plan of the requested type built from the task's tools."""
-    task = _blocks(request, 0)[0]
+    task = _blocks(request, 0)[-1]  # the task is the prompt's last JSON block
     lang, kind, tools = task["lang"], task["sample_type"], task["tools"]
     w = WORDS[lang]
     polite = w["polite"][min(3, sum(1 for m in request.messages if m.get("role") == "assistant"))]
@@ -271,8 +271,9 @@ def judge_responder(request: ChatRequest, rng: random.Random) -> str:
 
 
 def user_responder(request: ChatRequest, rng: random.Random) -> str:
-    """``fc.user``: says the goal card's reference words (the basic sim user never paraphrases)."""
-    return _blocks(request, -1)[0]["say"]
+    """``fc.user``: says the goal card's reference words (the basic sim user never paraphrases); the goal is the
+    last JSON block (the transcript comes before it)."""
+    return _blocks(request, -1)[-1]["say"]
 
 
 def tool_responder(request: ChatRequest, rng: random.Random) -> str:
