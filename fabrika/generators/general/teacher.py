@@ -17,9 +17,9 @@ no usable answer is a recorded rejection that keeps its answers.
 
 Sampling: ``n_per_request: true`` asks for the K answers as ``n=K`` in one request
 (OpenAI-compatible servers and vLLM support it; one cache entry). A server that
-ignores ``n`` and returns fewer choices is topped up with single requests
-(``sample_index`` from the first missing one), and a failed ``n=K`` request falls back
-to K single requests, so K is always K. ``false`` sends K requests with
+ignores ``n`` and returns fewer choices fails the ``n=K`` request in the engine (it is
+retried like a server error, never cached short), and a failed ``n=K`` request falls
+back to K single requests, so K is always K. ``false`` sends K requests with
 ``sample_index`` 0…K−1. Both are deterministic: each request's seed derives from
 the pipeline seed, the stage and the prompt id.
 """
@@ -47,8 +47,8 @@ class GeneralTeacherConfig(StageConfig):
     """``general.teacher``: the teacher's K answers per prompt and L0."""
 
     k: int = Field(default=4, ge=1, le=64, description="Teacher answers per prompt.")
-    n_per_request: bool = Field(default=True, description="Ask for K answers as n=K in one request (topped up "
-                                "with single requests when the server returns fewer); false = K requests.")
+    n_per_request: bool = Field(default=True, description="Ask for K answers as n=K in one request (K single "
+                                "requests when the server does not honour n); false = K requests.")
     model: str | None = Field(default=None, description="Teacher model at the backend; None = the engine default.")
     temperature: float = Field(default=0.7, ge=0, le=2, description="Teacher sampling temperature.")
     max_tokens: int | None = Field(default=2048, ge=1, description="Token limit per answer; a truncated answer "
