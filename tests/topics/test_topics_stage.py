@@ -14,7 +14,8 @@ pytest.importorskip("bertopic")
 from fabrika.errors import InputError
 from fabrika.generators.fc.topics import CorpusFile, TopicsConfig, TopicsStage, read_corpus
 from fabrika.generators.fc.topics_text import NearDuplicateIndex, keyword_tokens
-from fabrika.llm.config import LLMConfig, build_engine
+from fabrika.llm.config import LLMConfig
+from fabrika.llm.factory import build_engine
 from fabrika.testing import ScriptedLLM, run_stage, stage_context
 
 
