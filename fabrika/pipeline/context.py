@@ -63,7 +63,36 @@ def item_rng(global_seed: int, stage_name: str, *parts: Any) -> random.Random:
     return random.Random(derive_seed(global_seed, stage_name, *parts))
 
 
-class RunContext:
+class SharedContextParts:
+    """What every :class:`StageContext` implementation does alike (the runner's, a Ray worker's,
+    the test harness's): the per-item RNG, run-wide resources, side-file directories and
+    manifest facts. Subclasses set ``stage_name``, ``seed``, ``run_dir``, ``resources`` and
+    ``reported``."""
+
+    stage_name: str
+    seed: int
+    run_dir: Path
+    resources: dict[str, Any]
+    reported: dict[str, Any]
+
+    def rng(self, *parts: Any) -> random.Random:
+        return item_rng(self.seed, self.stage_name, *parts)
+
+    def resource(self, name: str, factory: Callable[[], Any]) -> Any:
+        if name not in self.resources:
+            self.resources[name] = factory()
+        return self.resources[name]
+
+    def stage_dir(self, stage_name: str) -> Path:
+        path = self.run_dir / "stages" / stage_name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def report(self, key: str, value: Any) -> None:
+        self.reported[key] = value
+
+
+class RunContext(SharedContextParts):
     """The :class:`StageContext` the runner hands to one stage.
 
     Args:
@@ -110,18 +139,4 @@ class RunContext:
         """How many rows :meth:`iter_rows` would yield (narrow columns only; for progress totals)."""
         return self.store.count_rows(stage_name, self.annotators.get(stage_name, ()), self.where(gated))
 
-    def rng(self, *parts: Any) -> random.Random:
-        return item_rng(self.seed, self.stage_name, *parts)
 
-    def resource(self, name: str, factory: Callable[[], Any]) -> Any:
-        if name not in self.resources:
-            self.resources[name] = factory()
-        return self.resources[name]
-
-    def stage_dir(self, stage_name: str) -> Path:
-        path = self.store.stage_dir(stage_name)
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    def report(self, key: str, value: Any) -> None:
-        self.reported[key] = value

@@ -25,10 +25,10 @@ import asyncio
 import os
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, NoReturn, Sequence
 
 from fabrika.errors import ConfigError
-from fabrika.pipeline.context import item_rng
+from fabrika.pipeline.context import SharedContextParts
 from fabrika.pipeline.execute import item_total, new_items, process_item
 from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig
 from fabrika.store.done_ids import DoneIds
@@ -69,11 +69,11 @@ class _NoLLM:
         self._refuse("complete_one")
 
 
-class WorkerContext:
+class WorkerContext(SharedContextParts):
     """The :class:`~fabrika.pipeline.context.StageContext` of a stage running on a worker actor."""
 
     def __init__(self, pipeline: "PipelineConfig", stage: StageConfig, run_dir: Path, backend_name: str) -> None:
-        self._stage = stage.stage_name
+        self._stage = self.stage_name = stage.stage_name
         self.llm: LLMClient = _NoLLM(self._stage)
         self.seed = pipeline.seed
         self.run_dir = run_dir
@@ -86,21 +86,6 @@ class WorkerContext:
         raise RuntimeError(f"stage {self._stage!r}: a worker gets its rows from the driver; reading "
                            f"{stage_name!r} is only possible in the driver")
 
-    def rng(self, *parts: Any) -> Any:
-        return item_rng(self.seed, self._stage, *parts)
-
-    def resource(self, name: str, factory: Callable[[], Any]) -> Any:
-        if name not in self.resources:
-            self.resources[name] = factory()
-        return self.resources[name]
-
-    def stage_dir(self, stage_name: str) -> Path:
-        path = self.run_dir / "stages" / stage_name
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    def report(self, key: str, value: Any) -> None:
-        self.reported[key] = value
 
 
 class ItemWorker:

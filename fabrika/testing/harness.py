@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator, 
 
 from fabrika.errors import LLMError, LLMErrorKind
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
+from fabrika.pipeline.context import SharedContextParts
 
 if TYPE_CHECKING:
     from fabrika.pipeline.stage import Stage, StageConfig
@@ -394,7 +395,7 @@ class ScriptedLLM:
 
 # -- the stage context ------------------------------------------------------------------------------
 
-class HarnessContext:
+class HarnessContext(SharedContextParts):
     """A :class:`~fabrika.pipeline.context.StageContext` over in-memory upstream rows.
 
     ``llm`` is the engine as a stage sees it in a run (:class:`fabrika.pipeline.llm_wrap.StageLLM`:
@@ -512,23 +513,14 @@ class HarnessContext:
     def count_rows(self, stage_name: str, gated: bool = True) -> int:
         return sum(1 for _ in self.iter_rows(stage_name, gated=gated))
 
-    def rng(self, *parts: Any) -> Any:
-        from fabrika.pipeline.context import item_rng
+    @property
+    def reports(self) -> dict[str, Any]:
+        """What the stage reported (``ctx.report``), as the manifest would record it."""
+        return self.reported
 
-        return item_rng(self.seed, self.stage_name, *parts)
-
-    def resource(self, name: str, factory: Callable[[], Any]) -> Any:
-        if name not in self.resources:
-            self.resources[name] = factory()
-        return self.resources[name]
-
-    def stage_dir(self, stage_name: str) -> Path:
-        path = self.run_dir / "stages" / stage_name
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    def report(self, key: str, value: Any) -> None:
-        self.reports[key] = value
+    @reports.setter
+    def reports(self, value: dict[str, Any]) -> None:
+        self.reported = value
 
     async def aclose(self) -> None:
         """Close the shared resources (newest first, as the runner does) and a ScriptedLLM's engine."""
