@@ -180,8 +180,10 @@ def test_runs_as_a_subprocess_for_benches() -> None:
 def test_public_exports() -> None:
     import fabrika.testing
 
-    assert sorted(fabrika.testing.__all__) == ["FAULT_KINDS", "FakeOpenAIApp", "FakeOpenAIServer", "SimVLLMConfig",
-                                              "break_arguments"]
+    assert sorted(fabrika.testing.__all__) == [
+        "FAULT_KINDS", "FakeOpenAIApp", "FakeOpenAIServer", "HarnessContext", "ScriptedLLM", "SimVLLMConfig",
+        "StageInternalError", "StageRun", "UnscriptedRequest", "break_arguments", "by_tag", "llm_error", "run_stage",
+        "sequence", "stage_context"]
     assert all(getattr(fabrika.testing, name) is not None for name in fabrika.testing.__all__)
 
 

@@ -20,12 +20,13 @@ def test_fleet_bench_runs_end_to_end(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
     assert "datasets equal across configurations: True" in out
-    assert "overlap rows not measured" in out or ", overlap (" in out
     results = json.loads(out.split("JSON ", 1)[1])
-    assert {"FC least_loaded", "FC affinity", "samples_n1", "samples_nK"} <= set(results)
+    # the pipeline has `overlap:`, so each routing runs sequential and overlapping, to the same dataset
+    fc = {f"FC {r}, {mode}" for r in ("least_loaded", "affinity") for mode in ("sequential", "overlap (overlap=True)")}
+    assert fc | {"samples_n1", "samples_nK"} <= set(results), sorted(results)
     for name, m in results.items():
         assert m["prefilled"] + m["cached"] == m["prompt_tokens"], name
         assert 0 < m["util_mean"] <= 1.0 + 1e-9 and 0 <= m["idle_starved"] + m["idle_misplaced"] <= 1.0 + 1e-9
     assert results["samples_nK"]["requests"] == 4 and results["samples_nK"]["sequences"] == 16
-    assert results["FC affinity"]["affinity"]["home"] > 0
+    assert results["FC affinity, sequential"]["affinity"]["home"] > 0
     assert set(json.loads(series.read_text())) == set(results)
