@@ -173,9 +173,9 @@ class _Worker:
             self.buf, self.pos = self.buf[self.pos:], 0
             if len(self.buf) > MAX_LINE:
                 raise _WorkerGone("protocol: reply line too long")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise _Timeout
+            # Poll once more even past the deadline: a parent descheduled under load must not call a
+            # verdict that already sits in the pipe a timeout (verdicts would differ between runs).
+            left = max(0.0, deadline - time.monotonic())
             ready, _, _ = select.select([self.rfd], [], [], left)
             if not ready:
                 raise _Timeout

@@ -88,3 +88,22 @@ def test_late_bytes_between_batches_taint_the_worker(fake_pool):
 def _reply_fd(worker) -> int:
     cmdline = open(f"/proc/{worker.proc.pid}/cmdline", "rb").read().split(b"\0")
     return json.loads(cmdline[2])["reply_fd"]
+
+
+def test_a_reply_already_in_the_pipe_counts_even_when_the_parent_wakes_past_the_deadline() -> None:
+    """Under load the parent may be scheduled after the deadline although the worker answered in time:
+    the answer in the pipe is read, and only an empty pipe is a timeout."""
+    import os
+    import time
+
+    worker = pool_module._Worker(SandboxConfig(), "none")
+    rfd, wfd = os.pipe()
+    worker.rfd = rfd
+    try:
+        os.write(wfd, b"abcT\n")
+        assert worker.read_line(time.monotonic() - 5.0) == b"abcT"
+        with pytest.raises(pool_module._Timeout):  # nothing more in the pipe: a timeout, at once
+            worker.read_line(time.monotonic() - 5.0)
+    finally:
+        os.close(rfd)
+        os.close(wfd)
