@@ -4,7 +4,7 @@ Builds a temporary run directory with one dataset stage (300K FC sample rows as
 parquet shards) and four annotating scorer stages (language, dedup, difficulty,
 length scores), materialises ``v1`` with default thresholds, then times:
 
-* fabrika: ``fabrika.store.versions.materialise`` with new thresholds (gate
+* fabrika: ``fabrika.materialise`` (the run's gate groups loaded, then ``store.versions``) with new thresholds (gate
   columns of the stage and its scorers aligned by id + polars gate predicates +
   funnel, then the kept rows' full payload and the dropped rows' ``id, dropped_by``
   written as parquet) — the ``fabrika refilter`` path; stage counts come from
@@ -36,8 +36,9 @@ import numpy as np
 import polars as pl
 
 from fabrika import gates
+from fabrika.pipeline.versions import materialise
 from fabrika.store import RunStore
-from fabrika.store.versions import _decide, materialise
+from fabrika.store.versions import _decide
 
 NEW = {"language": {"min_confidence": 0.9, "max_homoglyph_share": 0.05},
        # the band applies to the whole version here (by default it prunes GRPO exports only)
