@@ -29,14 +29,13 @@ def _ray_config(tmp: Path, run_dir: Path, **ray):
     return load_config(write_config(tmp / "ray.yaml", small_if_document(run_dir, "ray", **ray)))
 
 
-def _worker_processes(since: float) -> list[psutil.Process]:
-    """The ItemWorker actor processes started after ``since`` (Ray titles them ``ray::ItemWorker…``);
-    the sandbox zygotes under them are exec'd interpreters with their own command line."""
+def _worker_processes() -> list[psutil.Process]:
+    """The live ItemWorker actor processes (Ray titles them ``ray::ItemWorker…``; an earlier stage's are
+    killed when it ends); the sandbox zygotes under them are exec'd interpreters with their own command line."""
     found = []
-    for p in psutil.process_iter(["cmdline", "create_time", "status"]):
+    for p in psutil.process_iter(["cmdline", "status"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if (cmd.startswith("ray::ItemWorker") and p.info["create_time"] >= since
-                and p.info["status"] != psutil.STATUS_ZOMBIE):
+        if cmd.startswith("ray::ItemWorker") and p.info["status"] != psutil.STATUS_ZOMBIE:
             found.append(p)
     return sorted(found, key=lambda p: p.pid)
 
@@ -50,14 +49,14 @@ def _wait_for_shard(stage_dir: Path, timeout: float = 120.0, stop: threading.Eve
     return False
 
 
-def _wait_for_workers(n: int, since: float, timeout: float = 30.0) -> list[psutil.Process]:
+def _wait_for_workers(n: int, timeout: float = 30.0) -> list[psutil.Process]:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        procs = _worker_processes(since)
-        if len(procs) >= n:
+        procs = _worker_processes()
+        if len(procs) == n:
             return procs
         time.sleep(0.05)
-    raise AssertionError(f"expected {n} ItemWorker processes, found {len(_worker_processes(since))}")
+    raise AssertionError(f"expected {n} ItemWorker processes, found {len(_worker_processes())}")
 
 
 def _items(reference: Path) -> int:
@@ -85,7 +84,6 @@ def test_killed_worker_is_retried_and_the_dataset_is_unchanged(ray_cluster, loca
     run_dir = resume_copy(local_run, tmp_path / "run", REDO)
     assert _items(local_run) >= 8 * 2  # batches of 2: many more than the 2 × 2 in flight when the kill lands
     config = _ray_config(tmp_path, run_dir, workers=2, batch_size=2, batches_in_flight=2, max_retries=3)
-    since = time.time() - 1
     killed: list[int] = []
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -94,7 +92,7 @@ def test_killed_worker_is_retried_and_the_dataset_is_unchanged(ray_cluster, loca
         try:
             if not _wait_for_shard(run_dir / "stages" / "if_consistency", stop=stop):
                 return
-            victim = _wait_for_workers(2, since)[0]
+            victim = _wait_for_workers(2)[0]
             victim.send_signal(signal.SIGSTOP)  # its queued batches can no longer finish
             time.sleep(0.5)  # the driver refills a worker whose batches returned just before the freeze
             victim.send_signal(signal.SIGKILL)
@@ -130,13 +128,12 @@ def test_driver_killed_with_sigkill_resumes_without_duplicates(ray_cluster, loca
     total = _items(local_run)
     path = write_config(tmp_path / "ray.yaml", small_if_document(run_dir, "ray", workers=2, batch_size=2))
     env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT), "FABRIKA_SKIP_VLLM": "1"}
-    since = time.time() - 1
     driver = subprocess.Popen([sys.executable, "-m", "fabrika.cli.app", "run", str(path), "--no-progress"],
                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     stage_dir = run_dir / "stages" / "if_consistency"
     try:
         assert _wait_for_shard(stage_dir, timeout=180), "the driver never reached the Ray stage"
-        for proc in _wait_for_workers(2, since):
+        for proc in _wait_for_workers(2):
             proc.send_signal(signal.SIGSTOP)  # nothing more is written; Ray kills them when their driver dies
         os.kill(driver.pid, signal.SIGKILL)
     finally:
