@@ -137,7 +137,8 @@ class ItemWorker:
             current = (stage_dir / OWNER_FILE).read_text(encoding="utf-8") if (stage_dir / OWNER_FILE).exists() else ""
             if current != self.owner:
                 raise StaleDriver(f"stage {self.stage.name!r} was taken over by another driver; batch {seq} dropped")
-            write_shard(stage_dir, rows, seq=seq)  # temp file + rename
+            # temp file + fsync + rename, off the event loop: the other batch keeps feeding the sandbox meanwhile
+            await asyncio.to_thread(write_shard, stage_dir, rows, seq=seq)
         items_out = []
         for res in results:
             if res.rows is None:
