@@ -59,6 +59,10 @@ def version_tables(run_dir: Path) -> dict[str, list[dict]]:
     return {str(p.relative_to(root)): _table(p) for p in sorted(root.rglob("*.parquet"))}
 
 
+def _funnel(run_dir: Path) -> dict:
+    return json.loads((run_dir / "versions" / "v1" / "funnel.json").read_text(encoding="utf-8"))
+
+
 @pytest.fixture(scope="module")
 def local_demo(tmp_path_factory) -> RunResult:
     result = run_pipeline(demo_config(tmp_path_factory.mktemp("demo_local") / "run", "local"), progress=False)
@@ -96,5 +100,4 @@ def test_demo_under_ray_materialises_the_local_dataset(ray_cluster, local_demo, 
     for table, rows in want.items():
         assert [r["id"] for r in got[table]] == [r["id"] for r in rows], table
         assert got[table] == rows, table
-    funnel = lambda d: json.loads((d / "versions" / "v1" / "funnel.json").read_text(encoding="utf-8"))  # noqa: E731
-    assert funnel(run_dir) == funnel(local_demo.run_dir)
+    assert _funnel(run_dir) == _funnel(local_demo.run_dir)

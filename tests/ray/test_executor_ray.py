@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
 from fabrika.pipeline.config import load_config
 from fabrika.pipeline.runner import run_pipeline
