@@ -103,6 +103,7 @@ class ItemWorker:
         self.stage: Stage = STAGES[stage.kind](stage, self.ctx)
         self.max_in_flight = max_in_flight
         self._ready: asyncio.Task | None = None
+        self.restarted = _actor_was_restarted()
 
     async def _setup(self) -> None:
         if getattr(type(self.stage), "uses_sandbox", False):
@@ -133,7 +134,8 @@ class ItemWorker:
             current = (stage_dir / OWNER_FILE).read_text(encoding="utf-8") if (stage_dir / OWNER_FILE).exists() else ""
             if current != self.owner:
                 raise StaleDriver(f"stage {self.stage.name!r} was taken over by another driver; batch {seq} dropped")
-            write_shard(stage_dir, rows, seq=seq)  # temp file + rename
+            # temp file + fsync + rename, off the event loop: the other batch keeps feeding the sandbox meanwhile
+            await asyncio.to_thread(write_shard, stage_dir, rows, seq=seq)
         items_out = []
         for res in results:
             if res.rows is None:
@@ -143,7 +145,7 @@ class ItemWorker:
                 ok = sum(r["status"] == "ok" for r in res.rows)
                 items_out.append((res.item_id, ok, len(res.rows) - ok, False, res.internal_error))
         return {"items": items_out, "rows": len(rows), "shard": bool(rows), "report": dict(self.ctx.reported),
-                "pid": os.getpid(), "node": os.uname().nodename}
+                "pid": os.getpid(), "node": os.uname().nodename, "restarted": self.restarted}
 
     async def close(self) -> None:
         from fabrika.pipeline.lifecycle import close_resources
@@ -151,6 +153,17 @@ class ItemWorker:
         if self._ready is not None and self._ready.done() and not self._ready.exception():
             await self.stage.teardown()
         await close_resources(self.ctx.resources)
+
+
+def _actor_was_restarted() -> bool:
+    """True inside a worker actor that Ray restarted after its process died (False outside an actor)."""
+    try:
+        import ray
+    except ImportError:
+        return False
+    if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
+        return False
+    return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
 def _worker_count(ray: Any, settings: "RaySettings") -> int:
@@ -187,6 +200,7 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
     exhausted = False
     stats.report["executor"] = f"ray ({n_workers} worker(s))"
     pids: set[tuple[str, int]] = set()  # (node, pid) of every worker process that returned a batch
+    restarted: set[tuple[str, int]] = set()  # ... of those that run a restarted actor (its first process died)
 
     def next_batch() -> list[tuple[str, Row]]:
         nonlocal exhausted
@@ -218,7 +232,11 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
                 result = fut.result()  # a batch that failed past max_retries fails the stage (rows written stay)
                 stats.report.update(result["report"])
                 pids.add((result["node"], result["pid"]))
-                stats.report["ray_worker_processes"] = len(pids)  # > workers: Ray restarted a dead one
+                stats.report["ray_worker_processes"] = len(pids)
+                if result["restarted"]:  # Ray restarted a dead worker; its unfinished batches were retried there
+                    restarted.add((result["node"], result["pid"]))
+                    stats.report["ray_worker_restarts"] = len(restarted)
+                    stats.report["ray_batches_after_restart"] = stats.report.get("ray_batches_after_restart", 0) + 1
                 stats.shards += result["shard"]
                 stats.rows_written += result["rows"]
                 for _item_id, ok, rej, miss, internal in result["items"]:
@@ -242,6 +260,7 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
             pass
         for a in actors:
             ray.kill(a, no_restart=True)
+        store.clean_temp(name)  # a killed worker's half-written temp file (never part of the table)
         run.progress.finish(task, stats)
 
 
