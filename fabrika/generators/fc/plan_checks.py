@@ -130,7 +130,7 @@ def _slot_problems(steps: list[PlanStep]) -> list[str]:
 _PREPOSITIONS = frozenset("в во на из для у к ко по с со о об от до при за".split())
 
 
-def _canonical_problem(value: Any, schema: dict[str, Any]) -> str | None:
+def canonical_problem(value: Any, schema: dict[str, Any]) -> str | None:
     """Why a Russian free-text argument is not in its canonical form, or ``None`` (only unambiguous cases).
 
     A leading preposition («в Казани») always is; a city or a first name with no
@@ -173,7 +173,7 @@ def check_plan(steps: list[PlanStep], tools: list[ToolSpec], sample_type: Sample
             for call in step.calls():
                 props = (by_name[call.name].function.parameters.get("properties") or {}) if call.name in by_name else {}
                 for arg, value in call.arguments.items():
-                    why = _canonical_problem(value, props.get(arg) if isinstance(props.get(arg), dict) else {})
+                    why = canonical_problem(value, props.get(arg) if isinstance(props.get(arg), dict) else {})
                     if why:
                         problems.append(f"steps[{i}]: {call.name}.{arg} = {value!r} is not canonical ({why}); "
                                         "write the nominative form, and how the user says it in slots.say")

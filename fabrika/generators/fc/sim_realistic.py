@@ -129,7 +129,7 @@ def _slip(value: str, rng: random.Random) -> str:
 
 
 def _lang(request: ChatRequest) -> str:
-    return basic._lang_of(request)
+    return basic.request_lang(request)
 
 
 def _dress_json(text: str, request: ChatRequest, rng: random.Random, p: RealisticProfile) -> Choice:
@@ -180,7 +180,7 @@ def _render_fact(say: str, fact: dict[str, Any], rng: random.Random, lang: str) 
 def user_responder(request: ChatRequest, rng: random.Random) -> Choice:
     """``fc.user``: the planned words, said like a person (see module docstring)."""
     lang = _lang(request)
-    goal = basic._blocks(request, -1)[-1]
+    goal = basic.json_blocks(request, -1)[-1]
     say = goal.get("say") or goal.get("intent") or ""
     for fact in goal.get("facts") or []:
         say = _render_fact(say, fact, rng, lang)
@@ -252,13 +252,13 @@ def assistant_responder(request: ChatRequest, rng: random.Random) -> Choice:
 
 def tool_responder(request: ChatRequest, rng: random.Random) -> Choice:
     """``fc.tool``: like a real service, a call with a value no record has («из Тверь», ``???``) gets an error."""
-    from fabrika.generators.fc.plan_checks import _canonical_problem
+    from fabrika.generators.fc.plan_checks import canonical_problem
 
-    blocks = basic._blocks(request, -1)
+    blocks = basic.json_blocks(request, -1)
     call = blocks[1] if len(blocks) > 1 else {}
     expected = blocks[2] if len(blocks) > 2 else None
     bad = [f"{k}={v!r}" for k, v in (call.get("arguments") or {}).items()
-           if isinstance(v, str) and (v == "???" or _canonical_problem(v, {}))]
+           if isinstance(v, str) and (v == "???" or canonical_problem(v, {}))]
     if expected is None and bad:
         word = "не найдено" if _lang(request) == "ru" else "not found"
         return _dress_json(json.dumps({"error": f"{word}: {', '.join(bad)}"}, ensure_ascii=False), request, rng,

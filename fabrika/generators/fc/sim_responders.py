@@ -119,13 +119,13 @@ WORDS = {
 }
 
 
-def _blocks(request: ChatRequest, which: int = 0) -> list[Any]:
+def json_blocks(request: ChatRequest, which: int = 0) -> list[Any]:
     """JSON blocks of message ``which`` (user messages only; negative indexes count from the end)."""
     users = [m.get("content") or "" for m in request.messages if m.get("role") == "user"]
     return [json.loads(b) for b in _BLOCK.findall(users[which])] if users else []
 
 
-def _lang_of(request: ChatRequest) -> str:
+def request_lang(request: ChatRequest) -> str:
     text = " ".join(str(m.get("content") or "") for m in request.messages[:2])
     return "ru" if re.search(r"[А-Яа-яЁё]", text) else "en"
 
@@ -138,8 +138,8 @@ def _slug(text: str) -> str:
 
 def tools_responder(request: ChatRequest, rng: random.Random) -> str:
     """``fc.tools``: n tools whose tier-0 description is the key phrase '<verb> — <topic>'."""
-    topic = _blocks(request)[0]
-    lang = topic.get("lang") or _lang_of(request)
+    topic = json_blocks(request)[0]
+    lang = topic.get("lang") or request_lang(request)
     count = re.search(r"(\d+)", request.messages[0]["content"])
     n = int(count.group(1)) if count else 3  # the prompt states how many tools it wants
     label = re.sub(r"[.?!]", "", str(topic.get("topic") or "тема")).strip()
@@ -190,7 +190,7 @@ def _say(fn: dict[str, Any], args: dict[str, Any], skip: str | None = None) -> s
 
 def planner_responder(request: ChatRequest, rng: random.Random) -> str:
     """``fc.planner``: a plan of the requested type built from the task's tools."""
-    task = _blocks(request, 0)[-1]  # the task is the prompt's last JSON block
+    task = json_blocks(request, 0)[-1]  # the task is the prompt's last JSON block
     lang, kind, tools = task["lang"], task["sample_type"], task["tools"]
     w = WORDS[lang]
     polite = w["polite"][min(3, sum(1 for m in request.messages if m.get("role") == "assistant"))]
@@ -264,7 +264,7 @@ def planner_responder(request: ChatRequest, rng: random.Random) -> str:
 
 def judge_responder(request: ChatRequest, rng: random.Random) -> str:
     """``fc.judge``: approves most plans; the rest get an issue so the revise loop runs."""
-    lang = _lang_of(request)
+    lang = request_lang(request)
     if rng.random() < 0.8:
         return json.dumps({"approved": True, "issues": []})
     return json.dumps({"approved": False, "issues": [WORDS[lang]["issue"]]}, ensure_ascii=False)
@@ -273,16 +273,16 @@ def judge_responder(request: ChatRequest, rng: random.Random) -> str:
 def user_responder(request: ChatRequest, rng: random.Random) -> str:
     """``fc.user``: says the goal card's reference words (the basic sim user never paraphrases); the goal is the
     last JSON block (the transcript comes before it)."""
-    return _blocks(request, -1)[-1]["say"]
+    return json_blocks(request, -1)[-1]["say"]
 
 
 def tool_responder(request: ChatRequest, rng: random.Random) -> str:
     """``fc.tool``: the plan's expected result, or a plausible one when there is none."""
-    blocks = _blocks(request, -1)
+    blocks = json_blocks(request, -1)
     expected = blocks[2] if len(blocks) > 2 else None
     if expected is not None:
         return json.dumps(expected, ensure_ascii=False)
-    return json.dumps({"status": WORDS[_lang_of(request)]["ok"], "id": rng.randint(100, 999)}, ensure_ascii=False)
+    return json.dumps({"status": WORDS[request_lang(request)]["ok"], "id": rng.randint(100, 999)}, ensure_ascii=False)
 
 
 def _context(messages: tuple[dict[str, Any], ...]) -> tuple[str, set[str], list[Any]]:
@@ -301,7 +301,7 @@ def _context(messages: tuple[dict[str, Any], ...]) -> tuple[str, set[str], list[
 
 def assistant_responder(request: ChatRequest, rng: random.Random) -> Choice:
     """``fc.assistant``: call the tools whose key phrases the user said, with the values said."""
-    lang = _lang_of(request)
+    lang = request_lang(request)
     w = WORDS[lang]
     words, done, results = _context(request.messages)
     low = words.lower()
@@ -347,9 +347,9 @@ def assistant_responder(request: ChatRequest, rng: random.Random) -> Choice:
 
 def irrelevance_responder(request: ChatRequest, rng: random.Random) -> str:
     """``fc.irrelevance.answer`` writes the refusal; ``fc.irrelevance.judge`` looks for a key phrase in the request."""
-    lang = _lang_of(request)
+    lang = request_lang(request)
     if request.tag.endswith("judge"):
-        task = _blocks(request)[0]
+        task = json_blocks(request)[0]
         users = [m["content"] for m in task["conversation"] if m.get("role") == "user"]
         request_text = (users[-1] if users else "").lower()
         hits = [t["name"] for t in task["tools"] if _key(t) and _key(t).lower() in request_text]
