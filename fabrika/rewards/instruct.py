@@ -263,7 +263,8 @@ def _verdicts(
     return out
 
 
-def _column(kwargs: Mapping[str, Any], name: str, n: int) -> list[Any] | None:
+def batch_column(kwargs: Mapping[str, Any], name: str, n: int) -> list[Any] | None:
+    """A dataset column TRL passed with the batch (one value per completion), or None when absent."""
     col = kwargs.get(name)
     if col is None:
         return None
@@ -285,11 +286,11 @@ def score_if(
     """Score a batch; ``columns`` are the dataset columns TRL passes (one value per completion)."""
     cfg = config or IFRewardConfig()
     n = len(completions)
-    raw = _column(columns, cfg.constraints_column, n)
+    raw = batch_column(columns, cfg.constraints_column, n)
     if raw is None:
         raise ConfigError(f"the dataset has no {cfg.constraints_column!r} column; set constraints_column")
     texts = [completion_text(c) for c in completions]
-    gt = _column(columns, cfg.ground_truth_column, n) or [None] * n
+    gt = batch_column(columns, cfg.ground_truth_column, n) or [None] * n
     row_codes = [_row_verifier_codes(g) for g in gt]
     verdicts = _verdicts([parse_constraints(r) for r in raw], texts, row_codes, cfg, sandbox_runner)
     # no visible answer (empty, reasoning only, cut off while reasoning) satisfies no constraint,
@@ -300,11 +301,11 @@ def score_if(
     s_col: list[Any] | None = None
     alpha_col: list[Any] | None = None
     if cfg.rm_correction:
-        s_col = list(rm_scorer(prompts, completions)) if rm_scorer is not None else _column(columns, cfg.rm_score_column, n)
+        s_col = list(rm_scorer(prompts, completions)) if rm_scorer is not None else batch_column(columns, cfg.rm_score_column, n)
         if s_col is not None:
             if len(s_col) != n:
                 raise ConfigError(f"rm_scorer returned {len(s_col)} scores for {n} completions")
-            alpha_col = _column(columns, cfg.teacher_rm_column, n)
+            alpha_col = batch_column(columns, cfg.teacher_rm_column, n)
             if alpha_col is None:
                 raise ConfigError(f"RM correction needs the {cfg.teacher_rm_column!r} column (α); add it or set rm_correction=False")
     out = []

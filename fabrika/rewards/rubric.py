@@ -32,9 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from fabrika.errors import ConfigError
 from fabrika.llm.rejections import TRUNCATED, llm_error_reason
 from fabrika.llm.types import ChatRequest, ChatResponse
-from fabrika.rewards.instruct import IFRewardConfig, completion_text, parse_constraints, rm_corrected, score_if
+from fabrika.rewards.instruct import IFRewardConfig, batch_column, completion_text, parse_constraints, rm_corrected, score_if
 from fabrika.rewards.reward_fn import RewardFunction
-from fabrika.textutil.answers import ParseFailure, extract_json, is_failure
+from fabrika.textutil.answers import ParseFailure, answer_int, extract_json, is_failure
 from fabrika.textutil.reasoning import split_reasoning
 
 __all__ = [
@@ -180,16 +180,6 @@ def _as_bool(value: Any) -> bool | None:
     return None
 
 
-def _as_index(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
-
-
 def parse_verdicts(text: str | None, n_rubrics: int, *, key: str = "pass") -> list[bool] | ParseFailure:
     """One bool per rubric from a judge answer, or the reason it is unusable.
 
@@ -211,7 +201,7 @@ def parse_verdicts(text: str | None, n_rubrics: int, *, key: str = "pass") -> li
     for pos, item in enumerate(items):
         if not isinstance(item, Mapping):
             return ParseFailure(f"bad_verdicts: item {pos} is not an object")
-        index = pos + 1 if positional else _as_index(item.get("index"))
+        index = pos + 1 if positional else answer_int(item.get("index"))
         if index is None or not 1 <= index <= n_rubrics:
             return ParseFailure(f"bad_verdicts: item {pos} has index {item.get('index')!r}, need 1..{n_rubrics}")
         verdict = _as_bool(item.get(key))
@@ -292,16 +282,6 @@ def _has_constraints(value: Any) -> bool:
         return True
 
 
-def _column(columns: Mapping[str, Any], name: str, n: int) -> list[Any] | None:
-    col = columns.get(name)
-    if col is None:
-        return None
-    col = list(col)
-    if len(col) != n:
-        raise ConfigError(f"column {name!r} has {len(col)} values for {n} completions")
-    return col
-
-
 async def score_rubrics(prompts: Sequence[Any], completions: Sequence[Any], config: RubricRewardConfig | None = None,
                         *, llm: Client, sandbox_runner: SandboxRunner | None = None,
                         rm_scorer: RMScorer | None = None, **columns: Any) -> list[RubricScore]:
@@ -309,11 +289,11 @@ async def score_rubrics(prompts: Sequence[Any], completions: Sequence[Any], conf
     cfg = config or RubricRewardConfig()
     if_cfg = IFRewardConfig(**cfg.if_reward)
     n = len(completions)
-    gts = _column(columns, cfg.ground_truth_column, n) or [None] * n
-    rub_col = _column(columns, cfg.rubrics_column, n) or [None] * n
-    langs = _column(columns, cfg.lang_column, n) or ["ru"] * n
+    gts = batch_column(columns, cfg.ground_truth_column, n) or [None] * n
+    rub_col = batch_column(columns, cfg.rubrics_column, n) or [None] * n
+    langs = batch_column(columns, cfg.lang_column, n) or ["ru"] * n
     rubrics = [row_rubrics(g, r) for g, r in zip(gts, rub_col)]
-    cons = _column(columns, if_cfg.constraints_column, n) or [None] * n
+    cons = batch_column(columns, if_cfg.constraints_column, n) or [None] * n
     with_cons = [cfg.use_constraints and _has_constraints(c) for c in cons]
     for i in range(n):
         if not rubrics[i] and not with_cons[i]:
@@ -341,11 +321,11 @@ async def score_rubrics(prompts: Sequence[Any], completions: Sequence[Any], conf
     s_col = alpha_col = None
     if if_cfg.rm_correction:
         s_col = list(rm_scorer(prompts, completions)) if rm_scorer is not None else \
-            _column(columns, if_cfg.rm_score_column, n)
+            batch_column(columns, if_cfg.rm_score_column, n)
         if s_col is not None:
             if len(s_col) != n:
                 raise ConfigError(f"rm_scorer returned {len(s_col)} scores for {n} completions")
-            alpha_col = _column(columns, if_cfg.teacher_rm_column, n)
+            alpha_col = batch_column(columns, if_cfg.teacher_rm_column, n)
             if alpha_col is None:
                 raise ConfigError(f"RM correction needs the {if_cfg.teacher_rm_column!r} column (α); add it or set "
                                   "if_reward: {rm_correction: false}")

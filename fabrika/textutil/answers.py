@@ -39,7 +39,7 @@ from typing_extensions import TypeIs
 from fabrika.schemas.records import TestCase
 from fabrika.textutil.reasoning import answer_text, split_reasoning
 
-__all__ = ["ParseFailure", "ParsedVerifier", "answer_json_text", "extract_json", "is_failure", "parse_constraint_list",
+__all__ = ["ParseFailure", "ParsedVerifier", "answer_int", "answer_json_text", "extract_json", "is_failure", "parse_constraint_list",
            "parse_instruction", "parse_score", "parse_verifier_answer"]
 
 _FENCE = re.compile(r"```(?:json|JSON|json5)?[ \t]*\n?(.*?)```", re.DOTALL)
@@ -162,6 +162,18 @@ def _type_name(expect: type | tuple[type, ...]) -> str:
     types = expect if isinstance(expect, tuple) else (expect,)
     names: dict[type, str] = {dict: "an object", list: "a list"}
     return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+def answer_int(value: Any) -> int | None:
+    """An integer a model wrote as a JSON number or a digit string (``3``, ``"3"``); None for anything else,
+    booleans included (``true`` is not the index 1)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
 
 
 def extract_json(text: str | None, *, expect: type | tuple[type, ...] = (dict, list),

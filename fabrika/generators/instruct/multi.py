@@ -45,7 +45,7 @@ from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id
 from fabrika.schemas.rows import dumps
-from fabrika.textutil.answers import ParseFailure, extract_json, is_failure
+from fabrika.textutil.answers import ParseFailure, answer_int, extract_json, is_failure
 from fabrika.textutil.reasoning import answer_text as strip_reasoning
 
 TAG_CONFLICT = "if.multi.conflict"
@@ -141,7 +141,7 @@ def parse_conflict(text: str | None, n: int) -> tuple[bool, list[tuple[int, int]
     pairs: list[tuple[int, int]] = []
     for p in value.get("pairs") or []:
         raw = list(p.values()) if isinstance(p, dict) else p  # {"a": 1, "b": 3} is read as [1, 3]
-        ints = [_as_number(i) for i in raw] if isinstance(raw, list) else []
+        ints = [answer_int(i) for i in raw] if isinstance(raw, list) else []
         nums = [i for i in ints if i is not None and 1 <= i <= n]
         if len(ints) != 2 or len(nums) != 2 or nums[0] == nums[1]:
             return ParseFailure(f"bad_conflict: pair {p!r} is not two distinct numbers in 1..{n}")
@@ -155,16 +155,6 @@ def _substantive(text: str) -> bool:
     """A case that can witness compatibility: letterless cases ("2024", "") pass both "all lowercase" and
     "all uppercase" vacuously, so they never count."""
     return sum(ch.isalpha() for ch in text) >= 3
-
-
-def _as_number(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
 
 
 def render_instructions(texts: list[str]) -> str:
