@@ -171,7 +171,6 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
     def check_config(cls, config: MultiPromptsConfig, pipeline: Any) -> list[tuple[str, str]]:
         from fabrika.generators.instruct.verifiers import consistency_before
 
-        assert isinstance(config, MultiPromptsConfig)
         problems = consistency_before(config, pipeline) if config.input else []
         if config.library_ids:
             from fabrika.constraints import REGISTRY
