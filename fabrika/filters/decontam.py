@@ -122,6 +122,7 @@ class DecontamScorer(Stage[DecontamConfig]):
     """Annotating stage: benchmark overlap per row (the index is built once per run)."""
 
     kind = "filter.decontam"
+    calls_llm: ClassVar[bool] = False
     annotates: ClassVar[bool] = True
 
     def _index(self) -> NgramIndex:

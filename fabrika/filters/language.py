@@ -172,6 +172,7 @@ class LanguageScorer(Stage[LanguageConfig]):
     """Annotating stage: adds language scores to each row of its input."""
 
     kind = "filter.language"
+    calls_llm: ClassVar[bool] = False
     annotates: ClassVar[bool] = True
 
     async def process(self, row: Row) -> list[Row]:

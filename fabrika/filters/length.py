@@ -117,6 +117,7 @@ class LengthScorer(Stage[LengthConfig]):
     """Annotating stage: token counts of each row's rendered chat template."""
 
     kind = "filter.length"
+    calls_llm: ClassVar[bool] = False
     annotates: ClassVar[bool] = True
 
     async def process(self, row: Row) -> list[Row]:

@@ -10,7 +10,7 @@ Together they make the smallest useful pipeline (``configs/smoke.yaml``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 from pydantic import Field
 
@@ -45,6 +45,7 @@ class PromptsStage(Stage[PromptsConfig]):
     """Source stage: one ok row per prompt, id = hash of the text (or the file's id field)."""
 
     kind = "generic.prompts"
+    calls_llm: ClassVar[bool] = False
 
     @classmethod
     def check_config(cls, config: PromptsConfig, pipeline: Any) -> list[tuple[str, str]]:

@@ -9,7 +9,7 @@ expected calls (the FC reward's input). Wrong and injected turns are never compl
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from fabrika.agents.prompts import assistant_system
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
@@ -63,6 +63,7 @@ def score_columns(sample: Sample) -> dict[str, Any]:
 @register_stage
 class SamplesStage(Stage[SamplesConfig]):
     kind = "fc.samples"
+    calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
         dialogue = Dialogue.model_validate_json(row["dialogue"])

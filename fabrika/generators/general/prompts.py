@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 from pydantic import Field
 
@@ -59,6 +59,7 @@ class GeneralPromptsStage(Stage[GeneralPromptsConfig]):
     """Source stage: the prompt pool, normalised to messages; bad records are recorded rejections."""
 
     kind = "general.prompts"
+    calls_llm: ClassVar[bool] = False
 
     def _path(self) -> Path:
         pipeline = getattr(self.ctx, "pipeline", None)

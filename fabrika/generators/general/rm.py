@@ -114,6 +114,7 @@ class GeneralRMStage(Stage[GeneralRMConfig]):
     """Annotating stage over ``general.teacher``: one RM score per usable teacher answer."""
 
     kind = "general.rm"
+    calls_llm: ClassVar[bool] = False
     annotates: ClassVar[bool] = True
 
     async def setup(self) -> None:

@@ -20,6 +20,7 @@ would read that column as R, a constant per prompt that teaches nothing.
 from __future__ import annotations
 
 import json
+from typing import ClassVar
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
@@ -48,6 +49,7 @@ class GeneralSamplesStage(Stage[GeneralSamplesConfig]):
     """One SFT row per usable, RM-scored teacher answer (ranked by score within its prompt)."""
 
     kind = "general.samples"
+    calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
         if row.get("answer_rm_scores") is None:
@@ -86,6 +88,7 @@ class GeneralGrpoStage(Stage[GeneralGrpoConfig]):
     """One prompt-only GRPO row per prompt with a usable L0."""
 
     kind = "general.grpo"
+    calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
         sample = Sample(id=stable_id(row["id"], prefix="gg-"), expert=EXPERT, lang=row.get("lang") or "und",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
@@ -172,6 +172,7 @@ class MultiSamplesStage(Stage[MultiSamplesConfig]):
     """Per kept answer: one SFT Sample (expert 'if') with every constraint in its ground truth."""
 
     kind = "if.multi.samples"
+    calls_llm: ClassVar[bool] = False
 
     def input_rows(self):  # noqa: ANN201 - Iterator[Row]
         """Every ok answer, passing or not: the verdict columns travel with the sample, so the ``if_multi``
@@ -210,6 +211,7 @@ class MultiGrpoStage(Stage[MultiGrpoConfig]):
     """Per prompt: a GRPO row whose ground truth holds every constraint (library params or verifier code)."""
 
     kind = "if.multi.grpo"
+    calls_llm: ClassVar[bool] = False
 
     @classmethod
     def check_config(cls, config: MultiGrpoConfig, pipeline: Any) -> list[tuple[str, str]]:

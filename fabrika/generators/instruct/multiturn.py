@@ -29,7 +29,7 @@ import random
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 import jinja2
 import yaml
@@ -342,6 +342,7 @@ class DialogueSamplesStage(Stage[DialogueSamplesConfig]):
     """Per dialogue: one SFT sample per assistant turn that passes every rubric and rule; a rejection per other turn."""
 
     kind = "if.dialogue.samples"
+    calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
         messages = json.loads(row["messages"])
@@ -376,6 +377,7 @@ class DialogueGrpoStage(Stage[DialogueGrpoConfig]):
     """Per assistant turn of a dialogue: a GRPO prompt (the chat before it) with its rules and rubrics."""
 
     kind = "if.dialogue.grpo"
+    calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
         messages = json.loads(row["messages"])

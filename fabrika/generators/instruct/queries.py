@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -67,6 +67,7 @@ class QueriesStage(Stage[QueriesConfig]):
     """Per surviving constraint: N prompts (query × placement), each with what verification needs."""
 
     kind = "if.queries"
+    calls_llm: ClassVar[bool] = False
 
     @classmethod
     def check_config(cls, config: QueriesConfig, pipeline: Any) -> list[tuple[str, str]]:

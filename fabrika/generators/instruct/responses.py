@@ -166,6 +166,7 @@ class SamplesStage(Stage[SamplesConfig]):
     """Per kept response: one SFT Sample (expert 'if') plus the re-filterable score columns."""
 
     kind = "if.samples"
+    calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
         prompt = [Message(**m) for m in json.loads(row["messages"])]
@@ -204,6 +205,7 @@ class GrpoStage(Stage[GrpoConfig]):
     """Per prompt: a GRPO row; ``ground_truth`` = constraints (library ids + params) and surviving verifier code."""
 
     kind = "if.grpo"
+    calls_llm: ClassVar[bool] = False
 
     @classmethod
     def check_config(cls, config: GrpoConfig, pipeline: Any) -> list[tuple[str, str]]:
