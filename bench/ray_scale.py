@@ -2,6 +2,10 @@
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python bench/ray_scale.py [--constraints 2000] [--rounds 2]``
 
+``--stage filter.length|filter.language [--rows 20000]`` instead measures a cheap LLM-free scorer
+(regex token estimate, lingua) over a prepared table of Russian prompts: local vs Ray with 1 and
+2 workers, the stage's own seconds — whether shipping rows to actors pays for such a stage.
+
 1. Prepares once, on the offline ``sim`` backend: ``if.expand`` → ``if.dedup`` → ``if.verifiers``
    (k = 8) for the Russian constraints the sim library yields (~95 distinct), repeated under new ids up
    to ``--constraints`` rows (``replicate``: the CPU work per row is real, nothing is shared across rows).
@@ -97,11 +101,12 @@ def ray_costs(tmp: Path, base: Path, constraints: int, batch_size: int) -> dict[
     the same batch processed by the same class in this process."""
     import ray
 
-    from fabrika.ray.items import OWNER_FILE, ItemWorker
+    from fabrika.ray.items import OWNER_FILE, ItemWorker, StageJob, readable_stages
     from fabrika.store.run import RunStore
 
     cfg = load(tmp, "costs", document(tmp / "costs", constraints, "ray", 1, 1, batch_size))
     stage = cfg.stage("if_consistency")
+    job = StageJob(stage, "bench", 256, readable=readable_stages(cfg, "if_consistency"))
     rows = (RunStore(base).scan_raw("if_verifiers").collect().filter(pl.col("status") == "ok")
             .head(batch_size).to_dicts())
     batch = [(r["id"], r) for r in rows]
@@ -110,24 +115,24 @@ def ray_costs(tmp: Path, base: Path, constraints: int, batch_size: int) -> dict[
         (tmp / "costs" / sub / "stages" / "if_consistency").mkdir(parents=True)
         (tmp / "costs" / sub / "stages" / "if_consistency" / OWNER_FILE).write_text("bench")
     t = time.perf_counter()
-    actor = ray.remote(num_cpus=1)(ItemWorker).remote(cfg, stage, str(tmp / "costs" / "remote"), "sim", 256, "bench")
+    actor = ray.remote(num_cpus=1)(ItemWorker).remote(cfg, str(tmp / "costs" / "remote"), "sim")
     ray.get(actor.pid.remote())
     out["actor_start_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    ray.get(actor.process_batch.remote(0, batch[:1]))  # the stage's setup (sandbox pool) + one item
+    ray.get(actor.process_batch.remote(job, 0, batch[:1]))  # the stage's setup (sandbox pool) + one item
     out["actor_setup_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    ray.get(actor.process_batch.remote(1, batch))
+    ray.get(actor.process_batch.remote(job, 1, batch))
     out["remote_batch_s"] = time.perf_counter() - t
     ray.get(actor.close.remote())
     ray.kill(actor)
-    worker = ItemWorker(cfg, stage, str(tmp / "costs" / "local"), "sim", 256, "bench")
+    worker = ItemWorker(cfg, str(tmp / "costs" / "local"), "sim")
 
     async def here() -> float:
         try:
-            await worker.process_batch(0, batch[:1])
+            await worker.process_batch(job, 0, batch[:1])
             t = time.perf_counter()
-            await worker.process_batch(1, batch)
+            await worker.process_batch(job, 1, batch)
             return time.perf_counter() - t
         finally:
             await worker.close()
@@ -158,13 +163,85 @@ def run_mode(tmp: Path, base: Path, args: argparse.Namespace, mode: tuple, tag: 
     return st.seconds, table, note
 
 
+CHEAP_STAGES = {"filter.length": {}, "filter.language": {"text_field": "user", "languages": ["ru", "en"]}}
+CHEAP_MODES = [("local", "local", 1), ("ray x1", "ray", 1), ("ray x2", "ray", 2)]
+
+
+def cheap_document(run_dir: Path, pool: Path, kind: str, executor: str, ray_workers: int, batch_size: int) -> dict:
+    return {
+        "name": "ray_cheap", "seed": 0, "run_dir": str(run_dir), "executor": executor,
+        "llm": {"backend": "sim", "model": "sim"},
+        "ray": {"workers": ray_workers, "num_cpus": 1, "batch_size": batch_size},
+        "stages": [{"kind": "general.prompts", "name": "pool", "path": str(pool)},
+                   {"kind": kind, "name": "scored", "input": "pool", **CHEAP_STAGES[kind]}],
+    }
+
+
+def write_pool(path: Path, rows: int) -> None:
+    """``rows`` distinct Russian prompts of ~3 sentences, built from the shipped demo pool."""
+    import json
+
+    demo = [json.loads(line)["prompt"] for line in
+            (ROOT / "fabrika" / "data" / "general" / "prompts_demo.jsonl").read_text(encoding="utf-8").splitlines()]
+    with path.open("w", encoding="utf-8") as fh:
+        for i in range(rows):
+            text = " ".join(demo[(i + j * 7) % len(demo)] for j in range(3))
+            fh.write(json.dumps({"prompt": f"{text} (вариант {i})", "lang": "ru"}, ensure_ascii=False) + "\n")
+
+
+def cheap_stage(args: argparse.Namespace) -> None:
+    """``--stage filter.length|filter.language``: a cheap LLM-free scorer over ``--rows`` rows, local vs
+    Ray x1 vs Ray x2 (rotated rounds, medians), the stage's seconds as the runner records them."""
+    import ray
+
+    from fabrika.pipeline.runner import run_pipeline
+    from fabrika.store.run import RunStore
+
+    tmp = Path(tempfile.mkdtemp(prefix="ray_cheap-"))
+    pool = tmp / "pool.jsonl"
+    write_pool(pool, args.rows)
+    base = tmp / "base"
+    run_pipeline(load(tmp, "prep", cheap_document(base, pool, args.stage, "local", 1, args.batch_size)),
+                 resume=False, progress=False, until=["pool"])
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+    print(f"{args.stage} over {args.rows} rows; {os.cpu_count()} CPUs; ray.batch_size {args.batch_size}")
+    seconds: dict[str, list[float]] = {m[0]: [] for m in CHEAP_MODES}
+    tables = []
+    for r in range(args.rounds):
+        for label, executor, workers in CHEAP_MODES[r % 3:] + CHEAP_MODES[:r % 3]:
+            run_dir = tmp / f"{label.replace(' ', '_')}-{r}"
+            shutil.copytree(base, run_dir)
+            cfg = load(tmp, run_dir.name, cheap_document(run_dir, pool, args.stage, executor, workers,
+                                                         args.batch_size))
+            result = run_pipeline(cfg, resume=True, progress=False)
+            st = result.stats["scored"]
+            seconds[label].append(st.seconds)
+            frame = RunStore(run_dir).scan_raw("scored").collect()
+            tables.append(frame.select(sorted(frame.columns)).sort("id"))
+            print(f"round {r + 1}  {label:7s} {st.seconds:7.2f}s  {st.processed / st.seconds:8.0f} rows/s  "
+                  f"({st.report.get('executor', 'local')})", flush=True)
+            shutil.rmtree(run_dir, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in seconds.items()}
+    print("\nmedian stage seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
+    print(f"ray x1 / local: {med['ray x1'] / med['local']:.2f}x, ray x2 / local: {med['ray x2'] / med['local']:.2f}x")
+    print(f"same rows in every run: {all(t.equals(tables[0]) for t in tables)}")
+    ray.shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--constraints", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=2, help="Runs of every mode (rotated order); medians are reported.")
     ap.add_argument("--batch-size", type=int, default=32, help="ray.batch_size: items per Ray task (one shard).")
     ap.add_argument("--keep", type=Path, default=None, help="Keep the prepared run here (reused when present).")
+    ap.add_argument("--stage", choices=sorted(CHEAP_STAGES), default=None,
+                    help="Instead: a cheap LLM-free scorer over --rows rows, local vs ray x1 vs ray x2.")
+    ap.add_argument("--rows", type=int, default=20000, help="Rows for --stage.")
     args = ap.parse_args()
+    if args.stage:
+        cheap_stage(args)
+        return
 
     import ray
 
@@ -205,7 +282,7 @@ def main() -> None:
     print(f"local x2 speed-up vs local: {med['local'] / med['local x2']:.2f}x")
     costs = ray_costs(tmp, base, args.constraints, args.batch_size)
     print(f"Ray-only costs: actor start {costs['actor_start_s']:.2f}s, its sandbox pool + first item "
-          f"{costs['actor_setup_s']:.2f}s (per actor, once per stage); a batch of {args.batch_size} rows "
+          f"{costs['actor_setup_s']:.2f}s (per actor, once per run); a batch of {args.batch_size} rows "
           f"({costs['batch_bytes'] / 1024:.0f} KiB pickled) {costs['remote_batch_s']:.2f}s on the actor vs "
           f"{costs['local_batch_s']:.2f}s in this process")
     reference = next(iter(tables.values()))

@@ -1,22 +1,29 @@
 """Per-item CPU stages on Ray worker actors (``executor: ray``).
 
-The driver streams the stage's input rows, skips ids already written (the same
+One pool of :class:`ItemWorker` actors serves the whole run (``ray.workers`` of them, each
+reserving ``ray.num_cpus``): it is created at the first stage that runs on workers, kept as a
+run-wide resource, and stopped when the run ends. Stages that run at once share it, so two of
+them never wait for each other's actors, and an actor's start-up (a process that imports
+fabrika) is paid once per run, not once per stage.
+
+For each stage the driver streams the input rows, skips ids already written (the same
 :meth:`RunStore.done_ids` resume as a local run), groups the rest into batches of
-``ray.batch_size`` and sends each batch to the least busy :class:`ItemWorker`. A
-worker builds the stage once (its own sandbox pool, under the same fail-closed
-rule, checked on its own node), runs ``process`` on the batch's items concurrently
-and writes their rows as ONE shard, atomically, into the run directory (a path every
-node must see). The shard's name is fixed by the driver before the batch is sent
-(``part-<seq>-<digest of ids>``), so a batch retried after its worker died rewrites
-the same file instead of adding a second copy of its rows. Only counters travel back.
+``ray.batch_size`` and sends each batch to the least busy worker. A worker builds the stage
+the first time it sees it (its setup reads config, resources and, through
+:class:`WorkerContext`, the finished upstream tables; the sandbox pool under the same
+fail-closed rule, checked on its own node), runs ``process`` on the batch's items concurrently
+and writes their rows as ONE shard, atomically, into the run directory (a path every node must
+see). The shard's name is fixed by the driver before the batch is sent
+(``part-<seq>-<digest of ids>``), so a batch retried after its worker died rewrites the same
+file instead of adding a second copy of its rows. Only counters travel back.
 
 A worker that dies (OOM, node lost, ``kill -9``) is restarted by Ray and its unfinished
-batches are retried (``ray.max_retries``). A driver that dies takes its actors with it
-(they are owned by the driver); the next ``fabrika run`` skips every id whose shard is on
-disk and redoes the rest. So that an actor of a dead driver, still finishing a batch, cannot
-add rows the new driver is already redoing, each driver writes a fresh token to
-``stages/<stage>/.executor-owner`` before it reads what is done, and a worker writes its
-shard only while the token is still its driver's.
+batches are retried (``ray.max_retries``); the restarted actor builds its stages again. A
+driver that dies takes its actors with it (they are owned by the driver); the next ``fabrika
+run`` skips every id whose shard is on disk and redoes the rest. So that an actor of a dead
+driver, still finishing a batch, cannot add rows the new driver is already redoing, each
+driver writes a fresh token to ``stages/<stage>/.executor-owner`` before it reads what is
+done, and a worker writes its shard only while the token is still its driver's.
 """
 
 from __future__ import annotations
@@ -24,24 +31,29 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, NoReturn, Sequence
 
 from fabrika.errors import ConfigError
-from fabrika.pipeline.context import SharedContextParts
+from fabrika.pipeline.config import stage_dependencies
+from fabrika.pipeline.context import RunContext
 from fabrika.pipeline.execute import item_total, new_items, process_item
 from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig
 from fabrika.store.done_ids import DoneIds
+from fabrika.store.run import RunStore
 from fabrika.store.shards import atomic_write_bytes, next_seq, write_shard
 
 OWNER_FILE = ".executor-owner"
+#: The run-wide resource (``ctx.resource``) holding the driver's :class:`WorkerPool`.
+POOL_RESOURCE = "ray:item-workers"
 
 
 class StaleDriver(RuntimeError):
     """A worker's driver was replaced (it died and a new ``fabrika run`` took the stage over)."""
 
+
 if TYPE_CHECKING:
-    from fabrika.llm.base import LLMClient
     from fabrika.llm.types import ChatRequest, ChatResponse
     from fabrika.pipeline.config import PipelineConfig
     from fabrika.pipeline.execute import StageServices
@@ -69,71 +81,106 @@ class _NoLLM:
         self._refuse("complete_one")
 
 
-class WorkerContext(SharedContextParts):
-    """The :class:`~fabrika.pipeline.context.StageContext` of a stage running on a worker actor."""
+@dataclass(frozen=True)
+class StageJob:
+    """What a worker needs to build a stage: sent with each batch (a restarted actor rebuilds from it)."""
 
-    def __init__(self, pipeline: "PipelineConfig", stage: StageConfig, run_dir: Path, backend_name: str) -> None:
-        self._stage = self.stage_name = stage.stage_name
-        self.llm: LLMClient = _NoLLM(self._stage)
-        self.seed = pipeline.seed
-        self.run_dir = run_dir
-        self.pipeline = pipeline
-        self.backend_name = backend_name
-        self.resources: dict[str, Any] = {}
-        self.reported: dict[str, Any] = {}
+    config: StageConfig
+    owner: str  # the driver's token in ``stages/<stage>/.executor-owner``
+    max_in_flight: int
+    #: per table, the annotating stages joined when it is read (the driver's ``RunContext.annotators``)
+    annotators: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    #: the stages this one may read: everything it depends on, finished before it started
+    readable: frozenset[str] = frozenset()
+
+
+class WorkerContext(RunContext):
+    """The stage context on a worker actor: the driver's read semantics over the shared run directory
+    (same tables, gates and annotator joins, so the same ids), limited to finished upstream stages,
+    and no LLM."""
+
+    def __init__(self, pipeline: "PipelineConfig", job: StageJob, run_dir: Path, backend_name: str,
+                 resources: dict[str, Any]) -> None:
+        name = job.config.stage_name
+        super().__init__(name, store=RunStore(run_dir), pipeline=pipeline, llm=_NoLLM(name),
+                         backend_name=backend_name, report={}, resources=resources, annotators=job.annotators)
+        self.readable = job.readable
+
+    def _check_readable(self, stage_name: str) -> None:
+        if stage_name not in self.readable:
+            raise RuntimeError(f"stage {self.stage_name!r} on a ray worker read {stage_name!r}, which is not one of "
+                               f"the finished stages it depends on ({', '.join(sorted(self.readable)) or 'none'}); "
+                               "make it an input of the stage")
 
     def iter_rows(self, stage_name: str, *, gated: bool = True, columns: list[str] | None = None) -> Iterator[Row]:
-        raise RuntimeError(f"stage {self._stage!r}: a worker gets its rows from the driver; reading "
-                           f"{stage_name!r} is only possible in the driver")
+        self._check_readable(stage_name)
+        return super().iter_rows(stage_name, gated=gated, columns=columns)
 
+    def count_rows(self, stage_name: str, gated: bool = True) -> int:
+        self._check_readable(stage_name)
+        return super().count_rows(stage_name, gated)
+
+
+@dataclass
+class _Hosted:
+    stage: Stage
+    ctx: WorkerContext
+    ready: asyncio.Task
 
 
 class ItemWorker:
-    """One worker actor: a stage instance (and its sandbox pool) that processes batches of items."""
+    """One worker actor of the run: hosts the stages sent to it (built on first use) and their batches."""
 
-    def __init__(self, pipeline: "PipelineConfig", stage: StageConfig, run_dir: str, backend_name: str,
-                 max_in_flight: int, owner: str) -> None:
-        self.owner = owner
+    def __init__(self, pipeline: "PipelineConfig", run_dir: str, backend_name: str) -> None:
         from fabrika.pipeline import registry
 
         registry.load_modules(list(pipeline.plugins))
         registry.load_modules()
+        self.pipeline = pipeline
+        self.run_dir = Path(run_dir)
         self.backend_name = backend_name
-        self.ctx = WorkerContext(pipeline, stage, Path(run_dir), backend_name)
-        self.stage: Stage = STAGES[stage.kind](stage, self.ctx)
-        self.max_in_flight = max_in_flight
-        self._ready: asyncio.Task | None = None
+        self.resources: dict[str, Any] = {}  # run-wide on this worker (sandbox pool, tokenizer, index)
+        self.hosted: dict[str, _Hosted] = {}
         self.restarted = _actor_was_restarted()
-
-    async def _setup(self) -> None:
-        if getattr(type(self.stage), "uses_sandbox", False):
-            from fabrika.sandbox.policy import isolation_problem
-
-            problem = isolation_problem(self.ctx.pipeline.sandbox, self.backend_name)  # bwrap on THIS node
-            if problem:
-                raise ConfigError(f"ray worker on {os.uname().nodename}: {problem}")
-        await self.stage.setup()
 
     def pid(self) -> int:
         return os.getpid()
 
-    async def process_batch(self, seq: int, items: list[tuple[str, Row]]) -> dict[str, Any]:
-        if self._ready is None:
-            self._ready = asyncio.ensure_future(self._setup())
-        await asyncio.shield(self._ready)
-        limit = asyncio.Semaphore(self.max_in_flight)
+    def _host(self, job: StageJob) -> _Hosted:
+        name = job.config.stage_name
+        hosted = self.hosted.get(name)
+        if hosted is None:
+            ctx = WorkerContext(self.pipeline, job, self.run_dir, self.backend_name, self.resources)
+            stage: Stage = STAGES[job.config.kind](job.config, ctx)
+            hosted = self.hosted[name] = _Hosted(stage, ctx, asyncio.ensure_future(self._setup(stage)))
+        return hosted
+
+    async def _setup(self, stage: Stage) -> None:
+        if getattr(type(stage), "uses_sandbox", False):
+            from fabrika.sandbox.policy import isolation_problem
+
+            problem = isolation_problem(self.pipeline.sandbox, self.backend_name)  # bwrap on THIS node
+            if problem:
+                raise ConfigError(f"ray worker on {os.uname().nodename}: {problem}")
+        await stage.setup()
+
+    async def process_batch(self, job: StageJob, seq: int, items: list[tuple[str, Row]]) -> dict[str, Any]:
+        hosted = self._host(job)
+        await asyncio.shield(hosted.ready)
+        stage = hosted.stage
+        limit = asyncio.Semaphore(job.max_in_flight)
 
         async def one(item_id: str, row: Row) -> Any:
             async with limit:
-                return await process_item(self.stage, row, item_id, self.backend_name)
+                return await process_item(stage, row, item_id, self.backend_name)
 
         results = await asyncio.gather(*(one(i, r) for i, r in items))
         rows = [r for res in results if res.rows for r in res.rows]
         if rows:
-            stage_dir = self.ctx.stage_dir(self.stage.name)
+            stage_dir = hosted.ctx.stage_dir(stage.name)
             current = (stage_dir / OWNER_FILE).read_text(encoding="utf-8") if (stage_dir / OWNER_FILE).exists() else ""
-            if current != self.owner:
-                raise StaleDriver(f"stage {self.stage.name!r} was taken over by another driver; batch {seq} dropped")
+            if current != job.owner:
+                raise StaleDriver(f"stage {stage.name!r} was taken over by another driver; batch {seq} dropped")
             # temp file + fsync + rename, off the event loop: the other batch keeps feeding the sandbox meanwhile
             await asyncio.to_thread(write_shard, stage_dir, rows, seq=seq)
         items_out = []
@@ -144,15 +191,21 @@ class ItemWorker:
             else:
                 ok = sum(r["status"] == "ok" for r in res.rows)
                 items_out.append((res.item_id, ok, len(res.rows) - ok, False, res.internal_error))
-        return {"items": items_out, "rows": len(rows), "shard": bool(rows), "report": dict(self.ctx.reported),
+        return {"items": items_out, "rows": len(rows), "shard": bool(rows), "report": dict(hosted.ctx.reported),
                 "pid": os.getpid(), "node": os.uname().nodename, "restarted": self.restarted}
+
+    async def end_stage(self, name: str) -> None:
+        """The stage is done: tear it down here (its run-wide resources stay until :meth:`close`)."""
+        hosted = self.hosted.pop(name, None)
+        if hosted is not None and hosted.ready.done() and not hosted.ready.cancelled() and not hosted.ready.exception():
+            await hosted.stage.teardown()
 
     async def close(self) -> None:
         from fabrika.pipeline.lifecycle import close_resources
 
-        if self._ready is not None and self._ready.done() and not self._ready.exception():
-            await self.stage.teardown()
-        await close_resources(self.ctx.resources)
+        for name in list(self.hosted):
+            await self.end_stage(name)
+        await close_resources(self.resources)
 
 
 def _actor_was_restarted() -> bool:
@@ -173,8 +226,54 @@ def _worker_count(ray: Any, settings: "RaySettings") -> int:
     return max(1, int(cpus // settings.num_cpus))
 
 
+class WorkerPool:
+    """The driver's handle on the run's worker actors: their load, and the processes that answered."""
+
+    def __init__(self, ray: Any, settings: "RaySettings", pipeline: "PipelineConfig", run_dir: str,
+                 backend_name: str) -> None:
+        self.ray = ray
+        self.size = _worker_count(ray, settings)
+        Worker = ray.remote(num_cpus=settings.num_cpus, max_restarts=settings.max_retries,
+                            max_task_retries=settings.max_retries)(ItemWorker)
+        self.actors = [Worker.remote(pipeline, run_dir, backend_name) for _ in range(self.size)]
+        self.load = [0] * self.size  # batches in flight per actor, over every stage running now
+        self.processes: set[tuple[str, int]] = set()  # (node, pid) of every process that returned a batch
+
+    def least_busy(self) -> int:
+        return min(range(self.size), key=self.load.__getitem__)
+
+    async def end_stage(self, name: str) -> None:
+        await _quietly([a.end_stage.remote(name) for a in self.actors])
+
+    async def aclose(self) -> None:
+        """Close every actor (its stages and resources), then stop it; the run's resource closer calls this."""
+        await _quietly([a.close.remote() for a in self.actors])
+        for a in self.actors:
+            self.ray.kill(a, no_restart=True)
+
+
+async def _quietly(refs: list[Any]) -> None:
+    try:
+        await asyncio.wait_for(asyncio.gather(*refs, return_exceptions=True), timeout=30)
+    except (TimeoutError, Exception):  # noqa: BLE001 - a dead actor has nothing to close
+        pass
+
+
+def readable_stages(config: "PipelineConfig", name: str) -> frozenset[str]:
+    """Every stage ``name`` depends on, directly or not: all finished before it starts."""
+    deps = stage_dependencies(config)
+    seen: set[str] = set()
+    todo = list(deps.get(name, ()))
+    while todo:
+        dep = todo.pop()
+        if dep not in seen:
+            seen.add(dep)
+            todo.extend(deps.get(dep, ()))
+    return frozenset(seen)
+
+
 async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStats", settings: "RaySettings") -> None:
-    """Process the stage's unwritten items on worker actors; see the module docstring."""
+    """Process the stage's unwritten items on the run's worker actors; see the module docstring."""
     from fabrika.ray import connect
 
     ray = connect(settings)
@@ -188,19 +287,18 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
     stats.recovered = store.recover_journal(name, done)  # a crashed local run's journal becomes a shard first
     task = run.progress.add(name, item_total(stage, getattr(stage.ctx, "count_rows", None)))
     seq = next_seq(store.stage_dir(name))
-    n_workers = _worker_count(ray, settings)
-    Worker = ray.remote(num_cpus=settings.num_cpus, max_restarts=settings.max_retries,
-                        max_task_retries=settings.max_retries)(ItemWorker)
-    limit = cfg.max_in_flight or run.pipeline.max_in_flight
     run_dir = str(store.run_dir.resolve())
-    actors = [Worker.remote(run.pipeline, cfg, run_dir, run.backend_name, limit, owner) for _ in range(n_workers)]
-    load = [0] * n_workers
+    pool: WorkerPool = stage.ctx.resource(POOL_RESOURCE, lambda: WorkerPool(ray, settings, run.pipeline, run_dir,
+                                                                            run.backend_name))
+    job = StageJob(cfg, owner, cfg.max_in_flight or run.pipeline.max_in_flight,
+                   annotators=dict(getattr(stage.ctx, "annotators", {}) or {}),
+                   readable=readable_stages(run.pipeline, name))
     in_flight: dict[asyncio.Future, int] = {}
     items = new_items(stage, iter(stage.input_rows()), done, stats, lambda: run.progress.advance(task, stats))
     exhausted = False
-    stats.report["executor"] = f"ray ({n_workers} worker(s))"
-    pids: set[tuple[str, int]] = set()  # (node, pid) of every worker process that returned a batch
-    restarted: set[tuple[str, int]] = set()  # ... of those that run a restarted actor (its first process died)
+    stats.report["executor"] = f"ray ({pool.size} worker(s))"
+    pids: set[tuple[str, int]] = set()  # (node, pid) of every worker process that returned this stage's batches
+    restarted: set[tuple[str, int]] = set()  # ... of those, restarted actors first seen during this stage
 
     def next_batch() -> list[tuple[str, Row]]:
         nonlocal exhausted
@@ -215,28 +313,31 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
 
     try:
         while True:
-            while not exhausted and len(in_flight) < n_workers * settings.batches_in_flight:
+            while not exhausted and len(in_flight) < pool.size * settings.batches_in_flight:
                 batch = next_batch()
                 if not batch:
                     break
-                w = min(range(n_workers), key=load.__getitem__)
-                load[w] += 1
-                ref = actors[w].process_batch.remote(seq, batch)
+                w = pool.least_busy()
+                pool.load[w] += 1
+                ref = pool.actors[w].process_batch.remote(job, seq, batch)
                 seq += 1
                 in_flight[asyncio.ensure_future(ref)] = w  # an ObjectRef is awaitable
             if not in_flight:
                 break
             finished, _ = await asyncio.wait(list(in_flight), return_when=asyncio.FIRST_COMPLETED)
             for fut in finished:
-                load[in_flight.pop(fut)] -= 1
+                pool.load[in_flight.pop(fut)] -= 1
                 result = fut.result()  # a batch that failed past max_retries fails the stage (rows written stay)
                 stats.report.update(result["report"])
-                pids.add((result["node"], result["pid"]))
+                proc = (result["node"], result["pid"])
+                pids.add(proc)
                 stats.report["ray_worker_processes"] = len(pids)
-                if result["restarted"]:  # Ray restarted a dead worker; its unfinished batches were retried there
-                    restarted.add((result["node"], result["pid"]))
+                if result["restarted"] and (proc in restarted or proc not in pool.processes):
+                    # Ray restarted a dead worker during this stage; its unfinished batches were retried there
+                    restarted.add(proc)
                     stats.report["ray_worker_restarts"] = len(restarted)
                     stats.report["ray_batches_after_restart"] = stats.report.get("ray_batches_after_restart", 0) + 1
+                pool.processes.add(proc)
                 stats.shards += result["shard"]
                 stats.rows_written += result["rows"]
                 for _item_id, ok, rej, miss, internal in result["items"]:
@@ -251,17 +352,12 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
                     run.progress.advance(task, stats)
             run.live(name, stats)
     finally:
-        for fut in in_flight:
+        for fut, w in in_flight.items():
             fut.cancel()
-        closing = [a.close.remote() for a in actors]
-        try:
-            await asyncio.wait_for(asyncio.gather(*closing, return_exceptions=True), timeout=30)
-        except (TimeoutError, Exception):  # noqa: BLE001 - a dead actor has nothing to close
-            pass
-        for a in actors:
-            ray.kill(a, no_restart=True)
+            pool.load[w] -= 1
+        await pool.end_stage(name)
         store.clean_temp(name)  # a killed worker's half-written temp file (never part of the table)
         run.progress.finish(task, stats)
 
 
-__all__ = ["ItemWorker", "WorkerContext", "run_items_on_ray"]
+__all__ = ["ItemWorker", "StageJob", "WorkerContext", "WorkerPool", "readable_stages", "run_items_on_ray"]

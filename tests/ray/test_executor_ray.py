@@ -28,13 +28,19 @@ def _ray_config(tmp: Path, run_dir: Path, **ray):
 
 
 def _worker_processes() -> list[psutil.Process]:
-    """The live ItemWorker actor processes (Ray titles them ``ray::ItemWorker…``; an earlier stage's are
-    killed when it ends); the sandbox zygotes under them are exec'd interpreters with their own command line."""
+    """The live ItemWorker actor processes of THIS test session's cluster (Ray titles them ``ray::ItemWorker…``).
+
+    Only descendants of this process count: ``ray.init`` started the raylet as our child, and another Ray
+    cluster on the same machine (another session's bench) must never be touched. The sandbox zygotes
+    under a worker are exec'd interpreters with their own command line."""
     found = []
-    for p in psutil.process_iter(["cmdline", "status"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        if cmd.startswith("ray::ItemWorker") and p.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(p)
+    for p in psutil.Process().children(recursive=True):
+        try:
+            cmd = " ".join(p.cmdline() or [])
+            if cmd.startswith("ray::ItemWorker") and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except psutil.NoSuchProcess:
+            continue
     return sorted(found, key=lambda p: p.pid)
 
 

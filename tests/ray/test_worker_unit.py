@@ -1,4 +1,5 @@
-"""The worker actor's class, run in-process (no cluster): it writes only while its driver owns the stage."""
+"""The worker actor's class, run in-process (no cluster): it writes only while its driver owns the stage,
+and its stages read the finished upstream tables of the shared run directory as the driver would."""
 
 from __future__ import annotations
 
@@ -6,29 +7,32 @@ import asyncio
 
 import pytest
 
-from fabrika.ray.items import OWNER_FILE, ItemWorker, StaleDriver
-from fabrika.store.shards import shard_files
+from fabrika.pipeline.context import RunContext
+from fabrika.ray.items import OWNER_FILE, ItemWorker, StageJob, StaleDriver, WorkerContext, readable_stages
+from fabrika.store.run import RunStore
+from fabrika.store.shards import shard_files, write_shard
 from tests.ray.ifconfig import small_if_config
 
 ROW = {"id": "c1", "verifiers": "[]"}  # no verifier answers: scored without running code
 
 
-def _worker(tmp_path, owner: str) -> tuple[ItemWorker, object]:
+def _worker(tmp_path, owner: str) -> tuple[ItemWorker, StageJob, object]:
     config = small_if_config(tmp_path, "ray")
     stage = config.stage("if_consistency")
     run_dir = config.resolved_run_dir
-    return ItemWorker(config, stage, str(run_dir), "sim", 4, owner), run_dir / "stages" / "if_consistency"
+    job = StageJob(stage, owner, 4, readable=readable_stages(config, "if_consistency"))
+    return ItemWorker(config, str(run_dir), "sim"), job, run_dir / "stages" / "if_consistency"
 
 
 def test_worker_writes_its_batch_as_one_named_shard(tmp_path):
-    worker, stage_dir = _worker(tmp_path, "me")
+    worker, job, stage_dir = _worker(tmp_path, "me")
     stage_dir.mkdir(parents=True)
     (stage_dir / OWNER_FILE).write_text("me")
 
     async def go():
         try:
-            first = await worker.process_batch(7, [("c1", ROW), ("c2", {**ROW, "id": "c2"})])
-            again = await worker.process_batch(7, [("c1", ROW), ("c2", {**ROW, "id": "c2"})])  # a retried batch
+            first = await worker.process_batch(job, 7, [("c1", ROW), ("c2", {**ROW, "id": "c2"})])
+            again = await worker.process_batch(job, 7, [("c1", ROW), ("c2", {**ROW, "id": "c2"})])  # a retried batch
             return first, again
         finally:
             await worker.close()
@@ -40,16 +44,44 @@ def test_worker_writes_its_batch_as_one_named_shard(tmp_path):
 
 
 def test_a_replaced_driver_s_worker_writes_nothing(tmp_path):
-    worker, stage_dir = _worker(tmp_path, "old-driver")
+    worker, job, stage_dir = _worker(tmp_path, "old-driver")
     stage_dir.mkdir(parents=True)
     (stage_dir / OWNER_FILE).write_text("new-driver")
 
     async def go():
         try:
-            await worker.process_batch(0, [("c1", ROW)])
+            await worker.process_batch(job, 0, [("c1", ROW)])
         finally:
             await worker.close()
 
     with pytest.raises(StaleDriver):
         asyncio.run(go())
     assert shard_files(stage_dir) == []
+
+
+def test_the_worker_reads_finished_upstream_tables_like_the_driver(tmp_path):
+    """Gated reads with the annotators' scores joined, the same rows as the driver's RunContext; a table
+    the stage does not depend on is refused with a line naming the fix."""
+    config = small_if_config(tmp_path, "ray")
+    run_dir = config.resolved_run_dir
+    rows = [{"id": f"v{i}", "status": "ok" if i % 3 else "rejected", "reason": None if i % 3 else "bad",
+             "text": f"t{i}"} for i in range(9)]
+    write_shard(RunStore(run_dir).stage_dir("if_verifiers"), rows)
+    write_shard(RunStore(run_dir).stage_dir("if_consistency"),  # annotator: a score joined onto if_verifiers
+                [{"id": f"v{i}", "status": "ok", "reason": None, "max_function_accuracy": i / 10} for i in range(9)])
+    annotators = {"if_verifiers": ["if_consistency"]}
+    readable = readable_stages(config, "if_backtranslation")
+    assert {"if_verifiers", "if_consistency", "if_expand"} <= readable and "if_queries" not in readable
+    job = StageJob(config.stage("if_backtranslation"), "me", 4, annotators=annotators, readable=readable)
+    worker_ctx = WorkerContext(config, job, run_dir, "sim", {})
+    driver_ctx = RunContext("if_backtranslation", store=RunStore(run_dir), pipeline=config, llm=None,
+                            backend_name="sim", report={}, resources={}, annotators=annotators)
+    got = sorted(worker_ctx.iter_rows("if_verifiers"), key=lambda r: r["id"])
+    want = sorted(driver_ctx.iter_rows("if_verifiers"), key=lambda r: r["id"])
+    assert got == want and got and all(r["status"] == "ok" and "max_function_accuracy" in r for r in got)
+    assert len(got) < len(rows)  # gated: the rejected rows (and those under the accuracy gate) are not read
+    assert worker_ctx.count_rows("if_verifiers") == len(got)
+    with pytest.raises(RuntimeError, match="not one of the finished stages it depends on"):
+        list(worker_ctx.iter_rows("if_queries"))
+    with pytest.raises(RuntimeError, match="declares calls_llm = False"):
+        asyncio.run(worker_ctx.llm.complete([]))
