@@ -7,6 +7,8 @@ imports the layers above it. Pure pydantic: importing it never imports ray.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 #: The one line ``validate`` and ``run`` print when ``executor: ray`` is set but ray is not importable.
@@ -41,6 +43,10 @@ class RaySettings(BaseModel):
     engine_backend: str | None = Field(
         default=None, description="'module:callable' building the backend inside each engine actor from the "
         "LLMConfig; None: fabrika's in-process vLLM backend (fabrika.llm.vllm_local.VLLMLocalBackend).")
+    cheap_stages: Literal["driver", "workers"] = Field(
+        default="driver", description="Where LLM-free per-item stages marked cheap_per_item run (row reshaping, "
+        "the regex length estimate): 'driver' (shipping their rows to actors costs about what it saves, see "
+        "bench/RESULTS.md) or 'workers'.")
     max_requests_per_engine: int = Field(
         default=256, ge=1, description="Requests sent to one engine actor at once (vLLM batches them itself).")
 

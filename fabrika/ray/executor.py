@@ -13,6 +13,15 @@ if TYPE_CHECKING:
     from fabrika.pipeline.outcome import StageStats
 
 
+def placement(cls: type[Stage], cheap_stages: str) -> str:
+    """``"ray"`` or ``"driver (<why>)"`` for a per-item stage class under ``executor: ray``."""
+    if cls.calls_llm:
+        return "driver (calls the LLM: next to the engine, its cache and accounting)"
+    if cls.cheap_per_item and cheap_stages == "driver":
+        return "driver (cheap per item: shipping rows to workers costs what it saves; ray.cheap_stages: workers)"
+    return "ray"
+
+
 class RayExecutor:
     """Per-item stages that never call the LLM run on Ray worker actors (``executor: ray``)."""
 
@@ -25,7 +34,15 @@ class RayExecutor:
         self.ray = connect(self.settings)  # ConfigError naming fabrika[ray] when ray is missing
 
     def takes(self, stage: Stage) -> bool:
-        return not stage.global_stage and not type(stage).calls_llm
+        """True for the per-item stages that never call the LLM (``Stage.calls_llm = False``), except those
+        marked ``cheap_per_item`` while ``ray.cheap_stages`` is ``driver``. Where a per-item stage runs, and
+        why, goes into its manifest report (``executor``)."""
+        if stage.global_stage:
+            return False
+        where = placement(type(stage), self.settings.cheap_stages)
+        if where != "ray":
+            stage.ctx.report("executor", where)
+        return where == "ray"
 
     async def run_items(self, run: "StageServices", stage: Stage, stats: "StageStats") -> None:
         from fabrika.ray.items import run_items_on_ray
@@ -42,4 +59,4 @@ class RayExecutor:
         return build_ray_engine(config.llm, config.ray, run_dir)
 
 
-__all__ = ["RayExecutor"]
+__all__ = ["RayExecutor", "placement"]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -239,6 +240,10 @@ class WorkerPool:
         self.load = [0] * self.size  # batches in flight per actor, over every stage running now
         self.processes: set[tuple[str, int]] = set()  # (node, pid) of every process that returned a batch
 
+    def wait_ready(self) -> None:
+        """Block until every actor answers (its process is up, fabrika imported): the pool's start-up cost."""
+        self.ray.get([a.pid.remote() for a in self.actors])
+
     def least_busy(self) -> int:
         return min(range(self.size), key=self.load.__getitem__)
 
@@ -288,15 +293,25 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
     task = run.progress.add(name, item_total(stage, getattr(stage.ctx, "count_rows", None)))
     seq = next_seq(store.stage_dir(name))
     run_dir = str(store.run_dir.resolve())
-    pool: WorkerPool = stage.ctx.resource(POOL_RESOURCE, lambda: WorkerPool(ray, settings, run.pipeline, run_dir,
-                                                                            run.backend_name))
+    pool: WorkerPool | None = None  # started at the first batch: a stage with nothing left to do starts no actor
+
+    async def start_pool() -> WorkerPool:
+        created: list[bool] = []
+        started = stage.ctx.resource(POOL_RESOURCE, lambda: created.append(True) or WorkerPool(
+            ray, settings, run.pipeline, run_dir, run.backend_name))
+        if created:  # this stage starts the run's pool: its start-up is in this stage's time, said so
+            t0 = time.monotonic()
+            await asyncio.to_thread(started.wait_ready)
+            stats.report["ray_pool_start_s"] = round(time.monotonic() - t0, 2)
+        return started
+
     job = StageJob(cfg, owner, cfg.max_in_flight or run.pipeline.max_in_flight,
                    annotators=dict(getattr(stage.ctx, "annotators", {}) or {}),
                    readable=readable_stages(run.pipeline, name))
     in_flight: dict[asyncio.Future, int] = {}
     items = new_items(stage, iter(stage.input_rows()), done, stats, lambda: run.progress.advance(task, stats))
     exhausted = False
-    stats.report["executor"] = f"ray ({pool.size} worker(s))"
+    stats.report["executor"] = f"ray ({_worker_count(ray, settings)} worker(s))"
     pids: set[tuple[str, int]] = set()  # (node, pid) of every worker process that returned this stage's batches
     restarted: set[tuple[str, int]] = set()  # ... of those, restarted actors first seen during this stage
 
@@ -313,10 +328,12 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
 
     try:
         while True:
-            while not exhausted and len(in_flight) < pool.size * settings.batches_in_flight:
+            while not exhausted and len(in_flight) < (pool.size if pool else 1) * settings.batches_in_flight:
                 batch = next_batch()
                 if not batch:
                     break
+                if pool is None:
+                    pool = await start_pool()
                 w = pool.least_busy()
                 pool.load[w] += 1
                 ref = pool.actors[w].process_batch.remote(job, seq, batch)
@@ -352,10 +369,11 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
                     run.progress.advance(task, stats)
             run.live(name, stats)
     finally:
-        for fut, w in in_flight.items():
-            fut.cancel()
-            pool.load[w] -= 1
-        await pool.end_stage(name)
+        if pool is not None:
+            for fut, w in in_flight.items():
+                fut.cancel()
+                pool.load[w] -= 1
+            await pool.end_stage(name)
         store.clean_temp(name)  # a killed worker's half-written temp file (never part of the table)
         run.progress.finish(task, stats)
 

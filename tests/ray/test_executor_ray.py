@@ -78,6 +78,9 @@ def test_ray_run_writes_the_local_dataset(ray_cluster, local_run, tmp_path):
     assert result.manifest["stages"]["if_consistency"]["duplicate_ids"] == 0
     assert result.manifest["stages"]["if_consistency"]["complete"]
     assert not list((tmp_path / "run" / "stages" / "if_consistency").glob(".tmp-*"))
+    for cheap in ("if_queries", "if_samples"):  # LLM-free but cheap per item: kept in the driver by default
+        assert result.stats[cheap].report["executor"].startswith("driver (cheap per item"), cheap
+    assert result.stats["if_responses"].report["executor"].startswith("driver (calls the LLM")
     assert_same_data(tmp_path / "run", local_run)
 
 

@@ -167,6 +167,7 @@ class SamplesStage(Stage[SamplesConfig]):
 
     kind = "if.samples"
     calls_llm: ClassVar[bool] = False
+    cheap_per_item: ClassVar[bool] = True
 
     async def process(self, row: Row) -> list[Row]:
         prompt = [Message(**m) for m in json.loads(row["messages"])]
@@ -206,6 +207,7 @@ class GrpoStage(Stage[GrpoConfig]):
 
     kind = "if.grpo"
     calls_llm: ClassVar[bool] = False
+    cheap_per_item: ClassVar[bool] = True
 
     @classmethod
     def check_config(cls, config: GrpoConfig, pipeline: Any) -> list[tuple[str, str]]:
