@@ -3,8 +3,12 @@
 The driver keeps the one :class:`~fabrika.llm.engine.LLMEngine` of the run — cache,
 retries, failure classification and accounting are exactly those of a local run.
 Only its transport changes: :class:`RayEngineBackend` implements
-:class:`fabrika.llm.base.Backend` by sending each request to the engine actor with the
-fewest requests in flight. Each :class:`EngineActor` reserves ``ray.num_gpus_per_engine``
+:class:`fabrika.llm.base.Backend` by placing each request on an engine actor with the rules
+of the HTTP backend's endpoint pool (:mod:`fabrika.llm.routing`): ``llm.routing: affinity``
+(the default with more than one engine) hashes the request's ``routing_key`` (an FC episode,
+a prompt's K samples) onto one engine with bounded load, so its turns find their prefix in
+that engine's KV cache; an ``n``-sample request counts ``n`` sequences; a replica that keeps
+failing is skipped by its circuit breaker while Ray restarts it. Each :class:`EngineActor` reserves ``ray.num_gpus_per_engine``
 GPUs and builds the in-process vLLM backend (:class:`~fabrika.llm.vllm_local.VLLMLocalBackend`)
 there, so the chat template, guided decoding and error mapping are the local ones.
 
@@ -34,6 +38,7 @@ from fabrika.errors import ConfigError, LLMError
 if TYPE_CHECKING:
     from fabrika.llm.config import LLMConfig
     from fabrika.llm.engine import LLMEngine
+    from fabrika.llm.routing import EndpointPool
     from fabrika.llm.types import ChatRequest, ChatResponse
     from fabrika.pipeline.sections import RaySettings
 
@@ -69,14 +74,44 @@ class EngineActor:
         except LLMError as exc:
             return "error", (exc.kind, exc.message, exc.retry_after)
 
+    def stats(self) -> dict[str, Any]:
+        """What the engine reports about itself (``backend.stats()`` where it has one), for tests and logs."""
+        stats = getattr(self.backend, "stats", None)
+        return dict(stats()) if callable(stats) else {}
+
     async def aclose(self) -> None:
         await self.backend.aclose()
 
 
+def engine_routing(llm: "LLMConfig", count: int) -> Any:
+    """The :class:`~fabrika.llm.routing.RoutingPolicy` for ``count`` engine actors: ``llm.routing`` as for
+    HTTP endpoints (affinity by default with more than one engine, with ``llm.routing_epsilon``)."""
+    from fabrika.llm.routing import AffinityPolicy, CapacityPolicy
+
+    mode = llm.routing or ("affinity" if count > 1 else "least_loaded")
+    return AffinityPolicy(epsilon=llm.routing_epsilon) if mode == "affinity" else CapacityPolicy()
+
+
+def engine_slots(count: int, per_engine: int, policy: Any) -> "EndpointPool":
+    """The HTTP backend's slot pool over engine actors: each actor is an
+    :class:`~fabrika.llm.routing.Endpoint` named ``ray-engine-<i>`` (no URL is ever dialled) with
+    ``ray.max_requests_per_engine`` sequence slots and its own circuit breaker, so placement
+    (routing key, bounded load, ``n`` counted as ``n`` sequences) and a dead replica being skipped
+    are the same rules as for a fleet of vLLM servers."""
+    from fabrika.llm.routing import CircuitBreaker, Endpoint, EndpointPool
+
+    endpoints = [Endpoint(base_url=f"ray-engine-{i}", url=f"ray-engine-{i}", headers={}, api_key="",
+                          max_concurrency=per_engine, breaker=CircuitBreaker()) for i in range(count)]
+    return EndpointPool(endpoints, policy=policy)
+
+
 class RayEngineBackend:
-    """:class:`fabrika.llm.base.Backend` over N engine actors (least requests in flight wins)."""
+    """:class:`fabrika.llm.base.Backend` over N engine actors, placed like HTTP endpoints (see :func:`engine_slots`)."""
 
     name = "vllm"
+    #: K samples of one prompt go out as one ``n=K`` request (``llm.group_samples``): the engine's
+    #: vLLM runs them as K child requests seeded ``seed + sample_index + j``, one prefill for all.
+    supports_n = True
 
     def __init__(self, llm: "LLMConfig", settings: "RaySettings") -> None:
         from fabrika.ray import connect
@@ -94,27 +129,42 @@ class RayEngineBackend:
                            max_concurrency=settings.max_requests_per_engine,
                            max_restarts=settings.max_retries)(EngineActor)
         self.actors = [Actor.remote(llm, settings.engine_backend) for _ in range(count)]
-        self.in_flight = [0] * count
-        self._slots = [asyncio.Semaphore(settings.max_requests_per_engine) for _ in range(count)]
-        self.sent = [0] * count  # per engine, for the manifest and tests
+        self.policy = engine_routing(llm, count)
+        self.slots = engine_slots(count, settings.max_requests_per_engine, self.policy)
+        self._index = {ep.base_url: i for i, ep in enumerate(self.slots.endpoints)}
+        self.sent = [0] * count  # requests per engine, for the manifest and tests
+
+    @property
+    def in_flight(self) -> list[int]:
+        """Sequences in flight per engine (an ``n``-sample request counts ``n``)."""
+        return [ep.in_flight for ep in self.slots.endpoints]
 
     async def send(self, request: "ChatRequest") -> "ChatResponse":
-        i = min(range(len(self.actors)), key=self.in_flight.__getitem__)
-        self.in_flight[i] += 1
+        from fabrika.llm.routing import sequences_of
+
+        ep, probe = await self.slots.acquire(request)
+        i = self._index[ep.base_url]
+        error: LLMError | None = None
         try:
-            async with self._slots[i]:
-                self.sent[i] += 1
-                status, value = await self.actors[i].send.remote(request)
+            self.sent[i] += 1
+            status, value = await self.actors[i].send.remote(request)
+            if status == "error":
+                kind, message, retry_after = value
+                error = LLMError(kind, f"engine {i}: {message}", retry_after=retry_after)
+                raise error
+            return value
         except self._ray.exceptions.RayActorError as exc:
-            raise LLMError("server", f"vllm engine actor {i} died ({type(exc).__name__}); retried") from exc
+            error = LLMError("server", f"vllm engine actor {i} died ({type(exc).__name__}); retried")
+            raise error from exc
         except self._ray.exceptions.RayError as exc:
-            raise LLMError("server", f"vllm engine actor {i}: {type(exc).__name__}: {exc}") from exc
+            error = LLMError("server", f"vllm engine actor {i}: {type(exc).__name__}: {exc}")
+            raise error from exc
         finally:
-            self.in_flight[i] -= 1
-        if status == "error":
-            kind, message, retry_after = value
-            raise LLMError(kind, f"engine {i}: {message}", retry_after=retry_after)
-        return value
+            self.slots.release(ep, error, probe, sequences_of(request))
+
+    def health(self) -> list[dict[str, Any]]:
+        """Per engine: sequences in flight, requests served, breaker state (as the HTTP backend's pool)."""
+        return self.slots.health()
 
     async def aclose(self) -> None:
         for a in self.actors:
@@ -146,4 +196,4 @@ def build_ray_engine(llm: "LLMConfig", settings: "RaySettings", run_dir: Path | 
     return LLMEngine(backend, config=llm, cache=cache)
 
 
-__all__ = ["EngineActor", "RayEngineBackend", "build_ray_engine"]
+__all__ = ["EngineActor", "RayEngineBackend", "build_ray_engine", "engine_routing", "engine_slots"]

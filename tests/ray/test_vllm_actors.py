@@ -1,9 +1,11 @@
 """``backend: vllm`` + ``executor: ray``: engine actors behind the driver's one engine (cache, retries,
-accounting), tested with a CPU stub engine (tests/ray/stub_engine.py) in place of vLLM."""
+accounting), tested with a CPU stub engine (tests/ray/stub_engine.py) in place of vLLM: placement by
+routing key with bounded load (the HTTP fleet's rules), ``n=K`` through an actor, truncation, restarts."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 
@@ -16,17 +18,24 @@ from fabrika.ray.vllm import RayEngineBackend
 STUB = "tests.ray.stub_engine:StubVLLM"
 
 
-def _config(tmp_path, **ray) -> PipelineConfig:
+def _config(tmp_path, llm=None, **ray) -> PipelineConfig:
     return PipelineConfig.model_validate({
         "name": "vllm_ray", "run_dir": str(tmp_path / "run"), "executor": "ray",
-        "llm": {"backend": "vllm", "model": "stub-model", "backoff_initial_s": 0.01, "backoff_max_s": 0.05},
+        "llm": {"backend": "vllm", "model": "stub-model", "backoff_initial_s": 0.01, "backoff_max_s": 0.05,
+                **(llm or {})},
         "ray": {"engine_backend": STUB, "num_gpus_per_engine": 0, **ray},
         "stages": [{"kind": "if.expand"}],
     })
 
 
-def _requests(n: int, word: str = "question") -> list[ChatRequest]:
-    return [ChatRequest(messages=({"role": "user", "content": f"{word} {i}"},), tag="t") for i in range(n)]
+def _requests(n: int, word: str = "question", **fields) -> list[ChatRequest]:
+    return [ChatRequest(messages=({"role": "user", "content": f"{word} {i}"},), tag="t", **fields) for i in range(n)]
+
+
+def _stats(engine) -> list[dict]:
+    import ray
+
+    return ray.get([a.stats.remote() for a in engine.backend.actors])
 
 
 def test_requests_spread_over_engines_with_one_cache_and_accounting(ray_cluster, tmp_path):
@@ -35,7 +44,7 @@ def test_requests_spread_over_engines_with_one_cache_and_accounting(ray_cluster,
 
     async def go():
         try:
-            first = await engine.complete(_requests(40) + _requests(4, "flaky"))
+            first = await engine.complete(_requests(40) + _requests(4, "crash"))
             again = await engine.complete(_requests(40))
             long = await engine.complete([ChatRequest(messages=({"role": "user", "content": "w " * 300},))])
             return first, again, long
@@ -45,11 +54,131 @@ def test_requests_spread_over_engines_with_one_cache_and_accounting(ray_cluster,
     first, again, long = asyncio.run(go())
     assert all(r.ok for r in first) and len({r.text for r in first}) == 44
     assert all(a.cached and a.text == f.text for a, f in zip(again, first[:40]))  # the driver's cache
-    assert min(engine.backend.sent) >= 10  # both engines took a share
+    assert min(engine.backend.sent) >= 10  # both engines took a share (distinct prompts, distinct keys)
     assert not long[0].ok and long[0].error.kind == "context_length"  # terminal: not retried
     totals = engine.accounting.snapshot()["totals"]
-    assert totals["cache_hits"] == 40 and totals["retries"] >= 4 and totals["success_after_retry"] == 4
-    assert totals["completion_tokens"] == 44 * 3
+    # each "crash" prompt restarted its engine once: it and whatever ran beside it were aborted and re-sent
+    assert totals["cache_hits"] == 40 and totals["retries"] >= 4 and totals["success_after_retry"] >= 4
+    assert totals["completion_tokens"] == sum(len(r.text.split()) for r in first)
+
+
+def test_an_engine_restart_aborts_what_it_runs_and_the_engine_retries_it(ray_cluster, tmp_path):
+    engine = build_engine_for(_config(tmp_path, {"routing": "least_loaded"}, engines=1), tmp_path / "run",
+                              cache_only=False)
+
+    async def go():
+        try:
+            return await engine.complete(_requests(6, "slow") + _requests(1, "crash"))
+        finally:
+            stats = _stats(engine)
+            await engine.aclose()
+            return_stats.extend(stats)
+
+    return_stats: list[dict] = []
+    out = asyncio.run(go())
+    assert all(r.ok for r in out), [r.error for r in out if not r.ok]
+    assert return_stats[0]["restarts"] == 1
+    totals = engine.accounting.snapshot()["totals"]
+    assert totals["success_after_retry"] == 7  # the six running beside the crash were aborted too, and re-sent
+
+
+def _episodes(tmp_path, routing: str) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """8 FC-like episodes at once, 4 turns each one after another (the history grows), routing_key = the plan
+    id; returns the engines each episode's turns reached and the policy's placement counts."""
+    engine = build_engine_for(_config(tmp_path / routing, {"routing": routing, "routing_epsilon": 1.0}, engines=2),
+                              tmp_path / routing / "run", cache_only=False)
+    episodes = [f"plan-{i}" for i in range(8)]
+
+    async def episode(key: str) -> None:
+        history = ""
+        for turn in range(4):
+            history += f" ход {turn}"
+            (resp,) = await engine.complete([ChatRequest(messages=({"role": "user", "content": f"{key}{history}"},),
+                                                         tag="fc.user", routing_key=key)])
+            assert resp.ok, resp.error
+
+    async def go():
+        try:
+            await asyncio.gather(*(episode(k) for k in episodes))
+            return _stats(engine)
+        finally:
+            await engine.aclose()
+
+    stats = asyncio.run(go())
+    homes = {key: [i for i, s in enumerate(stats) if s["keys"].get(key)] for key in episodes}
+    return homes, dict(getattr(engine.backend.policy, "stats", {}))
+
+
+def test_one_episode_s_turns_land_on_one_engine(ray_cluster, tmp_path):
+    """With affinity (the default with more than one engine) every turn of an episode reaches one engine,
+    whose prefix cache holds the history; the episodes still use both engines. (epsilon 1.0: 8 episodes
+    on 2 engines never reach the load bound here; the bound itself is the next test.)"""
+    homes, placed = _episodes(tmp_path, "affinity")
+    assert all(len(h) == 1 for h in homes.values()), homes
+    assert len({h[0] for h in homes.values()}) == 2, homes
+    assert placed["home"] == 8 * 4 and placed["spill"] == placed["fallback"] == 0
+    spread, _ = _episodes(tmp_path, "least_loaded")  # the old placement: turns wander between replicas
+    assert any(len(h) == 2 for h in spread.values()), spread
+
+
+def test_bounded_load_sends_a_hot_key_s_overflow_to_the_other_engine(ray_cluster, tmp_path):
+    """40 slow requests of one routing key at once: its home engine holds no more than the bound
+    ``ceil((1 + epsilon) x mean)``, the rest spill to the other engine (n counted as n sequences)."""
+    eps = 0.25
+    engine = build_engine_for(_config(tmp_path, {"routing_epsilon": eps}, engines=2), tmp_path / "run",
+                              cache_only=False)
+    total = 40
+
+    async def go():
+        try:
+            out = await engine.complete(_requests(total - 8, "slow", routing_key="hot")
+                                        + [ChatRequest(messages=({"role": "user", "content": "slow sampled"},),
+                                                       tag="t", routing_key="hot", n=8)])
+            return out, _stats(engine)
+        finally:
+            await engine.aclose()
+
+    out, stats = asyncio.run(go())
+    assert all(r.ok for r in out) and len(out[-1].choices) == 8
+    bound = math.ceil((1 + eps) * total / 2)
+    peaks = sorted(s["peak_sequences"] for s in stats)
+    assert peaks[1] <= bound and peaks[0] >= total - bound  # the home engine is capped, the other took the rest
+    assert sum(sum(s["ns"]) for s in stats) == total  # the n=8 request went out once, as 8 sequences
+    assert engine.backend.policy.stats["spill"] > 0
+
+
+def test_n_samples_through_an_actor_equal_single_requests(ray_cluster, tmp_path):
+    """The determinism contract of ``n=K`` (docs/ARCHITECTURE.md): with a seed, one n=K request through the
+    actor gives the K samples that K single requests give, choice by choice — the rows do not depend on
+    ``llm.group_samples``. Truncation by max_tokens is reported per choice (finish_reason 'length')."""
+    k = 6
+
+    def samples(group: bool, sub: str) -> tuple[list[tuple[str, str]], list[list[int]]]:
+        engine = build_engine_for(_config(tmp_path / sub, {"group_samples": group, "seed": 7, "cache":
+                                                           {"enabled": False}}, engines=2),
+                                  tmp_path / sub / "run", cache_only=False)
+        reqs = [ChatRequest(messages=({"role": "user", "content": f"prompt {p}"},), tag="t", sample_index=i,
+                            max_tokens=6) for p in range(3) for i in range(k)]
+
+        async def go():
+            try:
+                out = await engine.complete(reqs)
+                return out, _stats(engine)
+            finally:
+                await engine.aclose()
+
+        out, stats = asyncio.run(go())
+        assert all(r.ok for r in out), [r.error for r in out if not r.ok][:2]
+        return [(r.text, r.choices[0].finish_reason) for r in out], [s["ns"] for s in stats]
+
+    grouped, ns_grouped = samples(True, "grouped")
+    single, ns_single = samples(False, "single")
+    assert sorted(n for ns in ns_grouped for n in ns) == [k] * 3  # one n=K request per prompt
+    assert sorted(n for ns in ns_single for n in ns) == [1] * (3 * k)
+    assert grouped == single
+    assert len({t for t, _ in grouped}) == 3 * k  # K different samples per prompt, not K copies
+    assert {f for _, f in grouped} == {"stop", "length"}  # some answers are longer than max_tokens=6
+    assert all(len(t.split()) <= 6 for t, _ in grouped)
 
 
 def test_a_killed_engine_actor_is_retried_on_a_live_one(ray_cluster, tmp_path):
