@@ -167,11 +167,12 @@ CHEAP_STAGES = {"filter.length": {}, "filter.language": {"text_field": "user", "
 CHEAP_MODES = [("local", "local", 1), ("ray x1", "ray", 1), ("ray x2", "ray", 2)]
 
 
-def cheap_document(run_dir: Path, pool: Path, kind: str, executor: str, ray_workers: int, batch_size: int) -> dict:
+def cheap_document(run_dir: Path, pool: Path, kind: str, executor: str, ray_workers: int, batch_size: int,
+                   batch_seconds: float | None = None) -> dict:
     return {
         "name": "ray_cheap", "seed": 0, "run_dir": str(run_dir), "executor": executor,
         "llm": {"backend": "sim", "model": "sim"},
-        "ray": {"workers": ray_workers, "num_cpus": 1, "batch_size": batch_size},
+        "ray": {"workers": ray_workers, "num_cpus": 1, "batch_size": batch_size, "batch_seconds": batch_seconds},
         "stages": [{"kind": "general.prompts", "name": "pool", "path": str(pool)},
                    {"kind": kind, "name": "scored", "input": "pool", **CHEAP_STAGES[kind]}],
     }
@@ -205,7 +206,8 @@ def cheap_stage(args: argparse.Namespace) -> None:
     run_pipeline(load(tmp, "prep", cheap_document(base, pool, args.stage, "local", 1, args.batch_size)),
                  resume=False, progress=False, until=["pool"])
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
-    print(f"{args.stage} over {args.rows} rows; {os.cpu_count()} CPUs; ray.batch_size {args.batch_size}")
+    grow = f"grown to ~{args.batch_seconds:g} s a batch" if args.batch_seconds else "fixed"
+    print(f"{args.stage} over {args.rows} rows; {os.cpu_count()} CPUs; ray.batch_size {args.batch_size} ({grow})")
     seconds: dict[str, list[float]] = {m[0]: [] for m in CHEAP_MODES}
     tables = []
     for r in range(args.rounds):
@@ -213,7 +215,7 @@ def cheap_stage(args: argparse.Namespace) -> None:
             run_dir = tmp / f"{label.replace(' ', '_')}-{r}"
             shutil.copytree(base, run_dir)
             cfg = load(tmp, run_dir.name, cheap_document(run_dir, pool, args.stage, executor, workers,
-                                                         args.batch_size))
+                                                         args.batch_size, args.batch_seconds or None))
             result = run_pipeline(cfg, resume=True, progress=False)
             st = result.stats["scored"]
             seconds[label].append(st.seconds)
@@ -221,9 +223,10 @@ def cheap_stage(args: argparse.Namespace) -> None:
             tables.append(frame.select(sorted(frame.columns)).sort("id"))
             start = float(st.report.get("ray_pool_start_s", 0.0))  # the run's actors, started by this stage
             seconds[f"{label} (pool started)"] = seconds.get(f"{label} (pool started)", []) + [st.seconds - start]
+            sizes = st.report.get("ray_batch_rows", {})
             print(f"round {r + 1}  {label:7s} {st.seconds:7.2f}s  {st.processed / st.seconds:8.0f} rows/s  "
-                  f"(of which starting the worker actors {start:.2f}s; {st.report.get('executor', 'local')})",
-                  flush=True)
+                  f"(of which starting the worker actors {start:.2f}s; {st.report.get('executor', 'local')}"
+                  + (f"; {sizes['batches']} batches, up to {sizes['max']} rows" if sizes else "") + ")", flush=True)
             shutil.rmtree(run_dir, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in seconds.items()}
     print("\nmedian stage seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items() if "(" not in k))
@@ -246,6 +249,8 @@ def main() -> None:
     ap.add_argument("--stage", choices=sorted(CHEAP_STAGES), default=None,
                     help="Instead: a cheap LLM-free scorer over --rows rows, local vs ray x1 vs ray x2.")
     ap.add_argument("--rows", type=int, default=20000, help="Rows for --stage.")
+    ap.add_argument("--batch-seconds", type=float, default=0.0,
+                    help="ray.batch_seconds for --stage (0: fixed batches of --batch-size).")
     args = ap.parse_args()
     if args.stage:
         cheap_stage(args)

@@ -118,7 +118,6 @@ class LengthScorer(Stage[LengthConfig]):
 
     kind = "filter.length"
     calls_llm: ClassVar[bool] = False
-    cheap_per_item: ClassVar[bool] = True
     annotates: ClassVar[bool] = True
 
     async def process(self, row: Row) -> list[Row]:

@@ -46,7 +46,6 @@ class PromptsStage(Stage[PromptsConfig]):
 
     kind = "generic.prompts"
     calls_llm: ClassVar[bool] = False
-    cheap_per_item: ClassVar[bool] = True
 
     @classmethod
     def check_config(cls, config: PromptsConfig, pipeline: Any) -> list[tuple[str, str]]:

@@ -348,6 +348,12 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
             warn(f"stages[{idx[id(s)]}]", f"output of {s.stage_name!r} is used by no stage and not in dataset.stages")
     if config is not None and config.executor == "ray" and (missing := ray_missing()):
         err("executor", missing)
+    if config is not None:
+        known = {s.stage_name for s in config.stages} | {s.kind for s in config.stages}
+        for i, name in enumerate(config.ray.driver_stages):
+            if name not in known:
+                err(f"ray.driver_stages[{i}]", f"{name!r} is no stage name or kind of this pipeline; "
+                    "list the names or kinds of stages to keep in the driver")
     if any(i.level == "error" for i in issues):
         return None, issues
     return config, issues

@@ -5,9 +5,10 @@ The runner owns ordering and the manifest; an executor only decides where
 of :mod:`fabrika.pipeline.execute`. Other executors are named in :data:`EXECUTORS` and loaded by module
 string: ``executor: ray`` is :class:`fabrika.ray.executor.RayExecutor`, which takes the
 per-item stages that never call the LLM (``Stage.calls_llm = False``, e.g.
-``if.consistency``, which runs the sandbox) and runs them as batches of input rows,
-keyed by id, on worker actors (:mod:`fabrika.ray.items`); each worker writes its batch's rows as one shard,
-atomically, into the run directory. Global stages and every stage that calls the LLM
+``if.consistency``, which runs the sandbox, or ``filter.language``), except those
+``ray.driver_stages`` names, and runs them as batches of input rows,
+keyed by id, on the run's worker actors (:mod:`fabrika.ray.items`); each worker writes its batch's rows
+as one shard, atomically, into the run directory. Global stages and every stage that calls the LLM
 stay in the driver, next to the engine (cache, retries, accounting).
 
 Both run an item with :func:`fabrika.pipeline.execute.process_item`, so a row does not

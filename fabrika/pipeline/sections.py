@@ -7,8 +7,6 @@ imports the layers above it. Pure pydantic: importing it never imports ray.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
 #: The one line ``validate`` and ``run`` print when ``executor: ray`` is set but ray is not importable.
@@ -31,6 +29,12 @@ class RaySettings(BaseModel):
         "processes; keep the two equal so Ray does not oversubscribe a node).")
     batch_size: int = Field(
         default=32, ge=1, description="Items per Ray task; each task's rows become one shard written by the worker.")
+    batch_seconds: float | None = Field(
+        default=2.0, gt=0, description="Grow a stage's batches (from batch_size, up to max_batch_size) until one "
+        "takes about this long on a worker, measured on the batches returned so far: a stage doing a millisecond "
+        "per row is not sent 32 rows at a time. None: every batch has batch_size rows.")
+    max_batch_size: int = Field(
+        default=4096, ge=1, description="Largest batch (and worker-written shard) that batch_seconds may grow to.")
     batches_in_flight: int = Field(
         default=2, ge=1, description="Batches queued per worker (one running, the rest waiting) so workers never idle.")
     max_retries: int = Field(
@@ -43,10 +47,10 @@ class RaySettings(BaseModel):
     engine_backend: str | None = Field(
         default=None, description="'module:callable' building the backend inside each engine actor from the "
         "LLMConfig; None: fabrika's in-process vLLM backend (fabrika.llm.vllm_local.VLLMLocalBackend).")
-    cheap_stages: Literal["driver", "workers"] = Field(
-        default="driver", description="Where LLM-free per-item stages marked cheap_per_item run (row reshaping, "
-        "the regex length estimate): 'driver' (shipping their rows to actors costs about what it saves, see "
-        "bench/RESULTS.md) or 'workers'.")
+    driver_stages: list[str] = Field(
+        default_factory=list, description="Stage names or kinds kept in the driver although they never call the "
+        "LLM (e.g. a stage whose setup reads a file only the driver's node has). Default: none; every LLM-free "
+        "per-item stage runs on the workers.")
     max_requests_per_engine: int = Field(
         default=256, ge=1, description="Requests sent to one engine actor at once (vLLM batches them itself).")
 

@@ -114,10 +114,6 @@ class Stage(abc.ABC, Generic[ConfigT]):
     #: False for per-item stages whose ``process`` never calls ``ctx.llm`` (CPU work such as the sandbox):
     #: under ``executor: ray`` they run on worker actors (``fabrika.pipeline.executors``).
     calls_llm: ClassVar[bool] = True
-    #: True for LLM-free per-item stages whose item costs less than shipping it to a worker actor (a JSON
-    #: reshape, a regex count; measured in ``bench/ray_scale.py --stage``): under ``executor: ray`` they stay in
-    #: the driver unless ``ray.cheap_stages: workers``.
-    cheap_per_item: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -13,12 +13,12 @@ if TYPE_CHECKING:
     from fabrika.pipeline.outcome import StageStats
 
 
-def placement(cls: type[Stage], cheap_stages: str) -> str:
-    """``"ray"`` or ``"driver (<why>)"`` for a per-item stage class under ``executor: ray``."""
-    if cls.calls_llm:
+def placement(stage: Stage, driver_stages: list[str]) -> str:
+    """``"ray"`` or ``"driver (<why>)"`` for a per-item stage under ``executor: ray``."""
+    if type(stage).calls_llm:
         return "driver (calls the LLM: next to the engine, its cache and accounting)"
-    if cls.cheap_per_item and cheap_stages == "driver":
-        return "driver (cheap per item: shipping rows to workers costs what it saves; ray.cheap_stages: workers)"
+    if stage.name in driver_stages or stage.config.kind in driver_stages:
+        return "driver (ray.driver_stages)"
     return "ray"
 
 
@@ -35,11 +35,11 @@ class RayExecutor:
 
     def takes(self, stage: Stage) -> bool:
         """True for the per-item stages that never call the LLM (``Stage.calls_llm = False``), except those
-        marked ``cheap_per_item`` while ``ray.cheap_stages`` is ``driver``. Where a per-item stage runs, and
-        why, goes into its manifest report (``executor``)."""
+        ``ray.driver_stages`` names. Where a per-item stage runs, and why, goes into its manifest report
+        (``executor``)."""
         if stage.global_stage:
             return False
-        where = placement(type(stage), self.settings.cheap_stages)
+        where = placement(stage, self.settings.driver_stages)
         if where != "ray":
             stage.ctx.report("executor", where)
         return where == "ray"

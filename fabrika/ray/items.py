@@ -175,7 +175,9 @@ class ItemWorker:
             async with limit:
                 return await process_item(stage, row, item_id, self.backend_name)
 
+        started = time.monotonic()
         results = await asyncio.gather(*(one(i, r) for i, r in items))
+        seconds = time.monotonic() - started  # the items' own time (the batch sizer's measure)
         rows = [r for res in results if res.rows for r in res.rows]
         if rows:
             stage_dir = hosted.ctx.stage_dir(stage.name)
@@ -193,6 +195,7 @@ class ItemWorker:
                 ok = sum(r["status"] == "ok" for r in res.rows)
                 items_out.append((res.item_id, ok, len(res.rows) - ok, False, res.internal_error))
         return {"items": items_out, "rows": len(rows), "shard": bool(rows), "report": dict(hosted.ctx.reported),
+                "seconds": seconds,
                 "pid": os.getpid(), "node": os.uname().nodename, "restarted": self.restarted}
 
     async def end_stage(self, name: str) -> None:
@@ -264,6 +267,33 @@ async def _quietly(refs: list[Any]) -> None:
         pass
 
 
+class BatchSizer:
+    """Rows per batch for one stage: ``ray.batch_size`` at first, then grown until a batch takes about
+    ``ray.batch_seconds`` of worker time (the mean item time of the batches returned so far), never above
+    ``ray.max_batch_size`` nor above a share of the stage's known item count that keeps every worker busy."""
+
+    def __init__(self, settings: "RaySettings", workers: int, total: int | None) -> None:
+        self.settings = settings
+        self.floor = settings.batch_size
+        cap = settings.max_batch_size
+        if total is not None:  # at least batches_in_flight batches per worker while the stage's items last
+            cap = min(cap, max(self.floor, total // (workers * settings.batches_in_flight)))
+        self.cap = max(self.floor, cap)
+        self.items = 0
+        self.seconds = 0.0
+
+    def record(self, items: int, seconds: float) -> None:
+        self.items += items
+        self.seconds += seconds
+
+    @property
+    def size(self) -> int:
+        target = self.settings.batch_seconds
+        if target is None or self.items == 0 or self.seconds <= 0:
+            return self.floor
+        return max(self.floor, min(self.cap, int(target * self.items / self.seconds)))
+
+
 def readable_stages(config: "PipelineConfig", name: str) -> frozenset[str]:
     """Every stage ``name`` depends on, directly or not: all finished before it starts."""
     deps = stage_dependencies(config)
@@ -290,7 +320,8 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
     atomic_write_bytes(store.stage_dir(name) / OWNER_FILE, owner.encode())
     done = store.done_ids(name) if run.resume else DoneIds()
     stats.recovered = store.recover_journal(name, done)  # a crashed local run's journal becomes a shard first
-    task = run.progress.add(name, item_total(stage, getattr(stage.ctx, "count_rows", None)))
+    total = item_total(stage, getattr(stage.ctx, "count_rows", None))
+    task = run.progress.add(name, total)
     seq = next_seq(store.stage_dir(name))
     run_dir = str(store.run_dir.resolve())
     pool: WorkerPool | None = None  # started at the first batch: a stage with nothing left to do starts no actor
@@ -315,15 +346,22 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
     pids: set[tuple[str, int]] = set()  # (node, pid) of every worker process that returned this stage's batches
     restarted: set[tuple[str, int]] = set()  # ... of those, restarted actors first seen during this stage
 
+    sizer = BatchSizer(settings, _worker_count(ray, settings), None if total is None else max(0, total - len(done)))
+    sizes: list[int] = []
+
     def next_batch() -> list[tuple[str, Row]]:
         nonlocal exhausted
         batch: list[tuple[str, Row]] = []
-        while not exhausted and len(batch) < settings.batch_size:
+        want = sizer.size
+        while not exhausted and len(batch) < want:
             item = next(items, None)
             if item is None:
                 exhausted = True
                 break
             batch.append(item)
+        if batch:
+            sizes.append(len(batch))
+            stats.report["ray_batch_rows"] = {"first": sizes[0], "max": max(sizes), "batches": len(sizes)}
         return batch
 
     try:
@@ -345,6 +383,7 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
             for fut in finished:
                 pool.load[in_flight.pop(fut)] -= 1
                 result = fut.result()  # a batch that failed past max_retries fails the stage (rows written stay)
+                sizer.record(len(result["items"]), result["seconds"])
                 stats.report.update(result["report"])
                 proc = (result["node"], result["pid"])
                 pids.add(proc)
@@ -378,4 +417,4 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
         run.progress.finish(task, stats)
 
 
-__all__ = ["ItemWorker", "StageJob", "WorkerContext", "WorkerPool", "readable_stages", "run_items_on_ray"]
+__all__ = ["BatchSizer", "ItemWorker", "StageJob", "WorkerContext", "WorkerPool", "readable_stages", "run_items_on_ray"]

@@ -43,8 +43,7 @@ def demo_config(run_dir: Path, executor: str, **ray: Any) -> PipelineConfig:
 
 
 def worker_stages(config: PipelineConfig) -> set[str]:
-    """The stages ``executor: ray`` with ``ray.cheap_stages: workers`` must send to worker actors: per-item
-    and ``calls_llm = False``."""
+    """The stages ``executor: ray`` must send to worker actors: per-item and ``calls_llm = False``."""
     return {s.stage_name for s in config.stages
             if not STAGES[s.kind].global_stage and not STAGES[s.kind].calls_llm}
 
@@ -74,12 +73,12 @@ def local_demo(tmp_path_factory) -> RunResult:
 def test_demo_under_ray_materialises_the_local_dataset(ray_cluster, local_demo, tmp_path):
     """Every LLM-free per-item stage of the demo (FC samples, IF queries/samples/GRPO rows, the sandbox,
     language, length and decontamination scorers, the general-chat RM and rows…) runs on the workers
-    (``cheap_stages: workers`` sends the cheap ones too), and the dataset is the local one."""
+    and the dataset is the local one."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     shutil.copy(local_demo.run_dir / "cache.sqlite", run_dir / "cache.sqlite")  # sim answers: saves time only
     batch = 16
-    config = demo_config(run_dir, "ray", workers=2, batch_size=batch, cheap_stages="workers")
+    config = demo_config(run_dir, "ray", workers=2, batch_size=batch)
     on_workers = worker_stages(config)
     kinds = {STAGES[s.kind].kind for s in config.stages if s.stage_name in on_workers}
     assert {"if.consistency", "filter.language", "filter.length", "fc.samples", "general.rm", "general.samples",
@@ -99,7 +98,9 @@ def test_demo_under_ray_materialises_the_local_dataset(ray_cluster, local_demo, 
     pool_starts = 0
     for name in on_workers:
         entry = stages[name]
-        batches = -(-entry["processed"] // batch)
+        sizes = entry["report"]["ray_batch_rows"]  # batches grow from batch_size while they are quick
+        batches = sizes["batches"]
+        assert sizes["first"] == min(batch, entry["processed"]) and batches <= -(-entry["processed"] // batch), name
         assert entry["report"]["executor"] == "ray (2 worker(s))", name
         # one pool for every stage: a small stage's batches may all go to the actor the others leave idle
         assert 1 <= entry["report"]["ray_worker_processes"] <= min(2, batches), name

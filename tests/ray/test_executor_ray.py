@@ -69,7 +69,7 @@ def _items(reference: Path) -> int:
 
 
 def test_ray_run_writes_the_local_dataset(ray_cluster, local_run, tmp_path):
-    config = _ray_config(tmp_path, tmp_path / "run", workers=2, batch_size=8)
+    config = _ray_config(tmp_path, tmp_path / "run", workers=2, batch_size=8, driver_stages=["if.samples"])
     result = run_pipeline(config, resume=False, progress=False)
     assert result.complete, result.problems
     stats = result.stats["if_consistency"]
@@ -78,8 +78,8 @@ def test_ray_run_writes_the_local_dataset(ray_cluster, local_run, tmp_path):
     assert result.manifest["stages"]["if_consistency"]["duplicate_ids"] == 0
     assert result.manifest["stages"]["if_consistency"]["complete"]
     assert not list((tmp_path / "run" / "stages" / "if_consistency").glob(".tmp-*"))
-    for cheap in ("if_queries", "if_samples"):  # LLM-free but cheap per item: kept in the driver by default
-        assert result.stats[cheap].report["executor"].startswith("driver (cheap per item"), cheap
+    assert result.stats["if_queries"].report["executor"] == "ray (2 worker(s))"  # LLM-free: on the workers
+    assert result.stats["if_samples"].report["executor"] == "driver (ray.driver_stages)"  # kept, by kind
     assert result.stats["if_responses"].report["executor"].startswith("driver (calls the LLM")
     assert_same_data(tmp_path / "run", local_run)
 
@@ -90,7 +90,8 @@ def test_killed_worker_is_retried_and_the_dataset_is_unchanged(ray_cluster, loca
     the actor and retries exactly the batches it held; the other worker runs on, untouched."""
     run_dir = resume_copy(local_run, tmp_path / "run", REDO)
     assert _items(local_run) >= 8 * 2  # batches of 2: many more than the 2 × 2 in flight when the kill lands
-    config = _ray_config(tmp_path, run_dir, workers=2, batch_size=2, batches_in_flight=2, max_retries=3)
+    config = _ray_config(tmp_path, run_dir, workers=2, batch_size=2, batch_seconds=None,
+                        batches_in_flight=2, max_retries=3)
     killed: list[int] = []
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -133,7 +134,8 @@ def test_driver_killed_with_sigkill_resumes_without_duplicates(ray_cluster, loca
     rows on disk are exactly what the dead run leaves; the rerun keeps them, redoes the rest, writes no id twice."""
     run_dir = resume_copy(local_run, tmp_path / "run", REDO)
     total = _items(local_run)
-    path = write_config(tmp_path / "ray.yaml", small_if_document(run_dir, "ray", workers=2, batch_size=2))
+    path = write_config(tmp_path / "ray.yaml", small_if_document(run_dir, "ray", workers=2, batch_size=2,
+                                                                 batch_seconds=None))
     env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT), "FABRIKA_SKIP_VLLM": "1"}
     driver = subprocess.Popen([sys.executable, "-m", "fabrika.cli.app", "run", str(path), "--no-progress"],
                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -1,4 +1,5 @@
-"""Without the ``ray`` extra, ``executor: ray`` stops at validate with one line naming it (ray hidden here)."""
+"""Without the ``ray`` extra, ``executor: ray`` stops at validate with one line naming it (ray hidden here);
+the ``ray:`` section's own checks."""
 
 from __future__ import annotations
 
@@ -48,3 +49,11 @@ def test_the_local_executor_never_needs_ray(no_ray, tmp_path):
     config, issues = validate_file(path)
     assert config is not None and config.executor == "local"
     assert not [i for i in issues if i.level == "error"]
+
+
+def test_ray_driver_stages_must_name_stages_of_the_pipeline(tmp_path):
+    doc = small_if_document(tmp_path / "run", "local", driver_stages=["if.samples", "if_queries", "if.nope"])
+    config, issues = validate_file(write_config(tmp_path / "c.yaml", doc))
+    errors = [i for i in issues if i.level == "error"]
+    assert config is None and [e.path for e in errors] == ["ray.driver_stages[2]"]
+    assert "'if.nope' is no stage name or kind" in errors[0].message

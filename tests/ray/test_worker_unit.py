@@ -8,7 +8,8 @@ import asyncio
 import pytest
 
 from fabrika.pipeline.context import RunContext
-from fabrika.ray.items import OWNER_FILE, ItemWorker, StageJob, StaleDriver, WorkerContext, readable_stages
+from fabrika.pipeline.sections import RaySettings
+from fabrika.ray.items import OWNER_FILE, BatchSizer, ItemWorker, StageJob, StaleDriver, WorkerContext, readable_stages
 from fabrika.store.run import RunStore
 from fabrika.store.shards import shard_files, write_shard
 from tests.ray.ifconfig import small_if_config
@@ -85,3 +86,25 @@ def test_the_worker_reads_finished_upstream_tables_like_the_driver(tmp_path):
         list(worker_ctx.iter_rows("if_queries"))
     with pytest.raises(RuntimeError, match="declares calls_llm = False"):
         asyncio.run(worker_ctx.llm.complete([]))
+
+
+def test_batches_grow_until_one_takes_batch_seconds():
+    settings = RaySettings(batch_size=32, batch_seconds=2.0, max_batch_size=4096, batches_in_flight=2)
+    cheap = BatchSizer(settings, workers=2, total=None)
+    assert cheap.size == 32  # nothing measured yet
+    cheap.record(32, 0.032)  # 1 ms a row
+    assert cheap.size == 2000
+    cheap.record(2000, 20.0)  # slower rows later: the mean over everything returned decides
+    assert cheap.size == int(2.0 * 2032 / 20.032)
+    sandbox = BatchSizer(settings, workers=2, total=None)
+    sandbox.record(32, 160.0)  # seconds a row: never below batch_size
+    assert sandbox.size == 32
+    flat = BatchSizer(settings, workers=2, total=100_000)
+    flat.record(32, 0.0001)
+    assert flat.size == 4096  # max_batch_size
+    few = BatchSizer(settings, workers=2, total=1000)
+    few.record(32, 0.0001)
+    assert few.size == 250  # every worker keeps batches_in_flight batches of the stage's 1,000 rows
+    fixed = BatchSizer(RaySettings(batch_size=8, batch_seconds=None), workers=2, total=None)
+    fixed.record(8, 0.001)
+    assert fixed.size == 8

@@ -64,7 +64,6 @@ def score_columns(sample: Sample) -> dict[str, Any]:
 class SamplesStage(Stage[SamplesConfig]):
     kind = "fc.samples"
     calls_llm: ClassVar[bool] = False
-    cheap_per_item: ClassVar[bool] = True
 
     async def process(self, row: Row) -> list[Row]:
         dialogue = Dialogue.model_validate_json(row["dialogue"])

@@ -60,7 +60,6 @@ class GeneralPromptsStage(Stage[GeneralPromptsConfig]):
 
     kind = "general.prompts"
     calls_llm: ClassVar[bool] = False
-    cheap_per_item: ClassVar[bool] = True
 
     def _path(self) -> Path:
         pipeline = getattr(self.ctx, "pipeline", None)

@@ -50,7 +50,6 @@ class GeneralSamplesStage(Stage[GeneralSamplesConfig]):
 
     kind = "general.samples"
     calls_llm: ClassVar[bool] = False
-    cheap_per_item: ClassVar[bool] = True
 
     async def process(self, row: Row) -> list[Row]:
         if row.get("answer_rm_scores") is None:
@@ -90,7 +89,6 @@ class GeneralGrpoStage(Stage[GeneralGrpoConfig]):
 
     kind = "general.grpo"
     calls_llm: ClassVar[bool] = False
-    cheap_per_item: ClassVar[bool] = True
 
     async def process(self, row: Row) -> list[Row]:
         sample = Sample(id=stable_id(row["id"], prefix="gg-"), expert=EXPERT, lang=row.get("lang") or "und",

@@ -173,7 +173,6 @@ class MultiSamplesStage(Stage[MultiSamplesConfig]):
 
     kind = "if.multi.samples"
     calls_llm: ClassVar[bool] = False
-    cheap_per_item: ClassVar[bool] = True
 
     def input_rows(self):  # noqa: ANN201 - Iterator[Row]
         """Every ok answer, passing or not: the verdict columns travel with the sample, so the ``if_multi``
@@ -213,7 +212,6 @@ class MultiGrpoStage(Stage[MultiGrpoConfig]):
 
     kind = "if.multi.grpo"
     calls_llm: ClassVar[bool] = False
-    cheap_per_item: ClassVar[bool] = True
 
     @classmethod
     def check_config(cls, config: MultiGrpoConfig, pipeline: Any) -> list[tuple[str, str]]:

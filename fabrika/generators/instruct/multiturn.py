@@ -343,7 +343,6 @@ class DialogueSamplesStage(Stage[DialogueSamplesConfig]):
 
     kind = "if.dialogue.samples"
     calls_llm: ClassVar[bool] = False
-    cheap_per_item: ClassVar[bool] = True
 
     async def process(self, row: Row) -> list[Row]:
         messages = json.loads(row["messages"])
@@ -379,7 +378,6 @@ class DialogueGrpoStage(Stage[DialogueGrpoConfig]):
 
     kind = "if.dialogue.grpo"
     calls_llm: ClassVar[bool] = False
-    cheap_per_item: ClassVar[bool] = True
 
     async def process(self, row: Row) -> list[Row]:
         messages = json.loads(row["messages"])

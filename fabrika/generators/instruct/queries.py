@@ -68,7 +68,6 @@ class QueriesStage(Stage[QueriesConfig]):
 
     kind = "if.queries"
     calls_llm: ClassVar[bool] = False
-    cheap_per_item: ClassVar[bool] = True
 
     @classmethod
     def check_config(cls, config: QueriesConfig, pipeline: Any) -> list[tuple[str, str]]:

@@ -167,7 +167,6 @@ class SamplesStage(Stage[SamplesConfig]):
 
     kind = "if.samples"
     calls_llm: ClassVar[bool] = False
-    cheap_per_item: ClassVar[bool] = True
 
     async def process(self, row: Row) -> list[Row]:
         prompt = [Message(**m) for m in json.loads(row["messages"])]
@@ -207,7 +206,6 @@ class GrpoStage(Stage[GrpoConfig]):
 
     kind = "if.grpo"
     calls_llm: ClassVar[bool] = False
-    cheap_per_item: ClassVar[bool] = True
 
     @classmethod
     def check_config(cls, config: GrpoConfig, pipeline: Any) -> list[tuple[str, str]]:
