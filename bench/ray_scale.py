@@ -22,8 +22,11 @@ Run: ``PYTHONPATH=$PWD .venv/bin/python bench/ray_scale.py [--constraints 2000] 
 4. What is timed, the same for every mode: the stage's wall-clock seconds as the runner records them
    (``StageStats.seconds``, in the manifest): from the stage's start to its last row written. Local:
    the sandbox pool's start and every item. Ray: creating the worker actors (a process each, fabrika
-   imported there), each actor's sandbox pool, shipping the rows, the workers' shard writes and
-   stopping the actors. Not timed anywhere: the Ray cluster's start and the preparation.
+   imported there; the run's pool of actors is started by its first worker stage, here this one),
+   each actor's sandbox pool, shipping the rows, the workers' shard writes and ending the stage on
+   each actor. Stopping the actors (and their sandbox pools) happens when the run ends, outside the
+   stage (since the pool became one per run). Not timed anywhere: the Ray cluster's start and the
+   preparation.
 5. Prints the seconds of every run, the median per mode, the two goals on the medians — Ray overhead
    at one worker (``ray x1`` / ``local`` - 1, goal ≤ 15 %) and scaling (``ray x1`` / ``ray x2``, goal
    ≥ 1.7×) — the same ratios per round, the load average around each run, where the Ray-only time goes
