@@ -12,6 +12,8 @@ It behaves like a real vLLM engine where the Ray path can go wrong:
 * an engine restart aborts every request in flight: a prompt containing ``crash`` restarts the
   engine the first time it is seen; the requests then running (and it) fail as retryable
   ``server`` errors (vLLM: ``EngineDeadError`` / aborted outputs), and the engine serves again;
+* ``if.verifiers`` requests get a verifier (function + cases) chosen by the effective seed, so a
+  pipeline's rows show which sample each answer was;
 * usage is counted in tokens (words), and :meth:`stats` reports what the engine saw (routing keys,
   ``n`` per request, its peak of sequences in flight) for the routing tests.
 """
@@ -51,6 +53,15 @@ class StubVLLM:
         length = 4 + digest[0] % 9  # 4..12 tokens
         return [digest.hex()[:12]] + [WORDS[b % len(WORDS)] for b in digest[1:length]]
 
+    @staticmethod
+    def _verifier(seed: int) -> str:
+        """An ``if.verifiers`` answer: a different function per effective seed (what tells samples apart)."""
+        bodies = ["return response == response.lower()", "return ',' not in response",
+                  "return len(response.split()) >= 5", "return len(response) > 3", "не код вовсе ("]
+        code = "def evaluate(response):\n    " + bodies[seed % len(bodies)]
+        cases = [{"input": "пример текста без запятых", "output": True}, {"input": "Да, Нет", "output": seed % 2 == 0}]
+        return json.dumps({"func": code, "cases": cases}, ensure_ascii=False)
+
     def _restart(self) -> None:
         """The engine process died and came back: everything in flight is aborted."""
         self.restarts += 1
@@ -86,6 +97,10 @@ class StubVLLM:
         base = (request.seed or 0) + request.sample_index
         choices, completion = [], 0
         for j in range(n):
+            if request.tag.startswith("if.verifiers"):
+                choices.append(Choice(content=self._verifier(base + j), finish_reason="stop"))
+                completion += 20
+                continue
             tokens = self._answer(text, base + j)
             finish = "stop"
             if request.max_tokens is not None and len(tokens) > request.max_tokens:

@@ -208,3 +208,49 @@ def test_no_gpu_and_no_explicit_engines_is_a_config_error(ray_cluster, tmp_path)
     cfg = _config(tmp_path, num_gpus_per_engine=1)
     with pytest.raises(ConfigError, match="ray.engines"):
         build_engine_for(cfg, tmp_path / "run", cache_only=False)
+
+
+def _verifier_rows(tmp_path, name: str, group: bool):
+    import json
+
+    from fabrika.pipeline.config import validate_data
+    from fabrika.pipeline.runner import run_pipeline
+    from fabrika.store.run import RunStore
+
+    seeds = tmp_path / f"{name}-seeds.jsonl"
+    seeds.write_text("\n".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) for i, t in {
+        "c-lower": "Весь ответ должен быть написан строчными буквами.",
+        "c-comma": "В ответе не должно быть ни одной запятой.",
+        "c-words": "Ответ должен содержать не менее 5 слов."}.items()), encoding="utf-8")
+    config, issues = validate_data({
+        "name": name, "seed": 3, "run_dir": str(tmp_path / name), "executor": "ray",
+        "plugins": ["fabrika.generators.instruct"], "sandbox": {"workers": 1, "isolation": "rlimits"},
+        "llm": {"backend": "vllm", "model": "stub-model", "seed": 11, "temperature": 1.0, "max_retries": 0,
+                "cache": {"enabled": False}, "group_samples": group},
+        "ray": {"engine_backend": STUB, "num_gpus_per_engine": 0, "engines": 2},
+        "stages": [
+            {"kind": "if.expand", "library_seeds": False, "seed_files": [str(seeds)], "target_count": 0},
+            {"kind": "if.dedup", "input": "if.expand"},
+            {"kind": "if.verifiers", "input": "if.dedup", "k": 5},
+        ],
+    }, "test", tmp_path)
+    assert config is not None, [str(i) for i in issues]
+    engine = build_engine_for(config, tmp_path / name, cache_only=False)
+    try:
+        result = run_pipeline(config, resume=False, progress=False, engine=engine)
+        assert result.complete, result.problems
+        ns = sorted(n for s in _stats(engine) for n in s["ns"])
+    finally:
+        asyncio.run(engine.aclose())
+    frame = RunStore(tmp_path / name).scan_raw("if.verifiers").collect()
+    return frame.select(sorted(c for c in frame.columns if c not in ("created_at", "seconds"))).sort("id"), ns
+
+
+def test_n_k_through_engine_actors_gives_the_rows_of_k_requests(ray_cluster, tmp_path):
+    """The HTTP path's same-rows contract (tests/llm/test_fleet_rows.py) through engine actors: ``if.verifiers``
+    with k=5, samples grouped into one n=5 request per constraint or sent one by one, the same rows."""
+    grouped, ns_grouped = _verifier_rows(tmp_path, "grouped", group=True)
+    separate, ns_separate = _verifier_rows(tmp_path, "separate", group=False)
+    assert ns_grouped == [5, 5, 5] and ns_separate == [1] * 15  # one n=5 request per constraint vs one per sample
+    assert grouped.height > 0 and grouped.equals(separate)
+    assert grouped.filter(grouped["status"] == "ok").height >= 2  # the samples differ (not one copied five times)
