@@ -327,9 +327,13 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
     pool: WorkerPool | None = None  # started at the first batch: a stage with nothing left to do starts no actor
 
     async def start_pool() -> WorkerPool:
-        created: list[bool] = []
-        started = stage.ctx.resource(POOL_RESOURCE, lambda: created.append(True) or WorkerPool(
-            ray, settings, run.pipeline, run_dir, run.backend_name))
+        created: list[WorkerPool] = []
+
+        def build() -> WorkerPool:
+            created.append(WorkerPool(ray, settings, run.pipeline, run_dir, run.backend_name))
+            return created[0]
+
+        started: WorkerPool = stage.ctx.resource(POOL_RESOURCE, build)
         if created:  # this stage starts the run's pool: its start-up is in this stage's time, said so
             t0 = time.monotonic()
             await asyncio.to_thread(started.wait_ready)
@@ -380,6 +384,7 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
             if not in_flight:
                 break
             finished, _ = await asyncio.wait(list(in_flight), return_when=asyncio.FIRST_COMPLETED)
+            assert pool is not None  # batches are in flight only once it is up
             for fut in finished:
                 pool.load[in_flight.pop(fut)] -= 1
                 result = fut.result()  # a batch that failed past max_retries fails the stage (rows written stay)
