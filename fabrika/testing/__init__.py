@@ -11,6 +11,8 @@
   injection, request counters (see :mod:`fabrika.testing.fake_server`).
 * :class:`SimVLLMConfig` — the fake server's vLLM mode: slots, prefix cache,
   simulated time, ``/stats`` (see :mod:`fabrika.testing.sim_vllm`).
+* :func:`fabrika.testing.llm_use.declaration_problem` — whether a stage class's ``calls_llm``
+  agrees with its code (what ``executor: ray`` sends to worker actors depends on it).
 * :func:`break_arguments` — tool-call arguments that violate a schema.
 * :data:`FAULT_KINDS` — the faults the server can inject.
 """
