@@ -59,9 +59,17 @@ def _module(name: str) -> _Module | None:
                     imports[alias.asname] = (alias.name, None)
                 else:
                     imports[alias.name.split(".")[0]] = (alias.name.split(".")[0], None)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        elif isinstance(node, ast.ImportFrom):
+            target = node.module or ""
+            if node.level:  # ``from . import x`` / ``from ..pkg import y``, as plugins may write
+                package = name if hasattr(module, "__path__") else name.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                target = f"{package}.{target}" if target else package
+            if not target:
+                continue
             for alias in node.names:
-                imports[alias.asname or alias.name] = (node.module, alias.name)
+                imports[alias.asname or alias.name] = (target, alias.name)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             defs[node.name] = node

@@ -8,7 +8,8 @@ from fabrika.generators.generic import CompleteStage
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, ok
 from fabrika.textutil.answers import extract_json
-from tests.pipeline import llm_use_helpers
+
+from . import llm_use_helpers  # relative, as a plugin may import its helpers
 
 
 async def ask(ctx, text: str) -> str:
