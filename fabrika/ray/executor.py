@@ -40,9 +40,26 @@ class RayExecutor:
         if stage.global_stage:
             return False
         where = placement(stage, self.settings.driver_stages)
-        if where != "ray":
-            stage.ctx.report("executor", where)
-        return where == "ray"
+        if where == "ray":
+            return True
+        stage.ctx.report("executor", where)
+        if getattr(type(stage), "uses_sandbox", False):  # its LLM-written code still runs on the workers
+            self._sandbox_on_workers(stage)
+        return False
+
+    def _sandbox_on_workers(self, stage: Stage) -> None:
+        """Give a driver-run stage's context a sandbox factory whose pools run on the worker actors
+        (:mod:`fabrika.ray.sandbox`; stages that take their pool from ``get_sandbox`` use it)."""
+        from fabrika.ray.items import worker_pool
+        from fabrika.ray.sandbox import remote_sandbox_factory
+
+        ctx: Any = stage.ctx
+        run_dir = str(Path(ctx.run_dir).resolve())
+
+        def pool() -> Any:
+            return worker_pool(ctx, self.ray, self.settings, ctx.pipeline, run_dir, ctx.backend_name)[0]
+
+        ctx.sandbox_factory = remote_sandbox_factory(pool, ctx.report)
 
     async def run_items(self, run: "StageServices", stage: Stage, stats: "StageStats") -> None:
         from fabrika.ray.items import run_items_on_ray

@@ -198,6 +198,27 @@ class ItemWorker:
                 "seconds": seconds,
                 "pid": os.getpid(), "node": os.uname().nodename, "restarted": self.restarted}
 
+    def _sandbox(self, config: Any) -> Any:
+        """This actor's sandbox pool for ``config`` (a run-wide resource here), under the node's fail-closed check."""
+        key = f"sandbox:{config.model_dump_json()}"
+        if key not in self.resources:
+            from fabrika.sandbox import SandboxPool
+            from fabrika.sandbox.policy import isolation_problem
+
+            problem = isolation_problem(self.pipeline.sandbox, self.backend_name)  # bwrap on THIS node
+            if problem:
+                raise ConfigError(f"ray worker on {os.uname().nodename}: {problem}")
+            self.resources[key] = SandboxPool(config)
+        return self.resources[key]
+
+    def sandbox_isolation(self, config: Any) -> str:
+        return str(self._sandbox(config).isolation)
+
+    async def sandbox_run(self, config: Any, code: str, responses: list[Any]) -> list[Any]:
+        """Verdicts of one verifier on ``responses``, for a stage that runs in the driver (it calls the LLM)
+        but sends its LLM-written code here (:class:`fabrika.ray.sandbox.RemoteSandboxPool`)."""
+        return await self._sandbox(config).run(code, responses)
+
     async def end_stage(self, name: str) -> None:
         """The stage is done: tear it down here (its run-wide resources stay until :meth:`close`)."""
         hosted = self.hosted.pop(name, None)
@@ -258,6 +279,19 @@ class WorkerPool:
         await _quietly([a.close.remote() for a in self.actors])
         for a in self.actors:
             self.ray.kill(a, no_restart=True)
+
+
+def worker_pool(ctx: Any, ray: Any, settings: "RaySettings", pipeline: "PipelineConfig", run_dir: str,
+                backend_name: str) -> tuple[WorkerPool, bool]:
+    """The run's worker pool (a run-wide resource of the driver's stage contexts) and whether this call made it."""
+    created: list[WorkerPool] = []
+
+    def build() -> WorkerPool:
+        created.append(WorkerPool(ray, settings, pipeline, run_dir, backend_name))
+        return created[0]
+
+    pool: WorkerPool = ctx.resource(POOL_RESOURCE, build)
+    return pool, bool(created)
 
 
 async def _quietly(refs: list[Any]) -> None:
@@ -327,13 +361,7 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
     pool: WorkerPool | None = None  # started at the first batch: a stage with nothing left to do starts no actor
 
     async def start_pool() -> WorkerPool:
-        created: list[WorkerPool] = []
-
-        def build() -> WorkerPool:
-            created.append(WorkerPool(ray, settings, run.pipeline, run_dir, run.backend_name))
-            return created[0]
-
-        started: WorkerPool = stage.ctx.resource(POOL_RESOURCE, build)
+        started, created = worker_pool(stage.ctx, ray, settings, run.pipeline, run_dir, run.backend_name)
         if created:  # this stage starts the run's pool: its start-up is in this stage's time, said so
             t0 = time.monotonic()
             await asyncio.to_thread(started.wait_ready)
@@ -422,4 +450,5 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
         run.progress.finish(task, stats)
 
 
-__all__ = ["BatchSizer", "ItemWorker", "StageJob", "WorkerContext", "WorkerPool", "readable_stages", "run_items_on_ray"]
+__all__ = ["BatchSizer", "ItemWorker", "StageJob", "WorkerContext", "WorkerPool", "readable_stages",
+           "run_items_on_ray", "worker_pool"]

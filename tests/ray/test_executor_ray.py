@@ -80,7 +80,10 @@ def test_ray_run_writes_the_local_dataset(ray_cluster, local_run, tmp_path):
     assert not list((tmp_path / "run" / "stages" / "if_consistency").glob(".tmp-*"))
     assert result.stats["if_queries"].report["executor"] == "ray (2 worker(s))"  # LLM-free: on the workers
     assert result.stats["if_samples"].report["executor"] == "driver (ray.driver_stages)"  # kept, by kind
-    assert result.stats["if_responses"].report["executor"].startswith("driver (calls the LLM")
+    responses = result.stats["if_responses"].report
+    assert responses["executor"].startswith("driver (calls the LLM")
+    assert responses["sandbox_on"] == "ray workers"  # its verifier runs went to the worker actors
+    assert responses["sandbox_isolation"] == result.stats["if_consistency"].report["sandbox_isolation"]
     assert_same_data(tmp_path / "run", local_run)
 
 

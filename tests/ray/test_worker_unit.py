@@ -108,3 +108,23 @@ def test_batches_grow_until_one_takes_batch_seconds():
     fixed = BatchSizer(RaySettings(batch_size=8, batch_seconds=None), workers=2, total=None)
     fixed.record(8, 0.001)
     assert fixed.size == 8
+
+
+def test_a_driver_stage_s_verifier_runs_in_the_worker_s_sandbox(tmp_path):
+    """``sandbox_run``: what a RemoteSandboxPool sends to an actor for a stage that stays in the driver."""
+    from fabrika.sandbox.policy import SandboxSettings
+
+    worker, _, _ = _worker(tmp_path, "me")
+    config = SandboxSettings(workers=1, isolation="rlimits").pool_config("sim")
+
+    async def go():
+        try:
+            ok = await worker.sandbox_run(config, "def evaluate(response):\n    return len(response) > 3", ["abcd", "ab"])
+            bad = await worker.sandbox_run(config, "def evaluate(response):\n    return 1 / 0", ["x"])
+            return ok, bad, worker.sandbox_isolation(config)
+        finally:
+            await worker.close()
+
+    ok, bad, isolation = asyncio.run(go())
+    assert [v.status for v in ok] == ["true", "false"] and bad[0].status == "error"
+    assert isolation == "rlimits"

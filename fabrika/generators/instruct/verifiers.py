@@ -146,7 +146,9 @@ def get_sandbox(ctx: Any, timeout_s: float | None = None, workers: int | None = 
     backend = str(getattr(ctx, "backend_name", "") or "unknown")
     config = settings.pool_config(backend, timeout_s=timeout_s, workers=workers)
     key = "sandbox" if (timeout_s, workers) == (None, None) else f"sandbox:{config.model_dump_json()}"
-    return ctx.resource(key, lambda: SandboxPool(config))
+    # an executor may run the code elsewhere (``executor: ray``: on the worker actors, docs/RAY.md)
+    factory = getattr(ctx, "sandbox_factory", None) or SandboxPool
+    return ctx.resource(key, lambda: factory(config))
 
 
 @register_stage
