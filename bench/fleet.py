@@ -326,9 +326,9 @@ class AffinityProbe:
         self._cls.__post_init__ = post_init  # type: ignore[method-assign]
 
     def counts(self) -> dict[str, int]:
-        out = {"home": 0, "spill": 0, "fallback": 0}
+        out = {"home": 0, "spill": 0, "fallback": 0, "waited": 0, "waited_then_spilled": 0}
         for p in self.policies:
-            for k, v in p.stats.items():
+            for k, v in {**p.stats, **p.wait_stats}.items():
                 out[k] += v
         self.policies.clear()
         return out
@@ -336,7 +336,8 @@ class AffinityProbe:
 
 def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint: int, items: int, workdir: Path,
            epsilon: float = 0.25, overlap: tuple[str, object] | None = None,
-           sample_types: dict[str, float] | None = None, chunk_size: int = 256) -> str:
+           sample_types: dict[str, float] | None = None, chunk_size: int = 256, home_wait: float = 0.0,
+           planner_key: str = "plan") -> str:
     """The FC pipeline against ``urls``; returns a hash of the dataset's content (order-independent)."""
     from fabrika.pipeline.config import validate_data
     from fabrika.pipeline.runner import run_pipeline
@@ -353,13 +354,15 @@ def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint:
         "name": "fleet", "seed": 1, "run_dir": str(workdir / "run"), "max_in_flight": items,
         "plugins": ["fabrika.generators.fc.stages"],
         "llm": {"backend": "openai", "model": "fake", "max_in_flight": per_endpoint * len(urls), "max_retries": 2,
-                "routing": routing, "routing_epsilon": epsilon, "timeout_s": 600.0, "probe": False,
+                "routing": routing, "routing_epsilon": epsilon, "routing_home_wait_s": home_wait,
+                "timeout_s": 600.0, "probe": False,
                 "endpoints": [{"base_url": u, "max_concurrency": per_endpoint} for u in urls],
                 "cache": {"enabled": False}},
         "stages": [
             {"kind": "fc.tools", "topics_file": str(topics_file), "tools_per_topic": 3, "chunk_size": chunk_size},
             {"kind": "fc.tools_dedup", "input": "fc.tools", "chunk_size": chunk_size},
             {"kind": "fc.plans", "input": "fc.tools_dedup", "plans_per_topic": plans, "chunk_size": chunk_size,
+             "routing_key": planner_key,
              **({"sample_types": sample_types} if sample_types else {})},
             {"kind": "fc.dialogues", "input": "fc.plans", "sim_error_rate": 0.1, "chunk_size": chunk_size},
             {"kind": "fc.samples", "input": "fc.dialogues", "chunk_size": chunk_size},
@@ -404,7 +407,8 @@ def show(name: str, m: dict) -> None:
           f"requests {m['requests']:,} sequences {m['sequences']:,}", flush=True)
     bd = m["bounds"]
     print(f"{'':<30} steady part = {m['steady_from_s']:.1f}-{m['steady_to_s']:.1f} s (the fleet first held >= slots "
-          f"requests .. the last episode's first request, or the last request's start); lower bound on the makespan {m['lower_bound_s']:.1f} s "
+          f"requests .. the last episode's first request, or the last request's start); "
+          f"lower bound on the makespan {m['lower_bound_s']:.1f} s "
           f"(x{m['lower_bound_s'] / m['ideal_s']:.2f} ideal; with every stage a barrier "
           f"{m['lower_bound_stages_s']:.1f} s, x{m['lower_bound_stages_s'] / m['ideal_s']:.2f}) = max of ideal, "
           f"head {bd['head_s']:.1f} s + rest of the work / slots = {bd['work_s']:.1f} s, head + longest chain "
@@ -420,9 +424,11 @@ def show(name: str, m: dict) -> None:
           flush=True)
     if m.get("affinity"):
         a = m["affinity"]
-        total = max(1, sum(a.values()))
+        total = max(1, a["home"] + a["spill"] + a["fallback"])
         print(f"{'':<30} affinity: home {a['home'] / total:.1%}, spill {a['spill'] / total:.1%}, "
-              f"fallback {a['fallback'] / total:.1%} of {total:,} placements", flush=True)
+              f"fallback {a['fallback'] / total:.1%} of {total:,} placements"
+              + (f"; {a['waited']:,} waited for their home, {a['waited_then_spilled']:,} of them spilled after the wait"
+                 if a.get("waited") else ""), flush=True)
     for stage, w in m.get("stages", {}).items():
         if len(m["stages"]) > 1:
             print(f"{'':<30}   stage {stage:<13} {w['window_s']:7.1f} s ({w['share']:.0%} of the makespan): "
@@ -461,6 +467,10 @@ def main() -> None:
     ap.add_argument("--overlap-setting", metavar="FIELD:SEQUENTIAL:OVERLAP",
                     help="the pipeline field and its two values (JSON) when detection by name does not find it, "
                          "e.g. lookahead_shards:0:8")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
+                    help="an extra affinity configuration (overlapping stages when the pipeline has them), "
+                         "e.g. wait:home_wait=0.25 or topic:planner_key=topic or eps1:epsilon=1.0 "
+                         "(keys: epsilon, home_wait in wall seconds, planner_key plan|topic); repeatable")
     ap.add_argument("--series", help="write per-second busy slots and requests in the servers here (JSON)")
     ap.add_argument("--turns", type=int, default=0,
                     help="user turns of every multi_turn plan (each a chain of two calls in two rounds; the sim "
@@ -491,7 +501,19 @@ def main() -> None:
         for r in args.routings]
     if overlap is not None and not args.skip_fc:
         runs += [(f"FC {r}, overlap ({overlap[0]}={overlap[2]})", r, (overlap[0], overlap[2])) for r in args.routings]
+    extra: dict[str, dict[str, object]] = {}
+    for spec in [] if args.skip_fc else args.variant:
+        label, _, kvs = spec.partition(":")
+        opts = {k: v for k, v in (p.split("=", 1) for p in kvs.split(",") if p)}
+        unknown = set(opts) - {"epsilon", "home_wait", "planner_key"}
+        if unknown:
+            raise SystemExit(f"--variant {spec!r}: unknown keys {sorted(unknown)}; use epsilon, home_wait, planner_key")
+        name = f"FC affinity, {label}" + (f", overlap ({overlap[0]}={overlap[2]})" if overlap else "")
+        extra[name] = {"epsilon": float(opts.get("epsilon", args.epsilon)),
+                       "home_wait": float(opts.get("home_wait", 0.0)), "planner_key": opts.get("planner_key", "plan")}
+        runs.append((name, "affinity", (overlap[0], overlap[2]) if overlap else None))
     for name, routing, setting in runs:
+        knobs = extra.get(name, {"epsilon": args.epsilon})
         fleet = Fleet(args.servers, args.slots, args.time_scale, args.kv_tokens, args.turns)
         try:
             t0, cpu0, server_cpu0 = time.perf_counter(), time.process_time(), fleet.cpu_s()
@@ -499,8 +521,8 @@ def main() -> None:
             lag.start()
             with tempfile.TemporaryDirectory() as tmp:
                 hashes[name] = fc_run(fleet.urls, routing, args.topics, args.plans, per_endpoint,
-                                      args.items_in_flight, Path(tmp), args.epsilon, setting, sample_types,
-                                      args.chunk_size)
+                                      args.items_in_flight, Path(tmp), overlap=setting, sample_types=sample_types,
+                                      chunk_size=args.chunk_size, **knobs)  # type: ignore[arg-type]
             results[name] = summarise(fleet.stats())
             wall = results[name]["wall_s"] = time.perf_counter() - t0
             # near 1.0: that process (the client: runner + engine on one event loop; or the fake
@@ -512,7 +534,16 @@ def main() -> None:
         finally:
             fleet.stop()
         show(name, results[name])
-    for suffix in sorted({n[len(f"FC {r}"):] for n, r, _ in runs}):
+    for name in extra:
+        base = "FC affinity" + (f", overlap ({overlap[0]}={overlap[2]})" if overlap else "")
+        ll = "FC least_loaded" + (f", overlap ({overlap[0]}={overlap[2]})" if overlap else "")
+        for ref in (base, ll):
+            if ref in results and name in results:
+                a, r = results[name], results[ref]
+                print(f"{name} / {ref}: cached prompt tokens x{a['cached'] / max(1, r['cached']):.2f}, prefilled "
+                      f"x{a['prefilled'] / max(1, r['prefilled']):.2f}, makespan x{a['makespan_s'] / r['makespan_s']:.2f}",
+                      flush=True)
+    for suffix in sorted({n[len(f"FC {r}"):] for n, r, _ in runs if n not in extra}):
         ll, af = results.get(f"FC least_loaded{suffix}"), results.get(f"FC affinity{suffix}")
         if ll and af:
             print(f"affinity / least-loaded{suffix}: cached prompt tokens x{af['cached'] / max(1, ll['cached']):.2f}, "

@@ -373,7 +373,7 @@ class EndpointPool:
         waiting.append(fut)
         try:
             await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             if fut in waiting:
