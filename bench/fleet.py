@@ -288,24 +288,49 @@ def overlap_setting() -> tuple[str, object, object] | None:
 class LagProbe(threading.Thread):
     """A thread that sleeps 10 ms at a time and records how late it wakes: on a box with more runnable
     processes than cores (or a GIL held long) the client's event loop is late by about as much, and
-    late requests look like idle servers."""
+    late requests look like idle servers. It also looks at the main thread (the client's event loop)
+    each time: a stretch of at least ``BUSY_STRETCH_S`` in which the loop is never back in ``select``
+    is time in which no answer is read and no request is sent (the loop is running Python, or the
+    process is waiting for a core), which the fleet sees as idle seconds."""
+
+    BUSY_STRETCH_S = 0.25
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.lags: list[float] = []
         self._done = threading.Event()
+        self._main = threading.main_thread().ident
+        self.samples = self.busy_samples = 0
+        self.stretches: list[float] = []
+
+    def _loop_idle(self) -> bool:
+        frame = sys._current_frames().get(self._main)  # noqa: SLF001 - a sampling probe, like py-spy's
+        return frame is None or frame.f_code.co_name in ("select", "poll") or frame.f_code.co_filename.endswith(
+            "selectors.py")
 
     def run(self) -> None:
+        since: float | None = None
         while not self._done.is_set():
             t = time.perf_counter()
             time.sleep(0.01)
-            self.lags.append(time.perf_counter() - t - 0.01)
+            now = time.perf_counter()
+            self.lags.append(now - t - 0.01)
+            self.samples += 1
+            if self._loop_idle():
+                if since is not None and now - since >= self.BUSY_STRETCH_S:
+                    self.stretches.append(now - since)
+                since = None
+            else:
+                self.busy_samples += 1
+                since = now if since is None else since
 
     def stop(self) -> dict[str, float]:
         self._done.set()
         self.join()
         lags = sorted(self.lags) or [0.0]
-        return {"lag_mean_ms": 1000 * sum(lags) / len(lags), "lag_p99_ms": 1000 * lags[int(0.99 * (len(lags) - 1))]}
+        return {"lag_mean_ms": 1000 * sum(lags) / len(lags), "lag_p99_ms": 1000 * lags[int(0.99 * (len(lags) - 1))],
+                "loop_busy_share": self.busy_samples / max(1, self.samples),
+                "loop_stretches_s": sum(self.stretches), "loop_longest_stretch_s": max(self.stretches, default=0.0)}
 
 
 class AffinityProbe:
@@ -419,7 +444,10 @@ def show(name: str, m: dict) -> None:
           f"{m['mean_in_servers']:.0f}, mean server queue wait {m['queue_wait_s']:.2f} s; evicted blocks "
           f"{m['evicted_blocks']:,}, most KV blocks over the pool {m['kv_overcommit_blocks']:,}"
           + (f"; wall {m['wall_s']:.0f} s, CPU of the client {m['client_cpu']:.0%} and the servers "
-             f"{m['server_cpu']:.0%}, client wake-up lag mean {m['lag_mean_ms']:.1f} ms p99 {m['lag_p99_ms']:.0f} ms"
+             f"{m['server_cpu']:.0%}, client wake-up lag mean {m['lag_mean_ms']:.1f} ms p99 {m['lag_p99_ms']:.0f} ms; "
+             f"client event loop busy {m['loop_busy_share']:.0%} of the wall, {m['loop_stretches_s']:.0f} s of it in "
+             f"stretches >= {LagProbe.BUSY_STRETCH_S} s without reading an answer (longest "
+             f"{m['loop_longest_stretch_s']:.1f} s)"
              if "client_cpu" in m else ""),
           flush=True)
     if m.get("affinity"):
