@@ -361,8 +361,7 @@ class AffinityProbe:
 
 def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint: int, items: int, workdir: Path,
            epsilon: float = 0.25, overlap: tuple[str, object] | None = None,
-           sample_types: dict[str, float] | None = None, chunk_size: int = 256, home_wait: float = 0.0,
-           planner_key: str = "plan") -> str:
+           sample_types: dict[str, float] | None = None, chunk_size: int = 256, home_wait: float = 0.0) -> str:
     """The FC pipeline against ``urls``; returns a hash of the dataset's content (order-independent)."""
     from fabrika.pipeline.config import validate_data
     from fabrika.pipeline.runner import run_pipeline
@@ -387,7 +386,6 @@ def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint:
             {"kind": "fc.tools", "topics_file": str(topics_file), "tools_per_topic": 3, "chunk_size": chunk_size},
             {"kind": "fc.tools_dedup", "input": "fc.tools", "chunk_size": chunk_size},
             {"kind": "fc.plans", "input": "fc.tools_dedup", "plans_per_topic": plans, "chunk_size": chunk_size,
-             "routing_key": planner_key,
              **({"sample_types": sample_types} if sample_types else {})},
             {"kind": "fc.dialogues", "input": "fc.plans", "sim_error_rate": 0.1, "chunk_size": chunk_size},
             {"kind": "fc.samples", "input": "fc.dialogues", "chunk_size": chunk_size},
@@ -497,8 +495,8 @@ def main() -> None:
                          "e.g. lookahead_shards:0:8")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
                     help="an extra affinity configuration (overlapping stages when the pipeline has them), "
-                         "e.g. wait:home_wait=0.25 or topic:planner_key=topic or eps1:epsilon=1.0 "
-                         "(keys: epsilon, home_wait in wall seconds, planner_key plan|topic); repeatable")
+                         "e.g. wait:home_wait=0.25 or eps1:epsilon=1.0 (keys: epsilon, home_wait in wall "
+                         "seconds); repeatable")
     ap.add_argument("--series", help="write per-second busy slots and requests in the servers here (JSON)")
     ap.add_argument("--turns", type=int, default=0,
                     help="user turns of every multi_turn plan (each a chain of two calls in two rounds; the sim "
@@ -533,12 +531,11 @@ def main() -> None:
     for spec in [] if args.skip_fc else args.variant:
         label, _, kvs = spec.partition(":")
         opts = {k: v for k, v in (p.split("=", 1) for p in kvs.split(",") if p)}
-        unknown = set(opts) - {"epsilon", "home_wait", "planner_key"}
+        unknown = set(opts) - {"epsilon", "home_wait"}
         if unknown:
-            raise SystemExit(f"--variant {spec!r}: unknown keys {sorted(unknown)}; use epsilon, home_wait, planner_key")
+            raise SystemExit(f"--variant {spec!r}: unknown keys {sorted(unknown)}; use epsilon, home_wait")
         name = f"FC affinity, {label}" + (f", overlap ({overlap[0]}={overlap[2]})" if overlap else "")
-        extra[name] = {"epsilon": float(opts.get("epsilon", args.epsilon)),
-                       "home_wait": float(opts.get("home_wait", 0.0)), "planner_key": opts.get("planner_key", "plan")}
+        extra[name] = {"epsilon": float(opts.get("epsilon", args.epsilon)), "home_wait": float(opts.get("home_wait", 0.0))}
         runs.append((name, "affinity", (overlap[0], overlap[2]) if overlap else None))
     for name, routing, setting in runs:
         knobs = extra.get(name, {"epsilon": args.epsilon})

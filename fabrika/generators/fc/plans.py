@@ -18,7 +18,7 @@ import random
 import re
 import zlib
 from functools import cached_property
-from typing import Any, Iterator, Literal
+from typing import Any, Iterator
 
 from pydantic import Field, ValidationError
 
@@ -65,10 +65,6 @@ class PlansConfig(StageConfig):
         description="Persona jsonl file per language; 'package://' points into fabrika/data.")
     temperature: float = Field(default=0.7, ge=0, le=2, description="Planner sampling temperature.")
     max_tokens: int = Field(default=4096, ge=256, description="Completion budget of planner and judge requests.")
-    routing_key: Literal["plan", "topic"] = Field(
-        default="plan", description="What the planner's and judge's requests are routed by (llm.routing: "
-        "affinity): 'plan' keeps a plan's revision rounds on one server; 'topic' sends all plans of a topic "
-        "there too, so whatever prefix they share is prefilled once.")
 
 
 def load_personas(path: str, resolve: Any = None) -> list[Persona]:
@@ -205,11 +201,10 @@ class PlansStage(Stage[PlansConfig]):
         convo: list[dict[str, Any]] = [first]
         rounds: list[PlanRound] = []
         base = {"topic_id": item["topic_id"], "lang": lang, "sample_type": sample_type}
-        key = item["id"] if cfg.routing_key == "plan" else f"topic:{item['topic_id']}"
         for r in range(cfg.max_rounds):
             resp = await self.ctx.llm.complete_one(ChatRequest(
                 messages=tuple(convo), temperature=cfg.temperature, max_tokens=cfg.max_tokens, tag="fc.planner",
-                response_format=response_format("fc_plan"), sample_index=r, routing_key=key))
+                response_format=response_format("fc_plan"), sample_index=r, routing_key=item["id"]))
             err = response_error(resp)
             if err and not err.startswith("truncated"):
                 return [rejected(item["id"], err, **base, rounds=_dump(rounds))]
@@ -223,7 +218,7 @@ class PlansStage(Stage[PlansConfig]):
                 problems = check_plan(steps, group, sample_type, lang, persona)
             verdict = None
             if steps is not None and not problems:
-                verdict = await self._judge(sample_type, group, steps, lang, routing_key=key)
+                verdict = await self._judge(sample_type, group, steps, lang, routing_key=item["id"])
             rounds.append(PlanRound(round=r, plan=None if steps is None else {"steps": [s.model_dump() for s in steps]},
                                     problems=problems, verdict=verdict))
             if verdict is not None and verdict.approved and steps is not None:
