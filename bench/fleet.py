@@ -206,6 +206,7 @@ def summarise(stats: list[dict]) -> dict:
     # the steady part, from the workload: the fleet first offered >= slots requests .. the last stage's
     # input exhausted (whole buckets from the first one's to the end's)
     w0, w1 = workload_window(log, fleet_demand, slots, first, b)
+    w0 = max(w0, start)  # the first bucket may begin before the first arrival
     lo, hi = int(w0 // b) - first, int(w1 // b) - first
     if hi > lo:
         steady = [sum(row[lo:hi]) / (s["slots"] * (hi - lo)) for row, s in zip(busy, stats)]
