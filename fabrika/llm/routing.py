@@ -245,8 +245,9 @@ class AffinityPolicy:
                 break
         return None
 
-    def should_wait(self, request: ChatRequest, now: float) -> Endpoint | None:
-        """The home to wait for (healthy, but full or past the bound), or None: go ahead and place."""
+    def should_wait(self, request: ChatRequest, now: float) -> tuple[Endpoint, float] | None:
+        """``(home, seconds)``: the home to wait for (healthy, but full or past the bound) and for how long
+        at most, or None: go ahead and place."""
         if self.home_wait_s <= 0 or len(self._all) < 2:
             return None
         ep = self.home(request, now)
@@ -254,7 +255,11 @@ class AffinityPolicy:
             return None
         weight = sequences_of(request)
         fits = ep.in_flight < ep.max_concurrency and ep.in_flight + weight <= self.bound(ep, weight)
-        return None if fits else ep
+        return None if fits else (ep, self.home_wait_s)
+
+    def note_wait(self, spilled: bool) -> None:
+        """Count a request that started waiting for its home (``spilled=False``), or one that spilled after the wait."""
+        self.wait_stats["waited_then_spilled" if spilled else "waited"] += 1
 
     def pick(self, candidates: Sequence[Endpoint], request: ChatRequest) -> Endpoint:
         if not self._ring or len(self._all) < len(candidates):
@@ -313,22 +318,26 @@ class EndpointPool:
             if ep.in_flight < ep.max_concurrency and ep.breaker.state == "closed":
                 ep.in_flight += weight
                 return ep, False
-        should_wait = getattr(self.policy, "should_wait", None)
+        should_wait = getattr(self.policy, "should_wait", None)  # a policy that may hold a request for its home
+        note_wait = getattr(self.policy, "note_wait", None)
         deadline: float | None = None
         while True:
             now = time.monotonic()
             free = [ep for ep in self.endpoints
                     if ep.in_flight < ep.max_concurrency and ep.breaker.available(now)]
             if free and callable(should_wait):
-                home = should_wait(request, now)
-                if home is not None:
+                wait = should_wait(request, now)
+                if wait is not None:
+                    home, wait_s = wait
                     if deadline is None:
-                        deadline = now + self.policy.home_wait_s  # type: ignore[attr-defined]
-                        self.policy.wait_stats["waited"] += 1  # type: ignore[attr-defined]
+                        deadline = now + wait_s
+                        if callable(note_wait):
+                            note_wait(False)
                     if now < deadline:
                         await self._wait_for(home, deadline - now)
                         continue
-                    self.policy.wait_stats["waited_then_spilled"] += 1  # type: ignore[attr-defined]
+                    if callable(note_wait):
+                        note_wait(True)
             if free:
                 ep = free[0] if len(free) == 1 else self.policy.pick(free, request)
                 ep.in_flight += weight
