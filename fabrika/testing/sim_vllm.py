@@ -44,6 +44,10 @@ speculative decoding,
 chunked-prefill fairness
 ========================  ===============================================  =================================================
 
+``/stats`` also returns a per-request ``log`` (routing key from the ``x-fabrika-routing-key`` header,
+role, arrival, start, done), from which ``bench/fleet.py`` rebuilds each episode's chain of dependent
+requests and so a lower bound on the makespan.
+
 Time is modelled, not burned: the whole schedule of a request (its start
 slot, its finish) is computed when it arrives, and the answer is sent with
 ``loop.call_later`` after ``simulated seconds / time_scale`` of wall time. With

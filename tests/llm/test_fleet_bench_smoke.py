@@ -27,6 +27,9 @@ def test_fleet_bench_runs_end_to_end(tmp_path: Path) -> None:
     for name, m in results.items():
         assert m["prefilled"] + m["cached"] == m["prompt_tokens"], name
         assert 0 < m["util_mean"] <= 1.0 + 1e-9 and 0 <= m["idle_starved"] + m["idle_misplaced"] <= 1.0 + 1e-9
+        # a lower bound that a real schedule beats would be no bound; the steady window lies inside the run
+        assert m["ideal_s"] <= m["lower_bound_s"] <= m["makespan_s"] + 1e-6, name
+        assert 0 <= m["steady_from_s"] <= m["steady_to_s"] <= m["makespan_s"] + 1e-6, name
     assert results["samples_nK"]["requests"] == 4 and results["samples_nK"]["sequences"] == 16
     assert results["FC affinity, sequential"]["affinity"]["home"] > 0
     assert set(json.loads(series.read_text())) == set(results)
