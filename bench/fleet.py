@@ -10,7 +10,7 @@ the sim responders. For each configuration a fresh fleet (empty caches) serves t
 through the real runner and engine (openai backend, aiohttp, LLM cache off): fc.tools →
 fc.tools_dedup → fc.plans → fc.dialogues → fc.samples. The client never queues a request
 itself: the engine's ``max_in_flight`` is the endpoints' sum and endpoint ``max_concurrency`` is
-four times the slots, so every request the pipeline has goes straight to a server, each server
+four times the slots (at least twice the items in flight), so every request the pipeline has goes straight to a server, each server
 keeps its own queue (as a vLLM server does), and the routing policy — not whichever client slot
 freed first — decides placement. What the client has in flight is bounded only by the items the
 runner processes at once (``--items-in-flight``: episodes in the dialogues stage).
@@ -55,8 +55,9 @@ NOUNS = ["Доставка", "Бронирование", "Ремонт", "Аре
 FC_TAGS = ["fc.tools", "fc.planner", "fc.judge", "fc.user", "fc.tool", "fc.assistant"]
 
 
-def serve(n: int, slots: int, time_scale: float, kv_tokens: int) -> None:
-    """Child: ``n`` vLLM-mode fake servers; FC roles answered by the sim responders."""
+def serve(n: int, slots: int, time_scale: float, kv_tokens: int, turns: int = 0) -> None:
+    """Child: ``n`` vLLM-mode fake servers; FC roles answered by the sim responders (``turns``: user turns
+    of every multi_turn plan, each a two-round call chain; 0: the sim planner's own 2-3 short turns)."""
     from fabrika.generators.fc import sim_responders as sr
     from fabrika.llm.types import ChatRequest, Choice
     from fabrika.schemas.ids import derive_seed
@@ -65,7 +66,7 @@ def serve(n: int, slots: int, time_scale: float, kv_tokens: int) -> None:
     def wrap(tag: str, fn):  # noqa: ANN001, ANN202
         def responder(req: dict) -> object:
             request = ChatRequest(messages=tuple(req["messages"]), tools=tuple(req.get("tools") or ()) or None,
-                                  tag=tag, meta={"sim_error_rate": 0.1})
+                                  tag=tag, meta={"sim_error_rate": 0.1, "sim_turns": turns})
             out = fn(request, random.Random(derive_seed(tag, req["messages"], req.get("seed"))))
             if isinstance(out, Choice):
                 if out.tool_calls:
@@ -90,9 +91,9 @@ def serve(n: int, slots: int, time_scale: float, kv_tokens: int) -> None:
 class Fleet:
     """The server child: start, read its ports, fetch stats, stop."""
 
-    def __init__(self, servers: int, slots: int, time_scale: float, kv_tokens: int) -> None:
+    def __init__(self, servers: int, slots: int, time_scale: float, kv_tokens: int, turns: int = 0) -> None:
         self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(servers), str(slots), str(time_scale),
-                                      str(kv_tokens)],
+                                      str(kv_tokens), str(turns)],
                                      stdout=subprocess.PIPE, text=True, cwd=ROOT)
         line = self.proc.stdout.readline()  # type: ignore[union-attr]
         if not line.startswith("READY"):
@@ -122,7 +123,64 @@ class Fleet:
 #: the FC stages by the roles that call the LLM in them (the server sees only the role header)
 STAGE_ROLES = {"fc.tools": ("fc.tools",), "fc.plans": ("fc.planner", "fc.judge"),
                "fc.dialogues": ("fc.user", "fc.tool", "fc.assistant")}
-STEADY_BUSY = 0.9  # a second is "steady" once the fleet's slots are at least this busy
+#: the roles of the last LLM stage: its items' first requests mark when its input was exhausted
+LAST_STAGE_TAGS = frozenset(STAGE_ROLES["fc.dialogues"])
+#: the pipeline's head: requests that all finish before any later stage starts (fc.tools_dedup is global
+#: and fc.plans indexes its whole input, so they are barriers with and without overlap)
+HEAD_TAGS = frozenset(STAGE_ROLES["fc.tools"])
+
+
+def workload_window(log: list[list], demand: list[float], slots: int, first: int, b: float) -> tuple[float, float]:
+    """The steady part, defined by the workload rather than by the utilisation it reached:
+    from the first second in which the servers held at least ``slots`` requests (the pipeline had
+    enough to fill the fleet) to the moment the last item of the last stage sent its first request
+    (its input is exhausted; after it the fleet only drains the items in flight). Without keyed
+    last-stage requests (the samples scenario) the end is the last arrival."""
+    start = next(((first + i) * b for i, v in enumerate(demand) if v >= slots - 1e-9), None)
+    episode_start: dict[str, float] = {}
+    for key, tag, arrival, _s, _d in log:
+        if key and tag in LAST_STAGE_TAGS and key not in episode_start:
+            episode_start[key] = arrival
+    end = max(episode_start.values()) if episode_start else max((e[3] for e in log), default=0.0)
+    if start is None or start >= end:
+        return end, end
+    return start, end
+
+
+def critical_path(log: list[list], work: float, slots: int) -> dict[str, float]:
+    """Lower bounds on the makespan from the run's dependency structure, at the service times as run
+    (a request's ``done - start``: prefill of its uncached tokens and decode, no queue wait).
+
+    * ``head``: the longest request of the head (fc.tools); nothing after the tools barrier starts before it.
+    * ``chain``: per routing key (a plan: its planner/judge rounds, then its episode's turns), requests are
+      grouped in arrival order, one that arrives while an earlier one is still running counting as parallel
+      (the tool agent's answers to parallel calls), and the groups' longest services add up; ``head + the
+      longest chain`` bounds any schedule, overlapping stages included.
+    * ``stages``: with each stage a barrier, ``head + the longest plan part + the longest episode part``.
+    * ``work``: ``head + (all work - the head's work) / slots``.
+    """
+    head = max((d - s for _k, tag, _a, s, d in log if tag in HEAD_TAGS), default=0.0)
+    head_work = sum(d - s for _k, tag, _a, s, d in log if tag in HEAD_TAGS)
+    by_key: dict[str, list[tuple[float, float, float, bool]]] = {}
+    for key, tag, arrival, start, done in log:
+        if key:
+            by_key.setdefault(key, []).append((arrival, start, done, tag in LAST_STAGE_TAGS))
+    longest = longest_plan = longest_episode = 0.0
+    for entries in by_key.values():
+        entries.sort()
+        parts = [0.0, 0.0]  # plan part, episode part
+        group_end, group_cost, group_part = float("-inf"), 0.0, 0
+        for arrival, start, done, last_stage in entries:
+            if arrival >= group_end - 1e-9:
+                parts[group_part] += group_cost
+                group_end, group_cost, group_part = done, 0.0, int(last_stage)
+            group_end = max(group_end, done)
+            group_cost = max(group_cost, done - start)
+        parts[group_part] += group_cost
+        longest = max(longest, sum(parts))
+        longest_plan, longest_episode = max(longest_plan, parts[0]), max(longest_episode, parts[1])
+    return {"head_s": head, "chain_s": head + longest, "stages_s": head + longest_plan + longest_episode,
+            "work_s": head + (work - head_work) / slots, "longest_chain_s": longest}
 
 
 def _series(line: dict[str, float], bucket: float, first: int, last: int) -> list[float]:
@@ -143,12 +201,16 @@ def summarise(stats: list[dict]) -> dict:
     busy = [_series(s["timeline"], b, first, last) for s in stats]
     demand = [_series(s["demand"], b, first, last) for s in stats]
     fleet_busy = [sum(col) for col in zip(*busy)]
-    # the steady part: whole buckets from the first to the last one with the fleet >= 90% busy
-    hot = [i for i, v in enumerate(fleet_busy) if v >= STEADY_BUSY * slots]
-    if hot:
-        lo, hi = hot[0], hot[-1]
-        steady = [sum(row[lo:hi + 1]) / (s["slots"] * (hi - lo + 1)) for row, s in zip(busy, stats)]
-        steady_s = (hi - lo + 1) * b
+    fleet_demand = [sum(col) for col in zip(*demand)]
+    log = sorted((e for s in stats for e in s.get("log", [])), key=lambda e: e[2])
+    # the steady part, from the workload: the fleet first offered >= slots requests .. the last stage's
+    # input exhausted (whole buckets from the first one's to the end's)
+    w0, w1 = workload_window(log, fleet_demand, slots, first, b)
+    w0 = max(w0, start)  # the first bucket may begin before the first arrival
+    lo, hi = int(w0 // b) - first, int(w1 // b) - first
+    if hi > lo:
+        steady = [sum(row[lo:hi]) / (s["slots"] * (hi - lo)) for row, s in zip(busy, stats)]
+        steady_s = (hi - lo) * b
     else:
         steady, steady_s = [0.0] * len(stats), 0.0
     # idle slot-time: nothing queued anywhere (the pipeline had nothing to send) vs idle here while
@@ -188,9 +250,13 @@ def summarise(stats: list[dict]) -> dict:
     prefilled = sum(s["prompt_tokens_prefilled"] for s in stats)
     cached = sum(s["prompt_tokens_cached"] for s in stats)
     span = len(fleet_busy) * b
+    bounds = critical_path(log, work, slots)
+    lower = max(work / slots, bounds["chain_s"], bounds["work_s"])
     return {"makespan_s": makespan, "ideal_s": work / slots, "util_mean": sum(util) / len(util), "util_min": min(util),
             "steady_util_mean": sum(steady) / len(steady), "steady_util_min": min(steady),
             "steady_share": steady_s / makespan if makespan else 0.0,
+            "steady_from_s": w0 - start, "steady_to_s": w1 - start, "bounds": bounds, "lower_bound_s": lower,
+            "lower_bound_stages_s": max(lower, bounds["stages_s"]),
             "idle_starved": idle_starved / (slots * span), "idle_misplaced": idle_misplaced / (slots * span),
             "mean_in_servers": sum(sum(d) for d in demand) / len(fleet_busy),
             "queue_wait_s": sum(s["queue_wait_s"] for s in stats) / max(1, sum(s["sequences"] for s in stats)),
@@ -200,7 +266,8 @@ def summarise(stats: list[dict]) -> dict:
             "requests": sum(s["requests"] for s in stats), "sequences": sum(s["sequences"] for s in stats),
             "prompt_tokens": sum(s["prompt_tokens"] for s in stats),
             "series": {"start": first * b, "bucket_s": b, "busy": [round(v, 2) for v in fleet_busy],
-                       "in_servers": [round(sum(col), 2) for col in zip(*demand)]}}
+                       "in_servers": [round(v, 2) for v in fleet_demand],
+                       "steady": [round(w0 - first * b, 1), round(w1 - first * b, 1)]}}
 
 
 def overlap_setting() -> tuple[str, object, object] | None:
@@ -222,24 +289,49 @@ def overlap_setting() -> tuple[str, object, object] | None:
 class LagProbe(threading.Thread):
     """A thread that sleeps 10 ms at a time and records how late it wakes: on a box with more runnable
     processes than cores (or a GIL held long) the client's event loop is late by about as much, and
-    late requests look like idle servers."""
+    late requests look like idle servers. It also looks at the main thread (the client's event loop)
+    each time: a stretch of at least ``BUSY_STRETCH_S`` in which the loop is never back in ``select``
+    is time in which no answer is read and no request is sent (the loop is running Python, or the
+    process is waiting for a core), which the fleet sees as idle seconds."""
+
+    BUSY_STRETCH_S = 0.25
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.lags: list[float] = []
         self._done = threading.Event()
+        self._main = threading.main_thread().ident
+        self.samples = self.busy_samples = 0
+        self.stretches: list[float] = []
+
+    def _loop_idle(self) -> bool:
+        frame = sys._current_frames().get(self._main)  # noqa: SLF001 - a sampling probe, like py-spy's
+        return frame is None or frame.f_code.co_name in ("select", "poll") or frame.f_code.co_filename.endswith(
+            "selectors.py")
 
     def run(self) -> None:
+        since: float | None = None
         while not self._done.is_set():
             t = time.perf_counter()
             time.sleep(0.01)
-            self.lags.append(time.perf_counter() - t - 0.01)
+            now = time.perf_counter()
+            self.lags.append(now - t - 0.01)
+            self.samples += 1
+            if self._loop_idle():
+                if since is not None and now - since >= self.BUSY_STRETCH_S:
+                    self.stretches.append(now - since)
+                since = None
+            else:
+                self.busy_samples += 1
+                since = now if since is None else since
 
     def stop(self) -> dict[str, float]:
         self._done.set()
         self.join()
         lags = sorted(self.lags) or [0.0]
-        return {"lag_mean_ms": 1000 * sum(lags) / len(lags), "lag_p99_ms": 1000 * lags[int(0.99 * (len(lags) - 1))]}
+        return {"lag_mean_ms": 1000 * sum(lags) / len(lags), "lag_p99_ms": 1000 * lags[int(0.99 * (len(lags) - 1))],
+                "loop_busy_share": self.busy_samples / max(1, self.samples),
+                "loop_stretches_s": sum(self.stretches), "loop_longest_stretch_s": max(self.stretches, default=0.0)}
 
 
 class AffinityProbe:
@@ -260,9 +352,9 @@ class AffinityProbe:
         self._cls.__post_init__ = post_init  # type: ignore[method-assign]
 
     def counts(self) -> dict[str, int]:
-        out = {"home": 0, "spill": 0, "fallback": 0}
+        out = {"home": 0, "spill": 0, "fallback": 0, "waited": 0, "waited_then_spilled": 0}
         for p in self.policies:
-            for k, v in p.stats.items():
+            for k, v in {**p.stats, **p.wait_stats}.items():
                 out[k] += v
         self.policies.clear()
         return out
@@ -270,7 +362,7 @@ class AffinityProbe:
 
 def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint: int, items: int, workdir: Path,
            epsilon: float = 0.25, overlap: tuple[str, object] | None = None,
-           sample_types: dict[str, float] | None = None, chunk_size: int = 256) -> str:
+           sample_types: dict[str, float] | None = None, chunk_size: int = 256, home_wait: float = 0.0) -> str:
     """The FC pipeline against ``urls``; returns a hash of the dataset's content (order-independent)."""
     from fabrika.pipeline.config import validate_data
     from fabrika.pipeline.runner import run_pipeline
@@ -287,7 +379,8 @@ def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint:
         "name": "fleet", "seed": 1, "run_dir": str(workdir / "run"), "max_in_flight": items,
         "plugins": ["fabrika.generators.fc.stages"],
         "llm": {"backend": "openai", "model": "fake", "max_in_flight": per_endpoint * len(urls), "max_retries": 2,
-                "routing": routing, "routing_epsilon": epsilon, "timeout_s": 600.0, "probe": False,
+                "routing": routing, "routing_epsilon": epsilon, "routing_home_wait_s": home_wait,
+                "timeout_s": 600.0, "probe": False,
                 "endpoints": [{"base_url": u, "max_concurrency": per_endpoint} for u in urls],
                 "cache": {"enabled": False}},
         "stages": [
@@ -336,19 +429,33 @@ def show(name: str, m: dict) -> None:
           f"steady {m['steady_util_mean']:.2f} (min {m['steady_util_min']:.2f}) over {m['steady_share']:.0%} of the run  "
           f"prompt tokens prefilled {m['prefilled']:>10,} cached {m['cached']:>10,}  "
           f"requests {m['requests']:,} sequences {m['sequences']:,}", flush=True)
+    bd = m["bounds"]
+    print(f"{'':<30} steady part = {m['steady_from_s']:.1f}-{m['steady_to_s']:.1f} s (the fleet first held >= slots "
+          f"requests .. the last episode's first request, or the last request's start); "
+          f"lower bound on the makespan {m['lower_bound_s']:.1f} s "
+          f"(x{m['lower_bound_s'] / m['ideal_s']:.2f} ideal; with every stage a barrier "
+          f"{m['lower_bound_stages_s']:.1f} s, x{m['lower_bound_stages_s'] / m['ideal_s']:.2f}) = max of ideal, "
+          f"head {bd['head_s']:.1f} s + rest of the work / slots = {bd['work_s']:.1f} s, head + longest chain "
+          f"{bd['longest_chain_s']:.1f} s = {bd['chain_s']:.1f} s; makespan / lower bound "
+          f"x{m['makespan_s'] / m['lower_bound_s']:.2f}", flush=True)
     print(f"{'':<30} idle slot-time {m['idle_starved']:.0%} with no request queued anywhere, "
           f"{m['idle_misplaced']:.0%} while another server had a queue; mean requests in the servers "
           f"{m['mean_in_servers']:.0f}, mean server queue wait {m['queue_wait_s']:.2f} s; evicted blocks "
           f"{m['evicted_blocks']:,}, most KV blocks over the pool {m['kv_overcommit_blocks']:,}"
           + (f"; wall {m['wall_s']:.0f} s, CPU of the client {m['client_cpu']:.0%} and the servers "
-             f"{m['server_cpu']:.0%}, client wake-up lag mean {m['lag_mean_ms']:.1f} ms p99 {m['lag_p99_ms']:.0f} ms"
+             f"{m['server_cpu']:.0%}, client wake-up lag mean {m['lag_mean_ms']:.1f} ms p99 {m['lag_p99_ms']:.0f} ms; "
+             f"client event loop busy {m['loop_busy_share']:.0%} of the wall, {m['loop_stretches_s']:.0f} s of it in "
+             f"stretches >= {LagProbe.BUSY_STRETCH_S} s without reading an answer (longest "
+             f"{m['loop_longest_stretch_s']:.1f} s)"
              if "client_cpu" in m else ""),
           flush=True)
     if m.get("affinity"):
         a = m["affinity"]
-        total = max(1, sum(a.values()))
+        total = max(1, a["home"] + a["spill"] + a["fallback"])
         print(f"{'':<30} affinity: home {a['home'] / total:.1%}, spill {a['spill'] / total:.1%}, "
-              f"fallback {a['fallback'] / total:.1%} of {total:,} placements", flush=True)
+              f"fallback {a['fallback'] / total:.1%} of {total:,} placements"
+              + (f"; {a['waited']:,} waited for their home, {a['waited_then_spilled']:,} of them spilled after the wait"
+                 if a.get("waited") else ""), flush=True)
     for stage, w in m.get("stages", {}).items():
         if len(m["stages"]) > 1:
             print(f"{'':<30}   stage {stage:<13} {w['window_s']:7.1f} s ({w['share']:.0%} of the makespan): "
@@ -387,18 +494,31 @@ def main() -> None:
     ap.add_argument("--overlap-setting", metavar="FIELD:SEQUENTIAL:OVERLAP",
                     help="the pipeline field and its two values (JSON) when detection by name does not find it, "
                          "e.g. lookahead_shards:0:8")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
+                    help="an extra affinity configuration (overlapping stages when the pipeline has them), "
+                         "e.g. wait:home_wait=0.25 or eps1:epsilon=1.0 (keys: epsilon, home_wait in wall "
+                         "seconds); repeatable")
     ap.add_argument("--series", help="write per-second busy slots and requests in the servers here (JSON)")
-    ap.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument("--turns", type=int, default=0,
+                    help="user turns of every multi_turn plan (each a chain of two calls in two rounds; the sim "
+                         "planner reads it from the request), e.g. 6 with --sample-types multi_turn=3,single=1: "
+                         "long episodes, so the pipeline's fixed head is a small share; 0: the planner's 2-3 turns")
+    ap.add_argument("--serve", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
-        serve(int(args.serve[0]), int(args.serve[1]), float(args.serve[2]), int(args.serve[3]))
+        serve(int(args.serve[0]), int(args.serve[1]), float(args.serve[2]), int(args.serve[3]), int(args.serve[4]))
         return
-    per_endpoint = 4 * args.slots
+    # a client-side slot must never be what decides placement: any one endpoint may be asked to hold every
+    # item of two overlapping stages (with 4 x slots alone, overlap runs of 128 items per stage on 16-slot
+    # servers had 17% of placements bypass the policy: one endpoint with a free client slot)
+    per_endpoint = max(4 * args.slots, 2 * args.items_in_flight)
     results: dict[str, dict] = {}
     hashes: dict[str, str] = {}
     print(f"fleet: {args.servers} servers x {args.slots} slots, KV {args.kv_tokens:,} tokens per server; FC pipeline "
           f"{args.topics} topics x {args.plans} plans, {args.items_in_flight} items in flight; endpoint "
-          f"max_concurrency {per_endpoint}; time scale {args.time_scale:g}", flush=True)
+          f"max_concurrency {per_endpoint}; time scale {args.time_scale:g}"
+          + (f"; multi_turn plans of {args.turns} turns" if args.turns else "")
+          + (f"; sample types {args.sample_types}" if args.sample_types else ""), flush=True)
     sample_types = ({k: float(v) for k, v in (p.split("=") for p in args.sample_types.split(","))}
                     if args.sample_types else None)
     probe = AffinityProbe()
@@ -411,16 +531,27 @@ def main() -> None:
         for r in args.routings]
     if overlap is not None and not args.skip_fc:
         runs += [(f"FC {r}, overlap ({overlap[0]}={overlap[2]})", r, (overlap[0], overlap[2])) for r in args.routings]
+    extra: dict[str, dict[str, object]] = {}
+    for spec in [] if args.skip_fc else args.variant:
+        label, _, kvs = spec.partition(":")
+        opts = {k: v for k, v in (p.split("=", 1) for p in kvs.split(",") if p)}
+        unknown = set(opts) - {"epsilon", "home_wait"}
+        if unknown:
+            raise SystemExit(f"--variant {spec!r}: unknown keys {sorted(unknown)}; use epsilon, home_wait")
+        name = f"FC affinity, {label}" + (f", overlap ({overlap[0]}={overlap[2]})" if overlap else "")
+        extra[name] = {"epsilon": float(opts.get("epsilon", args.epsilon)), "home_wait": float(opts.get("home_wait", 0.0))}
+        runs.append((name, "affinity", (overlap[0], overlap[2]) if overlap else None))
     for name, routing, setting in runs:
-        fleet = Fleet(args.servers, args.slots, args.time_scale, args.kv_tokens)
+        knobs = extra.get(name, {"epsilon": args.epsilon})
+        fleet = Fleet(args.servers, args.slots, args.time_scale, args.kv_tokens, args.turns)
         try:
             t0, cpu0, server_cpu0 = time.perf_counter(), time.process_time(), fleet.cpu_s()
             lag = LagProbe()
             lag.start()
             with tempfile.TemporaryDirectory() as tmp:
                 hashes[name] = fc_run(fleet.urls, routing, args.topics, args.plans, per_endpoint,
-                                      args.items_in_flight, Path(tmp), args.epsilon, setting, sample_types,
-                                      args.chunk_size)
+                                      args.items_in_flight, Path(tmp), overlap=setting, sample_types=sample_types,
+                                      chunk_size=args.chunk_size, **knobs)  # type: ignore[arg-type]
             results[name] = summarise(fleet.stats())
             wall = results[name]["wall_s"] = time.perf_counter() - t0
             # near 1.0: that process (the client: runner + engine on one event loop; or the fake
@@ -432,7 +563,16 @@ def main() -> None:
         finally:
             fleet.stop()
         show(name, results[name])
-    for suffix in sorted({n[len(f"FC {r}"):] for n, r, _ in runs}):
+    for name in extra:
+        base = "FC affinity" + (f", overlap ({overlap[0]}={overlap[2]})" if overlap else "")
+        ll = "FC least_loaded" + (f", overlap ({overlap[0]}={overlap[2]})" if overlap else "")
+        for ref in (base, ll):
+            if ref in results and name in results:
+                a, r = results[name], results[ref]
+                print(f"{name} / {ref}: cached prompt tokens x{a['cached'] / max(1, r['cached']):.2f}, prefilled "
+                      f"x{a['prefilled'] / max(1, r['prefilled']):.2f}, makespan x{a['makespan_s'] / r['makespan_s']:.2f}",
+                      flush=True)
+    for suffix in sorted({n[len(f"FC {r}"):] for n, r, _ in runs if n not in extra}):
         ll, af = results.get(f"FC least_loaded{suffix}"), results.get(f"FC affinity{suffix}")
         if ll and af:
             print(f"affinity / least-loaded{suffix}: cached prompt tokens x{af['cached'] / max(1, ll['cached']):.2f}, "

@@ -137,6 +137,10 @@ class LLMConfig(_Strict):
     routing_epsilon: float = Field(default=0.25, ge=0.0, description="Affinity's load bound: no endpoint takes a "
                                    "request past (1 + epsilon) x its share of the mean in-flight (larger: more "
                                    "cache reuse, less balance).")
+    routing_home_wait_s: float = Field(default=0.0, ge=0.0, description="Affinity: seconds a request whose "
+                                       "key's home server is past the load bound waits for that server to "
+                                       "finish a request before it goes to the next one on the ring (0: spill "
+                                       "at once). Never waits for a server that is down.")
     group_samples: bool = Field(default=True, description="Send repeated samples of one prompt (requests equal "
                                 "but for sample_index) as one request with n=K where the backend supports it "
                                 "(openai-compatible): one prefill instead of K. Each sample keeps its own cache "

@@ -22,7 +22,9 @@ is a ``connection`` error and counts toward the breaker), ``read_timeout_s``
 between bytes of the answer, ``timeout_s`` for the whole attempt. Both
 transports honour the proxy environment (``HTTPS_PROXY``, ``NO_PROXY``…).
 :func:`probe_endpoints` asks each endpoint's ``GET /models`` before a run. The request's ``tag`` is sent as the ``x-fabrika-tag`` header
-(useful in server logs and for the fake server's routing).
+(useful in server logs and for the fake server's routing), its ``routing_key`` (when set) as
+``x-fabrika-routing-key``: a cache-aware router in front of the servers can key sessions on it, and
+the simulated fleet groups an episode's requests by it (its critical path, ``bench/fleet.py``).
 """
 
 from __future__ import annotations
@@ -222,6 +224,8 @@ class OpenAICompatBackend:
         session = self._get_session()
         payload = json.dumps(build_body(request, self.model), ensure_ascii=False).encode("utf-8")
         headers = ep.headers if request.tag == "default" else {**ep.headers, "x-fabrika-tag": _ascii(request.tag)}
+        if request.routing_key is not None:
+            headers = {**headers, "x-fabrika-routing-key": _ascii(request.routing_key)}
         try:
             async with session.post(ep.url, data=payload, headers=headers, proxy=ep.proxy) as resp:
                 raw = await resp.read()
@@ -258,7 +262,7 @@ class OpenAICompatBackend:
         try:
             raw = await client.chat.completions.with_raw_response.create(
                 model=model, messages=messages, extra_body=body or None,
-                extra_headers={"x-fabrika-tag": _ascii(request.tag)}, **known)
+                extra_headers=_extra_headers(request), **known)
             data = raw.http_response.json()
         except LLMError:
             raise
@@ -278,6 +282,13 @@ class OpenAICompatBackend:
 
 def _ascii(text: str) -> str:
     return text.encode("ascii", "replace").decode("ascii")
+
+
+def _extra_headers(request: ChatRequest) -> dict[str, str]:
+    headers = {"x-fabrika-tag": _ascii(request.tag)}
+    if request.routing_key is not None:
+        headers["x-fabrika-routing-key"] = _ascii(request.routing_key)
+    return headers
 
 
 async def probe_endpoints(config: "LLMConfig", timeout_s: float = 10.0) -> list[str]:

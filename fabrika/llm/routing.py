@@ -22,7 +22,11 @@
   within ``(1 + epsilon)`` × its capacity share of the mean); past the bound the
   walk goes on clockwise, and the least-loaded endpoint is the last resort. A
   server that is down (breaker open) or full is skipped, so its keys move to the
-  next endpoint on the ring and come back when it recovers.
+  next endpoint on the ring and come back when it recovers. With ``home_wait_s``
+  a request whose healthy home is past the bound waits up to that long for the
+  home to finish a request (woken by its releases, not by other servers') before
+  it spills; it never waits for a home that is down, and placement after the wait
+  obeys the same bound.
 """
 
 from __future__ import annotations
@@ -184,6 +188,8 @@ class AffinityPolicy:
 
     epsilon: float = 0.25
     vnodes: int = 256
+    #: seconds a request may wait for its key's home (healthy but past the bound) before spilling; 0: never
+    home_wait_s: float = 0.0
     fallback: CapacityPolicy = field(default_factory=CapacityPolicy)
     _ring: list[int] = field(default_factory=list)
     _owners: list[str] = field(default_factory=list)
@@ -191,10 +197,14 @@ class AffinityPolicy:
     _all: list[Endpoint] = field(default_factory=list)
     #: requests that went to their key's first choice / further along the ring / to the fallback
     stats: dict[str, int] = field(default_factory=lambda: {"home": 0, "spill": 0, "fallback": 0})
+    #: requests that waited for their home (``home_wait_s``), and those of them that spilled all the same
+    wait_stats: dict[str, int] = field(default_factory=lambda: {"waited": 0, "waited_then_spilled": 0})
 
     def __post_init__(self) -> None:
         if self.epsilon < 0:
             raise ValueError(f"llm.routing_epsilon must be >= 0, got {self.epsilon}")
+        if self.home_wait_s < 0:
+            raise ValueError(f"llm.routing_home_wait_s must be >= 0, got {self.home_wait_s}")
 
     def bind(self, endpoints: Sequence[Endpoint]) -> None:
         """Build the ring over *all* endpoints of the pool (not only those free now), so a key's
@@ -213,6 +223,43 @@ class AffinityPolicy:
         cap = sum(e.max_concurrency for e in eps)
         # at least the request itself: an idle endpoint never sends its own key's request away
         return max(weight, math.ceil((1.0 + self.epsilon) * total * ep.max_concurrency / cap))
+
+    def home(self, request: ChatRequest, now: float) -> Endpoint | None:
+        """The key's home among the endpoints whose breaker lets a request through now (the first such
+        endpoint clockwise on the ring), or None before :meth:`bind`."""
+        if not self._ring:
+            return None
+        by_url = {ep.base_url: ep for ep in self._all}
+        start = bisect.bisect_left(self._ring, _hash64(routing_key_of(request)))
+        seen: set[str] = set()
+        n = len(self._ring)
+        for step in range(n):
+            url = self._owners[(start + step) % n]
+            if url in seen:
+                continue
+            seen.add(url)
+            ep = by_url.get(url)
+            if ep is not None and ep.breaker.available(now):
+                return ep
+            if len(seen) == len(self._built_for):
+                break
+        return None
+
+    def should_wait(self, request: ChatRequest, now: float) -> tuple[Endpoint, float] | None:
+        """``(home, seconds)``: the home to wait for (healthy, but full or past the bound) and for how long
+        at most, or None: go ahead and place."""
+        if self.home_wait_s <= 0 or len(self._all) < 2:
+            return None
+        ep = self.home(request, now)
+        if ep is None:
+            return None
+        weight = sequences_of(request)
+        fits = ep.in_flight < ep.max_concurrency and ep.in_flight + weight <= self.bound(ep, weight)
+        return None if fits else (ep, self.home_wait_s)
+
+    def note_wait(self, spilled: bool) -> None:
+        """Count a request that started waiting for its home (``spilled=False``), or one that spilled after the wait."""
+        self.wait_stats["waited_then_spilled" if spilled else "waited"] += 1
 
     def pick(self, candidates: Sequence[Endpoint], request: ChatRequest) -> Endpoint:
         if not self._ring or len(self._all) < len(candidates):
@@ -244,6 +291,8 @@ class EndpointPool:
     endpoints: list[Endpoint]
     policy: RoutingPolicy = field(default_factory=CapacityPolicy)
     _waiters: deque = field(default_factory=deque)
+    #: requests waiting for one endpoint (their key's home) to finish a request, by base URL
+    _home_waiters: dict[str, list] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         bind = getattr(self.policy, "bind", None)
@@ -269,10 +318,26 @@ class EndpointPool:
             if ep.in_flight < ep.max_concurrency and ep.breaker.state == "closed":
                 ep.in_flight += weight
                 return ep, False
+        should_wait = getattr(self.policy, "should_wait", None)  # a policy that may hold a request for its home
+        note_wait = getattr(self.policy, "note_wait", None)
+        deadline: float | None = None
         while True:
             now = time.monotonic()
             free = [ep for ep in self.endpoints
                     if ep.in_flight < ep.max_concurrency and ep.breaker.available(now)]
+            if free and callable(should_wait):
+                wait = should_wait(request, now)
+                if wait is not None:
+                    home, wait_s = wait
+                    if deadline is None:
+                        deadline = now + wait_s
+                        if callable(note_wait):
+                            note_wait(False)
+                    if now < deadline:
+                        await self._wait_for(home, deadline - now)
+                        continue
+                    if callable(note_wait):
+                        note_wait(True)
             if free:
                 ep = free[0] if len(free) == 1 else self.policy.pick(free, request)
                 ep.in_flight += weight
@@ -306,6 +371,22 @@ class EndpointPool:
             ep.served += 1
         ep.breaker.record(error, probe)
         self._wake(everyone=probe)  # a probe's outcome concerns every waiter: go on, or back off
+        for fut in self._home_waiters.pop(ep.base_url, ()):  # they look again (the bound moved too)
+            if not fut.done():
+                fut.set_result(None)
+
+    async def _wait_for(self, ep: Endpoint, timeout: float) -> None:
+        """Until ``ep`` releases a request or ``timeout`` seconds pass (a home wait, see :class:`AffinityPolicy`)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting = self._home_waiters.setdefault(ep.base_url, [])
+        waiting.append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            if fut in waiting:
+                waiting.remove(fut)
 
     def _wake(self, everyone: bool = False) -> None:
         while self._waiters:

@@ -259,7 +259,8 @@ class FakeOpenAIApp:
             route = f"fault:{fault}" if route == "default" else route
         elif self.sim is not None:
             completion = self._sim_completion(req, spec, script)
-            delay = 1000.0 * self.sim.schedule(req, [c["message"] for c in completion["choices"]], tag)
+            delay = 1000.0 * self.sim.schedule(req, [c["message"] for c in completion["choices"]], tag,
+                                               http.headers.get("x-fabrika-routing-key", ""))
             reply = HttpReply(200, json.dumps(completion, ensure_ascii=False).encode())
         else:  # n > 1: each sample drawn as a lone request would get it (scripts advance per sample), as vLLM does
             reply = HttpReply(200, json.dumps(self._sim_completion(req, spec, script), ensure_ascii=False).encode())

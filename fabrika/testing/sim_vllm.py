@@ -44,6 +44,10 @@ speculative decoding,
 chunked-prefill fairness
 ========================  ===============================================  =================================================
 
+``/stats`` also returns a per-request ``log`` (routing key from the ``x-fabrika-routing-key`` header,
+role, arrival, start, done), from which ``bench/fleet.py`` rebuilds each episode's chain of dependent
+requests and so a lower bound on the makespan.
+
 Time is modelled, not burned: the whole schedule of a request (its start
 slot, its finish) is computed when it arrives, and the answer is sent with
 ``loop.call_later`` after ``simulated seconds / time_scale`` of wall time. With
@@ -146,6 +150,10 @@ class SimVLLM:
     demand: dict[int, float] = field(default_factory=dict)
     #: per client role (the ``x-fabrika-tag`` header): requests, prompt tokens prefilled / cached, first/last times
     by_tag: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: per request, in arrival order: ``(routing key, tag, arrival, start, done)`` in simulated seconds; the key
+    #: (the ``x-fabrika-routing-key`` header, "" without one) groups an episode's requests, so a reader can
+    #: rebuild its chain of dependent requests and their service times (``done - start``: no queue wait)
+    log: list[tuple[str, str, float, float, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.reset()
@@ -156,6 +164,7 @@ class SimVLLM:
         heapq.heapify(self._free)
         self._cache.clear()
         self.timeline, self.demand = {}, {}
+        self.log = []
         self.stats = {"requests": 0, "sequences": 0, "busy_slot_s": 0.0, "queue_wait_s": 0.0,
                       "prompt_tokens": 0, "prompt_tokens_prefilled": 0, "prompt_tokens_cached": 0,
                       "completion_tokens": 0, "first_arrival": -1.0, "last_done": 0.0, "evicted_blocks": 0,
@@ -219,10 +228,10 @@ class SimVLLM:
         self.stats["kv_overcommit_blocks"] = max(self.stats["kv_overcommit_blocks"], len(cache) - cap)
 
     # -- scheduling -----------------------------------------------------------
-    def schedule(self, req: dict[str, Any], outputs: list[dict[str, Any]], tag: str = "") -> float:
+    def schedule(self, req: dict[str, Any], outputs: list[dict[str, Any]], tag: str = "", key: str = "") -> float:
         """Admit a request with its ``outputs`` (the assistant message of each choice, already decided);
         returns the *wall* seconds until its answer is due. ``tag`` (the client's role header) only
-        groups the counters in ``by_tag``."""
+        groups the counters in ``by_tag``; ``key`` (its routing key header) only labels its ``log`` entry."""
         cfg = self.config
         arrival = self.now()
         st = self.stats
@@ -274,6 +283,7 @@ class SimVLLM:
         st["prompt_tokens_prefilled"] += uncached
         st["prompt_tokens_cached"] += cached_tokens
         st["last_done"] = max(st["last_done"], done)
+        self.log.append((key, tag, arrival, start, done))
         return (done - arrival) / cfg.time_scale
 
     def _occupy(self, line: dict[int, float], start: float, end: float) -> None:
@@ -295,5 +305,6 @@ class SimVLLM:
         st["bucket_s"] = self.config.bucket_s
         st["timeline"] = {str(k): round(v, 6) for k, v in sorted(self.timeline.items())}
         st["demand"] = {str(k): round(v, 6) for k, v in sorted(self.demand.items())}
+        st["log"] = [[k, t, round(a, 6), round(s, 6), round(d, 6)] for k, t, a, s, d in self.log]
         st["config"] = {k: getattr(self.config, k) for k in self.config.__dataclass_fields__}
         return st

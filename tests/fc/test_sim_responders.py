@@ -83,3 +83,31 @@ def test_sim_plans_include_corrections_late_clarifications_and_error_recovery():
             elif [c.name for c in steps[0].calls()] == [c.name for c in steps[1].calls()]:
                 seen.add("correction")
     assert seen == {"error", "late_clarification", "correction"} and failed <= 16
+
+
+def test_sim_planner_long_turns_pass_the_rule_checks():
+    """``meta["sim_turns"]`` (the fleet bench's long-episode workload) makes multi_turn plans of that many turns,
+    each a two-round call chain, that the rule checks accept as they are (no revision rounds forced)."""
+    from fabrika.generators.fc.plan_checks import check_plan, parse_steps
+    from fabrika.generators.fc.plans import load_personas
+    from fabrika.generators.fc.sim_responders import planner_responder
+
+    for lang, topics in [("ru", ("Доставка продуктов", "Ремонт техники")), ("en", ("Car rentals", "Hotel rooms"))]:
+        persona = load_personas(f"package://fc/personas_{lang}.jsonl")[0]
+        for seed in range(25):
+            specs = []
+            for i, name in enumerate(topics):
+                raw = json.loads(tools_responder(tools_request(lang, name), random.Random(seed * 7 + i)))["tools"]
+                specs += [parse_tool(t, topic_id=f"t{i}", lang=lang)[0] for t in raw]
+            task = {"sample_type": "multi_turn", "lang": lang, "persona": persona.model_dump(exclude={"id"}),
+                    "tools": [{**s.tool.to_openai()["function"], "tiers": s.tiers} for s in specs]}
+            content = prompt_text("planner", lang).format(task=json.dumps(task, ensure_ascii=False, indent=1))
+            request = ChatRequest(messages=({"role": "user", "content": content},), tag="fc.planner",
+                                  meta={"sim_turns": 5})
+            steps, problems = parse_steps(json.loads(planner_responder(request, random.Random(seed))))
+            assert steps is not None, problems
+            assert len(steps) == 5 and all(len(s.rounds) == 2 for s in steps)
+            assert check_plan(steps, specs, "multi_turn", lang, persona) == [], (lang, seed)
+            # without the knob the planner's own short multi_turn plans are unchanged (2-3 steps)
+            plain = ChatRequest(messages=request.messages, tag="fc.planner")
+            assert len(json.loads(planner_responder(plain, random.Random(seed)))["steps"]) in (2, 3)

@@ -206,3 +206,23 @@ def test_counters_by_role_and_demand() -> None:
     assert snap["by_tag"]["fc.user"]["requests"] == 1 and snap["by_tag"]["fc.tool"]["requests"] == 1
     assert snap["timeline"] == {"0": 1.0, "1": 1.0}  # one slot busy throughout
     assert snap["demand"] == {"0": 2.0, "1": 1.0}  # two requests in the server in the first second
+
+
+async def test_routing_key_travels_as_a_header_into_the_log(tmp_path: Path) -> None:
+    """The backend sends ``routing_key`` as ``x-fabrika-routing-key``; the simulated server logs each request
+    with it (arrival, start, done), so an episode's chain can be rebuilt from the server side."""
+    cfg = SimVLLMConfig(slots=1, time_scale=1000.0, overhead_s=0.0)
+    with FakeOpenAIServer(vllm=cfg) as srv:
+        eng = build_engine(http_config(srv), None)
+        async with eng:
+            resps = await eng.complete([ChatRequest(messages=({"role": "user", "content": f"{PROMPT} {i}"},),
+                                                    routing_key="plan-7" if i else None, tag="fc.user")
+                                        for i in range(3)])
+        assert all(r.ok for r in resps)
+        log = srv.sim_stats()["log"]
+    assert sorted(k for k, *_ in log) == ["", "plan-7", "plan-7"]
+    assert all(t == "fc.user" and a <= s < d for _k, t, a, s, d in log)
+    # one slot: the three requests ran one after another, so two of them waited in the queue
+    starts = sorted(s for *_x, s, _d in log)
+    ends = sorted(d for *_x, d in log)
+    assert all(s >= e - 1e-9 for s, e in zip(starts[1:], ends))

@@ -229,3 +229,52 @@ async def test_an_n_request_goes_home_in_an_idle_fleet() -> None:
         homes.add(ep.base_url)
         pool.release(ep, None, False, 8)
     assert len(homes) == 1 and policy.stats["home"] == 3
+
+
+async def test_home_wait_goes_home_when_the_home_frees_in_time_and_spills_after_the_wait() -> None:
+    """``home_wait_s``: a request whose home is past the bound waits for that server's next release (then
+    goes home), spills once the wait is over, and never waits for a home that is down."""
+    eps = endpoints(2)
+    policy = AffinityPolicy(epsilon=0.0, home_wait_s=0.5)
+    pool = EndpointPool(eps, policy)
+    first, _ = await pool.acquire(req("hot"))
+    other = next(e for e in eps if e is not first)
+    # the home holds 1 of 1 in flight: with epsilon 0 a second request of the key is past the bound and waits
+    t0 = time.monotonic()
+    second = asyncio.create_task(pool.acquire(req("hot")))
+    await asyncio.sleep(0.05)
+    assert not second.done() and policy.wait_stats["waited"] == 1
+    pool.release(first, None, False)  # the home finishes its request: the waiter goes home
+    ep, _ = await asyncio.wait_for(second, 1.0)
+    assert ep is first and time.monotonic() - t0 < 0.4 and policy.wait_stats["waited_then_spilled"] == 0
+    # nobody releases: after the wait it spills to the next server, within the bound
+    t0 = time.monotonic()
+    ep, _ = await pool.acquire(req("hot"))
+    assert ep is other and time.monotonic() - t0 >= 0.45 and policy.wait_stats["waited_then_spilled"] == 1
+    # a home that is down is not waited for
+    first.breaker.state, first.breaker.open_until = "open", time.monotonic() + 60
+    t0 = time.monotonic()
+    ep, _ = await pool.acquire(req("hot"))
+    assert ep is other and time.monotonic() - t0 < 0.1
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.25])
+async def test_bounded_load_holds_with_home_wait(epsilon: float) -> None:
+    """Waiting for the home changes when a request is placed, never where past the bound; with requests
+    finishing concurrently every waiter is placed (no deadlock)."""
+    eps = endpoints(4)
+    pool = EndpointPool(eps, AffinityPolicy(epsilon=epsilon, home_wait_s=0.05))
+    rng = random.Random(5)
+    violations = []
+
+    async def one(i: int) -> None:
+        key = "hot" if rng.random() < 0.6 else f"k{rng.randrange(30)}"
+        ep, _ = await pool.acquire(req(key))
+        total = sum(e.in_flight for e in eps)
+        if ep.in_flight > max(1, math.ceil((1 + epsilon) * total / len(eps))):
+            violations.append((i, [e.in_flight for e in eps]))
+        await asyncio.sleep(rng.random() * 0.02)
+        pool.release(ep, None, False)
+
+    await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(300))), 30)
+    assert violations == [] and [e.in_flight for e in eps] == [0, 0, 0, 0]

@@ -189,7 +189,12 @@ def _say(fn: dict[str, Any], args: dict[str, Any], skip: str | None = None) -> s
 
 
 def planner_responder(request: ChatRequest, rng: random.Random) -> str:
-    """``fc.planner``: a plan of the requested type built from the task's tools."""
+    """``fc.planner``: a plan of the requested type built from the task's tools.
+
+    ``request.meta["sim_turns"]`` (a workload knob for benches; off by default) makes every
+    ``multi_turn`` plan that many user turns, each a chain of two calls in two rounds
+    («…, затем …»), as long real episodes with several tool-call rounds per user turn are.
+    """
     task = json_blocks(request, 0)[-1]  # the task is the prompt's last JSON block
     lang, kind, tools = task["lang"], task["sample_type"], task["tools"]
     w = WORDS[lang]
@@ -231,7 +236,10 @@ def planner_responder(request: ChatRequest, rng: random.Random) -> str:
         return None
 
     picks = rng.sample(tools, min(2, len(tools)))
-    if kind in ("single", "multi_turn"):
+    turns = int(request.meta.get("sim_turns") or 0)
+    if kind == "multi_turn" and turns >= 2 and len(tools) >= 2:
+        steps = _long_turns(tools, turns, lang, rng, polite)
+    elif kind in ("single", "multi_turn"):
         steps = [step(picks[:1], "", False)]
         if kind == "multi_turn":
             variant = rng.randrange(3)
@@ -260,6 +268,37 @@ def planner_responder(request: ChatRequest, rng: random.Random) -> str:
         steps = [{"kind": "text", "intent": polite + w["chat"], "user_message": polite + w["chat"],
                   "final_answer": w["chat_answer"]}]
     return json.dumps({"steps": steps}, ensure_ascii=False)
+
+
+def _long_turns(tools: list[dict], turns: int, lang: str, rng: random.Random, polite: str) -> list[dict]:
+    """``turns`` user turns, each a chain of two calls in two rounds («…, затем …»), over one consistent
+    world: an argument keeps its value for the whole episode (a chain's second call reuses the first's
+    order number, the user's city stays the same), and the city is not one an address names (a turn
+    that says the address would otherwise already say a later turn's city) — so the plan passes the
+    rule checks as a real planner's good plan would."""
+    w = WORDS[lang]
+    by_name = {p[0]: p for p in PARAMS}
+    address_cities = {str(a.get("city")) for a in by_name["address"][4 if lang == "ru" else 5]}
+    cities = [c for c in by_name["city"][4 if lang == "ru" else 5] if c not in address_cities]
+    world: dict[str, Any] = {}
+    steps = []
+    for t in range(turns):
+        fns = rng.sample(tools, 2)
+        calls, slots = [], {}
+        for fn in fns:
+            call, _slots, _ = _call(fn, lang, rng)
+            props = fn["parameters"].get("properties", {})
+            args = call["arguments"]
+            for k in list(args):
+                if k == "city" and k not in world and cities:
+                    world[k] = rng.choice(cities)
+                args[k] = world.setdefault(k, args[k])
+                slots[k] = {"value": args[k], "say": say_value(args[k], props[k])}
+            calls.append(call)
+        say = (polite if t == 0 else "") + w["then"].join(_say(fn, c["arguments"]) for fn, c in zip(fns, calls))
+        steps.append({"kind": "tool_call", "intent": say, "user_message": say, "slots": slots,
+                      "rounds": [[c] for c in calls], "final_answer": f"{w['done']}: {w['ok']}."})
+    return steps
 
 
 def judge_responder(request: ChatRequest, rng: random.Random) -> str:
