@@ -142,7 +142,9 @@ class LLMEngine:
         if self.closed:
             raise RuntimeError("LLMEngine.complete() after aclose(); build a new engine")
         prepared = [self.prepare(r) for r in requests]
-        keys = [self._key(r) for r in prepared]
+        # The cache key hashes the whole prompt; without a cache nothing reads it (coalescing
+        # is cache-only too), and on long dialogues hashing every request stalls the event loop.
+        keys = [self._key(r) for r in prepared] if self.cache is not None else [""] * len(prepared)
         out: list[ChatResponse | None] = [None] * len(prepared)
         acct = self.accounting
         todo: list[int]
