@@ -219,6 +219,20 @@ class ItemWorker:
         but sends its LLM-written code here (:class:`fabrika.ray.sandbox.RemoteSandboxPool`)."""
         return await self._sandbox(config).run(code, responses)
 
+    async def map_chunk(self, func: Any, items: list[Any]) -> dict[str, Any]:
+        """``func`` over one chunk of a driver-run stage's ``ctx.map_cpu`` (:mod:`fabrika.ray.cpu_map`), off the
+        event loop so this actor's other batches keep going; a function this node cannot import is an ``error``."""
+        from fabrika.pipeline.cpu_map import NotImportableError
+
+        try:
+            fn = func.load()
+        except NotImportableError as exc:
+            return {"error": f"ray worker on {os.uname().nodename}: {exc}"}
+        started = time.monotonic()
+        results = await asyncio.to_thread(lambda: [fn(x) for x in items])
+        return {"results": results, "seconds": time.monotonic() - started, "pid": os.getpid(),
+                "node": os.uname().nodename, "restarted": self.restarted}
+
     async def end_stage(self, name: str) -> None:
         """The stage is done: tear it down here (its run-wide resources stay until :meth:`close`)."""
         hosted = self.hosted.pop(name, None)
