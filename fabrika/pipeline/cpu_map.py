@@ -51,7 +51,7 @@ class CpuFunction:
                                      "level of a module every worker can import (fabrika or a plugins: module)") from None
         if self.args or self.kwargs:
             return functools.partial(obj, *self.args, **self.kwargs)
-        return obj  # type: ignore[no-any-return]
+        return obj
 
 
 def cpu_function(fn: Callable[..., Any]) -> CpuFunction:

@@ -8,8 +8,7 @@ from functools import partial
 import pytest
 from datasketch import MinHash, MinHashLSH
 
-from fabrika.filters.dedup import (DedupConfig, DedupScorer, clusters_from_signatures, minhash_signature,
-                                   near_duplicate_clusters, shingles)
+from fabrika.filters.dedup import DedupConfig, DedupScorer, clusters_from_signatures, minhash_signature, near_duplicate_clusters, shingles
 from fabrika.pipeline.cpu_map import NotImportableError, cpu_function
 from fabrika.testing import stage_context
 from tests.filters.dedup_corpus import corpus
