@@ -58,6 +58,7 @@ class RayCpuMapper:
         pids: set[tuple[str, int]] = set()
         restarted: set[tuple[str, int]] = set()
         after_restart = 0
+        worker_seconds = 0.0
         chunk_rows: list[int] = []
         nxt = done = 0
         try:
@@ -79,6 +80,7 @@ class RayCpuMapper:
                         raise NotImportableError(result["error"])
                     out[start:end] = result["results"]
                     sizer.record(end - start, result["seconds"])
+                    worker_seconds += result["seconds"]
                     proc = (result["node"], result["pid"])
                     pids.add(proc)
                     if result["restarted"] and (proc in restarted or proc not in pool.processes):
@@ -93,7 +95,7 @@ class RayCpuMapper:
                 pool.load[w] -= 1
         facts.update(chunks=len(chunk_rows), chunk_rows={"first": chunk_rows[0], "max": max(chunk_rows)},
                      worker_processes=len(pids), worker_restarts=len(restarted), chunks_after_restart=after_restart,
-                     seconds=round(time.monotonic() - started, 3))
+                     seconds=round(time.monotonic() - started, 3), worker_seconds=round(worker_seconds, 3))
         self._report(label, facts)
         return out
 
