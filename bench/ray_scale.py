@@ -261,8 +261,8 @@ def cheap_stage(args: argparse.Namespace) -> None:
                 sig = float(mapped["seconds"]) - start
                 seconds[f"{label} signatures"] = seconds.get(f"{label} signatures", []) + [sig]
                 where = (f"signatures on {mapped['on']} {sig:.2f}s"
-                         + (f" in {mapped['chunks']} chunks over {mapped['worker_processes']} process(es)"
-                            if "chunks" in mapped else ""))
+                         + (f" in {mapped['chunks']} chunks over {mapped['worker_processes']} process(es), "
+                            f"{mapped['worker_seconds']:.2f}s of worker time" if "chunks" in mapped else ""))
             print(f"round {r + 1}  {label:7s} {st.seconds:7.2f}s  {rows / st.seconds:8.0f} rows/s  "
                   f"(of which starting the worker actors {start:.2f}s; {where}"
                   + (f"; {sizes['batches']} batches, up to {sizes['max']} rows" if sizes else "")
