@@ -5,6 +5,9 @@ Run: ``PYTHONPATH=$PWD .venv/bin/python bench/ray_scale.py [--constraints 2000] 
 ``--stage filter.length|filter.language [--rows 20000]`` instead measures a cheap LLM-free scorer
 (regex token estimate, lingua) over a prepared table of Russian prompts: local vs Ray with 1 and
 2 workers, the stage's own seconds — whether shipping rows to actors pays for such a stage.
+``--stage filter.dedup --rows 50000`` does the same for the global MinHash dedup: its signatures go
+through ``ctx.map_cpu`` (in the driver locally, on the worker actors under Ray), LSH and union-find
+stay in the driver; it prints the whole stage and the signatures phase.
 
 1. Prepares once, on the offline ``sim`` backend: ``if.expand`` → ``if.dedup`` → ``if.verifiers``
    (k = 8) for the Russian constraints the sim library yields (~95 distinct), repeated under new ids up
@@ -166,7 +169,9 @@ def run_mode(tmp: Path, base: Path, args: argparse.Namespace, mode: tuple, tag: 
     return st.seconds, table, note
 
 
-CHEAP_STAGES = {"filter.length": {}, "filter.language": {"text_field": "user", "languages": ["ru", "en"]}}
+CHEAP_STAGES = {"filter.length": {}, "filter.language": {"text_field": "user", "languages": ["ru", "en"]},
+                # a global stage: its per-text MinHash signatures go through ctx.map_cpu, LSH stays in the driver
+                "filter.dedup": {"text_field": "user", "unit": None}}
 CHEAP_MODES = [("local", "local", 1), ("ray x1", "ray", 1), ("ray x2", "ray", 2)]
 
 
@@ -194,6 +199,27 @@ def write_pool(path: Path, rows: int) -> None:
             fh.write(json.dumps({"prompt": f"{text} (вариант {i})", "lang": "ru"}, ensure_ascii=False) + "\n")
 
 
+def write_dedup_pool(path: Path, rows: int) -> None:
+    """``rows`` Russian prompts for ``filter.dedup``: three demo prompts drawn at random (distinct texts) and,
+    for about one in five, a near-duplicate next to it (punctuation, case, a greeting), as real pools have."""
+    import json
+    import random
+
+    records = [json.loads(line) for line in
+               (ROOT / "fabrika" / "data" / "general" / "prompts_demo.jsonl").read_text(encoding="utf-8").splitlines()]
+    demo = [r["prompt"] for r in records if isinstance(r.get("prompt"), str)]
+    rng = random.Random(0)
+    texts: list[str] = []
+    while len(texts) < rows:
+        text = " ".join(rng.sample(demo, 3))
+        texts.append(text)
+        if rng.random() < 0.2:
+            texts.append(rng.choice([text.rstrip(".!?") + "!", text.lower(), "Привет! " + text, text.replace(",", "")]))
+    with path.open("w", encoding="utf-8") as fh:
+        for text in texts[:rows]:
+            fh.write(json.dumps({"prompt": text, "lang": "ru"}, ensure_ascii=False) + "\n")
+
+
 def cheap_stage(args: argparse.Namespace) -> None:
     """``--stage filter.length|filter.language``: a cheap LLM-free scorer over ``--rows`` rows, local vs
     Ray x1 vs Ray x2 (rotated rounds, medians), the stage's seconds as the runner records them."""
@@ -204,7 +230,7 @@ def cheap_stage(args: argparse.Namespace) -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="ray_cheap-"))
     pool = tmp / "pool.jsonl"
-    write_pool(pool, args.rows)
+    (write_dedup_pool if args.stage == "filter.dedup" else write_pool)(pool, args.rows)
     base = tmp / "base"
     run_pipeline(load(tmp, "prep", cheap_document(base, pool, args.stage, "local", 1, args.batch_size)),
                  resume=False, progress=False, until=["pool"])
@@ -224,12 +250,23 @@ def cheap_stage(args: argparse.Namespace) -> None:
             seconds[label].append(st.seconds)
             frame = RunStore(run_dir).scan_raw("scored").collect()
             tables.append(frame.select(sorted(frame.columns)).sort("id"))
-            start = float(st.report.get("ray_pool_start_s", 0.0))  # the run's actors, started by this stage
+            mapped = st.report.get("cpu_map", {}).get("minhash signatures", {})  # filter.dedup's map_cpu facts
+            # the run's actors, started by this stage (a per-item stage's batches, or a global stage's map)
+            start = float(st.report.get("ray_pool_start_s", mapped.get("ray_pool_start_s", 0.0)))
             seconds[f"{label} (pool started)"] = seconds.get(f"{label} (pool started)", []) + [st.seconds - start]
+            rows = st.processed or int(mapped.get("items", 0)) or args.rows
             sizes = st.report.get("ray_batch_rows", {})
-            print(f"round {r + 1}  {label:7s} {st.seconds:7.2f}s  {st.processed / st.seconds:8.0f} rows/s  "
-                  f"(of which starting the worker actors {start:.2f}s; {st.report.get('executor', 'local')}"
-                  + (f"; {sizes['batches']} batches, up to {sizes['max']} rows" if sizes else "") + ")", flush=True)
+            where = st.report.get("executor", "local")
+            if mapped:
+                sig = float(mapped["seconds"]) - start
+                seconds[f"{label} signatures"] = seconds.get(f"{label} signatures", []) + [sig]
+                where = (f"signatures on {mapped['on']} {sig:.2f}s"
+                         + (f" in {mapped['chunks']} chunks over {mapped['worker_processes']} process(es), "
+                            f"{mapped['worker_seconds']:.2f}s of worker time" if "chunks" in mapped else ""))
+            print(f"round {r + 1}  {label:7s} {st.seconds:7.2f}s  {rows / st.seconds:8.0f} rows/s  "
+                  f"(of which starting the worker actors {start:.2f}s; {where}"
+                  + (f"; {sizes['batches']} batches, up to {sizes['max']} rows" if sizes else "")
+                  + f"; load {os.getloadavg()[0]:.1f})", flush=True)
             shutil.rmtree(run_dir, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in seconds.items()}
     print("\nmedian stage seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items() if "(" not in k))
@@ -238,6 +275,11 @@ def cheap_stage(args: argparse.Namespace) -> None:
     warm_x1, warm_x2 = med["ray x1 (pool started)"], med["ray x2 (pool started)"]
     print(f"without the actors' start (a pool already up, as for every worker-run stage after the first): "
           f"ray x1 / local {warm_x1 / med['local']:.2f}x, ray x2 / local {warm_x2 / med['local']:.2f}x")
+    if "local signatures" in med:
+        sig = {m[0]: med[f"{m[0]} signatures"] for m in CHEAP_MODES}
+        print("median signature seconds (the map_cpu part, actor start excluded): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in sig.items())
+              + f"; ray x1 / local {sig['ray x1'] / sig['local']:.2f}x, ray x2 / local {sig['ray x2'] / sig['local']:.2f}x")
     print(f"same rows in every run: {all(t.equals(tables[0]) for t in tables)}")
     ray.shutdown()
     shutil.rmtree(tmp, ignore_errors=True)

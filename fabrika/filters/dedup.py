@@ -20,10 +20,12 @@ Scores: ``dup_cluster`` (str), ``dup_is_representative`` (bool), ``dup_cluster_s
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any, AsyncIterator, ClassVar, Iterator, Sequence
 
+import numpy as np
 import polars as pl
-from datasketch import MinHash, MinHashLSH
+from datasketch import LeanMinHash, MinHash, MinHashLSH
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.filters.text import norm_tokens, row_text
@@ -31,6 +33,11 @@ from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 
 SCORE_COLUMNS = ("dup_cluster", "dup_is_representative", "dup_cluster_size")
+#: MinHash permutation seed of ``filter.dedup`` (fixed: part of what a cluster means)
+SEED = 1
+#: datasketch's permutation scheme, pinned (its default since 2.0): signatures made on a worker and
+#: rebuilt in the driver must agree on it, and hash values do not record it
+SCHEME = "affine32"
 
 
 def shingles(text: str, k: int) -> set[bytes]:
@@ -48,26 +55,38 @@ def _find(parent: dict[str, str], x: str) -> str:
     return x
 
 
-def near_duplicate_clusters(ids: Sequence[str], texts: Sequence[str], threshold: float = 0.8,
-                            num_perm: int = 128, shingle: int = 3, seed: int = 1) -> list[dict[str, Any]]:
-    """Cluster ``texts``; one ``{id, dup_cluster, dup_is_representative, dup_cluster_size}`` per input."""
-    if len(ids) != len(texts):
-        raise ValueError(f"ids ({len(ids)}) and texts ({len(texts)}) differ in length")
+def minhash_signature(text: str, shingle: int = 3, num_perm: int = 128, seed: int = 1) -> np.ndarray | None:
+    """The MinHash signature of ``text``'s shingles (``num_perm`` hash values, a numpy array), or None for a text
+    without tokens (nobody's duplicate). A pure per-row function: ``ctx.map_cpu`` may run it on workers;
+    the array pickles compactly and :func:`clusters_from_signatures` rebuilds the sketch from it."""
+    sh = shingles(text, shingle)
+    if not sh:
+        return None
+    m = MinHash(num_perm=num_perm, seed=seed, scheme=SCHEME)
+    m.update_batch(list(sh))
+    return m.hashvalues
+
+
+def clusters_from_signatures(ids: Sequence[str], signatures: Sequence[np.ndarray | None], threshold: float = 0.8,
+                             num_perm: int = 128, seed: int = 1) -> list[dict[str, Any]]:
+    """Cluster rows by their signatures (:func:`minhash_signature`, same ``num_perm``/``seed``): LSH candidates
+    whose estimated Jaccard clears ``threshold`` are unioned, rows taken in id order; one
+    ``{id, dup_cluster, dup_is_representative, dup_cluster_size}`` per input."""
+    if len(ids) != len(signatures):
+        raise ValueError(f"ids ({len(ids)}) and signatures ({len(signatures)}) differ in length")
     if len(set(ids)) != len(ids):
         raise ValueError("near-duplicate clustering needs unique ids")
     from fabrika.pipeline.progress import phase  # the running stage's progress line shows it
 
     lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
-    sigs: dict[str, MinHash] = {}
+    sigs: dict[str, LeanMinHash] = {}
     parent = {i: i for i in ids}
-    for n, (rid, text) in enumerate(sorted(zip(ids, texts))):
+    for n, (rid, hv) in enumerate(sorted(zip(ids, signatures), key=lambda p: p[0])):
         if n % 2048 == 0:
-            phase("minhash dedup", n, len(ids))
-        sh = shingles(text, shingle)
-        if not sh:
+            phase("minhash lsh", n, len(ids))
+        if hv is None:
             continue  # empty texts are nobody's duplicate
-        m = MinHash(num_perm=num_perm, seed=seed)
-        m.update_batch(list(sh))
+        m = LeanMinHash(seed=seed, hashvalues=hv, scheme=SCHEME)
         for other in lsh.query(m):
             if m.jaccard(sigs[other]) >= threshold:
                 a, b = _find(parent, rid), _find(parent, other)
@@ -82,6 +101,15 @@ def near_duplicate_clusters(ids: Sequence[str], texts: Sequence[str], threshold:
     # union keeps the smaller root, so each root is its cluster's smallest id
     return [{"id": i, "dup_cluster": roots[i], "dup_is_representative": roots[i] == i,
              "dup_cluster_size": sizes[roots[i]]} for i in ids]
+
+
+def near_duplicate_clusters(ids: Sequence[str], texts: Sequence[str], threshold: float = 0.8,
+                            num_perm: int = 128, shingle: int = 3, seed: int = 1) -> list[dict[str, Any]]:
+    """Cluster ``texts`` in this process; one ``{id, dup_cluster, dup_is_representative, dup_cluster_size}`` per input."""
+    if len(ids) != len(texts):
+        raise ValueError(f"ids ({len(ids)}) and texts ({len(texts)}) differ in length")
+    sigs = [minhash_signature(t, shingle, num_perm, seed) for t in texts]
+    return clusters_from_signatures(ids, sigs, threshold, num_perm, seed)
 
 
 def unit_key(row: Row, field: str | None) -> str | None:
@@ -139,8 +167,10 @@ class DedupScorer(Stage[DedupConfig]):
                 unit_text[unit] = text
             unit_id[unit] = min(rid, unit_id.get(unit, rid))
         units = sorted(unit_text, key=unit_id.__getitem__)
-        found = near_duplicate_clusters([unit_id[u] for u in units], [unit_text[u] for u in units], cfg.threshold,
-                                        cfg.num_perm, cfg.shingle)
+        # the per-text signatures are the CPU-heavy part: on the worker actors under executor: ray
+        sigs = await self.ctx.map_cpu(partial(minhash_signature, shingle=cfg.shingle, num_perm=cfg.num_perm, seed=SEED),
+                                      [unit_text[u] for u in units], label="minhash signatures")
+        found = clusters_from_signatures([unit_id[u] for u in units], sigs, cfg.threshold, cfg.num_perm, SEED)
         verdict = {u: r for u, r in zip(units, found)}
         out = [ok(rid, dup_cluster=verdict[u]["dup_cluster"], dup_is_representative=verdict[u]["dup_is_representative"],
                   dup_cluster_size=verdict[u]["dup_cluster_size"]) for rid, u in row_units]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Se
 import polars as pl
 
 from fabrika.gates import gate_lazy
+from fabrika.pipeline.cpu_map import CpuMapper, cpu_function, map_in_process
 from fabrika.schemas.ids import derive_seed
 
 if TYPE_CHECKING:
@@ -57,6 +58,13 @@ class StageContext(Protocol):
         """Record a fact in the manifest (e.g. ``report("sandbox_isolation", "bwrap")``)."""
         ...
 
+    async def map_cpu(self, fn: Callable[[Any], Any], items: Sequence[Any], *, label: str | None = None) -> list[Any]:
+        """``[fn(x) for x in items]``, in input order, where the executor puts CPU work: in this process
+        locally, in chunks on the worker actors under ``executor: ray``. ``fn`` must be pure and importable
+        by name (a top-level function, or a ``functools.partial`` of one with picklable arguments); the
+        stage's report gets ``cpu_map.<label>`` (where it ran, items, chunks, worker processes)."""
+        ...
+
 
 def item_rng(global_seed: int, stage_name: str, *parts: Any) -> random.Random:
     """The RNG every context's :meth:`StageContext.rng` returns."""
@@ -74,6 +82,8 @@ class SharedContextParts:
     run_dir: Path
     resources: dict[str, Any]
     reported: dict[str, Any]
+    #: set by an executor that runs ``map_cpu`` elsewhere (``executor: ray``); None: in this process
+    cpu_mapper: CpuMapper | None = None
 
     def rng(self, *parts: Any) -> random.Random:
         return item_rng(self.seed, self.stage_name, *parts)
@@ -90,6 +100,17 @@ class SharedContextParts:
 
     def report(self, key: str, value: Any) -> None:
         self.reported[key] = value
+
+    async def map_cpu(self, fn: Callable[[Any], Any], items: Sequence[Any], *, label: str | None = None) -> list[Any]:
+        func = cpu_function(fn)  # checked in every executor: what works locally also works on a cluster
+        name = label or func.qualname
+        if self.cpu_mapper is not None:
+            return await self.cpu_mapper(func, items, name)
+        return await map_in_process(func, items, name, self.report_map)
+
+    def report_map(self, label: str, facts: dict[str, Any]) -> None:
+        """Where one ``map_cpu`` ran, for the manifest: ``cpu_map.<label>``."""
+        self.reported.setdefault("cpu_map", {})[label] = facts
 
 
 class RunContext(SharedContextParts):

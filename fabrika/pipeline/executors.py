@@ -9,7 +9,9 @@ per-item stages that never call the LLM (``Stage.calls_llm = False``, e.g.
 ``ray.driver_stages`` names, and runs them as batches of input rows,
 keyed by id, on the run's worker actors (:mod:`fabrika.ray.items`); each worker writes its batch's rows
 as one shard, atomically, into the run directory. Global stages and every stage that calls the LLM
-stay in the driver, next to the engine (cache, retries, accounting).
+stay in the driver, next to the engine (cache, retries, accounting); a global stage's per-row CPU
+work that it hands to ``ctx.map_cpu`` (:mod:`fabrika.pipeline.cpu_map`) goes to the same worker
+actors (the executor sets the context's ``cpu_mapper``).
 
 Both run an item with :func:`fabrika.pipeline.execute.process_item`, so a row does not
 depend on where it was made.

@@ -37,7 +37,9 @@ class RayExecutor:
         """True for the per-item stages that never call the LLM (``Stage.calls_llm = False``), except those
         ``ray.driver_stages`` names. Where a per-item stage runs, and why, goes into its manifest report
         (``executor``)."""
-        if stage.global_stage:
+        if stage.global_stage:  # in the driver (it needs every row at once); its ctx.map_cpu work on the workers
+            if stage.name not in self.settings.driver_stages and stage.config.kind not in self.settings.driver_stages:
+                self._cpu_map_on_workers(stage)
             return False
         where = placement(stage, self.settings.driver_stages)
         if where == "ray":
@@ -60,6 +62,20 @@ class RayExecutor:
             return worker_pool(ctx, self.ray, self.settings, ctx.pipeline, run_dir, ctx.backend_name)[0]
 
         ctx.sandbox_factory = remote_sandbox_factory(pool, ctx.report)
+
+    def _cpu_map_on_workers(self, stage: Stage) -> None:
+        """Give a driver-run stage's context a ``cpu_mapper`` whose chunks run on the worker actors
+        (:mod:`fabrika.ray.cpu_map`; ``ctx.map_cpu`` uses it)."""
+        from fabrika.ray.cpu_map import RayCpuMapper
+        from fabrika.ray.items import worker_pool
+
+        ctx: Any = stage.ctx
+        run_dir = str(Path(ctx.run_dir).resolve())
+
+        def pool() -> Any:
+            return worker_pool(ctx, self.ray, self.settings, ctx.pipeline, run_dir, ctx.backend_name)
+
+        ctx.cpu_mapper = RayCpuMapper(pool, self.settings, ctx.report_map)
 
     async def run_items(self, run: "StageServices", stage: Stage, stats: "StageStats") -> None:
         from fabrika.ray.items import run_items_on_ray

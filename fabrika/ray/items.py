@@ -143,6 +143,7 @@ class ItemWorker:
         self.resources: dict[str, Any] = {}  # run-wide on this worker (sandbox pool, tokenizer, index)
         self.hosted: dict[str, _Hosted] = {}
         self.restarted = _actor_was_restarted()
+        self._cpu_thread: Any = None  # runs map_chunk's function, one chunk at a time
 
     def pid(self) -> int:
         return os.getpid()
@@ -219,6 +220,30 @@ class ItemWorker:
         but sends its LLM-written code here (:class:`fabrika.ray.sandbox.RemoteSandboxPool`)."""
         return await self._sandbox(config).run(code, responses)
 
+    async def map_chunk(self, func: Any, items: list[Any]) -> dict[str, Any]:
+        """``func`` over one chunk of a driver-run stage's ``ctx.map_cpu`` (:mod:`fabrika.ray.cpu_map`), off the
+        event loop (in one thread) so this actor's other batches keep going; a function this node cannot
+        import is an ``error``."""
+        from fabrika.pipeline.cpu_map import NotImportableError
+
+        try:
+            fn = func.load()
+        except NotImportableError as exc:
+            return {"error": f"ray worker on {os.uname().nodename}: {exc}"}
+        def run() -> tuple[list[Any], float]:
+            started = time.monotonic()
+            return [fn(x) for x in items], time.monotonic() - started
+
+        if self._cpu_thread is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._cpu_thread = ThreadPoolExecutor(1, thread_name_prefix="map_cpu")
+        # one thread: the chunks queued here (batches_in_flight) run one after another instead of
+        # contending for the GIL; the seconds are the chunk's own (the sizer's measure), not its wait
+        results, seconds = await asyncio.get_running_loop().run_in_executor(self._cpu_thread, run)
+        return {"results": results, "seconds": seconds, "pid": os.getpid(),
+                "node": os.uname().nodename, "restarted": self.restarted}
+
     async def end_stage(self, name: str) -> None:
         """The stage is done: tear it down here (its run-wide resources stay until :meth:`close`)."""
         hosted = self.hosted.pop(name, None)
@@ -231,6 +256,8 @@ class ItemWorker:
         for name in list(self.hosted):
             await self.end_stage(name)
         await close_resources(self.resources)
+        if self._cpu_thread is not None:
+            self._cpu_thread.shutdown(wait=False, cancel_futures=True)
 
 
 def _actor_was_restarted() -> bool:

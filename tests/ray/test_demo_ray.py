@@ -108,6 +108,12 @@ def test_demo_under_ray_materialises_the_local_dataset(ray_cluster, local_demo, 
         assert entry["duplicate_ids"] == 0 and entry["complete"], name
         assert len(shard_files(run_dir / "stages" / name)) == batches, name  # one worker-written shard per batch
         pool_starts += "ray_pool_start_s" in entry["report"]
+    dedups = [s.stage_name for s in config.stages if s.kind == "filter.dedup"]
+    assert dedups
+    for name in dedups:  # global, in the driver; its MinHash signatures on the run's worker actors
+        mapped = stages[name]["report"]["cpu_map"]["minhash signatures"]
+        assert mapped["on"] == "ray workers" and mapped["items"] >= 1 and mapped["worker_processes"] >= 1, name
+        pool_starts += "ray_pool_start_s" in mapped  # the map may be the first user of the pool
     assert pool_starts == 1  # one pool of actors for the whole run
     assert stages["if_consistency"]["report"]["ray_worker_processes"] == 2  # the sandbox stage used both
     assert not local_demo.manifest["stages"]["if_consistency"]["report"].get("executor")
