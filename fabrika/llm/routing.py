@@ -39,7 +39,7 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterator, Protocol, Sequence
 
 from fabrika.errors import LLMError
 from fabrika.llm.redact import redact
@@ -230,6 +230,14 @@ class AffinityPolicy:
         if not self._ring:
             return None
         by_url = {ep.base_url: ep for ep in self._all}
+        for url in self._walk(request):
+            ep = by_url.get(url)
+            if ep is not None and ep.breaker.available(now):
+                return ep
+        return None
+
+    def _walk(self, request: ChatRequest) -> Iterator[str]:
+        """The endpoints' URLs clockwise from the request's key on the ring, each once."""
         start = bisect.bisect_left(self._ring, _hash64(routing_key_of(request)))
         seen: set[str] = set()
         n = len(self._ring)
@@ -238,12 +246,9 @@ class AffinityPolicy:
             if url in seen:
                 continue
             seen.add(url)
-            ep = by_url.get(url)
-            if ep is not None and ep.breaker.available(now):
-                return ep
+            yield url
             if len(seen) == len(self._built_for):
-                break
-        return None
+                return
 
     def should_wait(self, request: ChatRequest, now: float) -> tuple[Endpoint, float] | None:
         """``(home, seconds)``: the home to wait for (healthy, but full or past the bound) and for how long
@@ -266,20 +271,11 @@ class AffinityPolicy:
             self.bind(candidates)
         by_url = {ep.base_url: ep for ep in candidates}
         weight = sequences_of(request)
-        start = bisect.bisect_left(self._ring, _hash64(routing_key_of(request)))
-        seen: set[str] = set()
-        n = len(self._ring)
-        for step in range(n):
-            url = self._owners[(start + step) % n]
-            if url in seen:
-                continue
-            seen.add(url)
+        for rank, url in enumerate(self._walk(request)):
             ep = by_url.get(url)
             if ep is not None and ep.in_flight + weight <= self.bound(ep, weight):
-                self.stats["home" if len(seen) == 1 else "spill"] += 1
+                self.stats["home" if rank == 0 else "spill"] += 1
                 return ep
-            if len(seen) == len(self._built_for):
-                break
         self.stats["fallback"] += 1
         return self.fallback.pick(candidates, request)
 
