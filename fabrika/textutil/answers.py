@@ -67,16 +67,13 @@ def answer_json_text(text: str | None, reasoning_content: str | None = None) -> 
     return split.answer
 
 
-def _span_end(text: str, start: int) -> int | None:
-    """Index just past the bracket that closes ``text[start]``; ``None`` when the text ends first.
-
-    String-aware (brackets inside JSON strings do not count). A mismatched closer
-    ends the span there: it is malformed, and the caller skips it whole.
-    """
-    stack = [_CLOSE[text[start]]]
+def _json_chars(text: str, start: int = 0) -> Iterator[tuple[int, str, bool]]:
+    """``(index, char, quoted)`` from ``start``: ``quoted`` for the characters of a JSON string after its
+    opening quote (escapes and the closing quote included), so scanners skip string contents alike."""
     in_string = escape = False
-    for i in range(start + 1, len(text)):
+    for i in range(start, len(text)):
         ch = text[i]
+        quoted = in_string
         if in_string:
             if escape:
                 escape = False
@@ -86,7 +83,20 @@ def _span_end(text: str, start: int) -> int | None:
                 in_string = False
         elif ch == '"':
             in_string = True
-        elif ch in _CLOSE:
+        yield i, ch, quoted
+
+
+def _span_end(text: str, start: int) -> int | None:
+    """Index just past the bracket that closes ``text[start]``; ``None`` when the text ends first.
+
+    String-aware (brackets inside JSON strings do not count). A mismatched closer
+    ends the span there: it is malformed, and the caller skips it whole.
+    """
+    stack = [_CLOSE[text[start]]]
+    for i, ch, quoted in _json_chars(text, start + 1):
+        if quoted:
+            continue
+        if ch in _CLOSE:
             stack.append(_CLOSE[ch])
         elif ch in "}]":
             if ch != stack.pop():
@@ -113,17 +123,10 @@ def _top_level_spans(text: str) -> Iterator[tuple[int, int | None]]:
 def _drop_trailing_commas(text: str) -> str:
     """``{"a": 1,}`` → ``{"a": 1}``; commas inside strings are kept."""
     out: list[str] = []
-    in_string = escape = False
     pending: list[str] = []  # a comma and the whitespace after it, held until we see what follows
-    for ch in text:
-        if in_string:
+    for _i, ch, quoted in _json_chars(text):
+        if quoted:
             out.append(ch)
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
-            elif ch == '"':
-                in_string = False
             continue
         if pending:
             if ch.isspace():
@@ -138,8 +141,6 @@ def _drop_trailing_commas(text: str) -> str:
             pending = [ch]
             continue
         out.append(ch)
-        if ch == '"':
-            in_string = True
     out.extend(pending)
     return "".join(out)
 
