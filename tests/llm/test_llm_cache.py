@@ -132,3 +132,35 @@ async def test_identical_requests_in_flight_share_one_call(make_engine: Callable
         async with make_engine(srv, cache=False) as eng:  # without a cache every request is its own call
             await eng.complete([req("три"), req("три")])
         assert srv.served == 2
+
+
+def test_the_cache_key_is_hashed_only_when_a_cache_reads_it(tmp_path: Path, monkeypatch) -> None:
+    """Without a cache the key (a hash of the whole history) is never computed: on long FC dialogues
+    hashing every request stalled the client's event loop; with a cache every request is keyed."""
+    import asyncio
+
+    import fabrika.llm.engine as engine_module
+    from fabrika.testing import ScriptedLLM
+
+    calls: list[int] = []
+    real = engine_module.request_key
+
+    def counting(request, scope=None):  # noqa: ANN001 - the engine's own call signature
+        calls.append(1)
+        return real(request, scope=scope)
+
+    monkeypatch.setattr(engine_module, "request_key", counting)
+    backend = ScriptedLLM(lambda r: "ответ")
+    requests = [req(f"вопрос {i}", model="m") for i in range(5)]
+
+    async def ask(engine: LLMEngine) -> list[ChatResponse]:
+        try:
+            return await engine.complete(requests)
+        finally:
+            await engine.aclose()
+
+    out = asyncio.run(ask(LLMEngine(backend, config=LLMConfig(backend="sim", model="m"))))
+    assert [r.text for r in out] == ["ответ"] * 5 and calls == []
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    out = asyncio.run(ask(LLMEngine(backend, config=LLMConfig(backend="sim", model="m"), cache=cache)))
+    assert [r.text for r in out] == ["ответ"] * 5 and len(calls) >= 5
