@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import fabrika
-from fabrika.errors import ConfigError, InputError, StoreError
+from fabrika.errors import ConfigError, InputError, StorageError, StoreError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="fabrika: synthetic post-training data factory (Russian first).")
@@ -134,6 +134,8 @@ def run(
     try:
         result = run_pipeline(cfg, resume=resume, cache_only=cache_only, progress=progress, version=version,
                               until=until or None, allow_partial=allow_partial, log_every=log_every)
+    except StorageError as exc:
+        fail(str(exc), code=exc.exit_code)
     except (ConfigError, InputError, StoreError) as exc:
         fail(str(exc))
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -179,14 +181,19 @@ def status(
     from fabrika.store.versions import read_version
 
     store = RunStore(run_dir)
-    manifest = store.read_manifest() if run_dir.is_dir() else {}
-    if not manifest:
-        fail(f"{run_dir}: not a run directory (no manifest.json)")
-    if effective_status(manifest) != "done":  # live or killed: count what is on disk, not the last snapshot
-        for name, entry in manifest.get("stages", {}).items():
-            entry.update(store.counts(name))
-            entry["journal_rows"] = store.journal_rows(name)
-            entry["rows"] = entry.get("rows", 0) + entry["journal_rows"]
+    try:
+        manifest = store.read_manifest() if run_dir.is_dir() else {}
+        if not manifest:
+            fail(f"{run_dir}: not a run directory (no manifest.json)")
+        if effective_status(manifest) != "done":  # live or killed: count what is on disk, not the last snapshot
+            for name, entry in manifest.get("stages", {}).items():
+                entry.update(store.counts(name))
+                entry["journal_rows"] = store.journal_rows(name)
+                entry["rows"] = entry.get("rows", 0) + entry["journal_rows"]
+    except StorageError as exc:
+        fail(str(exc), code=exc.exit_code)
+    except StoreError as exc:
+        fail(str(exc))
     if as_json:
         latest = manifest.get("latest_version")
         doc = {k: manifest.get(k) for k in ("name", "backend", "stages", "versions", "latest_version", "accounting",
@@ -230,6 +237,8 @@ def refilter(
         fail(f"{run_dir}: not a run directory (no manifest.json)")
     try:
         info, diff = do_refilter(run_dir, list(set_ or []), name=name, base=base, overwrite=overwrite)
+    except StorageError as exc:
+        fail(str(exc), code=exc.exit_code)
     except (ConfigError, StoreError) as exc:
         fail(str(exc))
     out.print(views.gates_table(info.funnel, f"version {info.name}: {info.rows} samples"))
@@ -237,7 +246,7 @@ def refilter(
     out.print(f"dataset: {info.path}")
 
 
-for _mod in ("export_cmd", "report_cmd", "train_cmd", "eval_cmd", "estimate_cmd", "stages_cmd"):
+for _mod in ("export_cmd", "report_cmd", "train_cmd", "eval_cmd", "estimate_cmd", "stages_cmd", "fsck_cmd"):
     importlib.import_module(f"fabrika.cli.{_mod}").register(app)
 
 

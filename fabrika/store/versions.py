@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 
 import fabrika.store.shards as shards
 from fabrika import gates
-from fabrika.errors import ConfigError, StoreError
+from fabrika.errors import ConfigError, StorageError, StoreError
 from fabrika.schemas.ids import stable_id
 from fabrika.store.lock import hold_run_dir
 from fabrika.store.run import JOIN_DROP, RunStore, annotation_column
@@ -419,6 +419,24 @@ def materialise(
         return _materialise(store, thresholds, name, previous, overwrite)
 
 
+def _storage_problem(store: RunStore, manifest: Mapping[str, Any], exc: BaseException,
+                     target: Path) -> StorageError | None:
+    """A failed build as one line: a write that hit the disk (full, read-only) names ``target``;
+    a read that failed names the first damaged shard of the run; anything else is not storage's."""
+    if isinstance(exc, StorageError) or not isinstance(exc, shards.READ_ERRORS):
+        return None
+    os_exc = shards.os_error_of(exc)
+    if os_exc is not None and os_exc.errno is not None:
+        return StorageError.from_os(os_exc, target)
+    for stage in manifest.get("order", list(manifest.get("layout", {}))):
+        for f in store.shards(stage):
+            try:
+                shards.verify_shard(f, full=True)
+            except StorageError as bad:
+                return bad
+    return None
+
+
 def _materialise(store: RunStore, thresholds: Mapping[str, Any] | None, name: str | None,
                  previous: str | None, overwrite: bool) -> VersionInfo:
     run_dir = store.run_dir
@@ -441,8 +459,11 @@ def _materialise(store: RunStore, thresholds: Mapping[str, Any] | None, name: st
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         funnel, total, dumped, stage_counts = _build(store, manifest, config, thresholds, params, tmp)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)  # a failed build never becomes (or hides) a version
+        problem = _storage_problem(store, manifest, exc, root / name)
+        if problem is not None:
+            raise problem from exc
         raise
 
     final = root / name
