@@ -54,6 +54,8 @@ from fabrika.errors import JournalCorruptError, StorageError
 
 JOURNAL = "journal.jsonl"
 MAGIC = b"fj2 "
+#: The one call that puts journal bytes on disk (tests inject a full disk here).
+_write = os.write
 _HASH_HEX = 16
 
 
@@ -287,7 +289,7 @@ class StageJournal:
         view = memoryview(data)
         try:
             while view:
-                view = view[os.write(fd, view):]
+                view = view[_write(fd, view):]
         except OSError as exc:
             raise self._fail(exc) from exc
         self._size += len(data)
