@@ -127,9 +127,22 @@ def _flatten_value(value: Any) -> Any:
     return value
 
 
+_KEYS: dict[str, str] = {}
+
+
+def _clean_key(key: str) -> str:
+    """A column name made storable (names repeat on every row: remembered)."""
+    got = _KEYS.get(key)
+    if got is None:
+        if len(_KEYS) > 10_000:
+            _KEYS.clear()
+        got = _KEYS[key] = clean_text(key)
+    return got
+
+
 def flatten_row(row: dict[str, Any]) -> dict[str, Any]:
     """``row`` with nested values as JSON text and storable text, as a shard stores it."""
-    return {clean_text(k): _flatten_value(v) for k, v in row.items()}
+    return {_clean_key(k): _flatten_value(v) for k, v in row.items()}
 
 
 def rows_to_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:

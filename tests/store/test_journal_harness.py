@@ -146,3 +146,24 @@ def test_a_legacy_journal_is_read_without_its_possibly_cut_last_item(tmp_path: P
     assert set(got) == {"a"}
     garbled = recover(tmp_path / "r", ("\n".join([lines[0], "{garbage", *lines[1:]]) + "\n").encode())
     assert isinstance(garbled, StoreError) and "line 2" in str(garbled)
+
+
+def test_fsck_counts_temp_files_and_names_an_unreadable_manifest_and_a_damaged_version(tmp_path: Path) -> None:
+    from fabrika.store.fsck import fsck
+
+    run = tmp_path / "run"
+    store = RunStore(run)
+    store.write(STAGE, ITEMS["a"])
+    (store.stage_dir(STAGE) / ".tmp-crashed.parquet").write_bytes(b"PAR1")
+    (run / "manifest.json").write_text("{not json", encoding="utf-8")
+    version = run / "versions" / "v1" / "data" / "s.parquet"
+    version.parent.mkdir(parents=True)
+    version.write_bytes(store.shards(STAGE)[0].read_bytes()[:-9])
+    report = fsck(run)
+    assert report.temp_files == 1 and report.shards == 2 and not report.clean
+    assert {p.path.name for p in report.problems} == {"manifest.json", "s.parquet"}
+    [v] = [p for p in report.problems if p.path == version]
+    assert "refilter" in v.fix and "--name v1 --overwrite" in v.fix
+    repaired = fsck(run, repair=True)
+    assert not list(store.stage_dir(STAGE).glob(".tmp-*"))  # temp files are removed
+    assert not repaired.clean and store.shards(STAGE)  # the intact shard stays, the reported damage is left
