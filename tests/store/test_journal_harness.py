@@ -167,3 +167,13 @@ def test_fsck_counts_temp_files_and_names_an_unreadable_manifest_and_a_damaged_v
     repaired = fsck(run, repair=True)
     assert not list(store.stage_dir(STAGE).glob(".tmp-*"))  # temp files are removed
     assert not repaired.clean and store.shards(STAGE)  # the intact shard stays, the reported damage is left
+
+
+@pytest.mark.parametrize("tail", [b"\0" * 512, b"\0" * 100 + b"\n", b"fj2 ", b"\n"])
+def test_garbage_after_the_last_record_is_a_torn_tail(tmp_path: Path, tail: bytes) -> None:
+    """What a power loss can leave past the last write (zeros of an extended file, a newline alone)."""
+    data, _ = write_journal(tmp_path / "w", ["a", "b"])
+    got = recover(tmp_path / "r", data + tail)
+    assert not isinstance(got, StoreError)
+    assert_whole(got)
+    assert set(got) == {"a", "b"}
