@@ -272,6 +272,8 @@ def check_structure(path: Path) -> None:
                 tail = fh.read(8)
             else:
                 tail = b""
+    except FileNotFoundError:
+        raise  # gone, not damaged: a stage being dropped while a follower reads it (pipeline.overlap)
     except OSError as exc:
         raise shard_error(path, exc) from exc
     if size < 12 or head != b"PAR1" or tail[4:] != b"PAR1":
@@ -296,6 +298,8 @@ def verify_shard(path: Path, full: bool = True, require_id: bool = True) -> int:
                 raise ValueError(f"footer says {rows} rows, the pages hold {frame.height}")
             if require_id and ("id" not in frame.columns or frame["id"].null_count()):
                 raise ValueError("rows without an 'id'")
+    except FileNotFoundError:
+        raise
     except READ_ERRORS as exc:
         raise shard_error(path, exc) from exc
     return rows
@@ -312,6 +316,8 @@ def collect_checked(files: Iterable[Path], collect: Callable[[], Any]) -> Any:
                 verify_shard(f, full=True)
             except StorageError as bad:
                 raise bad from exc
+            except FileNotFoundError:
+                raise exc from None  # a vanished shard is the caller's race to handle, not damage
         raise
 
 
@@ -321,6 +327,8 @@ _SCHEMAS: dict[tuple[str, int, int], tuple[tuple[str, str], ...]] = {}
 def _stat_key(path: Path) -> tuple[str, int, int]:
     try:
         st = path.stat()
+    except FileNotFoundError:
+        raise
     except OSError as exc:
         raise shard_error(path, exc) from exc
     return (str(path), st.st_mtime_ns, st.st_size)
@@ -336,6 +344,8 @@ def file_schema(path: Path) -> tuple[tuple[str, str], ...]:
         check_structure(path)
         try:
             cached = tuple((k, str(v)) for k, v in pl.read_parquet_schema(path).items())
+        except FileNotFoundError:
+            raise
         except READ_ERRORS as exc:
             raise shard_error(path, exc) from exc
         if len(_SCHEMAS) > 100_000:
@@ -355,6 +365,8 @@ def shard_size(path: Path) -> tuple[int, int]:
         check_structure(path)
         try:
             meta = pq.read_metadata(path)
+        except FileNotFoundError:
+            raise
         except READ_ERRORS as exc:
             raise shard_error(path, exc) from exc
         cached = (meta.num_rows, sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)))
