@@ -237,8 +237,8 @@ class StageJournal:
     that finished nothing leaves nothing behind. Each record goes out in one ``os.write``
     loop (no user-space buffer), so what a kill leaves is whole records and at most one cut
     one at the end. A failed write cuts the file back to its last whole record and raises
-    :class:`~fabrika.errors.StorageError`; the journal is closed then (later calls do nothing
-    but :meth:`rewrite`, which starts it afresh).
+    :class:`~fabrika.errors.StorageError`; the journal is closed then (a later :meth:`append`
+    raises the same error; :meth:`rewrite` starts it afresh).
     """
 
     def __init__(self, stage_dir: Path, sync_s: float = 1.0) -> None:
@@ -247,7 +247,7 @@ class StageJournal:
         self.sync_s = sync_s
         self._fd: int | None = None
         self._size = 0
-        self._broken = False
+        self._broken: StorageError | None = None
         self._dirty = False
         self._last_sync = time.monotonic()
 
@@ -273,18 +273,18 @@ class StageJournal:
             except OSError:
                 pass
             self._fd = None
-        self._broken = True
         self._dirty = False
-        return StorageError.from_os(exc, self.path)
+        self._broken = StorageError.from_os(exc, self.path)
+        return self._broken
 
     def append(self, rows: Iterable[dict[str, Any]]) -> None:
-        """Commit one finished item's rows as one record (rows of several items, consecutive by
-        ``input_id``, become one record each)."""
-        if self._broken:
+        """Commit one finished item's rows as one record: all of them or, after a crash, none."""
+        if self._broken is not None:  # nothing more goes in after a failed write (until a rewrite)
+            raise self._broken
+        rows = list(rows)
+        if not rows:
             return
-        data = b"".join(encode_item(item) for item in _group_items(rows))
-        if not data:
-            return
+        data = encode_item(rows)
         fd = self._open()
         view = memoryview(data)
         try:
@@ -320,7 +320,7 @@ class StageJournal:
             shards.atomic_write_bytes(self.path, data)
         else:
             self.path.unlink(missing_ok=True)
-        self._broken = False
+        self._broken = None
         self._dirty = False
         self._last_sync = time.monotonic()
 

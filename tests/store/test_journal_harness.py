@@ -177,3 +177,33 @@ def test_garbage_after_the_last_record_is_a_torn_tail(tmp_path: Path, tail: byte
     assert not isinstance(got, StoreError)
     assert_whole(got)
     assert set(got) == {"a", "b"}
+
+
+def test_a_failed_append_cuts_back_to_the_last_whole_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import os
+
+    import fabrika.store.journal as journal_mod
+    from fabrika.errors import StorageError
+
+    d = tmp_path / "run" / "stages" / STAGE
+    j = StageJournal(d, sync_s=0.0)
+    j.append(ITEMS["a"])
+    whole = (d / JOURNAL).read_bytes()
+
+    def half_then_full(fd: int, data: Any) -> int:
+        os.write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(journal_mod, "_write", half_then_full)
+    with pytest.raises(StorageError) as info:
+        j.append(ITEMS["b"])
+    assert info.value.exit_code == 3 and str(d / JOURNAL) in str(info.value)
+    assert (d / JOURNAL).read_bytes() == whole  # the half record is gone
+    monkeypatch.undo()
+    with pytest.raises(StorageError):  # nothing more goes in behind a failed write
+        j.append(ITEMS["c"])
+    j.rewrite([*ITEMS["a"], *ITEMS["c"]])  # the runner's next shard flush starts the journal afresh
+    j.append(ITEMS["b"])
+    j.close(remove=False)
+    assert [len(i) for i in journal_mod.read_items(d).items] == [2, 1, 3]
