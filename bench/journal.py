@@ -9,7 +9,8 @@ row, a nested column), best of ``--rounds``:
 * read back: the previous reader (``json.loads`` per line) vs :func:`fabrika.store.journal.scan`
   (checksum per record, then ``json.loads``);
 * shard write: :func:`fabrika.store.shards.write_shard` (frame, parquet, fsync, rename) with
-  :func:`clean_text` vs the same with it replaced by the identity (a shard before sanitising).
+  :func:`clean_text` and the footer's content checksum vs the same with the identity for
+  ``clean_text`` and no checksum (a shard as it was written before).
 
 Run::
 
@@ -96,12 +97,13 @@ def main() -> None:
         sizes = (old_p.stat().st_size, new_p.stat().st_size)
         out = Path(tmp) / "shards"
         sanitised = best(lambda: shards.write_shard(out, rows, seq=0), args.rounds)
-        real = shards.clean_text
-        shards.clean_text = lambda s: s  # type: ignore[assignment]  # the pre-sanitising writer, side by side
+        real, real_tag = shards.clean_text, shards.content_tag
+        shards.clean_text = lambda s: s  # type: ignore[assignment]  # the previous writer, side by side
+        shards.content_tag = lambda frame: {}  # type: ignore[assignment]
         try:
             plain = best(lambda: shards.write_shard(out, rows, seq=0), args.rounds)
         finally:
-            shards.clean_text = real  # type: ignore[assignment]
+            shards.clean_text, shards.content_tag = real, real_tag  # type: ignore[assignment]
     results.append(("shard write", plain, sanitised))
     print(f"{args.items} items x 3 rows, best of {args.rounds}; journal bytes old {sizes[0]:,} new {sizes[1]:,} "
           f"({sizes[1] / sizes[0]:.3f}x)")

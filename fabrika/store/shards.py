@@ -10,6 +10,7 @@ ignored and cleaned by :func:`clean_temp`.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import re
@@ -183,15 +184,42 @@ def next_seq(directory: Path) -> int:
     return int(last.group(1)) + 1 if last else 0
 
 
+#: Footer key of a shard's content checksum: ``<polars version>:<blake2b-64 hex>`` (see :func:`content_tag`).
+CONTENT_KEY = "fabrika.content"
+_CONTENT_SEED = 0x66616272  # "fabr"
+
+
+def content_digest(frame: pl.DataFrame) -> str | None:
+    """A checksum of a frame's rows as polars reads them: blake2b over polars' per-row hashes plus the
+    column names and types. polars' hashes are stable within one polars version only, so the tag
+    carries the version and a reader of another version skips the check. ``None``: a dtype polars
+    cannot hash."""
+    try:
+        hashes = frame.hash_rows(seed=_CONTENT_SEED).to_numpy().tobytes()
+    except (pl.exceptions.PolarsError, TypeError, ValueError):
+        return None
+    h = hashlib.blake2b(digest_size=8)
+    h.update("\x1f".join(f"{name}:{dtype}" for name, dtype in frame.schema.items()).encode("utf-8"))
+    h.update(hashes)
+    return h.hexdigest()
+
+
+def content_tag(frame: pl.DataFrame) -> dict[str, str]:
+    """The footer metadata :func:`write_shard` stores: the content checksum of ``frame``."""
+    digest = content_digest(frame)
+    return {} if digest is None else {CONTENT_KEY: f"{pl.__version__}:{digest}"}
+
+
 def write_shard(directory: Path, rows: list[dict[str, Any]], seq: int | None = None) -> Path:
-    """Write ``rows`` (sorted by id) as the next shard of ``directory``, atomically."""
+    """Write ``rows`` (sorted by id) as the next shard of ``directory``, atomically, with the
+    checksum of its content in the footer (:data:`CONTENT_KEY`, checked by :func:`verify_shard`)."""
     directory.mkdir(parents=True, exist_ok=True)
     frame = rows_to_frame(rows)
     seq = next_seq(directory) if seq is None else seq
     digest = stable_id(frame["id"].to_list())[:8]
     path = directory / f"part-{seq:06d}-{digest}.parquet"
     with atomic_file(path, suffix=".parquet") as fh:
-        frame.write_parquet(fh)
+        frame.write_parquet(fh, metadata=content_tag(frame) or None)
     return path
 
 
@@ -256,8 +284,10 @@ def shard_error(path: Path, exc: BaseException) -> StorageError:
     return ShardCorruptError(path, f"damaged parquet shard ({_one_line(exc)})", repair_hint(path))
 
 
-#: What reading a damaged parquet file raises (polars, pyarrow, the OS).
-READ_ERRORS: tuple[type[BaseException], ...] = (pl.exceptions.PolarsError, OSError, ValueError, pa.ArrowException)
+#: What reading a damaged parquet file raises (polars, pyarrow, the OS). Polars' decoder may also
+#: *panic* on garbled pages: ``PanicException`` derives from ``BaseException``, not ``Exception``.
+READ_ERRORS: tuple[type[BaseException], ...] = (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError,
+                                                ValueError, pa.ArrowException)
 
 
 def check_structure(path: Path) -> None:
@@ -286,18 +316,25 @@ def check_structure(path: Path) -> None:
 
 
 def verify_shard(path: Path, full: bool = True, require_id: bool = True) -> int:
-    """Check one shard; returns its row count. ``full`` decodes every page of every column (what
-    ``fabrika fsck`` does); otherwise only the structure and the footer are read. Raises
+    """Check one shard; returns its row count. ``full`` decodes every page of every column and
+    compares the content checksum (:data:`CONTENT_KEY`, when the shard has one written by this
+    polars version) — what ``fabrika fsck`` does; otherwise only the structure and the footer are
+    read. Raises
     :class:`~fabrika.errors.StorageError` (:class:`ShardCorruptError` for a damaged file)."""
     check_structure(path)
     try:
-        rows = pq.read_metadata(path).num_rows
+        meta = pq.read_metadata(path)
+        rows = meta.num_rows
         if full:
             frame = pl.read_parquet(path)
             if frame.height != rows:
                 raise ValueError(f"footer says {rows} rows, the pages hold {frame.height}")
             if require_id and ("id" not in frame.columns or frame["id"].null_count()):
                 raise ValueError("rows without an 'id'")
+            tag = (meta.metadata or {}).get(CONTENT_KEY.encode())
+            version, _, want = tag.decode("utf-8", "replace").rpartition(":") if tag else ("", "", "")
+            if version == pl.__version__ and content_digest(frame) != want:
+                raise ValueError("content checksum mismatch: the rows changed on disk")
     except FileNotFoundError:
         raise
     except READ_ERRORS as exc:
