@@ -19,7 +19,7 @@ and a ``reason``), never exceptions.
 from __future__ import annotations
 
 import errno as _errno
-from typing import Literal
+from typing import Any, Literal
 
 LLMErrorKind = Literal[
     "rate_limit",
@@ -69,6 +69,10 @@ class StorageError(StoreError):
         self.problem = problem
         self.fix = fix
         self.exit_code = exit_code
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled whole (Ray workers, multiprocessing): the default would call __init__(message)
+        return (type(self), (self.path, self.problem, self.fix, self.exit_code))
 
     @classmethod
     def from_os(cls, exc: OSError, path: object, action: str = "cannot write") -> StorageError:

@@ -1,4 +1,4 @@
-"""Text made storable at the store boundary: lone surrogates and control characters, nothing else."""
+"""Text made storable at the store boundary (lone surrogates and control characters, nothing else); storage errors that cross processes."""
 
 from __future__ import annotations
 
@@ -44,3 +44,17 @@ def test_rows_with_surrogates_and_nul_are_written_and_read_back_sanitised(tmp_pa
     direct = store.scan_raw("direct").collect().to_dicts()
     assert journaled == direct and journaled[0]["reason"] == flat["reason"]
     assert pl.read_parquet(store.shards("s")[0])["reason"].to_list() == [flat["reason"]]
+
+
+def test_storage_errors_survive_pickling() -> None:
+    """A Ray worker's full disk reaches the driver as the same one-line error with its exit code."""
+    import errno
+    import pickle
+
+    from fabrika.errors import ShardCorruptError, StorageError
+
+    full = StorageError.from_os(OSError(errno.ENOSPC, "No space left on device"), "/run/stages/s/part-000001.parquet")
+    for exc in (full, ShardCorruptError("/run/x.parquet", "damaged parquet shard (cut)", "run fsck")):
+        back = pickle.loads(pickle.dumps(exc))
+        assert type(back) is type(exc) and str(back) == str(exc) and back.exit_code == exc.exit_code
+    assert full.exit_code == 3 and "free disk space" in str(full)
