@@ -23,20 +23,22 @@ import re
 from typing import Any, Iterable
 
 from fabrika.filters.fc_given import dates_in, numbers_in, surface_forms
-from fabrika.textutil.morph import lemmas
+from fabrika.textutil.morph import lemmas, parses
 
 __all__ = ["contradiction", "result_polarity", "unsupported_facts"]
 
 _LIST_MARKER = re.compile(r"^\s*\d+[.)]\s", re.MULTILINE)
 _NAME = re.compile(r"(?<![\w-])([A-ZА-ЯЁ][\w-]*(?:\s+[A-ZА-ЯЁ][\w-]*)*)")
-_SENT_START = re.compile(r"(?:^|[.!?…:\n]\s*|[«\"(]\s*|[-—•*]\s+)$")
+_SENT_START = re.compile(r"(?:^|[.!?…:\n]\s*|[-—•*]\s+)$")
 _LATIN_WORD = re.compile(r"(?<![\w@./-])[A-Za-z][A-Za-z-]{2,}(?![\w@./-])")
 _COMMON = frozenset("""я вы ваш ваша ваше ваши мы это этот эта там тут вот да нет готово итак пожалуйста спасибо
 также сейчас сегодня завтра вчера если когда i you your we it this that the there here yes no ok okay done sure
 please thanks also now today tomorrow if when dear hi hello здравствуйте привет добрый ок увы к сожалению
 итого всего отлично хорошо конечно нашёл нашла нашлось нашел found great unfortunately sorry
 в на по для с у к о из за от до при про без над под через the a an and or of in on for to at by with from
-id url api pdf sms email e-mail ok utc msk""".split())
+id url api pdf sms email e-mail ok utc msk january february march april may june july august september
+october november december monday tuesday wednesday thursday friday saturday sunday""".split())
+_NAME_TAGS = ("Name", "Surn", "Patr", "Geox", "Orgn", "Trad")
 
 
 def _lemma_set(text: str) -> set[str]:
@@ -50,14 +52,22 @@ def _lemma_set(text: str) -> set[str]:
     return out
 
 
+def _is_name(word: str) -> bool:
+    """pymorphy3's best parse marks ``word`` as a first name, surname, place or organisation."""
+    found = parses(word)
+    return bool(found) and any(g in found[0].tag for g in _NAME_TAGS)
+
+
 def _names(answer: str) -> list[str]:
     """Candidate names: capitalised words not opening a sentence; Latin words inside Russian text."""
     out: list[str] = []
     for m in _NAME.finditer(answer):
         if _SENT_START.search(answer[:m.start()]):
-            # the sentence's first word: keep only its later capitalised words
-            words = m.group(1).split()
-            out += words[1:]
+            # the sentence's first word is capitalised anyway: a name only if the dictionary says so
+            first, *rest = m.group(1).split()
+            if re.search(r"[А-Яа-яЁё]", first) and _is_name(first):
+                out.append(first)
+            out += rest
             continue
         out += m.group(1).split()
     if re.search(r"[А-Яа-яЁё]", answer):
@@ -105,13 +115,14 @@ _NOTHING = re.compile(
     r"не\s+(?:удалось|получилось|смог\w*)\s+(?:ничего\s+)?найти|"
     r"(?:нет|не\s+нашлось)\s+(?:ни\s+одного\s+)?(?:подходящ\w*|свободн\w*|доступн\w*|результат\w*|вариант\w*)|"
     r"ничего\s+нет|список\s+пуст|пусто|"
+    r"(?:подходящ\w*|таких|такого|свободн\w*|доступн\w*)\s+(?:[а-яё]+\s+)?(?:нет|не\s+нашлось)\b|"
     r"nothing\s+(?:suitable\s+|matching\s+)?(?:was\s+)?found|no\s+(?:results|matches|options|suitable|available)|"
     r"(?:could\s*n[o']t|did\s*n[o']t|cannot|can't|was\s+unable\s+to|were\s+unable\s+to)\s+find|"
     r"found\s+nothing|there\s+(?:is|are)\s+no(?:thing)?\b)", re.IGNORECASE)
 _SUCCESS = re.compile(
     r"(готово|успешно|оформил\w*|оформлен\w*|забронировал\w*|забронирован\w*|подтвержд\w*|отправил\w*|"
     r"отправлен\w*|создал\w*|создан\w*|записал\w*|нашёл|нашел|нашл[аи]|вот\s+(?:что|результат)|"
-    r"done|success\w*|booked|confirmed|i(?:'ve| have)\s+(?:booked|sent|created|found|placed|scheduled)|"
+    r"done|success\w*|booked|confirmed|i(?:'ve|\s+have)?\s+(?:booked|sent|created|found|placed|scheduled)|"
     r"has\s+been\s+(?:booked|sent|created|placed|scheduled)|here\s+(?:is|are))", re.IGNORECASE)
 _FAILURE = re.compile(
     r"(ошибк\w*|не\s+удалось|не\s+получилось|не\s+вышло|к\s+сожалению|увы|невозможно|"

@@ -188,14 +188,16 @@ def surface_forms(value: str) -> list[str]:
     return list(dict.fromkeys([value, canon, *ALIASES[canon]]))
 
 
-def _alias_said(text: str, form: str) -> bool:
-    if mentions(text, form):
-        return True
-    # a short form inflected by case: «в Питере», «в Нижнем», «из Новосиба»
-    if re.fullmatch(r"[А-Яа-яЁё]{4,}", form):
-        stem = form[:-1] if form[-1].lower() in "аяйьоеи" else form
-        return re.search(rf"(?<![\w-]){re.escape(stem)}[а-яё]{{0,3}}(?![\w-])", text, re.IGNORECASE) is not None
-    return False
+def _alias_said(text: str, form: str, canonical: bool) -> bool:
+    """Is ``form`` said in ``text``? A nickname with one capital («Питер», «Нижний») must be written with it:
+    «на нижнюю полку» names no city. Abbreviations («СПб», «МСК») match in any case."""
+    nickname = not canonical and re.fullmatch(r"[А-ЯЁA-Z][а-яёa-z-]+", form) is not None
+    if not nickname:
+        return mentions(text, form)
+    if re.fullmatch(r"[А-ЯЁ][а-яё]{3,}", form):  # inflected: «в Питере», «в Нижнем», «из Новосиба»
+        stem = form[:-2] if form.endswith(("ий", "ый", "ой")) else form[:-1] if form[-1] in "аяйьоеи" else form
+        return re.search(rf"(?<![\w-]){re.escape(stem)}[а-яё]{{0,3}}(?![\w-])", text) is not None
+    return re.search(rf"(?<![\w-]){re.escape(form)}(?![\w-])", text) is not None
 
 
 def value_given(value: Any, text: str) -> bool:
@@ -217,11 +219,12 @@ def value_given(value: Any, text: str) -> bool:
         return when in dates_in(text)
     if re.fullmatch(r"-?\d+(?:[.,]\d+)?", value):
         return float(value.replace(",", ".")) in numbers_in(text)
-    if any(_alias_said(text, f) for f in surface_forms(value)):
+    forms = surface_forms(value)
+    if any(_alias_said(text, f, canonical=i == 0 or f == _ALIAS_INDEX.get(value.lower())) for i, f in enumerate(forms)):
         return True
-    # transliteration: «Ekaterinburg» for Екатеринбург, «Казань» for Kazan
-    want = skeleton(value)
-    return len(want) >= 4 and f" {want} " in f" {skeleton(text)} "
+    # transliteration: «Ekaterinburg» for Екатеринбург, "Piter" for «Питер», «Казань» for Kazan
+    said = f" {skeleton(text)} "
+    return any(len(w) >= 4 and f" {w} " in said for w in (skeleton(f) for f in forms))
 
 
 def given_in(value: Any, texts: Iterable[str]) -> bool:

@@ -23,8 +23,9 @@ import re
 
 __all__ = ["user_turn_issues"]
 
-_ROLE = re.compile(r"^\s*[\[(*]*\s*(пользователь|клиент|user|customer|human|человек|ассистент|assistant|я \(пользователь\))"
-                   r"\s*[\])*]*\s*[:：—-]\s*", re.IGNORECASE)
+_LABEL = r"(?:пользователь|клиент|user|customer|human|человек|ассистент|assistant)"
+_ROLE = re.compile(rf"^\s*(?:\*\*)?\s*(?:[\[(]\s*{_LABEL}\s*[\])]|{_LABEL}\s*(?:\*\*)?\s*[:：—]|{_LABEL}\s+-\s)",
+                   re.IGNORECASE)
 _META = re.compile(
     r"(facts|verbatim|goal card|карточк\w+ цели|\bintent\b|сведени\w+ из|передал\w* все|переданы все|"
     r"согласно (?:заданию|инструкци\w+|сценари\w+)|по (?:заданию|сценарию|инструкции)|как (?:указано|требуется) в "
