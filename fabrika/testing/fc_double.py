@@ -271,7 +271,7 @@ class FcModelDouble:
         said = users[-1].lower() if users else ""
         for t in req.get("tools") or ():
             fn = t.get("function", t)
-            for k, prop in ((fn.get("parameters") or {}).get("properties") or {}).items():
+            for prop in ((fn.get("parameters") or {}).get("properties") or {}).values():
                 d = str((prop or {}).get("description") or "").lower()
                 if len(d) >= 3 and d in said and d not in honest.lower():
                     return f"Уточните, пожалуйста: {d}?" if lang == "ru" else f"Could you tell me the {d}?"

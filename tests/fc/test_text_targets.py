@@ -82,3 +82,9 @@ def test_the_judge_returns_every_problem_and_an_approval_with_issues_is_not_one(
                                        ensure_ascii=False))
     assert not verdict.approved and verdict.issues == ["реплика неестественна", "дата не в ISO"]
     assert parse_verdict('```json\n{"approved": true, "issues": []}\n```').approved
+
+
+def test_a_number_the_user_said_in_words_supports_its_digits():
+    # the gate now allows no unsupported number, so «три билета» must support 3
+    assert unsupported_numbers("Купил 3 билета за 4321 ₽.", ["Купите три билета", '{"price": 4321}']) == []
+    assert unsupported_numbers("Купил 4 билета.", ["Купите три билета"]) == ["4"]

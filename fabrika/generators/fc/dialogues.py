@@ -42,7 +42,7 @@ from fabrika.agents.visibility import (
     user_view,
 )
 from fabrika.filters.fc_facts import contradiction, unsupported_facts
-from fabrika.filters.fc_given import asked_params, given_in, result_has, value_given
+from fabrika.filters.fc_given import asked_params, given_in, numbers_in, result_has, value_given
 from fabrika.filters.fc_hygiene import user_turn_issues
 from fabrika.generators.fc.common import language_ok, response_error
 from fabrika.generators.fc.step_check import StepVerdict, asks_for, check_step, parse_assistant_choice
@@ -123,9 +123,10 @@ def _number(text: str) -> float:
 def unsupported_numbers(answer: str, context: list[str]) -> list[str]:
     """Numbers in a closing answer that appear in no tool result and no user turn (cheap hallucination check).
 
-    Compared by value (``03`` = ``3``, ``4,5`` = ``4.5``); list markers («1. …») are not claims.
+    Compared by value (``03`` = ``3``, ``4,5`` = ``4.5``); a number the user said in words supports its
+    digits («три билета» → 3); list markers («1. …») are not claims.
     """
-    known = {_number(n) for n in _NUMBER.findall(" ".join(context))}
+    known = {_number(n) for n in _NUMBER.findall(" ".join(context))} | set(numbers_in(" ".join(context)))
     return [n for n in _NUMBER.findall(_LIST_MARKER.sub(" ", answer)) if _number(n) not in known]
 
 
