@@ -222,9 +222,12 @@ def value_given(value: Any, text: str) -> bool:
     forms = surface_forms(value)
     if any(_alias_said(text, f, canonical=i == 0 or f == _ALIAS_INDEX.get(value.lower())) for i, f in enumerate(forms)):
         return True
-    # transliteration: «Ekaterinburg» for Екатеринбург, "Piter" for «Питер», «Казань» for Kazan
-    said = f" {skeleton(text)} "
-    return any(len(w) >= 4 and f" {w} " in said for w in (skeleton(f) for f in forms))
+    # transliteration: «Ekaterinburg» for Екатеринбург, "Piter" for «Питер», «Казань» for Kazan — across
+    # scripts only (a Cyrillic form against the Latin words of the text, and back)
+    latin = f" {skeleton(' '.join(re.findall(r'[A-Za-z][A-Za-z-]*', text)))} "
+    cyrillic = f" {skeleton(' '.join(re.findall(r'[А-Яа-яЁё][А-Яа-яЁё-]*', text)))} "
+    return any(len(skeleton(f)) >= 4 and f" {skeleton(f)} " in (latin if re.search(r"[А-Яа-яЁё]", f) else cyrillic)
+               for f in forms)
 
 
 def given_in(value: Any, texts: Iterable[str]) -> bool:
