@@ -8,6 +8,7 @@ import asyncio
 import json
 import re
 
+from fabrika.agents.leaks import user_facing_leaks
 from fabrika.agents.visibility import EpisodeState, render_user_prompt, user_view
 from fabrika.eval.fc_eval import score_case
 from fabrika.generators.fc.dialogues import DialoguesConfig, DialoguesStage
@@ -57,10 +58,17 @@ def test_the_withheld_slot_is_in_the_ground_truth_of_a_clarification():
 
 
 def test_a_withheld_value_said_by_a_short_form_is_a_leak():
-    leaky = CLARIFY.model_copy(update={"user_message": "Какая погода будет завтра в Питере?"})
-    row = run(plan([leaky, GIVE]), sequence("В каком городе?", call(city="Санкт-Петербург"), "+5."))
+    # the user agent says it: the episode is rejected
+    row = run(plan([CLARIFY, GIVE]), sequence("В каком городе?", call(city="Санкт-Петербург"), "+5."),
+              user=lambda r: "Какая погода будет завтра в Питере?")
     assert row["status"] == "rejected" and row["reason"].startswith("user_leak"), row.get("reason")
     assert "'city'" in row["reason"]
+    # the plan's own words say it: the plan review sees it before any episode
+    for words in ("Какая погода будет завтра в Питере?", "Погода в СПб на завтра?", "Weather in St. Petersburg?"):
+        leaky = CLARIFY.model_copy(update={"user_message": words})
+        issues = user_facing_leaks([leaky, GIVE], TOOLS[:2], "ru", 0)
+        assert any("withheld 'city'" in i for i in issues), (words, issues)
+    assert user_facing_leaks([CLARIFY, GIVE], TOOLS[:2], "ru", 0) == []
 
 
 def test_a_clarification_asked_again_is_never_trained():

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import Field
 
-from fabrika.agents.leaks import PlanLeak, mentions, withheld_values
+from fabrika.agents.leaks import PlanLeak, said_value, withheld_values
 from fabrika.agents.visibility import (
     EpisodeState,
     assistant_view,
@@ -42,7 +42,7 @@ from fabrika.agents.visibility import (
     user_view,
 )
 from fabrika.filters.fc_facts import contradiction, unsupported_facts
-from fabrika.filters.fc_given import asked_params, given_in, numbers_in, result_has, value_given
+from fabrika.filters.fc_given import asked_params, given_in, numbers_in, result_has
 from fabrika.filters.fc_hygiene import user_turn_issues
 from fabrika.generators.fc.common import language_ok, response_error
 from fabrika.generators.fc.step_check import StepVerdict, asks_for, check_step, parse_assistant_choice
@@ -183,9 +183,8 @@ class Episode:
         if any(name in text for name in self.tools):
             raise EpisodeRejected("user_leak: the user message names a tool")
         for arg, forms in withheld_values(self.plan.steps, step).items():
-            hit = next((f for f in forms if mentions(text, f)), None)
-            if hit is None:  # a synonym, short form or transliteration («в Питере» for Санкт-Петербург)
-                hit = next((f for f in forms if not re.fullmatch(r"[\d\s.,-]+", f) and value_given(f, text)), None)
+            # as written, inflected, or by a short form or transliteration («в Питере» for Санкт-Петербург)
+            hit = next((f for f in forms if said_value(text, f)), None)
             if hit:
                 raise EpisodeRejected(f"user_leak: the user said the withheld {arg!r} ({hit!r})")
         if not language_ok(text, self.plan.lang):
