@@ -22,9 +22,11 @@ def main() -> None:
     print(f"{'check':22} {'split':7} {'lang':4} {'n':>4} {'pos':>4} {'precision':>9} {'recall':>7}")
     misses = []
     for name in sorted(CHECKS):
-        for split in ("dev", "holdout"):
+        for split in ("dev", "holdout", "holdout2"):
             for lang in ("ru", "en", None):
                 s = scores(name, lang, split)
+                if not s["n"]:
+                    continue
                 print(f"{name:22} {split:7} {lang or 'all':4} {s['n']:>4} {s['positives']:>4} "
                       f"{s['precision']:>9.3f} {s['recall']:>7.3f}")
                 if lang is None:

@@ -118,12 +118,17 @@ _NOTHING = re.compile(
     r"(?:подходящ\w*|таких|такого|свободн\w*|доступн\w*)\s+(?:[а-яё]+\s+)?(?:нет|не\s+нашлось)\b|"
     r"nothing\s+(?:suitable\s+|matching\s+)?(?:was\s+)?found|no\s+(?:results|matches|options|suitable|available)|"
     r"(?:could\s*n[o']t|did\s*n[o']t|cannot|can't|was\s+unable\s+to|were\s+unable\s+to)\s+find|"
+    r"(?:у\s+(?:вас|тебя)\s+)?нет\s+(?:ни\s+одно\w*\s+|никаких\s+)?(?:активн|действующ|открыт|новых|текущ|"
+    r"предстоящ|доступн|свободн|подходящ)\w*\s+[а-яё]+|"
+    r"(?:you\s+)?(?:have|has)\s+no\b|\bno\s+(?:active|open|upcoming|available|matching|new|current)\b|"
     r"found\s+nothing|there\s+(?:is|are)\s+no(?:thing)?\b)", re.IGNORECASE)
 _SUCCESS = re.compile(
     r"(готово|успешно|оформил\w*|оформлен\w*|забронировал\w*|забронирован\w*|подтвержд\w*|отправил\w*|"
-    r"отправлен\w*|создал\w*|создан\w*|записал\w*|нашёл|нашел|нашл[аи]|вот\s+(?:что|результат)|"
+    r"отправлен\w*|создал\w*|создан\w*|записал\w*|нашёл|нашел|нашл[аи]|вот\s+(?:что|результат|ваш\w*|список)|"
+    r"прош(?:ёл|ел|ла|ло)\s+успешно|"
     r"done|success\w*|booked|confirmed|i(?:'ve|\s+have)?\s+(?:booked|sent|created|found|placed|scheduled)|"
-    r"has\s+been\s+(?:booked|sent|created|placed|scheduled)|here\s+(?:is|are))", re.IGNORECASE)
+    r"has\s+been\s+(?:booked|sent|created|placed|scheduled)|here\s+(?:is|are)|went\s+through|all\s+set)",
+    re.IGNORECASE)
 _FAILURE = re.compile(
     r"(ошибк\w*|не\s+удалось|не\s+получилось|не\s+вышло|к\s+сожалению|увы|невозможно|"
     r"error|failed|unable|could\s*n[o']t|did\s*n[o']t\s+work|unfortunately|sorry)", re.IGNORECASE)
@@ -136,7 +141,8 @@ _NEG_STATUS = ("отмен", "ошибк", "недоступ", "нет в нал
                "cancel", "fail", "unavail", "declin", "closed", "sold out", "reject", "expired", "blocked",
                "unpaid", "inactive", "out of stock", "error")
 _STATUS_KEYS = ("status", "state", "available", "success", "ok", "confirmed", "in_stock", "paid", "active",
-                "is_open", "approved", "result", "статус", "состояние")
+                "is_open", "open", "approved", "valid", "enabled", "exists", "booked", "sent", "completed",
+                "delivered", "result", "статус", "состояние")
 
 
 def _word_polarity(text: str) -> str | None:

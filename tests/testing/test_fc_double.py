@@ -21,8 +21,7 @@ from fabrika.pipeline.config import validate_data
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.schemas import Sample, from_row
 from fabrika.store.run import RunStore
-from fabrika.testing import FakeOpenAIServer
-from fabrika.testing.fc_double import FcModelDouble
+from fabrika.testing import FakeOpenAIServer, FcModelDouble
 
 DEMO = Path(__file__).parents[2] / "configs" / "fc_demo.yaml"
 
