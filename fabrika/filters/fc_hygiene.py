@@ -85,6 +85,13 @@ def user_turn_issues(text: str, lang: str) -> list[str]:
                 and (a != b or body.count(a) == 2):
             issues.append("wrapping_quotes")
             break
+        # half of a wrapping pair: a quote that opens or closes the turn and is never matched
+        if a == b and body.count(a) % 2 == 1 and (body.startswith(a) or body.endswith(a)):
+            issues.append("wrapping_quotes")
+            break
+        if a != b and (body.startswith(a) or body.endswith(b)) and body.count(a) != body.count(b):
+            issues.append("wrapping_quotes")
+            break
     if _has_json(body) or _MARKUP.search(body):
         issues.append("pasted_json")
     # a phrase in the other language inside a turn (a turn wholly in the other one is a language verdict)

@@ -19,6 +19,11 @@ instruction model does rather than the way the ``sim`` backend does:
     the missing one;
   - ``role_label``, ``meta_remark``, ``wrapping_quotes``, ``pasted_json``,
     ``wrong_script`` — user-agent artefacts;
+  - ``leak_case_form`` / ``synonym_given`` — the user agent says a withheld value in
+    another case or date form («в Казани», «14 марта») or by a short form («МСК» for
+    Москва). A real user agent leaks what its prompt hints at; the double knows the
+    withheld values because it wrote the plans (it serves ``fc.planner`` too) and finds
+    the step by the goal card's intent;
   - ``wrong_format`` — a call written as Python syntax in the text;
   - ``truncation`` — a cut-off answer (``finish_reason="length"``) of any role.
 
@@ -45,8 +50,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from fabrika.agents.surface import surface_forms
 from fabrika.llm.sim import find_sim_responder
 from fabrika.llm.types import ChatRequest, Choice
+from fabrika.textutil.morph import parses
 from fabrika.textutil.reasoning import split_reasoning
 
 __all__ = ["FC_DOUBLE_FAULTS", "FC_ROLES", "FaultRecord", "FcModelDouble"]
@@ -58,11 +65,16 @@ FC_ROLES: tuple[str, ...] = (
 )
 FC_DOUBLE_FAULTS: tuple[str, ...] = (
     "invented_number", "invented_name", "contradiction", "asks_given", "role_label", "meta_remark",
-    "wrapping_quotes", "pasted_json", "wrong_script", "wrong_format", "truncation",
+    "wrapping_quotes", "pasted_json", "wrong_script", "leak_case_form", "synonym_given", "wrong_format",
+    "truncation",
 )
 _USER_FAULTS = ("role_label", "meta_remark", "wrapping_quotes", "pasted_json", "wrong_script")
 _CLOSING_FAULTS = ("invented_number", "invented_name", "contradiction")
 
+_MONTHS_GEN = ("января", "февраля", "марта", "апреля", "мая", "июня", "июля", "августа", "сентября", "октября",
+               "ноября", "декабря")
+_MONTHS_EN = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+              "November", "December")
 _THINK = {"ru": "Пользователь хочет, чтобы я ответил. Сначала разберу, что уже известно.",
           "en": "The user wants an answer. Let me work out what is known first."}
 _PROSE = {"ru": ("Вот результат:", "Готово, вот JSON:", "Конечно! Ниже ответ."),
@@ -78,6 +90,16 @@ class FaultRecord:
     text: str
     request_digest: str
     last_user: str = ""
+
+
+def _genitive(value: str) -> str:
+    """``value`` (nominative) in the genitive, word by word («Казань» → «Казани»), by pymorphy3."""
+    out = []
+    for word in value.split():
+        found = [p for p in parses(word) if p.tag.case == "nomn"] or list(parses(word))
+        form = found[0].inflect({"gent"}) if found else None
+        out.append(form.word.capitalize() if form is not None and word[:1].isupper() else (form.word if form else word))
+    return " ".join(out)
 
 
 def _lang(req: dict[str, Any]) -> str:
@@ -113,6 +135,7 @@ class FcModelDouble:
         self.faults: list[FaultRecord] = []
         self.shapes: Counter[str] = Counter()
         self._asked: Counter[str] = Counter()
+        self._withheld: dict[str, list[Any]] = {}  # clarification intent → withheld values (from its plans)
         self._lock = threading.Lock()
 
     # --- wiring -----------------------------------------------------------------------------
@@ -163,7 +186,7 @@ class FcModelDouble:
         creq = ChatRequest(messages=tuple(req.get("messages") or ()), tools=tuple(tools) if tools else None,
                            tool_choice=req.get("tool_choice"), response_format=req.get("response_format"),
                            tag=role if role != "fc.target_judge" else _target_judge_tag(req))
-        fn = find_sim_responder(creq.tag)
+        fn = _base_responder(creq.tag)
         if fn is None:
             raise LookupError(f"no sim responder for {creq.tag!r}: import fabrika.generators.fc.stages first")
         out = fn(creq, rng)
@@ -178,6 +201,8 @@ class FcModelDouble:
             cut = text[: max(1, len(text) // 2)]
             self._log("truncation", role, cut, digest, req)
             return {"content": cut, "finish_reason": "length"}
+        if role == "fc.planner":
+            self._remember_withheld(honest.content or "")
         if role == "fc.user":
             return self._user(honest.content or "", req, rng, digest, lang)
         if role == "fc.assistant":
@@ -195,9 +220,66 @@ class FcModelDouble:
             self.shapes["think"] += 1
         return out
 
-    def _user(self, text: str, req: dict[str, Any], rng: random.Random, digest: str, lang: str) -> dict[str, Any]:
-        kind = self._fault(rng, _USER_FAULTS)
-        if kind == "role_label":
+    def _remember_withheld(self, plan_json: str) -> None:
+        try:
+            steps = json.loads(plan_json).get("steps") or []
+        except (ValueError, AttributeError):
+            return
+        for i, st in enumerate(steps):
+            if not isinstance(st, dict) or not st.get("withheld"):
+                continue
+            values = []
+            for later in steps[i + 1:]:
+                for w in st["withheld"]:
+                    slot = (later.get("slots") or {}).get(w)
+                    if isinstance(slot, dict) and isinstance(slot.get("value"), str):
+                        values.append(slot["value"])
+                    for rnd in later.get("rounds") or []:
+                        for c in rnd if isinstance(rnd, list) else []:
+                            v = (c.get("arguments") or {}).get(w) if isinstance(c, dict) else None
+                            if isinstance(v, str):
+                                values.append(v)
+            values = list(dict.fromkeys(values))
+            with self._lock:
+                self._withheld[str(st.get("intent") or "").strip()] = values
+
+    def _leak(self, goal: Any, lang: str, rng: random.Random) -> tuple[str, str] | None:
+        """(fault kind, words) saying a withheld value of this turn in another form, when there is one."""
+        intent = str(goal.get("intent") or "").strip() if isinstance(goal, dict) else ""
+        options: list[tuple[str, str]] = []
+        for value in self._withheld.get(intent, []):
+            forms = surface_forms(value)
+            if len(forms) > 1:
+                alias = rng.choice([f for f in forms[1:] if f != value])
+                options.append(("synonym_given", f" Я про {alias}." if lang == "ru" else f" I mean {alias}."))
+            when = re.fullmatch(r"\d{4}-(\d{2})-(\d{2})", value)
+            if when:
+                day, month = int(when.group(2)), int(when.group(1))
+                options.append(("leak_case_form", f" Это на {day} {_MONTHS_GEN[month - 1]}." if lang == "ru"
+                                else f" It's for {_MONTHS_EN[month - 1]} {day}."))
+            elif lang == "ru" and re.fullmatch(r"[А-ЯЁ][а-яё]+(?: [А-ЯЁа-яё]+)*", value):
+                options.append(("leak_case_form", f" Это для {_genitive(value)}."))
+            elif re.fullmatch(r"[A-Z]+\d+", value):  # a code in lower case: «номер b77»
+                options.append(("leak_case_form", f" Номер {value.lower()}." if lang == "ru" else
+                                f" Number {value.lower()}."))
+        options = [o for o in options if o[0] in self.kinds]
+        return rng.choice(options) if options else None
+
+    def _user(self, raw: str, req: dict[str, Any], rng: random.Random, digest: str, lang: str) -> dict[str, Any]:
+        split = split_reasoning(raw)
+        thought = raw.split("</think>", 1)[0] + "</think>\n" if "</think>" in raw else ""
+        text = split.answer.strip() if split.complete else raw  # faults go into what the user visibly says
+        goal = (_json_blocks(str((req.get("messages") or [{}])[-1].get("content") or "")) or [{}])[-1]
+        kind = self._fault(rng, _USER_FAULTS + ("leak_case_form", "synonym_given"))
+        # a turn that withholds something leaks it in most of its faults (where a leak can be made)
+        leak = self._leak(goal, lang, rng) if kind and (kind in ("leak_case_form", "synonym_given")
+                                                        or rng.random() < 0.8) else None
+        if kind in ("leak_case_form", "synonym_given") and leak is None:
+            kind = None  # nothing withheld in this turn: no leak to make
+        if leak is not None:
+            kind, words = leak
+            text = text.rstrip() + words
+        elif kind == "role_label":
             text = f"{'Пользователь' if lang == 'ru' else 'User'}: {text}"
         elif kind == "meta_remark":
             text += (" (В реплике переданы все сведения из facts.)" if lang == "ru"
@@ -205,14 +287,15 @@ class FcModelDouble:
         elif kind == "wrapping_quotes":
             text = f"«{text}»" if lang == "ru" else f'"{text}"'
         elif kind == "pasted_json":
-            goal = (_json_blocks(str((req.get("messages") or [{}])[-1].get("content") or "")) or [{}])[-1]
             facts = [f.get("value") for f in goal.get("facts") or []] if isinstance(goal, dict) else []
             text += " " + json.dumps({"details": facts or ["—"]}, ensure_ascii=False)
         elif kind == "wrong_script":
             text += " Please answer as soon as you can." if lang == "ru" else " Ответьте, пожалуйста, поскорее."
         if kind:
             self._log(kind, "fc.user", text, digest, req)
-        if rng.random() < self.think:
+        if thought:
+            text = thought + text
+        elif rng.random() < self.think:
             self.shapes["think"] += 1
             text = f"<think>\n{_THINK[lang]}\n</think>\n{text}"
         return {"content": text}
@@ -276,6 +359,16 @@ class FcModelDouble:
                 if len(d) >= 3 and d in said and d not in honest.lower():
                     return f"Уточните, пожалуйста: {d}?" if lang == "ru" else f"Could you tell me the {d}?"
         return None
+
+
+def _base_responder(tag: str) -> Any:
+    """The basic sim's responder for ``tag``, whatever plugin (``sim_realistic``) replaced it in the registry since:
+    the double's honest answers must not depend on which modules a process imported before."""
+    from fabrika.generators.fc import sim_responders, target_judge
+
+    table = {**getattr(sim_responders, "RESPONDERS", {}), "fc.target_judge": target_judge.target_judge_responder}
+    best = max((p for p in table if tag.startswith(p)), key=len, default=None)
+    return table[best] if best is not None else find_sim_responder(tag)
 
 
 def _args(call: dict[str, Any]) -> dict[str, Any]:

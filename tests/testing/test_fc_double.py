@@ -40,10 +40,11 @@ def _completion_text(s: Sample) -> str:
     return "\n".join((m.content or "").strip() for m in s.completion)
 
 
-def run_against_double(tmp_path: Path, plans_per_topic: int | None = None, seed: int = 5) -> dict[str, Any]:
+def run_against_double(tmp_path: Path, plans_per_topic: int | None = None, seed: int = 5, rate: float = 0.3,
+                       **double_args: Any) -> dict[str, Any]:
     data = yaml.safe_load(DEMO.read_text(encoding="utf-8"))
     with FakeOpenAIServer() as srv:
-        double = FcModelDouble(seed=seed, rate=0.3).install(srv)
+        double = FcModelDouble(seed=seed, rate=rate, **double_args).install(srv)
         data.update(run_dir=str(tmp_path / "run"),
                     llm={"backend": "openai", "model": "fake", "endpoints": [{"base_url": srv.base_url}],
                          "max_retries": 0, "cache": {"enabled": False}})
@@ -94,3 +95,14 @@ def test_no_row_with_a_tagged_fault_reaches_the_dataset(tmp_path: Path) -> None:
     for table, gates in (out["funnel"].get("gates") or {}).items():
         print(f"funnel {table}:", {k: v for k, v in gates.items() if v})
     assert turns_per_plan > 0.3
+
+
+def test_withheld_values_leaked_in_another_form_never_reach_the_dataset(tmp_path: Path) -> None:
+    """The user agent says a withheld value by a short form («МСК»), in another case or as a written date."""
+    out = run_against_double(tmp_path, plans_per_topic=3, rate=0.9, kinds=["leak_case_form", "synonym_given"])
+    double: FcModelDouble = out["double"]
+    leaks = double.fault_texts(["fc.user"])
+    assert double.counts().get("leak_case_form", 0) + double.counts().get("synonym_given", 0) >= 2, double.counts()
+    assert [t for s in out["kept"] for t in _user_texts(s) if t in leaks] == []
+    reasons = out["episodes"].filter(pl.col("status") == "rejected")["reason"].to_list()
+    assert sum(r.startswith("user_leak") for r in reasons) >= 2, reasons
