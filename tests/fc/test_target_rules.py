@@ -164,3 +164,17 @@ def test_eval_fc_scores_a_clarification_by_the_withheld_slot():
     assert score_case(item, resp("В каком городе?"))["correct"] is True
     assert score_case(item, resp("А на какую дату?"))["correct"] is False
     assert score_case({**item, "asks": None}, resp("А на какую дату?"))["correct"] is True  # no asks: any text
+
+
+def test_a_question_the_tool_result_already_answered_is_scored():
+    single = PlanStep(kind="tool_call", intent="узнать погоду", user_message="Погода в Твери?",
+                      slots={"city": "в Твери"}, rounds=[[{**CALL, "result": {"t": 5, "units": "c"}}]],
+                      final_answer="В Твери +5.")
+    row = run(plan([single], "single"), sequence(call(), "В Твери +5. В какой шкале показать?"),
+              tool=lambda r: '{"t": 5, "units": "c"}')
+    [text] = [s for s in samples_of(row) if s.target_type == "text"]
+    assert text.meta["scores"]["asks_given"] is True  # the result already carries `units`
+    row = run(plan([single], "single"), sequence(call(), "В Твери +5. Хотите прогноз на завтра?"),
+              tool=lambda r: '{"t": 5, "units": "c"}')
+    [text] = [s for s in samples_of(row) if s.target_type == "text"]
+    assert not text.meta["scores"].get("asks_given")  # an offer, not a question for a slot
