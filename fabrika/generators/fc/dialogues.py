@@ -16,9 +16,17 @@ model should not learn to call again after a successful call. The tool agent's
 answer must keep the keys and values of the plan's expected result (re-asked
 ``tool_retries`` times, then the episode is rejected). Episodes with a larger
 untrained share than ``max_injected_share`` are rejected, as are episodes whose
-user or tool agent answers are unusable or leak (reasons recorded). Text
-targets carry rule scores (``asks_withheld`` for clarifications,
-``unsupported_numbers`` for closing answers) that gates read.
+user or tool agent answers are unusable or leak (reasons recorded; a leak by
+a short form or transliteration, «в Питере» for Санкт-Петербург, counts). A user
+turn with an artefact (role label, remark about the instructions, wrapping
+quotes, pasted JSON, a phrase in the other language) is asked once more, then
+the episode is rejected (``user_hygiene``). A clarification that asks again for
+what an earlier one asked is kept as context (``flag="repeat"``), never trained.
+Text targets carry rule scores that gates read: ``asks_withheld`` and
+``asks_given`` for clarifications and questions, ``unsupported_numbers``,
+``unsupported_facts`` and ``contradiction_rule`` for closing answers
+(docs/FC_CHECKS.md); a clarification target records the withheld slots it must
+ask for (``asks``, the ground truth of ``fc.samples``).
 """
 
 from __future__ import annotations
