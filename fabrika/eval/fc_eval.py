@@ -15,7 +15,8 @@ Components reported per category (the decomposition of the T-pro report's FC tab
 * ``tool_choice`` — the multiset of called function names is the expected one;
 * ``required_args`` — every call names all ``required`` parameters of its function;
 * ``schema_valid`` — every call names a known function and its arguments validate against its schema;
-* ``arg_values`` / ``accuracy`` — the calls match exactly (for no-call cases: no call and some text;
+* ``arg_values`` / ``accuracy`` — the calls match exactly (for no-call cases: no call and some text —
+  for a clarification case with ``asks`` (fabrika's own samples), a question about the withheld slot;
   for BFCL's relevance cases: some schema-valid call to an offered function).
 
 Calls are read from the API's ``tool_calls``, from Hermes/Qwen ``<tool_call>`` blocks, and —
@@ -37,6 +38,7 @@ import jsonschema
 from fabrika.eval.answers import strip_reasoning
 from fabrika.llm import ChatRequest, ChatResponse
 from fabrika.rewards.fc import calls_match, parse_completion_calls, values_equal
+from fabrika.rewards.fc_text import is_clarification
 
 FC_TAG = "eval.fc"
 COMPONENTS = ("decision", "tool_choice", "required_args", "schema_valid", "arg_values")
@@ -234,6 +236,9 @@ def score_case(item: dict[str, Any], resp: ChatResponse) -> dict[str, Any]:
         return rec
     if expected is None:
         ok = not calls and bool(text.strip())
+        if item.get("asks"):  # a clarification: it must ask for what was withheld, not for another slot
+            rec["asks"] = list(item["asks"])
+            ok = ok and is_clarification(text, {"asks": item["asks"]}, item["tools"])
         rec.update(decision=not calls, correct=ok)
         return rec
     rec["decision"] = bool(calls)

@@ -236,8 +236,9 @@ def fc_reward(
     """TRL reward function: 1.0 for an exact FC match, else 0.0.
 
     ``ground_truth[i]`` is ``{"calls": [...]}`` (or its JSON string, as stored
-    in datasets; an optional ``withheld`` list names a clarification's missing
-    arguments). Only the visible answer counts: reasoning is removed first, and a
+    in datasets; ``asks`` — or its older name ``withheld`` — lists a clarification's
+    missing arguments: ``{"calls": [], "asks": ["city"]}``, and a question about another
+    slot then scores 0). Only the visible answer counts: reasoning is removed first, and a
     completion cut off while reasoning (or with nothing after it) scores 0.
 
     * ``tool_call``: the parsed calls equal the expected ones;
