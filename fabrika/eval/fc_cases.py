@@ -46,10 +46,13 @@ class FCCase:
     tools: list[dict[str, Any]]
     expected: list[dict[str, dict[str, list[Any]]]] | str | None  # None: no call; "any": some valid call
     names: dict[str, str]  # sent name -> original name
+    target_type: str | None = None  # fabrika samples: the FC reward's target type (a no-call case's rule)
+    ground_truth: Any = None  # fabrika samples: what that rule reads (e.g. the withheld arguments)
 
     def as_item(self) -> dict[str, Any]:
         return {"id": self.id, "category": self.category, "messages": self.messages, "tools": self.tools,
-                "expected": self.expected, "names": self.names}
+                "expected": self.expected, "names": self.names, "target_type": self.target_type,
+                "ground_truth": self.ground_truth}
 
 
 def to_json_schema(schema: Any) -> Any:
@@ -182,5 +185,6 @@ def read_samples(path: Path) -> list[FCCase]:
             for call in m.get("tool_calls") or []:
                 call["function"]["arguments"] = json.dumps(call["function"]["arguments"], ensure_ascii=False)
         category = (row.get("meta") or {}).get("sample_type") or target
-        cases.append(FCCase(str(row.get("id", f"L{n}")), str(category), messages, sent_tools, expected, names))
+        cases.append(FCCase(str(row.get("id", f"L{n}")), str(category), messages, sent_tools, expected, names,
+                            target_type=target, ground_truth=row.get("ground_truth")))
     return cases

@@ -36,7 +36,7 @@ import jsonschema
 
 from fabrika.eval.answers import strip_reasoning
 from fabrika.llm import ChatRequest, ChatResponse
-from fabrika.rewards.fc import calls_match, parse_completion_calls, values_equal
+from fabrika.rewards.fc import calls_match, parse_completion_calls, text_target_ok, values_equal
 
 FC_TAG = "eval.fc"
 COMPONENTS = ("decision", "tool_choice", "required_args", "schema_valid", "arg_values")
@@ -232,8 +232,8 @@ def score_case(item: dict[str, Any], resp: ChatResponse) -> dict[str, Any]:
     if calls is None:
         rec.update({k: False for k in COMPONENTS}, correct=False)
         return rec
-    if expected is None:
-        ok = not calls and bool(text.strip())
+    if expected is None:  # the FC reward's own verdict for the case's text-like target (one rule for both)
+        ok = not calls and text_target_ok(item.get("target_type"), text, item.get("ground_truth"), item["tools"])
         rec.update(decision=not calls, correct=ok)
         return rec
     rec["decision"] = bool(calls)
