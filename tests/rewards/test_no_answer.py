@@ -76,10 +76,12 @@ def _fc(target: str) -> Any:
     return score
 
 
-GOOD_FOR = {"rubric": GOOD, "rubric_and_constraints": GOOD, "if": GOOD, "fc_text": GOOD, "fc_clarification": "Уточните, пожалуйста, какой город?",
+GOOD_FOR = {"rubric": GOOD, "rubric_and_constraints": GOOD, "if": GOOD, "fc_text": GOOD,
+            "fc_clarification": "Уточните, пожалуйста, какой город?",
             "fc_irrelevance": "К сожалению, не могу: у меня нет инструмента для этого.",
             "fc_tool_call": '<tool_call>{"name": "get_weather", "arguments": {"city": "Казань"}}</tool_call>'}
-REWARDS = {"rubric": _rubric(False), "rubric_and_constraints": _rubric(True), "if": _if, "fc_text": _fc("text"), "fc_clarification": _fc("clarification"),
+REWARDS = {"rubric": _rubric(False), "rubric_and_constraints": _rubric(True), "if": _if, "fc_text": _fc("text"),
+           "fc_clarification": _fc("clarification"),
            "fc_irrelevance": _fc("irrelevance"), "fc_tool_call": _fc("tool_call")}
 
 
