@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from fabrika.export.source import ExportSource
     from fabrika.export.validate import ValidationReport
 
+SIM_RM_WARNING = ("> **WARNING: STAND-IN REWARD MODEL.** `rm_id: sim@v1` rows were scored (α = "
+                  "`teacher_rm_mean`, general R) by fabrika's packaged offline stand-in RM, a deterministic hash of "
+                  "prompt and answer — not a reward model. It only exercises the pipeline and the RM correction; "
+                  "score real data with a real RM (`rm:` / `endpoint:`) and train with that same RM.")
 SIM_WARNING = ("> **WARNING: SIMULATED DATA.** Rows of this dataset were produced by the `sim` backend "
                "(canned answers, no real model). Use it to test pipelines, NEVER to train a model.")
 
@@ -73,12 +77,16 @@ def render_card(source: "ExportSource", kind: str, fmt: str, rows: int, stats: d
     lines += [f"# {title}", ""]
     if simulated:
         lines += [SIM_WARNING, ""]
+    rm_ids = {k: v for k, v in stats.get("rm_id", {}).items() if k and k != "None"}
+    if "sim@v1" in rm_ids:
+        lines += [SIM_RM_WARNING, ""]
     lines += [
         f"- rows: **{rows}**",
         f"- kind: `{kind}`, format: `{fmt}`",
         f"- license: `{license}`",
         f"- LLM backend(s): {_shares(backends) if backends else 'unknown'}",
         f"- generator models: {', '.join(f'`{m}`' for m in generator_models(source.manifest)) or 'unknown'}",
+        *([f"- reward model(s) of α / R (`rm_id`): {_shares(rm_ids)}"] if rm_ids else []),
         *_sandbox_line(source.manifest),
         "",
         "## Shares",

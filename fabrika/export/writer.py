@@ -339,7 +339,7 @@ def _length_warnings(lf: pl.LazyFrame, max_length: int | None) -> list[str]:
 def _stats(lf: pl.LazyFrame) -> dict[str, Any]:
     names = lf.collect_schema().names()
     stats: dict[str, Any] = {}
-    for col in ("lang", "target_type", "expert", "llm_backend", "len_tokenizer"):
+    for col in ("lang", "target_type", "expert", "llm_backend", "len_tokenizer", "rm_id"):
         if col in names:
             counts = lf.group_by(col).len().sort(col).collect()
             stats[col] = {str(k): int(v) for k, v in counts.iter_rows()}
