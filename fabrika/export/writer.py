@@ -285,7 +285,8 @@ def export(source: ExportSource, config: ExportConfig) -> ExportResult:
         validation = _validate(tmp, lf, config) if config.validate_rows != 0 else None
         stats = _stats(lf)
         (tmp / "README.md").write_text(
-            render_card(source, config.kind, config.format, rows, stats, config.license, mix_report, validation),
+            render_card(source, config.kind, config.format, rows, stats, config.license, mix_report, validation,
+                        frame=lf),
             encoding="utf-8")
         old = out.parent / f".old-export-{out.name}-{os.getpid()}"
         if out.exists():
