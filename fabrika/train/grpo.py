@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -323,6 +324,12 @@ def _check_general_length_unit(config: FabrikaGRPOConfig, dataset: Dataset) -> N
     """L0 and L(y) on one scale: a stored ``length_unit`` (general.teacher) must be the trainer's ``length_unit``."""
     from fabrika.errors import InputError
 
+    if "ref_length_k" in dataset.column_names:
+        ks = dataset.data.column("ref_length_k").to_pylist()
+        single = sum(1 for k in ks if k == 1)
+        if single:
+            print(f"warning: {single} of {len(ks)} rows have an L0 (ref_length) from a single reference answer "
+                  "(generic chat rows); general.teacher with k >= 4 gives a steadier L0", file=sys.stderr)
     if "length_unit" not in dataset.column_names:
         return
     units = sorted({str(u) for u in dataset.data.column("length_unit").to_pylist() if u is not None})
