@@ -161,11 +161,9 @@ def arrow_batch(frame: pl.DataFrame, kind: ExportKind, columns: list[str]) -> pa
             values = frame[col].to_list() if col in names else [None] * frame.height
             arrays[col] = _json_array(_json_text(v) for v in values)
         elif col in DERIVED_COLUMNS:
-            def values(name: str) -> list[Any]:
-                return frame[name].to_list() if name in names else [None] * frame.height
-
-            derived = [ref_length_columns(*v) for v in zip(values("ref_length"), values("completion"),
-                                                           values("length_unit"), values("teacher_usable"))]
+            parts = [frame[n].to_list() if n in names else [None] * frame.height
+                     for n in ("ref_length", "completion", "length_unit", "teacher_usable")]
+            derived = [ref_length_columns(*v) for v in zip(*parts)]
             arrays[col] = pa.array([d[col] for d in derived], SCALAR_TYPES.get(col, pa.string()))
         elif col == "constraints":
             values = frame["ground_truth"].to_list() if "ground_truth" in names else [None] * frame.height
