@@ -174,6 +174,8 @@ class IFScore:
     s: float | None
     alpha: float | None
     reward: float
+    #: the RM that gave S (``rm_scorer.rm_id``; None when S came from a column or no correction applied)
+    rm_id: str | None = None
 
 
 def _library_id(spec: Mapping[str, Any]) -> str | None:
@@ -300,6 +302,7 @@ def score_if(
     vs = [verifier_score(v, cfg.aggregation) for v in verdicts]
 
     terms = rm_terms(prompts, completions, cfg, rm_scorer, columns)
+    rm_id = getattr(rm_scorer, "rm_id", None) if terms is not None else None
     out = []
     for i in range(n):
         v = vs[i]
@@ -308,7 +311,7 @@ def score_if(
             continue
         s, alpha = terms[i]
         r = rm_corrected(v, s, alpha, bonus_only_when_all_pass=cfg.bonus_only_when_all_pass, bonus=cfg.bonus, penalty=cfg.penalty)
-        out.append(IFScore(tuple(verdicts[i]), v, s, alpha, r))
+        out.append(IFScore(tuple(verdicts[i]), v, s, alpha, r, rm_id))
     return out
 
 

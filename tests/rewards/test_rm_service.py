@@ -213,3 +213,12 @@ def test_a_local_rm_called_from_32_threads_at_once_loads_once(tmp_path: Path) ->
         t.join()
     assert errors == [] and len(loads) == 1
     assert len(scores) == 32 and len(set(scores)) == 1
+
+
+def test_if_scores_name_the_rm_that_gave_s() -> None:
+    from fabrika.rewards.instruct import IFRewardConfig, score_if
+
+    rm = get_reward_model("sim")
+    (score,) = score_if([PROMPT], ["Кот спит."], IFRewardConfig(), rm_scorer=rm,
+                        constraints=[[{"id": "ru.punct.no_commas", "params": {}}]], teacher_rm_mean=[-5.0])
+    assert score.rm_id == SIM_RM_ID and score.s == rm([PROMPT], ["Кот спит."])[0] and score.reward == 2.0
