@@ -47,10 +47,13 @@ class FCCase:
     expected: list[dict[str, dict[str, list[Any]]]] | str | None  # None: no call; "any": some valid call
     names: dict[str, str]  # sent name -> original name
     asks: list[str] | None = None  # a clarification case: the withheld slot(s) the question must ask for
+    target_type: str | None = None  # fabrika samples: the FC reward's target type (a no-call case's rule)
+    ground_truth: Any = None  # fabrika samples: what that rule reads (the withheld slots in ``asks``)
 
     def as_item(self) -> dict[str, Any]:
         item: dict[str, Any] = {"id": self.id, "category": self.category, "messages": self.messages, "tools": self.tools,
-                                "expected": self.expected, "names": self.names}
+                                "expected": self.expected, "names": self.names, "target_type": self.target_type,
+                                "ground_truth": self.ground_truth}
         if self.asks is not None:
             item["asks"] = self.asks
         return item
@@ -189,5 +192,6 @@ def read_samples(path: Path) -> list[FCCase]:
                 call["function"]["arguments"] = json.dumps(call["function"]["arguments"], ensure_ascii=False)
         category = (row.get("meta") or {}).get("sample_type") or target
         cases.append(FCCase(str(row.get("id", f"L{n}")), str(category), messages, sent_tools, expected, names,
-                            asks=list(asks) if target == "clarification" and asks else None))
+                            asks=list(asks) if target == "clarification" and asks else None,
+                            target_type=target, ground_truth=row.get("ground_truth")))
     return cases

@@ -37,8 +37,7 @@ import jsonschema
 
 from fabrika.eval.answers import strip_reasoning
 from fabrika.llm import ChatRequest, ChatResponse
-from fabrika.rewards.fc import calls_match, parse_completion_calls, values_equal
-from fabrika.rewards.fc_text import is_clarification
+from fabrika.rewards.fc import calls_match, parse_completion_calls, text_target_ok, values_equal
 
 FC_TAG = "eval.fc"
 COMPONENTS = ("decision", "tool_choice", "required_args", "schema_valid", "arg_values")
@@ -234,11 +233,14 @@ def score_case(item: dict[str, Any], resp: ChatResponse) -> dict[str, Any]:
     if calls is None:
         rec.update({k: False for k in COMPONENTS}, correct=False)
         return rec
-    if expected is None:
-        ok = not calls and bool(text.strip())
+    if expected is None:  # the FC reward's own verdict for the case's text-like target (one rule for both)
+        ground_truth = item.get("ground_truth")
         if item.get("asks"):  # a clarification: it must ask for what was withheld, not for another slot
             rec["asks"] = list(item["asks"])
-            ok = ok and is_clarification(text, {"asks": item["asks"]}, item["tools"])
+            if not isinstance(ground_truth, dict) or not ground_truth.get("asks"):
+                ground_truth = {**(ground_truth if isinstance(ground_truth, dict) else {}), "asks": item["asks"]}
+        target_type = item.get("target_type") or ("clarification" if item.get("asks") else None)
+        ok = not calls and text_target_ok(target_type, text, ground_truth, item["tools"])
         rec.update(decision=not calls, correct=ok)
         return rec
     rec["decision"] = bool(calls)

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from fabrika.rewards.fc_text import is_clarification, is_refusal_with_reason
 from fabrika.textutil.reasoning import split_reasoning
 
-__all__ = ["calls_match", "completion_text", "fc_reward", "parse_completion_calls", "values_equal"]
+__all__ = ["calls_match", "completion_text", "fc_reward", "parse_completion_calls", "text_target_ok", "values_equal"]
 
 _TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
@@ -267,13 +267,25 @@ def fc_reward(
         elif kind == "tool_call":
             expected = _expected_calls(ground_truth[i])
             ok = bool(expected) and calls_match(predicted, expected, sample_tools)
-        elif predicted or not text:
-            ok = False
-        elif kind == "clarification":
-            ok = is_clarification(text, ground_truth[i], sample_tools)
-        elif kind == "irrelevance":
-            ok = is_refusal_with_reason(text)
         else:
-            ok = True
+            ok = not predicted and text_target_ok(kind, text, ground_truth[i], sample_tools)
         rewards.append(1.0 if ok else 0.0)
     return rewards
+
+
+def text_target_ok(target_type: str | None, text: str, ground_truth: Any = None, tools: Any = None) -> bool:
+    """The verdict on a no-call answer for a text-like target — the ONE rule the FC reward and ``eval fc`` share.
+
+    ``text`` is the visible answer (reasoning removed). An empty or whitespace-only answer
+    is never right; ``clarification`` must ask for the missing information
+    (:func:`fabrika.rewards.fc_text.is_clarification`), ``irrelevance`` must decline and say
+    why (:func:`fabrika.rewards.fc_text.is_refusal_with_reason`); any other text target
+    (``text``) needs only some text.
+    """
+    if not text.strip():
+        return False
+    if target_type == "clarification":
+        return is_clarification(text, ground_truth, tools)
+    if target_type == "irrelevance":
+        return is_refusal_with_reason(text)
+    return True

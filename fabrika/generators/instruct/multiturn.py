@@ -394,8 +394,8 @@ class DialogueGrpoStage(Stage[DialogueGrpoConfig]):
             quality = turn.get("quality")
             out.append(ok(**to_row(sample), turn=turn["turn"], tactic=turn["tactic"], n_rubrics=row.get("n_rubrics"),
                           teacher_passed=turn["passed"],
-                          judge_quality=round(quality / 10.0, 4) if quality is not None else None,
-                          teacher_rm_mean=None, teacher_rm_k=None, rm_id=None))
+                          judge_quality=round(quality / 10.0, 4) if quality is not None else None))
+        # α (teacher_rm_mean, teacher_rm_k, rm_id) comes from an rm.teacher_scores stage annotating this table
         return out or [rejected(stable_id(row["id"], prefix="ifdg-"), "no_assistant_turns")]
 
 
