@@ -97,6 +97,10 @@ def test_a_derived_l0_carries_its_unit_and_the_one_answer_it_rests_on(tmp_path: 
     from fabrika.export.writer import read_export
 
     rows = _general_rows()
+    import fabrika.generators.general.rows  # noqa: F401  (the `general` gate group, loaded as in a real run)
+
+    for row in rows[:3]:  # rows from one answer: general.min_usable_answers must not drop them (null is dropped)
+        row["teacher_usable"] = 1
     rows[3].update(length_unit="words", teacher_usable=4)  # a general.teacher-style stored L0
     run = make_run(tmp_path, rows, stage="general.samples")
     export(open_version(run), ExportConfig(kind="grpo", format=fmt, out=tmp_path / "g"))
