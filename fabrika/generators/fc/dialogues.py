@@ -52,6 +52,7 @@ from fabrika.schemas.messages import Dialogue, Message
 from fabrika.schemas.tools import ToolCall
 from fabrika.textutil.answers import extract_json, is_failure
 from fabrika.textutil.reasoning import split_reasoning
+from fabrika.textutil.tool_calls import call_id
 
 
 class EpisodeRejected(Exception):
@@ -214,7 +215,8 @@ class Episode:
         return errors
 
     def _ids(self, calls: list[ToolCall], tag: str) -> list[ToolCall]:
-        return [c.model_copy(update={"id": f"call_{tag}_{k}"}) for k, c in enumerate(calls)]
+        # ids shaped like a real API's (call_ + 24 alphanumerics), stable per plan, round and try
+        return [c.model_copy(update={"id": call_id(self.plan.id, tag, k)}) for k, c in enumerate(calls)]
 
     def _text_scores(self, step: PlanStep, text: str | None, after_results: bool) -> dict[str, Any]:
         """Cheap rule scores of a text target (stored per sample; thresholds are gates)."""

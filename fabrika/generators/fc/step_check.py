@@ -47,12 +47,13 @@ def parse_assistant_choice(choice: Choice) -> tuple[str | None, list[ToolCall], 
         if not split.complete:
             problems.append("unclosed_reasoning: the answer was cut off inside a reasoning block")
         content = split.answer
-    if not raw_calls and content and "<tool_call>" in content:
+    if not raw_calls and content:  # calls written into the text, in any format the shared reader knows
         try:
             raw_calls = parse_completion_calls(content)
         except ValueError as exc:
-            problems.append(f"malformed_call: {exc}")
-        content = completion_text(content)
+            problems.append(str(exc))
+        if raw_calls:
+            content = completion_text(content)
     for raw in raw_calls:
         try:
             calls.append(ToolCall.model_validate(raw))
