@@ -111,7 +111,8 @@ PARAMS: dict[str, dict[str, Any]] = {
     "delivery_slot": {"kind": "enum", "ru": "Время суток доставки", "en": "Delivery time of day",
                       "enum": {"ru": ["morning", "afternoon", "evening"], "en": ["morning", "afternoon", "evening"]},
                       "spoken_ru": {"morning": ["утром"], "afternoon": ["после обеда", "днём", "днем"], "evening": ["вечером"]},
-                      "say_ru": "{v}", "say_en": "in the {v}",
+                      "say_ru": "с доставкой {v}", "say_en": "delivered in the {v}",
+                      "answer_ru": "{v}.", "answer_en": "In the {v}.",
                       "ask_ru": "В какое время суток привезти: утром, после обеда или вечером?",
                       "ask_en": "What time of day suits you: morning, afternoon or evening?"},
     "currency": {"kind": "enum", "ru": "Валюта", "en": "Currency",
@@ -184,7 +185,7 @@ DOMAINS: dict[str, dict[str, Any]] = {
         _t("search_trains", "Ищет поезда между городами на дату.", "Searches trains between two cities on a date.",
            "Найдите поезда", "найти поезда", "Find trains", "find trains", ["from_city", "to_city", "date"],
            ["from_city", "to_city", "date"], {"trains": [{"number": "{train}", "departure": "{time}", "price_rub": "{price}"}]},
-           "Нашёл поезд {trains[0][number]}: отправление в {trains[0][departure]}, билет от {trains[0][price_rub]} ₽.",
+           "Есть поезд {trains[0][number]}: отправление в {trains[0][departure]}, билет от {trains[0][price_rub]} ₽.",
            "I found train {trains[0][number]}: it leaves at {trains[0][departure]}, tickets from {trains[0][price_rub]}."),
         _t("buy_train_tickets", "Покупает билеты на поезд.", "Buys train tickets.",
            "Купите", "купить", "Buy", "buy", ["tickets", "from_city", "to_city", "date", "email"],
@@ -218,7 +219,7 @@ DOMAINS: dict[str, dict[str, Any]] = {
     ]},
     "delivery": {"keys": ["доставк", "продукт", "курьер", "заказ", "delivery", "grocer", "courier"], "tools": [
         _t("create_order", "Оформляет заказ продуктов с доставкой на дом.", "Places a grocery order for home delivery.",
-           "Закажите", "заказать", "Order", "order", ["items", "address", "delivery_slot"],
+           "Закажите", "заказать", "Order", "order", ["items", "delivery_slot", "address"],
            ["items", "address"], {"order_id": "D{id}", "total_rub": "{price}", "eta": "{time}"},
            "Заказ {order_id} оформлен на сумму {total_rub} ₽, курьер привезёт его к {eta}.",
            "Order {order_id} is placed, total {total_rub}; the courier will be there by {eta}."),
@@ -234,8 +235,8 @@ DOMAINS: dict[str, dict[str, Any]] = {
     "bank": {"keys": ["банк", "перевод", "счёт", "счет", "баланс", "bank", "transfer", "balance"], "tools": [
         _t("get_balance", "Показывает баланс карты.", "Shows a card's balance.",
            "Покажите баланс", "посмотреть баланс", "Show the balance", "check the balance", ["card", "currency"],
-           ["card"], {"card": "{card}", "balance": "{price}", "currency": "RUB"},
-           "На карте *{card} сейчас {balance} ₽.", "The card ending in {card} has {balance} on it.",
+           ["card"], {"card": "{card}", "balance": "{price}", "currency": "{currency}"},
+           "На карте *{card} сейчас {balance} {sign}.", "The card ending in {card} has {sign}{balance} on it.",
            say={"card": ("карты, которая заканчивается на {v},", "of the card ending in {v}")}),
         _t("transfer_money", "Переводит деньги с карты по номеру телефона.", "Sends money from a card to a phone number.",
            "Переведите", "перевести", "Send", "send", ["amount", "card", "phone"],
@@ -254,11 +255,11 @@ DOMAINS: dict[str, dict[str, Any]] = {
         _t("get_forecast", "Даёт прогноз погоды в городе на несколько дней.", "Gives a city's weather forecast for some days.",
            "Покажите прогноз погоды", "узнать прогноз погоды", "Show the weather forecast", "get the weather forecast",
            ["city", "days"], ["city"], {"city": "{city}", "min_c": "{cold}", "max_c": "{warm}", "sky": "облачно"},
-           "В ближайшие дни от {min_c} до {max_c} °C, облачно.", "Over the coming days it will be {min_c} to {max_c} °C."),
+           "В {city@loct} в ближайшие дни от {min_c} до {max_c} °C, облачно.", "Over the coming days {city} will see {min_c} to {max_c} °C."),
         _t("get_current_weather", "Показывает погоду в городе прямо сейчас.", "Shows the weather in a city right now.",
            "Скажите|, какая сейчас погода", "узнать, какая сейчас погода", "Tell me the weather right now",
            "check the weather right now", ["city"], ["city"], {"city": "{city}", "temp_c": "{warm}", "wind_ms": "{wind}"},
-           "Сейчас {temp_c} °C, ветер {wind_ms} м/с.", "It is {temp_c} °C right now, wind {wind_ms} m/s."),
+           "Сейчас в {city@loct} {temp_c} °C, ветер {wind_ms} м/с.", "It is {temp_c} °C in {city} right now, wind {wind_ms} m/s."),
     ]},
     "cinema": {"keys": ["кино", "сеанс", "фильм", "cinema", "film", "movie"], "tools": [
         _t("get_showtimes", "Показывает расписание сеансов фильма.", "Shows a film's showtimes.",
@@ -307,7 +308,7 @@ DOMAINS: dict[str, dict[str, Any]] = {
     "fitness": {"keys": ["фитнес", "трениров", "спортзал", "зал", "gym", "fitness", "trainer"], "tools": [
         _t("get_class_schedule", "Показывает расписание групповых занятий.", "Shows the group class timetable.",
            "Покажите расписание занятий", "посмотреть расписание занятий", "Show the timetable", "see the timetable",
-           ["class_type", "date"], ["class_type"], {"classes": [{"time": "{time}", "trainer": "{doctor}", "free": "{digit}"}]},
+           ["class_type", "date"], ["class_type"], {"classes": [{"time": "{time}", "trainer": "{trainer}", "free": "{digit}"}]},
            "Ближайшее занятие в {classes[0][time]}, ведёт {classes[0][trainer]}, свободно мест: {classes[0][free]}.",
            "The next class is at {classes[0][time]} with {classes[0][trainer]}, {classes[0][free]} places left.",
            say={"class_type": ("по {v}", "for {v}", "datv")}),
@@ -335,4 +336,5 @@ DOMAINS: dict[str, dict[str, Any]] = {
 FILL = {"train": ["016А", "102Й", "748В"], "flight": ["SU 1234", "DP 405", "S7 2051"], "pnr": ["QW7ERT", "MN4B8K"],
         "doctor": ["Соколова Е. А.", "Морозов И. П."], "doctor_en": ["Dr Patel", "Dr Evans"],
         "place": ["Белый кролик", "Пушкин", "Хачапури и вино"], "place_en": ["The Ivy", "Dishoom"],
-        "shop": ["Пятёрочка", "Аптека 36,6"], "shop_en": ["Tesco", "Boots"], "shelf": ["А-12", "Б-3"]}
+        "shop": ["Пятёрочка", "Аптека 36,6"], "shop_en": ["Tesco", "Boots"], "shelf": ["А-12", "Б-3"], "shelf_en": ["A-12", "B-3"],
+        "trainer": ["Ирина Волкова", "Олег Никитин"], "trainer_en": ["Kate Miller", "Tom Baker"]}

@@ -176,7 +176,8 @@ def say_answer(pname: str, value: Any, lang: str) -> str:
     """A short answer to the assistant's question about ``pname`` («На 14 марта.», «В Казани.»)."""
     own = PARAMS[pname].get(f"answer_{lang}")
     if own:
-        return str(own).format(v=value)
+        text = str(own).format(v=_value_text(pname, value, lang, "nomn"))
+        return text[:1].upper() + text[1:]
     text = say_arg(pname, value, lang)
     if lang == "ru" and not re.search(r"[А-Яа-яЁё]", text):  # a bare code is no Russian sentence: name it
         text = f"{re.sub(r' [(].*[)]', '', PARAMS[pname]['ru'])} — {text}"
@@ -230,7 +231,11 @@ def _forms(pname: str, value: Any, lang: str, tool: dict[str, Any] | None) -> li
         if lang != "ru":
             _, m, d = str(value).split("-")
             forms.append(f"{int(d)} {MONTHS['en'][int(m) - 1]}")
-    elif kind in ("place", "person", "title") or (kind == "enum" and re.search(r"[а-я]", str(value))):
+    elif kind == "place":  # a city is said with its preposition: «из Казани» is the departure, «в Казань» the arrival
+        template, _ = _template(pname, tool, lang)
+        prep = template.split("{v}")[0]
+        forms += [prep + f for f in (case_forms(str(value)) if lang == "ru" else [str(value)])]
+    elif kind in ("person", "title") or (kind == "enum" and re.search(r"[а-я]", str(value))):
         forms += case_forms(str(value)) if lang == "ru" else [str(value)]
     elif kind == "enum":
         forms += [*p.get(f"spoken_{lang}", {}).get(value, []), str(value)]
@@ -329,8 +334,11 @@ def result_for(tool: dict[str, Any], args: dict[str, Any], rng: random.Random, l
             "digit": str(rng.randint(2, 9)), "cold": rng.randint(-8, 4), "warm": rng.randint(5, 19),
             "wind": rng.randint(1, 9), "due": rng.choice(DUE[lang]),
             **{k: rng.choice(FILL.get(k + en) or FILL[k]) for k in ("train", "flight", "pnr", "doctor", "place", "shop",
-                                                                     "shelf")}}
+                                                                     "shelf", "trainer")}}
+    fill["currency"] = "RUB" if lang == "ru" else "GBP"
     fill.update({k: v for k, v in args.items() if isinstance(v, (str, int, float))})
+    if "delivery_slot" in args:  # the courier comes when asked
+        fill["time"] = SLOT_TIMES.get(str(args["delivery_slot"]), fill["time"])
 
     def render(node: Any) -> Any:
         if isinstance(node, dict):
@@ -349,14 +357,18 @@ def result_for(tool: dict[str, Any], args: dict[str, Any], rng: random.Random, l
 
 
 DUE = {"ru": ["2025-04-11", "2025-06-30"], "en": ["2025-04-11", "2025-06-30"]}
+SLOT_TIMES = {"morning": "10:30", "afternoon": "15:00", "evening": "20:30"}
+SIGNS = {"RUB": "₽", "USD": "$", "EUR": "€", "GBP": "£"}
 
 
 def closing(tool: dict[str, Any], result: Any, lang: str) -> str | None:
     """The sentence reporting ``result`` (``None`` when it does not fit the template, e.g. an error)."""
     if not isinstance(result, dict) or "error" in result:
         return None
+    template = re.sub(r"\{(\w+)@(\w+)\}", lambda m: inflect(str(result.get(m.group(1), "")), m.group(2))
+                      if lang == "ru" else str(result.get(m.group(1), "")), tool[f"done_{lang}"])
     try:
-        text = tool[f"done_{lang}"].format(**result)
+        text = template.format(**result, sign=SIGNS.get(str(result.get("currency")), "₽" if lang == "ru" else ""))
     except (KeyError, IndexError, TypeError, ValueError):
         return None
     return re.sub(r"(\d{4})-(\d{2})-(\d{2})", lambda m: say_date(m.group(0), lang), text)

@@ -51,19 +51,19 @@ PARAMS = [
 WORDS = {
     "ru": {"then": ", а затем ", "also": ", а также ", "need": "Мне нужно ", "done": "Готово",
            "ask": "Уточните, пожалуйста: {}?",
-           "none": "К сожалению, ни один из доступных мне инструментов не умеет этого. Могу помочь с чем-то другим.",
+           "none": "К сожалению, с этим я помочь не могу: у меня нет доступа к такой услуге. Могу помочь с чем-то другим.",
            "chat": ["Спасибо большое, вы очень помогли!", "Спасибо за помощь, всего доброго!",
                     "Благодарю, это всё, что мне было нужно."],
            "chat_answer": "Рад помочь! Обращайтесь, если понадобится что-то ещё.",
            "ok": "выполнено", "issue": "Реплика пользователя звучит неестественно, перепиши её.",
            "fits": "Функция «{}» подходит для просьбы.", "polite": ["", "Здравствуйте! ", "Добрый день! ", "Добрый вечер! "],
            "unavailable": "Сервис временно недоступен, повторите запрос позже.",
-           "correction": ["Ой, нет, давайте иначе.", "Извините, я ошиблась, давайте по-другому.",
+           "correction": ["Ой, нет, давайте иначе.", "Извините, давайте по-другому.",
                           "Подождите, лучше так."],
            "works": "Работает с темой «{}».", "params": "Параметры: {}.", "returns": "Возвращает результат в формате JSON."},
     "en": {"then": ", and then ", "also": ", and also ", "need": "I need to ", "done": "Done",
            "ask": "Could you tell me the {}?",
-           "none": "Sorry, none of the tools I have can do that. I can help with something else.",
+           "none": "Sorry, I can't do that: I have no access to such a service. I can help with something else.",
            "chat": ["Thanks a lot, that really helped!", "Thank you, that's all I needed.", "Great, thanks for your help!"],
            "chat_answer": "Glad to help! Just ask if you need anything else.",
            "ok": "done", "issue": "The user's message sounds unnatural; rewrite it.",
@@ -327,6 +327,7 @@ def planner_responder(request: ChatRequest, rng: random.Random) -> str:
         steps = plan.long_turns(turns)
     elif kind in ("single", "multi_turn"):
         steps = [plan.request_step(picks[:1], None, False)]
+        plan.polite = ""  # a greeting opens the conversation, not every turn
         if kind == "multi_turn":
             variant = rng.randrange(3)
             later = next((t for t in tools if t is not picks[0] and t["parameters"].get("required")), None)
@@ -336,7 +337,6 @@ def planner_responder(request: ChatRequest, rng: random.Random) -> str:
             elif variant == 2 and later is not None:  # a required value missing later, not only at step 0
                 steps += plan.clarify(later)
             else:
-                plan.polite = ""
                 steps.append(plan.request_step(picks[-1:], None, False))
     elif kind in ("parallel", "multi_step"):
         steps = [plan.request_step(picks, w["also"] if kind == "parallel" else w["then"], kind == "multi_step")]
