@@ -15,7 +15,8 @@ what is malformed:
 * **Llama 3.2 / BFCL prompting** pythonic lists ``[get_weather(city="Paris")]``
   (literal keyword arguments only; nothing is executed), when tools were offered;
 * **Mistral** ``[TOOL_CALLS][{"name": …, "arguments": {…}}]`` (v3 tokenizer)
-  and ``[TOOL_CALLS]name[ARGS]{…}`` (v11+; ``[CALL_ID]id`` between them in v13);
+  and ``[TOOL_CALLS]name[ARGS]{…}`` (v11+; ``[CALL_ID]id`` between them in v13; ``name{…}``
+  where a server dropped the ``[ARGS]`` token);
 * **gpt-oss harmony** ``<|start|>assistant<|channel|>commentary
   to=functions.NAME <|constrain|>json<|message|>{…}<|call|>`` (the ``to=`` may
   also sit in the role part); the ``analysis`` channel is reasoning;
@@ -49,7 +50,8 @@ _HERMES = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _PYTHON_TAG = "<|python_tag|>"
 _LLAMA_END = re.compile(r"<\|(?:eom_id|eot_id|end_of_text)\|>")
 _MISTRAL = "[TOOL_CALLS]"
-_MISTRAL_NAMED = re.compile(r"\s*([A-Za-z_][\w.\-]*)\s*(?:\[CALL_ID\]\s*([\w\-]+)\s*)?\[ARGS\]")
+# v11+: name[ARGS]{…}; v13: name[CALL_ID]id[ARGS]{…}; decoded without special tokens' text, some servers drop [ARGS]
+_MISTRAL_NAMED = re.compile(r"\s*([A-Za-z_][\w.\-]*)\s*(?:\[CALL_ID\]\s*([\w\-]+)\s*)?(?:\[ARGS\]|(?=\{))")
 _HARMONY_SEGMENT = re.compile(
     r"(?:<\|start\|>(?P<role>[^<]*))?<\|channel\|>(?P<header>[^<]*)(?:<\|constrain\|>(?P<constrain>[^<]*))?"
     r"<\|message\|>(?P<body>.*?)(?P<end><\|call\|>|<\|end\|>|<\|return\|>|(?=<\|start\|>)|\Z)",

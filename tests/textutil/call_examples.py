@@ -37,6 +37,8 @@ EXAMPLES = {
     # Mistral v11+ tokenizer: [TOOL_CALLS]name[ARGS]{...}, repeated per call
     "mistral_v11": (f'[TOOL_CALLS]get_weather[ARGS]{ARGS}[TOOL_CALLS]get_time[ARGS]{{"timezone": "Europe/Paris"}}</s>',
                     TWO),
+    # v11+ decoded by a server that drops the [ARGS] special token (vLLM-MLX and others accept it)
+    "mistral_v11_no_args_token": (f'[TOOL_CALLS]get_weather{ARGS}', WEATHER),
     # Mistral v13 (Magistral / Devstral): a call id between the name and the arguments
     "mistral_v13": (f'[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{ARGS}', WEATHER),
     # gpt-oss harmony, as the harmony guide prints a model's call (analysis first, then the call)
