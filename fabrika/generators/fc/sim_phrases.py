@@ -206,6 +206,30 @@ def request(tool: dict[str, Any], args: dict[str, Any], lang: str, *, infinitive
     return tidy(" ".join([head, *phrases]))
 
 
+#: How a single request opens: the polite imperative most of the time, else a want, a need or a question.
+FRAMES = {"ru": [("imp", "{}", 0.55), ("inf", "Мне нужно {}", 0.15), ("inf", "Хочу {}", 0.15), ("inf", "Можно {}?", 0.15)],
+          "en": [("imp", "{}", 0.55), ("inf", "I need to {}", 0.15), ("inf", "I'd like to {}", 0.15),
+                 ("imp", "Could you {}?", 0.15)]}
+
+
+def framed(tool: dict[str, Any], args: dict[str, Any], lang: str, rng: random.Random, *, skip: str | None = None,
+           words: dict[str, bool] | None = None) -> str:
+    """One request as a sentence, in a frame drawn from :data:`FRAMES` («Можно записаться на приём к окулисту…?»)."""
+    roll, acc = rng.random(), 0.0
+    form, frame = FRAMES[lang][0][:2]
+    for f, template, weight in FRAMES[lang]:
+        acc += weight
+        if roll < acc:
+            form, frame = f, template
+            break
+    if frame == "{}":
+        return sentence(request(tool, args, lang, skip=skip, words=words))
+    body = request(tool, args, lang, infinitive=form == "inf", polite=False, skip=skip, words=words)
+    if form == "imp":
+        body = body[:1].lower() + body[1:]
+    return sentence(frame.format(body))
+
+
 def tidy(text: str) -> str:
     """Spaces and commas of a joined sentence: «врача -терапевта» → «врача-терапевта», no doubled or dangling comma."""
     text = re.sub(r"\s+", " ", text).replace(" -", "-").replace(" ,", ",")
@@ -214,7 +238,7 @@ def tidy(text: str) -> str:
 
 
 def sentence(text: str) -> str:
-    text = tidy(text)
+    text = tidy(text.replace(" ?", "?"))
     return text[:1].upper() + text[1:] + ("" if text.endswith(("?", "!", ".")) else ".")
 
 

@@ -221,7 +221,7 @@ class _Planner:
         words = [_in_words(c["arguments"], self.rng) for c in calls]
         pairs = list(zip([s for s in specs if s is not None], calls))
         if len(pairs) == 1:
-            say = ph.sentence(ph.request(pairs[0][0], calls[0]["arguments"], self.lang, words=words[0]))
+            say = ph.framed(pairs[0][0], calls[0]["arguments"], self.lang, self.rng, words=words[0])
         else:
             parts = [ph.request(s, c["arguments"], self.lang, infinitive=True, polite=False, words=wd)
                      for (s, c), wd in zip(pairs, words)]
@@ -241,7 +241,7 @@ class _Planner:
         required = [k for k in fn["parameters"].get("required", []) if k in call["arguments"]]
         hidden = self.rng.choice(required)
         words = _in_words(call["arguments"], self.rng)
-        first = self.polite + ph.sentence(ph.request(spec, call["arguments"], self.lang, skip=hidden, words=words))
+        first = self.polite + ph.framed(spec, call["arguments"], self.lang, self.rng, skip=hidden, words=words)
         value = call["arguments"][hidden]
         second = ph.say_answer(hidden, value, self.lang)
         return [{"kind": "clarification", "intent": first, "user_message": first, "withheld": [hidden],
@@ -283,7 +283,7 @@ class _Planner:
             props = {k: _schema(k, self.lang, k not in want["required"]) for k in want["params"]}
             fn = {"name": want["name"], "parameters": {"properties": props, "required": want["required"]}}
             call = _world_call(fn, want, self.lang, self.rng)
-            say = self.polite + ph.sentence(ph.request(want, call["arguments"], self.lang))
+            say = self.polite + ph.framed(want, call["arguments"], self.lang, self.rng)
         return [{"kind": "irrelevance", "intent": say, "user_message": say, "final_answer": self.w["none"]}]
 
     def long_turns(self, turns: int) -> list[dict[str, Any]]:
