@@ -20,8 +20,9 @@ what is malformed:
 * **gpt-oss harmony** ``<|start|>assistant<|channel|>commentary
   to=functions.NAME <|constrain|>json<|message|>{…}<|call|>`` (the ``to=`` may
   also sit in the role part); the ``analysis`` channel is reasoning;
-* **bare JSON** — the whole answer is a call object or a list of them — when
-  it has the call shape and (with ``tools``) names an offered tool.
+* **bare JSON** — the whole answer is a call object or a list of them, with the
+  call shape (``name`` and ``arguments``/``parameters``, nothing else but ``id``/``type``).
+  A call-shaped answer naming a tool nobody offered is a (wrong) call, not text.
 
 Reasoning (``<think>…</think>``, harmony ``analysis``, ``reasoning_content``)
 is never read as calls nor returned as text: calls drafted while thinking are
@@ -315,9 +316,7 @@ def _bare(text: str, known: set[str] | None) -> tuple[list[dict[str, Any]], str]
         if not (isinstance(item, dict) and isinstance(item.get("name"), str) and set(item) <= _CALL_KEYS
                 and ("arguments" in item or "parameters" in item)):
             return None
-        if known is not None and item["name"] not in known:
-            return None
-        call = _call(item, "JSON call")
+        call = _call(item, "JSON call")  # a call-shaped object is a call even to a tool nobody offered (a wrong one)
         if is_failure(call):
             return None
         calls.append(call)
@@ -372,8 +371,8 @@ def read_calls(completion: Any, *, tools: Iterable[Any] | None = None) -> CallRe
         completion: a string, a message dict or object (``content``, ``tool_calls``,
             ``reasoning_content``), or a list of messages (the last assistant one counts).
         tools: the offered tools (OpenAI dicts, :class:`~fabrika.schemas.Tool` models or
-            names). With them, bare JSON and Python-syntax answers count as calls only
-            when they name an offered tool; without them, bare JSON counts by its shape.
+            names). A Python-syntax answer counts as calls only when it names offered
+            tools (and never without them); bare JSON counts by its shape.
 
     Failure reasons start with ``malformed_call:`` (unbalanced tags, a body that is not
     JSON or is truncated, a call without ``name``, arguments that are not an object).

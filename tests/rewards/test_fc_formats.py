@@ -41,3 +41,9 @@ def test_call_markup_never_counts_as_a_text_answer():
         assert completion_text(completion) == ""
         assert fc_reward(prompts=[None], completions=[completion], ground_truth=[None], target_type=["text"],
                          tools=[TOOLS]) == [0.0]
+
+
+def test_a_bare_json_call_to_a_tool_nobody_offered_is_no_text_answer():
+    hallucinated = '{"name": "delete_all", "parameters": {}}'
+    assert fc_reward(prompts=[None], completions=[hallucinated], ground_truth=[None], target_type=["irrelevance"],
+                     tools=[TOOLS]) == [0.0]

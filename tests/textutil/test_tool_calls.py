@@ -51,6 +51,11 @@ def test_text_around_calls_is_kept_and_reasoning_is_not():
     assert separate.calls == () and separate.text == "Готово."
 
 
+def test_a_call_shaped_answer_to_an_unknown_tool_is_a_wrong_call_not_text():
+    read = read_calls('{"name": "delete_all", "arguments": {}}', tools=TOOLS)
+    assert [c["name"] for c in read.calls] == ["delete_all"] and read.text == ""
+
+
 def test_cut_off_while_thinking_is_no_answer():
     assert read_calls("<think>Надо вызвать get_weather").complete is False
     harmony = read_calls("<|channel|>analysis<|message|>Надо вызвать get_weather")
@@ -60,7 +65,6 @@ def test_cut_off_while_thinking_is_no_answer():
 def test_prose_and_foreign_json_are_text_not_calls():
     for text in ('Вызову get_weather(location="Paris"), подождите.',
                  '{"name": "Анна", "age": 30}',                         # JSON without the call shape
-                 '{"name": "delete_all", "arguments": {}}',              # names no offered tool
                  '[print(location="Paris")]',                            # pythonic, not an offered tool
                  '[get_weather(location=__import__("os").getcwd())]'):   # not a literal: never evaluated
         read = read_calls(text, tools=TOOLS)
