@@ -190,9 +190,33 @@ def say_answer(pname: str, value: Any, lang: str) -> str:
 _POLITE = {"ru": ", пожалуйста,", "en": ""}
 
 
+#: What a person says instead of repeating a value named earlier in the same turn («…, а также посмотреть баланс
+#: той же карты»), by the phrase the value would take. The sim assistant resolves it to the earlier value.
+ANAPHORA = {
+    ("ru", "с карты, которая заканчивается на {v},"): "с той же карты",
+    ("ru", "карты, которая заканчивается на {v},"): "той же карты",
+    ("ru", "по карте, которая заканчивается на {v},"): "по той же карте",
+    ("ru", "фильма «{v}»"): "этого же фильма", ("ru", "на фильм «{v}»"): "на этот же фильм",
+    ("ru", "в {v}@loct"): "там же", ("ru", "в {v}@accs"): "туда же", ("ru", "на {v}@nomn"): "на тот же день",
+    ("en", "from the card ending in {v}"): "from the same card", ("en", "of the card ending in {v}"): "of the same card",
+    ("en", "on the card ending in {v}"): "on the same card", ("en", "for “{v}”"): "for the same film",
+    ("en", "in {v}"): "there", ("en", "on {v}"): "on the same day",
+}
+
+
+def anaphora(pname: str, tool: dict[str, Any] | None, lang: str) -> str | None:
+    """The phrase that refers back to ``pname``'s value said earlier in the turn, if the sim has one for its phrase."""
+    template, case = _template(pname, tool, lang)
+    if PARAMS[pname]["kind"] == "date" and lang == "ru":
+        case = "nomn"
+    return ANAPHORA.get((lang, template)) or ANAPHORA.get((lang, f"{template}@{case}"))
+
+
 def request(tool: dict[str, Any], args: dict[str, Any], lang: str, *, infinitive: bool = False,
-            skip: str | None = None, polite: bool = True, words: dict[str, bool] | None = None) -> str:
-    """A request for ``tool`` with ``args`` said as phrases; ``skip`` is left unsaid (withheld)."""
+            skip: str | None = None, polite: bool = True, words: dict[str, bool] | None = None,
+            again: frozenset[str] = frozenset()) -> str:
+    """A request for ``tool`` with ``args`` said as phrases; ``skip`` is left unsaid (withheld); ``again``: arguments
+    said earlier in the turn, referred back to («той же карты») where the sim has a phrase for it."""
     head = tool[f"{'inf' if infinitive else 'imp'}_{lang}"]
     if polite and not infinitive and lang == "ru":  # «Запишите меня, пожалуйста, на приём»: after the marked words
         first, mark, rest = head.partition("|") if "|" in head else head.partition(" ")
@@ -201,8 +225,8 @@ def request(tool: dict[str, Any], args: dict[str, Any], lang: str, *, infinitive
     elif polite and not infinitive:
         head = f"Please {head[:1].lower()}{head[1:]}"
     head = head.replace("|", "")
-    phrases = [say_arg(k, args[k], lang, tool, (words or {}).get(k, False)) for k in tool["params"]
-               if k in args and k != skip]
+    phrases = [(k in again and anaphora(k, tool, lang)) or say_arg(k, args[k], lang, tool, (words or {}).get(k, False))
+               for k in tool["params"] if k in args and k != skip]
     return tidy(" ".join([head, *phrases]))
 
 

@@ -204,6 +204,20 @@ def _closings(pairs: list[tuple[dict[str, Any], Any]], lang: str) -> str:
     return " ".join(t for t in texts if t) or f"{WORDS[lang]['done']}."
 
 
+def _parts(pairs: list[tuple[dict[str, Any], dict[str, Any]]], lang: str,
+           words: list[dict[str, bool]] | None = None) -> list[str]:
+    """The infinitive requests of one turn; a value already said in it is referred back to («той же карты»)."""
+    said: dict[str, Any] = {}
+    parts = []
+    for i, (spec, call) in enumerate(pairs):
+        args = call["arguments"]
+        again = frozenset(k for k, v in args.items() if k in said and said[k] == v)
+        parts.append(ph.request(spec, args, lang, infinitive=True, polite=False,
+                                words=(words or [{}] * len(pairs))[i], again=again))
+        said.update(args)
+    return parts
+
+
 class _Planner:
     """One plan of the sim world: each method returns plan steps as the planner prompt asks for them."""
 
@@ -223,8 +237,7 @@ class _Planner:
         if len(pairs) == 1:
             say = ph.framed(pairs[0][0], calls[0]["arguments"], self.lang, self.rng, words=words[0])
         else:
-            parts = [ph.request(s, c["arguments"], self.lang, infinitive=True, polite=False, words=wd)
-                     for (s, c), wd in zip(pairs, words)]
+            parts = _parts(pairs, self.lang, words)
             say = ph.sentence(self.w["need"] + (joiner or self.w["also"]).join(parts))
         say = self.polite + say
         slots = {k: v for (s, c), wd in zip(pairs, words) for k, v in _slots(s, c["arguments"], self.lang, None, wd).items()}
@@ -300,7 +313,7 @@ class _Planner:
                 return _legacy_long_turns(self.tools, turns, self.lang, self.rng, self.polite)
             calls = [_world_call(fn, s, self.lang, self.rng, world) for fn, s in zip(fns, specs) if s is not None]
             pairs = list(zip([s for s in specs if s is not None], calls))
-            parts = [ph.request(s, c["arguments"], self.lang, infinitive=True, polite=False) for s, c in pairs]
+            parts = _parts(pairs, self.lang)
             say = (self.polite if t == 0 else "") + ph.sentence(self.w["need"] + self.w["then"].join(parts))
             slots = {k: v for s, c in pairs for k, v in _slots(s, c["arguments"], self.lang).items()}
             steps.append({"kind": "tool_call", "intent": say, "user_message": say, "slots": slots,
@@ -492,12 +505,26 @@ def assistant_responder(request: ChatRequest, rng: random.Random) -> Choice:
         todo = todo[:1]
     calls = []
     ends = [p for p, _ in hits] + [len(words)]
-    for p, fn in todo:
+    carried: dict[str, Any] = {}  # values said earlier in the turn, for «той же карты», «там же»
+    wanted = {id(fn) for _, fn in todo}
+    for p, fn in hits:
         segment = words[p: next(e for e in ends if e > p)]
         args, missing = _read_args(fn, segment, lang)
+        spec = _spec(fn)
+        for k in fn["parameters"].get("properties", {}):  # «той же карты» is the card said before
+            phrase = ph.anaphora(k, spec, lang) if spec is not None and k in carried and k not in args else None
+            if phrase and re.search(rf"(?<!\w){re.escape(phrase.lower())}(?!\w)", segment.lower()):
+                args[k] = carried[k]
+        missing = [k for k in missing if k not in args]
+        for k, v in args.items():
+            carried.setdefault(k, v)
+        if id(fn) not in wanted:
+            continue
         if missing:
             return Choice(content=_ask(fn, missing[0], lang))
         calls.append({"name": fn["name"], "arguments": args})
+        if len(calls) == len(todo):
+            break
     if rng.random() < float(request.meta.get("sim_error_rate", 0.0)):
         bad, mode = rng.choice(calls), rng.randrange(3)
         if mode == 0:
