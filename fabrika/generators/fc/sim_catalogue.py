@@ -339,3 +339,29 @@ FILL = {"train": ["016А", "102Й", "748В"], "flight": ["SU 1234", "DP 405", "S
         "place": ["Белый кролик", "Пушкин", "Хачапури и вино"], "place_en": ["The Ivy", "Dishoom"],
         "shop": ["Пятёрочка", "Аптека 36,6"], "shop_en": ["Tesco", "Boots"], "shelf": ["А-12", "Б-3"], "shelf_en": ["A-12", "B-3"],
         "trainer": ["Ирина Волкова", "Олег Никитин"], "trainer_en": ["Kate Miller", "Tom Baker"]}
+
+#: The sim's fixed phrases per language (greetings, refusals, chat, joiners of requests).
+WORDS: dict[str, dict[str, Any]] = {
+    "ru": {"then": ", а затем ", "also": ", а также ", "need": "Мне нужно ", "done": "Готово",
+           "ask": "Уточните, пожалуйста: {}?",
+           "none": "К сожалению, с этим я помочь не могу: у меня нет доступа к такой услуге. Могу помочь с чем-то другим.",
+           "chat": ["Спасибо большое, вы очень помогли!", "Спасибо за помощь, всего доброго!",
+                    "Благодарю, это всё, что мне было нужно."],
+           "chat_answer": "Рад помочь! Обращайтесь, если понадобится что-то ещё.",
+           "ok": "выполнено", "issue": "Реплика пользователя звучит неестественно, перепиши её.",
+           "fits": "Функция «{}» подходит для просьбы.", "polite": ["", "Здравствуйте! ", "Добрый день! ", "Добрый вечер! "],
+           "unavailable": "Сервис временно недоступен, повторите запрос позже.",
+           "correction": ["Ой, нет, давайте иначе.", "Извините, давайте по-другому.",
+                          "Подождите, лучше так."],
+           "works": "Работает с темой «{}».", "params": "Параметры: {}.", "returns": "Возвращает результат в формате JSON."},
+    "en": {"then": ", and then ", "also": ", and also ", "need": "I need to ", "done": "Done",
+           "ask": "Could you tell me the {}?",
+           "none": "Sorry, I can't do that: I have no access to such a service. I can help with something else.",
+           "chat": ["Thanks a lot, that really helped!", "Thank you, that's all I needed.", "Great, thanks for your help!"],
+           "chat_answer": "Glad to help! Just ask if you need anything else.",
+           "ok": "done", "issue": "The user's message sounds unnatural; rewrite it.",
+           "fits": "The function '{}' fits the request.", "polite": ["", "Hi! ", "Hello! ", "Good afternoon! "],
+           "unavailable": "Service temporarily unavailable, please retry later.",
+           "correction": ["Sorry, let's change that.", "Actually, let's do it differently.", "Wait, make it this instead."],
+           "works": "Works with the topic '{}'.", "params": "Parameters: {}.", "returns": "Returns the result as JSON."},
+}
