@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from fabrika.textutil.answers import ParseFailure, _span_end, is_failure
+from fabrika.textutil.answers import ParseFailure, is_failure, span_end
 from fabrika.textutil.reasoning import split_reasoning
 
 __all__ = ["CallRead", "FORMATS", "call_id", "read_calls"]
@@ -131,7 +131,7 @@ def _json_value(text: str, where: str) -> tuple[Any, int] | ParseFailure:
     start = len(text) - len(text.lstrip())
     if start >= len(text) or text[start] not in "{[":
         return ParseFailure(f"malformed_call: {where} is not followed by a JSON object or list")
-    end = _span_end(text, start)
+    end = span_end(text, start)
     if end is None:
         return ParseFailure(f"malformed_call: {where} JSON is truncated (unclosed {text[start]!r})")
     try:
