@@ -63,6 +63,7 @@ from fabrika.schemas.messages import Dialogue, Message
 from fabrika.schemas.tools import ToolCall
 from fabrika.textutil.answers import extract_json, is_failure
 from fabrika.textutil.reasoning import split_reasoning
+from fabrika.textutil.tool_calls import call_id
 
 
 class EpisodeRejected(Exception):
@@ -238,7 +239,8 @@ class Episode:
         return errors
 
     def _ids(self, calls: list[ToolCall], tag: str) -> list[ToolCall]:
-        return [c.model_copy(update={"id": f"call_{tag}_{k}"}) for k, c in enumerate(calls)]
+        # ids shaped like a real API's (call_ + 24 alphanumerics), stable per plan, round and try
+        return [c.model_copy(update={"id": call_id(self.plan.id, tag, k)}) for k, c in enumerate(calls)]
 
     def _planned_values(self) -> dict[str, list[Any]]:
         """parameter → every value the plan gives it (slots and call arguments of all steps)."""
