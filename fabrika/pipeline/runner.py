@@ -244,6 +244,8 @@ class PipelineRun:
             self._check_fingerprint(cfg, stats, before)
             if name in self.streamed:
                 self.store.epoch(name, create=True)
+        else:  # recorded for `fabrika status`; whether it reruns is its input fingerprint's call
+            self.manifest.stage_settings(name, self.fingerprints[name][0], redact(self.fingerprints[name][1]))
         ready.set()  # from here on its shards are only appended: a streaming consumer may read them
         started = time.monotonic()
         remote = self.executor.takes(stage)  # its items run on workers, which set the stage up themselves
@@ -333,7 +335,7 @@ class PipelineRun:
     def _input_fingerprint(self, cfg: StageConfig) -> str:
         """What a global stage's output depends on: its config, the thresholds and its input shards
         (shard names carry a content hash; shards are immutable), so a grown input redoes the stage."""
-        parts: list[Any] = [cfg.model_dump(mode="json"), self.config.filters]
+        parts: list[Any] = [cfg.model_dump(mode="json"), self.config.filters, self.fingerprints[cfg.stage_name][0]]
         for src in inputs_of(cfg):
             for table in [src, *self.annotators.get(src, [])]:
                 if table != cfg.stage_name:
