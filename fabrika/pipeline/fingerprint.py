@@ -102,3 +102,23 @@ def stale_reasons(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[st
             what = name[len("sim responder "):]
         grouped.setdefault(kind, []).append(what)
     return {k: grouped[k] for k in REASON_KINDS if k in grouped}
+
+
+def stale_stages(config: PipelineConfig, manifest: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
+    """Stages whose rows were written under another fingerprint than ``config`` (and today's code) gives.
+
+    ``{stage: {kind: [what]}}`` (:func:`stale_reasons`), in execution order; stages with no
+    recorded fingerprint (never ran) are left out. ``fabrika status`` shows it; the next
+    ``fabrika run`` of ``config`` redoes exactly these (per-item stages by this fingerprint,
+    global stages by it and their input).
+    """
+    from fabrika.llm.redact import redact
+
+    recorded = manifest.get("stages") or {}
+    out: dict[str, dict[str, list[str]]] = {}
+    for name, (fp, fields) in stage_fingerprints(config).items():
+        entry = recorded.get(name) or {}
+        old = entry.get("config_fingerprint")
+        if old is not None and old != fp:
+            out[name] = stale_reasons(entry.get("config_fields") or {}, redact(fields))
+    return out

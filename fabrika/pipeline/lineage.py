@@ -28,8 +28,9 @@ Prompts
 Sim responders (``backend: sim`` only)
     The responders registered for the stage kind's family (``if.*`` responders for
     ``if.*`` stages: the first dotted component of the tag prefix and of the kind agree);
-    a stage of a family without responders that calls the LLM depends on all of them. Each
-    is hashed by the source of its module and its qualified name.
+    a stage of a family without responders depends on all of them, a stage that never calls
+    the LLM (``calls_llm = False``) on none. Each is hashed by the source of its module and its
+    qualified name.
 """
 
 from __future__ import annotations
@@ -170,9 +171,9 @@ def stage_lineage(stage_cls: type, sim: bool, calls_llm: bool | None = None) -> 
     for item in sources:
         prompts.update(item.digests())
     out: dict[str, Any] = {"code": code, "prompts": prompts, "sim": {}}
-    if sim:
-        out["sim"] = sim_digests(str(getattr(stage_cls, "kind", "")),
-                                 bool(getattr(stage_cls, "calls_llm", True)) if calls_llm is None else calls_llm)
+    llm = bool(getattr(stage_cls, "calls_llm", True)) if calls_llm is None else calls_llm
+    if sim and llm:  # a stage that never calls the LLM (``calls_llm = False``) reaches no responder
+        out["sim"] = sim_digests(str(getattr(stage_cls, "kind", "")))
     return out
 
 
@@ -183,15 +184,13 @@ def responder_digest(fn: Any) -> str:
     return _digest(f"{code}:{getattr(fn, '__qualname__', type(fn).__name__)}".encode())
 
 
-def sim_digests(kind: str, calls_llm: bool) -> dict[str, str]:
+def sim_digests(kind: str) -> dict[str, str]:
     """``{tag prefix: digest}`` of the sim responders a stage of ``kind`` may reach (module docstring)."""
     from fabrika.llm.sim import registered_sim_responders
 
     responders = registered_sim_responders()
     family = kind.split(".", 1)[0]
-    mine = {p: fn for p, fn in responders.items() if p.split(".", 1)[0] == family}
-    if not mine and calls_llm:
-        mine = responders
+    mine = {p: fn for p, fn in responders.items() if p.split(".", 1)[0] == family} or responders
     return {p: responder_digest(fn) for p, fn in sorted(mine.items())}
 
 

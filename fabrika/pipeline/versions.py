@@ -4,16 +4,35 @@
 register gate groups, so it cannot import them; these entry points load them first
 (the registry's modules and the run's ``plugins``), as ``fabrika refilter`` does.
 ``fabrika.materialise`` and ``fabrika.refilter`` are these.
+
+Refilter across the graph: gates also choose, at run time, which upstream rows a
+stage reads. Before it writes a version, :func:`refilter` asks, for every per-item
+stage that reads its input the default way, how many rows of that input pass the new
+thresholds but were never processed by it (:func:`unprocessed_upstream`). When there
+are any, the version would not be what a fresh run at these thresholds gives, so it
+raises :class:`UpstreamNotProcessed` naming the counts and the ``fabrika run`` that
+processes just those items (resume skips the rest; cached answers are reused) — or,
+with ``run_downstream=True``, runs that itself and materialises the result, which is
+then the version a fresh full run at the same thresholds makes.
+
+Nothing here prints: it logs (``logging``) and returns or raises data; the CLI renders.
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from fabrika import gates
+from fabrika.errors import ConfigError, StoreError
 from fabrika.pipeline.registry import load_run_modules
+from fabrika.pipeline.stage import STAGES, Stage
 from fabrika.store import versions
 from fabrika.store.run import RunStore
+
+log = logging.getLogger(__name__)
 
 
 def _load(run_dir: str | Path) -> None:
@@ -29,11 +48,132 @@ def materialise(run_dir: str | Path, thresholds: Mapping[str, Any] | None = None
     return versions.materialise(run_dir, thresholds=thresholds, name=name, previous=previous, overwrite=overwrite)
 
 
+@dataclass(frozen=True)
+class Unprocessed:
+    """Rows of ``upstream`` that pass the new thresholds but ``stage`` never processed."""
+
+    stage: str
+    upstream: str
+    count: int
+
+
+class UpstreamNotProcessed(StoreError):
+    """A loosened gate admits upstream items that downstream stages never processed."""
+
+    def __init__(self, message: str, items: list[Unprocessed], command: str) -> None:
+        super().__init__(message)
+        self.items = items
+        self.command = command
+
+
+def _reads_by_default(kind: str) -> bool:
+    """True when the stage reads its gated input row by row, keyed by the row's id (the default)."""
+    cls = STAGES.get(kind)
+    return (cls is not None and not cls.global_stage and not cls.annotates
+            and cls.input_rows is Stage.input_rows and cls.item_id is Stage.item_id)
+
+
+def unprocessed_upstream(run_dir: str | Path, thresholds: Mapping[str, Any]) -> list[Unprocessed]:
+    """Per consumer and input: how many input rows pass ``thresholds`` that the consumer has not processed.
+
+    Only consumers that read their input the default way (gated ``ok`` rows, one item per
+    row id) are checked; those with their own reading (slots, whole-table stages) and global
+    stages (redone when their input changes) are not. Pure polars over ids; no LLM.
+    """
+    store = RunStore(run_dir)
+    manifest = store.read_manifest()
+    layout: Mapping[str, Any] = manifest.get("layout", {})
+    order = list(layout)
+    params = gates.validate_thresholds(thresholds)
+    out = []
+    for name in order:
+        info = layout[name]
+        if not info.get("inputs") or not _reads_by_default(str(info.get("kind"))):
+            continue
+        done = store.done_ids(name)
+        before = set(order[: order.index(name)])
+        for upstream in info["inputs"]:
+            annotators = [a for a in store.annotators_of(upstream, manifest) if a in before]
+            lf = store.scan(upstream, annotators)
+            if lf is None:
+                continue
+            passing = gates.gate_lazy(lf, params).select("id").collect()["id"]
+            count = sum(1 for i in passing.to_list() if i not in done)
+            if count:
+                out.append(Unprocessed(name, upstream, count))
+    return out
+
+
+def _run_command(manifest: Mapping[str, Any], thresholds: Mapping[str, Any]) -> str:
+    sets = versions.set_options(versions.changed_thresholds(manifest.get("config", {}).get("filters", {}),
+                                                            thresholds))
+    return " ".join(["fabrika run", str(manifest.get("config_file") or "CONFIG"), *([sets] if sets else [])])
+
+
+def _not_processed(items: list[Unprocessed], command: str) -> UpstreamNotProcessed:
+    what = "; ".join(f"{u.count} row(s) of {u.upstream!r} now pass its gates that {u.stage!r} never processed"
+                     for u in items)
+    return UpstreamNotProcessed(
+        f"these thresholds admit upstream items that downstream stages never processed ({what}), so a refilter "
+        f"alone cannot give the dataset a run at these thresholds gives; process just those items with "
+        f"`{command}` (resume skips the rest; cached answers are reused), or refilter with --run-downstream",
+        items, command)
+
+
 def refilter(run_dir: str | Path, assignments: list[str], name: str | None = None, base: str | None = None,
-             overwrite: bool = False) -> tuple[versions.VersionInfo, list[tuple[str, str, int, int]]]:
-    """:func:`fabrika.store.versions.refilter` with the run's gate groups loaded."""
+             overwrite: bool = False, run_downstream: bool = False, allow_partial: bool = False,
+             engine: Any = None) -> tuple[versions.VersionInfo, list[tuple[str, str, int, int]]]:
+    """:func:`fabrika.store.versions.refilter` with the run's gate groups loaded, across the graph.
+
+    Raises :class:`UpstreamNotProcessed` when the thresholds admit upstream rows a consumer never
+    processed, unless ``run_downstream`` (then the run is resumed at these thresholds and the
+    result materialised; ``engine`` injects an LLM client, as in :func:`run_pipeline`).
+    """
     _load(run_dir)
-    return versions.refilter(run_dir, assignments, name=name, base=base, overwrite=overwrite)
+    store = RunStore(run_dir)
+    manifest = store.read_manifest()
+    if not manifest:
+        raise StoreError(f"{store.run_dir}: not a run directory (no manifest.json)")
+    versions.check_gate_groups(manifest)
+    versions.require_finished(manifest, allow_partial)
+    base_name, old, thresholds = versions.refilter_thresholds(run_dir, assignments, base)
+    missing = unprocessed_upstream(run_dir, thresholds)
+    if missing:
+        command = _run_command(manifest, thresholds)
+        if not run_downstream:
+            raise _not_processed(missing, command)
+        name = name or versions.next_version_name(run_dir)
+        if not overwrite and versions.version_dir(run_dir, name).is_dir():
+            raise StoreError(f"version {name!r} exists (export cards may cite it); pass --overwrite to replace it "
+                             f"or choose another --name (next free: {versions.next_version_name(run_dir)})")
+        log.info("refilter: running downstream stages over %d newly admitted item(s): %s",
+                 sum(u.count for u in missing), command)
+        _run_downstream(run_dir, manifest, thresholds, engine, name)
+        overwrite = True  # the run materialised it under this name; now with its base recorded
+    return versions.refilter_to(run_dir, thresholds, base_name, old, name=name, overwrite=overwrite)
 
 
-__all__ = ["materialise", "refilter"]
+def _run_downstream(run_dir: str | Path, manifest: Mapping[str, Any], thresholds: Mapping[str, Any],
+                    engine: Any, name: str) -> None:
+    """Resume the run at ``thresholds`` (only newly passing items are processed; cache first)."""
+    from fabrika.llm.redact import redact
+    from fabrika.pipeline.config import load_config
+    from fabrika.pipeline.runner import run_pipeline
+
+    source = manifest.get("config_file")
+    if not source or not Path(source).is_file():
+        raise StoreError(f"--run-downstream needs the run's config file ({source or 'not recorded'}); run "
+                         f"`{_run_command(manifest, thresholds)}` with the config instead")
+    config = load_config(source, [f"run_dir={Path(run_dir).resolve()}"])
+    recorded = {k: v for k, v in (manifest.get("config") or {}).items() if k not in ("filters", "run_dir")}
+    current = {k: v for k, v in redact(config.model_dump(mode="json")).items() if k not in ("filters", "run_dir")}
+    if recorded != current:
+        raise ConfigError(f"{source} differs from the config this run recorded (edited since, or the run used "
+                          f"--set): run `{_run_command(manifest, thresholds)}` with the settings you mean instead")
+    config = config.model_copy(update={"filters": gates.thresholds_dump(gates.validate_thresholds(thresholds))})
+    result = run_pipeline(config, resume=True, progress=False, engine=engine, version=name)
+    if result.problems:
+        raise StoreError(f"--run-downstream: the run did not finish: {'; '.join(result.problems)}")
+
+
+__all__ = ["Unprocessed", "UpstreamNotProcessed", "materialise", "refilter", "unprocessed_upstream"]
