@@ -84,7 +84,7 @@ def unprocessed_upstream(run_dir: str | Path, thresholds: Mapping[str, Any]) -> 
     manifest = store.read_manifest()
     layout: Mapping[str, Any] = manifest.get("layout", {})
     order = list(layout)
-    params = gates.validate_thresholds(thresholds)
+    gates.validate_thresholds(thresholds)  # a bad value fails here, naming it
     out = []
     for name in order:
         info = layout[name]
@@ -97,7 +97,7 @@ def unprocessed_upstream(run_dir: str | Path, thresholds: Mapping[str, Any]) -> 
             lf = store.scan(upstream, annotators)
             if lf is None:
                 continue
-            passing = gates.gate_lazy(lf, params).select("id").collect()["id"]
+            passing = gates.gate_lazy(lf, thresholds).select("id").collect()["id"]
             count = sum(1 for i in passing.to_list() if i not in done)
             if count:
                 out.append(Unprocessed(name, upstream, count))

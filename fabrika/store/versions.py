@@ -432,6 +432,7 @@ def materialise(
     previous: str | None = None,
     overwrite: bool = True,
     base: str | None = None,
+    base_thresholds: Mapping[str, Any] | None = None,
 ) -> VersionInfo:
     """Gate the dataset stages of ``run_dir`` into ``versions/<name>``.
 
@@ -443,6 +444,7 @@ def materialise(
             (export cards cite versions by name).
         base: the version whose thresholds these started from (default ``previous``, else
             ``"config"``); ``version.json`` records it and what changed against it.
+        base_thresholds: the base's thresholds (default read from the base version or the config).
 
     Raises:
         StoreError: kept rows that a scorer never scored (see :func:`_unscored_error`),
@@ -452,7 +454,8 @@ def materialise(
     if not store.manifest_path.is_file():
         raise StoreError(f"{store.run_dir}: not a run directory (no manifest.json); run `fabrika run CONFIG` first")
     with hold_run_dir(store.run_dir, f"fabrika refilter {store.run_dir}"):  # re-entrant inside `fabrika run`
-        return _materialise(store, thresholds, name, previous, overwrite, base or previous or CONFIG_BASE)
+        return _materialise(store, thresholds, name, previous, overwrite, base or previous or CONFIG_BASE,
+                            base_thresholds)
 
 
 def _base_thresholds(run_dir: Path, manifest: Mapping[str, Any], base: str) -> Mapping[str, Any]:
@@ -462,7 +465,8 @@ def _base_thresholds(run_dir: Path, manifest: Mapping[str, Any], base: str) -> M
 
 
 def _materialise(store: RunStore, thresholds: Mapping[str, Any] | None, name: str | None,
-                 previous: str | None, overwrite: bool, base: str) -> VersionInfo:
+                 previous: str | None, overwrite: bool, base: str,
+                 base_thresholds: Mapping[str, Any] | None = None) -> VersionInfo:
     run_dir = store.run_dir
     manifest = store.read_manifest()
     check_gate_groups(manifest)
@@ -481,7 +485,8 @@ def _materialise(store: RunStore, thresholds: Mapping[str, Any] | None, name: st
     _clean_stale(root)
     tmp = root / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    changed = changed_thresholds(_base_thresholds(run_dir, manifest, base), thresholds)
+    was = _base_thresholds(run_dir, manifest, base) if base_thresholds is None else base_thresholds
+    changed = changed_thresholds(was, thresholds)
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
         funnel, total, dumped, stage_counts = _build(store, manifest, config, thresholds, params, tmp)
@@ -616,5 +621,5 @@ def refilter_to(run_dir: str | Path, thresholds: dict[str, Any], base: str, old:
     if base == CONFIG_BASE and latest and (version_dir(run_dir, latest) / "funnel.json").is_file():
         compare, against = read_version(run_dir, latest)["funnel"], latest
     info = materialise(run_dir, thresholds=thresholds, name=name or next_version_name(run_dir), previous=against,
-                       overwrite=overwrite, base=base)
+                       overwrite=overwrite, base=base, base_thresholds=old.get("thresholds"))
     return info, funnel_diff(compare, info.funnel)
