@@ -11,7 +11,7 @@ import pytest
 from fabrika.llm.sim import register_sim_responder
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.config import PipelineConfig, validate_data
-from fabrika.pipeline.fingerprint import stale_stages, stage_fingerprints
+from fabrika.pipeline.fingerprint import stage_fingerprints, stale_stages
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.store import RunStore
 from tests.pipeline import lineage_stages as ls
