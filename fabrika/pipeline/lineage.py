@@ -42,7 +42,7 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 #: Packages whose modules are a stage's code when a stage module references them.
 CONTENT_PACKAGES = ("fabrika.generators", "fabrika.filters", "fabrika.agents", "fabrika.rewards",
@@ -194,4 +194,20 @@ def sim_digests(kind: str) -> dict[str, str]:
     return {p: responder_digest(fn) for p, fn in sorted(mine.items())}
 
 
-__all__ = ["CONTENT_PACKAGES", "code_modules", "module_digest", "responder_digest", "sim_digests", "stage_lineage"]
+def reads_rows(kind: str) -> bool:
+    """True when a stage of ``kind`` reads its gated input row by row, keyed by the row's id (the default
+    :meth:`~fabrika.pipeline.stage.Stage.input_rows` and ``item_id``): its rows trace to their input rows."""
+    from fabrika.pipeline.stage import STAGES, Stage
+
+    cls = STAGES.get(kind)
+    return (cls is not None and not cls.global_stage and not cls.annotates
+            and cls.input_rows is Stage.input_rows and cls.item_id is Stage.item_id)
+
+
+def row_readers(layout: Mapping[str, Mapping[str, Any]]) -> set[str]:
+    """Names of the stages of a manifest ``layout`` that :func:`reads_rows` (materialisation traces them)."""
+    return {name for name, info in layout.items() if info.get("inputs") and reads_rows(str(info.get("kind")))}
+
+
+__all__ = ["CONTENT_PACKAGES", "code_modules", "module_digest", "reads_rows", "responder_digest", "row_readers",
+           "sim_digests", "stage_lineage"]

@@ -54,6 +54,7 @@ from fabrika.pipeline.execute import StageServices, run_global, run_items, skip_
 from fabrika.pipeline.executors import executor_for
 from fabrika.pipeline.fingerprint import changed_fields, stage_fingerprints
 from fabrika.pipeline.lifecycle import backend_of, build_engine_for, close_resources, first_error, probe_llm
+from fabrika.pipeline.lineage import row_readers
 from fabrika.pipeline.llm_wrap import StageLLM
 from fabrika.pipeline.outcome import StageStats, run_problems, run_warnings
 from fabrika.pipeline.overlap import ReadRecord, UpstreamTail, load_record, streaming_inputs, verify_read
@@ -405,7 +406,7 @@ async def _run_locked(config: PipelineConfig, run_dir: Path, resume: bool, progr
     info = None
     ran_all = len(run.stages) == len(config.stages)  # --until: a partial pipeline is not a dataset
     if config.dataset.stages and ran_all and (not problems or allow_partial):
-        info = materialise(run_dir, name=version or config.dataset.version)
+        info = materialise(run_dir, name=version or config.dataset.version, traceable=row_readers(stage_layout(config)))
     return RunResult(run_dir=run_dir, manifest=store.read_manifest(), version=info, stats=run.stats,
                      problems=problems, warnings=warnings)
 

@@ -27,8 +27,8 @@ from typing import Any, Mapping
 
 from fabrika import gates
 from fabrika.errors import ConfigError, StoreError
+from fabrika.pipeline.lineage import reads_rows, row_readers
 from fabrika.pipeline.registry import load_run_modules
-from fabrika.pipeline.stage import STAGES, Stage
 from fabrika.store import versions
 from fabrika.store.run import RunStore
 
@@ -45,7 +45,9 @@ def materialise(run_dir: str | Path, thresholds: Mapping[str, Any] | None = None
                 previous: str | None = None, overwrite: bool = True) -> versions.VersionInfo:
     """:func:`fabrika.store.versions.materialise` with the run's gate groups loaded."""
     _load(run_dir)
-    return versions.materialise(run_dir, thresholds=thresholds, name=name, previous=previous, overwrite=overwrite)
+    layout = RunStore(run_dir).read_manifest().get("layout", {})
+    return versions.materialise(run_dir, thresholds=thresholds, name=name, previous=previous, overwrite=overwrite,
+                                traceable=row_readers(layout))
 
 
 @dataclass(frozen=True)
@@ -66,13 +68,6 @@ class UpstreamNotProcessed(StoreError):
         self.command = command
 
 
-def _reads_by_default(kind: str) -> bool:
-    """True when the stage reads its gated input row by row, keyed by the row's id (the default)."""
-    cls = STAGES.get(kind)
-    return (cls is not None and not cls.global_stage and not cls.annotates
-            and cls.input_rows is Stage.input_rows and cls.item_id is Stage.item_id)
-
-
 def unprocessed_upstream(run_dir: str | Path, thresholds: Mapping[str, Any]) -> list[Unprocessed]:
     """Per consumer and input: how many input rows pass ``thresholds`` that the consumer has not processed.
 
@@ -88,7 +83,7 @@ def unprocessed_upstream(run_dir: str | Path, thresholds: Mapping[str, Any]) -> 
     out = []
     for name in order:
         info = layout[name]
-        if not info.get("inputs") or not _reads_by_default(str(info.get("kind"))):
+        if not info.get("inputs") or not reads_rows(str(info.get("kind"))):
             continue
         done = store.done_ids(name)
         before = set(order[: order.index(name)])
@@ -150,7 +145,8 @@ def refilter(run_dir: str | Path, assignments: list[str], name: str | None = Non
                  sum(u.count for u in missing), command)
         _run_downstream(run_dir, manifest, thresholds, engine, name)
         overwrite = True  # the run materialised it under this name; now with its base recorded
-    return versions.refilter_to(run_dir, thresholds, base_name, old, name=name, overwrite=overwrite)
+    return versions.refilter_to(run_dir, thresholds, base_name, old, name=name, overwrite=overwrite,
+                                traceable=row_readers(manifest.get("layout", {})))
 
 
 def _run_downstream(run_dir: str | Path, manifest: Mapping[str, Any], thresholds: Mapping[str, Any],

@@ -53,7 +53,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import polars as pl
 import pyarrow.parquet as pq
@@ -69,6 +69,8 @@ from fabrika.store.shards import atomic_write_json, fsync_dir, scan_files
 log = logging.getLogger(__name__)
 
 VERSION_NAME = re.compile(r"^[\w.-]+$")
+#: ``dropped_by`` of a dataset row made from an item an upstream gate now drops (see :func:`_alive_ids`).
+UPSTREAM_GATE = "upstream_gate"
 #: ``version.json``'s ``base`` when a version starts from the run's config thresholds.
 CONFIG_BASE = "config"
 #: Decision-table flag per annotator: the scorer wrote no row for this id.
@@ -264,6 +266,49 @@ def _unscored_error(run_dir: Path, manifest: Mapping[str, Any], stage: str, miss
         "new LLM calls; an LLM scorer leaves uncached rows pending, and this check names them again), then refilter")
 
 
+def _passing_ids(store: RunStore, manifest: Mapping[str, Any], upstream: str, consumer: str,
+                 thresholds: Mapping[str, Any]) -> pl.Series | None:
+    """Ids of ``upstream`` rows that ``consumer`` reads under ``thresholds`` (its annotators before it joined)."""
+    names = list(manifest.get("layout", {}))
+    before = set(names[: names.index(consumer)]) if consumer in names else set(names)
+    annotators = [a for a in store.annotators_of(upstream, dict(manifest)) if a in before]
+    lf = store.scan(upstream, annotators)
+    if lf is None:
+        return None
+    return gates.gate_lazy(lf, thresholds).select("id").collect()["id"]
+
+
+def _alive_ids(store: RunStore, manifest: Mapping[str, Any], stage: str, thresholds: Mapping[str, Any],
+               traceable: Collection[str], memo: dict[str, pl.Series | None]) -> pl.Series | None:
+    """Ids of ``stage``'s rows whose whole chain of inputs still passes ``thresholds``; ``None``: not traced.
+
+    A fresh run at these thresholds makes no row from an item an upstream gate now drops, so a
+    version leaves such rows out (``dropped_by = upstream_gate``). Traced are the stages in
+    ``traceable`` (they read their gated input row by row, keyed by the row's id, and record it
+    as ``input_id``); the chain stops at any other stage (a source, a global stage, a stage with
+    its own reading), whose rows all count as alive.
+    """
+    if stage in memo:
+        return memo[stage]
+    memo[stage] = None
+    inputs = (manifest.get("layout", {}).get(stage) or {}).get("inputs") or []
+    raw = store.scan_raw(stage)
+    if stage not in traceable or not inputs or raw is None or "input_id" not in raw.collect_schema().names():
+        return None
+    passing: list[pl.Series] = []
+    for upstream in inputs:
+        ids = _passing_ids(store, manifest, upstream, stage, thresholds)
+        if ids is None:
+            continue
+        above = _alive_ids(store, manifest, upstream, thresholds, traceable, memo)
+        passing.append(ids if above is None else ids.filter(ids.is_in(above.implode())))
+    admitted = pl.concat(passing) if passing else pl.Series("id", [], dtype=pl.String)
+    rows = raw.select("id", "input_id").collect()
+    alive = rows.filter(pl.col("input_id").is_in(admitted.implode()))["id"]
+    memo[stage] = alive
+    return alive
+
+
 def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
     """Write and fsync (the version directory is renamed into place only after every file is durable)."""
     with open(path, "wb") as fh:
@@ -356,7 +401,7 @@ def _stage_counts(store: RunStore, stages: list[str], cache: Mapping[str, Any]) 
 
 def _build(
     store: RunStore, manifest: dict[str, Any], config: dict[str, Any], thresholds: dict[str, Any],
-    params: Mapping[str, Any], tmp: Path,
+    params: Mapping[str, Any], tmp: Path, traceable: Collection[str] | None = None,
 ) -> tuple[dict[str, Any], int, dict[str, Any], dict[str, Any]]:
     """Write a version's files into ``tmp``; returns the funnel, the sample count, the thresholds, the counts cache.
 
@@ -380,6 +425,7 @@ def _build(
             if got is not None:
                 funnel["upstream_gates"][stage] = gates.funnel_of(got[1].lazy(), got[2])
     total = 0
+    memo: dict[str, pl.Series | None] = {}
     for stage in dataset_stages:
         annotators = store.annotators_of(stage, manifest)
         got = _decide(store, stage, annotators, thresholds, params)
@@ -388,6 +434,11 @@ def _build(
             continue
         lf, decided, reasons = got
         _refuse_duplicates(stage, decided["id"])
+        alive = None if traceable is None else _alive_ids(store, manifest, stage, thresholds, traceable, memo)
+        if alive is not None:  # rows made from items an upstream gate now drops: a fresh run has none
+            decided = decided.with_columns(
+                pl.when(pl.col(gates.DROPPED_BY).is_null() & ~pl.col("id").is_in(alive.implode()))
+                .then(pl.lit(UPSTREAM_GATE)).otherwise(pl.col(gates.DROPPED_BY)).alias(gates.DROPPED_BY))
         missing = _unscored(store, stage, annotators, decided)
         if missing:
             raise _unscored_error(store.run_dir, manifest, stage, missing, thresholds)
@@ -433,6 +484,7 @@ def materialise(
     overwrite: bool = True,
     base: str | None = None,
     base_thresholds: Mapping[str, Any] | None = None,
+    traceable: Collection[str] | None = None,
 ) -> VersionInfo:
     """Gate the dataset stages of ``run_dir`` into ``versions/<name>``.
 
@@ -445,6 +497,9 @@ def materialise(
         base: the version whose thresholds these started from (default ``previous``, else
             ``"config"``); ``version.json`` records it and what changed against it.
         base_thresholds: the base's thresholds (default read from the base version or the config).
+        traceable: stages whose rows trace to their input rows by ``input_id`` (they read the gated
+            input row by row): dataset rows whose chain an upstream gate now drops are left out
+            (``dropped_by = upstream_gate``). ``None``: no tracing (only the rows' own gates).
 
     Raises:
         StoreError: kept rows that a scorer never scored (see :func:`_unscored_error`),
@@ -455,7 +510,7 @@ def materialise(
         raise StoreError(f"{store.run_dir}: not a run directory (no manifest.json); run `fabrika run CONFIG` first")
     with hold_run_dir(store.run_dir, f"fabrika refilter {store.run_dir}"):  # re-entrant inside `fabrika run`
         return _materialise(store, thresholds, name, previous, overwrite, base or previous or CONFIG_BASE,
-                            base_thresholds)
+                            base_thresholds, traceable)
 
 
 def _base_thresholds(run_dir: Path, manifest: Mapping[str, Any], base: str) -> Mapping[str, Any]:
@@ -466,7 +521,8 @@ def _base_thresholds(run_dir: Path, manifest: Mapping[str, Any], base: str) -> M
 
 def _materialise(store: RunStore, thresholds: Mapping[str, Any] | None, name: str | None,
                  previous: str | None, overwrite: bool, base: str,
-                 base_thresholds: Mapping[str, Any] | None = None) -> VersionInfo:
+                 base_thresholds: Mapping[str, Any] | None = None,
+                 traceable: Collection[str] | None = None) -> VersionInfo:
     run_dir = store.run_dir
     manifest = store.read_manifest()
     check_gate_groups(manifest)
@@ -489,7 +545,7 @@ def _materialise(store: RunStore, thresholds: Mapping[str, Any] | None, name: st
     changed = changed_thresholds(was, thresholds)
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
-        funnel, total, dumped, stage_counts = _build(store, manifest, config, thresholds, params, tmp)
+        funnel, total, dumped, stage_counts = _build(store, manifest, config, thresholds, params, tmp, traceable)
         atomic_write_json(tmp / "version.json", {"name": name, "base": base, "changed": changed,
                                                  "thresholds": dumped, "rows": total, "created_at": created})
         fsync_dir(tmp)
@@ -612,7 +668,8 @@ def refilter(
 
 
 def refilter_to(run_dir: str | Path, thresholds: dict[str, Any], base: str, old: Mapping[str, Any],
-                name: str | None = None, overwrite: bool = False) -> tuple[VersionInfo, list[tuple[str, str, int, int]]]:
+                name: str | None = None, overwrite: bool = False,
+                traceable: Collection[str] | None = None) -> tuple[VersionInfo, list[tuple[str, str, int, int]]]:
     """Materialise ``thresholds`` as a refilter from ``base``; the funnel difference is against the base
     (the latest version when the base is the config)."""
     manifest = RunStore(run_dir).read_manifest()
@@ -621,5 +678,5 @@ def refilter_to(run_dir: str | Path, thresholds: dict[str, Any], base: str, old:
     if base == CONFIG_BASE and latest and (version_dir(run_dir, latest) / "funnel.json").is_file():
         compare, against = read_version(run_dir, latest)["funnel"], latest
     info = materialise(run_dir, thresholds=thresholds, name=name or next_version_name(run_dir), previous=against,
-                       overwrite=overwrite, base=base, base_thresholds=old.get("thresholds"))
+                       overwrite=overwrite, base=base, base_thresholds=old.get("thresholds"), traceable=traceable)
     return info, funnel_diff(compare, info.funnel)

@@ -84,6 +84,18 @@ def test_run_downstream_gives_the_version_a_fresh_run_gives(tmp_path: Path) -> N
     assert stages["test.ask"]["llm"]["requests"] == 8
 
 
+def test_tightened_upstream_gate_leaves_out_what_a_fresh_run_never_makes(tmp_path: Path) -> None:
+    """The ask rows carry no score: only their lineage (input_id -> a count row the gate now drops) shows it."""
+    cfg = write_config(tmp_path)
+    run_pipeline(load_config(cfg), progress=False)
+    run_dir = tmp_path / "run"
+    info, _ = refilter(run_dir, ["filters.testscore.min_score=0.2"], name="tight")
+    fresh = run_pipeline(load_config(write_config(tmp_path, "fresh", min_score=0.2)), progress=False)
+    assert _content(run_dir, "tight") == _content(fresh.run_dir, "v1")
+    assert info.funnel["gates"]["test.ask"]["dropped_upstream_gate"] == 7  # i in 10..19 but 10, 17 (too odd), 13 (error)
+    assert len(_content(run_dir, "tight")) < len(_content(run_dir, "v1"))
+
+
 def test_refilter_refuses_an_interrupted_run(tmp_path: Path) -> None:
     cfg = write_config(tmp_path)
     run_pipeline(load_config(cfg), progress=False)
