@@ -68,50 +68,78 @@ class UpstreamNotProcessed(StoreError):
         self.command = command
 
 
+def _passing(store: RunStore, manifest: Mapping[str, Any], upstream: str, consumer: str,
+             thresholds: Mapping[str, Any]) -> list[str]:
+    order = list(manifest.get("layout", {}))
+    before = set(order[: order.index(consumer)])
+    annotators = [a for a in store.annotators_of(upstream, dict(manifest)) if a in before]
+    lf = store.scan(upstream, annotators)
+    return [] if lf is None else gates.gate_lazy(lf, thresholds).select("id").collect()["id"].to_list()
+
+
 def unprocessed_upstream(run_dir: str | Path, thresholds: Mapping[str, Any]) -> list[Unprocessed]:
     """Per consumer and input: how many input rows pass ``thresholds`` that the consumer has not processed.
 
     Only consumers that read their input the default way (gated ``ok`` rows, one item per
-    row id) are checked; those with their own reading (slots, whole-table stages) and global
-    stages (redone when their input changes) are not. Pure polars over ids; no LLM.
+    row id) are checked; for those with their own reading (slots drawn from the table:
+    ``if.multi.prompts``) see :func:`grown_inputs`; global stages are redone when their input
+    changes. Pure polars over ids; no LLM.
     """
     store = RunStore(run_dir)
     manifest = store.read_manifest()
     layout: Mapping[str, Any] = manifest.get("layout", {})
-    order = list(layout)
     gates.validate_thresholds(thresholds)  # a bad value fails here, naming it
     out = []
-    for name in order:
-        info = layout[name]
+    for name, info in layout.items():
         if not info.get("inputs") or not reads_rows(str(info.get("kind"))):
             continue
         done = store.done_ids(name)
-        before = set(order[: order.index(name)])
         for upstream in info["inputs"]:
-            annotators = [a for a in store.annotators_of(upstream, manifest) if a in before]
-            lf = store.scan(upstream, annotators)
-            if lf is None:
-                continue
-            passing = gates.gate_lazy(lf, thresholds).select("id").collect()["id"]
-            count = sum(1 for i in passing.to_list() if i not in done)
+            count = sum(1 for i in _passing(store, manifest, upstream, name, thresholds) if i not in done)
             if count:
                 out.append(Unprocessed(name, upstream, count))
     return out
 
 
-def _run_command(manifest: Mapping[str, Any], thresholds: Mapping[str, Any]) -> str:
+def grown_inputs(run_dir: str | Path, thresholds: Mapping[str, Any]) -> list[Unprocessed]:
+    """Per-item consumers with their own reading whose gated input has rows that the run's thresholds
+    did not pass: a run does not redo their items (``count``: the rows added)."""
+    store = RunStore(run_dir)
+    manifest = store.read_manifest()
+    layout: Mapping[str, Any] = manifest.get("layout", {})
+    was = manifest.get("config", {}).get("filters", {})
+    out = []
+    for name, info in layout.items():
+        if (not info.get("inputs") or info.get("global") or info.get("annotates")
+                or reads_rows(str(info.get("kind")))):
+            continue
+        for upstream in info["inputs"]:
+            added = set(_passing(store, manifest, upstream, name, thresholds)) - set(
+                _passing(store, manifest, upstream, name, was))
+            if added:
+                out.append(Unprocessed(name, upstream, len(added)))
+    return out
+
+
+def _run_command(manifest: Mapping[str, Any], thresholds: Mapping[str, Any], run_dir: str | Path) -> str:
+    import shlex
+
     sets = versions.set_options(versions.changed_thresholds(manifest.get("config", {}).get("filters", {}),
                                                             thresholds))
-    return " ".join(["fabrika run", str(manifest.get("config_file") or "CONFIG"), *([sets] if sets else [])])
+    default = (Path("runs") / str(manifest.get("name", ""))).resolve()
+    where = [] if Path(run_dir).resolve() == default else [f"--set {shlex.quote(f'run_dir={run_dir}')}"]
+    return " ".join(["fabrika run", str(manifest.get("config_file") or "CONFIG"), *where, *([sets] if sets else [])])
 
 
-def _not_processed(items: list[Unprocessed], command: str) -> UpstreamNotProcessed:
+def _not_processed(items: list[Unprocessed], grown: list[Unprocessed], command: str) -> UpstreamNotProcessed:
     what = "; ".join(f"{u.count} row(s) of {u.upstream!r} now pass its gates that {u.stage!r} never processed"
                      for u in items)
+    also = "".join(f"; {u.stage!r} draws from {u.upstream!r} itself ({u.count} more row(s) pass now): a run keeps "
+                   f"its rows as they are (--no-resume rebuilds everything, from the cache)" for u in grown)
     return UpstreamNotProcessed(
         f"these thresholds admit upstream items that downstream stages never processed ({what}), so a refilter "
         f"alone cannot give the dataset a run at these thresholds gives; process just those items with "
-        f"`{command}` (resume skips the rest; cached answers are reused), or refilter with --run-downstream",
+        f"`{command}` (resume skips the rest; cached answers are reused), or refilter with --run-downstream{also}",
         items, command)
 
 
@@ -134,9 +162,9 @@ def refilter(run_dir: str | Path, assignments: list[str], name: str | None = Non
     base_name, old, thresholds = versions.refilter_thresholds(run_dir, assignments, base)
     missing = unprocessed_upstream(run_dir, thresholds)
     if missing:
-        command = _run_command(manifest, thresholds)
+        command = _run_command(manifest, thresholds, run_dir)
         if not run_downstream:
-            raise _not_processed(missing, command)
+            raise _not_processed(missing, grown_inputs(run_dir, thresholds), command)
         name = name or versions.next_version_name(run_dir)
         if not overwrite and versions.version_dir(run_dir, name).is_dir():
             raise StoreError(f"version {name!r} exists (export cards may cite it); pass --overwrite to replace it "
@@ -159,17 +187,17 @@ def _run_downstream(run_dir: str | Path, manifest: Mapping[str, Any], thresholds
     source = manifest.get("config_file")
     if not source or not Path(source).is_file():
         raise StoreError(f"--run-downstream needs the run's config file ({source or 'not recorded'}); run "
-                         f"`{_run_command(manifest, thresholds)}` with the config instead")
+                         f"`{_run_command(manifest, thresholds, run_dir)}` with the config instead")
     config = load_config(source, [f"run_dir={Path(run_dir).resolve()}"])
     recorded = {k: v for k, v in (manifest.get("config") or {}).items() if k not in ("filters", "run_dir")}
     current = {k: v for k, v in redact(config.model_dump(mode="json")).items() if k not in ("filters", "run_dir")}
     if recorded != current:
         raise ConfigError(f"{source} differs from the config this run recorded (edited since, or the run used "
-                          f"--set): run `{_run_command(manifest, thresholds)}` with the settings you mean instead")
+                          f"--set): run `{_run_command(manifest, thresholds, run_dir)}` with the settings you mean instead")
     config = config.model_copy(update={"filters": gates.thresholds_dump(gates.validate_thresholds(thresholds))})
     result = run_pipeline(config, resume=True, progress=False, engine=engine, version=name)
     if result.problems:
         raise StoreError(f"--run-downstream: the run did not finish: {'; '.join(result.problems)}")
 
 
-__all__ = ["Unprocessed", "UpstreamNotProcessed", "materialise", "refilter", "unprocessed_upstream"]
+__all__ = ["Unprocessed", "UpstreamNotProcessed", "grown_inputs", "materialise", "refilter", "unprocessed_upstream"]
