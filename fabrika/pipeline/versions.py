@@ -121,21 +121,34 @@ def grown_inputs(run_dir: str | Path, thresholds: Mapping[str, Any]) -> list[Unp
     return out
 
 
+def _file_run_dir(manifest: Mapping[str, Any]) -> Path | None:
+    """The run directory the run's config file names (``run_dir``, else ``runs/<name>``), resolved."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(Path(str(manifest.get("config_file"))).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    return Path(doc.get("run_dir") or Path("runs") / str(doc.get("name", ""))).resolve()
+
+
 def _run_command(manifest: Mapping[str, Any], thresholds: Mapping[str, Any], run_dir: str | Path) -> str:
     import shlex
 
     sets = versions.set_options(versions.changed_thresholds(manifest.get("config", {}).get("filters", {}),
                                                             thresholds))
-    default = (Path("runs") / str(manifest.get("name", ""))).resolve()
-    where = [] if Path(run_dir).resolve() == default else [f"--set {shlex.quote(f'run_dir={run_dir}')}"]
+    where = [] if Path(run_dir).resolve() == _file_run_dir(manifest) else [f"--set {shlex.quote(f'run_dir={run_dir}')}"]
     return " ".join(["fabrika run", str(manifest.get("config_file") or "CONFIG"), *where, *([sets] if sets else [])])
 
 
 def _not_processed(items: list[Unprocessed], grown: list[Unprocessed], command: str) -> UpstreamNotProcessed:
     what = "; ".join(f"{u.count} row(s) of {u.upstream!r} now pass its gates that {u.stage!r} never processed"
-                     for u in items)
+                     for u in items) or "none read row by row"
     also = "".join(f"; {u.stage!r} draws from {u.upstream!r} itself ({u.count} more row(s) pass now): a run keeps "
-                   f"its rows as they are (--no-resume rebuilds everything, from the cache)" for u in grown)
+                   f"its rows as they are, --run-downstream redoes it (from the cache where requests repeat)"
+                   for u in grown)
     return UpstreamNotProcessed(
         f"these thresholds admit upstream items that downstream stages never processed ({what}), so a refilter "
         f"alone cannot give the dataset a run at these thresholds gives; process just those items with "
@@ -161,28 +174,49 @@ def refilter(run_dir: str | Path, assignments: list[str], name: str | None = Non
     versions.require_finished(manifest, allow_partial)
     base_name, old, thresholds = versions.refilter_thresholds(run_dir, assignments, base)
     missing = unprocessed_upstream(run_dir, thresholds)
-    if missing:
+    grown = grown_inputs(run_dir, thresholds)
+    latest = manifest.get("latest_version")
+    if missing or grown:
         command = _run_command(manifest, thresholds, run_dir)
         if not run_downstream:
-            raise _not_processed(missing, grown_inputs(run_dir, thresholds), command)
+            raise _not_processed(missing, grown, command)
         name = name or versions.next_version_name(run_dir)
         if not overwrite and versions.version_dir(run_dir, name).is_dir():
             raise StoreError(f"version {name!r} exists (export cards may cite it); pass --overwrite to replace it "
                              f"or choose another --name (next free: {versions.next_version_name(run_dir)})")
         log.info("refilter: running downstream stages over %d newly admitted item(s): %s",
                  sum(u.count for u in missing), command)
-        _run_downstream(run_dir, manifest, thresholds, engine, name)
+        _run_downstream(run_dir, manifest, thresholds, engine, name, grown)
         overwrite = True  # the run materialised it under this name; now with its base recorded
     return versions.refilter_to(run_dir, thresholds, base_name, old, name=name, overwrite=overwrite,
-                                traceable=row_readers(manifest.get("layout", {})))
+                                traceable=row_readers(manifest.get("layout", {})), latest=latest)
+
+
+def _downstream(layout: Mapping[str, Any], roots: set[str]) -> list[str]:
+    """``roots`` and every stage that reads them, directly or not (layout order)."""
+    out = set(roots)
+    grew = True
+    while grew:
+        grew = False
+        for name, info in layout.items():
+            if name not in out and any(src in out for src in info.get("inputs") or []):
+                out.add(name)
+                grew = True
+    return [n for n in layout if n in out]
 
 
 def _run_downstream(run_dir: str | Path, manifest: Mapping[str, Any], thresholds: Mapping[str, Any],
-                    engine: Any, name: str) -> None:
-    """Resume the run at ``thresholds`` (only newly passing items are processed; cache first)."""
+                    engine: Any, name: str, grown: list[Unprocessed]) -> None:
+    """Resume the run at ``thresholds`` (only newly passing items are processed; cache first).
+
+    Stages that draw from a grown input themselves (``grown``: slot stages) are redone whole with
+    everything downstream of them (scorers included), as a fresh run would make them; unchanged
+    requests are cache hits.
+    """
     from fabrika.llm.redact import redact
     from fabrika.pipeline.config import load_config
     from fabrika.pipeline.runner import run_pipeline
+    from fabrika.store.lock import hold_run_dir
 
     source = manifest.get("config_file")
     if not source or not Path(source).is_file():
@@ -195,7 +229,11 @@ def _run_downstream(run_dir: str | Path, manifest: Mapping[str, Any], thresholds
         raise ConfigError(f"{source} differs from the config this run recorded (edited since, or the run used "
                           f"--set): run `{_run_command(manifest, thresholds, run_dir)}` with the settings you mean instead")
     config = config.model_copy(update={"filters": gates.thresholds_dump(gates.validate_thresholds(thresholds))})
-    result = run_pipeline(config, resume=True, progress=False, engine=engine, version=name)
+    with hold_run_dir(Path(run_dir), f"fabrika refilter --run-downstream {run_dir}"):
+        for stage in _downstream(manifest.get("layout", {}), {u.stage for u in grown}):
+            log.info("refilter: redoing %s (it or an upstream stage draws from a grown input itself)", stage)
+            RunStore(run_dir).drop_stage(stage)
+        result = run_pipeline(config, resume=True, progress=False, engine=engine, version=name)
     if result.problems:
         raise StoreError(f"--run-downstream: the run did not finish: {'; '.join(result.problems)}")
 

@@ -668,13 +668,13 @@ def refilter(
 
 
 def refilter_to(run_dir: str | Path, thresholds: dict[str, Any], base: str, old: Mapping[str, Any],
-                name: str | None = None, overwrite: bool = False,
-                traceable: Collection[str] | None = None) -> tuple[VersionInfo, list[tuple[str, str, int, int]]]:
+                name: str | None = None, overwrite: bool = False, traceable: Collection[str] | None = None,
+                latest: str | None = None) -> tuple[VersionInfo, list[tuple[str, str, int, int]]]:
     """Materialise ``thresholds`` as a refilter from ``base``; the funnel difference is against the base
-    (the latest version when the base is the config)."""
+    (the ``latest`` version, default the manifest's, when the base is the config)."""
     manifest = RunStore(run_dir).read_manifest()
     compare, against = old.get("funnel") or {}, base if base != CONFIG_BASE else None
-    latest = manifest.get("latest_version")
+    latest = latest or manifest.get("latest_version")
     if base == CONFIG_BASE and latest and (version_dir(run_dir, latest) / "funnel.json").is_file():
         compare, against = read_version(run_dir, latest)["funnel"], latest
     info = materialise(run_dir, thresholds=thresholds, name=name or next_version_name(run_dir), previous=against,

@@ -21,12 +21,13 @@ from tests.pipeline import pipeline_stages as ps
 runner = CliRunner()
 
 
-def write_config(tmp_path: Path, name: str = "run", min_score: float = 0.1) -> Path:
-    """count -> score (gate on count) -> ask: the gate decides which counted items ask ever sees."""
-    doc = {
+def write_config(tmp_path: Path, name: str = "run", min_score: float = 0.1, total: bool = False) -> Path:
+    """count -> score (gate on count) -> ask: the gate decides which counted items ask ever sees
+    (``total``: and a stage that sums the gated count rows itself, in the dataset too)."""
+    doc: dict[str, Any] = {
         "name": "graph",
         "run_dir": str(tmp_path / name),
-        "plugins": ["tests.pipeline.pipeline_stages"],
+        "plugins": ["tests.pipeline.pipeline_stages", "tests.store.graph_stages"],
         "llm": {"backend": "sim"},
         "stages": [
             {"kind": "test.count", "n": 30, "chunk_size": 4},
@@ -36,6 +37,9 @@ def write_config(tmp_path: Path, name: str = "run", min_score: float = 0.1) -> P
         "dataset": {"stages": ["test.ask"]},
         "filters": {"testscore": {"min_score": min_score}},
     }
+    if total:
+        doc["stages"].append({"kind": "graph.total", "name": "total", "input": "test.count"})
+        doc["dataset"]["stages"].append("total")
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     return path
@@ -82,6 +86,19 @@ def test_run_downstream_gives_the_version_a_fresh_run_gives(tmp_path: Path) -> N
     # the run asked only for the newly admitted items
     stages = RunStore(run_dir).read_manifest()["stages"]
     assert stages["test.ask"]["llm"]["requests"] == 8
+
+
+def test_run_downstream_redoes_a_stage_that_draws_from_a_grown_input(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, total=True)
+    run_pipeline(load_config(cfg), progress=False)
+    run_dir = tmp_path / "run"
+    with pytest.raises(UpstreamNotProcessed, match=r"'total' draws from 'test.count' itself \(8 more row\(s\) pass"):
+        refilter(run_dir, ["filters.testscore.min_score=0"])
+    info, _ = refilter(run_dir, ["filters.testscore.min_score=0"], name="loose", run_downstream=True)
+    fresh = run_pipeline(load_config(write_config(tmp_path, "fresh", min_score=0, total=True)), progress=False)
+    assert _content(run_dir, "loose") == _content(fresh.run_dir, "v1")
+    totals = [r for r in _content(run_dir, "loose") if r["id"] == "total"]
+    assert totals and totals[0]["n"] == 24  # 30 less 4 too odd, 1 error, 1 unscored
 
 
 def test_tightened_upstream_gate_leaves_out_what_a_fresh_run_never_makes(tmp_path: Path) -> None:
