@@ -27,10 +27,11 @@ Prompts
 
 Sim responders (``backend: sim`` only)
     The responders registered for the stage kind's family (``if.*`` responders for
-    ``if.*`` stages: the first dotted component of the tag prefix and of the kind agree);
-    a stage of a family without responders depends on all of them, a stage that never calls
-    the LLM (``calls_llm = False``) on none. Each is hashed by the source of its module and its
-    qualified name.
+    ``if.*`` stages: the first dotted component of the tag prefix and of the kind agree),
+    and those whose prefix names a tag written in the stage's code modules (a string constant
+    such as ``"if.judge.similarity"`` in ``filters/similarity.py``); a stage that never calls
+    the LLM (``calls_llm = False``) reaches none. Each is hashed by the source of its module
+    and its qualified name.
 """
 
 from __future__ import annotations
@@ -75,6 +76,25 @@ def _file_digest(path: str, mtime_ns: int, size: int) -> str:
     except (SyntaxError, ValueError):
         return _digest(source)
     return _digest(ast.dump(tree, include_attributes=False).encode())
+
+
+@lru_cache(maxsize=1024)
+def _file_words(path: str, mtime_ns: int, size: int) -> frozenset[str]:
+    """Short string constants of a source file without spaces (where tags such as ``"if.expand"`` are written)."""
+    try:
+        tree = ast.parse(Path(path).read_bytes())
+    except (SyntaxError, ValueError):
+        return frozenset()
+    return frozenset(n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                     and 0 < len(n.value) < 64 and not any(c.isspace() for c in n.value))
+
+
+def module_words(module: ModuleType) -> frozenset[str]:
+    path = getattr(module, "__file__", None)
+    if not path or not path.endswith(".py") or not Path(path).is_file():
+        return frozenset()
+    st = Path(path).stat()
+    return _file_words(path, st.st_mtime_ns, st.st_size)
 
 
 def module_digest(module: ModuleType) -> str:
@@ -138,7 +158,12 @@ def code_modules(stage_cls: type) -> list[str]:
 
 
 def is_prompt_module(name: str) -> bool:
-    return name.rsplit(".", 1)[-1].endswith("prompts")
+    """A module named ``*prompts`` that defines no stage (``general.prompts`` is a stage, not prompts)."""
+    if not name.rsplit(".", 1)[-1].endswith("prompts"):
+        return False
+    module = sys.modules.get(name)
+    return module is None or not any(inspect.isclass(v) and v.__module__ == name and hasattr(v, "process")
+                                      and hasattr(v, "kind") for v in vars(module).values())
 
 
 def _catalogues(modules: Iterable[str]) -> list[Any]:
@@ -173,7 +198,10 @@ def stage_lineage(stage_cls: type, sim: bool, calls_llm: bool | None = None) -> 
     out: dict[str, Any] = {"code": code, "prompts": prompts, "sim": {}}
     llm = bool(getattr(stage_cls, "calls_llm", True)) if calls_llm is None else calls_llm
     if sim and llm:  # a stage that never calls the LLM (``calls_llm = False``) reaches no responder
-        out["sim"] = sim_digests(str(getattr(stage_cls, "kind", "")))
+        words: set[str] = set()
+        for name in modules:
+            words |= module_words(sys.modules[name])
+        out["sim"] = sim_digests(str(getattr(stage_cls, "kind", "")), words)
     return out
 
 
@@ -184,13 +212,20 @@ def responder_digest(fn: Any) -> str:
     return _digest(f"{code}:{getattr(fn, '__qualname__', type(fn).__name__)}".encode())
 
 
-def sim_digests(kind: str) -> dict[str, str]:
-    """``{tag prefix: digest}`` of the sim responders a stage of ``kind`` may reach (module docstring)."""
+def _names_tag(prefix: str, words: Iterable[str]) -> bool:
+    return any(w == prefix or w.startswith(prefix + ".") or (w.endswith(".") and prefix.startswith(w))
+               for w in words)
+
+
+def sim_digests(kind: str, words: Iterable[str] = ()) -> dict[str, str]:
+    """``{tag prefix: digest}`` of the sim responders a stage of ``kind`` may reach (module docstring):
+    its kind's family, and prefixes of the tags its code modules write (``words``: their string constants)."""
     from fabrika.llm.sim import registered_sim_responders
 
     responders = registered_sim_responders()
     family = kind.split(".", 1)[0]
-    mine = {p: fn for p, fn in responders.items() if p.split(".", 1)[0] == family} or responders
+    words = set(words)
+    mine = {p: fn for p, fn in responders.items() if p.split(".", 1)[0] == family or _names_tag(p, words)}
     return {p: responder_digest(fn) for p, fn in sorted(mine.items())}
 
 
