@@ -119,3 +119,12 @@ def test_changed_sim_responder_redoes_its_stages_with_fresh_answers(tmp_path: Pa
         assert all(a.startswith("v2: ") for a in rows(first.run_dir, "ask", "answer"))
     finally:
         register_sim_responder("lin", ls.answer_v1)
+
+
+def test_sim_responders_of_a_stage_are_its_family_and_the_tags_its_code_writes() -> None:
+    from fabrika.pipeline.lineage import sim_digests
+
+    assert "lin" in sim_digests("lin.other")  # the kind's family
+    assert "lin" in sim_digests("filter.x", {"lin.ask"})  # a tag constant in its code
+    assert "lin" in sim_digests("filter.x", {"lin."})  # the constant part of f"lin.{key}"
+    assert "lin" not in sim_digests("filter.x", {"linear", "fc.planner"})
