@@ -5,7 +5,9 @@ parses arguments, prints, and maps errors to exit codes: 2 for a user error
 (bad config, unknown gate, missing input, a run dir in use, an endpoint that
 fails the probe — one line each), 3 when a run did not finish (items left
 pending by an outage, an open breaker or ``--cache-only`` misses, or a stage's
-failure rate above ``llm.max_failure_rate``), 1 for anything unexpected.
+failure rate above ``llm.max_failure_rate``) — and when a refilter's thresholds
+admit upstream items that downstream stages never processed (a run is needed;
+the message names it) —, 1 for anything unexpected.
 """
 
 from __future__ import annotations
