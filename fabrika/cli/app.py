@@ -183,7 +183,7 @@ def _stale(manifest: dict[str, Any], config: Path | None) -> tuple[dict[str, dic
         base = path.resolve().parent if path is not None else Path.cwd()
         cfg, _ = validate_data(manifest["config"], "(recorded config)", base)
     if cfg is None:
-        return {}, f"staleness not checked: {path or 'the recorded config'} does not validate"
+        return {}, f"staleness not checked: {path or 'the recorded config'} does not validate (pass --config CONFIG)"
     return stale_stages(cfg, manifest), None
 
 
