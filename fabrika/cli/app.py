@@ -3,9 +3,12 @@
 Logic lives in ``fabrika.pipeline`` and ``fabrika.store``; this module only
 parses arguments, prints, and maps errors to exit codes: 2 for a user error
 (bad config, unknown gate, missing input, a run dir in use, an endpoint that
-fails the probe — one line each), 3 when a run did not finish (items left
-pending by an outage, an open breaker or ``--cache-only`` misses, or a stage's
-failure rate above ``llm.max_failure_rate``), 1 for anything unexpected.
+fails the probe, a stage stopped by a configuration problem such as a missing
+file or a stage wired to the wrong input — one line each), 3 when a run did not
+finish (items left pending by an outage, an open breaker, an infrastructure
+fault or ``--cache-only`` misses, or a stage's failure rate above
+``llm.max_failure_rate``), 4 when a stage was stopped by a bug in its code (one
+line: stage, item, exception, fix), 1 for anything unexpected.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import fabrika
-from fabrika.errors import ConfigError, InputError, StoreError
+from fabrika.errors import ConfigError, InputError, StageFailure, StoreError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="fabrika: synthetic post-training data factory (Russian first).")
@@ -134,6 +137,8 @@ def run(
     try:
         result = run_pipeline(cfg, resume=resume, cache_only=cache_only, progress=progress, version=version,
                               until=until or None, allow_partial=allow_partial, log_every=log_every)
+    except StageFailure as exc:  # a bug (4) or a configuration problem (2) in one item: nothing written for it
+        fail(str(exc), code=exc.exit_code)
     except (ConfigError, InputError, StoreError) as exc:
         fail(str(exc))
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -144,8 +149,6 @@ def run(
         out.print(views.stages_table(result.manifest))
     else:  # logs: a summary that fits in 100 columns, no box drawing
         print("\n".join(views.summary_lines(result.manifest)), flush=True)
-    if result.internal_errors:
-        err.print(f"[bold red]{result.internal_errors} item(s) ended in internal_error — a stage bug; see `fabrika status`")
     if result.problems:
         from fabrika.llm.redact import redact
 
