@@ -201,8 +201,8 @@ class StageServices:
     live: Callable[[str, StageStats], None]
     #: True while every LLM endpoint's circuit is open (the engine's ``fleet_down``); None: never
     fleet_down: Callable[[], bool] | None = None
-    #: the wait before a transient round (tests inject a clock here)
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    #: the wait before a transient round; None: :func:`transient_wait` (tests inject a clock here)
+    sleep: Callable[[float], Awaitable[None]] | None = None
 
 
 def item_total(stage: Stage, count_rows: Callable[[str], int] | None) -> int | None:
@@ -252,6 +252,11 @@ def count_item(stats: StageStats, out: list[Row] | None, state: ItemState, windo
     llm_failed = state.terminal is not None and not ok_rows
     stats.llm_failed += llm_failed
     window.observe(llm_failed)
+
+
+async def transient_wait(seconds: float) -> None:
+    """The backoff before a transient round (a module function so tests can replace the clock)."""
+    await asyncio.sleep(seconds)
 
 
 def fleet_outage(state: ItemState) -> bool:
@@ -356,7 +361,7 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
                                       f"({stats.last_transient}); retrying them in {wait:g} s "
                                       f"(round {rounds + 1} of {TRANSIENT_ROUNDS})")
                         journal.maybe_sync()
-                        await services.sleep(wait)
+                        await (services.sleep or transient_wait)(wait)
                         rounds += 1
                         items, again = iter(list(again)), []
                         exhausted = False
@@ -440,4 +445,4 @@ def skip_global(services: StageServices, stage: Stage, stats: StageStats) -> Non
 __all__ = ["DURABLE_SECONDS", "FLUSH_SECONDS", "LEGACY_INTERNAL_ERROR", "STARVED", "TRANSIENT_BACKOFF_S",
            "TRANSIENT_QUEUE", "TRANSIENT_ROUNDS", "ItemResult", "StageServices", "drop_legacy_internal_errors",
            "finish_rows", "fleet_outage", "item_total", "new_items", "process_item", "run_global", "run_items",
-           "skip_global"]
+           "skip_global", "transient_wait"]
