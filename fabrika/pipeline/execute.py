@@ -48,7 +48,7 @@ from fabrika.pipeline.config import inputs_of
 from fabrika.pipeline.llm_wrap import ITEM_LAST_ANSWER, ITEM_STATE, ItemState
 from fabrika.pipeline.outcome import MIN_ITEMS_FOR_RATE, StageStats
 from fabrika.pipeline.stage import Row, Stage, is_rejection, rejected
-from fabrika.pipeline.taxonomy import Failure, classify, stop
+from fabrika.pipeline.taxonomy import Failure, InputRow, classify, stop
 from fabrika.store.done_ids import DoneIds
 from fabrika.store.journal import StageJournal
 
@@ -147,6 +147,8 @@ async def process_item(stage: Stage, row: Row, item_id: str, backend_name: str) 
     ITEM_STATE.set(state)
     answer: list[Any] = [None, 0, 0]  # excerpt, calls started, start number of the excerpt's call
     ITEM_LAST_ANSWER.set(answer)
+    if type(row) is dict:  # a missing column then raises MissingColumn: a schema mismatch, not a bug
+        row = InputRow(row)
     try:
         out = finish_rows(await stage.process(row), item_id, backend_name, state.backends)
         if not out:

@@ -14,8 +14,9 @@ Every item of every stage ends in exactly one of three ways (DESIGN contract 8):
   naming the stage, the item, the exception and the fix (:class:`fabrika.errors.StageFailure`).
   Configuration (exit 2): a :class:`~fabrika.errors.ConfigError` or
   :class:`~fabrika.errors.InputError` raised by the stage, a missing or unreadable file, an input
-  row without a column the stage reads (a stage wired to the wrong input). Bug (exit 4):
-  everything else.
+  row without a column the stage reads (``row["messages"]`` on an :class:`InputRow` without it: a
+  stage wired to the wrong input). Bug (exit 4): everything else (a ``KeyError`` from any other
+  dict too).
 
 :func:`classify` is the one place that decides; the local loop and the Ray workers both call it
 through :func:`fabrika.pipeline.execute.process_item`.
@@ -39,6 +40,19 @@ TRANSIENT_ERRNOS = frozenset(e for e in (errno.ENOSPC, getattr(errno, "EDQUOT", 
                                          errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR) if e is not None)
 #: Longest exception message kept in the one-line stop message.
 MESSAGE_CHARS = 300
+
+
+class MissingColumn(KeyError):
+    """``row[column]`` on an input row that has no such column: the stage reads a column its input does
+    not write (a stage wired to the wrong input), a configuration problem — unlike a ``KeyError`` from
+    any other dict in stage code, which is a bug."""
+
+
+class InputRow(dict):  # type: ignore[type-arg]
+    """The input row handed to ``process``: a plain dict whose missing keys raise :class:`MissingColumn`."""
+
+    def __missing__(self, key: Any) -> Any:
+        raise MissingColumn(key)
 
 
 @dataclass(frozen=True)
@@ -69,9 +83,8 @@ def _where(exc: BaseException) -> str:
 def classify(exc: BaseException, stage: Any = None, row: Any = None) -> Failure:
     """The kind of ``exc`` (raised by ``stage.process`` on ``row``) and the fix to print.
 
-    ``stage``/``row`` only sharpen the message: a ``KeyError`` whose key the input row lacks is a
-    schema mismatch (the stage reads a column its input does not write), named with the stage's
-    ``input``.
+    ``stage``/``row`` only sharpen the message: a :class:`MissingColumn` (``row[column]`` on an
+    :class:`InputRow` without it) is a schema mismatch, named with the stage's ``input``.
     """
     text = _text(exc)
     kind_name = getattr(stage, "kind", None) or "the stage"
@@ -99,13 +112,13 @@ def classify(exc: BaseException, stage: Any = None, row: Any = None) -> Failure:
     if isinstance(exc, PermissionError):
         path = exc.filename or "the path"
         return Failure("config", text, f"make {path} readable (and writable where the stage writes)")
-    if isinstance(exc, KeyError) and exc.args and isinstance(row, dict) and exc.args[0] not in row:
+    if isinstance(exc, MissingColumn) and exc.args:
         column = exc.args[0]
         cfg = getattr(stage, "config", None)
         name = getattr(cfg, "stage_name", None) or kind_name
         source = getattr(cfg, "input", None)
         wired = f"{name}.input is {source!r}, whose rows" if source else "its input rows"
-        have = ", ".join(sorted(str(k) for k in row)[:12])
+        have = ", ".join(sorted(str(k) for k in row)[:12]) if isinstance(row, dict) else "?"
         return Failure("config", f"KeyError: input row has no column {column!r} (it has: {have})",
                        f"{wired} have no column {column!r}: set {name}.input to a stage that writes it")
     return Failure("bug", text + _where(exc), f"a bug in {kind_name}: fix the code (or report it); "
@@ -130,4 +143,5 @@ def stage_failure(exc: BaseException, stage: Any, item_id: str | None = None) ->
     return stop(getattr(stage, "name", "?"), item_id, failure)
 
 
-__all__ = ["Failure", "FailureKind", "TRANSIENT_ERRNOS", "classify", "stage_failure", "stop"]
+__all__ = ["Failure", "FailureKind", "InputRow", "MissingColumn", "TRANSIENT_ERRNOS", "classify", "stage_failure",
+           "stop"]

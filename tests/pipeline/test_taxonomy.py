@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from fabrika.cli.app import app
 from fabrika.errors import ConfigError, InputError, LLMError, StageFailure, TransientError
 from fabrika.pipeline import execute
-from fabrika.pipeline.taxonomy import classify
+from fabrika.pipeline.taxonomy import InputRow, MissingColumn, classify
 from fabrika.schemas.ids import stable_id
 from fabrika.store import RunStore
 from fabrika.store.versions import scan_version
@@ -155,7 +155,8 @@ def test_legacy_internal_error_rows_are_not_done(tmp_path: Path) -> None:
     (InputError("seeds.jsonl: not found"), "config"),
     (FileNotFoundError(2, "No such file or directory", "/data/personas.jsonl"), "config"),
     (LLMError("bad_request", "HTTP 400"), "bug"),
-    (KeyError("internal"), "bug"),  # a key the row has: not a schema mismatch
+    (KeyError("messages"), "bug"),  # a KeyError from any dict but the input row: a bug
+    (MissingColumn("messages"), "config"),  # row["messages"] on the input row: a schema mismatch
     (ZeroDivisionError("division by zero"), "bug"),
 ])
 def test_classify(exc: BaseException, kind: str) -> None:
@@ -169,7 +170,10 @@ def test_a_missing_column_names_the_input_and_a_missing_file_names_the_path() ->
     class St:
         kind, config = "if.responses", Cfg()
 
-    f = classify(KeyError("messages"), St(), {"id": "x", "text": "t"})
+    row = InputRow({"id": "x", "text": "t"})
+    with pytest.raises(MissingColumn) as info:
+        row["messages"]
+    f = classify(info.value, St(), row)
     assert f.kind == "config" and "'messages'" in f.error and "if_responses.input is 'if_expand'" in f.fix
     missing = classify(FileNotFoundError(2, "No such file or directory", "/data/personas.jsonl"))
     assert "/data/personas.jsonl" in missing.fix
