@@ -48,7 +48,7 @@ class MissingColumn(KeyError):
     any other dict in stage code, which is a bug."""
 
 
-class InputRow(dict):  # type: ignore[type-arg]
+class InputRow(dict[str, Any]):
     """The input row handed to ``process``: a plain dict whose missing keys raise :class:`MissingColumn`."""
 
     def __missing__(self, key: Any) -> Any:
