@@ -232,3 +232,27 @@ async def test_a_server_echoing_the_key_in_an_error_does_not_leak_it(make_engine
             resp = await eng.complete_one(req("q"))
     assert resp.error is not None and resp.error.kind == "auth"
     assert secret not in str(resp.error) and "***" in resp.error.message
+
+
+@pytest.mark.parametrize(("message", "lost"), [
+    ({"content": None}, True),
+    ({"content": ""}, True),
+    ({"content": "  \n"}, True),
+    ({"content": "Ответ"}, False),
+    ({"content": None, "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]}, False),
+    ({"content": None, "reasoning_content": "думаю"}, False),  # reasoning only: the model's answer, a verdict
+])
+def test_a_200_answer_that_finished_with_nothing_in_it_is_a_retryable_server_error(message: dict, lost: bool) -> None:
+    from fabrika.errors import LLMError
+    from fabrika.llm.openai_compat import parse_completion
+    from fabrika.llm.routing import counts_against_health
+
+    finish = "tool_calls" if message.get("tool_calls") else "stop"
+    data = {"choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}]}
+    if not lost:
+        assert parse_completion(data, "openai").choices
+        return
+    with pytest.raises(LLMError) as info:
+        parse_completion(data, "openai")
+    assert info.value.kind == "server" and info.value.retryable and "empty answer" in info.value.message
+    assert not counts_against_health(info.value)  # the server answered: its breaker does not move
