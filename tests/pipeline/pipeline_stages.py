@@ -106,6 +106,24 @@ class AskStage(Stage):
         return [ok(stable_id(row["id"], "ask"), i=row["i"], answer=resp.text)]
 
 
+class AskThenFailConfig(StageConfig):
+    fail_on: list[int] = Field(default_factory=list, description="Items whose process raises after its LLM call.")
+
+
+@register_stage
+class AskThenFailStage(Stage[AskThenFailConfig]):
+    """``test.ask``, but ``fail_on`` items raise (a bug) after their answer came back (and was cached)."""
+
+    kind = "test.ask_then_fail"
+
+    async def process(self, row: Row) -> list[Row]:
+        prompt = {"role": "user", "content": row["text"]}
+        resp = await self.ctx.llm.complete_one(ChatRequest(messages=(prompt,), tag="test"))
+        if row["i"] in self.config.fail_on:
+            raise RuntimeError(f"bug after the answer to {row['i']}")
+        return [ok(stable_id(row["id"], "ask"), i=row["i"], answer=resp.text)]
+
+
 @register_stage
 class ScoreStage(Stage):
     """Annotating scorer: ``score = i / 100`` keyed by the scored row's id; i == 5 fails to score."""

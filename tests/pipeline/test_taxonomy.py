@@ -89,6 +89,34 @@ def test_a_stage_bug_stops_the_run_with_one_line_and_is_never_resumed_as_done(tm
     assert len(dataset(tmp_path / "run")) == 16  # 20 minus 3 too_odd minus the unlucky 13
 
 
+def test_answers_cached_before_a_bug_serve_the_rerun_and_the_item_is_not_done(tmp_path: Path) -> None:
+    from fabrika.pipeline.config import validate_data
+    from fabrika.pipeline.runner import run_pipeline
+
+    def config(run: str, fail_on: list[int]) -> Any:
+        cfg, issues = validate_data({
+            "name": "cached", "run_dir": str(tmp_path / run), "llm": {"backend": "sim"}, "max_in_flight": 1,
+            "stages": [{"kind": "test.count", "n": 12, "chunk_size": 2},
+                       {"kind": "test.ask_then_fail", "name": "ask", "input": "test.count", "fail_on": fail_on}],
+            "dataset": {"stages": ["ask"]},
+        }, "t.yaml", tmp_path)
+        assert cfg is not None, issues
+        return cfg
+
+    with pytest.raises(StageFailure, match="bug after the answer to 6") as info:
+        run_pipeline(config("run", [6]), progress=False)
+    assert info.value.kind == "bug" and info.value.item_id == count_id(6)
+    assert count_id(6) not in set(raw(tmp_path / "run", "ask")["input_id"])  # its result was not stored
+    asked = RunStore(tmp_path / "run").read_manifest()["accounting"]["totals"]["requests"]
+    assert asked >= 1  # one item at a time: the failing item's request was the last one sent
+    fixed = run_pipeline(config("run", []), progress=False)  # the fix redoes the stage from cached answers
+    llm = fixed.stats["ask"].llm
+    assert fixed.complete and llm.requests == 10 and llm.cached == asked  # item 6's answer included
+    assert run_pipeline(config("clean", []), progress=False).complete
+    assert dataset(tmp_path / "run").equals(dataset(tmp_path / "clean"))
+    assert count_id(6) in set(raw(tmp_path / "run", "ask")["input_id"])
+
+
 def test_infrastructure_faults_are_retried_within_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     waits: list[float] = []
 
