@@ -17,7 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from fabrika.cli.app import app
-from fabrika.errors import ConfigError, InputError, LLMError, StageFailure, TransientError
+from fabrika.errors import ConfigError, InputError, LLMError, StageConfigError, StageFailure, TransientError
 from fabrika.pipeline import execute
 from fabrika.pipeline.taxonomy import InputRow, MissingColumn, classify
 from fabrika.schemas.ids import stable_id
@@ -189,6 +189,13 @@ def test_legacy_internal_error_rows_are_not_done(tmp_path: Path) -> None:
 ])
 def test_classify(exc: BaseException, kind: str) -> None:
     assert classify(exc, None, {"internal": 1}).kind == kind
+
+
+def test_a_stage_can_say_its_configuration_is_wrong_with_a_fix() -> None:
+    exc = StageConfigError("if.responses.judge needs a judge model", fix="set llm.model or judge: false")
+    f = classify(exc)
+    assert f.kind == "config" and f.fix == "set llm.model or judge: false"
+    assert StageFailure("s", "i", f.kind, f.error, f.fix).exit_code == 2
 
 
 def test_a_missing_column_names_the_input_and_a_missing_file_names_the_path() -> None:
