@@ -2,6 +2,7 @@
 
     FabrikaError
     ├── ConfigError          bad pipeline YAML / CLI values (CLI exit code 2)
+    │   └── StageConfigError stage code says "the configuration is wrong" (with a fix)
     ├── InputError           a missing or malformed input file (seeds, pools)
     ├── LLMError             one failed LLM request; ``kind`` says why
     │   └── CacheMissError   ``--cache-only`` and the answer is not cached
@@ -10,10 +11,15 @@
     │       │                damaged; exit 3: disk full or I/O error, rerun after the fix)
     │       ├── JournalCorruptError  a stage journal damaged before its tail
     │       └── ShardCorruptError    a parquet shard that does not read (truncated, garbled)
-    └── SandboxError         the sandbox itself failed (not a verifier's verdict)
+    ├── SandboxError         the sandbox itself failed (not a verifier's verdict)
+    ├── TransientError       an infrastructure fault in stage code: the item stays pending
+    └── StageFailure         the runner stopped a stage: a bug or a configuration problem
+                             in one item (CLI exit 2 for configuration, 4 for a bug)
 
 Rejections of untrusted LLM output are *data* (rows with ``status="rejected"``
-and a ``reason``), never exceptions.
+and a ``reason``), never exceptions. What an exception escaping stage code means
+for its item (verdict, transient, bug or configuration) is decided in one place,
+:mod:`fabrika.pipeline.taxonomy`.
 """
 
 from __future__ import annotations
@@ -44,6 +50,19 @@ class FabrikaError(Exception):
 
 class ConfigError(FabrikaError, ValueError):
     """A configuration value is wrong; the message names the field, the value and the fix."""
+
+
+class StageConfigError(ConfigError):
+    """Raised by stage code: the stage cannot work with the configuration it was given.
+
+    ``fix`` says what to change (``"set if.responses.input to a stage that writes 'messages'"``);
+    the runner stops the stage and prints it (CLI exit 2).
+    """
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message if fix is None else f"{message}; {fix}")
+        self.message = message
+        self.fix = fix
 
 
 class InputError(FabrikaError):
@@ -101,6 +120,44 @@ class ShardCorruptError(StorageError):
 
 class SandboxError(FabrikaError):
     """The sandbox machinery failed (distinct from a verifier's error verdict)."""
+
+
+class TransientError(FabrikaError):
+    """An infrastructure fault met by stage code (a worker died, a reply was cut, the disk hiccuped).
+
+    Not a property of the item: the runner leaves the item pending, retries it a bounded number
+    of times within the run and otherwise leaves it to the next run; it never becomes a row.
+    """
+
+
+class StageFailure(FabrikaError):
+    """The runner stopped a stage because one item hit a bug or a configuration problem.
+
+    Nothing was written or cached for that item. ``kind`` is ``"config"`` (a missing input file,
+    a :class:`ConfigError` or :class:`InputError` raised by the stage, a row without a column the
+    stage reads: CLI exit 2) or ``"bug"`` (any other exception escaping stage code: exit 4).
+    ``str()`` is the one line the CLI prints: stage, item, exception, fix.
+    """
+
+    EXIT_CODES = {"config": 2, "bug": 4}
+
+    def __init__(self, stage: str, item_id: str | None, kind: str, error: str, fix: str) -> None:
+        where = f"stage {stage}" + (f", item {item_id}" if item_id is not None else "")
+        what = "configuration problem" if kind == "config" else "bug in the stage"
+        super().__init__(f"{where}: {what}: {error}; fix: {fix}; nothing was written for this item, "
+                         "rerun the same command after the fix")
+        self.stage = stage
+        self.item_id = item_id
+        self.kind = kind
+        self.error = error
+        self.fix = fix
+
+    @property
+    def exit_code(self) -> int:
+        return self.EXIT_CODES.get(self.kind, 4)
+
+    def __reduce__(self) -> tuple[type["StageFailure"], tuple[str, str | None, str, str, str]]:
+        return type(self), (self.stage, self.item_id, self.kind, self.error, self.fix)
 
 
 class LLMError(FabrikaError):

@@ -3,11 +3,14 @@
 Logic lives in ``fabrika.pipeline`` and ``fabrika.store``; this module only
 parses arguments, prints, and maps errors to exit codes: 2 for a user error
 (bad config, unknown gate, missing input, a run dir in use, an endpoint that
-fails the probe — one line each), 3 when a run did not finish (items left
-pending by an outage, an open breaker or ``--cache-only`` misses, or a stage's
-failure rate above ``llm.max_failure_rate``) — and when a refilter's thresholds
-admit upstream items that downstream stages never processed (a run is needed;
-the message names it) —, 1 for anything unexpected. A storage fault
+fails the probe, a stage stopped by a configuration problem such as a missing
+file or a stage wired to the wrong input — one line each), 3 when a run did not
+finish (items left pending by an outage, an open breaker, an infrastructure
+fault or ``--cache-only`` misses, or a stage's failure rate above
+``llm.max_failure_rate``) — and when a refilter's thresholds admit upstream items
+that downstream stages never processed (a run is needed; the message names it) —,
+4 when a stage was stopped by a bug in its code (one line: stage, item, exception,
+fix), 1 for anything unexpected. A storage fault
 (:class:`~fabrika.errors.StorageError`) is one line with its own code: 3 for a full disk, 2 for
 an unwritable directory or a damaged journal/shard (``fabrika fsck RUN_DIR --repair``).
 """
@@ -26,7 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import fabrika
-from fabrika.errors import ConfigError, InputError, StorageError, StoreError
+from fabrika.errors import ConfigError, InputError, StageFailure, StorageError, StoreError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="fabrika: synthetic post-training data factory (Russian first).")
@@ -138,7 +141,7 @@ def run(
     try:
         result = run_pipeline(cfg, resume=resume, cache_only=cache_only, progress=progress, version=version,
                               until=until or None, allow_partial=allow_partial, log_every=log_every)
-    except StorageError as exc:
+    except (StageFailure, StorageError) as exc:  # a stage bug (4) / config problem (2); a storage fault (2/3)
         fail(str(exc), code=exc.exit_code)
     except (ConfigError, InputError, StoreError) as exc:
         fail(str(exc))
@@ -150,8 +153,6 @@ def run(
         out.print(views.stages_table(result.manifest))
     else:  # logs: a summary that fits in 100 columns, no box drawing
         print("\n".join(views.summary_lines(result.manifest)), flush=True)
-    if result.internal_errors:
-        err.print(f"[bold red]{result.internal_errors} item(s) ended in internal_error — a stage bug; see `fabrika status`")
     if result.problems:
         from fabrika.llm.redact import redact
 

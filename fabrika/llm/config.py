@@ -90,7 +90,8 @@ class BreakerConfig(_Strict):
                                    "answers that open the breaker (no requests sent to that endpoint).")
     cooldown_s: float = Field(default=2.0, gt=0, description="Wait before the first half-open probe request.")
     max_cooldown_s: float = Field(default=60.0, gt=0, description="Longest wait between probes (the wait doubles "
-                                  "after each failed probe).")
+                                  "after each failed probe); a hung endpoint (a timeout while it answered nothing "
+                                  "else) waits this long at once.")
 
 
 class ModelPrice(_Strict):
@@ -119,7 +120,10 @@ class LLMConfig(_Strict):
     transport: Literal["aiohttp", "openai_sdk"] = Field(
         default="aiohttp", description="'aiohttp': fabrika's lean HTTP client (fast); 'openai_sdk': the openai "
         "SDK's AsyncOpenAI over its aiohttp transport (slower per request, same wire format and error mapping).")
-    timeout_s: float = Field(default=120.0, gt=0, description="Per-attempt timeout in seconds (whole attempt).")
+    timeout_s: float = Field(default=120.0, gt=0, description="Per-attempt timeout in seconds (whole attempt). "
+                             "It also bounds a hung endpoint: a timeout while the endpoint answered nothing "
+                             "else marks it hung (its requests then fail at once, the run exits 3 after about "
+                             "this long instead of retrying into more timeouts).")
     connect_timeout_s: float = Field(default=10.0, gt=0, description="Connect timeout; a connect that does not "
                                      "finish is a 'connection' error and counts toward the endpoint's breaker.")
     read_timeout_s: float | None = Field(default=None, gt=0, description="Longest silence while reading an answer; "

@@ -416,6 +416,12 @@ class LLMEngine:
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
+    def fleet_down(self) -> bool:
+        """True while the backend has nothing healthy to send to (every endpoint's circuit open);
+        backends without endpoints (``sim``, in-process vLLM) are never down."""
+        down = getattr(self.backend, "fleet_down", None)
+        return bool(down()) if callable(down) else False
+
     def stats(self) -> dict[str, Any]:
         """The accounting snapshot plus engine-level counters (for the run manifest)."""
         snap = self.accounting.snapshot()

@@ -30,7 +30,7 @@ _FIXES = {
     "auth": "check llm.endpoints[].api_key / api_key_env",
     "not_found": "check llm.model (and that base_url ends with /v1)",
     "cache_miss": "rerun without --cache-only to ask the model",
-    "unavailable": "the backend is unavailable; see its log",
+    "unavailable": "the backend is down or hung (no answer within llm.timeout_s); check the server, then rerun",
 }
 
 

@@ -87,7 +87,11 @@ def parse_completion(data: Any, backend: str) -> ChatResponse:
     """A :class:`ChatResponse` from a chat-completion JSON object.
 
     The server's answer is untrusted: anything that is not the expected shape
-    becomes ``LLMError("server")`` (retryable), never an ``AttributeError``.
+    becomes ``LLMError("server")`` (retryable), never an ``AttributeError``. So does a
+    choice that says it finished (``finish_reason: stop``) with no text, no tool call and
+    no reasoning (``content: null`` or ``""``): that is a server that lost the answer, not
+    the model's verdict on the item — it is retried, then the item stays pending, and it
+    is never cached (:func:`is_lost_answer`).
     """
     try:
         return _parse_completion(data, backend)
@@ -103,6 +107,12 @@ def _text(value: Any) -> str | None:
     if isinstance(value, list):  # content parts
         return "".join(p.get("text", "") for p in value if isinstance(p, dict))
     return json.dumps(value, ensure_ascii=False)
+
+
+def is_lost_answer(choice: Choice) -> bool:
+    """A 200 choice that finished normally with nothing in it (no text, tool call or reasoning)."""
+    return (choice.finish_reason == "stop" and not (choice.content or "").strip() and not choice.tool_calls
+            and not (choice.reasoning or "").strip())
 
 
 def _parse_completion(data: Any, backend: str) -> ChatResponse:
@@ -123,6 +133,10 @@ def _parse_completion(data: Any, backend: str) -> ChatResponse:
         choices.append(Choice(content=_text(msg.get("content")), tool_calls=calls,
                               finish_reason=FINISH_SYNONYMS.get(finish, finish) if isinstance(finish, str) else finish,
                               reasoning=_text(msg.get("reasoning_content") or msg.get("reasoning"))))
+    lost = sum(is_lost_answer(c) for c in choices)
+    if lost:
+        raise LLMError("server", f"empty answer: {lost} of {len(choices)} choice(s) finished (finish_reason stop) "
+                       "with content null or empty and no tool calls; retried, never cached", status_code=200)
     usage = data.get("usage") or {}
     return ChatResponse(
         choices=tuple(choices),
@@ -183,23 +197,28 @@ class OpenAICompatBackend:
     def health(self) -> list[dict[str, Any]]:
         return self.pool.health()
 
+    def fleet_down(self) -> bool:
+        """True while every endpoint's circuit is open (down or hung): the runner stops feeding items."""
+        return self.pool.down()
+
     async def send(self, request: ChatRequest) -> ChatResponse:
         pool = self.pool
         ep, probe = await pool.acquire(request)
+        served = ep.served  # unchanged when this request fails: the endpoint answered nothing meanwhile
         try:
             if self.transport == "openai_sdk":
                 resp = await self._send_sdk(ep, request)
             else:
                 resp = await self._send_aiohttp(ep, request)
         except LLMError as exc:
-            pool.release(ep, exc, probe, sequences_of(request))
+            pool.release(ep, exc, probe, sequences_of(request), stalled=ep.served == served)
             key = ep.api_key
             if len(key) >= 8 and key in exc.message:  # a server that echoes the key back: never keep it
                 exc.message = exc.message.replace(key, "***")
                 exc.args = (f"[{exc.kind}] {exc.message}",)
             raise
-        except BaseException:
-            pool.release(ep, None, probe, sequences_of(request))
+        except BaseException:  # cancelled (a deadline, a stopped stage): no outcome for the breaker
+            pool.release(ep, None, probe, sequences_of(request), neutral=True)
             raise
         pool.release(ep, None, probe, sequences_of(request))
         return resp

@@ -5,7 +5,13 @@
   sent there; after ``cooldown_s`` one probe request is let through (half-open);
   its success closes the breaker, its failure reopens it with a doubled
   cool-down (up to ``max_cooldown_s``). A dead server is then asked once per
-  cool-down instead of by every request in flight.
+  cool-down instead of by every request in flight. A *hung* server (it accepts
+  connections and never answers) is recognised at its first timeout: a request
+  that timed out while the endpoint completed nothing since it was sent opens the
+  breaker at once, for ``max_cooldown_s``, and while every endpoint is hung a
+  request fails at once (``unavailable``: its item stays pending) instead of
+  waiting ``timeout_s`` behind a probe — so a hung fleet ends a run after about
+  one ``timeout_s``, not after ``max_retries`` × ``timeout_s``.
 * :class:`EndpointPool` — slots: an endpoint takes at most ``max_concurrency``
   sequences (a request counts its ``n`` samples, as a vLLM server gives each a
   sequence slot; an ``n``-sample request enters once one slot is free, so it may
@@ -63,6 +69,8 @@ class CircuitBreaker:
     probing: bool = False
     last_error: str = ""
     opened: int = 0
+    #: opened by a timeout while the endpoint answered nothing at all (see module docs)
+    hung: bool = False
 
     def available(self, now: float) -> bool:
         """Whether a request may be sent now (does not change state)."""
@@ -84,18 +92,31 @@ class CircuitBreaker:
             return True
         return False
 
-    def record(self, error: LLMError | None, probe: bool = False) -> None:
-        """Count one outcome; only health failures (see :func:`counts_against_health`) open the breaker."""
+    def record(self, error: LLMError | None, probe: bool = False, stalled: bool = False) -> None:
+        """Count one outcome; only health failures (see :func:`counts_against_health`) open the breaker.
+
+        ``stalled``: the endpoint completed no request since this one was sent. A timeout then
+        means the server is hung, not slow: the breaker opens at once, for ``max_cooldown_s``.
+        """
         if probe:
             self.probing = False
         if error is None or not counts_against_health(error):  # an answer (even a 4xx): the server is alive
             self.failures = 0
+            self.hung = False
             if self.state != "closed":
                 self.state = "closed"
                 self.current_cooldown = 0.0
             return
         self.failures += 1
         self.last_error = error.message[:200]
+        if error.kind == "timeout" and stalled:
+            self.hung = True
+            if self.state == "closed" or probe:
+                self.current_cooldown = self.max_cooldown_s
+                self.state = "open"
+                self.open_until = time.monotonic() + self.current_cooldown
+                self.opened += 1
+            return
         if probe or (self.state == "closed" and self.failures >= self.failure_threshold):
             self.current_cooldown = min(self.max_cooldown_s, (self.current_cooldown * 2) or self.cooldown_s)
             self.state = "open"
@@ -338,6 +359,10 @@ class EndpointPool:
                 ep = free[0] if len(free) == 1 else self.policy.pick(free, request)
                 ep.in_flight += weight
                 return ep, ep.breaker.on_dispatch(now)
+            if all(ep.breaker.hung and ep.breaker.state != "closed" for ep in self.endpoints):
+                names = ", ".join(ep.base_url for ep in self.endpoints)
+                raise LLMError("unavailable", f"every endpoint is hung ({names}: a request got no answer within "
+                               "llm.timeout_s while the server answered nothing else); is the server stuck?")
             probing = any(ep.breaker.probing for ep in self.endpoints)
             if not probing and not any(ep.breaker.available(now) for ep in self.endpoints):
                 wait = min(ep.breaker.wait_s(now) for ep in self.endpoints)
@@ -360,13 +385,26 @@ class EndpointPool:
                         pass
                 raise
 
-    def release(self, ep: Endpoint, error: LLMError | None, probe: bool, weight: int = 1) -> None:
-        """Give back what :meth:`acquire` took (``weight``: the request's :func:`sequences_of`)."""
+    def release(self, ep: Endpoint, error: LLMError | None, probe: bool, weight: int = 1, *,
+                stalled: bool = False, neutral: bool = False) -> None:
+        """Give back what :meth:`acquire` took (``weight``: the request's :func:`sequences_of`).
+
+        ``stalled``: the endpoint completed nothing since the request was sent (see
+        :meth:`CircuitBreaker.record`). ``neutral``: the request was cancelled — no outcome, the
+        breaker counts nothing (a probe that was cancelled lets the next request probe).
+        """
         ep.in_flight -= weight
+        if neutral:
+            if probe:
+                ep.breaker.probing = False
+            self._wake(everyone=probe)
+            return
         if error is None:
             ep.served += 1
-        ep.breaker.record(error, probe)
-        self._wake(everyone=probe)  # a probe's outcome concerns every waiter: go on, or back off
+        opened = ep.breaker.opened
+        ep.breaker.record(error, probe, stalled)
+        # a probe's outcome, or a breaker that just opened, concerns every waiter: go on, or back off
+        self._wake(everyone=probe or ep.breaker.opened != opened)
         for fut in self._home_waiters.pop(ep.base_url, ()):  # they look again (the bound moved too)
             if not fut.done():
                 fut.set_result(None)
@@ -391,6 +429,10 @@ class EndpointPool:
                 fut.set_result(None)
                 if not everyone:
                     return
+
+    def down(self) -> bool:
+        """True while every endpoint's breaker is open or half-open (nothing healthy to send to)."""
+        return all(ep.breaker.state != "closed" for ep in self.endpoints)
 
     def health(self) -> list[dict[str, Any]]:
         """Per endpoint: in flight, served, breaker state (for the manifest and tests)."""

@@ -5,15 +5,28 @@ Per-item stages: input rows are pulled lazily, ids already written are skipped
 ``max_in_flight`` items are in ``process`` at once, every finished item is appended
 to the stage's journal (fsynced about every ``DURABLE_SECONDS``) and a shard is
 written every ``chunk_size`` finished items (or every ``FLUSH_SECONDS``), so a crash
-loses only the items in flight and memory stays flat. An item left pending by an
-outage (:mod:`fabrika.pipeline.llm_wrap`) writes nothing; the next run asks again.
-When the share of recently finished items that failed for LLM reasons passes
-``llm.max_failure_rate`` the stage stops feeding items (``stats.stopped_early``).
+loses only the items in flight and memory stays flat.
+
+What happens to an item follows the one failure taxonomy (:mod:`fabrika.pipeline.taxonomy`):
+
+* rows (``ok`` or rejections) are written; an empty answer becomes ``no_output``;
+* an item left pending by the LLM (:mod:`fabrika.pipeline.llm_wrap`: the engine already
+  retried its requests) writes nothing; the next run asks again. When an item goes pending
+  while every endpoint's circuit is open (``fleet_down``) the stage stops feeding items at
+  once, and when the share of recently finished items that failed for LLM reasons passes
+  ``llm.max_failure_rate`` it stops too (``stats.stopped_early``);
+* an item whose stage code met an infrastructure fault (sandbox worker death, framing,
+  timeout, disk) is re-queued up to :data:`TRANSIENT_ROUNDS` times within the run, after a
+  backoff (``StageServices.sleep``, injectable), then left pending; it never becomes a row;
+* an item whose stage code raised anything else (a bug, a configuration problem, a schema
+  mismatch) stops the stage at once with :class:`fabrika.errors.StageFailure`: finished items
+  are saved, in-flight ones cancelled, nothing is written for the failing item.
 
 :func:`process_item` is the one definition of "run ``process`` on one item" (the local loop
 here and the Ray workers, :mod:`fabrika.ray.items`, both use it): the rows get
-``input_id``/``status``/``llm_backend``, an empty answer becomes ``no_output``, an
-exception becomes ``internal_error`` and an outage leaves the item pending.
+``input_id``/``status``/``llm_backend``, and an exception is classified, never a row.
+Rows a run of an older fabrika wrote as ``internal_error`` are not results: a stage that has
+them is redone on resume (:func:`drop_legacy_internal_errors`; cached answers are reused).
 
 Which stage runs when, and what the run's outcome is, is the scheduler's job
 (:mod:`fabrika.pipeline.runner`); what the manifest says is the store's
@@ -26,8 +39,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator
 
 from rich.console import Console
 
@@ -35,6 +48,7 @@ from fabrika.pipeline.config import inputs_of
 from fabrika.pipeline.llm_wrap import ITEM_LAST_ANSWER, ITEM_STATE, ItemState
 from fabrika.pipeline.outcome import MIN_ITEMS_FOR_RATE, StageStats
 from fabrika.pipeline.stage import Row, Stage, is_rejection, rejected
+from fabrika.pipeline.taxonomy import Failure, InputRow, classify, stop
 from fabrika.store.done_ids import DoneIds
 from fabrika.store.journal import StageJournal
 
@@ -51,6 +65,14 @@ STARVED_WAIT = 0.1
 FLUSH_SECONDS = 30.0
 #: Finished items reach the disk (the stage journal, fsynced) within about this long.
 DURABLE_SECONDS = 1.0
+#: Rounds an item that met an infrastructure fault in stage code is re-queued within the run.
+TRANSIENT_ROUNDS = 2
+#: Wait before each of those rounds (seconds; the last value repeats).
+TRANSIENT_BACKOFF_S = (2.0, 8.0)
+#: At most this many items wait for a transient retry at once (more are left to the next run).
+TRANSIENT_QUEUE = 4096
+#: Reason prefix of the rows older runs wrote for an exception in stage code (never written now).
+LEGACY_INTERNAL_ERROR = "internal_error"
 console = Console(stderr=True)
 
 
@@ -99,38 +121,71 @@ def new_items(stage: Stage, rows: Iterator[Any], done: Any, stats: StageStats,
 
 @dataclass
 class ItemResult:
-    """One processed item: its rows (``None`` = pending, nothing to write) and what happened."""
+    """One processed item: its rows (``None`` = nothing to write) and what happened.
+
+    ``rows is None`` means pending (an LLM outage, or ``transient``: an infrastructure fault in
+    stage code), or ``failure``: a bug or configuration problem that stops the stage
+    (:mod:`fabrika.pipeline.taxonomy`); ``exception`` is what stage code raised.
+    """
 
     item_id: str
     rows: list[Row] | None
     state: ItemState
-    internal_error: bool = False
+    failure: Failure | None = None
+    transient: Failure | None = None
+    exception: BaseException | None = field(default=None, repr=False)
+
+    @property
+    def internal_error(self) -> bool:
+        """Always ``False``: an exception in stage code is never a row (kept for older callers)."""
+        return False
 
 
 async def process_item(stage: Stage, row: Row, item_id: str, backend_name: str) -> ItemResult:
-    """Run ``stage.process`` on one item; never raises except on cancellation."""
+    """Run ``stage.process`` on one item; never raises except on cancellation (see module docs)."""
     state = ItemState()
     ITEM_STATE.set(state)
     answer: list[Any] = [None, 0, 0]  # excerpt, calls started, start number of the excerpt's call
     ITEM_LAST_ANSWER.set(answer)
-    internal = False
+    if type(row) is dict:  # a missing column then raises MissingColumn: a schema mismatch, not a bug
+        row = InputRow(row)
     try:
         out = finish_rows(await stage.process(row), item_id, backend_name, state.backends)
         if not out:
             out = finish_rows([rejected(item_id, "no_output: process returned no rows")], item_id, backend_name)
     except asyncio.CancelledError:
         raise
-    except Exception as exc:  # noqa: BLE001 - recorded as data, counted loudly
+    except Exception as exc:  # noqa: BLE001 - classified: pending, or the stage stops (never a row)
         if state.pending is not None:  # a failure caused by the outage itself: still pending
             return ItemResult(item_id, None, state)
-        internal = True
-        msg = str(exc).replace("\n", " ")[:500]
-        out = finish_rows([rejected(item_id, f"internal_error: {type(exc).__name__}: {msg}")], item_id, backend_name)
+        failure = classify(exc, stage, row)
+        if failure.kind == "transient":
+            return ItemResult(item_id, None, state, transient=failure, exception=exc)
+        return ItemResult(item_id, None, state, failure=failure, exception=exc)
     if answer[0] is not None:  # the reason next to the raw answer that caused it (the report's sample browser)
         for r in out:
             if r["status"] != "ok" and is_rejection(r.get("reason")) and not r.get("raw_excerpt"):
                 r["raw_excerpt"] = answer[0]
-    return ItemResult(item_id, None if state.pending is not None else out, state, internal)
+    return ItemResult(item_id, None if state.pending is not None else out, state)
+
+
+def drop_legacy_internal_errors(store: "RunStore", name: str) -> int:
+    """Rows an older fabrika wrote for an exception in stage code (``internal_error: ...``) are not
+    results: when the stage has any, its output is dropped so that resume redoes it (answers come
+    from the cache). Returns how many such rows there were."""
+    import polars as pl
+
+    lf = store.scan_raw(name)
+    if lf is None or "reason" not in lf.collect_schema().names():
+        return 0
+    legacy = int(lf.select(pl.col("reason").cast(pl.Utf8).str.starts_with(LEGACY_INTERNAL_ERROR).sum())
+                 .collect().item() or 0)
+    if legacy:
+        had_epoch = store.epoch(name) is not None
+        store.drop_stage(name)
+        if had_epoch:
+            store.epoch(name, create=True)  # its streaming consumers see that what they read is gone
+    return legacy
 
 
 @dataclass
@@ -146,6 +201,10 @@ class StageServices:
     max_failure_rate: float
     #: refreshes the manifest entry of a running stage (throttled by the manifest)
     live: Callable[[str, StageStats], None]
+    #: True while every LLM endpoint's circuit is open (the engine's ``fleet_down``); None: never
+    fleet_down: Callable[[], bool] | None = None
+    #: the wait before a transient round; None: :func:`transient_wait` (tests inject a clock here)
+    sleep: Callable[[float], Awaitable[None]] | None = None
 
 
 def item_total(stage: Stage, count_rows: Callable[[str], int] | None) -> int | None:
@@ -197,12 +256,23 @@ def count_item(stats: StageStats, out: list[Row] | None, state: ItemState, windo
     window.observe(llm_failed)
 
 
+async def transient_wait(seconds: float) -> None:
+    """The backoff before a transient round (a module function so tests can replace the clock)."""
+    await asyncio.sleep(seconds)
+
+
+def fleet_outage(state: ItemState) -> bool:
+    """An item left pending by an endpoint that is down (not by ``--cache-only``, not by a 4xx)."""
+    return state.pending is not None and state.pending.kind in ("timeout", "connection", "server", "unavailable")
+
+
 async def run_items(services: StageServices, stage: Stage, stats: StageStats,
                     count_rows: Callable[[str], int] | None = None, rows: Iterator[Any] | None = None) -> None:
     """Process every not-yet-written item of a per-item stage in this process (see module docs).
 
     ``rows`` replaces ``stage.input_rows()`` (an upstream followed as it grows; it may yield
-    :data:`STARVED`); ``count_rows`` gives the progress total (``None``: unknown).
+    :data:`STARVED`); ``count_rows`` gives the progress total (``None``: unknown). Raises
+    :class:`~fabrika.errors.StageFailure` when an item hits a bug or a configuration problem.
     """
     cfg = stage.config
     name = stage.name
@@ -213,15 +283,25 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
     stats.recovered = store.recover_journal(name, done)
     if stats.recovered:
         console.print(f"{name}: recovered {stats.recovered} finished row(s) from the journal of a stopped run")
+    legacy = drop_legacy_internal_errors(store, name) if services.resume else 0
+    if legacy:
+        console.print(f"[yellow]{name}:[/] {legacy} row(s) of an older run record an exception as "
+                      "internal_error; re-processing the stage (answers to unchanged requests come from the cache)")
+        stats.reprocessed.append(f"{legacy} legacy internal_error row(s)")
+        stats.recovered = 0
+        done = DoneIds()
     task = progress.add(name, item_total(stage, count_rows))
     feed = iter(stage.input_rows()) if rows is None else rows
     items = new_items(stage, feed, done, stats, lambda: progress.advance(task, stats))
     pending: list[list[Row]] = []  # finished items' rows, not yet in a shard (they are in the journal)
     journal = StageJournal(store.stage_dir(name), DURABLE_SECONDS / 2)  # + the wait below: <= ~1 s
     last_flush = time.monotonic()
-    in_flight: set[asyncio.Task] = set()
+    in_flight: dict[asyncio.Task, tuple[str, Row]] = {}
     exhausted = False
     window = FailureWindow(2 * limit, services.max_failure_rate)
+    #: items that met an infrastructure fault, re-queued for the next transient round
+    again: list[tuple[str, Row]] = []
+    rounds = 0
 
     def flush(all_items: bool) -> None:
         nonlocal pending, last_flush
@@ -238,10 +318,29 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
         last_flush = time.monotonic()
         services.live(name, stats)
 
-    async def one(item_id: str, row: Row) -> tuple[list[Row] | None, ItemState]:
-        result = await process_item(stage, row, item_id, services.backend_name)
-        stats.internal_errors += result.internal_error
-        return result.rows, result.state
+    def stop_feeding(why: str) -> None:
+        nonlocal exhausted
+        exhausted = True  # let what is in flight finish, then report
+        stats.stopped_early = True
+        again.clear()
+        console.print(f"[bold red]{name}: {why}; stopping the stage")
+
+    def finished_item(result: ItemResult, item: tuple[str, Row]) -> None:
+        if result.failure is not None:  # a bug or a configuration problem: the stage stops here
+            raise stop(name, result.item_id, result.failure) from result.exception
+        if result.transient is not None:
+            stats.transient += 1
+            if rounds < TRANSIENT_ROUNDS and len(again) < TRANSIENT_QUEUE and not stats.stopped_early:
+                again.append(item)  # retried in the next round, counted once it is final
+                return
+        count_item(stats, result.rows, result.state, window)
+        if result.rows is not None:
+            journal.append(result.rows)
+            pending.append(result.rows)
+        elif (not exhausted and fleet_outage(result.state) and services.fleet_down is not None
+              and services.fleet_down()):
+            stop_feeding("every LLM endpoint's circuit is open (the fleet is down or hung)")
+        progress.advance(task, stats)
 
     saved = False
     try:
@@ -255,30 +354,38 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
                 if item is STARVED:
                     starved = True
                     break
-                in_flight.add(asyncio.create_task(one(*item)))
+                in_flight[asyncio.create_task(process_item(stage, item[1], item[0], services.backend_name))] = item
             if not in_flight:
                 if not starved:
+                    if again and exhausted and not stats.stopped_early:  # a bounded transient round
+                        wait = TRANSIENT_BACKOFF_S[min(rounds, len(TRANSIENT_BACKOFF_S) - 1)]
+                        console.print(f"[yellow]{name}:[/] {len(again)} item(s) met an infrastructure fault "
+                                      f"({stats.last_transient}); retrying them in {wait:g} s "
+                                      f"(round {rounds + 1} of {TRANSIENT_ROUNDS})")
+                        journal.maybe_sync()
+                        await (services.sleep or transient_wait)(wait)
+                        rounds += 1
+                        items, again = iter(list(again)), []
+                        exhausted = False
+                        continue
                     break
                 await asyncio.sleep(STARVED_WAIT)
                 journal.maybe_sync()
                 if pending and time.monotonic() - last_flush > FLUSH_SECONDS:
                     flush(all_items=True)
                 continue
-            finished, in_flight = await asyncio.wait(in_flight, timeout=DURABLE_SECONDS / 2,
-                                                     return_when=asyncio.FIRST_COMPLETED)
-            for t in finished:
-                out, state = t.result()
-                count_item(stats, out, state, window)
-                if out is not None:
-                    journal.append(out)
-                    pending.append(out)
-                progress.advance(task, stats)
+            finished, _ = await asyncio.wait(in_flight, timeout=DURABLE_SECONDS / 2,
+                                             return_when=asyncio.FIRST_COMPLETED)
+            for t in sorted(finished, key=lambda t: in_flight[t][0]):  # one order however they finished
+                item = in_flight.pop(t)
+                result = t.result()
+                if result.transient is not None:
+                    stats.last_transient = result.transient.error
+                finished_item(result, item)
             journal.maybe_sync()
             if not exhausted and window.too_many():
-                exhausted = True  # stop feeding: let what is in flight finish, then report
-                stats.stopped_early = True
-                console.print(f"[bold red]{name}: {window.failed} of the last {len(window.window)} items failed "
-                              f"(llm.max_failure_rate={services.max_failure_rate:g}); stopping the stage")
+                stop_feeding(f"{window.failed} of the last {len(window.window)} items failed "
+                             f"(llm.max_failure_rate={services.max_failure_rate:g})")
             if len(pending) >= cfg.chunk_size:
                 flush(all_items=False)
             elif pending and time.monotonic() - last_flush > FLUSH_SECONDS:
@@ -286,7 +393,7 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
         flush(all_items=True)
         saved = True
     except BaseException:
-        # interrupted (Ctrl-C, SIGTERM) or failed: keep what already finished, lose only what was in flight
+        # interrupted (Ctrl-C, SIGTERM) or stopped: keep what already finished, lose only what was in flight
         try:
             flush(all_items=True)
             saved = True
@@ -337,5 +444,7 @@ def skip_global(services: StageServices, stage: Stage, stats: StageStats) -> Non
     services.progress.finish(task, stats)
 
 
-__all__ = ["DURABLE_SECONDS", "FLUSH_SECONDS", "STARVED", "ItemResult", "StageServices", "finish_rows", "item_total", "new_items",
-           "process_item", "run_global", "run_items", "skip_global"]
+__all__ = ["DURABLE_SECONDS", "FLUSH_SECONDS", "LEGACY_INTERNAL_ERROR", "STARVED", "TRANSIENT_BACKOFF_S",
+           "TRANSIENT_QUEUE", "TRANSIENT_ROUNDS", "ItemResult", "StageServices", "drop_legacy_internal_errors",
+           "finish_rows", "fleet_outage", "item_total", "new_items", "process_item", "run_global", "run_items",
+           "skip_global", "transient_wait"]

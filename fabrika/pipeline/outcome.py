@@ -7,6 +7,10 @@ items finished, or at 100 %), or when it stopped early (the runner stops a
 stage when the rate over its recent items — a window of ``2 × max_in_flight``,
 at least ``MIN_ITEMS_FOR_RATE`` — passes the limit). A stage that rejected
 every item it processed is a loud warning, not a failure (a strict gate may do that).
+Items left pending by an infrastructure fault in stage code (``transient``, retried within
+the run first; :mod:`fabrika.pipeline.taxonomy`) count as pending too. A bug or a
+configuration problem is not an outcome here: it stops the run with
+:class:`fabrika.errors.StageFailure`.
 """
 
 from __future__ import annotations
@@ -29,7 +33,12 @@ class StageStats:
     processed: int = 0
     skipped: int = 0
     cache_miss: int = 0
+    #: always 0: an exception in stage code is never a row (kept so older manifests read alike)
     internal_errors: int = 0
+    #: item attempts that met an infrastructure fault in stage code (each retried or left pending)
+    transient: int = 0
+    #: the last such fault (``Type: message``), for the one-line summary
+    last_transient: str | None = None
     rejected: int = 0
     #: rows stored with a sampling/eligibility reason (``not_sampled``): by design, not rejections
     passed_over: int = 0
@@ -54,8 +63,8 @@ class StageStats:
 
     def restart_items(self) -> None:
         """Forget the item counters: the stage's items are redone from scratch (LLM counters and reports stay)."""
-        for name in ("seen", "processed", "skipped", "cache_miss", "internal_errors", "rejected", "passed_over",
-                     "shards", "rows_written", "pending", "llm_failed", "ok_rows", "recovered"):
+        for name in ("seen", "processed", "skipped", "cache_miss", "internal_errors", "transient", "rejected",
+                     "passed_over", "shards", "rows_written", "pending", "llm_failed", "ok_rows", "recovered"):
             setattr(self, name, 0)
         self.stopped_early = False
 
@@ -66,6 +75,7 @@ class StageStats:
             internal_errors=self.internal_errors, seconds=round(self.seconds, 3), llm=self.llm.as_dict(),
             report=self.report, pending=self.pending, recovered_from_journal=self.recovered,
             stopped_early=self.stopped_early, failure_rate=round(self.failure_rate(), 4),
+            transient=self.transient,
         )
         if self.fingerprint is not None:
             facts["input_fingerprint"] = self.fingerprint
@@ -87,7 +97,8 @@ def run_problems(stats: Mapping[str, StageStats], max_failure_rate: float, halte
     for name, st in stats.items():
         rate = st.failure_rate()
         common = st.llm.failures.most_common()
-        why = f"most common error: {common[0]}" if common else "no LLM error recorded"
+        why = f"most common error: {common[0]}" if common else (
+            f"infrastructure fault: {st.last_transient}" if st.last_transient else "no LLM error recorded")
         if st.pending:
             out.append(f"stage {name}: {st.pending} item(s) pending ({why})")
         elif rate > max_failure_rate and (st.processed >= MIN_ITEMS_FOR_RATE or rate >= 1.0):

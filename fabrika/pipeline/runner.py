@@ -20,7 +20,11 @@ next run asks again. A run that ends with pending items, or with a stage whose
 LLM failure rate passed ``llm.max_failure_rate`` (such a stage stops early, and
 stages not started yet are skipped), is *incomplete*: :attr:`RunResult.problems`
 says why in one line per stage, the manifest says ``incomplete`` and no version
-is materialised unless ``allow_partial``. One process at a time writes a run
+is materialised unless ``allow_partial``. An exception escaping stage code — in an item,
+``setup`` or ``run_all`` — that is a bug or a configuration problem stops the run with
+:class:`fabrika.errors.StageFailure` (one line: stage, item, exception, fix; see
+:mod:`fabrika.pipeline.taxonomy`); nothing is written for that item, and the same
+command after the fix completes the run. One process at a time writes a run
 directory (:func:`fabrika.store.lock.hold_run_dir`). Shard content is sorted by
 id; the union of shards does not depend on the order in which items completed
 (DESIGN contract 7).
@@ -60,6 +64,7 @@ from fabrika.pipeline.outcome import StageStats, run_problems, run_warnings
 from fabrika.pipeline.overlap import ReadRecord, UpstreamTail, load_record, streaming_inputs, verify_read
 from fabrika.pipeline.progress import RunProgress
 from fabrika.pipeline.stage import STAGES, Stage, StageConfig
+from fabrika.pipeline.taxonomy import stage_failure
 from fabrika.schemas.ids import stable_id
 from fabrika.store.lock import hold_run_dir
 from fabrika.store.manifest import RunManifest, base_manifest
@@ -149,9 +154,10 @@ class PipelineRun:
         self.streams = streaming_inputs(config, self.stages)
         self.streamed = set(self.streams.values())
         self.finished: dict[str, asyncio.Event] = {}
+        fleet_down = getattr(engine, "fleet_down", None)
         self.services = StageServices(store=self.store, pipeline=config, resume=resume, progress=self.progress,
                                       backend_name=self.backend_name, max_failure_rate=self.max_failure_rate,
-                                      live=self.live)
+                                      live=self.live, fleet_down=fleet_down if callable(fleet_down) else None)
 
     @property
     def halted(self) -> str | None:
@@ -236,10 +242,22 @@ class PipelineRun:
                           annotators=annotators)
 
     async def _run_stage(self, cfg: StageConfig, before: dict[str, Any], ready: asyncio.Event) -> None:
+        stats = self.stats[cfg.stage_name] = StageStats()
+        stage = STAGES[cfg.kind](cfg, self.context(cfg, stats))
+        try:
+            await self._run_stage_work(stage, before, ready)
+        except Exception as exc:
+            failure = stage_failure(exc, stage)  # setup, run_all or teardown raised: the stage's bug or config
+            if failure is None:
+                raise
+            raise failure from exc
+
+    async def _run_stage_work(self, stage: Stage, before: dict[str, Any], ready: asyncio.Event) -> None:
+        cfg = stage.config
         name = cfg.stage_name
-        stats = self.stats[name] = StageStats()
-        ctx = self.context(cfg, stats)
-        stage = STAGES[cfg.kind](cfg, ctx)
+        stats = self.stats[name]
+        ctx = stage.ctx
+        assert isinstance(ctx, RunContext)
         self.store.clean_temp(name)
         if not stage.global_stage:
             self._check_fingerprint(cfg, stats, before)
@@ -271,8 +289,6 @@ class PipelineRun:
             if not remote:
                 await stage.teardown()
             stats.seconds = time.monotonic() - started
-        if stats.internal_errors:
-            console.print(f"[bold red]{name}: {stats.internal_errors} item(s) failed with internal_error (a bug in the stage; see reasons)")
         complete = stats.pending == 0 and not stats.stopped_early and not (stage.global_stage and stats.llm.pending)
         dups = self.manifest.stage_finished(name, stats.manifest_facts(), complete)
         if dups:

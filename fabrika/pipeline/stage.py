@@ -38,8 +38,13 @@ A consumer of a table runs after all its annotators; an annotator sees the
 scores of the annotators listed before it.
 
 ``process`` returns at least one row per item (an empty list is recorded as
-``rejected("no_output")`` so resume does not redo the item forever); an exception
-escaping it is recorded as ``internal_error: <type>: <msg>`` and counted loudly.
+``rejected("no_output")`` so resume does not redo the item forever). Bad data and bad
+answers are verdicts: return :func:`rejected` rows. An exception escaping ``process`` is
+never a row (:mod:`fabrika.pipeline.taxonomy`): an infrastructure fault
+(:class:`fabrika.errors.TransientError`, a sandbox failure, a timeout, a full disk) leaves
+the item pending and is retried; anything else stops the stage with one line naming the
+item and the fix — raise :class:`fabrika.errors.StageConfigError` (``message, fix=...``)
+when the configuration is what is wrong (exit 2), and let a bug be a bug (exit 4).
 Output ids must be unique within a stage (the manifest counts duplicates).
 Facts for the manifest (e.g. the sandbox isolation mode) go through ``ctx.report``.
 
@@ -163,7 +168,8 @@ class Stage(abc.ABC, Generic[ConfigT]):
         """Release what :meth:`setup` acquired."""
 
     async def process(self, row: Row) -> list[Row]:
-        """Turn one input row into output rows (possibly rejections). Must not raise on bad LLM output."""
+        """Turn one input row into output rows (possibly rejections). Must not raise on bad LLM output:
+        an exception stops the stage (see the module docs), a rejection is data."""
         raise NotImplementedError
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:  # pragma: no cover - interface

@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, NoReturn, Sequence
 
-from fabrika.errors import ConfigError
+from fabrika.errors import ConfigError, StageFailure
 from fabrika.pipeline.config import stage_dependencies
 from fabrika.pipeline.context import RunContext
-from fabrika.pipeline.execute import item_total, new_items, process_item
+from fabrika.pipeline.execute import drop_legacy_internal_errors, item_total, new_items, process_item
 from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig
 from fabrika.store.done_ids import DoneIds
 from fabrika.store.run import RunStore
@@ -179,6 +179,14 @@ class ItemWorker:
         started = time.monotonic()
         results = await asyncio.gather(*(one(i, r) for i, r in items))
         seconds = time.monotonic() - started  # the items' own time (the batch sizer's measure)
+        failed = sorted((res for res in results if res.failure is not None), key=lambda res: res.item_id)
+        if failed:  # a bug or a configuration problem: nothing of this batch is written, the driver stops the stage
+            first = failed[0]
+            assert first.failure is not None
+            return {"failure": (first.item_id, first.failure.kind, first.failure.error, first.failure.fix),
+                    "items": [], "rows": 0, "shard": False, "report": dict(hosted.ctx.reported),
+                    "seconds": seconds, "pid": os.getpid(), "node": os.uname().nodename,
+                    "restarted": self.restarted}
         rows = [r for res in results if res.rows for r in res.rows]
         if rows:
             stage_dir = hosted.ctx.stage_dir(stage.name)
@@ -194,7 +202,7 @@ class ItemWorker:
                                   and res.state.pending.kind == "cache_miss", False))
             else:
                 ok = sum(r["status"] == "ok" for r in res.rows)
-                items_out.append((res.item_id, ok, len(res.rows) - ok, False, res.internal_error))
+                items_out.append((res.item_id, ok, len(res.rows) - ok, False, False))
         return {"items": items_out, "rows": len(rows), "shard": bool(rows), "report": dict(hosted.ctx.reported),
                 "seconds": seconds,
                 "pid": os.getpid(), "node": os.uname().nodename, "restarted": self.restarted}
@@ -381,6 +389,12 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
     atomic_write_bytes(store.stage_dir(name) / OWNER_FILE, owner.encode())
     done = store.done_ids(name) if run.resume else DoneIds()
     stats.recovered = store.recover_journal(name, done)  # a crashed local run's journal becomes a shard first
+    if run.resume and drop_legacy_internal_errors(store, name):  # an older run's exception rows: redo the stage
+        stats.reprocessed.append("legacy internal_error rows")
+        stats.recovered = 0
+        done = DoneIds()
+        store.stage_dir(name).mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(store.stage_dir(name) / OWNER_FILE, owner.encode())
     total = item_total(stage, getattr(stage.ctx, "count_rows", None))
     task = run.progress.add(name, total)
     seq = next_seq(store.stage_dir(name))
@@ -443,6 +457,9 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
             for fut in finished:
                 pool.load[in_flight.pop(fut)] -= 1
                 result = fut.result()  # a batch that failed past max_retries fails the stage (rows written stay)
+                if result.get("failure"):  # the same stop as a local run (fabrika.pipeline.taxonomy)
+                    item_id, kind, error, fix = result["failure"]
+                    raise StageFailure(name, item_id, kind, error, fix)
                 sizer.record(len(result["items"]), result["seconds"])
                 stats.report.update(result["report"])
                 proc = (result["node"], result["pid"])

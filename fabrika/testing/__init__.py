@@ -4,7 +4,7 @@
   engine (cache, retries, ``n > 1``, truncation, error kinds), recording the requests it saw;
   :func:`by_tag`, :func:`sequence`, :func:`llm_error` build handlers and errors.
 * :func:`stage_context` / :func:`run_stage` — a real-enough stage context over in-memory
-  upstream rows, and one stage run the way the runner runs it (pending items, ``internal_error``)
+  upstream rows, and one stage run the way the runner runs it (pending items, stage failures)
   (see :mod:`fabrika.testing.harness`).
 * :class:`FakeOpenAIServer` — a real OpenAI-compatible HTTP server on a
   background thread: scripted answers per prompt substring / tag, seeded fault

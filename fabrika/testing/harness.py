@@ -48,7 +48,7 @@ pipeline's gate thresholds — or, with ``stored=True`` / ``annotators=``, writt
 read back with the scorers' columns joined —, the runner's per-item RNG, ``resource``, ``report``,
 ``stage_dir``) and
 :func:`run_stage` runs one stage over it with the runner's item execution
-(:func:`fabrika.pipeline.executors.process_item`): ``no_output``, ``internal_error``, pending items,
+(:func:`fabrika.pipeline.executors.process_item`): ``no_output``, stage failures, pending items,
 ``input_id``/``llm_backend`` columns, resume by item id and ``max_items``.
 """
 
@@ -95,7 +95,8 @@ class UnscriptedRequest(AssertionError):
 
 
 class StageInternalError(AssertionError):
-    """:func:`run_stage` (strict): the stage raised where the runner would record ``internal_error``."""
+    """:func:`run_stage` (strict): the stage raised where the runner would stop it (a bug or a
+    configuration problem, :mod:`fabrika.pipeline.taxonomy`)."""
 
 
 # -- errors as a real server sends them ------------------------------------------------------------
@@ -584,8 +585,10 @@ def stage_context(llm: Any = None, rows: Mapping[str, Iterable[Row]] | None = No
 class StageRun:
     """What the runner would have done with one stage's items.
 
-    ``rows`` are the rows it would write (ok, rejections, ``no_output``, ``internal_error``), in
-    input order; ``pending`` the item ids it would leave unwritten for the next run.
+    ``rows`` are the rows it would write (ok, rejections, ``no_output``), in input order;
+    ``pending`` the item ids it would leave unwritten for the next run; ``failures`` the
+    :class:`fabrika.errors.StageFailure` of each item whose exception would stop the stage
+    (nothing is written for them).
     """
 
     rows: list[Row]
@@ -593,6 +596,7 @@ class StageRun:
     items: list[Any] = field(default_factory=list)
     stats: Any = None
     reports: dict[str, Any] = field(default_factory=dict)
+    failures: list[Any] = field(default_factory=list)
 
     @property
     def ok(self) -> list[Row]:
@@ -603,8 +607,9 @@ class StageRun:
         return [r for r in self.rows if r.get("status") != "ok"]
 
     @property
-    def internal_errors(self) -> list[Row]:
-        return [r for r in self.rows if str(r.get("reason") or "").startswith("internal_error")]
+    def internal_errors(self) -> list[Any]:
+        """The items that would stop the stage (:attr:`failures`; never rows any more)."""
+        return list(self.failures)
 
     def reasons(self) -> Counter[str]:
         """Rejections by reason key (the part before ``:``), like the manifest counts them."""
@@ -633,10 +638,11 @@ async def run_stage(stage: "type[Stage] | Stage", config: "StageConfig | Mapping
         done: item ids already written (resume skips them).
         strict: raise when the stage raised (:class:`StageInternalError`, chained to the original
             exception) or the script raised (the handler's exception); ``False`` returns the
-            ``internal_error`` rows as the runner records them.
+            items that would stop the stage in :attr:`StageRun.failures`.
         max_in_flight: items processed at once (default the config's, else 16).
     """
     from fabrika.pipeline.execute import finish_rows, new_items, process_item
+    from fabrika.pipeline.taxonomy import stop
 
     if ctx is None:
         own = getattr(stage, "ctx", None)
@@ -685,26 +691,28 @@ async def run_stage(stage: "type[Stage] | Stage", config: "StageConfig | Mapping
 
             items = list(new_items(stage, inputs, done_ids, stats, lambda: None))
             results = await asyncio.gather(*(asyncio.create_task(one(i, r)) for i, r in items))
-            out, pending = [], []
+            out, pending, failures = [], [], []
             for res in results:
+                if res.failure is not None:
+                    failures.append(stop(stage.name, res.item_id, res.failure))
+                    continue
                 if res.rows is None:
                     pending.append(res.item_id)
                     stats.pending += 1
                     continue
                 stats.processed += 1
-                stats.internal_errors += res.internal_error
                 stats.ok_rows += sum(r["status"] == "ok" for r in res.rows)
                 out.extend(res.rows)
-            result = StageRun(out, pending, list(results), stats, ctx.reports)
+            result = StageRun(out, pending, list(results), stats, ctx.reports, failures)
     finally:
         stage.__dict__.pop("process", None)
         await stage.teardown()
     if strict:
         if script is not None:
             script.raise_handler_errors()
-        for row in result.internal_errors:
-            exc = raised.get(str(row.get("input_id")))
-            raise StageInternalError(f"stage {stage.name!r} raised on item {row.get('input_id')!r}: "
-                                     f"{row['reason']} (run_stage(..., strict=False) records it as the "
-                                     "runner does)") from exc
+        for failure in result.failures:
+            exc = raised.get(str(failure.item_id))
+            raise StageInternalError(f"stage {stage.name!r} raised on item {failure.item_id!r}: "
+                                     f"{failure.error} (the runner stops the stage here; "
+                                     "run_stage(..., strict=False) lists it in .failures)") from exc
     return result

@@ -58,7 +58,7 @@ EXPAND_ANSWERS = [
                "6. Твой ответ должен содержать не менее 50 слов."]),
     {"fault": "bad_request"},  # terminal: a recorded llm_error (a 5xx would leave the item pending)
     {"content": "1. Ответ должен содержать ровно 3 абзаца.\n2. Ответ должен заканчиваться вопро", "finish_reason": "length"},
-    "",
+    "<think>нужно подумать</think>",  # reasoning and no answer: empty_answer (content null is a lost answer: pending)
 ]
 
 

@@ -67,24 +67,31 @@ async def test_terminal_errors_are_not_retried(server: FakeOpenAIServer, make_en
     assert eng.accounting.totals()["failures"] == {kind: 1}
 
 
-async def test_hang_times_out_then_retries(make_engine: Callable[..., LLMEngine], transport: str) -> None:
-    with FakeOpenAIServer(hang_s=10) as srv:
-        srv.faults(kind="hang", times=1)
+async def test_a_hang_on_a_server_that_answers_others_times_out_then_retries(
+        make_engine: Callable[..., LLMEngine], transport: str) -> None:
+    with FakeOpenAIServer(hang_s=10, latency_ms=20) as srv:
+        srv.faults(match="повиснет", kind="hang", times=1)
         async with make_engine(srv, transport=transport, timeout_s=0.3) as eng:
             start = time.perf_counter()
-            resp = await eng.complete_one(req("q"))
+            resps = await eng.complete([req("повиснет"), *(req(f"q{i}") for i in range(3))])
             elapsed = time.perf_counter() - start
-    assert resp.ok and resp.attempts == 2
-    assert 0.3 <= elapsed < 3
+    assert all(r.ok for r in resps) and resps[0].attempts == 2  # the server was alive: a plain retry
+    assert elapsed >= 0.3
     assert eng.accounting.totals()["retries"] == 1
 
 
-async def test_timeouts_exhaust_retries_into_recorded_failure(make_engine: Callable[..., LLMEngine]) -> None:
+async def test_a_hang_while_the_server_answers_nothing_is_not_asked_again(make_engine: Callable[..., LLMEngine]) -> None:
+    """A server that accepts connections and never answers costs one timeout, not max_retries of them."""
     with FakeOpenAIServer(hang_s=10) as srv:
         srv.faults(kind="hang")
-        async with make_engine(srv, timeout_s=0.1, max_retries=1) as eng:
+        async with make_engine(srv, timeout_s=0.1, max_retries=6) as eng:
             resp = await eng.complete_one(req("q"))
-    assert resp.error.kind == "timeout" and resp.attempts == 2
+            later = await eng.complete([req(f"p{i}") for i in range(5)])
+            assert eng.fleet_down()
+    assert resp.error is not None and resp.error.kind == "unavailable" and resp.attempts == 2
+    assert "hung" in resp.error.message
+    assert all(r.error is not None and r.error.kind == "unavailable" for r in later)
+    assert srv.served == 1  # only the first attempt reached the hung server
 
 
 async def test_truncated_is_kept_counted_not_retried(server: FakeOpenAIServer, make_engine: Callable[..., LLMEngine],

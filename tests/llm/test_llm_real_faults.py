@@ -79,16 +79,33 @@ async def test_breaker_stops_hammering_a_failing_server(make_engine: Callable[..
         assert all(r.ok for r in back)
 
 
-async def test_timeouts_count_toward_the_breaker(make_engine: Callable[..., LLMEngine]) -> None:
+async def test_a_timeout_while_the_server_answers_nothing_opens_the_breaker_at_once(
+        make_engine: Callable[..., LLMEngine]) -> None:
     with FakeOpenAIServer(hang_s=5) as srv:
         srv.faults(kind="hang")
-        async with make_engine(srv, timeout_s=0.2, max_retries=0, breaker={"failure_threshold": 2,
+        async with make_engine(srv, timeout_s=0.2, max_retries=0, breaker={"failure_threshold": 5,
                                                                           "cooldown_s": 30}) as eng:
             resps = [await eng.complete_one(req(f"q{i}")) for i in range(5)]
-        assert [r.error.kind for r in resps if r.error] == ["timeout", "timeout", "connection", "connection",
-                                                             "connection"]
-        assert "circuit open" in resps[-1].error.message  # type: ignore[union-attr]
-        assert srv.served == 2
+        assert [r.error.kind for r in resps if r.error] == ["timeout"] + ["unavailable"] * 4
+        assert "hung" in resps[-1].error.message  # type: ignore[union-attr]
+        assert srv.served == 1
+
+
+def test_timeouts_of_a_server_that_answers_others_count_toward_the_threshold() -> None:
+    from fabrika.errors import LLMError
+    from fabrika.llm.routing import CircuitBreaker
+
+    b = CircuitBreaker(failure_threshold=2, cooldown_s=0.05, max_cooldown_s=60)
+    slow = LLMError("timeout", "read timeout")
+    b.record(slow, stalled=False)  # other requests were answered meanwhile: slow, not hung
+    assert b.state == "closed" and not b.hung
+    b.record(slow, stalled=False)
+    assert b.state == "open" and not b.hung and b.current_cooldown == 0.05
+    b.record(None, probe=True)
+    b.record(slow, stalled=True)  # nothing answered since it was sent: hung, open at once for max_cooldown_s
+    assert b.state == "open" and b.hung and b.current_cooldown == 60
+    b.record(None)
+    assert b.state == "closed" and not b.hung
 
 
 def test_connect_timeout_is_a_connection_error() -> None:
@@ -144,15 +161,13 @@ async def test_proxy_environment_is_honoured(make_engine: Callable[..., LLMEngin
 
 
 async def test_deadline_bounds_a_request_across_its_retries(make_engine: Callable[..., LLMEngine]) -> None:
-    with FakeOpenAIServer(hang_s=5) as srv:
-        srv.faults(kind="hang")
-        async with make_engine(srv, timeout_s=0.2, max_retries=20, deadline_s=0.5,
+    with FakeOpenAIServer() as srv:
+        srv.faults(kind="server")  # every attempt: 500 at once, retried with backoff
+        async with make_engine(srv, max_retries=20, backoff_initial_s=0.2, backoff_max_s=0.2, deadline_s=0.5,
                                breaker={"failure_threshold": 100}) as eng:
-            start = time.perf_counter()
             resp = await eng.complete_one(req("q"))
-            took = time.perf_counter() - start
     assert resp.error is not None and resp.error.kind == "timeout" and "deadline" in resp.error.message
-    assert 0.4 < took < 2.0
+    assert srv.served <= 4  # the deadline, not the 21 attempts, ended it (backoff 0.2 s, deadline 0.5 s)
 
 
 def test_breaker_half_open_probe_closes_or_reopens_with_a_longer_cooldown() -> None:
@@ -217,3 +232,27 @@ async def test_a_server_echoing_the_key_in_an_error_does_not_leak_it(make_engine
             resp = await eng.complete_one(req("q"))
     assert resp.error is not None and resp.error.kind == "auth"
     assert secret not in str(resp.error) and "***" in resp.error.message
+
+
+@pytest.mark.parametrize(("message", "lost"), [
+    ({"content": None}, True),
+    ({"content": ""}, True),
+    ({"content": "  \n"}, True),
+    ({"content": "Ответ"}, False),
+    ({"content": None, "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]}, False),
+    ({"content": None, "reasoning_content": "думаю"}, False),  # reasoning only: the model's answer, a verdict
+])
+def test_a_200_answer_that_finished_with_nothing_in_it_is_a_retryable_server_error(message: dict, lost: bool) -> None:
+    from fabrika.errors import LLMError
+    from fabrika.llm.openai_compat import parse_completion
+    from fabrika.llm.routing import counts_against_health
+
+    finish = "tool_calls" if message.get("tool_calls") else "stop"
+    data = {"choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}]}
+    if not lost:
+        assert parse_completion(data, "openai").choices
+        return
+    with pytest.raises(LLMError) as info:
+        parse_completion(data, "openai")
+    assert info.value.kind == "server" and info.value.retryable and "empty answer" in info.value.message
+    assert not counts_against_health(info.value)  # the server answered: its breaker does not move

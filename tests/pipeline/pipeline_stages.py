@@ -8,6 +8,7 @@ from typing import Any, AsyncIterator, Iterator
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+from fabrika.errors import TransientError
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
@@ -48,6 +49,13 @@ def stages_seen(llm: ScriptedLLM) -> set[str]:
 class CountConfig(StageConfig):
     n: int = Field(default=10, ge=0, description="How many numbered items to emit.")
     delay: float = Field(default=0.0, ge=0, description="Sleep per item (seconds), to widen crash windows.")
+    raise_on: list[int] = Field(default_factory=list, description="Items whose process raises RuntimeError (a bug).")
+    transient_on: dict[int, int] = Field(default_factory=dict, description="Item -> how many of its attempts raise "
+                                         "TransientError before it succeeds.")
+
+
+#: Attempts per item of ``test.count`` that met a TransientError so far (``transient_on``).
+TRANSIENT_SEEN: dict[int, int] = {}
 
 
 #: Items handed out by the last ``test.count`` input generator (streaming check).
@@ -56,7 +64,8 @@ PULLED: list[int] = []
 
 @register_stage
 class CountStage(Stage):
-    """Source of ``n`` items with stable ids; every 7th is rejected; item 13 raises."""
+    """Source of ``n`` items with stable ids; every 7th is rejected; item 13 is "unlucky" (rejected);
+    ``raise_on`` items raise (a bug), ``transient_on`` items meet infrastructure faults first."""
 
     kind = "test.count"
     Config = CountConfig
@@ -71,8 +80,13 @@ class CountStage(Stage):
     async def process(self, row: Row) -> list[Row]:
         if self.config.delay:
             await asyncio.sleep(self.config.delay * (1 + (row["i"] * 7919) % 5) / 3)
+        if row["i"] in self.config.raise_on:
+            raise RuntimeError(f"boom on {row['i']}")
+        if TRANSIENT_SEEN.get(row["i"], 0) < self.config.transient_on.get(row["i"], 0):
+            TRANSIENT_SEEN[row["i"]] = TRANSIENT_SEEN.get(row["i"], 0) + 1
+            raise TransientError(f"worker died under item {row['i']}")
         if row["i"] == 13:
-            raise RuntimeError("boom on 13")
+            return [rejected(row["id"], "unlucky: 13", i=row["i"])]
         if row["i"] % 7 == 3:
             return [rejected(row["id"], "too_odd: i % 7 == 3", i=row["i"])]
         return [ok(row["id"], i=row["i"], text=f"число {row['i']}", tags=["a", str(row["i"])])]
@@ -89,6 +103,24 @@ class AskStage(Stage):
         resp = await self.ctx.llm.complete_one(ChatRequest(messages=(prompt,), tag="test"))
         if not resp.ok:
             return [rejected(stable_id(row["id"], "ask"), f"llm_error: {resp.error.kind}")]
+        return [ok(stable_id(row["id"], "ask"), i=row["i"], answer=resp.text)]
+
+
+class AskThenFailConfig(StageConfig):
+    fail_on: list[int] = Field(default_factory=list, description="Items whose process raises after its LLM call.")
+
+
+@register_stage
+class AskThenFailStage(Stage[AskThenFailConfig]):
+    """``test.ask``, but ``fail_on`` items raise (a bug) after their answer came back (and was cached)."""
+
+    kind = "test.ask_then_fail"
+
+    async def process(self, row: Row) -> list[Row]:
+        prompt = {"role": "user", "content": row["text"]}
+        resp = await self.ctx.llm.complete_one(ChatRequest(messages=(prompt,), tag="test"))
+        if row["i"] in self.config.fail_on:
+            raise RuntimeError(f"bug after the answer to {row['i']}")
         return [ok(stable_id(row["id"], "ask"), i=row["i"], answer=resp.text)]
 
 

@@ -37,15 +37,13 @@ def make_config(tmp_path: Path, n: int = 30, name: str = "run", **over: object) 
 def test_run_counts_rejections_and_materialises(tmp_path: Path, engine: ScriptedLLM) -> None:
     result = run_pipeline(make_config(tmp_path), progress=False, engine=engine)
     stages = result.manifest["stages"]
-    # 30 items: i % 7 == 3 rejected (3, 10, 17, 24), i == 13 raises -> internal_error, recorded not dropped
+    # 30 items: i % 7 == 3 rejected (3, 10, 17, 24), i == 13 rejected as unlucky: recorded, not dropped
     assert stages["test.count"]["rows"] == 30
-    assert stages["test.count"]["rejected"] == {"internal_error": 1, "too_odd": 4}
-    assert stages["test.count"]["internal_errors"] == 1
-    assert result.internal_errors == 1
+    assert stages["test.count"]["rejected"] == {"too_odd": 4, "unlucky": 1}
     assert engine.calls == 25 and stages["test.ask"]["llm"]["requests"] == 25
     assert ps.stages_seen(engine) == {"test.ask"}  # request.meta["stage"] set by the runner
-    row = RunStore(result.run_dir).scan_raw("test.count").filter(pl.col("reason").str.starts_with("internal")).collect()
-    assert row["reason"][0] == "internal_error: RuntimeError: boom on 13"
+    row = RunStore(result.run_dir).scan_raw("test.count").filter(pl.col("reason").str.starts_with("unlucky")).collect()
+    assert row["reason"][0] == "unlucky: 13" and row["input_id"][0] == row["id"][0]
     # gates: judge fails on i == 5 (rejected), score i/100 < 0.1 drops i < 10
     funnel = result.version.funnel["gates"]["test.ask"]
     assert funnel == {"in": 25, "out": 16, "dropped_rejected": 1, "dropped_low_score": 8}

@@ -232,7 +232,7 @@ async def test_rejection_rows_carry_the_raw_answer_that_caused_them():
     assert result.rejected[0]["raw_excerpt"] == "Конечно! Вот ответ: Казань"
 
 
-async def test_internal_error_raises_in_strict_mode_and_is_a_row_otherwise():
+async def test_a_stage_exception_raises_in_strict_mode_and_is_never_a_row_otherwise():
     inputs = rows("казань") + [{"id": "boom", "status": "ok", "q": "x", "explode": True}]
     async with stage_context(llm=ScriptedLLM(handler), rows={"up": inputs}) as ctx:
         with pytest.raises(StageInternalError, match="boom") as info:
@@ -240,8 +240,9 @@ async def test_internal_error_raises_in_strict_mode_and_is_a_row_otherwise():
         assert isinstance(info.value.__cause__, ValueError)
     async with stage_context(llm=ScriptedLLM(handler), rows={"up": inputs}) as ctx:
         result = await run_stage(GuessStage, {"input": "up"}, ctx, strict=False)
-    [bug] = result.internal_errors
-    assert bug["reason"] == "internal_error: ValueError: stage bug" and result.stats.internal_errors == 1
+    [bug] = result.failures
+    assert bug.item_id == "boom" and bug.kind == "bug" and bug.error.startswith("ValueError: stage bug")
+    assert "boom" not in {r.get("input_id") for r in result.rows}  # nothing is written for it
 
 
 async def test_an_empty_answer_becomes_no_output():
