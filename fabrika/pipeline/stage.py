@@ -43,6 +43,10 @@ escaping it is recorded as ``internal_error: <type>: <msg>`` and counted loudly.
 Output ids must be unique within a stage (the manifest counts duplicates).
 Facts for the manifest (e.g. the sandbox isolation mode) go through ``ctx.report``.
 
+Each stage declares the columns it reads and writes (``reads`` / ``writes``, tuples of
+:class:`fabrika.pipeline.contracts.Column`); ``validate`` checks them along the pipeline graph
+(:func:`fabrika.pipeline.contracts.check_contracts`) and ``fabrika stages KIND`` shows them.
+
 Paths in a stage config should be typed ``Path``: the validate step checks they
 exist (relative to the config file) and ``ctx.pipeline.resolve_path`` resolves them.
 
@@ -61,6 +65,9 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, ClassVar, Generic, Iterato
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
+
+from fabrika.pipeline.contracts import Column, Contract
+from fabrika.pipeline.preflight import InputFile
 
 if TYPE_CHECKING:
     from fabrika.pipeline.context import StageContext
@@ -114,6 +121,19 @@ class Stage(abc.ABC, Generic[ConfigT]):
     #: False for per-item stages whose ``process`` never calls ``ctx.llm`` (CPU work such as the sandbox):
     #: under ``executor: ray`` they run on worker actors (``fabrika.pipeline.executors``).
     calls_llm: ClassVar[bool] = True
+    #: Input columns this stage reads (``fabrika.pipeline.contracts``); ``None``: undeclared, not checked.
+    #: Source stages read files, not rows: ``()``.
+    reads: ClassVar[tuple[Column, ...] | None] = None
+    #: Columns of its output rows besides ``id``/``status``/``reason`` (for a scorer: the score columns
+    #: joined onto the table it scores); ``None``: undeclared, readers of its table are not checked.
+    writes: ClassVar[tuple[Column, ...] | None] = None
+    #: Files its config names (``fabrika.pipeline.preflight``): opened and their head parsed at validate.
+    input_files: ClassVar[tuple[InputFile, ...]] = ()
+
+    @classmethod
+    def contract(cls, config: ConfigT) -> Contract:
+        """What this configured stage reads and writes; override when columns depend on the config."""
+        return Contract(reads=cls.reads, writes=cls.writes)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -48,3 +48,62 @@ class IFGroundTruth(BaseModel):
                                                 "the verifiers were selected with.")
     rubrics: list[str] | None = Field(default=None, description="Natural-language checks an LLM judge applies to "
                                       "the completion (multi-turn IF dialogues); every one must pass.")
+
+
+# -- JSON-carrying columns of the IF stages' rows (the row contracts of fabrika.generators.instruct.columns)
+
+class PromptConstraint(BaseModel):
+    """One instruction of a prompt row (``constraints`` of ``if.queries`` / ``if.multi.prompts``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    text: str
+    source: str | None = None
+    family: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    library_id: str | None = None
+    verifier_code: list[str] | None = None
+    accuracy: list[float] | None = Field(default=None, description="Accuracy of each verifier_code entry.")
+
+
+class VerifierAnswer(BaseModel):
+    """One parsed ``if.verifiers`` answer: the function and the test cases it came with."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sample_index: int
+    code: str
+    cases: list[dict[str, Any]] = Field(default_factory=list, description="{'response': str, 'label': bool} each.")
+
+
+class ScoredFunction(BaseModel):
+    """One verifier after ``if.consistency``'s cross-validation (``functions``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sample_index: int
+    code: str
+    accuracy: float
+    runnable: bool
+    error: str | None = None
+
+
+class RunnableVerifier(BaseModel):
+    """A runnable verifier carried on a prompt row (``verifiers`` of ``if.queries``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sample_index: int
+    code: str
+    accuracy: float
+
+
+class CaseSupport(BaseModel):
+    """A cross-validated test case and how many runnable functions reproduce its label."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    response: str
+    label: bool
+    support: int

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+import fabrika.generators.fc.columns as cols
 from fabrika.agents.prompts import prompt_text
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.fc.irrelevance import conversation_view
@@ -71,6 +72,8 @@ class AnswerJudgeStage(LLMStage[AnswerJudgeConfig]):
     """Annotating stage: ``answer_consistency`` (0–10) per closing answer, null elsewhere."""
 
     kind = "fc.answer_judge"
+    reads = cols.SAMPLE_IN
+    writes = cols.ANSWER_JUDGE
     annotates: ClassVar[bool] = True
     answer_model = AnswerVerdict
 

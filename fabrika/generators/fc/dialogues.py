@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import Field
 
+import fabrika.generators.fc.columns as cols
 from fabrika.agents.leaks import PlanLeak, mentions, withheld_values
 from fabrika.agents.visibility import (
     EpisodeState,
@@ -315,6 +316,8 @@ class Episode:
 @register_stage
 class DialoguesStage(Stage[DialoguesConfig]):
     kind = "fc.dialogues"
+    reads = (cols.PLAN,)
+    writes = cols.DIALOGUES
 
     async def process(self, row: Row) -> list[Row]:
         plan = Plan.model_validate_json(row["plan"])

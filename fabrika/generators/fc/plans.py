@@ -22,6 +22,7 @@ from typing import Any, Iterator
 
 from pydantic import Field, ValidationError
 
+import fabrika.generators.fc.columns as cols
 from fabrika.agents.prompts import prompt_text
 from fabrika.errors import InputError
 from fabrika.generators.fc.common import response_error
@@ -93,6 +94,9 @@ def _sample_other_topics(rng: random.Random, pool: list[str], own: str, k: int,
 @register_stage
 class PlansStage(Stage[PlansConfig]):
     kind = "fc.plans"
+    reads = cols.TOOL_READS
+    writes = cols.PLANS
+    input_files = (cols.PERSONAS,)
 
     @cached_property
     def _index(self) -> tuple[dict[str, list[bytes]], dict[str, list[str]]]:

@@ -21,6 +21,7 @@ from typing import Any, AsyncIterator, ClassVar, Iterator
 
 from pydantic import Field
 
+import fabrika.generators.fc.columns as cols
 from fabrika.agents.prompts import prompt_text
 from fabrika.errors import InputError
 from fabrika.generators.fc.common import parse_tool, response_error, signature
@@ -55,6 +56,8 @@ class ToolsStage(Stage[ToolsConfig]):
     """Topic row (``id``, ``topic``, ``description``, ``keywords``, ``lang``) → tool rows."""
 
     kind = "fc.tools"
+    reads = cols.TOPIC_READS
+    writes = cols.TOOL
 
     @classmethod
     def check_config(cls, config: ToolsConfig, pipeline: Any) -> list[tuple[str, str]]:
@@ -137,6 +140,8 @@ class ToolsDedupStage(Stage[ToolsDedupConfig]):
     """Keep one tool per signature (smallest id wins); reject the others as ``duplicate_of``."""
 
     kind = "fc.tools_dedup"
+    reads = cols.TOOL_READS
+    writes = cols.TOOL
     global_stage: ClassVar[bool] = True
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:

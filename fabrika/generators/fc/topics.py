@@ -18,6 +18,7 @@ from typing import Any, AsyncIterator, ClassVar, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+import fabrika.generators.fc.columns as cols
 from fabrika.embeddings import EmbedderConfig, build_embedder, cached_embed
 from fabrika.errors import ConfigError, InputError
 from fabrika.generators.fc import topics_prompts as prompts
@@ -102,6 +103,9 @@ class TopicsStage(Stage[TopicsConfig]):
     """Builds the topic pool; a global stage (clustering needs the whole corpus)."""
 
     kind = "fc.topics"
+    reads = ()  # the corpus files
+    writes = cols.TOPIC
+    input_files = (cols.CORPUS,)
     global_stage: ClassVar[bool] = True
 
     @classmethod

@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+import fabrika.generators.general.columns as cols
 from fabrika.filters.teacher_rm import summarise
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 
@@ -114,6 +115,8 @@ class GeneralRMStage(Stage[GeneralRMConfig]):
     """Annotating stage over ``general.teacher``: one RM score per usable teacher answer."""
 
     kind = "general.rm"
+    reads = (cols.PROMPT, cols.ANSWERS)
+    writes = cols.RM
     calls_llm: ClassVar[bool] = False
     annotates: ClassVar[bool] = True
 

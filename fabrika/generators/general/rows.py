@@ -25,7 +25,9 @@ from typing import ClassVar
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+import fabrika.generators.general.columns as cols
 from fabrika.gates import GatePredicate, register_gate_group
+from fabrika.pipeline.contracts import Column, Contract
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import Message, Sample, to_row
 from fabrika.schemas.ids import stable_id
@@ -49,6 +51,13 @@ class GeneralSamplesStage(Stage[GeneralSamplesConfig]):
     """One SFT row per usable, RM-scored teacher answer (ranked by score within its prompt)."""
 
     kind = "general.samples"
+    writes = cols.SAMPLES
+    reads = (cols.PROMPT, cols.ANSWERS, cols.RM_SCORES, cols.REF_LENGTH,
+             *(c.optional() for c in cols.TEACHER if c.name not in ("prompt", "teacher_answers", "ref_length")))
+
+    @classmethod
+    def contract(cls, config: GeneralSamplesConfig) -> Contract:
+        return Contract(cls.reads, cls.writes, hints={"answer_rm_scores": cols.RM_HINT})
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
@@ -88,6 +97,9 @@ class GeneralGrpoStage(Stage[GeneralGrpoConfig]):
     """One prompt-only GRPO row per prompt with a usable L0."""
 
     kind = "general.grpo"
+    reads = (cols.PROMPT, cols.REF_LENGTH, *(c.optional() for c in cols.TEACHER if c.name not in ("prompt", "ref_length")),
+             Column("rm_id", str, required=False), Column("teacher_rm_mean", float, required=False))
+    writes = cols.GRPO
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+import fabrika.generators.general.columns as cols
 from fabrika.filters.teacher_rm import prompt_messages
 from fabrika.llm.rejections import TRUNCATED, llm_error_reason
 from fabrika.llm.types import ChatRequest, ChatResponse
@@ -91,6 +92,8 @@ class GeneralTeacherStage(Stage[GeneralTeacherConfig]):
     """Per prompt: K teacher answers (visible text, length, problem) and L0 over the usable ones."""
 
     kind = "general.teacher"
+    reads = cols.TEACHER_READS
+    writes = cols.TEACHER
 
     def messages(self, row: Row) -> list[dict[str, Any]]:
         messages = prompt_messages(row)

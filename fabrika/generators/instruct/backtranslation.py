@@ -15,11 +15,13 @@ from typing import Any, ClassVar
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+import fabrika.generators.instruct.columns as cols
 import fabrika.generators.instruct.prompts as prompts
 from fabrika.filters.similarity import SimilarityConfig, build_similarity
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.instruct.verifiers import consistency_before, current_min_accuracy, surviving_functions
 from fabrika.llm.rejections import TRUNCATED, llm_error_reason
+from fabrika.pipeline.contracts import Contract
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.rows import dumps
 from fabrika.textutil.answers import is_failure, parse_instruction
@@ -40,6 +42,12 @@ class BacktranslationStage(Stage[BacktranslationConfig]):
     """Per constraint: back-translate the best functions, store similarity to the original."""
 
     kind = "if.backtranslation"
+    reads = (cols.TEXT, cols.FUNCTIONS)
+    writes = cols.BACKTRANSLATION
+
+    @classmethod
+    def contract(cls, config: BacktranslationConfig) -> Contract:
+        return Contract(cls.reads, cls.writes, hints={"functions": cols.CONSISTENCY_HINT})
     annotates: ClassVar[bool] = True
 
     @classmethod

@@ -19,6 +19,7 @@ from typing import Any, AsyncIterator, ClassVar, Iterator
 
 from pydantic import Field
 
+import fabrika.generators.instruct.columns as cols
 import fabrika.generators.instruct.prompts as prompts
 from fabrika.errors import InputError
 from fabrika.filters.dedup import near_duplicate_clusters
@@ -26,7 +27,9 @@ from fabrika.filters.text import norm_tokens
 from fabrika.generators.generic import iter_prompt_records
 from fabrika.inputs import where
 from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.contracts import Column
 from fabrika.pipeline.llm_stage import LLMStage
+from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import Constraint, stable_id, to_row
 from fabrika.textutil.answers import is_failure, parse_constraint_list
@@ -85,6 +88,10 @@ class ExpandStage(LLMStage[ExpandConfig]):
     """Source stage: one input item per seed; outputs the seed and its LLM-written candidates."""
 
     kind = "if.expand"
+    reads = ()  # seed files and the constraint library
+    writes = (*cols.CONSTRAINT, Column("sample_index", int, required=False, doc="answer the candidate came from"))
+    input_files = (InputFile("seed_files[]", "IF seed file", fields=("text",),
+                             fix="one JSON object with a non-empty 'text' per line (optional 'id')"),)
     per_answer = True  # each answer's candidates stand alone; a failed answer rejects only itself
     allow_truncated = True  # a cut-off list keeps its complete items (only the last one is rejected)
 
@@ -204,6 +211,8 @@ class DedupStage(Stage[DedupConfig]):
     """Global stage: copies every candidate, rejecting exact and near duplicates with the kept id."""
 
     kind = "if.dedup"
+    reads = cols.CONSTRAINT_READS
+    writes = cols.CONSTRAINT
     global_stage: ClassVar[bool] = True
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:

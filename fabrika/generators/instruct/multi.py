@@ -38,10 +38,13 @@ from typing import Any, Iterator, Literal
 
 from pydantic import Field, field_validator
 
+import fabrika.generators.instruct.columns as cols
 from fabrika.generators.instruct.queries import DEFAULT_POOL, SYSTEM_TEMPLATES, USER_TEMPLATES, load_pool
 from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sandbox, surviving_functions
 from fabrika.llm.rejections import answer_problem
 from fabrika.llm.types import ChatRequest
+from fabrika.pipeline.contracts import Column, Contract
+from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id
 from fabrika.schemas.rows import dumps
@@ -166,6 +169,16 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
     """Per slot: one prompt with 2–6 compatible constraints, plus a rejected row per refused candidate."""
 
     kind = "if.multi.prompts"
+    reads = (cols.TEXT, cols.FUNCTIONS, cols.CONSISTENCY[2], *(c for c in cols.CONSTRAINT_READS if c.name != "text"),
+             Column("sample_index", int, required=False))
+    writes = cols.MULTI_PROMPT
+    input_files = (InputFile("query_pool", "query pool", fields=("text",), default=str(DEFAULT_POOL),
+                             fix="one JSON object with a non-empty 'text' per line (optional 'id')"),)
+
+    @classmethod
+    def contract(cls, config: MultiPromptsConfig) -> Contract:
+        return Contract(cls.reads, cls.writes, hints={"functions": cols.CONSISTENCY_HINT,
+                                                      "case_support": cols.CONSISTENCY_HINT})
 
     @classmethod
     def check_config(cls, config: MultiPromptsConfig, pipeline: Any) -> list[tuple[str, str]]:

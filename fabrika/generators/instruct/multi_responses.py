@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+import fabrika.generators.instruct.columns as cols
 import fabrika.generators.instruct.prompts as prompts
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.instruct.responses import TEACHER_COLUMNS
@@ -69,6 +70,9 @@ class MultiResponsesStage(Stage[MultiResponsesConfig]):
     """Per multi-constraint prompt: K answers, each with a verdict per constraint."""
 
     kind = "if.multi.responses"
+    reads = (cols.MESSAGES, cols.PROMPT_CONSTRAINTS, *(c.optional() for c in cols.MULTI_PROMPT
+                                                        if c.name not in ("messages", "constraints")))
+    writes = cols.MULTI_RESPONSES
 
     async def setup(self) -> None:
         self.pool = get_sandbox(self.ctx, self.config.timeout_s)
@@ -172,6 +176,8 @@ class MultiSamplesStage(Stage[MultiSamplesConfig]):
     """Per kept answer: one SFT Sample (expert 'if') with every constraint in its ground truth."""
 
     kind = "if.multi.samples"
+    reads = (cols.MESSAGES, cols.RESPONSE, *(c.optional() for c in cols.MULTI_RESPONSES if c.name not in ("messages", "response")))
+    writes = cols.MULTI_SAMPLES
     calls_llm: ClassVar[bool] = False
 
     def input_rows(self):  # noqa: ANN201 - Iterator[Row]
@@ -211,6 +217,9 @@ class MultiGrpoStage(Stage[MultiGrpoConfig]):
     """Per prompt: a GRPO row whose ground truth holds every constraint (library params or verifier code)."""
 
     kind = "if.multi.grpo"
+    reads = (cols.MESSAGES, cols.PROMPT_CONSTRAINTS, *(c.optional() for c in cols.MULTI_PROMPT
+                                                        if c.name not in ("messages", "constraints")), *cols.TEACHER)
+    writes = cols.MULTI_GRPO
     calls_llm: ClassVar[bool] = False
 
     @classmethod

@@ -35,6 +35,7 @@ import jinja2
 import yaml
 from pydantic import Field, model_validator
 
+import fabrika.generators.instruct.columns as cols
 from fabrika.generators.instruct.rubrics import (
     decidable_request,
     language_problem,
@@ -45,6 +46,7 @@ from fabrika.generators.instruct.rubrics import (
 from fabrika.inputs import DATA_DIR
 from fabrika.llm.rejections import answer_problem
 from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.rewards.rubric import judge_request, render_transcript, response_verdicts, strip_reasoning
 from fabrika.schemas import Message, Sample, stable_id, to_row
@@ -169,6 +171,10 @@ class DialoguesStage(Stage[DialoguesConfig]):
     """Source stage: one adversarial dialogue per slot, judged turn by turn."""
 
     kind = "if.dialogues"
+    reads = ()  # seeds file (personas, topics) and the constraint library
+    writes = cols.DIALOGUE
+    input_files = (InputFile("seeds_file", "IF dialogue seeds file", format="document",
+                             fix="a YAML mapping with personas/topics per language"),)
 
     @classmethod
     def check_config(cls, config: DialoguesConfig, pipeline: Any) -> list[tuple[str, str]]:
@@ -342,6 +348,8 @@ class DialogueSamplesStage(Stage[DialogueSamplesConfig]):
     """Per dialogue: one SFT sample per assistant turn that passes every rubric and rule; a rejection per other turn."""
 
     kind = "if.dialogue.samples"
+    reads = (cols.MESSAGES, cols.TURNS, *(c.optional() for c in cols.DIALOGUE if c.name not in ("messages", "turns")))
+    writes = cols.DIALOGUE_SAMPLES
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
@@ -377,6 +385,9 @@ class DialogueGrpoStage(Stage[DialogueGrpoConfig]):
     """Per assistant turn of a dialogue: a GRPO prompt (the chat before it) with its rules and rubrics."""
 
     kind = "if.dialogue.grpo"
+    reads = (cols.MESSAGES, cols.TURNS, *(c.optional() for c in cols.DIALOGUE if c.name not in ("messages", "turns")),
+             *cols.TEACHER)
+    writes = cols.DIALOGUE_GRPO
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:

@@ -16,9 +16,12 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
+import fabrika.generators.instruct.columns as cols
 from fabrika.errors import InputError
 from fabrika.generators.generic import iter_prompt_records
 from fabrika.inputs import DATA_DIR
+from fabrika.pipeline.contracts import Contract
+from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id
 from fabrika.schemas.rows import dumps
@@ -67,6 +70,14 @@ class QueriesStage(Stage[QueriesConfig]):
     """Per surviving constraint: N prompts (query × placement), each with what verification needs."""
 
     kind = "if.queries"
+    reads = (*cols.CONSTRAINT_READS, cols.FUNCTIONS, *cols.CARRIED)
+    writes = (*cols.PROMPT, cols.RUNNABLE, *cols.CARRIED)
+    input_files = (InputFile("query_pool", "query pool", fields=("text",), default=str(DEFAULT_POOL),
+                             fix="one JSON object with a non-empty 'text' per line (optional 'id')"),)
+
+    @classmethod
+    def contract(cls, config: QueriesConfig) -> Contract:
+        return Contract(cls.reads, cls.writes, hints={"functions": cols.CONSISTENCY_HINT})
     calls_llm: ClassVar[bool] = False
 
     @classmethod

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+import fabrika.generators.instruct.columns as cols
 import fabrika.generators.instruct.prompts as prompts
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.instruct.queries import CARRIED_SCORES
@@ -59,6 +60,8 @@ class ResponsesStage(Stage[ResponsesConfig]):
     """Per prompt: K responses, each verified (sandbox + trusted library) and optionally judged."""
 
     kind = "if.responses"
+    reads = (*cols.PROMPT_READS, cols.RUNNABLE, *cols.CARRIED)
+    writes = cols.RESPONSES
     uses_sandbox: ClassVar[bool] = True  # runs LLM-written code: fail-closed isolation check
 
     async def setup(self) -> None:
@@ -166,6 +169,8 @@ class SamplesStage(Stage[SamplesConfig]):
     """Per kept response: one SFT Sample (expert 'if') plus the re-filterable score columns."""
 
     kind = "if.samples"
+    reads = (cols.MESSAGES, cols.RESPONSE, *(c.optional() for c in cols.RESPONSES if c.name not in ("messages", "response")))
+    writes = cols.SAMPLES
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
@@ -205,6 +210,8 @@ class GrpoStage(Stage[GrpoConfig]):
     """Per prompt: a GRPO row; ``ground_truth`` = constraints (library ids + params) and surviving verifier code."""
 
     kind = "if.grpo"
+    reads = (*cols.PROMPT_READS, cols.RUNNABLE, *cols.TEACHER, *cols.CARRIED)
+    writes = cols.GRPO
     calls_llm: ClassVar[bool] = False
 
     @classmethod

@@ -25,9 +25,11 @@ from typing import Any, ClassVar
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+import fabrika.generators.instruct.columns as cols
 import fabrika.generators.instruct.prompts as prompts
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.contracts import Column
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id
@@ -51,6 +53,9 @@ class VerifiersStage(LLMStage[VerifiersConfig]):
     """Per constraint: K verifier answers → one ok row + one rejected row per bad answer."""
 
     kind = "if.verifiers"
+    reads = cols.CONSTRAINT_READS
+    writes = (Column("constraint_id", str), *cols.CONSTRAINT, Column("sample_index", int, required=False),
+              cols.VERIFIER_ANSWERS, Column("n_verifiers", int))
     per_answer = True  # K independent samples: one bad answer rejects itself, not the constraint
 
     def requests(self, row: Row) -> list[ChatRequest]:
@@ -156,6 +161,8 @@ class ConsistencyStage(Stage[ConsistencyConfig]):
     """Annotating scorer over ``if.verifiers``: one row per constraint with the cross-validation scores."""
 
     kind = "if.consistency"
+    reads = (cols.VERIFIER_ANSWERS,)
+    writes = cols.CONSISTENCY
     uses_sandbox: ClassVar[bool] = True  # runs LLM-written code: fail-closed isolation check
     calls_llm: ClassVar[bool] = False  # pure CPU: runs on worker actors under executor: ray
     annotates: ClassVar[bool] = True
