@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabrika.pipeline.contracts import SAMPLE_COLUMNS, SAMPLE_READS, Column, columns
+from fabrika.pipeline.contracts import SAMPLE_COLUMNS, Column, columns
 from fabrika.pipeline.preflight import InputFile
 from fabrika.schemas import Dialogue
 from fabrika.schemas.fc import Persona, Plan, ToolSpec
@@ -49,12 +49,9 @@ DIALOGUES = (
 )
 SAMPLES = columns(SAMPLE_COLUMNS, Column("asks_withheld", bool, required=False),
                   Column("unsupported_numbers", int, required=False))
-SAMPLE_IN = (Column("prompt", SAMPLE_READS[0].type), Column("completion", SAMPLE_READS[1].type),
-             *(c.optional() for c in SAMPLE_COLUMNS if c.name not in ("prompt", "completion")))
 IRRELEVANCE_READS = (Column("dialogue", Dialogue, alternatives=("prompt",), doc="an episode, or a Sample row"),
                      *(c.optional() for c in SAMPLE_COLUMNS))
 IRRELEVANCE = columns(SAMPLE_COLUMNS, Column("source_id", str))
-ANSWER_JUDGE = (Column("answer_consistency", float, required=False), Column("answer_issues", list[Any], required=False))
 
 CORPUS = InputFile("corpus[].path", "topic corpus", field_keys=("text_field",),
                    fix="give a jsonl (or parquet) with a string 'text' per record (optional 'lang'), or set corpus[].text_field")
