@@ -59,3 +59,5 @@ PERSONAS = InputFile("personas.*", "personas file", model=Persona,
                      fix="give a jsonl of Persona records, one per line (see fabrika/data/fc/personas_ru.jsonl)")
 TOOL_SOURCES = InputFile("sources[].path", "tools file", format="document",
                          fix="give a JSON/YAML file of OpenAI tools, an MCP tools/list answer or an OpenAPI document")
+TOPICS_FILE = InputFile("topics_file", "topics file", fields=("topic",),
+                        fix="give a jsonl of topic rows, each with a non-empty 'topic' (optional 'description', 'lang')")

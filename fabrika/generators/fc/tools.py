@@ -58,6 +58,7 @@ class ToolsStage(Stage[ToolsConfig]):
     kind = "fc.tools"
     reads = cols.TOPIC_READS
     writes = cols.TOOL
+    input_files = (cols.TOPICS_FILE,)
 
     @classmethod
     def check_config(cls, config: ToolsConfig, pipeline: Any) -> list[tuple[str, str]]:
