@@ -90,7 +90,7 @@ def describe(cls: Any) -> str:
 
 def contract_rows(cls: Any) -> list[dict[str, str]]:
     """One dict per column the stage reads or writes (``direction``, ``column``, ``type``, ``required``, ``doc``)."""
-    from fabrika.pipeline.contracts import default_contract
+    from fabrika.pipeline.columns import default_contract
 
     contract = default_contract(cls)
     out: list[dict[str, str]] = []

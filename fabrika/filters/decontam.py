@@ -23,7 +23,7 @@ from fabrika.errors import InputError
 from fabrika.filters.text import norm_tokens, row_text, text_columns
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.inputs import iter_records, where
-from fabrika.pipeline.contracts import Column, Contract
+from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.filters.text import norm_tokens, row_text, text_columns
 from fabrika.gates import GatePredicate, register_gate_group
-from fabrika.pipeline.contracts import Column, Contract
+from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 
 SCORE_COLUMNS = ("dup_cluster", "dup_is_representative", "dup_cluster_size")

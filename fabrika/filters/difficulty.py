@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.llm.types import ChatRequest, ChatResponse
-from fabrika.pipeline.contracts import SAMPLE_READS, Column
+from fabrika.pipeline.columns import SAMPLE_READS, Column
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, StageConfig, ok, register_stage
 from fabrika.schemas import Message

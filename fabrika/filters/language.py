@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fabrika.filters.text import messages_text, row_text, text_columns
 from fabrika.gates import GatePredicate, register_gate_group
-from fabrika.pipeline.contracts import Column, Contract
+from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 from fabrika.textutil.lang import LANGUAGES
 from fabrika.textutil.script import LATIN_TO_CYRILLIC, has_cyrillic, is_mixed_script

@@ -37,7 +37,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.gates import GatePredicate, register_gate_group
-from fabrika.pipeline.contracts import SAMPLE_READS, Column
+from fabrika.pipeline.columns import SAMPLE_READS, Column
 from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from fabrika.llm.types import ChatRequest
-from fabrika.pipeline.contracts import Column
+from fabrika.pipeline.columns import Column
 from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 from fabrika.schemas import Message

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import razdel
 
-from fabrika.pipeline.contracts import Column
+from fabrika.pipeline.columns import Column
 from fabrika.schemas import Message
 
 

@@ -17,7 +17,7 @@ from pydantic import Field
 from fabrika.errors import InputError
 from fabrika.inputs import iter_records, where
 from fabrika.llm.types import ChatRequest, ChatResponse
-from fabrika.pipeline.contracts import Column, Contract
+from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected

@@ -18,7 +18,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Iterator, Literal, Sequence
 
 from pydantic import BaseModel, ValidationError
 
@@ -152,12 +152,8 @@ def check_file(path: Path, spec: InputFile, owner: Any = None) -> str | None:
     return None
 
 
-def preflight(stage: Any, pipeline: Any) -> list[tuple[str, str]]:
-    """``(key path, message)`` per bad input file of one configured stage (see module docs)."""
-    from fabrika.pipeline.stage import STAGES
-
-    cls = STAGES.get(stage.kind)
-    specs = getattr(cls, "input_files", ()) if cls is not None else ()
+def preflight(stage: Any, specs: Sequence[InputFile], pipeline: Any) -> list[tuple[str, str]]:
+    """``(key path, message)`` per bad input file of one configured stage (its class's ``input_files``)."""
     resolve = getattr(pipeline, "resolve_path", None)
     problems: list[tuple[str, str]] = []
     for spec in specs:

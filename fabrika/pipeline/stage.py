@@ -44,7 +44,7 @@ Output ids must be unique within a stage (the manifest counts duplicates).
 Facts for the manifest (e.g. the sandbox isolation mode) go through ``ctx.report``.
 
 Each stage declares the columns it reads and writes (``reads`` / ``writes``, tuples of
-:class:`fabrika.pipeline.contracts.Column`); ``validate`` checks them along the pipeline graph
+:class:`fabrika.pipeline.columns.Column`); ``validate`` checks them along the pipeline graph
 (:func:`fabrika.pipeline.contracts.check_contracts`) and ``fabrika stages KIND`` shows them.
 
 Paths in a stage config should be typed ``Path``: the validate step checks they
@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, ClassVar, Generic, Iterato
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
-from fabrika.pipeline.contracts import Column, Contract
+from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.preflight import InputFile
 
 if TYPE_CHECKING:

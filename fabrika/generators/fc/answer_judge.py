@@ -29,7 +29,7 @@ from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.fc.irrelevance import conversation_view
 from fabrika.llm.sim import register_sim_responder
 from fabrika.llm.types import ChatRequest, ChatResponse
-from fabrika.pipeline.contracts import Column
+from fabrika.pipeline.columns import Column
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.messages import Message

@@ -1,4 +1,4 @@
-"""Row contracts of the FC stages: the columns each reads and writes (``fabrika.pipeline.contracts``).
+"""Row contracts of the FC stages: the columns each reads and writes (``fabrika.pipeline.columns``).
 
 Kept apart from the stage modules so a column has one type wherever it travels
 (topics → tools → plans → dialogues → samples) and the stage classes only name them.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabrika.pipeline.contracts import SAMPLE_COLUMNS, Column, columns
+from fabrika.pipeline.columns import SAMPLE_COLUMNS, Column, columns
 from fabrika.pipeline.preflight import InputFile
 from fabrika.schemas import Dialogue
 from fabrika.schemas.fc import Persona, Plan, ToolSpec

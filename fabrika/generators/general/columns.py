@@ -1,11 +1,11 @@
-"""Row contracts of the general-chat stages (``fabrika.pipeline.contracts``)."""
+"""Row contracts of the general-chat stages (``fabrika.pipeline.columns``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fabrika.filters.teacher_rm import TEACHER_SCORES
-from fabrika.pipeline.contracts import SAMPLE_COLUMNS, Column, columns
+from fabrika.pipeline.columns import SAMPLE_COLUMNS, Column, columns
 from fabrika.pipeline.preflight import InputFile
 from fabrika.schemas import Message
 

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import fabrika.generators.general.columns as cols
 from fabrika.gates import GatePredicate, register_gate_group
-from fabrika.pipeline.contracts import Column, Contract
+from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import Message, Sample, to_row
 from fabrika.schemas.ids import stable_id

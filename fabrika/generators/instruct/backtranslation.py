@@ -21,7 +21,7 @@ from fabrika.filters.similarity import SimilarityConfig, build_similarity
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.instruct.verifiers import consistency_before, current_min_accuracy, surviving_functions
 from fabrika.llm.rejections import TRUNCATED, llm_error_reason
-from fabrika.pipeline.contracts import Contract
+from fabrika.pipeline.columns import Contract
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.rows import dumps
 from fabrika.textutil.answers import is_failure, parse_instruction

@@ -1,4 +1,4 @@
-"""Row contracts of the IF stages: the columns each reads and writes (``fabrika.pipeline.contracts``).
+"""Row contracts of the IF stages: the columns each reads and writes (``fabrika.pipeline.columns``).
 
 One place for the column declarations the IF stages share, so a column has one type
 wherever it travels (constraint rows → prompt rows → responses → samples).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabrika.pipeline.contracts import SAMPLE_COLUMNS, Column, columns
+from fabrika.pipeline.columns import SAMPLE_COLUMNS, Column, columns
 from fabrika.schemas import Message
 from fabrika.schemas.instruct import CaseSupport, IFConstraintRef, PromptConstraint, RunnableVerifier, ScoredFunction, VerifierAnswer
 

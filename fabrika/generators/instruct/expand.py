@@ -27,7 +27,7 @@ from fabrika.filters.text import norm_tokens
 from fabrika.generators.generic import iter_prompt_records
 from fabrika.inputs import where
 from fabrika.llm.types import ChatRequest, ChatResponse
-from fabrika.pipeline.contracts import Column
+from fabrika.pipeline.columns import Column
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected

@@ -43,7 +43,7 @@ from fabrika.generators.instruct.queries import DEFAULT_POOL, SYSTEM_TEMPLATES, 
 from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sandbox, surviving_functions
 from fabrika.llm.rejections import answer_problem
 from fabrika.llm.types import ChatRequest
-from fabrika.pipeline.contracts import Column, Contract
+from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id

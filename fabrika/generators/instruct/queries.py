@@ -20,7 +20,7 @@ import fabrika.generators.instruct.columns as cols
 from fabrika.errors import InputError
 from fabrika.generators.generic import iter_prompt_records
 from fabrika.inputs import DATA_DIR
-from fabrika.pipeline.contracts import Contract
+from fabrika.pipeline.columns import Contract
 from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id

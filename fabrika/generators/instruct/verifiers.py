@@ -29,7 +29,7 @@ import fabrika.generators.instruct.columns as cols
 import fabrika.generators.instruct.prompts as prompts
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.llm.types import ChatRequest, ChatResponse
-from fabrika.pipeline.contracts import Column
+from fabrika.pipeline.columns import Column
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id
