@@ -178,11 +178,15 @@ def _shape(tp: Any) -> str:
 
 
 def _generic(tp: Any) -> bool:
-    """A JSON type that accepts any content of its container (``list``, ``dict[str, Any]``, ``list[Any]``)."""
+    """A JSON type that accepts any content of its container (``list``, ``dict[str, Any]``, ``list[Any]``,
+    ``list[dict[str, Any]]``)."""
     tp = _strip_none(tp)
     if tp in (list, dict):
         return True
-    return typing.get_origin(tp) in (list, dict) and typing.get_args(tp)[-1:] == (Any,)
+    if typing.get_origin(tp) not in (list, dict):
+        return False
+    last = typing.get_args(tp)[-1:]
+    return last == (Any,) or (tp is not dict and last == (dict[str, Any],))  # list of free-form objects
 
 
 def compatible(reader: Any, writer: Any) -> bool:

@@ -58,6 +58,10 @@ def _joined(base: Table | None, annotators: Sequence[str], own: Mapping[str, Tab
         cols = own.get(scorer)
         if cols is None:
             return None  # an undeclared scorer: what the table holds is unknown
+        for implicit in ("status", "reason"):
+            key = f"{implicit}__{scorer}"
+            view[key] = _Source(Column(key, str, required=implicit == "status"), scorer)
+            taken.add(key)
         for name, src in cols.items():
             if name in _JOIN_DROP or name == "id":
                 continue
