@@ -140,8 +140,8 @@ def _check_reads(stage: Any, contract: Contract, src: str, src_kind: str, view: 
             hint = contract.hints.get(col.name) or ", ".join(writers_of(col.name)) or "no known stage kind"
             return (f"{stage.kind} {stage.stage_name!r} reads column {wanted} ({col.type_label}) but its input "
                     f"{src!r} ({src_kind}) does not provide it; written by: {hint}")
-        if found in IMPLICIT_COLUMNS or found not in view:
-            continue
+        if found in IMPLICIT_COLUMNS or found not in view or found != col.name:
+            continue  # an alternative column has a type of its own (a Dialogue, or a Sample's prompt)
         written = view[found]
         if not compatible(col.type, written.column.type):
             return (f"{stage.kind} {stage.stage_name!r} reads column {found!r} as {col.type_label} but "
