@@ -118,12 +118,13 @@ def _has_calls(messages: Any) -> bool:
 
 def context_text(row: Row) -> str:
     """The ``auto`` text of a sample row: its completion's text, or for a call its natural-language context."""
-    completion = row.get("completion")
-    if isinstance(completion, str):
+    raw = row.get("completion")
+    completion: Any = raw
+    if isinstance(raw, str):
         try:
-            completion = json.loads(completion) if completion else []
+            completion = json.loads(raw) if raw else []
         except json.JSONDecodeError:
-            return completion
+            return raw
     text = messages_text(completion)
     if row.get("target_type") == "tool_call" or _has_calls(completion):
         users = messages_text(row.get("prompt"), roles=("user",))

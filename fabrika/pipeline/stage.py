@@ -61,7 +61,7 @@ See ``docs/STAGES.md``.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, AsyncIterator, ClassVar, Generic, Iterator, Literal, TypeVar, get_args, get_origin
+from typing import TYPE_CHECKING, Any, AsyncIterator, ClassVar, Generic, Iterable, Iterator, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
@@ -232,6 +232,11 @@ def register_stage(cls: StageT) -> StageT:
         _bind_kind(cls)
     STAGES[kind] = cls
     return cls
+
+
+def carry(row: Row, names: Iterable[str]) -> dict[str, Any]:
+    """The columns ``names`` of an input row (``None`` where absent), to copy onto an output row."""
+    return {n: row.get(n) for n in names}
 
 
 def ok(id: str, **columns: Any) -> Row:

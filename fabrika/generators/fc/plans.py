@@ -42,7 +42,7 @@ from fabrika.schemas.fc import (
 from fabrika.schemas.ids import stable_id
 from fabrika.textutil.answers import extract_json, is_failure
 
-DEFAULT_TYPES: dict[str, float] = {
+DEFAULT_TYPES: dict[SampleType, float] = {
     "single": 0.25, "parallel": 0.12, "multi_step": 0.12, "multi_turn": 0.16,
     "clarification": 0.12, "error_recovery": 0.05, "text": 0.08, "irrelevance": 0.15,
 }

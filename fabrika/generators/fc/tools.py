@@ -107,7 +107,8 @@ class ToolsStage(Stage[ToolsConfig]):
         for i, raw in enumerate(raw_tools):
             spec, reason = parse_tool(raw, topic_id=topic_id, lang=lang)
             if spec is not None and spec.name in seen:
-                spec, reason = None, f"duplicate_name: {spec.name} appears twice in the topic"
+                reason = f"duplicate_name: {spec.name} appears twice in the topic"
+                spec = None
             if spec is None:
                 name = raw.get("name") if isinstance(raw, dict) else None
                 out.append(_tool_row(rejected(stable_id(topic_id, i, prefix="tool-bad-"), str(reason)),

@@ -31,6 +31,7 @@ from fabrika.schemas.ids import stable_id
 from fabrika.textutil.answers import extract_json, is_failure
 
 Lang = Literal["ru", "en"]
+LANGS: tuple[Lang, ...] = ("ru", "en")
 
 
 class CorpusFile(BaseModel):
@@ -48,7 +49,7 @@ class TopicsConfig(StageConfig):
         default_factory=lambda: [CorpusFile(path="package://topics/corpus_demo.jsonl")],
         description="Seed corpora; 'package://' paths point into fabrika/data.",
     )
-    languages: list[Lang] = Field(default_factory=lambda: ["ru", "en"], description="Languages to build pools for.")
+    languages: list[Lang] = Field(default_factory=lambda: list(LANGS), description="Languages to build pools for.")
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig, description="Embedding model (offline).")
     reduction: Literal["umap", "pca"] = Field(
         default="umap", description="Dimensionality reduction before clustering; 'pca' is faster and exactly deterministic."

@@ -20,7 +20,7 @@ would read that column as R, a constant per prompt that teaches nothing.
 from __future__ import annotations
 
 import json
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,7 +32,7 @@ from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, 
 from fabrika.schemas import Message, Sample, to_row
 from fabrika.schemas.ids import stable_id
 
-EXPERT = "general"
+EXPERT: Literal["general"] = "general"
 #: The answer-selection gates apply to SFT exports only: they never drop a row at run time, so the scorers of
 #: general.samples (language, length) score every answer and a refilter can widen the selection offline.
 SFT = ("sft",)

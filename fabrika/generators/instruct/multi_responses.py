@@ -27,7 +27,7 @@ from fabrika.generators.instruct.responses import TEACHER_COLUMNS
 from fabrika.generators.instruct.verifiers import get_sandbox
 from fabrika.llm.rejections import answer_problem
 from fabrika.llm.types import ChatRequest
-from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.pipeline.stage import Row, Stage, StageConfig, carry, ok, register_stage, rejected
 from fabrika.schemas import Message, Sample, stable_id, to_row
 from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth
 from fabrika.schemas.rows import dumps
@@ -198,8 +198,7 @@ class MultiSamplesStage(Stage[MultiSamplesConfig]):
                         ground_truth=IFGroundTruth(constraints=[_gt_constraint(c) for c in specs]).model_dump(),
                         meta={"kind": "multi", "prompt_id": row.get("prompt_id"), "response_id": row["id"],
                               "query_id": row.get("query_id"), "placement": row.get("placement")})
-        return [ok(**to_row(sample), placement=row.get("placement"), constraint_results=row.get("constraint_results"),
-                   **{k: row.get(k) for k in MULTI_SCORES})]
+        return [ok(**to_row(sample), **carry(row, ("placement", "constraint_results", *MULTI_SCORES)))]
 
 
 class MultiGrpoConfig(StageConfig):
@@ -236,8 +235,7 @@ class MultiGrpoStage(Stage[MultiGrpoConfig]):
                         prompt=[Message(**m) for m in json.loads(row["messages"])], completion=[],
                         ground_truth=IFGroundTruth(constraints=[_gt_constraint(c) for c in specs]).model_dump(),
                         meta={"kind": "multi", "prompt_id": row["id"], "placement": row.get("placement")})
-        return [ok(**to_row(sample), placement=row.get("placement"), n_constraints=row.get("n_constraints"),
-                   n_llm_constraints=row.get("n_llm_constraints"), **{c: row.get(c) for c in TEACHER_COLUMNS})]
+        return [ok(**to_row(sample), **carry(row, ("placement", "n_constraints", "n_llm_constraints", *TEACHER_COLUMNS)))]
 
 
 def _register_sim() -> None:

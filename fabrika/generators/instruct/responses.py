@@ -26,7 +26,7 @@ from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.instruct.queries import CARRIED_SCORES
 from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sandbox
 from fabrika.llm.rejections import answer_problem, llm_error_reason
-from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.pipeline.stage import Row, Stage, StageConfig, carry, ok, register_stage, rejected
 from fabrika.schemas import Message, Sample, stable_id, to_row
 from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth, IFVerifierRef
 from fabrika.schemas.rows import dumps
@@ -183,8 +183,7 @@ class SamplesStage(Stage[SamplesConfig]):
             meta={"constraint_id": row.get("constraint_id"), "prompt_id": row.get("prompt_id"),
                   "response_id": row["id"], "query_id": row.get("query_id"), "placement": row.get("placement")},
         )
-        scores = {k: row.get(k) for k in (*CARRIED_SCORES, *RESPONSE_SCORES)}
-        return [ok(**to_row(sample), placement=row.get("placement"), **scores)]
+        return [ok(**to_row(sample), placement=row.get("placement"), **carry(row, (*CARRIED_SCORES, *RESPONSE_SCORES)))]
 
 
 def _gt_constraint(c: dict[str, Any]) -> IFConstraintRef:
@@ -234,6 +233,4 @@ class GrpoStage(Stage[GrpoConfig]):
                         prompt=[Message(**m) for m in json.loads(row["messages"])], completion=[],
                         ground_truth=gt, meta={"constraint_id": row.get("constraint_id"), "prompt_id": row["id"],
                                                "placement": row.get("placement")})
-        teacher = {c: row.get(c) for c in TEACHER_COLUMNS}
-        return [ok(**to_row(sample), placement=row.get("placement"), **teacher,
-                   **{k: row.get(k) for k in CARRIED_SCORES})]
+        return [ok(**to_row(sample), placement=row.get("placement"), **carry(row, (*TEACHER_COLUMNS, *CARRIED_SCORES)))]
