@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fabrika.schemas.rows import RowModel
+
 
 class IFConstraintRef(BaseModel):
     """One instruction in the prompt."""
@@ -107,3 +109,41 @@ class CaseSupport(BaseModel):
     response: str
     label: bool
     support: int
+
+
+# -- typed views of IF rows (fabrika.schemas.rows.RowModel): what the IF stages read
+
+class IFPromptRow(RowModel):
+    """A prompt row of ``if.queries`` / ``if.multi.prompts`` as its consumers read it."""
+
+    id: str
+    messages: list[dict[str, Any]] = Field(description="Chat messages as stored (the request is built from them).")
+    constraints: list[PromptConstraint] = Field(default_factory=list)
+    library_constraints: list[tuple[str, dict[str, Any]]] = Field(default_factory=list)
+    verifiers: list[RunnableVerifier] = Field(default_factory=list)
+    query: str | None = None
+    query_id: str | None = None
+    constraint_id: str | None = None
+    prompt_id: str | None = None
+    placement: str | None = None
+    lang: str | None = None
+
+
+class IFResponseRow(IFPromptRow):
+    """A kept response (``if.responses`` / ``if.multi.responses``) as the sample stages read it."""
+
+    response: str
+
+
+class IFConstraintRow(RowModel):
+    """A constraint row (``if.expand`` … ``if.verifiers``, with ``if.consistency``'s scores joined) as read."""
+
+    id: str
+    text: str
+    lang: str | None = None
+    source: str | None = None
+    parent_id: str | None = None
+    family: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    verifiers: list[VerifierAnswer] = Field(default_factory=list, description="if.verifiers' parsed answers.")
+    functions: list[ScoredFunction] = Field(default_factory=list, description="if.consistency's scored functions.")

@@ -33,6 +33,7 @@ from fabrika.pipeline.columns import Column
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id
+from fabrika.schemas.instruct import IFConstraintRow
 from fabrika.schemas.rows import dumps
 from fabrika.textutil.answers import is_failure, parse_verifier_answer
 
@@ -182,14 +183,15 @@ class ConsistencyStage(Stage[ConsistencyConfig]):
         return list(first) + list(await self.pool.run(code, responses[1:]))
 
     async def process(self, row: Row) -> list[Row]:
-        answers = json.loads(row.get("verifiers") or "[]")
+        constraint = IFConstraintRow.of(row)
+        answers = constraint.verifiers
         funcs: dict[str, tuple[str, int]] = {}  # normalised → (code, sample_index)
         for a in answers:
-            funcs.setdefault(normalise_code(a["code"]), (a["code"], a["sample_index"]))
+            funcs.setdefault(normalise_code(a.code), (a.code, a.sample_index))
         cases: dict[str, bool] = {}
         conflicting: set[str] = set()
         for a in answers:
-            for c in a["cases"]:
+            for c in a.cases:
                 if c["response"] in cases and cases[c["response"]] != c["label"]:
                     conflicting.add(c["response"])
                 cases.setdefault(c["response"], c["label"])
@@ -221,7 +223,7 @@ class ConsistencyStage(Stage[ConsistencyConfig]):
             "n_supported_false": cv["n_supported_false"],
             "max_function_accuracy": max((f["accuracy"] for f in runnable), default=0.0),
         }
-        return [ok(str(row["id"]), **cols)]
+        return [ok(constraint.id, **cols)]
 
 
 class ConsistencyParams(BaseModel):
