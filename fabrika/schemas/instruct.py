@@ -147,3 +147,32 @@ class IFConstraintRow(RowModel):
     params: dict[str, Any] = Field(default_factory=dict)
     verifiers: list[VerifierAnswer] = Field(default_factory=list, description="if.verifiers' parsed answers.")
     functions: list[ScoredFunction] = Field(default_factory=list, description="if.consistency's scored functions.")
+
+
+class DialogueTurn(BaseModel):
+    """One assistant turn of an ``if.dialogues`` row (``turns``): its tactic and verdicts."""
+
+    model_config = ConfigDict(extra="allow")
+
+    turn: int
+    tactic: str
+    message_index: int
+    passed: bool | None = Field(default=None, description="None when the judge failed.")
+    rubric_verdicts: list[Any] | None = None
+    failed_rubrics: list[Any] = Field(default_factory=list)
+    failed_rules: list[Any] = Field(default_factory=list)
+    judge_error: str | None = None
+    language_problem: str | None = None
+    quality: float | None = None
+
+
+class IFDialogueRow(RowModel):
+    """An ``if.dialogues`` row as the dialogue sample stages read it."""
+
+    id: str
+    messages: list[dict[str, Any]]
+    turns: list[DialogueTurn] = Field(default_factory=list)
+    rules: list[IFConstraintRef] = Field(default_factory=list)
+    rubrics: list[str] = Field(default_factory=list)
+    lang: str | None = None
+    n_rubrics: int | None = None

@@ -12,7 +12,6 @@ smaller id, so the result is order-independent.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, AsyncIterator, ClassVar, Iterator
@@ -31,7 +30,7 @@ from fabrika.pipeline.columns import Column
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
-from fabrika.schemas import Constraint, stable_id, to_row
+from fabrika.schemas import Constraint, from_row, stable_id, to_row
 from fabrika.textutil.answers import is_failure, parse_constraint_list
 from fabrika.textutil.lang import check_russian
 
@@ -130,8 +129,7 @@ class ExpandStage(LLMStage[ExpandConfig]):
         return Constraint(id=stable_id(seed_id, *parts, prefix="ifc-"), text=text, source="llm", parent_id=seed_id)
 
     def _seed(self, row: Row) -> Constraint:
-        return Constraint(**{k: row[k] for k in ("id", "text", "lang", "source", "parent_id", "family")},
-                          params=_json(row.get("params")))
+        return from_row(Constraint, row)
 
     def requests(self, row: Row) -> list[ChatRequest]:
         cfg = self.config
@@ -178,12 +176,6 @@ class ExpandStage(LLMStage[ExpandConfig]):
                 cols = {**to_row(cand), "sample_index": k}
                 out.append(ok(**cols) if reason is None else rejected(**cols, reason=reason))
         return out
-
-
-def _json(value: Any) -> dict[str, Any]:
-    if isinstance(value, str):
-        return json.loads(value) if value else {}
-    return dict(value or {})
 
 
 def _reject_cols(base: Constraint, k: int) -> dict[str, Any]:

@@ -24,7 +24,6 @@ assistant never sees the tactics or the rubrics; the judge sees the chat, the re
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from functools import lru_cache
@@ -50,7 +49,7 @@ from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.rewards.rubric import judge_request, render_transcript, response_verdicts, strip_reasoning
 from fabrika.schemas import Message, Sample, stable_id, to_row
-from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth
+from fabrika.schemas.instruct import IFConstraintRef, IFDialogueRow, IFGroundTruth
 from fabrika.schemas.rows import dumps
 from fabrika.textutil.answers import ParseFailure, is_failure
 
@@ -318,11 +317,9 @@ class DialoguesStage(Stage[DialoguesConfig]):
         return out
 
 
-def _gt(row: Row) -> dict[str, Any]:
-    rules = json.loads(row.get("rules") or "[]")
-    return IFGroundTruth(constraints=[IFConstraintRef(id=r["id"], text=r["text"], library_id=r["library_id"],
-                                                      params=r["params"]) for r in rules],
-                         rubrics=json.loads(row.get("rubrics") or "[]")).model_dump()
+def _gt(d: IFDialogueRow) -> dict[str, Any]:
+    return IFGroundTruth(constraints=[IFConstraintRef(id=r.id, text=r.text, library_id=r.library_id, params=r.params)
+                                      for r in d.rules], rubrics=list(d.rubrics)).model_dump()
 
 
 def turn_failure(turn: dict[str, Any]) -> str | None:
@@ -353,27 +350,27 @@ class DialogueSamplesStage(Stage[DialogueSamplesConfig]):
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
-        messages = json.loads(row["messages"])
-        gt = _gt(row)
+        d = IFDialogueRow.of(row)
+        messages = d.messages
+        gt = _gt(d)
         out: list[Row] = []
-        for turn in json.loads(row.get("turns") or "[]"):
-            i = turn["message_index"]
-            sid = stable_id(row["id"], turn["turn"], prefix="ifds-")
-            cols = {"dialogue_id": row["id"], "turn": turn["turn"], "tactic": turn["tactic"],
-                    "failed_rubrics": dumps(turn["failed_rubrics"]), "failed_rules": dumps(turn["failed_rules"]),
-                    "n_rubrics": row.get("n_rubrics")}
-            why = turn_failure(turn)
+        for turn in d.turns:
+            i = turn.message_index
+            sid = stable_id(d.id, turn.turn, prefix="ifds-")
+            cols = {"dialogue_id": d.id, "turn": turn.turn, "tactic": turn.tactic,
+                    "failed_rubrics": dumps(turn.failed_rubrics), "failed_rules": dumps(turn.failed_rules),
+                    "n_rubrics": d.n_rubrics}
+            why = turn_failure(turn.model_dump())
             if why:
                 out.append(rejected(sid, why, **cols))
                 continue
-            sample = Sample(id=sid, expert="if", lang=row.get("lang") or "ru",
+            sample = Sample(id=sid, expert="if", lang=d.lang or "ru",
                             prompt=[Message(role=m["role"], content=m["content"]) for m in messages[:i]],
                             completion=[Message(role="assistant", content=messages[i]["content"], train=True)],
                             target_type="text", ground_truth=gt,
-                            meta={"kind": "dialogue", "dialogue_id": row["id"], "turn": turn["turn"],
-                                  "tactic": turn["tactic"]})
+                            meta={"kind": "dialogue", "dialogue_id": d.id, "turn": turn.turn, "tactic": turn.tactic})
             out.append(ok(**to_row(sample), **cols))
-        return out or [rejected(stable_id(row["id"], prefix="ifds-"), "no_assistant_turns")]
+        return out or [rejected(stable_id(d.id, prefix="ifds-"), "no_assistant_turns")]
 
 
 class DialogueGrpoConfig(StageConfig):
@@ -391,23 +388,21 @@ class DialogueGrpoStage(Stage[DialogueGrpoConfig]):
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
-        messages = json.loads(row["messages"])
-        gt = _gt(row)
+        d = IFDialogueRow.of(row)
+        gt = _gt(d)
         out = []
-        for turn in json.loads(row.get("turns") or "[]"):
-            i = turn["message_index"]
-            sample = Sample(id=stable_id(row["id"], turn["turn"], prefix="ifdg-"), expert="if",
-                            lang=row.get("lang") or "ru",
-                            prompt=[Message(role=m["role"], content=m["content"]) for m in messages[:i]],
+        for turn in d.turns:
+            i = turn.message_index
+            sample = Sample(id=stable_id(d.id, turn.turn, prefix="ifdg-"), expert="if", lang=d.lang or "ru",
+                            prompt=[Message(role=m["role"], content=m["content"]) for m in d.messages[:i]],
                             completion=[], ground_truth=gt,
-                            meta={"kind": "dialogue", "dialogue_id": row["id"], "turn": turn["turn"],
-                                  "tactic": turn["tactic"]})
-            quality = turn.get("quality")
-            out.append(ok(**to_row(sample), turn=turn["turn"], tactic=turn["tactic"], n_rubrics=row.get("n_rubrics"),
-                          teacher_passed=turn["passed"],
+                            meta={"kind": "dialogue", "dialogue_id": d.id, "turn": turn.turn, "tactic": turn.tactic})
+            quality = turn.quality
+            out.append(ok(**to_row(sample), turn=turn.turn, tactic=turn.tactic, n_rubrics=d.n_rubrics,
+                          teacher_passed=turn.passed,
                           judge_quality=round(quality / 10.0, 4) if quality is not None else None,
                           teacher_rm_mean=None, teacher_rm_k=None, rm_id=None))
-        return out or [rejected(stable_id(row["id"], prefix="ifdg-"), "no_assistant_turns")]
+        return out or [rejected(stable_id(d.id, prefix="ifdg-"), "no_assistant_turns")]
 
 
 def _register_sim() -> None:
