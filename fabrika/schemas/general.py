@@ -20,12 +20,17 @@ class TeacherAnswer(BaseModel):
     problem: str | None = None
 
 
-class GeneralTeacherRow(RowModel):
-    """A ``general.teacher`` row, with ``general.rm``'s scores joined, as the sample stages read it."""
+class TeacherAnswersRow(RowModel):
+    """The teacher's answers of a ``general.teacher`` row (what ``general.rm`` scores)."""
 
     id: str
-    prompt: list[Message]
     teacher_answers: list[TeacherAnswer] = []
+
+
+class GeneralTeacherRow(TeacherAnswersRow):
+    """A ``general.teacher`` row, with ``general.rm``'s scores joined, as the sample stages read it."""
+
+    prompt: list[Message]
     answer_rm_scores: list[float | None] | None = None
     ref_length: float | None = None
     lang: str | None = None
@@ -44,3 +49,15 @@ class GeneralTeacherRow(RowModel):
         if self.ref_length is None:
             raise ValueError(f"teacher row {self.id!r} has no ref_length")
         return float(self.ref_length)
+
+
+class GeneralPromptRow(RowModel):
+    """A prompt-pool row (``general.prompts``, with ``filter.language`` joined) as ``general.teacher`` reads it."""
+
+    id: str
+    lang: str | None = None
+    lang_detected: str | None = None
+    service: str | None = None
+    task: str | None = None
+    template_id: str | None = None
+    template_rank: int | None = None

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 import fabrika.generators.general.columns as cols
 from fabrika.filters.teacher_rm import summarise
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.schemas.general import TeacherAnswersRow
 
 SIM_RM_ID = "sim@v1"
 
@@ -150,14 +151,15 @@ class GeneralRMStage(Stage[GeneralRMConfig]):
         from fabrika.filters.difficulty import wire_messages
 
         prompt = wire_messages(row.get("prompt"))
-        answers = json.loads(row.get("teacher_answers") or "[]")
-        usable = [a for a in answers if a.get("usable")]
+        t = TeacherAnswersRow.of(row)
+        answers = t.teacher_answers
+        usable = [a for a in answers if a.usable]
         if not usable:
-            return [rejected(str(row["id"]), "no_usable_teacher_answer", rm_id=self.rm_id)]
-        scores = await self._score([prompt] * len(usable), [[{"role": "assistant", "content": a["text"]}]
+            return [rejected(t.id, "no_usable_teacher_answer", rm_id=self.rm_id)]
+        scores = await self._score([prompt] * len(usable), [[{"role": "assistant", "content": a.text}]
                                                              for a in usable])
-        by_index = {a["index"]: float(s) for a, s in zip(usable, scores, strict=True)}
-        aligned = [None if a["index"] not in by_index or math.isnan(by_index[a["index"]]) else by_index[a["index"]]
+        by_index = {a.index: float(s) for a, s in zip(usable, scores, strict=True)}
+        aligned = [None if a.index not in by_index or math.isnan(by_index[a.index]) else by_index[a.index]
                    for a in answers]
         summary = summarise(list(scores), len(answers) - len(usable), self.rm_id)
-        return [ok(str(row["id"]), **summary, answer_rm_scores=json.dumps(aligned))]
+        return [ok(t.id, **summary, answer_rm_scores=json.dumps(aligned))]
