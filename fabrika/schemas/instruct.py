@@ -147,6 +147,13 @@ class IFConstraintRow(RowModel):
     params: dict[str, Any] = Field(default_factory=dict)
     verifiers: list[VerifierAnswer] = Field(default_factory=list, description="if.verifiers' parsed answers.")
     functions: list[ScoredFunction] = Field(default_factory=list, description="if.consistency's scored functions.")
+    case_support: list[CaseSupport] = Field(default_factory=list, description="if.consistency's test cases.")
+    sample_index: int | None = Field(default=None, description="Set on if.expand's per-answer rejection rows.")
+
+    def surviving(self, min_accuracy: float, limit: int | None = None) -> list[ScoredFunction]:
+        """Runnable functions at or above ``min_accuracy``, best first (if.consistency sorted them)."""
+        funcs = [f for f in self.functions if f.runnable and f.accuracy >= min_accuracy]
+        return funcs[:limit] if limit else funcs
 
 
 class DialogueTurn(BaseModel):

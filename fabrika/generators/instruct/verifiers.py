@@ -31,7 +31,7 @@ from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.columns import Column
 from fabrika.pipeline.llm_stage import LLMStage
-from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.pipeline.stage import Row, Stage, StageConfig, carry, ok, register_stage, rejected
 from fabrika.schemas import stable_id
 from fabrika.schemas.instruct import IFConstraintRow
 from fabrika.schemas.rows import dumps
@@ -61,12 +61,13 @@ class VerifiersStage(LLMStage[VerifiersConfig]):
 
     def requests(self, row: Row) -> list[ChatRequest]:
         cfg = self.config
-        return [prompts.verifier_request(row["text"], sample_index=i, model=cfg.model, temperature=cfg.temperature,
-                                         meta={"constraint_id": str(row["id"])}) for i in range(cfg.k)]
+        c = IFConstraintRow.of(row)
+        return [prompts.verifier_request(c.text, sample_index=i, model=cfg.model, temperature=cfg.temperature,
+                                         meta={"constraint_id": c.id}) for i in range(cfg.k)]
 
     def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
         cid = str(row["id"])
-        base = {"constraint_id": cid, **{k: row.get(k) for k in CONSTRAINT_COLS}}
+        base = {"constraint_id": cid, **carry(row, CONSTRAINT_COLS)}
         parsed: list[dict[str, Any]] = []
         out: list[Row] = []
         for i, resp in enumerate(responses):
