@@ -357,7 +357,7 @@ class DialogueSamplesStage(Stage[DialogueSamplesConfig]):
         for turn in d.turns:
             i = turn.message_index
             sid = stable_id(d.id, turn.turn, prefix="ifds-")
-            cols = {"dialogue_id": d.id, "turn": turn.turn, "tactic": turn.tactic,
+            cols: dict[str, Any] = {"dialogue_id": d.id, "turn": turn.turn, "tactic": turn.tactic,
                     "failed_rubrics": dumps(turn.failed_rubrics), "failed_rules": dumps(turn.failed_rules),
                     "n_rubrics": d.n_rubrics}
             why = turn_failure(turn.model_dump())

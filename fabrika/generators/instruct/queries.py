@@ -118,7 +118,7 @@ class QueriesStage(Stage[QueriesConfig]):
         c = IFConstraintRow.of(row)
         cid = c.id
         rng = self.ctx.rng(cid)
-        main = {"id": cid, "text": c.text, "source": c.source, "family": c.family, "params": dict(c.params),
+        main: dict[str, Any] = {"id": cid, "text": c.text, "source": c.source, "family": c.family, "params": dict(c.params),
                 "library_id": c.parent_id if c.source == "library" else None}
         verifiers = [{"sample_index": f.sample_index, "code": f.code, "accuracy": f.accuracy}
                      for f in c.functions if f.runnable]
