@@ -179,3 +179,31 @@ def test_model_columns_follow_to_row() -> None:
     cols = {c.name: c for c in model_columns(Sample)}
     assert "id" not in cols and cols["prompt"].json and cols["prompt"].required
     assert not cols["ground_truth"].required and cols["lang"].type is str
+
+
+def test_row_models_decode_json_columns_and_ignore_the_rest() -> None:
+    from fabrika.schemas.instruct import IFPromptRow
+
+    row = {"id": "p1", "messages": '[{"role": "user", "content": "Привет"}]', "constraints": None,
+           "library_constraints": '[["ru.punct.no_commas", {}]]', "verifiers": "", "other": 3}
+    p = IFPromptRow.of(row)
+    assert p.messages == [{"role": "user", "content": "Привет"}] and p.constraints == [] and p.verifiers == []
+    assert p.library_constraints == [("ru.punct.no_commas", {})] and not hasattr(p, "other")
+    with pytest.raises(ValidationError):
+        IFPromptRow.of({"id": "p2"})  # messages is required
+    with pytest.raises(ValidationError):
+        IFPromptRow.of({"id": "p3", "messages": "[]", "verifiers": '[{"code": "x"}]'})  # not a RunnableVerifier
+
+
+def test_the_stages_command_shows_what_a_stage_reads_and_writes() -> None:
+    from typer.testing import CliRunner
+
+    from fabrika.cli.app import app
+
+    result = CliRunner().invoke(app, ["stages", "if.responses"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert any("reads" in ln and "messages" in ln and "list[Message]" in ln and "yes" in ln for ln in lines)
+    assert any("writes" in ln and "if_library_pass" in ln and "bool" in ln for ln in lines)
+    result = CliRunner().invoke(app, ["stages", "fc.topics"], env={"COLUMNS": "200"})
+    assert any("file" in ln and "corpus[].path" in ln for ln in result.output.splitlines()), result.output
