@@ -135,6 +135,13 @@ class IFResponseRow(IFPromptRow):
     response: str
 
 
+class IFVerifierAnswersRow(RowModel):
+    """What ``if.consistency`` reads from an ``if.verifiers`` row: the parsed answers."""
+
+    id: str
+    verifiers: list[VerifierAnswer] = Field(default_factory=list)
+
+
 class IFConstraintRow(RowModel):
     """A constraint row (``if.expand`` … ``if.verifiers``, with ``if.consistency``'s scores joined) as read."""
 

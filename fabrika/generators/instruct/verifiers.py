@@ -33,7 +33,7 @@ from fabrika.pipeline.columns import Column
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, Stage, StageConfig, carry, ok, register_stage, rejected
 from fabrika.schemas import stable_id
-from fabrika.schemas.instruct import IFConstraintRow
+from fabrika.schemas.instruct import IFConstraintRow, IFVerifierAnswersRow
 from fabrika.schemas.rows import dumps
 from fabrika.textutil.answers import is_failure, parse_verifier_answer
 
@@ -184,7 +184,7 @@ class ConsistencyStage(Stage[ConsistencyConfig]):
         return list(first) + list(await self.pool.run(code, responses[1:]))
 
     async def process(self, row: Row) -> list[Row]:
-        constraint = IFConstraintRow.of(row)
+        constraint = IFVerifierAnswersRow.of(row)
         answers = constraint.verifiers
         funcs: dict[str, tuple[str, int]] = {}  # normalised → (code, sample_index)
         for a in answers:
