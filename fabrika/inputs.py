@@ -64,7 +64,7 @@ def iter_records(path: str | Path, *, what: str, hint: str = "",
         yield from _parquet_records(path, what, fix, columns)
         return
     with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+        for lineno, line in enumerate(_lines(fh, path, what), start=1):
             if not line.strip():
                 continue
             try:
@@ -75,6 +75,17 @@ def iter_records(path: str | Path, *, what: str, hint: str = "",
             if not isinstance(rec, dict):
                 raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
             yield lineno, rec
+
+
+def _lines(fh: Any, path: Path, what: str) -> Iterator[str]:
+    """The file's lines; bytes that are not UTF-8 (a binary file) are an :class:`InputError`, not a traceback."""
+    lineno = 0
+    try:
+        for lineno, line in enumerate(fh, start=1):  # noqa: B007 - read after the loop for the message
+            yield line
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}:{lineno + 1}: not UTF-8 text ({exc.reason} at byte {exc.start}); a {what} is "
+                         "JSON lines (UTF-8) or a .parquet file") from exc
 
 
 def _parquet_records(path: Path, what: str, fix: str,

@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: `# type: ignore` comments allowed in fabrika/ (70 before the count was pinned; the one left is a library typing gap).
 TYPE_IGNORE_CEILING = 1
-#: modules mypy checks with some error codes switched off ([[tool.mypy.overrides]] with disable_error_code).
-MYPY_DEBT_CEILING = 14
+#: modules mypy checks with some error codes switched off ([[tool.mypy.overrides]] with disable_error_code):
+#: 14 when pinned; fabrika.pipeline.runner and fabrika.generators.fc.sim_responders remain.
+MYPY_DEBT_CEILING = 2
 
 _IGNORE = re.compile(r"#\s*type:\s*ignore\b(\[[^\]]*\])?")
 

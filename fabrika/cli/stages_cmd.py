@@ -1,5 +1,8 @@
 """``fabrika stages [KIND]``: every stage kind with its config fields, types, defaults and descriptions.
 
+``fabrika stages KIND`` also shows the stage's row contract: the columns it reads from its
+input and writes (``fabrika.pipeline.contracts``), and the input files it preflights.
+
 The text comes from the pydantic models (``Field(description=...)``), so the
 command, the YAML validation and the code cannot disagree.
 """
@@ -85,6 +88,44 @@ def describe(cls: Any) -> str:
     return inspect.cleandoc(doc).split("\n\n")[0].replace("\n", " ")
 
 
+def contract_rows(cls: Any) -> list[dict[str, str]]:
+    """One dict per column the stage reads or writes (``direction``, ``column``, ``type``, ``required``, ``doc``)."""
+    from fabrika.pipeline.columns import default_contract
+
+    contract = default_contract(cls)
+    out: list[dict[str, str]] = []
+    for direction, cols in (("reads", contract.reads), ("writes", contract.writes)):
+        if cols is None:
+            out.append({"direction": direction, "column": "(undeclared)", "type": "", "required": "", "doc": ""})
+            continue
+        for col in cols:
+            name = " | ".join((col.name, *col.alternatives))
+            out.append({"direction": direction, "column": name, "type": col.type_label,
+                        "required": "yes" if col.required else "no", "doc": col.doc})
+        if not cols:
+            out.append({"direction": direction, "column": "(none: a source stage)" if direction == "reads" else "(none)",
+                        "type": "", "required": "", "doc": ""})
+    if contract.carries:
+        out.append({"direction": "writes", "column": "(every input column)", "type": "", "required": "", "doc": ""})
+    if contract.open:
+        out.append({"direction": "writes", "column": "(the input file's other fields)", "type": "", "required": "",
+                    "doc": ""})
+    return out
+
+
+def _contract_table(name: str, cls: Any) -> Table:
+    target = "the table it scores (joined on id)" if cls.annotates else "its own table"
+    t = Table(title=escape(f"{name}: columns it reads from its input and writes to {target}"),
+              title_justify="left")
+    for col in ("", "column", "type", "required", "description"):
+        t.add_column(col, overflow="fold")
+    for row in contract_rows(cls):
+        t.add_row(*(escape(row[c]) for c in ("direction", "column", "type", "required", "doc")))
+    for spec in getattr(cls, "input_files", ()):
+        t.add_row("file", escape(spec.key), escape(spec.format), "", escape(spec.what))
+    return t
+
+
 def register(app: typer.Typer) -> None:
     """Add ``stages`` to the fabrika app."""
 
@@ -111,6 +152,8 @@ def register(app: typer.Typer) -> None:
                     continue  # every stage has these; `fabrika stages KIND` shows them
                 t.add_row(*(escape(f[c]) for c in ("name", "type", "default", "description")))
             out.print(t)
+            if kind is not None:
+                out.print(_contract_table(name, cls))
         if kind is None:
             out.print(f"{len(chosen)} stage kinds; every stage also takes {', '.join(COMMON[1:])} "
                       "(`fabrika stages KIND` for one kind in full)")

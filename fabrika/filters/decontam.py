@@ -20,9 +20,11 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.errors import InputError
-from fabrika.filters.text import norm_tokens, row_text
+from fabrika.filters.text import norm_tokens, row_text, text_columns
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.inputs import iter_records, where
+from fabrika.pipeline.columns import Column, Contract
+from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 
 SCORE_COLUMNS = ("decontam_max_overlap", "decontam_benchmark")
@@ -122,6 +124,13 @@ class DecontamScorer(Stage[DecontamConfig]):
     """Annotating stage: benchmark overlap per row (the index is built once per run)."""
 
     kind = "filter.decontam"
+    writes = (Column("decontam_max_overlap", float), Column("decontam_benchmark", str, required=False))
+    input_files = (InputFile("benchmarks[].path", "benchmark file", field_keys=("field",),
+                             fix="give a jsonl/parquet of benchmark items with the prompt in benchmarks[].field"),)
+
+    @classmethod
+    def contract(cls, config: DecontamConfig) -> Contract:
+        return Contract(reads=text_columns(config.text_field), writes=cls.writes)
     calls_llm: ClassVar[bool] = False
     annotates: ClassVar[bool] = True
 

@@ -28,8 +28,9 @@ import polars as pl
 from datasketch import LeanMinHash, MinHash, MinHashLSH
 from pydantic import BaseModel, ConfigDict, Field
 
-from fabrika.filters.text import norm_tokens, row_text
+from fabrika.filters.text import norm_tokens, row_text, text_columns
 from fabrika.gates import GatePredicate, register_gate_group
+from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 
 SCORE_COLUMNS = ("dup_cluster", "dup_is_representative", "dup_cluster_size")
@@ -147,6 +148,13 @@ class DedupScorer(Stage[DedupConfig]):
     """Global annotating stage: clusters all input rows, then streams annotations out."""
 
     kind = "filter.dedup"
+    writes = (Column("dup_cluster", str), Column("dup_is_representative", bool), Column("dup_cluster_size", int))
+
+    @classmethod
+    def contract(cls, config: DedupConfig) -> Contract:
+        unit = config.unit
+        key = Column("meta" if unit is None or unit.startswith("meta.") else unit, Any, required=False)
+        return Contract(reads=(*text_columns(config.text_field), key), writes=cls.writes)
     global_stage: ClassVar[bool] = True
     annotates: ClassVar[bool] = True
 

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.columns import SAMPLE_READS, Column
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, StageConfig, ok, register_stage
 from fabrika.schemas import Message
@@ -162,6 +163,9 @@ class DifficultyScorer(LLMStage[DifficultyConfig]):
 
     per_answer = True  # a failed sample leaves the pass rate null (difficulty_errors), it rejects nothing
     kind = "filter.difficulty"
+    reads = (*SAMPLE_READS, Column("ground_truth", dict[str, Any], required=False))
+    writes = (Column("difficulty_pass_rate", float, required=False), Column("difficulty_k", int),
+              Column("difficulty_errors", int))
     annotates: ClassVar[bool] = True
     uses_sandbox: ClassVar[bool] = True  # the IF reward runs LLM-written verifiers: fail-closed check
 

@@ -37,8 +37,9 @@ import polars as pl
 from lingua import LanguageDetector, LanguageDetectorBuilder
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from fabrika.filters.text import messages_text, row_text
+from fabrika.filters.text import messages_text, row_text, text_columns
 from fabrika.gates import GatePredicate, register_gate_group
+from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 from fabrika.textutil.lang import LANGUAGES
 from fabrika.textutil.script import LATIN_TO_CYRILLIC, has_cyrillic, is_mixed_script
@@ -117,12 +118,13 @@ def _has_calls(messages: Any) -> bool:
 
 def context_text(row: Row) -> str:
     """The ``auto`` text of a sample row: its completion's text, or for a call its natural-language context."""
-    completion = row.get("completion")
-    if isinstance(completion, str):
+    raw = row.get("completion")
+    completion: Any = raw
+    if isinstance(raw, str):
         try:
-            completion = json.loads(completion) if completion else []
+            completion = json.loads(raw) if raw else []
         except json.JSONDecodeError:
-            return completion
+            return raw
     text = messages_text(completion)
     if row.get("target_type") == "tool_call" or _has_calls(completion):
         users = messages_text(row.get("prompt"), roles=("user",))
@@ -172,6 +174,12 @@ class LanguageScorer(Stage[LanguageConfig]):
     """Annotating stage: adds language scores to each row of its input."""
 
     kind = "filter.language"
+    writes = (Column("lang_detected", str, required=False), Column("lang_confidence", float),
+              Column("homoglyph_share", float), Column("lang_matches", bool, required=False))
+
+    @classmethod
+    def contract(cls, config: LanguageConfig) -> Contract:
+        return Contract(reads=(*text_columns(config.text_field), Column("lang", str, required=False)), writes=cls.writes)
     calls_llm: ClassVar[bool] = False
     annotates: ClassVar[bool] = True
 

@@ -37,6 +37,8 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.gates import GatePredicate, register_gate_group
+from fabrika.pipeline.columns import SAMPLE_READS, Column
+from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 
 SCORE_COLUMNS = ("len_prompt_chars", "len_completion_chars", "len_prompt_tokens",
@@ -117,6 +119,12 @@ class LengthScorer(Stage[LengthConfig]):
     """Annotating stage: token counts of each row's rendered chat template."""
 
     kind = "filter.length"
+    reads = SAMPLE_READS
+    writes = (Column("len_prompt_chars", int), Column("len_completion_chars", int, required=False),
+              Column("len_prompt_tokens", int), Column("len_completion_tokens", int, required=False),
+              Column("len_total_tokens", int), Column("len_tokenizer", str))
+    input_files = (InputFile("tokenizer", "tokenizer directory", format="directory"),
+                   InputFile("template", "chat template", format="document"))
     calls_llm: ClassVar[bool] = False
     annotates: ClassVar[bool] = True
 

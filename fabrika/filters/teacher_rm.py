@@ -37,12 +37,17 @@ from typing import Any, ClassVar
 from pydantic import Field, model_validator
 
 from fabrika.llm.types import ChatRequest
+from fabrika.pipeline.columns import Column
+from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 from fabrika.rewards.rm_service import RewardModel, RMEndpoint, RMSpec, get_reward_model
+from fabrika.schemas import Message
 from fabrika.textutil.reasoning import split_reasoning
 
 TAG = "rm.teacher"
 SCORE_COLUMNS = ("teacher_rm_mean", "teacher_rm_k", "teacher_rm_failed", "rm_id", "teacher_rm_scores")
+TEACHER_SCORES = (Column("teacher_rm_mean", float, required=False), Column("teacher_rm_k", int),
+                  Column("teacher_rm_failed", int), Column("rm_id", str), Column("teacher_rm_scores", list[float]))
 
 
 class RMChoiceConfig(StageConfig):
@@ -119,6 +124,9 @@ class TeacherScoresStage(Stage[TeacherScoresConfig]):
     """Annotating stage over a prompt table: α per prompt under the training RM."""
 
     kind = "rm.teacher_scores"
+    reads = (Column("messages", list[Message], alternatives=("prompt",), doc="the prompt (if.queries) or a Sample's"),)
+    writes = TEACHER_SCORES
+    input_files = (InputFile("rm", "reward model directory", format="directory"),)
     annotates: ClassVar[bool] = True
 
     async def setup(self) -> None:

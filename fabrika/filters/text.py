@@ -17,6 +17,9 @@ from typing import Any, Iterable
 
 import razdel
 
+from fabrika.pipeline.columns import Column
+from fabrika.schemas import Message
+
 
 def _messages(value: Any) -> list[dict[str, Any]]:
     if value is None:
@@ -101,3 +104,15 @@ def norm_tokens(text: str) -> list[str]:
 def count_tokens(text: str) -> int:
     """razdel token count (words, numbers and punctuation): the default length unit."""
     return sum(1 for _ in razdel.tokenize(text))
+
+
+def text_columns(field: str) -> tuple[Column, ...]:
+    """The input columns :func:`row_text` reads for ``field`` (a scorer's row contract)."""
+    if field in ("user", "prompt"):
+        return (Column("prompt", list[Message] | str, doc="prompt messages (or a plain prompt text)"),)
+    if field in ("completion", "completion_values"):
+        return (Column("completion", list[Message] | str, doc="completion messages (or text)"),)
+    if field == "auto":  # filter.language: the completion, or the prompt of a prompt-only table
+        return (Column("completion", Any, alternatives=("prompt",), doc="completion (else prompt) messages"),
+                Column("prompt", list[Message] | str, required=False), Column("target_type", str, required=False))
+    return (Column(field, Any, doc="the scored text (a string or messages)"),)

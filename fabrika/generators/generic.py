@@ -17,7 +17,9 @@ from pydantic import Field
 from fabrika.errors import InputError
 from fabrika.inputs import iter_records, where
 from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.llm_stage import LLMStage
+from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
 
@@ -45,6 +47,13 @@ class PromptsStage(Stage[PromptsConfig]):
     """Source stage: one ok row per prompt, id = hash of the text (or the file's id field)."""
 
     kind = "generic.prompts"
+    reads = ()  # the prompts file
+    writes = (Column("prompt", str, doc="the prompt text (text_field of the file)"),)
+    input_files = (InputFile("path", "prompts file", field_keys=("text_field",)),)
+
+    @classmethod
+    def contract(cls, config: PromptsConfig) -> Contract:
+        return Contract(cls.reads, cls.writes, open=True)  # the file's other fields travel as columns
     calls_llm: ClassVar[bool] = False
 
     @classmethod
@@ -87,6 +96,12 @@ class CompleteStage(LLMStage[CompleteConfig]):
     """One completion per input row; the answer is untrusted and checked before it is kept."""
 
     kind = "generic.complete"
+    writes = (Column("prompt", str), Column("completion", str), Column("messages", list[dict[str, Any]]),
+              Column("model", str))
+
+    @classmethod
+    def contract(cls, config: CompleteConfig) -> Contract:
+        return Contract(reads=(Column(config.prompt_field, str, doc="the user prompt"),), writes=cls.writes)
 
     def output_id(self, row: Row) -> str:
         return stable_id(row["id"], self.name, prefix="gen-")

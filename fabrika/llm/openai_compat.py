@@ -154,7 +154,8 @@ def env_proxy(url: str) -> str | None:
 
     parts = urlsplit(url)
     proxies = urllib.request.getproxies_environment()
-    if not proxies or urllib.request.proxy_bypass_environment(parts.hostname or "", proxies):
+    bypass = getattr(urllib.request, "proxy_bypass_environment")  # noqa: B009 - missing from typeshed
+    if not proxies or bypass(parts.hostname or "", proxies):
         return None
     return proxies.get(parts.scheme) or proxies.get("all")
 

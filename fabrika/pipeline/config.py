@@ -340,9 +340,20 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
                 err(where, msg)
     if config is not None and not any(i.level == "error" for i in issues):
         try:
-            execution_order(config)
+            order = execution_order(config)
         except ConfigError as exc:
             err("stages", str(exc))
+        else:  # the plan is a graph now: check every stage's columns along it, then read every input file
+            from fabrika.pipeline.contracts import check_contracts
+            from fabrika.pipeline.preflight import preflight
+
+            for name, field, msg in check_contracts(config, order):
+                err(f"stages[{raw_names.index(name)}].{field}", msg)
+            reported = {i.path for i in issues if i.level == "error"}
+            for i, s in enumerate(config.stages):
+                for field, msg in preflight(s, STAGES[s.kind].input_files, config):
+                    if f"stages[{i}].{field}" not in reported:  # a stage's own check may have read it already
+                        err(f"stages[{i}].{field}", msg)
     for s in stage_objs:
         if s.stage_name not in consumed and s.stage_name not in ds_stages and not STAGES[s.kind].annotates:
             warn(f"stages[{idx[id(s)]}]", f"output of {s.stage_name!r} is used by no stage and not in dataset.stages")

@@ -48,6 +48,10 @@ when the configuration is what is wrong (exit 2), and let a bug be a bug (exit 4
 Output ids must be unique within a stage (the manifest counts duplicates).
 Facts for the manifest (e.g. the sandbox isolation mode) go through ``ctx.report``.
 
+Each stage declares the columns it reads and writes (``reads`` / ``writes``, tuples of
+:class:`fabrika.pipeline.columns.Column`); ``validate`` checks them along the pipeline graph
+(:func:`fabrika.pipeline.contracts.check_contracts`) and ``fabrika stages KIND`` shows them.
+
 Paths in a stage config should be typed ``Path``: the validate step checks they
 exist (relative to the config file) and ``ctx.pipeline.resolve_path`` resolves them.
 
@@ -62,10 +66,13 @@ See ``docs/STAGES.md``.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, AsyncIterator, ClassVar, Generic, Iterator, Literal, TypeVar, get_args, get_origin
+from typing import TYPE_CHECKING, Any, AsyncIterator, ClassVar, Generic, Iterable, Iterator, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
+
+from fabrika.pipeline.columns import Column, Contract
+from fabrika.pipeline.preflight import InputFile
 
 if TYPE_CHECKING:
     from fabrika.pipeline.context import StageContext
@@ -119,6 +126,19 @@ class Stage(abc.ABC, Generic[ConfigT]):
     #: False for per-item stages whose ``process`` never calls ``ctx.llm`` (CPU work such as the sandbox):
     #: under ``executor: ray`` they run on worker actors (``fabrika.pipeline.executors``).
     calls_llm: ClassVar[bool] = True
+    #: Input columns this stage reads (``fabrika.pipeline.contracts``); ``None``: undeclared, not checked.
+    #: Source stages read files, not rows: ``()``.
+    reads: ClassVar[tuple[Column, ...] | None] = None
+    #: Columns of its output rows besides ``id``/``status``/``reason`` (for a scorer: the score columns
+    #: joined onto the table it scores); ``None``: undeclared, readers of its table are not checked.
+    writes: ClassVar[tuple[Column, ...] | None] = None
+    #: Files its config names (``fabrika.pipeline.preflight``): opened and their head parsed at validate.
+    input_files: ClassVar[tuple[InputFile, ...]] = ()
+
+    @classmethod
+    def contract(cls, config: ConfigT) -> Contract:
+        """What this configured stage reads and writes; override when columns depend on the config."""
+        return Contract(reads=cls.reads, writes=cls.writes)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -218,6 +238,11 @@ def register_stage(cls: StageT) -> StageT:
         _bind_kind(cls)
     STAGES[kind] = cls
     return cls
+
+
+def carry(row: Row, names: Iterable[str]) -> dict[str, Any]:
+    """The columns ``names`` of an input row (``None`` where absent), to copy onto an output row."""
+    return {n: row.get(n) for n in names}
 
 
 def ok(id: str, **columns: Any) -> Row:

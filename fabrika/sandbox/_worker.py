@@ -73,7 +73,7 @@ _morph_cache: list = []
 def _install_morph_singleton() -> None:
     """``pymorphy3.MorphAnalyzer()`` loads dictionaries (~0.3 s); verifiers call it per response."""
     mod = sys.modules["pymorphy3"]
-    real = mod.MorphAnalyzer
+    real = getattr(mod, "MorphAnalyzer")  # noqa: B009 - a module patched at run time
 
     def shared_analyzer(*args: object, **kwargs: object) -> object:
         if args or kwargs:
@@ -82,7 +82,7 @@ def _install_morph_singleton() -> None:
             _morph_cache.append(real())
         return _morph_cache[0]
 
-    mod.MorphAnalyzer = shared_analyzer
+    setattr(mod, "MorphAnalyzer", shared_analyzer)  # noqa: B010 - a module patched at run time
     shared_analyzer()  # load the dictionaries now, in the zygote, not on a verifier's clock
 
 
@@ -228,10 +228,12 @@ WARM_UP = (
 
 
 def _warm_up() -> None:
-    namespace = {"__name__": "verifier", "__builtins__": _SAFE_BUILTINS}
+    namespace: dict[str, object] = {"__name__": "verifier", "__builtins__": _SAFE_BUILTINS}
     exec(compile(WARM_UP, "<warm-up>", "exec"), namespace)  # noqa: S102 - our own code
     for text in ("Пример ответа, в котором есть слова.", "ещё один пример"):
-        namespace["evaluate"](text)
+        evaluate = namespace["evaluate"]
+        if callable(evaluate):
+            evaluate(text)
 
 
 def _read_fd(fd: int, n: int) -> bytes:
@@ -365,7 +367,8 @@ class _Child:
             _child(go_r, wfd)
         os.close(go_r)
         os.close(wfd)
-        self.pid, self.go_w, self.out, self.how = pid, go_w, _ChildOutput(rfd), None
+        self.pid, self.go_w, self.out = pid, go_w, _ChildOutput(rfd)
+        self.how: str | None = None
 
     def go(self, body: bytes, start: int) -> bool:
         """Hand the child its request; False when it is gone already."""
@@ -418,7 +421,7 @@ class _Child:
                 self.how = f"signal {os.WTERMSIG(status)}"
         else:
             self.how = f"exit code {os.WEXITSTATUS(status)}"
-        return self.how
+        return str(self.how)
 
 
 def _checked_error(line: bytes) -> bytes | None:
@@ -437,7 +440,7 @@ def _error(kind: str, message: str) -> bytes:
     return b"E" + json.dumps({"k": kind, "m": message[:MSG_MAX]}).encode()
 
 
-def _run_batch(body: bytes, n: int, spare: _Child, emit) -> None:
+def _run_batch(body: bytes, n: int, spare: _Child | None, emit) -> None:
     """Verdict lines for every response of the request ``body`` (``n`` responses), the first
     child being the warmed-up ``spare``; a crash, hang or protocol breach costs one verdict
     (all of them when it happens before the module body finished)."""

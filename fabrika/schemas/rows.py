@@ -16,7 +16,7 @@ import types
 import typing
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, model_validator
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -64,3 +64,41 @@ def from_row(cls: type[M], row: dict[str, Any]) -> M:
             value = json.loads(value)
         data[name] = value
     return cls.model_validate(data)
+
+
+R = TypeVar("R", bound="RowModel")
+
+
+class RowModel(BaseModel):
+    """A typed view of a stored row: the columns one stage reads, JSON columns decoded and validated.
+
+    ``Model.of(row)`` replaces ``json.loads(row["messages"])`` and ``row.get("x")`` reads: the
+    row's other columns are ignored, a ``None`` (or empty) value of a field with a default
+    takes the default, and a value that breaks the field's type is a ``ValidationError``
+    (the upstream stage wrote what its contract did not promise).
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _decode(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        nested = nested_fields(cls)
+        out = {}
+        for name, info in cls.model_fields.items():
+            if name not in data:
+                continue
+            value = data[name]
+            if name in nested and isinstance(value, (str, bytes, bytearray)):
+                value = json.loads(value) if value else None
+            if value is None and not info.is_required():
+                continue
+            out[name] = value
+        return out
+
+    @classmethod
+    def of(cls: type[R], row: dict[str, Any]) -> R:
+        return cls.model_validate(row)
+

@@ -32,8 +32,10 @@ from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.fc.irrelevance import conversation_view
 from fabrika.llm.sim import register_sim_responder
 from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.columns import Column
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, StageConfig, ok, register_stage, rejected
+from fabrika.schemas.messages import Message
 from fabrika.schemas.records import Sample
 from fabrika.schemas.rows import from_row
 from fabrika.textutil.answers import extract_json, is_failure
@@ -74,6 +76,8 @@ class AnswerJudgeStage(LLMStage[AnswerJudgeConfig]):
     """Annotating stage: ``answer_consistency`` (0–10) per closing answer, null elsewhere."""
 
     kind = "fc.answer_judge"
+    reads = (Column("prompt", list[Message]), Column("completion", list[Message]))
+    writes = (Column("answer_consistency", float, required=False), Column("answer_issues", list[str], required=False))
     annotates: ClassVar[bool] = True
     answer_model = AnswerVerdict
 

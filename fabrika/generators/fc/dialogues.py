@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import Field
 
+import fabrika.generators.fc.columns as cols
 from fabrika.agents.leaks import PlanLeak, said_value, withheld_values
 from fabrika.agents.visibility import (
     EpisodeState,
@@ -396,6 +397,8 @@ class Episode:
 @register_stage
 class DialoguesStage(Stage[DialoguesConfig]):
     kind = "fc.dialogues"
+    reads = (cols.PLAN,)
+    writes = cols.DIALOGUES
 
     async def process(self, row: Row) -> list[Row]:
         plan = Plan.model_validate_json(row["plan"])

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
+import fabrika.generators.fc.columns as cols
 from fabrika.agents.prompts import prompt_text
 from fabrika.generators.fc.common import language_ok, response_error
 from fabrika.generators.fc.samples import episode_samples
@@ -79,6 +80,8 @@ class IrrelevanceStage(LLMStage[IrrelevanceConfig]):
     """Derived irrelevance samples: the needed tools removed, a refusal written and judged (two requests each)."""
 
     kind = "fc.irrelevance"
+    reads = cols.IRRELEVANCE_READS
+    writes = cols.IRRELEVANCE
     per_answer = True  # an episode row derives several samples: each pair of answers stands alone
 
     def eligible(self, sample: Sample) -> list[str] | None:

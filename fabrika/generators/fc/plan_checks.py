@@ -114,12 +114,12 @@ def _slot_problems(steps: list[PlanStep]) -> list[str]:
         for rnd in step.rounds:
             for call in rnd:
                 for arg, value in call.arguments.items():
-                    slot = step.slots.get(arg)
-                    if slot is not None and not values_equal(slot.value, value) and not _in_results(value, results):
-                        problems.append(f"steps[{i}]: slots.{arg}.value {slot.value!r} differs from the call's "
+                    arg_slot = step.slots.get(arg)
+                    if arg_slot is not None and not values_equal(arg_slot.value, value) and not _in_results(value, results):
+                        problems.append(f"steps[{i}]: slots.{arg}.value {arg_slot.value!r} differs from the call's "
                                         f"{call.name}.{arg} = {value!r}; the slot holds the canonical value the call "
                                         "carries")
-                    elif slot is None and not any(values_equal(v, value) for v in known.get(arg, [])) \
+                    elif arg_slot is None and not any(values_equal(v, value) for v in known.get(arg, [])) \
                             and not _in_results(value, results):
                         problems.append(f"steps[{i}]: argument {call.name}.{arg} = {value!r} has no slot (the value "
                                         "and how the user says it) and comes from no earlier result")
@@ -173,7 +173,8 @@ def check_plan(steps: list[PlanStep], tools: list[ToolSpec], sample_type: Sample
             for call in step.calls():
                 props = (by_name[call.name].function.parameters.get("properties") or {}) if call.name in by_name else {}
                 for arg, value in call.arguments.items():
-                    why = canonical_problem(value, props.get(arg) if isinstance(props.get(arg), dict) else {})
+                    schema = props.get(arg)
+                    why = canonical_problem(value, schema if isinstance(schema, dict) else {})
                     if why:
                         problems.append(f"steps[{i}]: {call.name}.{arg} = {value!r} is not canonical ({why}); "
                                         "write the nominative form, and how the user says it in slots.say")

@@ -22,6 +22,7 @@ from typing import Any, Iterator
 
 from pydantic import Field, ValidationError
 
+import fabrika.generators.fc.columns as cols
 from fabrika.agents.prompts import prompt_text
 from fabrika.errors import InputError
 from fabrika.generators.fc.common import response_error
@@ -41,7 +42,7 @@ from fabrika.schemas.fc import (
 from fabrika.schemas.ids import stable_id
 from fabrika.textutil.answers import extract_json, is_failure
 
-DEFAULT_TYPES: dict[str, float] = {
+DEFAULT_TYPES: dict[SampleType, float] = {
     "single": 0.25, "parallel": 0.12, "multi_step": 0.12, "multi_turn": 0.16,
     "clarification": 0.12, "error_recovery": 0.05, "text": 0.08, "irrelevance": 0.15,
 }
@@ -93,6 +94,9 @@ def _sample_other_topics(rng: random.Random, pool: list[str], own: str, k: int,
 @register_stage
 class PlansStage(Stage[PlansConfig]):
     kind = "fc.plans"
+    reads = cols.TOOL_READS
+    writes = cols.PLANS
+    input_files = (cols.PERSONAS,)
 
     @cached_property
     def _index(self) -> tuple[dict[str, list[bytes]], dict[str, list[str]]]:

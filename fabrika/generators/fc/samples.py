@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import fabrika.generators.fc.columns as cols
 from fabrika.agents.prompts import assistant_system
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
@@ -66,6 +67,8 @@ def score_columns(sample: Sample) -> dict[str, Any]:
 @register_stage
 class SamplesStage(Stage[SamplesConfig]):
     kind = "fc.samples"
+    reads = (cols.DIALOGUE,)
+    writes = cols.SAMPLES
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:

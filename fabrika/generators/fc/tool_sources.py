@@ -127,7 +127,7 @@ def openai_candidates(doc: Any, topic: str) -> list[Candidate]:
         if not isinstance(raw, dict):
             out.append(Candidate(key=key, name=None, topic=topic, error=f"invalid_tool: item {i} is not an object"))
             continue
-        fn = raw.get("function") if isinstance(raw.get("function"), dict) else raw
+        fn: dict[str, Any] = f if isinstance(f := raw.get("function"), dict) else raw
         tiers = raw.get("tiers", fn.get("tiers"))
         out.append(Candidate(key=key, name=fn.get("name") if isinstance(fn.get("name"), str) else None, topic=topic,
                              description=_text(fn.get("description")), parameters=fn.get("parameters"),
@@ -295,7 +295,7 @@ def _media_schema(body: dict[str, Any], warnings: list[str]) -> tuple[Any, str |
 def _operation(doc: dict[str, Any], path: str, method: str, item: dict[str, Any], op: dict[str, Any],
                registry: Registry, base_uri: str, version: str, topic: str) -> Candidate:
     key = f"openapi:{method.upper()} {path}"
-    raw_name = op.get("operationId") if isinstance(op.get("operationId"), str) else f"{method} {path}"
+    raw_name = oid if isinstance(oid := op.get("operationId"), str) else f"{method} {path}"
     cand = Candidate(key=key, name=snake_name(raw_name) or None, topic=topic, summary=_text(op.get("summary")),
                      description=_text(op.get("description")), deprecated=op.get("deprecated") is True)
     tiers = op.get("x-fabrika-tiers")
@@ -342,9 +342,9 @@ def _operation(doc: dict[str, Any], path: str, method: str, item: dict[str, Any]
         else:
             schema = oas_to_json_schema(schema, version)
             body_props = schema.get("properties") if isinstance(schema, dict) else None
-            mergeable = (isinstance(body_props, dict) and schema.get("type", "object") == "object"
-                         and not (set(body_props) & set(props)))
-            if mergeable:
+            mergeable = (isinstance(body_props, dict) and isinstance(schema, dict)
+                         and schema.get("type", "object") == "object" and not (set(body_props) & set(props)))
+            if mergeable and isinstance(body_props, dict) and isinstance(schema, dict):
                 props.update(body_props)
                 if body.get("required") is True:
                     required += [r for r in schema.get("required") or [] if r in body_props]
@@ -364,7 +364,7 @@ def openapi_candidates(doc: dict[str, Any], source_name: str, group_by: str = "t
     version = str(doc.get("openapi"))
     if not version.startswith("3."):
         raise InputError(f"OpenAPI version {version!r} is not supported (3.0 or 3.1)")
-    info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
+    info: dict[str, Any] = i if isinstance(i := doc.get("info"), dict) else {}
     title = _text(info.get("title")) or source_name
     tag_docs = {t.get("name"): _text(t.get("description")) for t in doc.get("tags") or [] if isinstance(t, dict)}
     base_uri = uri or "urn:fabrika:openapi"

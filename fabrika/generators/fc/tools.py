@@ -21,6 +21,7 @@ from typing import Any, AsyncIterator, ClassVar, Iterator
 
 from pydantic import Field
 
+import fabrika.generators.fc.columns as cols
 from fabrika.agents.prompts import prompt_text
 from fabrika.errors import InputError
 from fabrika.generators.fc.common import parse_tool, response_error, signature
@@ -55,6 +56,9 @@ class ToolsStage(Stage[ToolsConfig]):
     """Topic row (``id``, ``topic``, ``description``, ``keywords``, ``lang``) → tool rows."""
 
     kind = "fc.tools"
+    reads = cols.TOPIC_READS
+    writes = cols.TOOL
+    input_files = (cols.TOPICS_FILE,)
 
     @classmethod
     def check_config(cls, config: ToolsConfig, pipeline: Any) -> list[tuple[str, str]]:
@@ -103,7 +107,8 @@ class ToolsStage(Stage[ToolsConfig]):
         for i, raw in enumerate(raw_tools):
             spec, reason = parse_tool(raw, topic_id=topic_id, lang=lang)
             if spec is not None and spec.name in seen:
-                spec, reason = None, f"duplicate_name: {spec.name} appears twice in the topic"
+                reason = f"duplicate_name: {spec.name} appears twice in the topic"
+                spec = None
             if spec is None:
                 name = raw.get("name") if isinstance(raw, dict) else None
                 out.append(_tool_row(rejected(stable_id(topic_id, i, prefix="tool-bad-"), str(reason)),
@@ -137,6 +142,8 @@ class ToolsDedupStage(Stage[ToolsDedupConfig]):
     """Keep one tool per signature (smallest id wins); reject the others as ``duplicate_of``."""
 
     kind = "fc.tools_dedup"
+    reads = cols.TOOL_READS
+    writes = cols.TOOL
     global_stage: ClassVar[bool] = True
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:

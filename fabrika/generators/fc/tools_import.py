@@ -29,6 +29,7 @@ from typing import Any, Iterator, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+import fabrika.generators.fc.columns as cols
 from fabrika.errors import InputError
 from fabrika.generators.fc.common import parse_tool, response_error, signature
 from fabrika.generators.fc.tool_sources import Candidate, candidates_from, duplicate_names, load_document, mcp_list_tools, snake_name
@@ -318,6 +319,9 @@ class ToolsImportStage(Stage[ToolsImportConfig]):
     """Source stage: one row per imported tool (ok, or rejected with its reason)."""
 
     kind = "fc.tools_import"
+    reads = ()  # tools files and MCP servers
+    writes = cols.TOOL_IMPORT
+    input_files = (cols.TOOL_SOURCES,)
 
     def __init__(self, config: ToolsImportConfig, ctx: Any) -> None:
         super().__init__(config, ctx)

@@ -18,6 +18,7 @@ from typing import Any, AsyncIterator, ClassVar, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+import fabrika.generators.fc.columns as cols
 from fabrika.embeddings import EmbedderConfig, build_embedder, cached_embed
 from fabrika.errors import ConfigError, InputError
 from fabrika.generators.fc import topics_prompts as prompts
@@ -30,6 +31,7 @@ from fabrika.schemas.ids import stable_id
 from fabrika.textutil.answers import extract_json, is_failure
 
 Lang = Literal["ru", "en"]
+LANGS: tuple[Lang, ...] = ("ru", "en")
 
 
 class CorpusFile(BaseModel):
@@ -47,7 +49,7 @@ class TopicsConfig(StageConfig):
         default_factory=lambda: [CorpusFile(path="package://topics/corpus_demo.jsonl")],
         description="Seed corpora; 'package://' paths point into fabrika/data.",
     )
-    languages: list[Lang] = Field(default_factory=lambda: ["ru", "en"], description="Languages to build pools for.")
+    languages: list[Lang] = Field(default_factory=lambda: list(LANGS), description="Languages to build pools for.")
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig, description="Embedding model (offline).")
     reduction: Literal["umap", "pca"] = Field(
         default="umap", description="Dimensionality reduction before clustering; 'pca' is faster and exactly deterministic."
@@ -102,6 +104,9 @@ class TopicsStage(Stage[TopicsConfig]):
     """Builds the topic pool; a global stage (clustering needs the whole corpus)."""
 
     kind = "fc.topics"
+    reads = ()  # the corpus files
+    writes = cols.TOPIC
+    input_files = (cols.CORPUS,)
     global_stage: ClassVar[bool] = True
 
     @classmethod

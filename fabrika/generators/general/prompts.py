@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Iterator
 
 from pydantic import Field
 
+import fabrika.generators.general.columns as cols
 from fabrika.errors import InputError
 from fabrika.generators.general.pool import NotAPrompt, iter_pool_records, normalise_record
 from fabrika.generators.general.templates import template_clusters, template_view
@@ -59,6 +60,9 @@ class GeneralPromptsStage(Stage[GeneralPromptsConfig]):
     """Source stage: the prompt pool, normalised to messages; bad records are recorded rejections."""
 
     kind = "general.prompts"
+    reads = ()  # the pool file
+    writes = cols.POOL
+    input_files = (cols.POOL_FILE,)
     calls_llm: ClassVar[bool] = False
 
     def _path(self) -> Path:

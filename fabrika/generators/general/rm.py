@@ -27,9 +27,11 @@ import json
 import math
 from typing import ClassVar
 
+import fabrika.generators.general.columns as cols
 from fabrika.filters.teacher_rm import RMChoiceConfig, stage_reward_model, summarise
 from fabrika.pipeline.stage import Row, Stage, ok, register_stage, rejected
 from fabrika.rewards.rm_service import SIM_RM_ID, RMEndpoint, sim_scores
+from fabrika.schemas.general import TeacherAnswersRow
 
 __all__ = ["SIM_RM_ID", "GeneralRMConfig", "GeneralRMStage", "RMEndpoint", "sim_scores"]
 
@@ -43,6 +45,8 @@ class GeneralRMStage(Stage[GeneralRMConfig]):
     """Annotating stage over ``general.teacher``: one RM score per usable teacher answer."""
 
     kind = "general.rm"
+    reads = (cols.PROMPT, cols.ANSWERS)
+    writes = cols.RM
     calls_llm: ClassVar[bool] = False
     annotates: ClassVar[bool] = True
 
@@ -54,14 +58,15 @@ class GeneralRMStage(Stage[GeneralRMConfig]):
         from fabrika.filters.difficulty import wire_messages
 
         prompt = wire_messages(row.get("prompt"))
-        answers = json.loads(row.get("teacher_answers") or "[]")
-        usable = [a for a in answers if a.get("usable")]
+        t = TeacherAnswersRow.of(row)
+        answers = t.teacher_answers
+        usable = [a for a in answers if a.usable]
         if not usable:
-            return [rejected(str(row["id"]), "no_usable_teacher_answer", rm_id=self.rm_id)]
+            return [rejected(t.id, "no_usable_teacher_answer", rm_id=self.rm_id)]
         scores = await asyncio.to_thread(self.rm, [prompt] * len(usable),
-                                         [[{"role": "assistant", "content": a["text"]}] for a in usable])
-        by_index = {a["index"]: float(s) for a, s in zip(usable, scores, strict=True)}
-        aligned = [None if a["index"] not in by_index or math.isnan(by_index[a["index"]]) else by_index[a["index"]]
+                                         [[{"role": "assistant", "content": a.text}] for a in usable])
+        by_index = {a.index: float(s) for a, s in zip(usable, scores, strict=True)}
+        aligned = [None if a.index not in by_index or math.isnan(by_index[a.index]) else by_index[a.index]
                    for a in answers]
         summary = summarise(list(scores), len(answers) - len(usable), self.rm_id)
-        return [ok(str(row["id"]), **summary, answer_rm_scores=json.dumps(aligned))]
+        return [ok(t.id, **summary, answer_rm_scores=json.dumps(aligned))]

@@ -19,25 +19,25 @@ would read that column as R, a constant per prompt that teaches nothing.
 
 from __future__ import annotations
 
-import json
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+import fabrika.generators.general.columns as cols
 from fabrika.gates import GatePredicate, register_gate_group
+from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import Message, Sample, to_row
+from fabrika.schemas.general import GeneralTeacherRow
 from fabrika.schemas.ids import stable_id
 
-EXPERT = "general"
+EXPERT: Literal["general"] = "general"
 #: The answer-selection gates apply to SFT exports only: they never drop a row at run time, so the scorers of
 #: general.samples (language, length) score every answer and a refilter can widen the selection offline.
 SFT = ("sft",)
 
 
-def _messages(row: Row) -> list[Message]:
-    return [Message.model_validate(m) for m in json.loads(row["prompt"])]
 
 
 class GeneralSamplesConfig(StageConfig):
@@ -49,33 +49,39 @@ class GeneralSamplesStage(Stage[GeneralSamplesConfig]):
     """One SFT row per usable, RM-scored teacher answer (ranked by score within its prompt)."""
 
     kind = "general.samples"
+    writes = cols.SAMPLES
+    reads = (cols.PROMPT, cols.ANSWERS, cols.RM_SCORES, cols.REF_LENGTH,
+             *(c.optional() for c in cols.TEACHER if c.name not in ("prompt", "teacher_answers", "ref_length")))
+
+    @classmethod
+    def contract(cls, config: GeneralSamplesConfig) -> Contract:
+        return Contract(cls.reads, cls.writes, hints={"answer_rm_scores": cols.RM_HINT})
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
-        if row.get("answer_rm_scores") is None:
-            return [rejected(stable_id(row["id"], prefix="gs-"), "unscored: no general.rm scores for this prompt; "
+        r = GeneralTeacherRow.of(row)
+        if r.answer_rm_scores is None:
+            return [rejected(stable_id(r.id, prefix="gs-"), "unscored: no general.rm scores for this prompt; "
                              "add a general.rm stage with input: the general.teacher stage")]
-        answers = json.loads(row["teacher_answers"])
-        scores = json.loads(row["answer_rm_scores"])
-        scored = [(a, s) for a, s in zip(answers, scores, strict=True) if a.get("usable") and s is not None]
+        scored = [(a, s) for a, s in zip(r.teacher_answers, r.answer_rm_scores, strict=True)
+                  if a.usable and s is not None]
         if not scored:
-            return [rejected(stable_id(row["id"], prefix="gs-"), "no_scored_answer: every RM score failed")]
-        ranked = sorted(scored, key=lambda pair: (-pair[1], pair[0]["index"]))
-        prompt = _messages(row)
-        l0 = float(row["ref_length"])
+            return [rejected(stable_id(r.id, prefix="gs-"), "no_scored_answer: every RM score failed")]
+        ranked = sorted(scored, key=lambda pair: (-pair[1], pair[0].index))
+        l0 = r.l0()
         out = []
         for rank, (answer, score) in enumerate(ranked):
-            sample = Sample(id=stable_id(row["id"], answer["index"], prefix="gs-"), expert=EXPERT,
-                            lang=row.get("lang") or "und", prompt=prompt, target_type="text",
-                            completion=[Message(role="assistant", content=answer["text"])],
-                            meta={"prompt_id": row.get("prompt_id"), "teacher_row": row["id"],
-                                  "answer_index": answer["index"], "service": row.get("service"),
-                                  "task": row.get("task")})
+            sample = Sample(id=stable_id(r.id, answer.index, prefix="gs-"), expert=EXPERT,
+                            lang=r.lang or "und", prompt=r.prompt, target_type="text",
+                            completion=[Message(role="assistant", content=answer.text)],
+                            meta={"prompt_id": r.prompt_id, "teacher_row": r.id, "answer_index": answer.index,
+                                  "service": r.service, "task": r.task})
+            length = answer.length
             out.append(ok(sample.id, **{k: v for k, v in to_row(sample).items() if k != "id"},
-                          teacher_rm_score=float(score), teacher_rm_rank=rank, answer_length=answer["length"],
-                          ref_length=l0, length_ratio=answer["length"] / l0 if l0 else None,
-                          length_unit=row.get("length_unit"), rm_id=row.get("rm_id"),
-                          template_id=row.get("template_id"), template_rank=row.get("template_rank")))
+                          teacher_rm_score=float(score), teacher_rm_rank=rank, answer_length=length,
+                          ref_length=l0, length_ratio=length / l0 if l0 and length is not None else None,
+                          length_unit=r.length_unit, rm_id=r.rm_id,
+                          template_id=r.template_id, template_rank=r.template_rank))
         return out
 
 
@@ -88,17 +94,19 @@ class GeneralGrpoStage(Stage[GeneralGrpoConfig]):
     """One prompt-only GRPO row per prompt with a usable L0."""
 
     kind = "general.grpo"
+    reads = (cols.PROMPT, cols.REF_LENGTH, *(c.optional() for c in cols.TEACHER if c.name not in ("prompt", "ref_length")),
+             Column("rm_id", str, required=False), Column("teacher_rm_mean", float, required=False))
+    writes = cols.GRPO
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
-        sample = Sample(id=stable_id(row["id"], prefix="gg-"), expert=EXPERT, lang=row.get("lang") or "und",
-                        prompt=_messages(row), completion=[],
-                        meta={"prompt_id": row.get("prompt_id"), "teacher_row": row["id"]})
+        r = GeneralTeacherRow.of(row)
+        sample = Sample(id=stable_id(r.id, prefix="gg-"), expert=EXPERT, lang=r.lang or "und",
+                        prompt=r.prompt, completion=[], meta={"prompt_id": r.prompt_id, "teacher_row": r.id})
         return [ok(sample.id, **{k: v for k, v in to_row(sample).items() if k != "id"},
-                   ref_length=float(row["ref_length"]), length_unit=row.get("length_unit"),
-                   rm_id=row.get("rm_id"), teacher_rm_mean=row.get("teacher_rm_mean"),
-                   teacher_usable=row.get("teacher_usable"), template_id=row.get("template_id"),
-                   template_rank=row.get("template_rank"))]
+                   ref_length=r.l0(), length_unit=r.length_unit, rm_id=r.rm_id, teacher_rm_mean=r.teacher_rm_mean,
+                   teacher_usable=r.teacher_usable, template_id=r.template_id, template_rank=r.template_rank)]
+
 
 
 class GeneralGate(BaseModel):

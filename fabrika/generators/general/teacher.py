@@ -32,11 +32,13 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+import fabrika.generators.general.columns as cols
 from fabrika.filters.teacher_rm import prompt_messages
 from fabrika.llm.rejections import TRUNCATED, llm_error_reason
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.rewards.general import completion_length
+from fabrika.schemas.general import GeneralPromptRow
 from fabrika.schemas.ids import stable_id
 from fabrika.textutil.reasoning import split_reasoning
 
@@ -91,6 +93,8 @@ class GeneralTeacherStage(Stage[GeneralTeacherConfig]):
     """Per prompt: K teacher answers (visible text, length, problem) and L0 over the usable ones."""
 
     kind = "general.teacher"
+    reads = cols.TEACHER_READS
+    writes = cols.TEACHER
 
     def messages(self, row: Row) -> list[dict[str, Any]]:
         messages = prompt_messages(row)
@@ -128,14 +132,15 @@ class GeneralTeacherStage(Stage[GeneralTeacherConfig]):
         lengths = [float(a["length"]) for a in answers if a["usable"]]
         l0 = reference_length(lengths, cfg.ref_length_stat)
         # the pool's own lang, else what filter.language detected on the pool (its columns are joined on read)
-        columns = {"prompt": json.dumps(messages, ensure_ascii=False), "lang": row.get("lang") or row.get("lang_detected"),
-                   "service": row.get("service"), "task": row.get("task"), "prompt_id": row["id"],
+        p = GeneralPromptRow.of(row)
+        columns = {"prompt": json.dumps(messages, ensure_ascii=False), "lang": p.lang or p.lang_detected,
+                   "service": p.service, "task": p.task, "prompt_id": p.id,
                    # copied so that a refilter re-applies general.max_per_template to the dataset rows
-                   "template_id": row.get("template_id"), "template_rank": row.get("template_rank"),
+                   "template_id": p.template_id, "template_rank": p.template_rank,
                    "teacher_answers": json.dumps(answers, ensure_ascii=False), "teacher_k": len(answers),
                    "teacher_usable": len(lengths), "teacher_truncated": sum(a["problem"] == TRUNCATED for a in answers),
                    "ref_length": l0, "length_unit": cfg.length_unit, "ref_length_stat": cfg.ref_length_stat}
-        out_id = stable_id(row["id"], self.name, prefix="gt-")
+        out_id = stable_id(p.id, self.name, prefix="gt-")
         if l0 is None:
             problems = sorted({str(a["problem"]) for a in answers})
             return [rejected(out_id, f"no_usable_teacher_answer: {len(answers)} answers, problems {problems}",

@@ -15,12 +15,15 @@ from typing import Any, ClassVar
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+import fabrika.generators.instruct.columns as cols
 import fabrika.generators.instruct.prompts as prompts
 from fabrika.filters.similarity import SimilarityConfig, build_similarity
 from fabrika.gates import GatePredicate, register_gate_group
-from fabrika.generators.instruct.verifiers import consistency_before, current_min_accuracy, surviving_functions
+from fabrika.generators.instruct.verifiers import consistency_before, current_min_accuracy
 from fabrika.llm.rejections import TRUNCATED, llm_error_reason
+from fabrika.pipeline.columns import Contract
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.schemas.instruct import IFConstraintRow
 from fabrika.schemas.rows import dumps
 from fabrika.textutil.answers import is_failure, parse_instruction
 from fabrika.textutil.lang import check_russian
@@ -42,6 +45,12 @@ class BacktranslationStage(Stage[BacktranslationConfig]):
     kind = "if.backtranslation"
     #: the prompts it renders (their text is in its fingerprint: an edit redoes it)
     prompt_templates: ClassVar[tuple[Any, ...]] = (prompts.CATALOGUE.select("backtranslate"),)
+    reads = (cols.TEXT, cols.FUNCTIONS)
+    writes = cols.BACKTRANSLATION
+
+    @classmethod
+    def contract(cls, config: BacktranslationConfig) -> Contract:
+        return Contract(cls.reads, cls.writes, hints={"functions": cols.CONSISTENCY_HINT})
     annotates: ClassVar[bool] = True
 
     @classmethod
@@ -55,26 +64,27 @@ class BacktranslationStage(Stage[BacktranslationConfig]):
         self.min_accuracy = current_min_accuracy(self.ctx)
 
     async def process(self, row: Row) -> list[Row]:
-        rid = str(row["id"])
-        funcs = surviving_functions(row.get("functions"), self.min_accuracy, self.config.max_functions)
+        c = IFConstraintRow.of(row)
+        rid = c.id
+        funcs = c.surviving(self.min_accuracy, self.config.max_functions)
         if not funcs:
             return [rejected(rid, "no_surviving_function: nothing to back-translate", bt_backend=self.similarity.name)]
-        reqs = [prompts.backtranslate_request(f["code"], model=self.config.model) for f in funcs]
+        reqs = [prompts.backtranslate_request(f.code, model=self.config.model) for f in funcs]
         instructions: list[dict] = []
         problems: list[dict] = []
         for f, resp in zip(funcs, await self.ctx.llm.complete(reqs)):
             if resp.error is not None:
-                problems.append({"sample_index": f["sample_index"], "reason": llm_error_reason(resp.error)})
+                problems.append({"sample_index": f.sample_index, "reason": llm_error_reason(resp.error)})
                 continue
             text = parse_instruction(resp.text)
             reason = str(text) if is_failure(text) else check_russian(str(text))
             if reason is None and resp.choices and resp.choices[0].truncated:
                 reason = TRUNCATED
             if reason is not None:
-                problems.append({"sample_index": f["sample_index"], "reason": reason})
+                problems.append({"sample_index": f.sample_index, "reason": reason})
                 continue
-            instructions.append({"sample_index": f["sample_index"], "text": str(text)})
-        sims = await self.similarity.pairs([(row["text"], i["text"]) for i in instructions])
+            instructions.append({"sample_index": f.sample_index, "text": str(text)})
+        sims = await self.similarity.pairs([(c.text, i["text"]) for i in instructions])
         for i, s in zip(instructions, sims):
             i["similarity"] = s
         cols = {

@@ -12,13 +12,13 @@ smaller id, so the result is order-independent.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, AsyncIterator, ClassVar, Iterator
 
 from pydantic import Field
 
+import fabrika.generators.instruct.columns as cols
 import fabrika.generators.instruct.prompts as prompts
 from fabrika.errors import InputError
 from fabrika.filters.dedup import near_duplicate_clusters
@@ -26,9 +26,11 @@ from fabrika.filters.text import norm_tokens
 from fabrika.generators.generic import iter_prompt_records
 from fabrika.inputs import where
 from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.columns import Column
 from fabrika.pipeline.llm_stage import LLMStage
+from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
-from fabrika.schemas import Constraint, stable_id, to_row
+from fabrika.schemas import Constraint, from_row, stable_id, to_row
 from fabrika.textutil.answers import is_failure, parse_constraint_list
 from fabrika.textutil.lang import check_russian
 
@@ -87,6 +89,10 @@ class ExpandStage(LLMStage[ExpandConfig]):
     kind = "if.expand"
     #: the prompts it renders (their text is in its fingerprint: an edit redoes it)
     prompt_templates: ClassVar[tuple[Any, ...]] = (prompts.CATALOGUE.select("expand"),)
+    reads = ()  # seed files and the constraint library
+    writes = (*cols.CONSTRAINT, Column("sample_index", int, required=False, doc="answer the candidate came from"))
+    input_files = (InputFile("seed_files[]", "IF seed file", fields=("text",),
+                             fix="one JSON object with a non-empty 'text' per line (optional 'id')"),)
     per_answer = True  # each answer's candidates stand alone; a failed answer rejects only itself
     allow_truncated = True  # a cut-off list keeps its complete items (only the last one is rejected)
 
@@ -125,8 +131,7 @@ class ExpandStage(LLMStage[ExpandConfig]):
         return Constraint(id=stable_id(seed_id, *parts, prefix="ifc-"), text=text, source="llm", parent_id=seed_id)
 
     def _seed(self, row: Row) -> Constraint:
-        return Constraint(**{k: row[k] for k in ("id", "text", "lang", "source", "parent_id", "family")},
-                          params=_json(row.get("params")))
+        return from_row(Constraint, row)
 
     def requests(self, row: Row) -> list[ChatRequest]:
         cfg = self.config
@@ -175,12 +180,6 @@ class ExpandStage(LLMStage[ExpandConfig]):
         return out
 
 
-def _json(value: Any) -> dict[str, Any]:
-    if isinstance(value, str):
-        return json.loads(value) if value else {}
-    return dict(value or {})
-
-
 def _reject_cols(base: Constraint, k: int) -> dict[str, Any]:
     cols = to_row(base)
     cols.pop("text")
@@ -207,6 +206,8 @@ class DedupStage(Stage[DedupConfig]):
 
     kind = "if.dedup"
     prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
+    reads = cols.CONSTRAINT_READS
+    writes = cols.CONSTRAINT
     global_stage: ClassVar[bool] = True
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:

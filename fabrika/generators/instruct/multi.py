@@ -30,20 +30,23 @@ pair is visible in the funnel and never reaches a prompt. A judge failure reject
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Literal
 
 from pydantic import Field, field_validator
 
+import fabrika.generators.instruct.columns as cols
 import fabrika.generators.instruct.prompts as prompts
 from fabrika.generators.instruct.queries import DEFAULT_POOL, SYSTEM_TEMPLATES, USER_TEMPLATES, load_pool
-from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sandbox, surviving_functions
+from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sandbox
 from fabrika.llm.rejections import answer_problem
 from fabrika.llm.types import ChatRequest
+from fabrika.pipeline.columns import Column, Contract
+from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id
+from fabrika.schemas.instruct import IFConstraintRow
 from fabrika.schemas.rows import dumps
 from fabrika.textutil.answers import ParseFailure, answer_int, extract_json, is_failure
 from fabrika.textutil.reasoning import answer_text as strip_reasoning
@@ -153,6 +156,16 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
     kind = "if.multi.prompts"
     #: the prompts it renders (their text is in its fingerprint: an edit redoes it)
     prompt_templates: ClassVar[tuple[Any, ...]] = (prompts.CATALOGUE.select("conflict"),)
+    reads = (cols.TEXT, cols.FUNCTIONS, cols.CONSISTENCY[2], *(c for c in cols.CONSTRAINT_READS if c.name != "text"),
+             Column("sample_index", int, required=False))
+    writes = cols.MULTI_PROMPT
+    input_files = (InputFile("query_pool", "query pool", fields=("text",), default=str(DEFAULT_POOL),
+                             fix="one JSON object with a non-empty 'text' per line (optional 'id')"),)
+
+    @classmethod
+    def contract(cls, config: MultiPromptsConfig) -> Contract:
+        return Contract(cls.reads, cls.writes, hints={"functions": cols.CONSISTENCY_HINT,
+                                                      "case_support": cols.CONSISTENCY_HINT})
 
     @classmethod
     def check_config(cls, config: MultiPromptsConfig, pipeline: Any) -> list[tuple[str, str]]:
@@ -191,19 +204,19 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
         out = []
         for r in self.ctx.iter_rows(inputs[0], gated=True, columns=["id", "text", "source", "family", "functions",
                                                                    "case_support", "sample_index"]):
-            if r.get("source") == "library" or r.get("sample_index") is not None:
+            c = IFConstraintRow.of(r)
+            if c.source == "library" or c.sample_index is not None:
                 continue
-            funcs = surviving_functions(r.get("functions"), min_acc, self.config.max_verifiers)
+            funcs = c.surviving(min_acc, self.config.max_verifiers)
             if not funcs:
                 continue
-            cases = [c for c in json.loads(r.get("case_support") or "[]") if c["support"] > 0]
-            positives = [c["response"] for c in cases if c["label"] and _substantive(c["response"])]
-            negatives = [c["response"] for c in cases if not c["label"]]
-            out.append({"id": str(r["id"]), "text": r["text"], "source": r.get("source") or "llm",
-                        "family": r.get("family"), "codes": [f["code"] for f in funcs],
-                        "accuracy": [f["accuracy"] for f in funcs], "positives": positives,
-                        "negatives": negatives})
-        return sorted(out, key=lambda c: c["id"])
+            cases = [case for case in c.case_support if case.support > 0]
+            positives = [case.response for case in cases if case.label and _substantive(case.response)]
+            negatives = [case.response for case in cases if not case.label]
+            out.append({"id": c.id, "text": c.text, "source": c.source or "llm", "family": c.family,
+                        "codes": [f.code for f in funcs], "accuracy": [f.accuracy for f in funcs],
+                        "positives": positives, "negatives": negatives})
+        return sorted(out, key=lambda item: item["id"])
 
     def _count(self, rng: random.Random) -> int:
         counts = sorted(self.config.count_weights)

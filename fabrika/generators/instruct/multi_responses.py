@@ -14,21 +14,21 @@ materialised and ``fabrika refilter --set filters.if_multi.mode=loose`` switches
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any, ClassVar, Literal
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+import fabrika.generators.instruct.columns as cols
 import fabrika.generators.instruct.prompts as prompts
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.instruct.responses import TEACHER_COLUMNS
 from fabrika.generators.instruct.verifiers import get_sandbox
 from fabrika.llm.rejections import answer_problem
 from fabrika.llm.types import ChatRequest
-from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.pipeline.stage import Row, Stage, StageConfig, carry, ok, register_stage, rejected
 from fabrika.schemas import Message, Sample, stable_id, to_row
-from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth
+from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth, IFPromptRow, IFResponseRow, PromptConstraint
 from fabrika.schemas.rows import dumps
 from fabrika.textutil.answers import parse_score
 from fabrika.textutil.lang import check_russian
@@ -56,12 +56,12 @@ class MultiResponsesConfig(StageConfig):
                                  "library ru.language.* constraint sets the language).")
 
 
-def library_verdicts(text: str, spec: dict[str, Any]) -> tuple[bool, bool]:
+def library_verdicts(text: str, spec: PromptConstraint) -> tuple[bool, bool]:
     """Strict and loose verdicts of a trusted library constraint."""
     from fabrika.constraints import get
 
-    c = get(spec["library_id"])
-    return bool(c.verify(text, spec["params"])), bool(c.verify_loose(text, spec["params"]))
+    c = get(str(spec.library_id))
+    return bool(c.verify(text, spec.params)), bool(c.verify_loose(text, spec.params))
 
 
 @register_stage
@@ -71,20 +71,24 @@ class MultiResponsesStage(Stage[MultiResponsesConfig]):
     kind = "if.multi.responses"
     #: the prompts it renders (their text is in its fingerprint: an edit redoes it)
     prompt_templates: ClassVar[tuple[Any, ...]] = (prompts.CATALOGUE.select("judge_quality"),)
+    reads = (cols.MESSAGES, cols.PROMPT_CONSTRAINTS, *(c.optional() for c in cols.MULTI_PROMPT
+                                                        if c.name not in ("messages", "constraints")))
+    writes = cols.MULTI_RESPONSES
 
     async def setup(self) -> None:
         self.pool = get_sandbox(self.ctx, self.config.timeout_s)
 
     async def process(self, row: Row) -> list[Row]:
         cfg = self.config
-        pid = str(row["id"])
-        base = {"prompt_id": pid, **{k: row.get(k) for k in PROMPT_COLS}}
-        specs = json.loads(row.get("constraints") or "[]")
-        check_language = cfg.check_language and not any(str(s.get("library_id") or "").startswith("ru.language.")
+        p = IFPromptRow.of(row)
+        pid = p.id
+        base = {"prompt_id": pid, **carry(row, PROMPT_COLS)}
+        specs = p.constraints
+        check_language = cfg.check_language and not any((s.library_id or "").startswith("ru.language.")
                                                         for s in specs)
-        reqs = [ChatRequest(messages=tuple(json.loads(row["messages"])), model=cfg.model, temperature=cfg.temperature,
-                            max_tokens=cfg.max_tokens, sample_index=i, tag=TAG_MULTI_RESPOND,
-                            meta={"library": json.loads(row.get("library_constraints") or "[]")})
+        library = [[cid, params] for cid, params in p.library_constraints]
+        reqs = [ChatRequest(messages=tuple(p.messages), model=cfg.model, temperature=cfg.temperature,
+                            max_tokens=cfg.max_tokens, sample_index=i, tag=TAG_MULTI_RESPOND, meta={"library": library})
                 for i in range(cfg.k)]
         out: list[Row] = []
         good: list[tuple[int, str]] = []
@@ -104,22 +108,22 @@ class MultiResponsesStage(Stage[MultiResponsesConfig]):
             return out
         texts = [t for _, t in good]
         per_text: list[list[dict[str, Any]]] = [[] for _ in texts]
-        llm_specs = [s for s in specs if not s.get("library_id")]
-        runs = await asyncio.gather(*(asyncio.gather(*(self.pool.run(code, texts) for code in s["verifier_code"]))
+        llm_specs = [s for s in specs if not s.library_id]
+        runs = await asyncio.gather(*(asyncio.gather(*(self.pool.run(code, texts) for code in s.verifier_code or []))
                                       for s in llm_specs))
-        llm_runs = dict(zip((s["id"] for s in llm_specs), runs))
+        llm_runs = dict(zip((s.id for s in llm_specs), runs))
         for j, text in enumerate(texts):
             for s in specs:
-                if s.get("library_id"):
+                if s.library_id:
                     strict, loose = library_verdicts(text, s)
                     share = 1.0 if strict else 0.0
                 else:
-                    passes = [run[j].passed for run in llm_runs[s["id"]]]
+                    passes = [run[j].passed for run in llm_runs[s.id]]
                     strict, loose = all(passes), sum(passes) * 2 > len(passes)
                     share = round(sum(passes) / len(passes), 4) if passes else 0.0
-                per_text[j].append({"id": s["id"], "source": s.get("source"), "strict": strict, "loose": loose,
+                per_text[j].append({"id": s.id, "source": s.source, "strict": strict, "loose": loose,
                                     "pass_share": share})
-        scores = await self._judge(row, texts) if cfg.judge else [None] * len(texts)
+        scores = await self._judge(p, texts) if cfg.judge else [None] * len(texts)
         for j, (i, text) in enumerate(good):
             res = per_text[j]
             failed = [r["id"] for r in res if not r["strict"]]
@@ -131,9 +135,9 @@ class MultiResponsesStage(Stage[MultiResponsesConfig]):
                           failed_constraints_loose=dumps(failed_loose), if_quality_score=scores[j]))
         return out
 
-    async def _judge(self, row: Row, texts: list[str]) -> list[float | None]:
-        instr = [c["text"] for c in json.loads(row.get("constraints") or "[]")]
-        reqs = [prompts.judge_quality_request(row.get("query") or "", instr, t, model=self.config.judge_model)
+    async def _judge(self, p: IFPromptRow, texts: list[str]) -> list[float | None]:
+        instr = [c.text for c in p.constraints]
+        reqs = [prompts.judge_quality_request(p.query or "", instr, t, model=self.config.judge_model)
                 for t in texts]
         out: list[float | None] = []
         for resp in await self.ctx.llm.complete(reqs):
@@ -160,9 +164,9 @@ def multi_predicates(p: MultiParams) -> list[GatePredicate]:
 register_gate_group("if_multi", MultiParams, multi_predicates)
 
 
-def _gt_constraint(c: dict[str, Any]) -> IFConstraintRef:
-    return IFConstraintRef(id=c["id"], text=c["text"], library_id=c.get("library_id"), params=c.get("params") or {},
-                           verifier_code=c.get("verifier_code") if not c.get("library_id") else None)
+def _gt_constraint(c: PromptConstraint) -> IFConstraintRef:
+    return IFConstraintRef(id=c.id, text=c.text, library_id=c.library_id, params=c.params,
+                           verifier_code=c.verifier_code if not c.library_id else None)
 
 
 class MultiSamplesConfig(StageConfig):
@@ -175,6 +179,8 @@ class MultiSamplesStage(Stage[MultiSamplesConfig]):
 
     kind = "if.multi.samples"
     prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
+    reads = (cols.MESSAGES, cols.RESPONSE, *(c.optional() for c in cols.MULTI_RESPONSES if c.name not in ("messages", "response")))
+    writes = cols.MULTI_SAMPLES
     calls_llm: ClassVar[bool] = False
 
     def input_rows(self):  # noqa: ANN201 - Iterator[Row]
@@ -187,16 +193,15 @@ class MultiSamplesStage(Stage[MultiSamplesConfig]):
                     yield row
 
     async def process(self, row: Row) -> list[Row]:
-        specs = json.loads(row.get("constraints") or "[]")
-        sample = Sample(id=stable_id(row["id"], prefix="ifms-"), expert="if", lang=row.get("lang") or "ru",
-                        prompt=[Message(**m) for m in json.loads(row["messages"])],
-                        completion=[Message(role="assistant", content=row["response"], train=True)],
+        r = IFResponseRow.of(row)
+        sample = Sample(id=stable_id(r.id, prefix="ifms-"), expert="if", lang=r.lang or "ru",
+                        prompt=[Message(**m) for m in r.messages],
+                        completion=[Message(role="assistant", content=r.response, train=True)],
                         target_type="text",
-                        ground_truth=IFGroundTruth(constraints=[_gt_constraint(c) for c in specs]).model_dump(),
-                        meta={"kind": "multi", "prompt_id": row.get("prompt_id"), "response_id": row["id"],
-                              "query_id": row.get("query_id"), "placement": row.get("placement")})
-        return [ok(**to_row(sample), placement=row.get("placement"), constraint_results=row.get("constraint_results"),
-                   **{k: row.get(k) for k in MULTI_SCORES})]
+                        ground_truth=IFGroundTruth(constraints=[_gt_constraint(c) for c in r.constraints]).model_dump(),
+                        meta={"kind": "multi", "prompt_id": r.prompt_id, "response_id": r.id,
+                              "query_id": r.query_id, "placement": r.placement})
+        return [ok(**to_row(sample), **carry(row, ("placement", "constraint_results", *MULTI_SCORES)))]
 
 
 class MultiGrpoConfig(StageConfig):
@@ -215,6 +220,9 @@ class MultiGrpoStage(Stage[MultiGrpoConfig]):
 
     kind = "if.multi.grpo"
     prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
+    reads = (cols.MESSAGES, cols.PROMPT_CONSTRAINTS, *(c.optional() for c in cols.MULTI_PROMPT
+                                                        if c.name not in ("messages", "constraints")), *cols.TEACHER)
+    writes = cols.MULTI_GRPO
     calls_llm: ClassVar[bool] = False
 
     @classmethod
@@ -226,13 +234,12 @@ class MultiGrpoStage(Stage[MultiGrpoConfig]):
         return []
 
     async def process(self, row: Row) -> list[Row]:
-        specs = json.loads(row.get("constraints") or "[]")
-        sample = Sample(id=stable_id(row["id"], prefix="ifmg-"), expert="if", lang=row.get("lang") or "ru",
-                        prompt=[Message(**m) for m in json.loads(row["messages"])], completion=[],
-                        ground_truth=IFGroundTruth(constraints=[_gt_constraint(c) for c in specs]).model_dump(),
-                        meta={"kind": "multi", "prompt_id": row["id"], "placement": row.get("placement")})
-        return [ok(**to_row(sample), placement=row.get("placement"), n_constraints=row.get("n_constraints"),
-                   n_llm_constraints=row.get("n_llm_constraints"), **{c: row.get(c) for c in TEACHER_COLUMNS})]
+        p = IFPromptRow.of(row)
+        sample = Sample(id=stable_id(p.id, prefix="ifmg-"), expert="if", lang=p.lang or "ru",
+                        prompt=[Message(**m) for m in p.messages], completion=[],
+                        ground_truth=IFGroundTruth(constraints=[_gt_constraint(c) for c in p.constraints]).model_dump(),
+                        meta={"kind": "multi", "prompt_id": p.id, "placement": p.placement})
+        return [ok(**to_row(sample), **carry(row, ("placement", "n_constraints", "n_llm_constraints", *TEACHER_COLUMNS)))]
 
 
 def _register_sim() -> None:

@@ -24,7 +24,6 @@ assistant never sees the tactics or the rubrics; the judge sees the chat, the re
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from pathlib import Path
@@ -34,6 +33,7 @@ import jinja2
 import yaml
 from pydantic import Field, model_validator
 
+import fabrika.generators.instruct.columns as cols
 import fabrika.generators.instruct.prompts as prompts
 from fabrika.generators.instruct.rubrics import (
     decidable_request,
@@ -45,11 +45,12 @@ from fabrika.generators.instruct.rubrics import (
 from fabrika.inputs import DATA_DIR
 from fabrika.llm.rejections import answer_problem
 from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.prompts import PromptCatalogue
 from fabrika.rewards.rubric import judge_request, render_transcript, response_verdicts, strip_reasoning
 from fabrika.schemas import Message, Sample, stable_id, to_row
-from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth
+from fabrika.schemas.instruct import IFConstraintRef, IFDialogueRow, IFGroundTruth
 from fabrika.schemas.rows import dumps
 from fabrika.textutil.answers import ParseFailure, is_failure
 
@@ -177,6 +178,10 @@ class DialoguesStage(Stage[DialoguesConfig]):
     #: the prompts it renders (their text is in its fingerprint: an edit redoes it)
     prompt_templates: ClassVar[tuple[Any, ...]] = (DIALOGUE.select("user", "tactics", "rules_intro"),
                                                    RUBRIC.select("judge"), prompts.CATALOGUE.select("judge_quality"))
+    reads = ()  # seeds file (personas, topics) and the constraint library
+    writes = cols.DIALOGUE
+    input_files = (InputFile("seeds_file", "IF dialogue seeds file", format="document",
+                             fix="a YAML mapping with personas/topics per language"),)
 
     @classmethod
     def check_config(cls, config: DialoguesConfig, pipeline: Any) -> list[tuple[str, str]]:
@@ -319,11 +324,9 @@ class DialoguesStage(Stage[DialoguesConfig]):
         return out
 
 
-def _gt(row: Row) -> dict[str, Any]:
-    rules = json.loads(row.get("rules") or "[]")
-    return IFGroundTruth(constraints=[IFConstraintRef(id=r["id"], text=r["text"], library_id=r["library_id"],
-                                                      params=r["params"]) for r in rules],
-                         rubrics=json.loads(row.get("rubrics") or "[]")).model_dump()
+def _gt(d: IFDialogueRow) -> dict[str, Any]:
+    return IFGroundTruth(constraints=[IFConstraintRef(id=r.id, text=r.text, library_id=r.library_id, params=r.params)
+                                      for r in d.rules], rubrics=list(d.rubrics)).model_dump()
 
 
 def turn_failure(turn: dict[str, Any]) -> str | None:
@@ -350,30 +353,32 @@ class DialogueSamplesStage(Stage[DialogueSamplesConfig]):
 
     kind = "if.dialogue.samples"
     prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
+    reads = (cols.MESSAGES, cols.TURNS, *(c.optional() for c in cols.DIALOGUE if c.name not in ("messages", "turns")))
+    writes = cols.DIALOGUE_SAMPLES
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
-        messages = json.loads(row["messages"])
-        gt = _gt(row)
+        d = IFDialogueRow.of(row)
+        messages = d.messages
+        gt = _gt(d)
         out: list[Row] = []
-        for turn in json.loads(row.get("turns") or "[]"):
-            i = turn["message_index"]
-            sid = stable_id(row["id"], turn["turn"], prefix="ifds-")
-            cols = {"dialogue_id": row["id"], "turn": turn["turn"], "tactic": turn["tactic"],
-                    "failed_rubrics": dumps(turn["failed_rubrics"]), "failed_rules": dumps(turn["failed_rules"]),
-                    "n_rubrics": row.get("n_rubrics")}
-            why = turn_failure(turn)
+        for turn in d.turns:
+            i = turn.message_index
+            sid = stable_id(d.id, turn.turn, prefix="ifds-")
+            cols: dict[str, Any] = {"dialogue_id": d.id, "turn": turn.turn, "tactic": turn.tactic,
+                    "failed_rubrics": dumps(turn.failed_rubrics), "failed_rules": dumps(turn.failed_rules),
+                    "n_rubrics": d.n_rubrics}
+            why = turn_failure(turn.model_dump())
             if why:
                 out.append(rejected(sid, why, **cols))
                 continue
-            sample = Sample(id=sid, expert="if", lang=row.get("lang") or "ru",
+            sample = Sample(id=sid, expert="if", lang=d.lang or "ru",
                             prompt=[Message(role=m["role"], content=m["content"]) for m in messages[:i]],
                             completion=[Message(role="assistant", content=messages[i]["content"], train=True)],
                             target_type="text", ground_truth=gt,
-                            meta={"kind": "dialogue", "dialogue_id": row["id"], "turn": turn["turn"],
-                                  "tactic": turn["tactic"]})
+                            meta={"kind": "dialogue", "dialogue_id": d.id, "turn": turn.turn, "tactic": turn.tactic})
             out.append(ok(**to_row(sample), **cols))
-        return out or [rejected(stable_id(row["id"], prefix="ifds-"), "no_assistant_turns")]
+        return out or [rejected(stable_id(d.id, prefix="ifds-"), "no_assistant_turns")]
 
 
 class DialogueGrpoConfig(StageConfig):
@@ -386,26 +391,27 @@ class DialogueGrpoStage(Stage[DialogueGrpoConfig]):
 
     kind = "if.dialogue.grpo"
     prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
+    reads = (cols.MESSAGES, cols.TURNS, *(c.optional() for c in cols.DIALOGUE if c.name not in ("messages", "turns")),
+             *cols.TEACHER)
+    writes = cols.DIALOGUE_GRPO
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
-        messages = json.loads(row["messages"])
-        gt = _gt(row)
+        d = IFDialogueRow.of(row)
+        gt = _gt(d)
         out = []
-        for turn in json.loads(row.get("turns") or "[]"):
-            i = turn["message_index"]
-            sample = Sample(id=stable_id(row["id"], turn["turn"], prefix="ifdg-"), expert="if",
-                            lang=row.get("lang") or "ru",
-                            prompt=[Message(role=m["role"], content=m["content"]) for m in messages[:i]],
+        for turn in d.turns:
+            i = turn.message_index
+            sample = Sample(id=stable_id(d.id, turn.turn, prefix="ifdg-"), expert="if", lang=d.lang or "ru",
+                            prompt=[Message(role=m["role"], content=m["content"]) for m in d.messages[:i]],
                             completion=[], ground_truth=gt,
-                            meta={"kind": "dialogue", "dialogue_id": row["id"], "turn": turn["turn"],
-                                  "tactic": turn["tactic"]})
-            quality = turn.get("quality")
-            out.append(ok(**to_row(sample), turn=turn["turn"], tactic=turn["tactic"], n_rubrics=row.get("n_rubrics"),
-                          teacher_passed=turn["passed"],
+                            meta={"kind": "dialogue", "dialogue_id": d.id, "turn": turn.turn, "tactic": turn.tactic})
+            quality = turn.quality
+            out.append(ok(**to_row(sample), turn=turn.turn, tactic=turn.tactic, n_rubrics=d.n_rubrics,
+                          teacher_passed=turn.passed,
                           judge_quality=round(quality / 10.0, 4) if quality is not None else None))
         # α (teacher_rm_mean, teacher_rm_k, rm_id) comes from an rm.teacher_scores stage annotating this table
-        return out or [rejected(stable_id(row["id"], prefix="ifdg-"), "no_assistant_turns")]
+        return out or [rejected(stable_id(d.id, prefix="ifdg-"), "no_assistant_turns")]
 
 
 def _register_sim() -> None:

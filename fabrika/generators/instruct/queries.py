@@ -10,17 +10,20 @@ The upstream scores are carried forward so gates can still refilter downstream.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import Field
 
+import fabrika.generators.instruct.columns as cols
 from fabrika.errors import InputError
 from fabrika.generators.generic import iter_prompt_records
 from fabrika.inputs import DATA_DIR
+from fabrika.pipeline.columns import Contract
+from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas import stable_id
+from fabrika.schemas.instruct import IFConstraintRow
 from fabrika.schemas.rows import dumps
 
 DEFAULT_POOL = DATA_DIR / "instruct" / "queries_ru.jsonl"
@@ -67,6 +70,14 @@ class QueriesStage(Stage[QueriesConfig]):
     """Per surviving constraint: N prompts (query × placement), each with what verification needs."""
 
     kind = "if.queries"
+    reads = (*cols.CONSTRAINT_READS, cols.FUNCTIONS, *cols.CARRIED)
+    writes = (*cols.PROMPT, cols.RUNNABLE, *cols.CARRIED)
+    input_files = (InputFile("query_pool", "query pool", fields=("text",), default=str(DEFAULT_POOL),
+                             fix="one JSON object with a non-empty 'text' per line (optional 'id')"),)
+
+    @classmethod
+    def contract(cls, config: QueriesConfig) -> Contract:
+        return Contract(cls.reads, cls.writes, hints={"functions": cols.CONSISTENCY_HINT})
     calls_llm: ClassVar[bool] = False
 
     @classmethod
@@ -79,13 +90,13 @@ class QueriesStage(Stage[QueriesConfig]):
         path = self.ctx.pipeline.resolve_path(self.config.query_pool) if self.config.query_pool else DEFAULT_POOL
         self.pool = load_pool(path)
 
-    def _extras(self, row: Row, rng: Any) -> list[tuple[str, dict[str, Any]]]:
+    def _extras(self, c: IFConstraintRow, rng: Any) -> list[tuple[str, dict[str, Any]]]:
         """Compatible library constraints to add to a library constraint (conflict table applies)."""
-        if row.get("source") != "library" or not self.config.max_extra_constraints:
+        if c.source != "library" or not self.config.max_extra_constraints:
             return []
         from fabrika.constraints import REGISTRY, compatible
 
-        main = (str(row["parent_id"]), json.loads(row.get("params") or "{}"))
+        main = (str(c.parent_id), dict(c.params))
         if main[0] not in REGISTRY:
             return []
         combo = [main]
@@ -104,13 +115,13 @@ class QueriesStage(Stage[QueriesConfig]):
 
     async def process(self, row: Row) -> list[Row]:
         cfg = self.config
-        cid = str(row["id"])
+        c = IFConstraintRow.of(row)
+        cid = c.id
         rng = self.ctx.rng(cid)
-        main = {"id": cid, "text": row["text"], "source": row.get("source"), "family": row.get("family"),
-                "params": json.loads(row.get("params") or "{}"), "library_id": row["parent_id"]
-                if row.get("source") == "library" else None}
-        verifiers = [{"sample_index": f["sample_index"], "code": f["code"], "accuracy": f["accuracy"]}
-                     for f in json.loads(row.get("functions") or "[]") if f.get("runnable")]
+        main: dict[str, Any] = {"id": cid, "text": c.text, "source": c.source, "family": c.family, "params": dict(c.params),
+                "library_id": c.parent_id if c.source == "library" else None}
+        verifiers = [{"sample_index": f.sample_index, "code": f.code, "accuracy": f.accuracy}
+                     for f in c.functions if f.runnable]
         if not verifiers:
             return [rejected(stable_id(cid, "queries", prefix="ifp-"), "no_verifiers: constraint has no runnable "
                              "function (run if.consistency before if.queries)", constraint_id=cid)]
@@ -118,7 +129,7 @@ class QueriesStage(Stage[QueriesConfig]):
         out: list[Row] = []
         for qid, query in rng.sample(self.pool, min(cfg.queries_per_constraint, len(self.pool))):
             placement = "system" if rng.random() < cfg.system_share else "user"
-            extras = self._extras(row, rng)
+            extras = self._extras(c, rng)
             constraints = [main]
             if extras:
                 from fabrika.constraints import to_constraint_record

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import polars as pl
 
@@ -36,7 +36,7 @@ def if_funnel(run_dir: str | Path, thresholds: Mapping[str, Any] | None = None) 
     first = {k: v[0] for k, v in names.items()}
     steps: list[tuple[str, int]] = []
 
-    def count(stage: str, annotators: list[str] = (), gated: bool = False, where: pl.Expr | None = None) -> int:
+    def count(stage: str, annotators: Sequence[str] = (), gated: bool = False, where: pl.Expr | None = None) -> int:
         lf = store.scan(stage, list(annotators))
         if lf is None:
             return 0

@@ -14,20 +14,20 @@ score columns, so ``fabrika refilter`` over the dataset changes the output.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any, ClassVar
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+import fabrika.generators.instruct.columns as cols
 import fabrika.generators.instruct.prompts as prompts
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.instruct.queries import CARRIED_SCORES
 from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sandbox
 from fabrika.llm.rejections import answer_problem, llm_error_reason
-from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.pipeline.stage import Row, Stage, StageConfig, carry, ok, register_stage, rejected
 from fabrika.schemas import Message, Sample, stable_id, to_row
-from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth, IFVerifierRef
+from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth, IFPromptRow, IFResponseRow, IFVerifierRef, PromptConstraint
 from fabrika.schemas.rows import dumps
 from fabrika.textutil.answers import parse_score
 from fabrika.textutil.lang import check_russian
@@ -61,6 +61,8 @@ class ResponsesStage(Stage[ResponsesConfig]):
     kind = "if.responses"
     #: the prompts it renders (their text is in its fingerprint: an edit redoes it)
     prompt_templates: ClassVar[tuple[Any, ...]] = (prompts.CATALOGUE.select("respond", "judge_quality"),)
+    reads = (*cols.PROMPT_READS, cols.RUNNABLE, *cols.CARRIED)
+    writes = cols.RESPONSES
     uses_sandbox: ClassVar[bool] = True  # runs LLM-written code: fail-closed isolation check
 
     async def setup(self) -> None:
@@ -71,14 +73,14 @@ class ResponsesStage(Stage[ResponsesConfig]):
 
     async def process(self, row: Row) -> list[Row]:
         cfg = self.config
-        pid = str(row["id"])
-        base = {"prompt_id": pid, **{k: row.get(k) for k in PROMPT_COLS}, **{k: row.get(k) for k in CARRIED_SCORES}}
-        messages = json.loads(row["messages"])
-        reqs = [prompts.respond_request(messages, sample_index=i, model=cfg.model, temperature=cfg.temperature,
+        p = IFPromptRow.of(row)
+        pid = p.id
+        base = {"prompt_id": pid, **carry(row, (*PROMPT_COLS, *CARRIED_SCORES))}
+        reqs = [prompts.respond_request(p.messages, sample_index=i, model=cfg.model, temperature=cfg.temperature,
                                         max_tokens=cfg.max_tokens) for i in range(cfg.k)]
         out: list[Row] = []
         good: list[tuple[int, str]] = []
-        library = [(cid, params) for cid, params in json.loads(row.get("library_constraints") or "[]")]
+        library = list(p.library_constraints)
         # a library constraint may itself ask for another language (ru.language.*): then it decides
         check_language = cfg.check_language and not any(cid.startswith(LANGUAGE_FAMILY) for cid, _ in library)
         for i, resp in enumerate(await self.ctx.llm.complete(reqs)):
@@ -97,15 +99,15 @@ class ResponsesStage(Stage[ResponsesConfig]):
                 good.append((i, split.answer))
         if not good:
             return out
-        verifiers = json.loads(row.get("verifiers") or "[]")
+        verifiers = p.verifiers
         texts = [t for _, t in good]
-        verdicts = await asyncio.gather(*(self.pool.run(v["code"], texts) for v in verifiers))
+        verdicts = await asyncio.gather(*(self.pool.run(v.code, texts) for v in verifiers))
         lib_results = [_library_verdicts(t, library) for t in texts]
         scores: list[float | None] = [None] * len(good)
         judge_notes: list[str | None] = [None] * len(good)
         if cfg.judge:
-            instr = [c["text"] for c in json.loads(row.get("constraints") or "[]")]
-            jreqs = [prompts.judge_quality_request(row.get("query") or "", instr, t, model=cfg.judge_model) for t in texts]
+            instr = [c.text for c in p.constraints]
+            jreqs = [prompts.judge_quality_request(p.query or "", instr, t, model=cfg.judge_model) for t in texts]
             for j, jr in enumerate(await self.ctx.llm.complete(jreqs)):
                 if jr.error is not None:
                     judge_notes[j] = llm_error_reason(jr.error)
@@ -116,7 +118,7 @@ class ResponsesStage(Stage[ResponsesConfig]):
                 else:
                     judge_notes[j] = str(s)
         for j, (i, text) in enumerate(good):
-            results = [{"sample_index": v["sample_index"], "accuracy": v["accuracy"], "status": vs[j].status,
+            results = [{"sample_index": v.sample_index, "accuracy": v.accuracy, "status": vs[j].status,
                         "passed": vs[j].passed} for v, vs in zip(verifiers, verdicts)]
             failed = [r["accuracy"] for r in results if not r["passed"]]
             out.append(ok(stable_id(pid, "response", i, prefix="ifr-"), response=text, sample_index=i, **base,
@@ -169,24 +171,24 @@ class SamplesStage(Stage[SamplesConfig]):
 
     kind = "if.samples"
     prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
+    reads = (cols.MESSAGES, cols.RESPONSE, *(c.optional() for c in cols.RESPONSES if c.name not in ("messages", "response")))
+    writes = cols.SAMPLES
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
-        prompt = [Message(**m) for m in json.loads(row["messages"])]
-        constraints = json.loads(row.get("constraints") or "[]")
+        r = IFResponseRow.of(row)
         sample = Sample(
-            id=stable_id(row["id"], prefix="ifs-"), expert="if", lang="ru", prompt=prompt,
-            completion=[Message(role="assistant", content=row["response"], train=True)], target_type="text",
-            ground_truth=IFGroundTruth(constraints=[_gt_constraint(c) for c in constraints]).model_dump(),
-            meta={"constraint_id": row.get("constraint_id"), "prompt_id": row.get("prompt_id"),
-                  "response_id": row["id"], "query_id": row.get("query_id"), "placement": row.get("placement")},
+            id=stable_id(r.id, prefix="ifs-"), expert="if", lang="ru", prompt=[Message(**m) for m in r.messages],
+            completion=[Message(role="assistant", content=r.response, train=True)], target_type="text",
+            ground_truth=IFGroundTruth(constraints=[_gt_constraint(c) for c in r.constraints]).model_dump(),
+            meta={"constraint_id": r.constraint_id, "prompt_id": r.prompt_id, "response_id": r.id,
+                  "query_id": r.query_id, "placement": r.placement},
         )
-        scores = {k: row.get(k) for k in (*CARRIED_SCORES, *RESPONSE_SCORES)}
-        return [ok(**to_row(sample), placement=row.get("placement"), **scores)]
+        return [ok(**to_row(sample), placement=r.placement, **carry(row, (*CARRIED_SCORES, *RESPONSE_SCORES)))]
 
 
-def _gt_constraint(c: dict[str, Any]) -> IFConstraintRef:
-    return IFConstraintRef(id=c["id"], text=c["text"], library_id=c.get("library_id"), params=c.get("params") or {})
+def _gt_constraint(c: PromptConstraint) -> IFConstraintRef:
+    return IFConstraintRef(id=c.id, text=c.text, library_id=c.library_id, params=c.params)
 
 
 class GrpoConfig(StageConfig):
@@ -209,6 +211,8 @@ class GrpoStage(Stage[GrpoConfig]):
 
     kind = "if.grpo"
     prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
+    reads = (*cols.PROMPT_READS, cols.RUNNABLE, *cols.TEACHER, *cols.CARRIED)
+    writes = cols.GRPO
     calls_llm: ClassVar[bool] = False
 
     @classmethod
@@ -223,14 +227,13 @@ class GrpoStage(Stage[GrpoConfig]):
         self.min_accuracy = current_min_accuracy(self.ctx)
 
     async def process(self, row: Row) -> list[Row]:
-        verifiers = [v for v in json.loads(row.get("verifiers") or "[]") if v["accuracy"] >= self.min_accuracy]
-        gt = IFGroundTruth(constraints=[_gt_constraint(c) for c in json.loads(row.get("constraints") or "[]")],
-                           verifiers=[IFVerifierRef(code=v["code"], accuracy=v["accuracy"]) for v in verifiers],
+        p = IFPromptRow.of(row)
+        verifiers = [v for v in p.verifiers if v.accuracy >= self.min_accuracy]
+        gt = IFGroundTruth(constraints=[_gt_constraint(c) for c in p.constraints],
+                           verifiers=[IFVerifierRef(code=v.code, accuracy=v.accuracy) for v in verifiers],
                            min_function_accuracy=self.min_accuracy).model_dump()
-        sample = Sample(id=stable_id(row["id"], prefix="ifg-"), expert="if", lang="ru",
-                        prompt=[Message(**m) for m in json.loads(row["messages"])], completion=[],
-                        ground_truth=gt, meta={"constraint_id": row.get("constraint_id"), "prompt_id": row["id"],
-                                               "placement": row.get("placement")})
-        teacher = {c: row.get(c) for c in TEACHER_COLUMNS}
-        return [ok(**to_row(sample), placement=row.get("placement"), **teacher,
-                   **{k: row.get(k) for k in CARRIED_SCORES})]
+        sample = Sample(id=stable_id(p.id, prefix="ifg-"), expert="if", lang="ru",
+                        prompt=[Message(**m) for m in p.messages], completion=[],
+                        ground_truth=gt, meta={"constraint_id": p.constraint_id, "prompt_id": p.id,
+                                               "placement": p.placement})
+        return [ok(**to_row(sample), placement=p.placement, **carry(row, (*TEACHER_COLUMNS, *CARRIED_SCORES)))]

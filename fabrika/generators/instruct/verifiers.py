@@ -25,12 +25,15 @@ from typing import Any, ClassVar
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+import fabrika.generators.instruct.columns as cols
 import fabrika.generators.instruct.prompts as prompts
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.columns import Column
 from fabrika.pipeline.llm_stage import LLMStage
-from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.pipeline.stage import Row, Stage, StageConfig, carry, ok, register_stage, rejected
 from fabrika.schemas import stable_id
+from fabrika.schemas.instruct import IFConstraintRow, IFVerifierAnswersRow
 from fabrika.schemas.rows import dumps
 from fabrika.textutil.answers import is_failure, parse_verifier_answer
 
@@ -53,16 +56,20 @@ class VerifiersStage(LLMStage[VerifiersConfig]):
     kind = "if.verifiers"
     #: the prompts it renders (their text is in its fingerprint: an edit redoes it)
     prompt_templates: ClassVar[tuple[Any, ...]] = (prompts.CATALOGUE.select("verifiers"),)
+    reads = cols.CONSTRAINT_READS
+    writes = (Column("constraint_id", str), *cols.CONSTRAINT, Column("sample_index", int, required=False),
+              cols.VERIFIER_ANSWERS, Column("n_verifiers", int))
     per_answer = True  # K independent samples: one bad answer rejects itself, not the constraint
 
     def requests(self, row: Row) -> list[ChatRequest]:
         cfg = self.config
-        return [prompts.verifier_request(row["text"], sample_index=i, model=cfg.model, temperature=cfg.temperature,
-                                         meta={"constraint_id": str(row["id"])}) for i in range(cfg.k)]
+        c = IFConstraintRow.of(row)
+        return [prompts.verifier_request(c.text, sample_index=i, model=cfg.model, temperature=cfg.temperature,
+                                         meta={"constraint_id": c.id}) for i in range(cfg.k)]
 
     def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
         cid = str(row["id"])
-        base = {"constraint_id": cid, **{k: row.get(k) for k in CONSTRAINT_COLS}}
+        base = {"constraint_id": cid, **carry(row, CONSTRAINT_COLS)}
         parsed: list[dict[str, Any]] = []
         out: list[Row] = []
         for i, resp in enumerate(responses):
@@ -159,6 +166,8 @@ class ConsistencyStage(Stage[ConsistencyConfig]):
 
     kind = "if.consistency"
     prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
+    reads = (cols.VERIFIER_ANSWERS,)
+    writes = cols.CONSISTENCY
     uses_sandbox: ClassVar[bool] = True  # runs LLM-written code: fail-closed isolation check
     calls_llm: ClassVar[bool] = False  # pure CPU: runs on worker actors under executor: ray
     annotates: ClassVar[bool] = True
@@ -178,14 +187,15 @@ class ConsistencyStage(Stage[ConsistencyConfig]):
         return list(first) + list(await self.pool.run(code, responses[1:]))
 
     async def process(self, row: Row) -> list[Row]:
-        answers = json.loads(row.get("verifiers") or "[]")
+        constraint = IFVerifierAnswersRow.of(row)
+        answers = constraint.verifiers
         funcs: dict[str, tuple[str, int]] = {}  # normalised → (code, sample_index)
         for a in answers:
-            funcs.setdefault(normalise_code(a["code"]), (a["code"], a["sample_index"]))
+            funcs.setdefault(normalise_code(a.code), (a.code, a.sample_index))
         cases: dict[str, bool] = {}
         conflicting: set[str] = set()
         for a in answers:
-            for c in a["cases"]:
+            for c in a.cases:
                 if c["response"] in cases and cases[c["response"]] != c["label"]:
                     conflicting.add(c["response"])
                 cases.setdefault(c["response"], c["label"])
@@ -217,7 +227,7 @@ class ConsistencyStage(Stage[ConsistencyConfig]):
             "n_supported_false": cv["n_supported_false"],
             "max_function_accuracy": max((f["accuracy"] for f in runnable), default=0.0),
         }
-        return [ok(str(row["id"]), **cols)]
+        return [ok(constraint.id, **cols)]
 
 
 class ConsistencyParams(BaseModel):
