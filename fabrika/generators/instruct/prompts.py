@@ -14,6 +14,7 @@ import yaml
 
 from fabrika.inputs import DATA_DIR
 from fabrika.llm.types import ChatRequest
+from fabrika.sandbox.precheck import allowed_summary
 
 PROMPTS_FILE = DATA_DIR / "instruct" / "prompts_ru.yaml"
 
@@ -50,9 +51,15 @@ def expand_request(seeds: list[str], n: int, *, sample_index: int, model: str | 
 
 
 def verifier_request(constraint: str, *, sample_index: int, model: str | None, temperature: float,
-                     meta: dict[str, Any] | None = None) -> ChatRequest:
-    """Ask for one ``evaluate(response)`` function plus 3 labelled test cases."""
-    return ChatRequest(messages=render("verifiers", constraint=constraint), model=model, temperature=temperature,
+                     meta: dict[str, Any] | None = None, lang: str = "ru") -> ChatRequest:
+    """Ask for one ``evaluate(response)`` function plus 3 labelled test cases.
+
+    The prompt names exactly what the sandbox's pre-check allows (``allowed_summary``), so a
+    model is not refused for using a module the prompt never mentioned; ``lang="en"`` asks in
+    English (and for English test cases)."""
+    role = "verifiers_en" if lang == "en" else "verifiers"
+    messages = render(role, constraint=constraint, allowed=allowed_summary(lang))
+    return ChatRequest(messages=messages, model=model, temperature=temperature,
                        sample_index=sample_index, tag=TAG_VERIFIERS, meta=dict(meta or {}))
 
 

@@ -30,6 +30,7 @@ from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.sandbox.verdict_text import clean_verdict_error
 from fabrika.schemas import stable_id
 from fabrika.schemas.rows import dumps
 from fabrika.textutil.answers import is_failure, parse_verifier_answer
@@ -55,8 +56,9 @@ class VerifiersStage(LLMStage[VerifiersConfig]):
 
     def requests(self, row: Row) -> list[ChatRequest]:
         cfg = self.config
+        lang = "en" if row.get("lang") == "en" else "ru"
         return [prompts.verifier_request(row["text"], sample_index=i, model=cfg.model, temperature=cfg.temperature,
-                                         meta={"constraint_id": str(row["id"])}) for i in range(cfg.k)]
+                                         meta={"constraint_id": str(row["id"])}, lang=lang) for i in range(cfg.k)]
 
     def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
         cid = str(row["id"])
@@ -123,7 +125,7 @@ def _first_error(row: list[Any]) -> str | None:
         if v.status == "timeout":
             return "timeout"
         if v.status == "error":
-            return f"{v.error_kind}: {(v.message or '')[:120]}"
+            return clean_verdict_error(v.error_kind, v.message, 160)  # stored: no host data, paths or control chars
     return None
 
 
