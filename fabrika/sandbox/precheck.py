@@ -79,6 +79,7 @@ ALLOWED_API: dict[str, frozenset[str]] = {
     "razdel": frozenset({"tokenize", "sentenize"}),
     "pymorphy3": frozenset({"MorphAnalyzer"}),
     "typing": _TYPING_API,
+    "__future__": frozenset({"annotations"}),
 }
 
 #: Modules a verifier may import (the worker's import guard and module views use this set).
@@ -98,7 +99,8 @@ ALLOWED_BUILTINS: frozenset[str] = frozenset({
     "ArithmeticError", "AssertionError", "AttributeError", "BaseException", "Exception", "IndexError",
     "KeyError", "LookupError", "NotImplementedError", "OverflowError", "RecursionError", "RuntimeError",
     "StopIteration", "TypeError", "UnicodeDecodeError", "UnicodeEncodeError", "UnicodeError", "ValueError",
-    "ZeroDivisionError", "MemoryError", "SystemExit", "KeyboardInterrupt", "GeneratorExit",
+    "ZeroDivisionError", "MemoryError", "SystemExit", "KeyboardInterrupt", "GeneratorExit", "ImportError",
+    "ModuleNotFoundError",
 })
 
 #: Names that open doors: refused anywhere, even as a variable of one's own.
@@ -214,11 +216,20 @@ def normalise(code: str) -> str:
 # -- the lint ----------------------------------------------------------------------------------
 
 
-def _bound_names(tree: ast.AST) -> set[str]:
+def _constant_rebinds(tree: ast.AST) -> set[int]:
+    """Names assigned a constant (``pymorphy3 = None`` in an ``except ImportError:`` fallback):
+    harmless even for an imported name, which then holds None instead of the module."""
+    return {id(node.targets[0]) for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Constant)}
+
+
+def _bound_names(tree: ast.AST, skip: frozenset[int] | set[int] = frozenset()) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
+            if id(node) not in skip:
+                names.add(node.id)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, ast.arg):
@@ -230,6 +241,17 @@ def _bound_names(tree: ast.AST) -> set[str]:
         elif isinstance(node, ast.MatchMapping) and node.rest:
             names.add(node.rest)
     return names
+
+
+def _only_tested(node: ast.Name, parent: ast.AST | None) -> bool:
+    """``if pymorphy3 is None:`` / ``if not pymorphy3:``: the module is only tested, never handed on."""
+    if isinstance(parent, ast.Compare):
+        return all(isinstance(op, (ast.Is, ast.IsNot)) for op in parent.ops) and all(
+            isinstance(side, ast.Constant) and side.value is None
+            for side in [parent.left, *parent.comparators] if side is not node)
+    if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
+        return True
+    return isinstance(parent, (ast.If, ast.IfExp, ast.While)) and parent.test is node
 
 
 def _format_fields(template: str) -> Iterator[str]:
@@ -260,9 +282,11 @@ class _Checker(ast.NodeVisitor):
                 for alias in node.names:
                     self.members[alias.asname or alias.name] = (node.module, alias.name)
                     imported.append(alias.asname or alias.name)
+        self.constant_rebinds = _constant_rebinds(tree)
         self.bound = _bound_names(tree)
+        rebound = _bound_names(tree, self.constant_rebinds)
         for name in imported:
-            if name in self.bound:
+            if name in rebound:
                 self._add(tree, f"{name!r} is imported and also assigned; do not rebind imported names")
 
     def _add(self, node: ast.AST, text: str) -> None:
@@ -288,10 +312,14 @@ class _Checker(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         name = node.id
         parent = self.parents.get(id(node))
-        if name.startswith("__") or name in BANNED_NAMES:
+        if name in self.members and not name.startswith("__"):  # from re import compile: re.compile
+            self._check_member(node, *self.members[name], parent)
+        elif name.startswith("__") or name in BANNED_NAMES:
             self._add(node, f"name {name!r} is not allowed")
         elif name in self.modules:
-            if not (isinstance(parent, ast.Attribute) and parent.value is node) or not isinstance(node.ctx, ast.Load):
+            if id(node) in self.constant_rebinds or _only_tested(node, parent):
+                pass
+            elif not (isinstance(parent, ast.Attribute) and parent.value is node) or not isinstance(node.ctx, ast.Load):
                 self._add(node, f"module {name!r} may only be used as {name}.<name>")
         elif name in self.members:
             self._check_member(node, *self.members[name], parent)
@@ -413,6 +441,7 @@ _SUMMARY_NAMES = {
     "razdel": "razdel (tokenize, sentenize)",
     "pymorphy3": "pymorphy3 (MorphAnalyzer() without arguments, .parse(word), .normal_forms(word))",
     "typing": "typing (type names for annotations)",
+    "__future__": "from __future__ import annotations",
 }
 
 _SUMMARY = {

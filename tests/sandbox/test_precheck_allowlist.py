@@ -44,7 +44,7 @@ REFUSED = [
     ("functools_update_wrapper", fn("return functools.update_wrapper is None", "import functools\n")),
     ("typing_get_type_hints", fn("return typing.get_type_hints(evaluate) == {}", "import typing\n")),
     ("module_passed_around", fn("m = re\nreturn m is not None", "import re\n")),
-    ("module_rebound", fn("return True", "import re\nre = None\n")),
+    ("module_rebound", fn("return True", "import re\nre = len\n")),
     ("format_attribute_walk", fn("return '{0.__class__}'.format(response) != ''")),
     ("format_walk_without_dunder", fn("return '{0.real}'.format(1) != ''")),
     ("format_item_walk", fn("return '{0[x]}'.format({'x': 1}) != ''")),
@@ -96,7 +96,15 @@ ACCEPTED = [
     ("math_itertools", fn("return math.ceil(len(list(itertools.islice(response, 3))) / 2) <= 2",
                           "import math, itertools\n")),
     ("object_sentinel", fn("missing = object()\nreturn {}.get(response, missing) is missing")),
+    ("future_annotations", fn("return True", "from __future__ import annotations\n")),
+    ("import_error_fallback", "try:\n    import pymorphy3\nexcept ImportError:\n    pymorphy3 = None\n\n"
+                              + fn("if pymorphy3 is None:\n    return False\nreturn bool(pymorphy3.MorphAnalyzer().parse(response))")),
+    ("from_re_import_compile", fn("return compile(r'\\d+').search(response) is not None", "from re import compile\n")),
 ]
+
+#: Accepted by the lint AND run by the worker to the expected verdict on "12 дом".
+RUNTIME_ACCEPTED = ["typing_and_annotations", "main_guard_with_anything", "global_and_nonlocal", "future_annotations",
+                    "import_error_fallback", "from_re_import_compile", "object_sentinel", "razdel_pymorphy"]
 
 
 @pytest.mark.parametrize(("name", "code"), REFUSED, ids=[r[0] for r in REFUSED])
@@ -107,6 +115,16 @@ def test_side_doors_are_refused(name, code):
 @pytest.mark.parametrize(("name", "code"), ACCEPTED, ids=[a[0] for a in ACCEPTED])
 def test_what_verifiers_need_is_accepted(name, code):
     assert precheck(code) == [], name
+
+
+def test_accepted_habits_also_run():
+    from fabrika.sandbox import SandboxConfig, SandboxPool
+
+    codes = dict(ACCEPTED)
+    with SandboxPool(SandboxConfig(workers=1, isolation="rlimits", timeout_s=2.0)) as pool:
+        for name in RUNTIME_ACCEPTED:
+            [verdict] = pool.run_sync(codes[name], ["12 дом"])
+            assert verdict.status in ("true", "false"), (name, verdict)
 
 
 # Wave 2's lint, condensed (ALLOWED root modules, BANNED names/attributes, no '_' attributes):

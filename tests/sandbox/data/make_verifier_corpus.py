@@ -85,11 +85,26 @@ HEADERS = {
 }
 
 
+def _defensive(imports: str) -> str:
+    """GPT-4's habit: optional libraries imported in a try/except ImportError with a None fallback."""
+    out = []
+    for line in imports.splitlines():
+        if line in ("import pymorphy3", "import razdel"):
+            mod = line.split()[1]
+            out.append(f"try:\n    import {mod}\nexcept ImportError:  # pragma: no cover\n    {mod} = None")
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def module(check: tuple[str, str, str, str, str, str], *, typed: bool, docstring: bool, guard: bool,
-           use_global: bool) -> str:
+           use_global: bool, future: bool = False) -> str:
     name, imports, helpers, body, good, bad = check
     parts = []
     head = "from typing import List, Optional\n" if typed or "List[" in helpers else ""
+    if future:
+        head = "from __future__ import annotations\n\n" + head
+        imports = _defensive(imports)
     imports_all = imports
     if "re." in body + helpers and "import re" not in imports:
         imports_all = "import re\n" + imports
@@ -128,7 +143,7 @@ def answer(style: str, code: str, check: tuple[str, str, str, str, str, str]) ->
     if style == "qwen_code_then_json":  # code block first, then a JSON that repeats it
         return ("Вот функция, которая проверяет ограничение:\n\n```python\n" + code + "```\n\n"
                 "И ответ в требуемом формате:\n\n" + json.dumps(payload, ensure_ascii=False))
-    if style == "gpt4_json_prose":  # GPT-4: a sentence, the JSON fenced, a closing sentence
+    if style in ("gpt4_json_prose", "gpt4_future_defensive"):  # GPT-4: a sentence, the JSON fenced, a closing sentence
         return ("Here is the verifier and three test cases.\n\n```json\n" + json.dumps(payload, ensure_ascii=False)
                 + "\n```\n\nThe function returns a bool as required.")
     return json.dumps(payload, ensure_ascii=False)  # bare JSON
@@ -139,6 +154,7 @@ STYLES = [
     ("qwen_code_then_json", dict(typed=True, docstring=False, guard=True, use_global=False)),
     ("gpt4_json_prose", dict(typed=False, docstring=True, guard=False, use_global=False)),
     ("bare_json", dict(typed=False, docstring=False, guard=False, use_global=True)),
+    ("gpt4_future_defensive", dict(typed=True, docstring=True, guard=False, use_global=False, future=True)),
 ]
 
 
