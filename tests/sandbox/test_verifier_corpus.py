@@ -36,7 +36,8 @@ def test_corpus_is_big_and_real_model_shaped():
     rows = _rows()
     assert len(rows) >= 100
     text = "\n".join(r["answer"] for r in rows)
-    for habit in ("from typing import List", "from __future__ import annotations", "except ImportError", 'if __name__ == \\"__main__\\"', '\\"\\"\\"', "global CALLS",
+    for habit in ("from typing import List", "from __future__ import annotations", "except ImportError",
+                  'if __name__ == \\"__main__\\"', '\\"\\"\\"', "global CALLS",
                   "```json", "```python", "<think>", "razdel", "pymorphy3"):
         assert habit in text, habit
 
