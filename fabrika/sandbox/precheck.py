@@ -381,12 +381,16 @@ class _Checker(ast.NodeVisitor):
                 self._add(node, "assigning into an attribute's items is not allowed")
         self.generic_visit(node)
 
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+    def _check_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         if node.name.startswith("__"):
             self._add(node, f"function name {node.name!r} is not allowed")
         self.generic_visit(node)
 
-    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self._check_function(node)
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
+        self._check_function(node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self._add(node, "class definitions are not allowed; write plain functions")
