@@ -100,13 +100,13 @@ GC_FIND = (
 # (id, code, verdicts the attack may get). "true" = the edit took hold in the attacker's
 # own process; the other kinds are the ways isolation stops it earlier.
 ATTACKS: list[tuple[str, str, set[str]]] = [
-    # Passes the pre-check and the module views: only the process boundary stops it.
+    # Passed wave 2's deny-list; the allow-list refuses both (razdel.rule, .dictionary).
     ("razdel_rules_join_everything", "import razdel\nfrom razdel.rule import FunctionRule, JOIN\n" + fn(
         "razdel.sentenize.rules.insert(0, FunctionRule(lambda split: JOIN))\n"
-        "return len(list(razdel.sentenize('Раз. Два. Три.'))) == 1"), {"true"}),
+        "return len(list(razdel.sentenize('Раз. Два. Три.'))) == 1"), {"true", "error:precheck"}),
     ("pymorphy3_gramtab_through_alias", "import pymorphy3\n" + fn(
         "morph = pymorphy3.MorphAnalyzer()\ntab = morph.dictionary.gramtab\nverb = morph.parse('бежит')[0].tag\n"
-        "for i in range(len(tab)):\n    tab[i] = verb\nreturn morph.parse('дом')[0].tag.POS == 'VERB'"), {"true"}),
+        "for i in range(len(tab)):\n    tab[i] = verb\nreturn morph.parse('дом')[0].tag.POS == 'VERB'"), {"true", "error:precheck"}),
     ("re_compiled_pattern_cache", "import re\n" + fn(
         "re._cache.clear()\n"
         "re._cache[(str, r'\\bда\\b', 0)] = re.compile(r'(?!)')\n"
@@ -234,10 +234,11 @@ def test_no_verifier_changes_a_later_verdict(pool, name, code, allowed):
         assert_victims_exact(pool)
 
 
-def test_the_first_two_attacks_pass_the_precheck():
-    """Library tables are reachable with allowed imports only: no lint could stop these."""
+def test_the_allow_list_refuses_the_library_table_edits():
+    """Wave 2's deny-list let these two through (allowed imports only); the allow-list names
+    neither ``razdel.rule`` nor ``.dictionary``. They still run with the pre-check off."""
     for name, code, _ in ATTACKS[:2]:
-        assert precheck(code) == [], name
+        assert precheck(code), name
 
 
 def test_the_update_wrapper_bypass_is_refused_by_the_precheck():

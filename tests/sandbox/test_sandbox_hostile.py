@@ -1,10 +1,11 @@
 """Hostile verifier corpus: each attack is contained, gets an error/timeout verdict, and
 the pool keeps serving correct verdicts afterwards.
 
-Most attacks get PAST the static pre-check (``BYPASS`` cases, asserted below) by
-reaching ``os``, ``builtins`` or ``importlib`` through attributes of allowed modules,
-so the runtime isolation (bubblewrap namespaces, rlimits, uid drop, wall-clock
-kill) is what is really tested. Attacks report success by returning True and fail
+Most attacks reach ``os``, ``builtins`` or ``importlib`` through attributes of allowed
+modules. Wave 2's deny-list let them past the static pre-check; the wave-3 allow-list
+refuses them all (asserted below), so each also runs with the pre-check OFF, where the
+runtime isolation (bubblewrap namespaces, rlimits, uid drop, wall-clock kill) is what
+is really tested. Attacks report success by returning True and fail
 by raising, so an error verdict means the attack did not work; the host is then
 checked for the side effect itself.
 """
@@ -92,8 +93,6 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("precheck_class_mro", fn("return ().__class__.__mro__[1].__subclasses__() != []"), {"error:precheck"}),
 ]
 PRECHECKED = {"precheck_dunder_builtins", "precheck_class_mro"}
-#: Refused by the lint since it reads dunders inside strings; still run with precheck=False.
-LINTED = {"builtins_eval_import"}
 
 # Attacks that *succeed in-process* (they are just code) but must not leak into later
 # verifiers: the worker's taint check recycles the process.
@@ -200,8 +199,7 @@ def test_attack_is_contained(pool, listener, tmp_path, name, code, allowed):
     """Default config: pre-check, guarded builtins and module views, then bwrap. The module
     views usually stop a chain early (AttributeError), hence the extra allowed kind."""
     verdicts = run_attack(pool, code, tmp_path, listener)
-    guarded = allowed | ({"error:exception"} if name not in PRECHECKED else set()) | \
-        ({"error:precheck"} if name in LINTED else set())
+    guarded = allowed | ({"error:exception"} if name not in PRECHECKED else set()) | {"error:precheck"}
     assert {status(v) for v in verdicts} <= guarded, [(status(v), v.message) for v in verdicts]
 
 
@@ -213,16 +211,21 @@ def test_attack_is_contained_by_isolation_alone(raw_pool, listener, tmp_path, na
 
 
 def test_module_views_cut_the_usual_chains(pool):
+    """The allow-list refuses the chains before they run (the worker's module views stay a second fence)."""
     for code in (OS + fn("return os.getpid() > 0"), B + fn("return B.len('x') == 1"),
                  IMP + fn("return imp('os') is not None"), "import json\n" + fn("return json.codecs.sys is not None")):
         [verdict] = pool.run_sync(code, ["x"])
-        assert verdict.error_kind == "exception" and "has no attribute" in verdict.message, verdict
+        assert verdict.error_kind == "precheck" and "is not allowed" in verdict.message, verdict
 
 
-def test_most_attacks_bypass_the_precheck():
-    """The corpus tests the runtime isolation, not just the static fence."""
+def test_the_allow_list_refuses_every_attack():
+    """Wave 2's deny-list let most of this corpus through; the allow-list refuses every attack that
+    reaches past the allowed API, so the runtime isolation is tested with precheck=False
+    (test_attack_is_contained_by_isolation_alone). Plain computation (loops, memory, recursion,
+    a slow regex, printing) is no lint's business: the limits stop it."""
     bypass = [name for name, code, _ in CASES if not precheck(code.format(target="/x", repo_target="/y", port=1))]
-    assert set(bypass) == {name for name, _, _ in CASES} - PRECHECKED - LINTED
+    assert set(bypass) == {"bare_except_loop", "memory_bomb_at_once", "memory_bomb_gradual", "deep_recursion",
+                           "catastrophic_regex", "print_forever"}
     assert len(CASES) + len(TAMPERING) + len(UNCHECKED) >= 30
 
 
@@ -230,7 +233,7 @@ def test_most_attacks_bypass_the_precheck():
 def test_tampering_does_not_leak_into_later_verifiers(name, code):
     # precheck=False so the tampering really happens (the module views would stop most of it).
     with SandboxPool(SandboxConfig(workers=1, timeout_s=0.5, precheck=False)) as p:
-        assert not precheck(code)
+        assert precheck(code)  # the allow-list refuses it; with the pre-check off it really runs
         p.run_sync(code, ["x"])
         for _ in range(3):
             assert [v.value for v in p.run_sync(YES, ["да", "нет", "ну да", "данет"])] == [True, False, True, False]

@@ -14,6 +14,7 @@ from typing import Any
 
 from fabrika.llm.types import ChatRequest
 from fabrika.prompts import PromptCatalogue
+from fabrika.sandbox.precheck import allowed_summary
 
 HERE = Path(__file__).resolve().parent
 PROMPTS_FILE = HERE / "prompts_ru.yaml"
@@ -39,9 +40,14 @@ def expand_request(seeds: list[str], n: int, *, sample_index: int, model: str | 
 
 
 def verifier_request(constraint: str, *, sample_index: int, model: str | None, temperature: float,
-                     meta: dict[str, Any] | None = None) -> ChatRequest:
-    """Ask for one ``evaluate(response)`` function plus 3 labelled test cases."""
-    return ChatRequest(messages=render("verifiers", constraint=constraint), model=model, temperature=temperature,
+                     meta: dict[str, Any] | None = None, lang: str = "ru") -> ChatRequest:
+    """Ask for one ``evaluate(response)`` function plus 3 labelled test cases.
+
+    The prompt names exactly what the sandbox's pre-check allows (``allowed_summary``), so a
+    model is not refused for using a module the prompt never mentioned; ``lang="en"`` asks in
+    English (and for English test cases)."""
+    messages = render("verifiers", lang, constraint=constraint, allowed=allowed_summary(lang))
+    return ChatRequest(messages=messages, model=model, temperature=temperature,
                        sample_index=sample_index, tag=TAG_VERIFIERS, meta=dict(meta or {}))
 
 

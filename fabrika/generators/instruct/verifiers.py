@@ -32,6 +32,7 @@ from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.columns import Column
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, Stage, StageConfig, carry, ok, register_stage, rejected
+from fabrika.sandbox.verdict_text import clean_verdict_error
 from fabrika.schemas import stable_id
 from fabrika.schemas.instruct import IFConstraintRow, IFVerifierAnswersRow
 from fabrika.schemas.rows import dumps
@@ -64,8 +65,9 @@ class VerifiersStage(LLMStage[VerifiersConfig]):
     def requests(self, row: Row) -> list[ChatRequest]:
         cfg = self.config
         c = IFConstraintRow.of(row)
+        lang = "en" if c.lang == "en" else "ru"
         return [prompts.verifier_request(c.text, sample_index=i, model=cfg.model, temperature=cfg.temperature,
-                                         meta={"constraint_id": c.id}) for i in range(cfg.k)]
+                                         meta={"constraint_id": c.id}, lang=lang) for i in range(cfg.k)]
 
     def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
         cid = str(row["id"])
@@ -132,7 +134,7 @@ def _first_error(row: list[Any]) -> str | None:
         if v.status == "timeout":
             return "timeout"
         if v.status == "error":
-            return f"{v.error_kind}: {(v.message or '')[:120]}"
+            return clean_verdict_error(v.error_kind, v.message, 160)  # stored: no host data, paths or control chars
     return None
 
 
