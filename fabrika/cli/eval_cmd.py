@@ -344,6 +344,8 @@ def fc(
                                       "prompt: functions described in the system prompt, calls read from the text")] = "fc",
     strings: Annotated[str, typer.Option("--strings", help="exact (as the FC reward) | bfcl (BFCL's lenient "
                                          "case/punctuation-insensitive string match)")] = "exact",
+    checker: Annotated[str, typer.Option("--checker", help="fabrika (the FC reward's matcher) | bfcl (BFCL's AST "
+                                         "checker semantics, single-turn BFCL files only; --strings is ignored)")] = "fabrika",
     base_url: BaseUrl = None, model: Model = None, api_key_env: ApiKeyEnv = None, llm_config: LLMFile = None,
     max_retries: Retries = None,
 ) -> None:
@@ -358,6 +360,10 @@ def fc(
         _fail(f"--mode must be 'fc' or 'prompt', got {mode!r}")
     if strings not in ("exact", "bfcl"):
         _fail(f"--strings must be 'exact' or 'bfcl', got {strings!r}")
+    if checker not in ("fabrika", "bfcl"):
+        _fail(f"--checker must be 'fabrika' or 'bfcl', got {checker!r}")
+    if checker == "bfcl" and samples is not None:
+        _fail("--checker bfcl scores BFCL files only; --samples needs --checker fabrika")
     answers = list(answers or [])
     if bfcl and answers and len(answers) != len(bfcl):
         _fail(f"--answers must be given once per --bfcl ({len(bfcl)}), got {len(answers)}; use '-' for none")
@@ -365,6 +371,14 @@ def fc(
         cases = []
         pairs: list[tuple[Path, Path | None]] = []
         for i, q in enumerate(bfcl or []):
+            if q.is_dir() and checker == "bfcl":
+                from fabrika.eval.bfcl_data import data_dir_pairs
+
+                found, skipped = data_dir_pairs(q)
+                pairs += found
+                if skipped:
+                    _print(f"--checker bfcl skips {len(skipped)} categories it does not score: {', '.join(skipped)}")
+                continue
             if q.is_dir():  # a BFCL data directory: every category file with its possible_answer twin
                 files = sorted(q.glob("BFCL_v*_*.json"))
                 if not files:
@@ -375,13 +389,19 @@ def fc(
                 continue
             a = answers[i] if i < len(answers) else None
             pairs.append((q, None if a is None or str(a) == "-" else a))
+        bfcl_items: list[dict[str, Any]] = []
         for q, a in pairs:
-            cases += read_bfcl(q, a)
+            if checker == "bfcl":
+                from fabrika.eval.bfcl_data import read_items
+
+                bfcl_items += read_items(q, a)
+            else:
+                cases += read_bfcl(q, a)
         if samples is not None:
             cases += read_samples(samples)
-        if not cases:
+        if not cases and not bfcl_items:
             raise InputError("the FC input files hold no cases")
-        ids = [c.id for c in cases]
+        ids = [c.id for c in cases] + [it["id"] for it in bfcl_items]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
             raise InputError(f"duplicate case id {dup!r} across the input files; ids must be unique")
@@ -389,8 +409,15 @@ def fc(
         paths = [p for q, a in pairs for p in (q, a) if p is not None] + ([samples] if samples else [])
         settings = {"kind": "fc", "model": llm.model, "input": file_digest(*paths), "strings": strings,
                     "mode": mode}
-        doc = _run(out, settings, llm, [{**c.as_item(), "strings": strings, "mode": mode} for c in cases], fc_requests,
-                   lambda item, resps: score_case(item, resps[0]), fc_report)
+        items = [{**c.as_item(), "strings": strings, "mode": mode} for c in cases]
+        score = score_case
+        if checker == "bfcl":
+            from fabrika.eval.bfcl_score import score_bfcl
+
+            settings["checker"] = "bfcl"
+            items = [{**it, "mode": mode} for it in bfcl_items]
+            score = score_bfcl
+        doc = _run(out, settings, llm, items, fc_requests, lambda item, resps: score(item, resps[0]), fc_report)
     except (ConfigError, InputError, StoreError) as exc:
         _fail(str(exc))
     table = Table(title=f"FC: {doc['model']} on {doc['finished']} cases")
