@@ -100,11 +100,15 @@ def _run(out_dir: Path, settings: dict[str, Any], llm, items: list[dict[str, Any
 @eval_app.command("synth-log")
 def synth_log(out: Annotated[Path, typer.Argument(help="Output JSONL.")],
               rows: Annotated[int, typer.Option("--rows", min=1)] = 20_000,
-              seed: Annotated[int, typer.Option("--seed")] = 0) -> None:
+              seed: Annotated[int, typer.Option("--seed")] = 0,
+              regime: Annotated[str, typer.Option("--regime", help="gateway (many services, rich variables) | "
+                                                  "templated (92 % of rows from four templates)")] = "gateway") -> None:
     """Write the synthetic request log (templated services, Zipf tail, several models, free-form chat; ru+en)."""
-    from fabrika.eval.synthlog import write
+    from fabrika.eval.synthlog import REGIMES, write
 
-    _print(f"{write(out, rows, seed)} rows -> {out}")
+    if regime not in REGIMES:
+        _fail(f"--regime must be one of {', '.join(sorted(REGIMES))}, got {regime!r}")
+    _print(f"{write(out, rows, seed, regime)} rows -> {out}")
 
 
 def _read_logs(path: Path):
@@ -130,6 +134,8 @@ def sample(
     threshold: Annotated[float, typer.Option("--threshold", help="MinHash LSH Jaccard threshold for one template.")] = 0.6,
     min_template_share: Annotated[float, typer.Option("--min-template-share",
                                                       help="Clusters below this share of the log form the tail.")] = 0.001,
+    length_strata: Annotated[int, typer.Option("--length-strata", min=0, help="template: allocate the budget over "
+                                               "N prompt-length quantiles of the log first (0: off).")] = 0,
 ) -> None:
     """Select an evaluation set from a request log and print its Dist. / JS metrics."""
     from fabrika.eval.metrics import SampleScorer
@@ -138,7 +144,9 @@ def sample(
     records = _read_logs(logs)
     kwargs: dict[str, Any] = {"seed": seed}
     if method == "template":
-        kwargs.update(threshold=threshold, min_template_share=min_template_share)
+        kwargs.update(threshold=threshold, min_template_share=min_template_share, strata=length_strata)
+    elif length_strata:
+        _fail("--length-strata applies to --method template only")
     try:
         sel = run_sampler(method, records, budget, **kwargs)
     except ConfigError as exc:
@@ -183,6 +191,8 @@ def compare(
     budget: Annotated[int, typer.Option("--budget")],
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Run each sampler with seeds 0..N-1; mean ± sd.")] = 3,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the numbers as JSON.")] = None,
+    length_strata: Annotated[int, typer.Option("--length-strata", min=0, help="Also run the template sampler with "
+                                               "length-stratified allocation over N quantiles (0: not).")] = 0,
 ) -> None:
     """Run all four samplers on one log: the Table-1-style comparison (Dist. and JS distances)."""
     import time
@@ -195,12 +205,15 @@ def compare(
     scorer = SampleScorer(records)
     results: dict[str, Any] = {}
     recovery = None
-    for name in SAMPLERS:
+    variants = [(name, name, {}) for name in SAMPLERS]
+    if length_strata:
+        variants.append((f"template+strata{length_strata}", "template", {"strata": length_strata}))
+    for name, sampler, extra in variants:
         runs = []
         t0 = time.perf_counter()
         for s in range(seeds):
             try:
-                sel = run_sampler(name, records, budget, seed=s)
+                sel = run_sampler(sampler, records, budget, seed=s, **extra)
             except ConfigError as exc:
                 _fail(str(exc))
             runs.append(scorer.score(sel.indices))
