@@ -205,7 +205,7 @@ def compare(
     scorer = SampleScorer(records)
     results: dict[str, Any] = {}
     recovery = None
-    variants = [(name, name, {}) for name in SAMPLERS]
+    variants: list[tuple[str, str, dict[str, Any]]] = [(name, name, {}) for name in SAMPLERS]
     if length_strata:
         variants.append((f"template+strata{length_strata}", "template", {"strata": length_strata}))
     for name, sampler, extra in variants:
