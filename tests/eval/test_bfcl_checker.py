@@ -214,3 +214,21 @@ def agreement_table() -> str:
 
 if __name__ == "__main__":
     print(agreement_table())
+
+
+def test_fabrika_checker_resolves_lists_of_dicts_and_rejects_a_literal_template():
+    from fabrika.eval.fc_eval import resolve_expected
+    from fabrika.rewards.fc import calls_match
+
+    exp = [{"add_to_cart": {"items": [[{"name": ["apple"], "qty": [2]}, {"name": ["pear"], "qty": [1, ""]}]]}}]
+    ok = [{"name": "add_to_cart", "arguments": {"items": [{"name": "apple", "qty": 2}, {"name": "pear"}]}}]
+    assert calls_match(ok, resolve_expected(ok, exp))
+    swapped = [{"name": "add_to_cart", "arguments": {"items": [{"name": "pear"}, {"name": "apple", "qty": 2}]}}]
+    assert not calls_match(swapped, resolve_expected(swapped, exp))
+    literal = [{"name": "add_to_cart", "arguments": {"items": exp[0]["add_to_cart"]["items"][0]}}]
+    assert not calls_match(literal, resolve_expected(literal, exp))
+    dict_exp = [{"create_user": {"profile": [{"name": ["Anna"], "age": [30]}]}}]
+    dict_literal = [{"name": "create_user", "arguments": {"profile": {"name": ["Anna"], "age": [30]}}}]
+    assert not calls_match(dict_literal, resolve_expected(dict_literal, dict_exp))
+    assert resolve_expected([], dict_exp) == [{"name": "create_user", "arguments": {"profile": {"name": "Anna",
+                                                                                                 "age": 30}}}]
