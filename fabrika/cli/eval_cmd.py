@@ -100,11 +100,15 @@ def _run(out_dir: Path, settings: dict[str, Any], llm, items: list[dict[str, Any
 @eval_app.command("synth-log")
 def synth_log(out: Annotated[Path, typer.Argument(help="Output JSONL.")],
               rows: Annotated[int, typer.Option("--rows", min=1)] = 20_000,
-              seed: Annotated[int, typer.Option("--seed")] = 0) -> None:
+              seed: Annotated[int, typer.Option("--seed")] = 0,
+              regime: Annotated[str, typer.Option("--regime", help="gateway (many services, rich variables) | "
+                                                  "templated (92 % of rows from four templates)")] = "gateway") -> None:
     """Write the synthetic request log (templated services, Zipf tail, several models, free-form chat; ru+en)."""
-    from fabrika.eval.synthlog import write
+    from fabrika.eval.synthlog import REGIMES, write
 
-    _print(f"{write(out, rows, seed)} rows -> {out}")
+    if regime not in REGIMES:
+        _fail(f"--regime must be one of {', '.join(sorted(REGIMES))}, got {regime!r}")
+    _print(f"{write(out, rows, seed, regime)} rows -> {out}")
 
 
 def _read_logs(path: Path):
@@ -130,6 +134,8 @@ def sample(
     threshold: Annotated[float, typer.Option("--threshold", help="MinHash LSH Jaccard threshold for one template.")] = 0.6,
     min_template_share: Annotated[float, typer.Option("--min-template-share",
                                                       help="Clusters below this share of the log form the tail.")] = 0.001,
+    length_strata: Annotated[int, typer.Option("--length-strata", min=0, help="template: allocate the budget over "
+                                               "N prompt-length quantiles of the log first (0: off).")] = 0,
 ) -> None:
     """Select an evaluation set from a request log and print its Dist. / JS metrics."""
     from fabrika.eval.metrics import SampleScorer
@@ -138,7 +144,9 @@ def sample(
     records = _read_logs(logs)
     kwargs: dict[str, Any] = {"seed": seed}
     if method == "template":
-        kwargs.update(threshold=threshold, min_template_share=min_template_share)
+        kwargs.update(threshold=threshold, min_template_share=min_template_share, strata=length_strata)
+    elif length_strata:
+        _fail("--length-strata applies to --method template only")
     try:
         sel = run_sampler(method, records, budget, **kwargs)
     except ConfigError as exc:
@@ -183,6 +191,8 @@ def compare(
     budget: Annotated[int, typer.Option("--budget")],
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Run each sampler with seeds 0..N-1; mean ± sd.")] = 3,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the numbers as JSON.")] = None,
+    length_strata: Annotated[int, typer.Option("--length-strata", min=0, help="Also run the template sampler with "
+                                               "length-stratified allocation over N quantiles (0: not).")] = 0,
 ) -> None:
     """Run all four samplers on one log: the Table-1-style comparison (Dist. and JS distances)."""
     import time
@@ -195,12 +205,15 @@ def compare(
     scorer = SampleScorer(records)
     results: dict[str, Any] = {}
     recovery = None
-    for name in SAMPLERS:
+    variants: list[tuple[str, str, dict[str, Any]]] = [(name, name, {}) for name in SAMPLERS]
+    if length_strata:
+        variants.append((f"template+strata{length_strata}", "template", {"strata": length_strata}))
+    for name, sampler, extra in variants:
         runs = []
         t0 = time.perf_counter()
         for s in range(seeds):
             try:
-                sel = run_sampler(name, records, budget, seed=s)
+                sel = run_sampler(sampler, records, budget, seed=s, **extra)
             except ConfigError as exc:
                 _fail(str(exc))
             runs.append(scorer.score(sel.indices))
@@ -344,6 +357,8 @@ def fc(
                                       "prompt: functions described in the system prompt, calls read from the text")] = "fc",
     strings: Annotated[str, typer.Option("--strings", help="exact (as the FC reward) | bfcl (BFCL's lenient "
                                          "case/punctuation-insensitive string match)")] = "exact",
+    checker: Annotated[str, typer.Option("--checker", help="fabrika (the FC reward's matcher) | bfcl (BFCL's AST "
+                                         "checker semantics, single-turn BFCL files only; --strings is ignored)")] = "fabrika",
     base_url: BaseUrl = None, model: Model = None, api_key_env: ApiKeyEnv = None, llm_config: LLMFile = None,
     max_retries: Retries = None,
 ) -> None:
@@ -358,6 +373,10 @@ def fc(
         _fail(f"--mode must be 'fc' or 'prompt', got {mode!r}")
     if strings not in ("exact", "bfcl"):
         _fail(f"--strings must be 'exact' or 'bfcl', got {strings!r}")
+    if checker not in ("fabrika", "bfcl"):
+        _fail(f"--checker must be 'fabrika' or 'bfcl', got {checker!r}")
+    if checker == "bfcl" and samples is not None:
+        _fail("--checker bfcl scores BFCL files only; --samples needs --checker fabrika")
     answers = list(answers or [])
     if bfcl and answers and len(answers) != len(bfcl):
         _fail(f"--answers must be given once per --bfcl ({len(bfcl)}), got {len(answers)}; use '-' for none")
@@ -365,6 +384,14 @@ def fc(
         cases = []
         pairs: list[tuple[Path, Path | None]] = []
         for i, q in enumerate(bfcl or []):
+            if q.is_dir() and checker == "bfcl":
+                from fabrika.eval.bfcl_data import data_dir_pairs
+
+                found, skipped = data_dir_pairs(q)
+                pairs += found
+                if skipped:
+                    _print(f"--checker bfcl skips {len(skipped)} categories it does not score: {', '.join(skipped)}")
+                continue
             if q.is_dir():  # a BFCL data directory: every category file with its possible_answer twin
                 files = sorted(q.glob("BFCL_v*_*.json"))
                 if not files:
@@ -375,13 +402,19 @@ def fc(
                 continue
             a = answers[i] if i < len(answers) else None
             pairs.append((q, None if a is None or str(a) == "-" else a))
+        bfcl_items: list[dict[str, Any]] = []
         for q, a in pairs:
-            cases += read_bfcl(q, a)
+            if checker == "bfcl":
+                from fabrika.eval.bfcl_data import read_items
+
+                bfcl_items += read_items(q, a)
+            else:
+                cases += read_bfcl(q, a)
         if samples is not None:
             cases += read_samples(samples)
-        if not cases:
+        if not cases and not bfcl_items:
             raise InputError("the FC input files hold no cases")
-        ids = [c.id for c in cases]
+        ids = [c.id for c in cases] + [it["id"] for it in bfcl_items]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
             raise InputError(f"duplicate case id {dup!r} across the input files; ids must be unique")
@@ -389,8 +422,15 @@ def fc(
         paths = [p for q, a in pairs for p in (q, a) if p is not None] + ([samples] if samples else [])
         settings = {"kind": "fc", "model": llm.model, "input": file_digest(*paths), "strings": strings,
                     "mode": mode}
-        doc = _run(out, settings, llm, [{**c.as_item(), "strings": strings, "mode": mode} for c in cases], fc_requests,
-                   lambda item, resps: score_case(item, resps[0]), fc_report)
+        items = [{**c.as_item(), "strings": strings, "mode": mode} for c in cases]
+        score = score_case
+        if checker == "bfcl":
+            from fabrika.eval.bfcl_score import score_bfcl
+
+            settings["checker"] = "bfcl"
+            items = [{**it, "mode": mode} for it in bfcl_items]
+            score = score_bfcl
+        doc = _run(out, settings, llm, items, fc_requests, lambda item, resps: score(item, resps[0]), fc_report)
     except (ConfigError, InputError, StoreError) as exc:
         _fail(str(exc))
     table = Table(title=f"FC: {doc['model']} on {doc['finished']} cases")

@@ -5,7 +5,7 @@ under :func:`fabrika.rewards.fc.calls_match` — the matcher the FC expert is
 trained with — after each expected parameter is resolved against BFCL's list
 of allowed values (the predicted value when it is allowed, nothing when ``""``
 is allowed and the parameter is absent; dict answers are templates whose keys
-have their own allowed lists). Strings are compared exactly by default — as the
+have their own allowed lists, and lists of them are resolved dict by dict). Strings are compared exactly by default — as the
 FC reward does — or, with ``strings="bfcl"`` (``--strings bfcl``), in BFCL's
 lenient form (lower case, spaces and ``,./-_*^`` removed).
 
@@ -117,20 +117,46 @@ def _is_template(a: Any) -> bool:
     return isinstance(a, dict) and bool(a) and all(isinstance(v, list) for v in a.values())
 
 
+def _is_template_list(a: Any) -> bool:
+    """A BFCL list-of-dicts answer: each element a template."""
+    return isinstance(a, list) and bool(a) and all(_is_template(x) for x in a)
+
+
+def _first(a: Any) -> Any:
+    """An allowed value with its templates filled with their first allowed values (never a template)."""
+    if _is_template(a):
+        return {k: _first(next(x for x in v if x != "")) for k, v in a.items()
+                if "" not in v and any(x != "" for x in v)}
+    if _is_template_list(a):
+        return [_first(x) for x in a]
+    return a
+
+
+def _resolve_dict(value: dict[str, Any], template: dict[str, list[Any]], eq: Any) -> dict[str, Any]:
+    sub = {k: _resolve(k in value, value.get(k), v, eq) for k, v in template.items()}
+    return {k: v for k, v in sub.items() if v is not _OMIT}
+
+
 def _resolve(present: bool, value: Any, allowed: list[Any], eq: Any) -> Any:
-    """The allowed value that ``value`` matches (``value`` itself), ``_OMIT``, or the first allowed one."""
+    """The allowed value that ``value`` matches (``value`` itself), ``_OMIT``, or the first allowed one
+    (templates filled in: a template sent literally does not match it)."""
     concrete = [a for a in allowed if a != ""]
     if not present:
-        return _OMIT if ("" in allowed or not concrete) else concrete[0]
+        return _OMIT if ("" in allowed or not concrete) else _first(concrete[0])
     for a in concrete:
-        if eq(value, a):
-            return value
-        if _is_template(a) and isinstance(value, dict):
-            sub = {k: _resolve(k in value, value.get(k), v, eq) for k, v in a.items()}
-            sub = {k: v for k, v in sub.items() if v is not _OMIT}
+        if _is_template(a) or _is_template_list(a):
+            if isinstance(value, dict) and _is_template(a):
+                sub: Any = _resolve_dict(value, a, eq)
+            elif isinstance(value, list) and _is_template_list(a) and len(value) == len(a) \
+                    and all(isinstance(v, dict) for v in value):
+                sub = [_resolve_dict(v, t, eq) for v, t in zip(value, a)]
+            else:
+                continue
             if eq(value, sub):
                 return value
-    return concrete[0] if concrete else None
+        elif eq(value, a):
+            return value
+    return _first(concrete[0]) if concrete else None
 
 
 def resolve_expected(predicted: list[dict[str, Any]], expected: list[dict[str, dict[str, list[Any]]]],

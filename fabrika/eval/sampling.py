@@ -34,7 +34,7 @@ from datasketch import MinHash, MinHashLSH
 
 from fabrika.errors import ConfigError
 from fabrika.eval.logs import LogRecord
-from fabrika.eval.normalize import normalize
+from fabrika.eval.normalize import Normalized, normalize
 from fabrika.eval.tags import record_tags
 
 
@@ -181,9 +181,58 @@ def allocate_budget(sizes: Sequence[int], budget: int, *, min_template_count: in
     return out, tail
 
 
+def _share(sizes: Sequence[int], k: int) -> list[int]:
+    """``k`` shared ∝ ``sizes`` (largest remainder, each capped by its size)."""
+    n = sum(sizes)
+    quota = [k * s / n if n else 0.0 for s in sizes]
+    give = [min(int(q), s) for q, s in zip(quota, sizes)]
+    for j in sorted(range(len(sizes)), key=lambda j: (-(quota[j] - int(quota[j])), -sizes[j], j)):
+        if sum(give) >= min(k, n):
+            break
+        if give[j] < sizes[j]:
+            give[j] += 1
+    return give
+
+
+def _pick(groups: list[list[int]], tail_rows: list[int], budget: int, normed: Sequence[Normalized],
+          records: Sequence[LogRecord], rng: random.Random) -> tuple[list[int], int]:
+    """The template step on one pool: √ allocation over ``groups`` (a template's rows each), the tail
+    keeping its share, max-min within each. Returns (picked rows, the tail's budget)."""
+    n = sum(len(g) for g in groups) + len(tail_rows)
+    tail_budget = min(len(tail_rows), round(budget * len(tail_rows) / n)) if n else 0
+    chosen: list[int] = []
+    if budget - tail_budget > 0 and groups:
+        per, _ = allocate_budget([len(g) for g in groups], budget - tail_budget, min_template_count=1)
+        tail_budget = min(len(tail_rows), budget - sum(per))  # the templates ran out: the tail takes the rest
+        for rows, k in zip(groups, per):
+            if k:
+                texts = [normed[i].variable_text for i in rows]
+                chosen.extend(rows[j] for j in greedy_maxmin(_tfidf(texts, chars=True), k, rng, len(rows)))
+    elif not groups:
+        tail_budget = min(len(tail_rows), budget)
+    if tail_budget and tail_rows:
+        picked = greedy_maxmin(_tfidf([records[i].text for i in tail_rows]), tail_budget, rng, len(tail_rows))
+        chosen.extend(tail_rows[j] for j in picked)
+    return chosen, tail_budget
+
+
+def length_strata(lengths: Sequence[int], strata: int) -> list[int]:
+    """A stratum per row: equal-count quantiles of the word counts (ties kept together)."""
+    edges = np.unique(np.quantile(np.asarray(lengths, dtype=float), np.linspace(0, 1, strata + 1)[1:-1]))
+    return [int(b) for b in np.searchsorted(edges, lengths, side="right")]
+
+
 def template_aware(records: Sequence[LogRecord], budget: int, *, seed: int = 0, threshold: float = 0.6,
-                   min_template_count: int = 2, min_template_share: float = 0.001) -> Selection:
-    """The template-aware sampler (module docstring)."""
+                   min_template_count: int = 2, min_template_share: float = 0.001,
+                   strata: int = 0) -> Selection:
+    """The template-aware sampler (module docstring).
+
+    ``strata`` > 1 turns on **length-stratified allocation**: the log is cut into ``strata``
+    prompt-length quantiles, each stratum gets its traffic share of the budget, and the template
+    step (√ allocation, tail, max-min) runs inside each stratum on the log-wide templates. The
+    sample then keeps the log's length distribution, which √ flattening alone loses when a few
+    templates carry most of the traffic.
+    """
     _check_budget(budget)
     if not 0.0 <= min_template_share < 1.0:
         raise ConfigError(f"--min-template-share must be in [0, 1), got {min_template_share}")
@@ -196,6 +245,25 @@ def template_aware(records: Sequence[LogRecord], budget: int, *, seed: int = 0, 
         members[lab].append(i)
     cluster_ids = sorted(members)
     sizes = [len(members[c]) for c in cluster_ids]
+    if strata > 1:
+        stratum = length_strata([len(r.text.split()) for r in records], strata)
+        ids = sorted(set(stratum))
+        counts = [sum(1 for x in stratum if x == s) for s in ids]
+        chosen_s: list[int] = []
+        tail_total = 0
+        for s, k in zip(ids, _share(counts, min(budget, len(records)))):
+            if not k:
+                continue
+            groups = [[i for i in members[c] if stratum[i] == s] for c in cluster_ids
+                      if len(members[c]) >= min_template_count]
+            tail = [i for c in cluster_ids if len(members[c]) < min_template_count for i in members[c] if stratum[i] == s]
+            got, tb = _pick([g for g in groups if g], tail, k, normed, records, rng)
+            chosen_s.extend(got)
+            tail_total += tb
+        kept = sum(1 for x in sizes if x >= min_template_count)
+        return Selection(chosen_s, {"templates": kept, "tail_rows": sum(x for x in sizes if x < min_template_count),
+                                    "tail_budget": tail_total, "clusters": len(cluster_ids), "labels": labels,
+                                    "strata": len(ids)})
     per, tail_budget = allocate_budget(sizes, budget, min_template_count=min_template_count)
     chosen: list[int] = []
     tail_rows: list[int] = []

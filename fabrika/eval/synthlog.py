@@ -250,13 +250,92 @@ def generate(rows: int = 20_000, seed: int = 0, free_share: float = 0.25):
                "task_type": task_type, "template_id": f"{service}/{t}"}
 
 
-def write(path: Path, rows: int = 20_000, seed: int = 0) -> int:
-    """Write the log atomically (temp file + rename); returns the row count."""
+# -- the template-dominated regime -------------------------------------------------------
+# A production gateway whose traffic is a few high-volume services: a long fixed instruction
+# with one or two short slots. Two calls of one template then differ by a few words, so a
+# uniform draw is mostly near-duplicates (the seed's Table 1 regime: random Dist. about 0.65).
+REVIEW_INSTR = (
+    "Ты — модуль модерации отзывов маркетплейса. Прочитай отзыв покупателя и определи его тональность. "
+    "Допустимые ответы: позитивная, негативная, нейтральная. Не объясняй решение, не добавляй ничего, кроме "
+    "одного слова. Если отзыв не о товаре, а о доставке или продавце, всё равно оцени общую тональность. "
+    "Отзывы с нецензурной лексикой помечай как негативные.")
+SUPPORT_INSTR = (
+    "Ты — оператор службы поддержки интернет-магазина. Сформируй короткий вежливый ответ клиенту о статусе его "
+    "заказа: поблагодари за обращение, назови номер заказа, сообщи, что заказ передан в доставку, и предложи "
+    "написать снова, если возникнут вопросы. Не обещай точных сроков и не упоминай внутренние системы.")
+STATUS_INSTR = (
+    "Извлеки из сообщения курьерской службы номер заказа и дату доставки. Верни строго JSON вида "
+    "{\"order_id\": строка, \"date\": \"ГГГГ-ММ-ДД\"} без пояснений. Если даты нет, поставь null.")
+INTENT_INSTR = (
+    "Classify the user's message into one intent: order_status, refund, complaint, product_question, other. "
+    "Answer with the intent name only.")
+SHORT_REVIEWS = (
+    "Всё отлично, спасибо!", "Пришло быстро, товар хороший.", "Не понравилось, вернул.", "Нормально за свои деньги.",
+    "Качество так себе.", "Супер, рекомендую.", "Сломалось через неделю.", "Как на фото.", "Размер не подошёл.",
+    "Доставка долгая, товар ок.", "Лучше, чем ожидал.", "Брак, продавец не отвечает.", "Хорошая цена.",
+    "Упаковка мятая.", "Всем доволен.", "Запах неприятный.", "Работает, но шумит.", "Отличный подарок.")
+SHORT_EN = ("Where is my order?", "I want my money back.", "The item is broken.", "Does it come in blue?",
+            "Thanks, all good.", "My parcel is late.", "Is this waterproof?", "Cancel my order please.")
+
+# (service, task_type, share of the whole log, template)
+DOMINANT: tuple[tuple[str, str, float, Template], ...] = (
+    ("review-moderation", "classification", 0.66,
+     lambda r: f"{REVIEW_INSTR}\n\nОтзыв: {r.choice(SHORT_REVIEWS)}"),
+    ("order-status-replies", "generation", 0.16,
+     lambda r: f"{SUPPORT_INSTR}\n\nКлиент: {rng_name(r)}. Заказ: {_order(r)}."),
+    ("courier-extract", "extraction", 0.06,
+     lambda r: f"{STATUS_INSTR}\n\nСообщение: Заказ {_order(r)} будет доставлен {_date(r)}."),
+    ("intent-router", "classification", 0.04,
+     lambda r: f"{INTENT_INSTR}\n\nMessage: {r.choice(SHORT_EN)}"),
+)
+#: the rest: 5 % the gateway log's services (its long tail), 3 % free-form chat
+TEMPLATED_FREE_SHARE = 0.03
+
+
+def generate_templated(rows: int = 20_000, seed: int = 0):
+    """Yield a template-dominated log: 92 % of rows from four templates (see :data:`DOMINANT`)."""
+    rng = random.Random(seed)
+    queries = _queries_ru()
+    services = list(SERVICES)
+    service_w = _zipf_weights(len(services), 1.1)
+    shares = [d[2] for d in DOMINANT]
+    tail_share = 1.0 - sum(shares) - TEMPLATED_FREE_SHARE
+    for n in range(rows):
+        u = rng.random()
+        if u < TEMPLATED_FREE_SHARE:
+            yield {"id": f"r{n:06d}", "prompt": _free_form(rng, queries), "model": rng.choice(MODELS[:2]),
+                   "service": "chat", "task_type": "open_qa", "template_id": "free"}
+            continue
+        if u < TEMPLATED_FREE_SHARE + tail_share:
+            service = rng.choices(services, weights=service_w)[0]
+            task_type, templates = SERVICES[service]
+            t = rng.choices(range(len(templates)), weights=_zipf_weights(len(templates), 1.5))[0]
+            yield {"id": f"r{n:06d}", "prompt": templates[t](rng), "model": rng.choice(MODELS), "service": service,
+                   "task_type": task_type, "template_id": f"{service}/{t}"}
+            continue
+        k = rng.choices(range(len(DOMINANT)), weights=shares)[0]
+        service, task_type, _, template = DOMINANT[k]
+        model = MODELS[k % 2] if rng.random() < 0.9 else rng.choice(MODELS)
+        yield {"id": f"r{n:06d}", "prompt": template(rng), "model": model, "service": service,
+               "task_type": task_type, "template_id": f"{service}/0"}
+
+
+REGIMES = {"gateway": generate, "templated": generate_templated}
+
+
+def write(path: Path, rows: int = 20_000, seed: int = 0, regime: str = "gateway") -> int:
+    """Write the log atomically (temp file + rename); returns the row count.
+
+    ``regime``: ``gateway`` (many services, rich variable content, 25 % free chat) or
+    ``templated`` (92 % of the traffic from four templates with short slots).
+    """
+    if regime not in REGIMES:
+        raise ValueError(f"regime must be one of {sorted(REGIMES)}, got {regime!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     count = 0
     with tmp.open("w", encoding="utf-8") as fh:
-        for row in generate(rows, seed):
+        for row in REGIMES[regime](rows, seed):
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
             count += 1
     os.replace(tmp, path)
@@ -268,8 +347,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--rows", type=int, default=20_000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--regime", choices=sorted(REGIMES), default="gateway")
     args = ap.parse_args(argv)
-    print(f"{write(args.out, args.rows, args.seed)} rows -> {args.out}")
+    print(f"{write(args.out, args.rows, args.seed, args.regime)} rows -> {args.out}")
 
 
 if __name__ == "__main__":  # pragma: no cover
