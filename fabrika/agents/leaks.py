@@ -17,8 +17,9 @@ import json
 import re
 from typing import Any
 
-from fabrika.agents.surface import mentions, value_given
+from fabrika.agents.surface import mentions, numbers_in, value_given
 from fabrika.schemas.fc import Persona, PlanStep, ToolSpec
+from fabrika.textutil.morph import lemmas
 
 __all__ = ["PlanLeak", "mentions", "said_value", "user_facing_leaks", "withheld_values"]
 
@@ -40,7 +41,20 @@ def said_value(text: str, form: str) -> bool:
 
     Digits-only forms are matched as written: «на 2 человек» says no withheld ``2`` of another slot.
     """
-    return _contains(text, form) or (re.fullmatch(r"[\d\s.,-]+", form) is None and value_given(form, text))
+    return _contains(text, form) or (re.fullmatch(r"[\d\s.,-]+", form) is None and value_given(form, text)) \
+        or _count_said(text, form)
+
+
+def _count_said(text: str, form: str) -> bool:
+    """A count said as ``form`` («5 билетов на поезд», «на 2 персоны», "3 train tickets") said in ``text`` with the
+    same noun, the number in digits or in words («пять билетов», "three tickets")."""
+    m = re.search(r"(?<![\w.,:+-])(\d+)\s+([^\W\d_]+)", form)
+    if m is None or re.search(r"\d", form[:m.start()] + form[m.end():]) or float(m[1]) not in numbers_in(text):
+        return False
+    nouns = [w for w in re.findall(r"[^\W\d_]+", form[m.start(2):].lower()) if len(w) >= 3][:2]  # "train tickets"
+    want = {x for noun in nouns for x in (noun, noun.rstrip("s"), *lemmas(noun))}
+    return any(w in want or w.rstrip("s") in want or bool(set(lemmas(w)) & want)
+               for w in re.findall(r"[^\W\d_]+", text.lower()))
 
 
 def withheld_values(steps: list[PlanStep], step_i: int) -> dict[str, list[str]]:

@@ -185,6 +185,26 @@ def result_polarity(result: Any) -> str | None:
     return "found" if isinstance(result, list) else None
 
 
+_UNAVAILABLE = ("недоступ", "нет в наличии", "нет мест", "занят", "unavail", "sold out", "out of stock", "no seats",
+                "fully booked", "not available")
+
+
+def _unavailable(result: Any) -> bool:
+    """The result's negative status says *nothing is available* («нет в наличии», ``available: false``) — the one
+    negative status after which «ничего подходящего нет» is a true report."""
+    if isinstance(result, str):
+        try:
+            result = json.loads(result)
+        except ValueError:
+            return False
+    if isinstance(result, dict):
+        if any(result.get(k) is False for k in ("available", "in_stock")):
+            return True
+        low = json.dumps(result, ensure_ascii=False).lower().replace("ё", "е")
+        return any(w in low for w in _UNAVAILABLE)
+    return False
+
+
 def contradiction(answer: str, last_result: Any) -> str | None:
     """Why ``answer`` contradicts the last tool result (a rule), or ``None``."""
     pol = result_polarity(last_result)
@@ -193,6 +213,9 @@ def contradiction(answer: str, last_result: Any) -> str | None:
     nothing = _NOTHING.search(answer)
     if nothing and pol in ("found", "positive"):
         return f"says {nothing.group(0)!r} after a non-empty result"
+    if nothing and pol == "negative" and not _unavailable(last_result):
+        # «ничего не нашлось» after «cancelled», «declined», «closed»: the action had an outcome, nothing was searched
+        return f"says {nothing.group(0)!r} after a result with a status"
     failure = _FAILURE.search(answer)
     success = _SUCCESS.search(answer)
     if pol in ("error", "empty") and success and not failure and not nothing:

@@ -48,6 +48,10 @@ def asked_params(question: str, params: dict[str, dict[str, Any]], lang: str) ->
                                    None)
         if terms and terms[0] & said:
             out.append(name)
+    if len(out) > 1 and re.search(r"\bhow\s+(?:many|much)\b|сколько", question, re.IGNORECASE):
+        # «For how many guests?» asks the count, not «Guest name» that shares its word
+        counts = [n for n in out if params[n].get("type") in ("integer", "number")]
+        out = counts or out
     return out
 
 

@@ -135,7 +135,7 @@ class FcModelDouble:
         self.faults: list[FaultRecord] = []
         self.shapes: Counter[str] = Counter()
         self._asked: Counter[str] = Counter()
-        self._withheld: dict[str, list[Any]] = {}  # clarification intent → withheld values (from its plans)
+        self._withheld: dict[str, list[Any]] = {}  # clarification intent → withheld values (a count: (n, say))
         self._lock = threading.Lock()
 
     # --- wiring -----------------------------------------------------------------------------
@@ -228,12 +228,14 @@ class FcModelDouble:
         for i, st in enumerate(steps):
             if not isinstance(st, dict) or not st.get("withheld"):
                 continue
-            values = []
+            values: list[Any] = []
             for later in steps[i + 1:]:
                 for w in st["withheld"]:
                     slot = (later.get("slots") or {}).get(w)
                     if isinstance(slot, dict) and isinstance(slot.get("value"), str):
                         values.append(slot["value"])
+                    elif isinstance(slot, dict) and _is_count(slot.get("value")):  # a count, with how it is said
+                        values.append((slot["value"], str(slot.get("say") or "")))
                     for rnd in later.get("rounds") or []:
                         for c in rnd if isinstance(rnd, list) else []:
                             v = (c.get("arguments") or {}).get(w) if isinstance(c, dict) else None
@@ -248,6 +250,11 @@ class FcModelDouble:
         intent = str(goal.get("intent") or "").strip() if isinstance(goal, dict) else ""
         options: list[tuple[str, str]] = []
         for value in self._withheld.get(intent, []):
+            if isinstance(value, tuple):  # a count: said in words with its noun («пять билетов», "three tickets")
+                words = _count_in_words(int(value[0]), str(value[1]), lang)
+                if words:
+                    options.append(("leak_case_form", f" Нужно {words}." if lang == "ru" else f" I need {words}."))
+                continue
             forms = surface_forms(value)
             if len(forms) > 1:
                 alias = rng.choice([f for f in forms[1:] if f != value])
@@ -259,9 +266,12 @@ class FcModelDouble:
                                 else f" It's for {_MONTHS_EN[month - 1]} {day}."))
             elif lang == "ru" and re.fullmatch(r"[А-ЯЁ][а-яё]+(?: [А-ЯЁа-яё]+)*", value):
                 options.append(("leak_case_form", f" Это для {_genitive(value)}."))
-            elif re.fullmatch(r"[A-Z]+\d+", value):  # a code in lower case: «номер b77»
+            elif re.fullmatch(r"[A-Z][A-Z0-9-]*\d[A-Z0-9-]*", value):  # a code in lower case: «номер r-20418»
                 options.append(("leak_case_form", f" Номер {value.lower()}." if lang == "ru" else
                                 f" Number {value.lower()}."))
+            elif re.fullmatch(r"[A-Za-z][a-z]+(?: [A-Za-z][a-z]+)*", value):  # a title or literal in another case
+                other = value.lower() if value != value.lower() else value.capitalize()
+                options.append(("leak_case_form", f" Я про {other}." if lang == "ru" else f" I mean {other}."))
         options = [o for o in options if o[0] in self.kinds]
         return rng.choice(options) if options else None
 
@@ -350,8 +360,19 @@ class FcModelDouble:
 
     def _ask_given(self, req: dict[str, Any], honest: str, lang: str) -> str | None:
         """A question about a parameter the user's last turn already named (not the one the honest answer asks)."""
+        from fabrika.generators.fc import sim_responders as sim
+        from fabrika.generators.fc.sim_catalogue import PARAMS
+
         users = [str(m.get("content") or "") for m in req.get("messages") or () if m.get("role") == "user"]
-        said = users[-1].lower() if users else ""
+        # the sim world's tools: a parameter the user's words already hold, asked with its own question
+        fns = [t.get("function", t) for t in req.get("tools") or ()]
+        for _, fn in sim.mentioned(fns, users[-1] if users else "", lang):
+            args, _ = sim._read_args(fn, users[-1], lang)
+            for name in args:
+                question = str(PARAMS.get(name, {}).get(f"ask_{lang}") or "")
+                if question and question != honest.strip():
+                    return question
+        said = users[-1].lower() if users else ""  # anyone else's tools: «описание — значение» in the words
         for t in req.get("tools") or ():
             fn = t.get("function", t)
             for prop in ((fn.get("parameters") or {}).get("properties") or {}).values():
@@ -359,6 +380,26 @@ class FcModelDouble:
                 if len(d) >= 3 and d in said and d not in honest.lower():
                     return f"Уточните, пожалуйста: {d}?" if lang == "ru" else f"Could you tell me the {d}?"
         return None
+
+
+_NUMBER_WORDS = {"ru": ("", "один", "два", "три", "четыре", "пять", "шесть", "семь", "восемь", "девять", "десять"),
+                 "en": ("", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")}
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 2 <= value <= 10
+
+
+def _count_in_words(value: int, say: str, lang: str) -> str | None:
+    """The count's phrase from the plan («5 билетов на поезд», «на 2 персоны») with the number in words."""
+    m = re.search(rf"(?<!\d){value}\s+([^\W\d_]+)", say)
+    if m is None:
+        return None
+    word = _NUMBER_WORDS[lang][value]
+    if lang == "ru" and value == 2:
+        found = parses(m[1])
+        word = "две" if found and found[0].tag.gender == "femn" else "два"
+    return f"{word} {say[m.start(1):]}"
 
 
 def _base_responder(tag: str) -> Any:

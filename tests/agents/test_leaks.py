@@ -129,3 +129,13 @@ def test_an_inflected_withheld_value_and_a_persona_that_says_it_are_caught():
     with pytest.raises(PlanLeak, match="persona"):
         user_view(EpisodeState(plan=_plan(clean, answer).model_copy(update={"persona": tver}), step=0))
     assert check_plan([clean, answer], plan.tools, "clarification", "ru") == []
+
+
+def test_a_withheld_count_said_in_words_with_its_noun_is_a_leak():
+    from fabrika.agents.leaks import said_value
+
+    assert said_value("Нам нужно пять билетов.", "5 билетов на поезд")
+    assert said_value("We need three tickets.", "3 train tickets")
+    assert said_value("Столик на две персоны.", "на 2 персоны")
+    assert not said_value("Нужно два билета.", "5 билетов на поезд")  # another number
+    assert not said_value("Продлите на 5 дней.", "5 билетов на поезд")  # the same number, another noun

@@ -75,3 +75,16 @@ def test_switching_profiles_never_reuses_the_other_profiles_cached_answers():
         sim_responders.register_fc_sim_responders()
     assert realistic_scope != basic_scope and "sim_realistic" in realistic_scope
     assert backend.cache_scope(request) == basic_scope  # stable for one profile
+
+
+def test_the_user_never_inflects_a_value_the_sim_already_said_grammatically():
+    """The natural sim says «в Екатеринбурге», «в Нижний Новгород», «фильма «Холоп»»: nothing is left to inflect."""
+    goal = {"intent": "x", "say": "Мне нужно посмотреть сеансы фильма «Холоп» в Екатеринбурге, а затем купить "
+                                  "билет в Нижний Новгород.",
+            "facts": [{"value": "Холоп", "say": "«Холоп»", "verbatim": False},
+                      {"value": "Екатеринбург", "say": "в Екатеринбурге", "verbatim": False},
+                      {"value": "Нижний Новгород", "say": "в Нижний Новгород", "verbatim": False}]}
+    texts = [real.user_responder(_user_request(goal), random.Random(s)).content or "" for s in range(100)]
+    answers = [t.split("</think>")[-1] for t in texts if not t.startswith("<think>") or "</think>" in t]
+    assert answers and all("«Холоп» в Екатеринбурге" in t and "в Нижний Новгород" in t for t in answers), answers[:3]
+    assert not [t for t in answers if "Здравствуйте! Здравствуйте!" in t or "., " in t]

@@ -178,3 +178,34 @@ def test_a_question_the_tool_result_already_answered_is_scored():
               tool=lambda r: '{"t": 5, "units": "c"}')
     [text] = [s for s in samples_of(row) if s.target_type == "text"]
     assert not text.meta["scores"].get("asks_given")  # an offer, not a question for a slot
+
+
+def test_a_how_many_question_asks_the_count_not_a_name_sharing_its_word():
+    from fabrika.filters.fc_given import asked_params
+
+    params = {"guests": {"type": "integer", "description": "Number of guests"},
+              "guest_name": {"type": "string", "description": "Guest name"}}
+    assert asked_params("For how many guests?", params, "en") == ["guests"]
+    assert set(asked_params("What name should the guest booking be under?", params, "en")) >= {"guest_name"}
+
+
+def test_contradiction_nothing_found_after_a_status_that_is_not_unavailability():
+    from fabrika.filters.fc_facts import contradiction
+
+    assert contradiction("К сожалению, ничего подходящего не нашлось.", {"order_id": "B7731", "status": "cancelled"})
+    assert contradiction("К сожалению, подходящих вариантов нет.", {"status": "недоступно"}) is None
+    assert contradiction("Sorry, there are no available seats.", {"available": False}) is None
+
+
+def test_a_value_a_finished_task_used_does_not_answer_a_new_requests_question():
+    """«В Питере +5.» closed the first task; the next request withholds its city (Москва): asking is right."""
+    first = PlanStep(kind="tool_call", intent="узнать погоду", user_message="Какая погода в Питере?",
+                     slots={"city": {"value": "Санкт-Петербург", "say": "в Питере"}}, rounds=[[SPB]],
+                     final_answer="+5.")
+    moscow = {"name": "get_weather", "arguments": {"city": "Москва"}, "result": {"t": 5}}
+    give = PlanStep(kind="tool_call", intent="назвать город", user_message="В Москве",
+                    slots={"city": {"value": "Москва", "say": "в Москве"}}, rounds=[[moscow]], final_answer="+5.")
+    row = run(plan([first, CLARIFY, give], "multi_turn"),
+              sequence(call(city="Санкт-Петербург"), "+5.", "В каком городе?", call(city="Москва"), "+5."))
+    [ask] = [s for s in samples_of(row) if s.target_type == "clarification"]
+    assert ask.meta["scores"]["asks_given"] is False

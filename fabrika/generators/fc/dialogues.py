@@ -262,10 +262,16 @@ class Episode:
         return out
 
     def asked_given(self, text: str) -> tuple[list[str], list[str]]:
-        """(parameters the text asks for, those of them the dialogue already gave: user words or tool results)."""
+        """(parameters the text asks for, those of them the current task already gave: user words or tool results)."""
         asked = asked_params(text, self._params(), self.plan.lang)
-        users = [m.content or "" for m in self.messages if m.role == "user"]
-        results = [m.content or "" for m in self.messages if m.role == "tool" and m.flag != "validator_error"]
+        # the current task only: what the user and the tools said since the last closing answer (an assistant text
+        # right after a tool result). A date or a count an earlier, finished task used («стол на 21 июня») does not
+        # answer a new request's question («На какую дату искать рейсы?»)
+        start = max((i + 1 for i, m in enumerate(self.messages) if i and m.role == "assistant" and not m.tool_calls
+                     and self.messages[i - 1].role == "tool"), default=0)
+        window = self.messages[start:]
+        users = [m.content or "" for m in window if m.role == "user"]
+        results = [m.content or "" for m in window if m.role == "tool" and m.flag != "validator_error"]
         values = self._planned_values()
         given = [p for p in asked if result_has(p, results)
                  or any(given_in(v, users) for v in values.get(p, []) if not isinstance(v, bool))]

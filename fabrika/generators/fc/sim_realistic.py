@@ -173,8 +173,18 @@ def _render_fact(say: str, fact: dict[str, Any], rng: random.Random, lang: str) 
         return say.replace(value, _slip(value, rng)) if rng.random() < PROFILE.verbatim_slip else say
     if lang != "ru" or rng.random() >= PROFILE.inflect or not re.fullmatch(r"[А-Яа-яЁё -]+", value):
         return say
+    # only a bare value is the user's to inflect (the legacy «Город — Казань» frame): a whole word, not a
+    # prefix of an inflected one («Екатеринбург» in «в Екатеринбурге»), not already governed by a preposition
+    # («в Нижний Новгород») and not a title in quotes («Холоп»): the sim's phrases are grammatical already
+    at = re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", say)
+    if at is None:
+        return say
+    before = say[:at.start()]
+    prev = re.search(r"([\w-]+)\s*$", before)
+    if before.endswith("«") or (prev is not None and prev.group(1).lower() in _ALL_PREPOSITIONS | {"в", "на"}):
+        return say
     case = rng.choice(sorted(_PREPOSITIONS))
-    return say.replace(value, f"{rng.choice(_PREPOSITIONS[case])} {inflect_phrase(value, case)}")
+    return f"{before}{rng.choice(_PREPOSITIONS[case])} {inflect_phrase(value, case)}{say[at.end():]}"
 
 
 def user_responder(request: ChatRequest, rng: random.Random) -> Choice:
@@ -191,7 +201,14 @@ def user_responder(request: ChatRequest, rng: random.Random) -> Choice:
         tail = ", ".join(parts)
     dash = rng.choice((" — ", " - "))
     text = (head + sep + tail).replace(" — ", dash)
-    text = rng.choice(_GREETINGS[lang]) + text + rng.choice(_CLOSINGS[lang])
+    greeting, closing = rng.choice(_GREETINGS[lang]), rng.choice(_CLOSINGS[lang])
+    if re.match(r"(?:Здравствуйте|Добрый|Привет|Скажите|Подскажите|Hi|Hello|Good)\b", text):
+        greeting = ""  # the planned words greet already: no «Здравствуйте! Здравствуйте!»
+    elif greeting.endswith(": ") or greeting.endswith(", "):
+        text = text[:1].lower() + text[1:]  # «Слушайте, хочу узнать …»
+    if closing.startswith(",") and text.rstrip()[-1:] in ".!?":
+        closing = " " + closing[2:3].upper() + closing[3:]  # «… на 2 апреля. Заранее спасибо!»
+    text = greeting + text + closing
     if rng.random() < PROFILE.truncate_user:
         return Choice(content=f"<think>\n{_THINK[lang]}", finish_reason="length")
     if rng.random() < PROFILE.think / 2:

@@ -164,8 +164,12 @@ def target_judge_responder(request: ChatRequest, rng: random.Random) -> str:
     if request.tag == TAG_CONTRADICTION:
         why = contradiction(str(task.get("answer") or ""), task.get("last_result"))
         return json.dumps({"contradicts": why is not None, "evidence": why or ""}, ensure_ascii=False)
-    users = [str(m.get("content") or "") for m in conv if m.get("role") == "user"]
-    results = [str(m.get("content") or "") for m in conv if m.get("role") == "tool"]
+    # the current task: since the last closing answer (an assistant text right after a tool result), as a
+    # reader scopes «already given» — a date a finished booking used answers no new request's question
+    start = max((i + 1 for i, m in enumerate(conv) if i and m.get("role") == "assistant" and not m.get("calls")
+                 and conv[i - 1].get("role") == "tool"), default=0)
+    users = [str(m.get("content") or "") for m in conv[start:] if m.get("role") == "user"]
+    results = [str(m.get("content") or "") for m in conv[start:] if m.get("role") == "tool"]
     params = {k: {"description": v} for k, v in (task.get("parameters") or {}).items()}
     for p in asked_params(str(task.get("question") or ""), params, "ru"):
         desc = f"{p} {params[p]['description']}".lower()
