@@ -103,33 +103,35 @@ CORPUS_OK = "".join(json.dumps({"text": t, "lang": "ru"}, ensure_ascii=False) + 
                     for t in ("Забронировать столик в ресторане", "Узнать погоду на завтра")).encode()
 PERSONA_OK = json.dumps({"name": "Анна", "description": "бухгалтер"}, ensure_ascii=False)
 
-#: (id, build(tmp) -> config document, stage key path of the error, words the line must hold)
+#: (id, build(tmp) -> config document, stage key path of the error, words the line must hold); ``@NAME.field``
+#: names the stage by its name (or kind), so adding stages to a shipped config does not shift the expectation
+
 MUTATIONS: list[tuple[str, Callable[[Path], dict[str, Any]], str, tuple[str, ...]]] = [
     ("if.responses fed from if.expand", _rewire("if_demo", "if_responses", "if_expand"),
-     "stages[6].input", ("if.responses 'if_responses'", "'messages'", "'if_expand' (if.expand)", "if.queries")),
+     "@if_responses.input", ("if.responses 'if_responses'", "'messages'", "'if_expand' (if.expand)", "if.queries")),
     ("if.samples fed from the prompts, not the responses", _rewire("if_demo", "if_samples", "if_queries"),
-     "stages[7].input", ("'response'", "'if_queries' (if.queries)", "if.responses")),
+     "@if_samples.input", ("'response'", "'if_queries' (if.queries)", "if.responses")),
     ("if.grpo fed from the responses (no verifiers)", _rewire("if_demo", "if_grpo", "if_responses"),
-     "stages[8].input", ("'verifiers'", "list[RunnableVerifier]", "if.queries")),
+     "@if_grpo.input", ("'verifiers'", "list[RunnableVerifier]", "if.queries")),
     ("if.multi.samples fed from the prompts", _rewire("if_demo", "if_multi_samples", "if_multi_prompts"),
-     "stages[11].input", ("'response'", "if.multi.responses")),
+     "@if_multi_samples.input", ("'response'", "if.multi.responses")),
     ("if.dialogue.samples fed from multi prompts", _rewire("if_demo", "if_dialogue_samples", "if_multi_prompts"),
-     "stages[14].input", ("'turns'", "if.dialogues")),
+     "@if_dialogue_samples.input", ("'turns'", "if.dialogues")),
     ("a scorer on the wrong table: if.consistency over the constraints", _add(
         "if_demo", {"kind": "if.consistency", "name": "extra_consistency", "input": "if_dedup"}),
-     "stages[20].input", ("if.consistency 'extra_consistency'", "'verifiers'", "if.verifiers")),
+     "@extra_consistency.input", ("if.consistency 'extra_consistency'", "'verifiers'", "if.verifiers")),
     ("a scorer on the wrong table: filter.length over prompt rows", _add(
         "if_demo", {"kind": "filter.length", "name": "queries_length", "input": "if_queries"}),
-     "stages[20].input", ("filter.length 'queries_length'", "'prompt'", "'if_queries' (if.queries)")),
+     "@queries_length.input", ("filter.length 'queries_length'", "'prompt'", "'if_queries' (if.queries)")),
     ("general.samples without its general.rm scorer", _drop("general_demo", "general_rm"),
-     "stages[5].input", ("general.samples", "'answer_rm_scores'", "general.rm")),
+     "@general_samples.input", ("general.samples", "'answer_rm_scores'", "general.rm")),
     ("fc.dialogues fed from the tools", _rewire("fc_demo", "fc.dialogues", "fc.tools_dedup"),
-     "stages[3].input", ("'plan'", "(Plan)", "fc.plans")),
+     "@fc.dialogues.input", ("'plan'", "(Plan)", "fc.plans")),
     ("fc.samples fed from the plans", _rewire("fc_demo", "fc.samples", "fc.plans"),
-     "stages[4].input", ("'dialogue'", "fc.dialogues")),
+     "@fc.samples.input", ("'dialogue'", "fc.dialogues")),
     ("a column of the wrong type: generic.complete over chat prompts", _add(
         "general_demo", {"kind": "generic.complete", "name": "answers", "input": "general_prompts"}),
-     "stages[11].input", ("'prompt' as str", "writes it as list[Message]")),
+     "@answers.input", ("'prompt' as str", "writes it as list[Message]")),
     ("empty topic corpus", _topics(b""), "stages[0].corpus[0].path", ("corpus.jsonl", "topic corpus is empty")),
     ("binary topic corpus", _topics(b"\x00\x01PK\x03\x04" * 50), "stages[0].corpus[0].path",
      ("corpus.jsonl", "binary")),
@@ -151,7 +153,12 @@ MUTATIONS: list[tuple[str, Callable[[Path], dict[str, Any]], str, tuple[str, ...
 @pytest.mark.parametrize(("build", "where", "words"), [m[1:] for m in MUTATIONS], ids=[m[0] for m in MUTATIONS])
 def test_validate_catches_the_mutation(tmp_path: Path, build: Callable[[Path], dict[str, Any]], where: str,
                                        words: tuple[str, ...]) -> None:
-    config, issues = validate_data(build(tmp_path), "m.yaml", CONFIGS)
+    data = build(tmp_path)
+    if where.startswith("@"):
+        name, field = where[1:].rsplit(".", 1)
+        index = next(n for n, s in enumerate(data["stages"]) if (s.get("name") or s["kind"]) == name)
+        where = f"stages[{index}].{field}"
+    config, issues = validate_data(data, "m.yaml", CONFIGS)
     errors = [i for i in issues if i.level == "error"]
     assert config is None and errors, "the mutation validated"
     lines = [str(i) for i in errors]
