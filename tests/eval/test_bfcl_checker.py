@@ -127,7 +127,7 @@ def _wire(case: dict[str, Any], names: dict[str, str]) -> Any:
     """The fake server's answer for a decoded result: tool calls, text, or an unreadable call."""
     result = case["result"]
     if isinstance(result, str):
-        return result or " "
+        return result or "Не знаю."  # an empty answer is a server fault now (retried, never scored)
     if result is None:
         return {"tool_calls": [{"name": next(iter(names)), "arguments": '{"x": 1,'}]}
     sent = {v: k for k, v in names.items()}

@@ -103,8 +103,15 @@ def test_grpo_export_is_scored_by_the_if_and_rubric_rewards(run_dir: Path, tmp_p
                                 llm_config={"backend": "sim", "model": "sim"})
     try:
         cols = {k: [r[k] for r in multi] for k in ("constraints", "ground_truth")}
-        assert if_reward(prompts=[r["prompt"] for r in multi], completions=["[sim] не ответ, а заглушка"] * len(multi),
-                         **cols) == [0.0] * len(multi)
+        stub = "[sim] не ответ, а заглушка"
+        # the reward follows each row's own constraints (all of them, aggregation="all"): the trusted library
+        # verifiers say what it must be — a short stub may well satisfy "at most 15 words" + "no markdown"
+        from fabrika.constraints.combine import get
+        want = [float(all(get(c["library_id"]).verify(stub, c["params"]) for c in r["constraints"]))
+                if all(c.get("library_id") for c in r["constraints"]) else None for r in multi]
+        got = if_reward(prompts=[r["prompt"] for r in multi], completions=[stub] * len(multi), **cols)
+        assert [g for g, w in zip(got, want) if w is not None] == [w for w in want if w is not None]
+        assert any(w is not None for w in want)
         cols = {k: [r[k] for r in dialogue] for k in ("constraints", "ground_truth", "lang")}
         scores = rubric(prompts=[r["prompt"] for r in dialogue], completions=["Hello, friend!"] * len(dialogue),
                         **cols)
