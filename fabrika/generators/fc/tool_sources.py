@@ -19,6 +19,12 @@ records a rejection per refused candidate.
   warning; an unresolvable one makes the operation a rejection. OpenAPI 3.0 dialect is
   turned into JSON Schema (``nullable``, boolean ``exclusiveMinimum``, ``readOnly``
   properties out of request bodies, ``example``/``xml``/``discriminator`` dropped).
+
+Names are kept as the source spells them (``get-sum``, ``getMenu``): a trained call must reach
+the tool the user's server has. Only an operation without ``operationId`` gets a derived name
+(``GET /pets/{id}`` -> ``get_pets_id``), with a warning. Vendor extension keys (``x-*``) are
+documentation for other tools, not argument constraints: :func:`drop_vendor_keys` takes them out
+of every parameters schema (a *property* named ``x-…`` is a parameter and stays).
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from fabrika.errors import InputError
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 #: OpenAPI keys that are documentation, not argument constraints.
 DROPPED_KEYS = ("example", "examples", "xml", "externalDocs", "discriminator")
+#: Schema keywords whose values map names (of parameters, definitions) to schemas: keys there are names.
+NAME_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 JSON_MEDIA = re.compile(r"^application/(.+\+)?json(;.*)?$")
 
 
@@ -58,6 +66,39 @@ class Candidate:
     warnings: list[str] = field(default_factory=list)
     deprecated: bool = False
     topic_description: str = ""
+
+
+def drop_vendor_keys(schema: Any, dropped: set[str] | None = None) -> Any:
+    """``schema`` without vendor extension keys (``x-*``) at any depth; their names are added to ``dropped``.
+
+    Keys of ``properties`` (and the other name maps) are parameter names, never keywords: they stay.
+    """
+    if isinstance(schema, list):
+        return [drop_vendor_keys(v, dropped) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key.startswith("x-"):
+            if dropped is not None:
+                dropped.add(key)
+            continue
+        if key in NAME_MAPS and isinstance(value, dict):
+            out[key] = {name: drop_vendor_keys(sub, dropped) for name, sub in value.items()}
+        elif key in ("enum", "const", "default", "required", "examples", "example"):
+            out[key] = value  # values, not schemas
+        else:
+            out[key] = drop_vendor_keys(value, dropped)
+    return out
+
+
+def _clean(cand: Candidate) -> Candidate:
+    """``cand`` with vendor keys out of its parameters (and a warning naming them)."""
+    dropped: set[str] = set()
+    cand.parameters = drop_vendor_keys(cand.parameters, dropped)
+    if dropped:
+        cand.warnings.append(f"vendor keys dropped from the schema: {', '.join(sorted(dropped))}")
+    return cand
 
 
 # -- reading documents -------------------------------------------------------------------
@@ -129,9 +170,9 @@ def openai_candidates(doc: Any, topic: str) -> list[Candidate]:
             continue
         fn = raw.get("function") if isinstance(raw.get("function"), dict) else raw
         tiers = raw.get("tiers", fn.get("tiers"))
-        out.append(Candidate(key=key, name=fn.get("name") if isinstance(fn.get("name"), str) else None, topic=topic,
-                             description=_text(fn.get("description")), parameters=fn.get("parameters"),
-                             tiers=tiers if isinstance(tiers, list) else None))
+        out.append(_clean(Candidate(key=key, name=fn.get("name") if isinstance(fn.get("name"), str) else None,
+                                    topic=topic, description=_text(fn.get("description")),
+                                    parameters=fn.get("parameters"), tiers=tiers if isinstance(tiers, list) else None)))
     return out
 
 
@@ -151,7 +192,7 @@ def mcp_candidates(doc: Any, topic: str) -> list[Candidate]:
                                            cand.warnings)
         except ValueError as exc:
             cand.error = str(exc)
-        out.append(cand)
+        out.append(_clean(cand))
     return out
 
 
@@ -295,9 +336,12 @@ def _media_schema(body: dict[str, Any], warnings: list[str]) -> tuple[Any, str |
 def _operation(doc: dict[str, Any], path: str, method: str, item: dict[str, Any], op: dict[str, Any],
                registry: Registry, base_uri: str, version: str, topic: str) -> Candidate:
     key = f"openapi:{method.upper()} {path}"
-    raw_name = op.get("operationId") if isinstance(op.get("operationId"), str) else f"{method} {path}"
-    cand = Candidate(key=key, name=snake_name(raw_name) or None, topic=topic, summary=_text(op.get("summary")),
+    op_id = op.get("operationId")
+    name = op_id if isinstance(op_id, str) and op_id else snake_name(f"{method} {path}")
+    cand = Candidate(key=key, name=name or None, topic=topic, summary=_text(op.get("summary")),
                      description=_text(op.get("description")), deprecated=op.get("deprecated") is True)
+    if name != op_id:
+        cand.warnings.append(f"no operationId: name {name!r} derived from {method.upper()} {path}")
     tiers = op.get("x-fabrika-tiers")
     cand.tiers = tiers if isinstance(tiers, list) else None
     try:
@@ -355,7 +399,7 @@ def _operation(doc: dict[str, Any], path: str, method: str, item: dict[str, Any]
                 if body.get("required") is True:
                     required.append("body")
     cand.parameters = {"type": "object", "properties": props, **({"required": required} if required else {})}
-    return cand
+    return _clean(cand)
 
 
 def openapi_candidates(doc: dict[str, Any], source_name: str, group_by: str = "tag",
