@@ -234,3 +234,26 @@ def test_translate_and_lang_must_agree(tmp_path: Path):
     cfg, issues = _validate(tmp_path, {"kind": "fc.tools_import", "lang": "en", "translate_descriptions": "ru",
                                        "sources": [{"path": str(DATA / "mcp" / "time.json")}]})
     assert cfg is None and any("translate_descriptions: ru" in str(i) and "lang is 'en'" in str(i) for i in issues)
+
+
+def test_an_english_mcp_server_yields_russian_dialogues_calling_its_own_names(tmp_path: Path):
+    from fabrika.generators.fc.common import cyrillic_share
+    from fabrika.schemas import Sample, from_row
+
+    doc = {"name": "ru", "run_dir": str(tmp_path / "run"), "seed": 7, "llm": {"backend": "sim", "sim": {"seed": 7}},
+           "stages": [{"kind": "fc.tools_import", "translate_descriptions": "ru",
+                       "sources": [{"path": str(DATA / "mcp" / "everything.json")}]},
+                      {"kind": "fc.plans", "input": "fc.tools_import", "plans_per_topic": 6},
+                      {"kind": "fc.dialogues", "input": "fc.plans"},
+                      {"kind": "fc.samples", "input": "fc.dialogues"}],
+           "dataset": {"stages": ["fc.samples"]}}
+    cfg, issues = validate_data(doc, str(tmp_path / "t.yaml"), tmp_path)
+    assert cfg is not None, [str(i) for i in issues]
+    result = run_pipeline(cfg, resume=False, progress=False)
+    samples = [from_row(Sample, r) for r in RunStore(result.run_dir).scan_raw("fc.samples").collect()
+               .filter(status="ok").iter_rows(named=True)]
+    server = {t["name"] for t in load_document(DATA / "mcp" / "everything.json")["tools"]}
+    called = {c.name for s in samples for m in s.completion for c in m.tool_calls or []}
+    assert samples and called and called <= server and any("-" in n for n in called)
+    users = [m.content for s in samples for m in s.prompt if m.role == "user" and m.content]
+    assert users and all(cyrillic_share(u) > 0.5 for u in users)
