@@ -6,6 +6,10 @@
     ├── LLMError             one failed LLM request; ``kind`` says why
     │   └── CacheMissError   ``--cache-only`` and the answer is not cached
     ├── StoreError           a run directory that cannot be read or written
+    │   └── StorageError     a storage fault with its ``path`` and ``fix`` (exit 2: unwritable,
+    │       │                damaged; exit 3: disk full or I/O error, rerun after the fix)
+    │       ├── JournalCorruptError  a stage journal damaged before its tail
+    │       └── ShardCorruptError    a parquet shard that does not read (truncated, garbled)
     └── SandboxError         the sandbox itself failed (not a verifier's verdict)
 
 Rejections of untrusted LLM output are *data* (rows with ``status="rejected"``
@@ -14,7 +18,8 @@ and a ``reason``), never exceptions.
 
 from __future__ import annotations
 
-from typing import Literal
+import errno as _errno
+from typing import Any, Literal
 
 LLMErrorKind = Literal[
     "rate_limit",
@@ -47,6 +52,51 @@ class InputError(FabrikaError):
 
 class StoreError(FabrikaError):
     """A run directory cannot be read or written."""
+
+
+class StorageError(StoreError):
+    """A file or directory of a run cannot be written or read back intact.
+
+    ``str()`` is one line: what happened, to which path, and the fix. ``exit_code`` is what the
+    CLI exits with: 2 for a problem a person must fix first (a read-only or unwritable directory,
+    damaged files), 3 for one that leaves the run unfinished and a rerun continues once it is
+    gone (a full disk, an I/O error).
+    """
+
+    def __init__(self, path: object, problem: str, fix: str, exit_code: int = 2) -> None:
+        super().__init__(f"{path}: {problem}; {fix}")
+        self.path = str(path)
+        self.problem = problem
+        self.fix = fix
+        self.exit_code = exit_code
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled whole (Ray workers, multiprocessing): the default would call __init__(message)
+        return (type(self), (self.path, self.problem, self.fix, self.exit_code))
+
+    @classmethod
+    def from_os(cls, exc: OSError, path: object, action: str = "cannot write") -> StorageError:
+        """Name an ``OSError`` of a store write: disk full → exit 3; permission, read-only → exit 2."""
+        code = exc.errno
+        if code in (_errno.ENOSPC, _errno.EDQUOT):
+            return cls(path, f"{action}: no space left on the device",
+                       "free disk space (or move run_dir), then rerun the same command to continue", 3)
+        if code in (_errno.EACCES, _errno.EPERM):
+            return cls(path, f"{action}: permission denied",
+                       "make the run directory writable by this user (or set run_dir elsewhere) and rerun")
+        if code == _errno.EROFS:
+            return cls(path, f"{action}: read-only file system",
+                       "set run_dir to a writable location (or remount it read-write) and rerun")
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        return cls(path, f"{action}: {reason}", "check the disk and the run directory, then rerun", 3)
+
+
+class JournalCorruptError(StorageError):
+    """A stage journal holds a damaged record that is not its torn tail (a crash cannot explain it)."""
+
+
+class ShardCorruptError(StorageError):
+    """A parquet shard of a run is truncated or garbled."""
 
 
 class SandboxError(FabrikaError):

@@ -53,7 +53,7 @@ import pytest
 #: Bottom → top. The first dotted component under ``fabrika`` names the layer.
 LAYERS: list[set[str]] = [
     {"", "errors", "schemas", "textutil"},                                   # 0
-    {"inputs", "sandbox", "llm", "gates", "constraints", "agents"},          # 1
+    {"inputs", "sandbox", "llm", "gates", "constraints", "agents", "prompts"},  # 1
     {"rewards"},                                                             # 2
     {"store"},                                                               # 3
     {"pipeline"},                                                            # 4

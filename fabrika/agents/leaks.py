@@ -3,8 +3,9 @@
 The user agent sees the persona and the goal card of its turn (DESIGN contract 8).
 A plan's user-facing text (``intent``, ``user_message``, each slot's ``say``) and
 the persona are checked here for anything the user must not say yet: a withheld
-argument's value in any surface form (canonical, said, enum literal — and, for
-Russian, any inflection of it: «в Казани» gives away ``Казань``), a tool name, a
+argument's value in any surface form (canonical, said, enum literal — and any
+inflection, short form, abbreviation or transliteration of it: «в Казани» gives
+away ``Казань``, «в Питере» ``Санкт-Петербург``; :mod:`fabrika.agents.surface`), a tool name, a
 parameter identifier, or a value that only a later step introduces. The plan
 stage turns the findings into review issues; the user view raises
 :class:`PlanLeak` as the last guard.
@@ -16,46 +17,30 @@ import json
 import re
 from typing import Any
 
+from fabrika.agents.surface import mentions, value_given
 from fabrika.schemas.fc import Persona, PlanStep, ToolSpec
-from fabrika.textutil.morph import lemmas
 
-__all__ = ["PlanLeak", "mentions", "user_facing_leaks", "withheld_values"]
-
-_WORD = re.compile(r"[\w-]+")
+__all__ = ["PlanLeak", "mentions", "said_value", "user_facing_leaks", "withheld_values"]
 
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def _lemma_seq(text: str) -> list[frozenset[str]]:
-    return [lemmas(w) if re.search(r"[А-Яа-яЁё]", w) else frozenset({w}) for w in _WORD.findall(text.lower())]
-
-
 class PlanLeak(ValueError):
     """A user-facing text of the plan gives away what the user must not say (withheld value, tool, parameter)."""
 
 
-def mentions(haystack: str, needle: str) -> bool:
-    """Does ``haystack`` say ``needle`` (case-insensitive; whole words for a one-word needle)?"""
-    return _contains(haystack, needle)
-
-
 def _contains(haystack: str, needle: str) -> bool:
-    needle = needle.strip().lower()
-    if len(needle) < 2:
-        return False
-    if re.fullmatch(r"[\w-]+", needle):
-        if re.search(rf"(?<![\w-]){re.escape(needle)}(?![\w-])", haystack.lower()) is not None:
-            return True
-    elif needle in haystack.lower():
-        return True
-    if not re.search(r"[А-Яа-яЁё]", needle):
-        return False
-    # Russian: the same words in another case («Казань» in «в Казани») are the same value
-    want, have = _lemma_seq(needle), _lemma_seq(haystack)
-    return bool(want) and any(all(want[j] & have[i + j] for j in range(len(want)))
-                              for i in range(len(have) - len(want) + 1))
+    return mentions(haystack, needle)
+
+
+def said_value(text: str, form: str) -> bool:
+    """``form`` in ``text`` as written, inflected, or by an alias, short form or transliteration («в Питере»).
+
+    Digits-only forms are matched as written: «на 2 человек» says no withheld ``2`` of another slot.
+    """
+    return _contains(text, form) or (re.fullmatch(r"[\d\s.,-]+", form) is None and value_given(form, text))
 
 
 def withheld_values(steps: list[PlanStep], step_i: int) -> dict[str, list[str]]:
@@ -90,13 +75,13 @@ def user_facing_leaks(steps: list[PlanStep], tools: list[ToolSpec], lang: str, s
     problems: list[str] = []
     if persona is not None:  # the persona is in the user's prompt too: it must not hold a withheld value
         for w, forms in withheld_values(steps, step_i).items():
-            hit = next((f for f in forms if _contains(f"{persona.description} {persona.style}", f)), None)
+            hit = next((f for f in forms if said_value(f"{persona.description} {persona.style}", f)), None)
             if hit is not None:
                 problems.append(f"steps[{step_i}]: the persona ({persona.name}) already says the withheld {w!r} "
                                 f"({hit!r}); withhold another value")
     for w, forms in withheld_values(steps, step_i).items():
         for field, text in texts.items():
-            hit = next((f for f in forms if _contains(text, f)), None)
+            hit = next((f for f in forms if said_value(text, f)), None)
             if hit is not None:
                 problems.append(f"steps[{step_i}].{field} gives away the withheld {w!r} ({hit!r})")
     names = {t.name for t in tools}

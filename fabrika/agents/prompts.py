@@ -49,16 +49,19 @@ PROMPTS: dict[str, dict[str, str]] = {
         # serves it again; the goal, which changes every turn, comes after it
         "ru": "Разговор на данный момент:\n{transcript}\n\nЧто ты хочешь в этой реплике:\n```json\n{goal}\n```\n"
               "Напиши следующую реплику пользователя. Передай все сведения из `facts` и ничего сверх них. "
-              "Если у сведения `verbatim` = true (вариант из списка, номер, код, дата, адрес почты, число), "
-              "напиши `value` в точности как есть, символ в символ. Остальное скажи своими словами, как "
-              "сказал бы живой человек: слова можно склонять («в Казань», «для Петровой»), но не заменяй "
-              "их другими. Ответь только текстом реплики.",
+              "Если у сведения `verbatim` = true (вариант из списка, номер, код, дата, адрес почты), "
+              "напиши `value` в точности как есть. Остальное скажи своими словами, как сказал бы живой "
+              "человек: слова можно склонять («в Казань», «для Петровой»), но не заменяй их другими; "
+              "списки и составные сведения перечисли обычной фразой, никогда не вставляй JSON, скобки и "
+              "кавычки. Не подписывай реплику («Пользователь:»), не бери её в кавычки и ничего не пиши о "
+              "задании. Ответь только текстом реплики.",
         "en": "The conversation so far:\n{transcript}\n\nWhat you want in this turn:\n```json\n{goal}\n```\n"
               "Write the user's next message. Convey every item in `facts` and nothing beyond them. When an "
               "item has `verbatim` = true (an option from a list, a number, a code, a date, an e-mail "
-              "address), write its `value` exactly as given, character for character. Say the rest in your "
-              "own words, as a real person would, without replacing the values with others. Reply with the "
-              "message text only.",
+              "address), write its `value` exactly as given. Say the rest in your own words, as a real person "
+              "would, without replacing the values with others; say lists and compound details in a plain "
+              "sentence, never paste JSON, brackets or quotes. Do not label the message (\"User:\"), do not "
+              "wrap it in quotes and do not comment on the task. Reply with the message text only.",
     },
     "tool_system": {
         "ru": "Ты изображаешь работу функции. Верни только JSON-результат вызова, без пояснений.",
@@ -195,6 +198,36 @@ PROMPTS: dict[str, dict[str, str]] = {
               "Can any of these functions serve the user's last request (given the whole conversation)? "
               "Return JSON: {{\"any_tool_fits\": true or false, \"fitting_tools\": [names of the functions "
               "that fit], \"issues\": [\"why\"]}}",
+    },
+    "contradiction_judge": {
+        "ru": "Вот разговор, последний результат функции и ответ ассистента, который завершает разговор:\n"
+              "```json\n{task}\n```\nПротиворечит ли ответ последнему результату функции? Противоречие — это, "
+              "например, «ничего не найдено», когда результат не пустой; «готово» или «успешно» после ошибки; "
+              "статус, число или имя, отличные от тех, что в результате. Верни JSON: {{\"contradicts\": true, "
+              "если ответ противоречит результату (это ошибка), false, если не противоречит, \"evidence\": "
+              "\"какие слова ответа противоречат какому полю результата\"}}",
+        "en": "Here is the conversation, the last function result and the assistant's closing answer:\n"
+              "```json\n{task}\n```\nDoes the answer contradict the last function result? A contradiction is, "
+              "for example, \"nothing was found\" when the result is not empty; \"done\" or \"success\" after an "
+              "error; a status, number or name different from the result's. Return JSON: {{\"contradicts\": "
+              "true if the answer contradicts the result (a mistake), false if it does not, \"evidence\": \"which "
+              "words of the answer contradict which field of the result\"}}",
+    },
+    "given_judge": {
+        "ru": "Вот разговор, параметры функций ассистента и вопрос, который ассистент задаёт пользователю:\n"
+              "```json\n{task}\n```\nСпрашивает ли ассистент о том, что пользователь или функция уже сообщили "
+              "раньше в разговоре — любыми словами: синонимом, сокращением, разговорной формой («в Питере» — "
+              "Санкт-Петербург, «в Нижнем» — Нижний Новгород, «МСК»), латиницей, словами вместо цифр? Верни JSON: "
+              "{{\"already_given\": true, если это уже сообщено и вопрос лишний (это ошибка), false, если этих "
+              "сведений в разговоре нет, \"slot\": \"о каком параметре вопрос\", \"where\": \"где это уже "
+              "сказано\"}}",
+        "en": "Here is the conversation, the parameters of the assistant's functions and the question the "
+              "assistant asks the user:\n```json\n{task}\n```\nDoes the assistant ask for something the user or a "
+              "function already gave earlier in the conversation, in any wording: a synonym, a short form, a "
+              "nickname (\"NYC\", \"SF\"), another script, a number in words? Return JSON: {{\"already_given\": "
+              "true if it was already given and the question is unnecessary (a mistake), false if the "
+              "conversation lacks it, \"slot\": \"the parameter the question is about\", \"where\": \"where it "
+              "was given\"}}",
     },
     "answer_judge": {
         "ru": "Вот разговор, результаты функций и ответ ассистента, который его завершает:\n"

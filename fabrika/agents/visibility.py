@@ -6,7 +6,8 @@ View only — so what a role can leak is bounded by what its View holds, and
 the tests assert on the rendered prompts:
 
 * user: persona, the goal card of the current turn (values to convey, never
-  argument names, never withheld values), the visible dialogue text; never tool
+  argument names, never withheld values; lists and objects in their spoken form,
+  never JSON: :mod:`fabrika.agents.spoken`), the visible dialogue text; never tool
   names, schemas, calls or results;
 * assistant: its system prompt, the tools at the sample's description tier,
   the dialogue with its own calls and the tool results; never the plan;
@@ -22,6 +23,7 @@ from typing import Any
 
 from fabrika.agents.leaks import PlanLeak, user_facing_leaks
 from fabrika.agents.prompts import assistant_system, prompt_text
+from fabrika.agents.spoken import spoken_card
 from fabrika.schemas.fc import GoalCard, Persona, Plan, goal_card
 from fabrika.schemas.messages import Message
 from fabrika.schemas.tools import Tool, ToolCall
@@ -91,7 +93,7 @@ def user_view(state: EpisodeState) -> UserView:
     return UserView(
         lang=state.plan.lang,
         persona=state.plan.persona,
-        goal=goal_card(state.plan, state.step),
+        goal=spoken_card(goal_card(state.plan, state.step), state.plan.lang),  # lists and objects said in words
         dialogue=text_turns,
     )
 

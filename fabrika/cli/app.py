@@ -5,7 +5,11 @@ parses arguments, prints, and maps errors to exit codes: 2 for a user error
 (bad config, unknown gate, missing input, a run dir in use, an endpoint that
 fails the probe — one line each), 3 when a run did not finish (items left
 pending by an outage, an open breaker or ``--cache-only`` misses, or a stage's
-failure rate above ``llm.max_failure_rate``), 1 for anything unexpected.
+failure rate above ``llm.max_failure_rate``) — and when a refilter's thresholds
+admit upstream items that downstream stages never processed (a run is needed;
+the message names it) —, 1 for anything unexpected. A storage fault
+(:class:`~fabrika.errors.StorageError`) is one line with its own code: 3 for a full disk, 2 for
+an unwritable directory or a damaged journal/shard (``fabrika fsck RUN_DIR --repair``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import fabrika
-from fabrika.errors import ConfigError, InputError, StoreError
+from fabrika.errors import ConfigError, InputError, StorageError, StoreError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="fabrika: synthetic post-training data factory (Russian first).")
@@ -134,6 +138,8 @@ def run(
     try:
         result = run_pipeline(cfg, resume=resume, cache_only=cache_only, progress=progress, version=version,
                               until=until or None, allow_partial=allow_partial, log_every=log_every)
+    except StorageError as exc:
+        fail(str(exc), code=exc.exit_code)
     except (ConfigError, InputError, StoreError) as exc:
         fail(str(exc))
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -167,35 +173,66 @@ def run(
         out.print(f"dataset: {result.version.path}")
 
 
+def _stale(manifest: dict[str, Any], config: Path | None) -> tuple[dict[str, dict[str, list[str]]], str | None]:
+    """Stale stages against ``config`` (default the run's config file, else the config it recorded), and a note
+    when neither can be read."""
+    from fabrika.pipeline.config import validate_data, validate_file
+    from fabrika.pipeline.fingerprint import stale_stages
+
+    path = config or (Path(manifest["config_file"]) if manifest.get("config_file") else None)
+    cfg = None
+    if path is not None and path.is_file():
+        cfg, _ = validate_file(path)
+    if cfg is None and config is None and manifest.get("config"):
+        base = path.resolve().parent if path is not None else Path.cwd()
+        cfg, _ = validate_data(manifest["config"], "(recorded config)", base)
+    if cfg is None:
+        return {}, f"staleness not checked: {path or 'the recorded config'} does not validate (pass --config CONFIG)"
+    return stale_stages(cfg, manifest), None
+
+
 @app.command()
 def status(
     run_dir: Annotated[Path, typer.Argument(help="Run directory (runs/<name>).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document (for scripts) instead of tables.")] = False,
+    config: Annotated[Optional[Path], typer.Option("--config", help="Check staleness against this pipeline YAML "
+                                                   "(default: the run's config file).")] = None,
 ) -> None:
-    """Per-stage funnel (in/out/rejected by reason), gates of the latest version, LLM accounting."""
+    """Per-stage funnel, stale stages and why (code/prompt/config/upstream changed), versions, LLM accounting."""
     from fabrika.cli import views
     from fabrika.store import RunStore
     from fabrika.store.manifest import effective_status
     from fabrika.store.versions import read_version
 
     store = RunStore(run_dir)
-    manifest = store.read_manifest() if run_dir.is_dir() else {}
-    if not manifest:
-        fail(f"{run_dir}: not a run directory (no manifest.json)")
-    if effective_status(manifest) != "done":  # live or killed: count what is on disk, not the last snapshot
-        for name, entry in manifest.get("stages", {}).items():
-            entry.update(store.counts(name))
-            entry["journal_rows"] = store.journal_rows(name)
-            entry["rows"] = entry.get("rows", 0) + entry["journal_rows"]
+    try:
+        manifest = store.read_manifest() if run_dir.is_dir() else {}
+        if not manifest:
+            fail(f"{run_dir}: not a run directory (no manifest.json)")
+        if effective_status(manifest) != "done":  # live or killed: count what is on disk, not the last snapshot
+            for name, entry in manifest.get("stages", {}).items():
+                entry.update(store.counts(name))
+                entry["journal_rows"] = store.journal_rows(name)
+                entry["rows"] = entry.get("rows", 0) + entry["journal_rows"]
+        stale, note = _stale(manifest, config)
+    except StorageError as exc:
+        fail(str(exc), code=exc.exit_code)
+    except StoreError as exc:
+        fail(str(exc))
     if as_json:
         latest = manifest.get("latest_version")
         doc = {k: manifest.get(k) for k in ("name", "backend", "stages", "versions", "latest_version", "accounting",
                                             "sandbox_isolation", "invocations")}
         doc["status"] = effective_status(manifest)
         doc["latest_funnel"] = read_version(run_dir, latest)["funnel"] if latest else None
+        doc["stale"] = stale
         print(json.dumps(doc, ensure_ascii=False, indent=2, default=str))
         return
-    out.print(views.stages_table(manifest))
+    out.print(views.stages_table(manifest, stale))
+    for line in views.stale_lines(stale, manifest.get("config_file")):
+        out.print(escape(line), highlight=False, soft_wrap=True)
+    if note:
+        err.print(f"[yellow]{escape(note)}")
     if manifest.get("versions"):
         out.print(views.versions_table(manifest))
     latest = manifest.get("latest_version")
@@ -219,25 +256,43 @@ def refilter(
         "--set", help="Change a gate threshold: filters.GROUP.PARAM=VALUE, the same address as `fabrika run --set`, "
         "e.g. filters.length.max_tokens=1024 (repeatable).")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="New version name (default next vN).")] = None,
-    base: Annotated[Optional[str], typer.Option("--base", help="Version whose thresholds to start from (default latest).")] = None,
+    base: Annotated[Optional[str], typer.Option("--from-base", "--base", help="Version whose thresholds the --set "
+                                                "values stack on (default: the run's config thresholds).")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing version named --name.")] = False,
+    run_downstream: Annotated[bool, typer.Option("--run-downstream", help="When a loosened gate admits upstream items "
+                                                 "that downstream stages never processed, resume the run at these "
+                                                 "thresholds (cached answers first) and materialise its result.")] = False,
+    allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Gate an incomplete run (items pending) "
+                                                "anyway.")] = False,
 ) -> None:
-    """Re-apply gates with new thresholds: a new version, zero LLM calls, seconds."""
+    """Re-apply gates with new thresholds: a new version, zero LLM calls, seconds.
+
+    Exit 2: a bad --set, an unknown base, a run that did not finish. Exit 3: the thresholds admit upstream
+    items downstream stages never processed (the message has the `fabrika run` that processes them).
+    """
     from fabrika.cli import views
+    from fabrika.pipeline.versions import UpstreamNotProcessed
     from fabrika.pipeline.versions import refilter as do_refilter
 
     if not (run_dir / "manifest.json").is_file():
         fail(f"{run_dir}: not a run directory (no manifest.json)")
     try:
-        info, diff = do_refilter(run_dir, list(set_ or []), name=name, base=base, overwrite=overwrite)
-    except (ConfigError, StoreError) as exc:
+        info, diff = do_refilter(run_dir, list(set_ or []), name=name, base=base, overwrite=overwrite,
+                                 run_downstream=run_downstream, allow_partial=allow_partial)
+    except UpstreamNotProcessed as exc:
+        fail(str(exc), code=3)
+    except StorageError as exc:
+        fail(str(exc), code=exc.exit_code)
+    except (ConfigError, StoreError, InputError) as exc:
         fail(str(exc))
     out.print(views.gates_table(info.funnel, f"version {info.name}: {info.rows} samples"))
-    out.print(views.diff_table(diff, info.previous, info.name) if diff else f"funnel unchanged vs {info.previous}")
+    out.print(escape(views.version_line(info.name, info.base, info.changed)), highlight=False, soft_wrap=True)
+    out.print(views.diff_table(diff, info.previous, info.name) if diff
+              else f"funnel unchanged vs {info.previous or 'the config thresholds'}")
     out.print(f"dataset: {info.path}")
 
 
-for _mod in ("export_cmd", "report_cmd", "train_cmd", "eval_cmd", "estimate_cmd", "stages_cmd"):
+for _mod in ("export_cmd", "report_cmd", "train_cmd", "eval_cmd", "estimate_cmd", "stages_cmd", "fsck_cmd"):
     importlib.import_module(f"fabrika.cli.{_mod}").register(app)
 
 

@@ -81,7 +81,11 @@ def _with_kinds(cfg: Any, mix_kinds: str | None, mix: str | None, size: int | No
                          kinds=_kind_shares(mix_kinds), kind_column=base.kind_column,
                          dimensions_kind=base.dimensions_kind)
     except ValueError as exc:
-        raise ConfigError(f"--mix-kinds {mix_kinds}: {exc}") from exc
+        from pydantic import ValidationError
+
+        why = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors()) \
+            if isinstance(exc, ValidationError) else str(exc)
+        raise ConfigError(f"--mix-kinds {mix_kinds}: {why}") from exc
 
 
 def register(app: typer.Typer) -> None:

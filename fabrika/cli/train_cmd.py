@@ -73,13 +73,19 @@ def grpo(
     expert: Annotated[str, typer.Option("--expert", help="Expert to train: if, fc or general.")],
     set_: SetOption = None,
     no_preset: NoPreset = False,
+    allow_no_rm_correction: Annotated[bool, typer.Option(
+        "--allow-no-rm-correction", help="IF expert: accept a config whose if_reward_kwargs turn the RM correction "
+        "off (refused otherwise: without it an untrained policy's garbage scores high).")] = False,
 ) -> None:
     """GRPO for one expert with its reward (IF verifiers, FC exact match, General RM × length)."""
 
     def go() -> None:
         from fabrika.train.grpo import load_grpo_config, run_grpo
 
-        cfg = load_grpo_config(expert, config, parse_overrides(set_), use_preset=not no_preset)
+        overrides = parse_overrides(set_)
+        if allow_no_rm_correction:
+            overrides["allow_no_rm_correction"] = True
+        cfg = load_grpo_config(expert, config, overrides, use_preset=not no_preset)
         trainer = run_grpo(cfg)
         _out.print(f"grpo {expert}: {trainer.state.global_step} steps, model saved to {cfg.output_dir}", markup=False)
 

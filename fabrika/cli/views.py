@@ -41,9 +41,11 @@ def _fmt_reasons(rejected: Mapping[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(rejected.items(), key=lambda kv: -kv[1])) or "-"
 
 
-def stages_table(manifest: Mapping[str, Any]) -> Fitted:
-    """Per-stage funnel (:func:`stages_table_wide`, or :func:`stages_table_narrow` where it does not fit)."""
-    return Fitted(lambda: stages_table_wide(manifest), lambda: stages_table_narrow(manifest))
+def stages_table(manifest: Mapping[str, Any], stale: Mapping[str, Any] | None = None) -> Fitted:
+    """Per-stage funnel (:func:`stages_table_wide`, or :func:`stages_table_narrow` where it does not fit).
+
+    ``stale`` (:func:`fabrika.pipeline.fingerprint.stale_stages`) marks the stages the next run redoes."""
+    return Fitted(lambda: stages_table_wide(manifest, stale), lambda: stages_table_narrow(manifest, stale))
 
 
 def _title(manifest: Mapping[str, Any]) -> str:
@@ -52,7 +54,7 @@ def _title(manifest: Mapping[str, Any]) -> str:
     return f"run {manifest.get('name', '?')} \\[{effective_status(dict(manifest))}] backend={manifest.get('backend', '?')}"
 
 
-def stages_table_narrow(manifest: Mapping[str, Any]) -> Group:
+def stages_table_narrow(manifest: Mapping[str, Any], stale: Mapping[str, Any] | None = None) -> Group:
     """The funnel in about 60 columns: counts per stage, then each stage's reasons on wrapping lines."""
     from fabrika.pipeline.progress import human
     from fabrika.pipeline.stage import is_rejection
@@ -77,10 +79,12 @@ def stages_table_narrow(manifest: Mapping[str, Any]) -> Group:
             notes.add_row(Text(f"{name} rejected:", style="bold"), _fmt_reasons(rej))
         if passed:
             notes.add_row(Text(f"{name} passed over:", style="dim"), _fmt_reasons(passed))
+        if stale is not None and name in stale:
+            notes.add_row(Text(f"{name} stale:", style="yellow"), ", ".join(stale[name]))
     return Group(t, notes) if notes.row_count else Group(t)
 
 
-def stages_table_wide(manifest: Mapping[str, Any]) -> Table:
+def stages_table_wide(manifest: Mapping[str, Any], stale: Mapping[str, Any] | None = None) -> Table:
     """Per-stage funnel: rows in the store, ok, rejected by reason, this run's work and LLM use."""
 
     t = Table(title=_title(manifest))
@@ -91,6 +95,8 @@ def stages_table_wide(manifest: Mapping[str, Any]) -> Table:
     t.add_column("passed over", overflow="fold")  # not drawn by a share / not applicable: not a verdict
     for col in ("llm", "cached", "tokens", "s", "done"):
         t.add_column(col, justify="right")
+    if stale is not None:
+        t.add_column("stale", overflow="fold")
     layout = manifest.get("layout", {})
     from fabrika.pipeline.stage import is_rejection
 
@@ -110,8 +116,26 @@ def stages_table_wide(manifest: Mapping[str, Any]) -> Table:
             str(llm.get("prompt_tokens", 0) + llm.get("completion_tokens", 0)),
             f"{s.get('seconds', 0):.1f}",
             "yes" if s.get("complete") else "no",
+            *([", ".join(stale[name]) if name in stale else "-"] if stale is not None else []),
         )
     return t
+
+
+def stale_lines(stale: Mapping[str, Mapping[str, list[str]]], config_file: str | None) -> list[str]:
+    """Why each stale stage would be redone, one line per stage, and the command that redoes them."""
+    if not stale:
+        return ["stale: none (code, prompts and config match what the rows were written under)"]
+    lines = [f"stale: {len(stale)} stage(s); the next run redoes them (cached answers for unchanged requests):"]
+    for name, reasons in stale.items():
+        lines.append(f"  {name}: " + "; ".join(f"{kind} ({', '.join(what)})" for kind, what in reasons.items()))
+    lines.append(f"  redo them: fabrika run {config_file or 'CONFIG'}")
+    return lines
+
+
+def version_line(name: str, base: str, changed: Mapping[str, Any]) -> str:
+    """``version v2: base config; changed backtranslation.min_similarity=0``."""
+    what = ", ".join(f"{k}={v}" for k, v in sorted(changed.items())) or "nothing"
+    return f"version {name}: base {base}; changed {what}"
 
 
 def summary_lines(manifest: Mapping[str, Any], width: int = 100) -> list[str]:
@@ -268,9 +292,11 @@ def accounting_table_wide(snapshot: Mapping[str, Any], title: str) -> Table:
 def versions_table(manifest: Mapping[str, Any]) -> Table:
     """Materialised versions: rows, the version each derives from, and when."""
     t = Table(title="versions")
-    for col in ("version", "samples", "from", "created"):
-        t.add_column(col, justify="right" if col == "samples" else "left")
+    for col in ("version", "samples", "base", "changed", "created"):
+        t.add_column(col, justify="right" if col == "samples" else "left", overflow="fold")
     for name, info in manifest.get("versions", {}).items():
         latest = " (latest)" if name == manifest.get("latest_version") else ""
-        t.add_row(name + latest, str(info.get("rows", "?")), info.get("previous") or "-", info.get("created_at", "?"))
+        changed = ", ".join(f"{k}={v}" for k, v in sorted((info.get("changed") or {}).items())) or "-"
+        t.add_row(name + latest, str(info.get("rows", "?")), info.get("base") or info.get("previous") or "-",
+                  changed, info.get("created_at", "?"))
     return t

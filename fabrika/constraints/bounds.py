@@ -6,6 +6,13 @@ least and the most words / sentences / paragraphs a response can have under it;
 two constraints conflict when one's minimum exceeds the other's maximum.
 Minimums are deliberately low (one word per sentence or list item), so a
 reported conflict is a real one.
+
+The same bounds find **redundant** pairs (:func:`bounds_redundant`): a pure length
+constraint (its verifier checks nothing but a count) adds nothing to a prompt when
+another constraint's bounds already sit inside its own — «не более 120 слов» next to
+«от 20 до 80 слов», or «не более 200 слов» next to «не более 150 символов». Implied
+minimums are low and implied maximums are true maximums, so a reported redundancy is
+a real one: every text passing the other constraint passes the redundant one.
 """
 
 from __future__ import annotations
@@ -102,3 +109,27 @@ def bounds_conflict(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]
     lo_words = max(ba["words"][0], bb["words"][0])
     chars_hi = [x["chars"][1] for x in (ba, bb) if "chars" in x and x["chars"][1] is not None]
     return bool(chars_hi) and 2 * lo_words - 1 > min(chars_hi)
+
+
+#: Pure length constraints: the quantities their verifiers check, and nothing else.
+PURE_BOUNDS: dict[str, tuple[str, ...]] = {
+    "ru.length.words_max": ("words",), "ru.length.words_min": ("words",), "ru.length.words_range": ("words",),
+    "ru.length.sentences_max": ("sentences",), "ru.length.sentences_min": ("sentences",),
+    "ru.length.sentences_exact": ("sentences",), "ru.length.paragraphs_exact": ("paragraphs",),
+    "ru.length.paragraphs_min": ("paragraphs",), "ru.length.chars_max": ("chars",),
+}
+
+
+def _inside(inner: tuple[int, int | None], outer: tuple[int, int | None]) -> bool:
+    lo_in, hi_in = inner
+    lo_out, hi_out = outer
+    return lo_in >= lo_out and (hi_out is None or (hi_in is not None and hi_in <= hi_out))
+
+
+def bounds_redundant(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
+    """True if ``a`` holds for every text that satisfies ``b``; both pure length constraints (same id: never)."""
+    if a == b or a not in PURE_BOUNDS or b not in PURE_BOUNDS:
+        return False
+    ba, bb = implied_bounds(a, pa), implied_bounds(b, pb)
+    return all(q in bb and _inside(bb[q], ba[q]) for q in PURE_BOUNDS[a])
+

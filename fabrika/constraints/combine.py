@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from fabrika.constraints.base import REGISTRY, SeedConstraint
+from fabrika.constraints.bounds import bounds_redundant
 from fabrika.constraints.conflicts import params_conflict
 from fabrika.errors import ConfigError
 from fabrika.schemas import Constraint, derive_seed, stable_id
@@ -25,11 +26,21 @@ def get(cid: str) -> SeedConstraint:
 
 
 def compatible(combo: Sequence[tuple[str, Mapping[str, Any]]], cid: str, params: Mapping[str, Any]) -> bool:
-    """Can ``cid`` with ``params`` join ``combo`` (id-level and parameter-level)?"""
+    """Can ``cid`` with ``params`` join ``combo``: no conflict (id and parameter level) and no redundant bound?"""
     c = REGISTRY[cid]
     return all(
-        other not in c.conflicts and not params_conflict(other, op, cid, params) for other, op in combo
+        other not in c.conflicts and not params_conflict(other, op, cid, params) and not redundant(other, op, cid, params)
+        for other, op in combo
     )
+
+
+def redundant(a: str, pa: Mapping[str, Any], b: str, pb: Mapping[str, Any]) -> bool:
+    """True if one of the two adds nothing next to the other (a length bound the other already implies).
+
+    «не более 120 слов» with «от 20 до 80 слов» asks the same thing twice; such a prompt
+    teaches nothing the single bound does not, so combinations refuse it.
+    """
+    return bounds_redundant(a, pa, b, pb) or bounds_redundant(b, pb, a, pa)
 
 
 def sample_combination(
@@ -92,6 +103,8 @@ def check_combination(combo: Sequence[tuple[str, Mapping[str, Any]]]) -> list[st
         for b, pb in combo[i + 1 :]:
             if b in REGISTRY and (b in REGISTRY[a].conflicts or params_conflict(a, pa, b, pb)):
                 problems.append(f"{a} {dict(pa)} conflicts with {b} {dict(pb)}")
+            elif b in REGISTRY and redundant(a, pa, b, pb):
+                problems.append(f"{a} {dict(pa)} and {b} {dict(pb)} are redundant: one bound implies the other")
     return problems
 
 

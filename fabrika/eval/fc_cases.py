@@ -46,10 +46,17 @@ class FCCase:
     tools: list[dict[str, Any]]
     expected: list[dict[str, dict[str, list[Any]]]] | str | None  # None: no call; "any": some valid call
     names: dict[str, str]  # sent name -> original name
+    asks: list[str] | None = None  # a clarification case: the withheld slot(s) the question must ask for
+    target_type: str | None = None  # fabrika samples: the FC reward's target type (a no-call case's rule)
+    ground_truth: Any = None  # fabrika samples: what that rule reads (the withheld slots in ``asks``)
 
     def as_item(self) -> dict[str, Any]:
-        return {"id": self.id, "category": self.category, "messages": self.messages, "tools": self.tools,
-                "expected": self.expected, "names": self.names}
+        item: dict[str, Any] = {"id": self.id, "category": self.category, "messages": self.messages, "tools": self.tools,
+                                "expected": self.expected, "names": self.names, "target_type": self.target_type,
+                                "ground_truth": self.ground_truth}
+        if self.asks is not None:
+            item["asks"] = self.asks
+        return item
 
 
 def to_json_schema(schema: Any) -> Any:
@@ -162,8 +169,10 @@ def read_samples(path: Path) -> list[FCCase]:
         prompt, tools = row.get("prompt"), row.get("tools") or []
         if not isinstance(prompt, list) or not prompt:
             raise InputError(f"{where}: an FC sample needs 'prompt' (a list of messages)")
+        asks = None
         if "ground_truth" in row and row["ground_truth"] is not None:
             calls = (row.get("ground_truth") or {}).get("calls") or []
+            asks = (row.get("ground_truth") or {}).get("asks")
         else:  # an SFT export: the reference completion carries the calls
             completion = messages_to_chat(row.get("completion") or [], role="assistant")
             last = completion[-1] if completion else {}
@@ -182,5 +191,7 @@ def read_samples(path: Path) -> list[FCCase]:
             for call in m.get("tool_calls") or []:
                 call["function"]["arguments"] = json.dumps(call["function"]["arguments"], ensure_ascii=False)
         category = (row.get("meta") or {}).get("sample_type") or target
-        cases.append(FCCase(str(row.get("id", f"L{n}")), str(category), messages, sent_tools, expected, names))
+        cases.append(FCCase(str(row.get("id", f"L{n}")), str(category), messages, sent_tools, expected, names,
+                            asks=list(asks) if target == "clarification" and asks else None,
+                            target_type=target, ground_truth=row.get("ground_truth")))
     return cases

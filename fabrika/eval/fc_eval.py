@@ -15,7 +15,8 @@ Components reported per category (the decomposition of the T-pro report's FC tab
 * ``tool_choice`` — the multiset of called function names is the expected one;
 * ``required_args`` — every call names all ``required`` parameters of its function;
 * ``schema_valid`` — every call names a known function and its arguments validate against its schema;
-* ``arg_values`` / ``accuracy`` — the calls match exactly (for no-call cases: no call and some text;
+* ``arg_values`` / ``accuracy`` — the calls match exactly (for no-call cases: no call and some text —
+  for a clarification case with ``asks`` (fabrika's own samples), a question about the withheld slot;
   for BFCL's relevance cases: some schema-valid call to an offered function).
 
 Calls are read from the API's ``tool_calls``, from Hermes/Qwen ``<tool_call>`` blocks, and —
@@ -26,7 +27,6 @@ for models run without a tool parser, as in BFCL's prompting mode — from an an
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from collections import defaultdict
@@ -36,7 +36,9 @@ import jsonschema
 
 from fabrika.eval.answers import strip_reasoning
 from fabrika.llm import ChatRequest, ChatResponse
-from fabrika.rewards.fc import calls_match, parse_completion_calls, values_equal
+from fabrika.rewards.fc import calls_match, text_target_ok, values_equal
+from fabrika.textutil.answers import is_failure
+from fabrika.textutil.tool_calls import read_calls
 
 FC_TAG = "eval.fc"
 COMPONENTS = ("decision", "tool_choice", "required_args", "schema_valid", "arg_values")
@@ -70,90 +72,29 @@ def fc_requests(item: dict[str, Any], *, temperature: float = 0.0, max_tokens: i
                         max_tokens=max_tokens, tag=FC_TAG)]
 
 
-_FENCED = re.compile(r"^```[\w-]*\s*\n?(.*?)\n?```$", re.DOTALL)
-
-
-def _dotted(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        head = _dotted(node.value)
-        return f"{head}.{node.attr}" if head else None
-    return None
-
-
 def text_calls(text: str, known: set[str]) -> list[dict[str, Any]] | None:
-    """Calls written as the whole answer (Python call syntax or JSON), or ``None`` when it is prose.
+    """Calls written as the whole answer (Python call syntax or JSON) naming ``known`` functions, or ``None``.
 
     Only literal keyword arguments are accepted (``ast.literal_eval``); nothing is executed.
     """
-    body = text.strip()
-    m = _FENCED.match(body)
-    if m:
-        body = m.group(1).strip()
-    if not body:
+    read = read_calls(text, tools=known)
+    if is_failure(read) or not read.calls or read.text or not set(read.formats) <= {"json", "pythonic"}:
         return None
-    try:
-        tree = ast.parse(body, mode="eval").body
-    except SyntaxError:
-        tree = None
-    if tree is not None:
-        nodes = tree.elts if isinstance(tree, (ast.List, ast.Tuple)) else [tree]
-        call_nodes = [n for n in nodes if isinstance(n, ast.Call) and _dotted(n.func) in known]
-        if nodes and len(call_nodes) == len(nodes):
-            calls = []
-            for n in call_nodes:
-                if n.args or any(k.arg is None for k in n.keywords):
-                    return None
-                try:
-                    args = {k.arg: ast.literal_eval(k.value) for k in n.keywords}
-                except ValueError:
-                    return None
-                calls.append({"name": _dotted(n.func), "arguments": args})
-            return calls
-    try:
-        data = json.loads(body)
-    except json.JSONDecodeError:
-        return None
-    items = data if isinstance(data, list) else [data]
-    calls = []
-    for it in items:
-        if not isinstance(it, dict) or it.get("name") not in known:
-            return None
-        arguments = it.get("arguments", it.get("parameters", {}))
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError:
-                return None
-        if not isinstance(arguments, dict):
-            return None
-        calls.append({"name": it["name"], "arguments": arguments})
-    return calls or None
+    return [dict(c) for c in read.calls]
 
 
 def predicted_calls(resp: ChatResponse, names: dict[str, str]) -> tuple[list[dict[str, Any]] | None, str, str | None]:
-    """(calls with original names, visible text, malformed reason)."""
+    """(calls with original names, visible text, malformed reason), in every format the shared reader knows."""
     choice = resp.choices[0]
-    text = strip_reasoning(choice.content)
-    msg = {"content": text, "tool_calls": [{"name": c.get("name"), "arguments": c.get("arguments")}
-                                           for c in choice.tool_calls]}
-    try:
-        calls = parse_completion_calls(msg)
-    except ValueError as exc:
-        return None, text, f"malformed_call: {exc}"
-    if not calls and text:
-        calls = text_calls(text, set(names) | set(names.values())) or []
-        if calls:
-            text = ""
+    msg = {"content": choice.content, "reasoning_content": choice.reasoning,
+           "tool_calls": [{"name": c.get("name"), "arguments": c.get("arguments")} for c in choice.tool_calls]}
+    read = read_calls(msg, tools=set(names) | set(names.values()))
+    if is_failure(read):
+        return None, strip_reasoning(choice.content), str(read)
+    calls = [dict(c) for c in read.calls]
     for c in calls:
         c["name"] = names.get(c["name"], c["name"])
-    visible = text
-    if "<tool_call>" in visible:
-        from fabrika.rewards.fc import completion_text
-
-        visible = completion_text({"content": text})
-    return calls, visible, None
+    return calls, read.text, None
 
 
 _OMIT = object()
@@ -232,8 +173,14 @@ def score_case(item: dict[str, Any], resp: ChatResponse) -> dict[str, Any]:
     if calls is None:
         rec.update({k: False for k in COMPONENTS}, correct=False)
         return rec
-    if expected is None:
-        ok = not calls and bool(text.strip())
+    if expected is None:  # the FC reward's own verdict for the case's text-like target (one rule for both)
+        ground_truth = item.get("ground_truth")
+        if item.get("asks"):  # a clarification: it must ask for what was withheld, not for another slot
+            rec["asks"] = list(item["asks"])
+            if not isinstance(ground_truth, dict) or not ground_truth.get("asks"):
+                ground_truth = {**(ground_truth if isinstance(ground_truth, dict) else {}), "asks": item["asks"]}
+        target_type = item.get("target_type") or ("clarification" if item.get("asks") else None)
+        ok = not calls and text_target_ok(target_type, text, ground_truth, item["tools"])
         rec.update(decision=not calls, correct=ok)
         return rec
     rec["decision"] = bool(calls)

@@ -14,10 +14,16 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from fabrika.export.mix import MixReport
     from fabrika.export.source import ExportSource
     from fabrika.export.validate import ValidationReport
 
+SIM_RM_WARNING = ("> **WARNING: STAND-IN REWARD MODEL.** `rm_id: sim@v1` rows were scored (α = "
+                  "`teacher_rm_mean`, general R) by fabrika's packaged offline stand-in RM, a deterministic hash of "
+                  "prompt and answer — not a reward model. It only exercises the pipeline and the RM correction; "
+                  "score real data with a real RM (`rm:` / `endpoint:`) and train with that same RM.")
 SIM_WARNING = ("> **WARNING: SIMULATED DATA.** Rows of this dataset were produced by the `sim` backend "
                "(canned answers, no real model). Use it to test pipelines, NEVER to train a model.")
 
@@ -59,8 +65,9 @@ def _sandbox_line(manifest: dict[str, Any]) -> list[str]:
 
 
 def render_card(source: "ExportSource", kind: str, fmt: str, rows: int, stats: dict[str, Any], license: str,
-                mix: "MixReport | None" = None, validation: "ValidationReport | None" = None) -> str:
-    """Markdown with YAML front matter (license, languages, size) for the Hub."""
+                mix: "MixReport | None" = None, validation: "ValidationReport | None" = None,
+                frame: "pl.LazyFrame | None" = None) -> str:
+    """Markdown with YAML front matter (license, languages, size) for the Hub; ``frame`` = the exported rows."""
     backends = stats.get("llm_backend", {})
     simulated = "sim" in backends
     langs = sorted(k for k in stats.get("lang", {}) if k and k != "None")
@@ -73,12 +80,16 @@ def render_card(source: "ExportSource", kind: str, fmt: str, rows: int, stats: d
     lines += [f"# {title}", ""]
     if simulated:
         lines += [SIM_WARNING, ""]
+    rm_ids = {k: v for k, v in stats.get("rm_id", {}).items() if k and k != "None"}
+    if "sim@v1" in rm_ids:
+        lines += [SIM_RM_WARNING, ""]
     lines += [
         f"- rows: **{rows}**",
         f"- kind: `{kind}`, format: `{fmt}`",
         f"- license: `{license}`",
         f"- LLM backend(s): {_shares(backends) if backends else 'unknown'}",
         f"- generator models: {', '.join(f'`{m}`' for m in generator_models(source.manifest)) or 'unknown'}",
+        *([f"- reward model(s) of α / R (`rm_id`): {_shares(rm_ids)}"] if rm_ids else []),
         *_sandbox_line(source.manifest),
         "",
         "## Shares",
@@ -118,9 +129,10 @@ def render_card(source: "ExportSource", kind: str, fmt: str, rows: int, stats: d
                        "  # nested columns are JSON strings",
             "jsonl": "from datasets import load_dataset\nds = load_dataset(\"json\", data_files=\"data/*.jsonl\")"}[fmt]
     lines += ["", "## Loading", "", "```python", load, "```"]
-    lengths = length_stats(source, kind)
+    lengths = length_stats(source, kind, frame=frame)
     if lengths is not None:
-        lines += ["", "## Lengths", "", f"Measured on {lengths['rows']} rows with {lengths['tokenizer']}.", "",
+        of = f" of the {rows} exported" if frame is not None and lengths["rows"] < rows else ""
+        lines += ["", "## Lengths", "", f"Measured on {lengths['rows']}{of} rows with {lengths['tokenizer']}.", "",
                   "| part | p50 | p99 | max |", "|---|---:|---:|---:|"]
         for part in ("prompt", "completion", "total"):
             q = lengths[part]
@@ -178,39 +190,61 @@ def _quantiles(values: list[int]) -> dict[str, int]:
     return {"p50": at(0.5), "p99": at(0.99), "max": ordered[-1]}
 
 
-def length_stats(source: "ExportSource", kind: str, max_rows: int = LENGTH_ROWS) -> dict[str, Any] | None:
-    """p50/p99/max of prompt (with its tools), completion and total lengths over a sample of rows.
+def length_stats(source: "ExportSource", kind: str, max_rows: int = LENGTH_ROWS, *,
+                 frame: "pl.LazyFrame | None" = None) -> dict[str, Any] | None:
+    """p50/p99/max of prompt (with its tools), completion and total lengths over the exported rows.
 
-    Uses the run's ``len_*_tokens`` columns when ``filter.length`` stored them (with its tokenizer),
-    else counts razdel word-tokens here. ``None`` when the rows have no prompt.
+    ``frame`` is what the export writes (after the kind's scope, prompt-only rows and the mix);
+    without it the whole source is measured. A row's stored ``len_*_tokens`` (``filter.length``,
+    unit ``len_tokenizer``) are used when present, else razdel word-tokens are counted here. One
+    unit is reported as is; when some rows have stored counts and others not, the counted rows
+    are scaled by :data:`WORD_TO_BPE` onto the token scale and the label says how many of each.
+    ``None`` when the rows have no prompt.
     """
     from fabrika.filters.text import count_tokens, messages_text
 
-    names = source.frame.collect_schema().names()
+    lf = frame if frame is not None else source.frame
+    names = lf.collect_schema().names()
     if "prompt" not in names:
         return None
     stored = "len_prompt_tokens" in names and "len_completion_tokens" in names
-    cols = [c for c in ("prompt", "completion", "tools", "len_prompt_tokens", "len_completion_tokens") if c in names]
-    frame = source.frame.select(cols).head(max_rows).collect()
-    prompt: list[int] = []
-    completion: list[int] = []
-    for row in frame.iter_rows(named=True):
+    cols = [c for c in ("prompt", "completion", "tools", "len_prompt_tokens", "len_completion_tokens", "len_tokenizer")
+            if c in names]
+    rows = lf.select(cols).head(max_rows).collect()
+    measured: list[tuple[int, int, str | None]] = []  # (prompt, completion, unit; None = razdel here)
+    for row in rows.iter_rows(named=True):
         tools = count_tokens(row["tools"]) if isinstance(row.get("tools"), str) and row["tools"] not in ("", "[]") else 0
         if stored and row.get("len_prompt_tokens") is not None:
-            p, c = int(row["len_prompt_tokens"]), int(row.get("len_completion_tokens") or 0)
+            unit = row.get("len_tokenizer") or _tokenizer(source.manifest) or "stored token counts"
+            measured.append((int(row["len_prompt_tokens"]) + tools, int(row.get("len_completion_tokens") or 0),
+                             str(unit)))
         else:
-            p = count_tokens(messages_text(row.get("prompt")))
             c = count_tokens(messages_text(row.get("completion"), with_calls=True)) if row.get("completion") else 0
-        prompt.append(p + tools)
-        completion.append(c)
-    if not prompt:
+            measured.append((count_tokens(messages_text(row.get("prompt"))) + tools, c, None))
+    if not measured:
         return None
-    tokenizer = _tokenizer(source.manifest) if stored else None
-    label = (f"the tokenizer at `{tokenizer}`" if tokenizer else
-             "razdel word-tokens (fabrika's default length unit: words, numbers, punctuation — not model tokens)")
-    return {"rows": len(prompt), "tokenizer": label, "model_tokens": tokenizer is not None,
+    units = sorted({u for _, _, u in measured if u is not None})
+    counted = sum(1 for _, _, u in measured if u is None)
+    razdel = "razdel word-tokens (fabrika's default length unit: words, numbers, punctuation — not model tokens)"
+    if not units:
+        label, model_tokens, scale = razdel, False, 1.0
+    else:
+        label = ", ".join(_unit_label(u) for u in units)
+        model_tokens, scale = True, WORD_TO_BPE
+        if counted:
+            label += (f" ({len(measured) - counted} rows); {counted} rows have no token count and were measured in "
+                      f"razdel word-tokens × {WORD_TO_BPE:g} (an assumed BPE ratio)")
+    prompt = [round(p * (scale if u is None else 1)) for p, _, u in measured]
+    completion = [round(c * (scale if u is None else 1)) for _, c, u in measured]
+    return {"rows": len(measured), "tokenizer": label, "model_tokens": model_tokens,
             "prompt": _quantiles(prompt), "completion": _quantiles(completion),
             "total": _quantiles([a + b for a, b in zip(prompt, completion)])}
+
+
+def _unit_label(unit: str) -> str:
+    if unit.startswith("estimate"):
+        return f"`{unit}` (an estimate of model tokens, not the model's tokenizer)"
+    return f"the tokenizer `{unit}`"
 
 
 def _round_up(n: float, step: int = 256) -> int:

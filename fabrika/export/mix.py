@@ -122,6 +122,19 @@ class MixConfig(BaseModel):
             if not self.dimensions:
                 raise ValueError("mix needs at least one dimension (or `kinds`)")
             return self
+        if self.kind_column == "expert":  # the kinds are the experts; a typo must not read as "0 rows available"
+            import difflib
+            import typing
+
+            from fabrika.schemas.records import Expert
+
+            known = list(typing.get_args(Expert))
+            unknown = [k for k in self.kinds if k not in known]
+            if unknown:
+                hints = "; ".join(f"{k!r}" + (f" (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(
+                    k, known, n=1)) else "") for k in unknown)
+                raise ValueError(f"unknown kind {hints}; kinds are {', '.join(known)} (the `expert` column; rows "
+                                 "without one are general)")
         bad = {k: v for k, v in self.kinds.items() if not 0.0 <= v <= 1.0}
         if bad or not self.kinds:
             raise ValueError(f"mix kinds shares must be in [0, 1], got {bad or self.kinds}")

@@ -19,7 +19,11 @@ ExportKind = Literal["sft", "grpo"]
 #: difficulty the trainer's dynamic sampling pre-filters on (``difficulty_pass_rate``); ``length_unit`` is the unit
 #: of a stored L0 (``general.teacher``), which the trainer checks against its own ``length_unit``.
 GRPO_OPTIONAL_COLUMNS: tuple[str, ...] = ("teacher_rm_mean", "teacher_rm_k", "rm_id", "rm_score", "ref_length",
-                                          "difficulty_pass_rate", "length_unit")
+                                          "difficulty_pass_rate", "length_unit", "ref_length_k")
+#: Columns that exist for every GRPO row with a reference completion, because L0 is derived from it: ``ref_length``,
+#: its ``length_unit`` and ``ref_length_k`` — how many answers L0 rests on (``general.teacher``'s ``teacher_usable``,
+#: 1 for a single reference answer; the general trainer warns about those).
+DERIVED_COLUMNS: frozenset[str] = frozenset({"ref_length", "length_unit", "ref_length_k"})
 #: Unit of a derived ``ref_length``: the general reward's default ``length_unit`` (``fabrika.rewards.general``).
 REF_LENGTH_UNIT: Final = "chars"
 
@@ -40,8 +44,19 @@ def grpo_record(row: dict[str, Any]) -> dict[str, Any]:
         if col in row:
             rec[col] = row[col]
     if "ref_length" in row or "completion" in row:
-        rec["ref_length"] = ref_length(row.get("ref_length"), row.get("completion"))
+        rec.update(ref_length_columns(row.get("ref_length"), row.get("completion"), row.get("length_unit"),
+                                      row.get("teacher_usable")))
     return rec
+
+
+def ref_length_columns(stored: Any, completion: Any, unit: Any, usable: Any) -> dict[str, Any]:
+    """``ref_length`` with its ``length_unit`` and ``ref_length_k`` (answers it rests on); all None without L0."""
+    l0 = ref_length(stored, completion)
+    if l0 is None:
+        return {"ref_length": None, "length_unit": None, "ref_length_k": None}
+    if stored is not None:
+        return {"ref_length": l0, "length_unit": unit, "ref_length_k": int(usable) if usable is not None else None}
+    return {"ref_length": l0, "length_unit": REF_LENGTH_UNIT, "ref_length_k": 1}
 
 
 def ref_length(stored: Any, completion: Any) -> float | None:

@@ -34,7 +34,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from fabrika.errors import ConfigError, InputError
 from fabrika.export.card import render_card
 from fabrika.export.mix import MixConfig, MixReport, mix
-from fabrika.export.records import GRPO_OPTIONAL_COLUMNS, LIST_FIELDS, NESTED_FIELDS, ExportKind, ref_length, to_record
+from fabrika.export.records import (
+    DERIVED_COLUMNS,
+    GRPO_OPTIONAL_COLUMNS,
+    LIST_FIELDS,
+    NESTED_FIELDS,
+    ExportKind,
+    ref_length_columns,
+    to_record,
+)
 from fabrika.export.source import ExportSource, iter_batches
 from fabrika.export.validate import ValidationReport, validate_pairs
 from fabrika.schemas.chat import message_elements, tool_elements, tools_to_chat
@@ -46,7 +54,7 @@ ExportFormat = Literal["hf", "parquet", "jsonl"]
 SCALAR_TYPES: dict[str, pa.DataType] = {
     "id": pa.string(), "expert": pa.string(), "lang": pa.string(), "target_type": pa.string(),
     "teacher_rm_mean": pa.float64(), "teacher_rm_k": pa.int64(), "rm_id": pa.string(), "rm_score": pa.float64(),
-    "ref_length": pa.float64(), "difficulty_pass_rate": pa.float64(),
+    "ref_length": pa.float64(), "difficulty_pass_rate": pa.float64(), "ref_length_k": pa.int64(),
 }
 _PL_TYPES = {pa.float64(): pl.Float64, pa.int64(): pl.Int64}
 
@@ -152,10 +160,11 @@ def arrow_batch(frame: pl.DataFrame, kind: ExportKind, columns: list[str]) -> pa
         elif col == "ground_truth":
             values = frame[col].to_list() if col in names else [None] * frame.height
             arrays[col] = _json_array(_json_text(v) for v in values)
-        elif col == "ref_length":
-            stored = frame[col].to_list() if col in names else [None] * frame.height
-            completions = frame["completion"].to_list() if "completion" in names else [None] * frame.height
-            arrays[col] = pa.array([ref_length(s, c) for s, c in zip(stored, completions)], pa.float64())
+        elif col in DERIVED_COLUMNS:
+            parts = [frame[n].to_list() if n in names else [None] * frame.height
+                     for n in ("ref_length", "completion", "length_unit", "teacher_usable")]
+            derived = [ref_length_columns(*v) for v in zip(*parts)]
+            arrays[col] = pa.array([d[col] for d in derived], SCALAR_TYPES.get(col, pa.string()))
         elif col == "constraints":
             values = frame["ground_truth"].to_list() if "ground_truth" in names else [None] * frame.height
             arrays[col] = _json_array(_gt_constraints(v) for v in values)
@@ -185,7 +194,8 @@ def _columns(lf: pl.LazyFrame, kind: ExportKind) -> list[str]:
     if kind != "grpo":
         return scalars + list(NESTED_FIELDS[kind])
     # ref_length is derived from the reference completion when the source has none (general expert's L0)
-    optional = [c for c in GRPO_OPTIONAL_COLUMNS if c in names or (c == "ref_length" and "completion" in names)]
+    optional = [c for c in GRPO_OPTIONAL_COLUMNS if c in names or (c in DERIVED_COLUMNS and "completion" in names)
+                or (c == "ref_length_k" and "ref_length" in names)]
     return scalars + list(NESTED_FIELDS[kind]) + optional
 
 
@@ -285,7 +295,8 @@ def export(source: ExportSource, config: ExportConfig) -> ExportResult:
         validation = _validate(tmp, lf, config) if config.validate_rows != 0 else None
         stats = _stats(lf)
         (tmp / "README.md").write_text(
-            render_card(source, config.kind, config.format, rows, stats, config.license, mix_report, validation),
+            render_card(source, config.kind, config.format, rows, stats, config.license, mix_report, validation,
+                        frame=lf),
             encoding="utf-8")
         old = out.parent / f".old-export-{out.name}-{os.getpid()}"
         if out.exists():
@@ -339,7 +350,7 @@ def _length_warnings(lf: pl.LazyFrame, max_length: int | None) -> list[str]:
 def _stats(lf: pl.LazyFrame) -> dict[str, Any]:
     names = lf.collect_schema().names()
     stats: dict[str, Any] = {}
-    for col in ("lang", "target_type", "expert", "llm_backend", "len_tokenizer"):
+    for col in ("lang", "target_type", "expert", "llm_backend", "len_tokenizer", "rm_id"):
         if col in names:
             counts = lf.group_by(col).len().sort(col).collect()
             stats[col] = {str(k): int(v) for k, v in counts.iter_rows()}

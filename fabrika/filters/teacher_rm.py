@@ -11,16 +11,19 @@ of label 0, unbounded). This stage computes α that way and stores, per prompt:
 * ``teacher_rm_k`` — how many answers were scored (of ``k`` requested; failed,
   truncated, empty or reasoning-only answers are not scored, and counted in
   ``teacher_rm_failed``);
-* ``rm_id`` — :func:`fabrika.rewards.general.rm_identity` of the RM (the IF
-  trainer refuses data whose ``rm_id`` differs from its own ``rm_path``);
+* ``rm_id`` — the RM's id (:attr:`fabrika.rewards.rm_service.RewardModel.rm_id`; the IF
+  trainer refuses data whose ``rm_id`` differs from its own RM's);
 * ``teacher_rm_scores`` — the individual scores (JSON list).
 
 It annotates any prompt table whose rows hold chat ``messages`` (``if.queries``)
 or a ``prompt`` (message list or text), so a general-chat stage can reuse it for
 its own baseline. The teacher answers come from the pipeline's engine (``model``,
-``temperature``; cached like every request). The RM is a local
-sequence-classification model directory (loaded once per run, never downloaded),
-scored in a worker thread.
+``temperature``; cached like every request). The RM is exactly one of ``rm`` (a local
+sequence-classification model directory, never downloaded), ``endpoint`` (a served RM:
+vLLM ``/pooling`` or TEI-style ``/rerank``/``/predict``) or ``sim: true`` (the offline
+stand-in the demo uses — never train a real model on it): the process's one
+:func:`fabrika.rewards.rm_service.get_reward_model` instance, loaded once under a lock
+whichever stage or thread asks first, scored in a worker thread.
 """
 
 from __future__ import annotations
@@ -31,26 +34,55 @@ import math
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
+from fabrika.rewards.rm_service import RewardModel, RMEndpoint, RMSpec, get_reward_model
 from fabrika.textutil.reasoning import split_reasoning
 
 TAG = "rm.teacher"
 SCORE_COLUMNS = ("teacher_rm_mean", "teacher_rm_k", "teacher_rm_failed", "rm_id", "teacher_rm_scores")
 
 
-class TeacherScoresConfig(StageConfig):
+class RMChoiceConfig(StageConfig):
+    """A stage that scores with a reward model: exactly one of ``rm``, ``endpoint``, ``sim``."""
+
+    rm: Path | None = Field(default=None, description="Local sequence-classification RM directory (relative to the "
+                            "config file): the SAME RM the GRPO trainer's rm_path points at.")
+    endpoint: RMEndpoint | None = Field(default=None, description="A served RM instead of a local one (vLLM /pooling "
+                                        "or TEI-style /rerank, /predict); train with the same served model.")
+    sim: bool = Field(default=False, description="The offline deterministic stand-in RM (rm_id sim@v1; demo and tests "
+                      "only, train with rm_path: sim — never a real model).")
+    batch_size: int = Field(default=8, ge=1, description="RM batch size (local RM).")
+
+    @model_validator(mode="after")
+    def _one_scorer(self) -> "RMChoiceConfig":
+        chosen = [n for n, v in (("rm", self.rm), ("endpoint", self.endpoint), ("sim", self.sim or None)) if v]
+        if len(chosen) != 1:
+            raise ValueError(f"{self.kind} needs exactly one of rm, endpoint, sim: true; got {chosen or 'none'}")
+        return self
+
+    def rm_spec(self, pipeline: Any = None) -> RMSpec:
+        """The RM to ask :func:`get_reward_model` for (a local path resolved against the config file)."""
+        path = self.rm
+        if path is not None and pipeline is not None:
+            path = pipeline.resolve_path(path)
+        return RMSpec(path=path, endpoint=self.endpoint, sim=self.sim, batch_size=self.batch_size)
+
+
+def stage_reward_model(config: RMChoiceConfig, ctx: Any) -> RewardModel:
+    """The process's one RM for a stage's config (shared by every stage and thread that names it)."""
+    return get_reward_model(config.rm_spec(getattr(ctx, "pipeline", None)))
+
+
+class TeacherScoresConfig(RMChoiceConfig):
     """``rm.teacher_scores``: the teacher's K answers per prompt, scored by the training RM."""
 
-    rm: Path = Field(description="Local sequence-classification RM directory (relative to the config file): the "
-                     "SAME RM the GRPO trainer's rm_path points at.")
     k: int = Field(default=8, ge=1, le=64, description="Teacher answers per prompt (the reference recipe: 8).")
     model: str | None = Field(default=None, description="Teacher model at the backend; None = the engine default.")
     temperature: float = Field(default=0.7, ge=0, le=2, description="Teacher sampling temperature.")
     max_tokens: int | None = Field(default=None, ge=1, description="Token limit per answer (None: server default).")
-    batch_size: int = Field(default=8, ge=1, description="RM batch size.")
 
 
 def prompt_messages(row: Row) -> list[dict[str, Any]]:
@@ -90,12 +122,8 @@ class TeacherScoresStage(Stage[TeacherScoresConfig]):
     annotates: ClassVar[bool] = True
 
     async def setup(self) -> None:
-        from fabrika.rewards.general import SequenceClassifierRM, rm_identity
-
-        pipeline = getattr(self.ctx, "pipeline", None)
-        path = pipeline.resolve_path(self.config.rm) if pipeline is not None else self.config.rm
-        self.rm_id = rm_identity(path)
-        self.rm = self.ctx.resource(f"rm:{path}", lambda: SequenceClassifierRM(path, batch_size=self.config.batch_size))
+        self.rm = stage_reward_model(self.config, self.ctx)
+        self.rm_id = await asyncio.to_thread(lambda: self.rm.rm_id)  # hashes a local model's weights once
 
     async def process(self, row: Row) -> list[Row]:
         cfg = self.config

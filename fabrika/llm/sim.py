@@ -33,9 +33,12 @@ exercise the error paths; ``latency_ms`` adds an ``asyncio.sleep``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
+import inspect
 import json
 import random
+import sys
 from typing import Callable
 
 from fabrika.errors import LLMError, LLMErrorKind
@@ -89,6 +92,18 @@ def find_sim_responder(tag: str) -> SimResponder | None:
         if tag.startswith(prefix) and (best is None or len(prefix) > len(best)):
             best = prefix
     return _RESPONDERS[best] if best is not None else None
+
+
+@functools.lru_cache(maxsize=256)
+def _responder_code(fn: SimResponder) -> str:
+    """Digest of the source of the module that defines ``fn``: an edited responder is another model,
+    so its answers are not served from the cache (the pipeline's lineage redoes its stages)."""
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    try:
+        source = inspect.getsource(module) if module is not None else ""
+    except (OSError, TypeError):
+        source = ""
+    return hashlib.sha256(source.encode()).hexdigest()[:12]
 
 
 def estimate_tokens(text: str) -> int:
@@ -215,11 +230,12 @@ class SimBackend:
         """What the cache key adds for a sim answer: its seed, the tag, and which responder answers it.
 
         The responder is named so that switching sim profiles (e.g. the realistic FC profile,
-        registered over the basic one) never serves the other profile's cached answers.
+        registered over the basic one) never serves the other profile's cached answers, and its
+        module's code is hashed so that an edited responder answers afresh.
         """
         fn = find_sim_responder(request.tag or "")
         who = "generic" if fn is None else f"{fn.__module__}.{getattr(fn, '__qualname__', type(fn).__name__)}"
-        return f"sim/{self.seed}/{request.tag}/{who}"
+        return f"sim/{self.seed}/{request.tag}/{who}" + ("" if fn is None else f"@{_responder_code(fn)}")
 
     async def aclose(self) -> None:
         self._attempts.clear()

@@ -227,9 +227,9 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
         nonlocal pending, last_flush
         wrote = False
         while len(pending) >= cfg.chunk_size or (all_items and pending):
-            chunk, pending = pending[: cfg.chunk_size], pending[cfg.chunk_size :]
-            rows = [r for item in chunk for r in item]
+            rows = [r for item in pending[: cfg.chunk_size] for r in item]
             store.write(name, rows)
+            pending = pending[cfg.chunk_size :]  # only once written: a failed write keeps them (and the journal)
             stats.shards += 1
             stats.rows_written += len(rows)
             wrote = True

@@ -1,14 +1,21 @@
-"""Per-stage config fingerprints: what a per-item stage's rows depend on, to notice a changed config on resume.
+"""Per-stage fingerprints: what a stage's rows depend on, to notice a change on resume (DESIGN contract 9).
 
 A stage's fingerprint covers its own config minus bookkeeping (``name``,
 ``chunk_size``, ``max_items``, ``max_in_flight``: they change how much or how
 fast, not what), the LLM settings that change answers (backend, model,
 default sampling parameters, ``extra_body``, the ``sim`` seed), the pipeline
-seed, and the fingerprints of the stages it reads — so a changed upstream
-stage re-processes its consumers too (their unchanged requests are cache hits).
-Gate thresholds are left out on purpose: they decide *which* rows a stage
-reads, and a stage processes newly passing rows without redoing the others
-(docs/ARCHITECTURE.md, "what a refilter can change").
+seed, its lineage (:mod:`fabrika.pipeline.lineage`: the code of the stage's
+modules, the prompt templates it renders and, on ``backend: sim``, the sim
+responders it may reach) and the fingerprints of the stages it reads — so a
+changed upstream stage re-processes its consumers too (their unchanged
+requests are cache hits). Gate thresholds are left out on purpose: they decide
+*which* rows a stage reads, and a stage processes newly passing rows without
+redoing the others (docs/ARCHITECTURE.md, "what a refilter can change").
+
+:func:`changed_fields` names what differs between two recorded ``fields``
+(``prompt instruct/expand``, ``code fabrika.generators.instruct.expand``,
+``sim responder if.expand``, ``input if_dedup``, ``llm.model``, ``max_tokens``);
+:func:`reason_kind` sorts such a name into the kinds ``fabrika status`` shows.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 from fabrika.pipeline.config import PipelineConfig, execution_order, inputs_of
+from fabrika.pipeline.lineage import stage_lineage
+from fabrika.pipeline.stage import STAGES
 from fabrika.schemas.ids import stable_id
 
 STAGE_EXCLUDED = frozenset({"name", "chunk_size", "max_items", "max_in_flight"})
@@ -33,11 +42,15 @@ def _llm_fields(config: PipelineConfig) -> dict[str, Any]:
 def stage_fingerprints(config: PipelineConfig) -> dict[str, tuple[str, dict[str, Any]]]:
     """``{stage: (fingerprint, fields)}``; ``fields`` (JSON) lets a changed fingerprint name what changed."""
     llm = _llm_fields(config)
+    sim = llm.get("backend") == "sim"
     out: dict[str, tuple[str, dict[str, Any]]] = {}
     for stage in execution_order(config):
         own = {k: v for k, v in stage.model_dump(mode="json").items() if k not in STAGE_EXCLUDED}
         fields = {"stage": own, "llm": llm, "seed": config.seed,
                   "inputs": {src: out[src][0] for src in inputs_of(stage) if src in out}}
+        cls = STAGES.get(stage.kind)
+        if cls is not None:
+            fields.update(stage_lineage(cls, sim))
         out[stage.stage_name] = (stable_id(fields), fields)
     return out
 
@@ -53,7 +66,59 @@ def changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             names.append(f"llm.{key}")
     if old.get("seed") != new.get("seed"):
         names.append("seed")
+    for part, label in LINEAGE_PARTS:
+        was, now = old.get(part) or {}, new.get(part) or {}
+        for key in sorted(set(was) | set(now)):
+            if was.get(key) != now.get(key):
+                names.append(f"{label} {key}")
     for src, fp in (new.get("inputs") or {}).items():
         if (old.get("inputs") or {}).get(src) != fp:
             names.append(f"input {src}")
     return names or ["the stage's config"]
+
+
+#: The lineage parts of ``fields`` and how :func:`changed_fields` names a change in them.
+LINEAGE_PARTS = (("code", "code"), ("prompts", "prompt"), ("sim", "sim responder"))
+#: What :func:`reason_kind` returns, in the order ``fabrika status`` lists them.
+REASON_KINDS = ("code changed", "prompt changed", "sim responder changed", "config changed", "upstream changed")
+
+
+def reason_kind(name: str) -> str:
+    """The kind of one :func:`changed_fields` name: code, prompt, sim responder, upstream or config."""
+    for prefix, kind in (("code ", "code changed"), ("prompt ", "prompt changed"),
+                         ("sim responder ", "sim responder changed"), ("input ", "upstream changed")):
+        if name.startswith(prefix):
+            return kind
+    return "config changed"
+
+
+def stale_reasons(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[str]]:
+    """``{kind: [what]}`` of :func:`changed_fields`, kinds in :data:`REASON_KINDS` order."""
+    grouped: dict[str, list[str]] = {}
+    for name in changed_fields(old, new):
+        kind = reason_kind(name)
+        what = name.split(" ", 2)[-1] if kind != "config changed" else name
+        if kind == "sim responder changed":
+            what = name[len("sim responder "):]
+        grouped.setdefault(kind, []).append(what)
+    return {k: grouped[k] for k in REASON_KINDS if k in grouped}
+
+
+def stale_stages(config: PipelineConfig, manifest: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
+    """Stages whose rows were written under another fingerprint than ``config`` (and today's code) gives.
+
+    ``{stage: {kind: [what]}}`` (:func:`stale_reasons`), in execution order; stages with no
+    recorded fingerprint (never ran) are left out. ``fabrika status`` shows it; the next
+    ``fabrika run`` of ``config`` redoes exactly these (per-item stages by this fingerprint,
+    global stages by it and their input).
+    """
+    from fabrika.llm.redact import redact
+
+    recorded = manifest.get("stages") or {}
+    out: dict[str, dict[str, list[str]]] = {}
+    for name, (fp, fields) in stage_fingerprints(config).items():
+        entry = recorded.get(name) or {}
+        old = entry.get("config_fingerprint")
+        if old is not None and old != fp:
+            out[name] = stale_reasons(entry.get("config_fields") or {}, redact(fields))
+    return out

@@ -54,6 +54,7 @@ from fabrika.pipeline.execute import StageServices, run_global, run_items, skip_
 from fabrika.pipeline.executors import executor_for
 from fabrika.pipeline.fingerprint import changed_fields, stage_fingerprints
 from fabrika.pipeline.lifecycle import backend_of, build_engine_for, close_resources, first_error, probe_llm
+from fabrika.pipeline.lineage import row_readers
 from fabrika.pipeline.llm_wrap import StageLLM
 from fabrika.pipeline.outcome import StageStats, run_problems, run_warnings
 from fabrika.pipeline.overlap import ReadRecord, UpstreamTail, load_record, streaming_inputs, verify_read
@@ -244,6 +245,8 @@ class PipelineRun:
             self._check_fingerprint(cfg, stats, before)
             if name in self.streamed:
                 self.store.epoch(name, create=True)
+        else:  # recorded for `fabrika status`; whether it reruns is its input fingerprint's call
+            self.manifest.stage_settings(name, self.fingerprints[name][0], redact(self.fingerprints[name][1]))
         ready.set()  # from here on its shards are only appended: a streaming consumer may read them
         started = time.monotonic()
         remote = self.executor.takes(stage)  # its items run on workers, which set the stage up themselves
@@ -333,7 +336,7 @@ class PipelineRun:
     def _input_fingerprint(self, cfg: StageConfig) -> str:
         """What a global stage's output depends on: its config, the thresholds and its input shards
         (shard names carry a content hash; shards are immutable), so a grown input redoes the stage."""
-        parts: list[Any] = [cfg.model_dump(mode="json"), self.config.filters]
+        parts: list[Any] = [cfg.model_dump(mode="json"), self.config.filters, self.fingerprints[cfg.stage_name][0]]
         for src in inputs_of(cfg):
             for table in [src, *self.annotators.get(src, [])]:
                 if table != cfg.stage_name:
@@ -403,7 +406,7 @@ async def _run_locked(config: PipelineConfig, run_dir: Path, resume: bool, progr
     info = None
     ran_all = len(run.stages) == len(config.stages)  # --until: a partial pipeline is not a dataset
     if config.dataset.stages and ran_all and (not problems or allow_partial):
-        info = materialise(run_dir, name=version or config.dataset.version)
+        info = materialise(run_dir, name=version or config.dataset.version, traceable=row_readers(stage_layout(config)))
     return RunResult(run_dir=run_dir, manifest=store.read_manifest(), version=info, stats=run.stats,
                      problems=problems, warnings=warnings)
 

@@ -11,18 +11,15 @@ it. Pure Python (no torch), so reward workers import it cheaply.
 from __future__ import annotations
 
 import json
-import re
 import unicodedata
 from datetime import UTC, datetime
 from typing import Any, Iterable, Mapping, Sequence
 
 from fabrika.rewards.fc_text import is_clarification, is_refusal_with_reason
-from fabrika.textutil.reasoning import split_reasoning
+from fabrika.textutil.answers import is_failure
+from fabrika.textutil.tool_calls import read_calls
 
-__all__ = ["calls_match", "completion_text", "fc_reward", "parse_completion_calls", "values_equal"]
-
-_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-
+__all__ = ["calls_match", "completion_text", "fc_reward", "parse_completion_calls", "text_target_ok", "values_equal"]
 
 def values_equal(a: Any, b: Any) -> bool:
     """Structural JSON equality where ``1 == 1.0`` but ``True != 1`` and ``"1" != 1``."""
@@ -142,77 +139,39 @@ def calls_match(predicted: Sequence[Any], expected: Sequence[Any], tools: Iterab
     return True
 
 
-def _last_message(completion: Any) -> Any:
-    if isinstance(completion, list):
-        assistants = [m for m in completion if isinstance(m, Mapping) and m.get("role", "assistant") == "assistant"]
-        return assistants[-1] if assistants else {}
-    return completion
-
-
-def _answer(msg: Any) -> tuple[str, bool]:
-    """(visible answer text, complete) of one message: reasoning blocks and ``reasoning_content`` removed.
-
-    Tool calls written inside the reasoning are thoughts, not calls; an unclosed
-    reasoning block means the model was cut off before answering.
-    """
-    if isinstance(msg, Mapping):
-        content = msg.get("content")
-        if isinstance(content, list):  # OpenAI content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
-        reasoning = msg.get("reasoning_content") or msg.get("reasoning")
-    else:
-        content, reasoning = msg, None
-    if content is not None and not isinstance(content, str):
-        raise ValueError(f"completion content must be a string, got {type(content).__name__}")
-    split = split_reasoning(content or "", reasoning if isinstance(reasoning, str) else None)
-    return split.answer, split.complete
-
-
 def completion_text(completion: Any) -> str:
-    """The completion's visible answer (reasoning removed) with ``<tool_call>`` blocks removed."""
-    try:
-        text, _ = _answer(_last_message(completion))
-    except ValueError:
-        return ""
-    return _TOOL_CALL_RE.sub("", text).strip()
+    """The completion's visible answer: reasoning and call markup of every format removed."""
+    read = read_calls(completion)
+    return "" if is_failure(read) else read.text
 
 
-def parse_completion_calls(completion: Any) -> list[dict[str, Any]]:
-    """Every call in a completion's answer, as ``{"name", "arguments": dict}``.
+def parse_completion_calls(completion: Any, tools: Iterable[Any] | None = None) -> list[dict[str, Any]]:
+    """Every call in a completion's answer, as ``{"name", "arguments": dict}``, in any common format.
 
-    Accepts a string with Hermes/Qwen ``<tool_call>{json}</tool_call>`` blocks,
-    a message dict with OpenAI ``tool_calls``, or a TRL conversational
-    completion (list of messages; the last assistant message counts). Blocks
-    inside a ``<think>`` reasoning block are not calls.
+    Accepts a string, a message dict with OpenAI ``tool_calls``, or a TRL
+    conversational completion (list of messages; the last assistant message
+    counts); the formats are those of :func:`fabrika.textutil.tool_calls.read_calls`
+    (Hermes/Qwen, Llama 3, Mistral, gpt-oss harmony, bare JSON). Calls inside
+    reasoning are not calls. ``tools`` (the offered tools) lets a bare JSON or
+    Python-syntax answer count only when it names one of them.
 
     Raises:
-        ValueError: a block is not JSON, lacks ``name``, has non-object
-            arguments, or a ``<tool_call>`` tag is left unclosed.
+        ValueError: a call is malformed (not JSON, no ``name``, non-object
+            arguments, an unclosed tag); the message is the reason.
     """
-    msg = _last_message(completion)
-    calls: list[dict[str, Any]] = []
-    if isinstance(msg, Mapping):
-        for raw in msg.get("tool_calls") or []:
-            norm = _normalize_call(raw, {})
-            if norm is None:
-                raise ValueError(f"malformed tool_calls entry: {raw!r}")
-            calls.append({"name": norm[0], "arguments": norm[1]})
-    elif not isinstance(msg, str):
-        msg = ""
-    text, _ = _answer(msg)
-    blocks = _TOOL_CALL_RE.findall(text)
-    if text.count("<tool_call>") != len(blocks) or text.count("</tool_call>") != len(blocks):
-        raise ValueError("unbalanced <tool_call> tags")
-    for block in blocks:
-        try:
-            data = json.loads(block.strip())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"<tool_call> block is not JSON: {exc.msg}") from exc
-        norm = _normalize_call(data, {})
-        if norm is None:
-            raise ValueError(f"<tool_call> block needs 'name' and object 'arguments': {block.strip()[:80]!r}")
-        calls.append({"name": norm[0], "arguments": norm[1]})
-    return calls
+    read = read_calls(completion, tools=tools)
+    if is_failure(read):
+        raise ValueError(str(read))
+    return [dict(c) for c in read.calls]
+
+
+def _tool_list(tools: Any) -> list[Any] | None:
+    """The offered tools of one sample (a list, or its JSON string as datasets store it)."""
+    if tools is None:
+        return None
+    if isinstance(tools, str):
+        return list(json.loads(tools)) if tools else None
+    return list(tools)
 
 
 def _expected_calls(gt: Any) -> list[Any]:
@@ -236,8 +195,9 @@ def fc_reward(
     """TRL reward function: 1.0 for an exact FC match, else 0.0.
 
     ``ground_truth[i]`` is ``{"calls": [...]}`` (or its JSON string, as stored
-    in datasets; an optional ``withheld`` list names a clarification's missing
-    arguments). Only the visible answer counts: reasoning is removed first, and a
+    in datasets; ``asks`` — or its older name ``withheld`` — lists a clarification's
+    missing arguments: ``{"calls": [], "asks": ["city"]}``, and a question about another
+    slot then scores 0). Only the visible answer counts: reasoning is removed first, and a
     completion cut off while reasoning (or with nothing after it) scores 0.
 
     * ``tool_call``: the parsed calls equal the expected ones;
@@ -253,26 +213,36 @@ def fc_reward(
     rewards: list[float] = []
     for i, completion in enumerate(completions):
         sample_tools = tools[i] if tools is not None else None
-        try:
-            predicted = parse_completion_calls(completion)
-            _, complete = _answer(_last_message(completion))
-        except ValueError:
+        read = read_calls(completion, tools=_tool_list(sample_tools))
+        if is_failure(read):
             rewards.append(0.0)
             continue
+        predicted, text = list(read.calls), read.text
         kind = target_type[i] or "tool_call"
-        text = completion_text(completion)
-        if not complete:
+        if not read.complete:
             ok = False
         elif kind == "tool_call":
             expected = _expected_calls(ground_truth[i])
             ok = bool(expected) and calls_match(predicted, expected, sample_tools)
-        elif predicted or not text:
-            ok = False
-        elif kind == "clarification":
-            ok = is_clarification(text, ground_truth[i], sample_tools)
-        elif kind == "irrelevance":
-            ok = is_refusal_with_reason(text)
         else:
-            ok = True
+            ok = not predicted and text_target_ok(kind, text, ground_truth[i], sample_tools)
         rewards.append(1.0 if ok else 0.0)
     return rewards
+
+
+def text_target_ok(target_type: str | None, text: str, ground_truth: Any = None, tools: Any = None) -> bool:
+    """The verdict on a no-call answer for a text-like target — the ONE rule the FC reward and ``eval fc`` share.
+
+    ``text`` is the visible answer (reasoning removed). An empty or whitespace-only answer
+    is never right; ``clarification`` must ask for the missing information
+    (:func:`fabrika.rewards.fc_text.is_clarification`), ``irrelevance`` must decline and say
+    why (:func:`fabrika.rewards.fc_text.is_refusal_with_reason`); any other text target
+    (``text``) needs only some text.
+    """
+    if not text.strip():
+        return False
+    if target_type == "clarification":
+        return is_clarification(text, ground_truth, tools)
+    if target_type == "irrelevance":
+        return is_refusal_with_reason(text)
+    return True

@@ -4,7 +4,7 @@ A text target is only worth reward when it does the job the user needs:
 
 * **clarification** — the answer *asks* (a question mark, or a request such as
   «уточните» / "could you tell me") and *names the missing information*: a
-  withheld argument from ``ground_truth["withheld"]`` when the sample records it,
+  withheld argument from ``ground_truth["asks"]`` (or ``["withheld"]``) when the sample records it,
   otherwise any required argument of the offered tools, matched by its name
   (``client_name`` ≈ "client name") or by a word of its description, in any
   inflection (pymorphy3 lemmas: «города» matches «город»);
@@ -96,8 +96,10 @@ def _tool_params(tools: Any) -> dict[str, dict[str, Any]]:
 def missing_info_terms(ground_truth: Any, tools: Any) -> list[set[str]]:
     """Alternatives for "the missing information": one lemma set per argument (name words + description words).
 
-    ``ground_truth["withheld"]`` (argument names, or ``{"name", "description"}`` dicts) wins;
-    without it, every required argument of the offered tools is a candidate.
+    ``ground_truth["asks"]`` (what ``fc.samples`` stores: the withheld slots) or its older name
+    ``ground_truth["withheld"]`` (argument names, or ``{"name", "description"}`` dicts) wins, so a
+    question about another slot names nothing missing; without it, every required argument of
+    the offered tools is a candidate.
     """
     gt = ground_truth
     if isinstance(gt, str):
@@ -106,7 +108,7 @@ def missing_info_terms(ground_truth: Any, tools: Any) -> list[set[str]]:
         except ValueError:
             gt = {}
     params = _tool_params(tools)
-    withheld = gt.get("withheld") if isinstance(gt, Mapping) else None
+    withheld = (gt.get("asks") or gt.get("withheld")) if isinstance(gt, Mapping) else None
     chosen: list[tuple[str, Mapping[str, Any]]] = []
     for w in withheld or []:
         if isinstance(w, Mapping):

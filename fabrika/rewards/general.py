@@ -14,9 +14,10 @@ R = 0 stays 0.
 
 The RM is an input, chosen by the caller:
 
-* a local directory of a sequence-classification model (loaded lazily with
-  ``transformers``, ``local_files_only=True`` — never downloaded; torch is
-  imported only when the first batch is scored),
+* a local directory of a sequence-classification model, or ``"sim"`` (the offline
+  stand-in): the process's one :class:`fabrika.rewards.rm_service.RewardModel` of it
+  (loaded lazily with ``transformers``, ``local_files_only=True`` — never downloaded;
+  torch is imported only when the first batch is scored),
 * a callable ``rm(prompts, completions) -> list[float]``,
 * or ``None``: R is read from a dataset column (``rm_score``). That column is a
   per-prompt number, so inside a GRPO group only the length term varies — use
@@ -29,6 +30,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
+from fabrika.rewards.rm_local import SequenceClassifierRM, rm_identity
 from fabrika.textutil.reasoning import answer_text
 
 __all__ = ["LengthUnit", "SequenceClassifierRM", "completion_length", "general_reward", "length_alpha",
@@ -70,88 +72,6 @@ def completion_length(completion: Any, unit: LengthUnit, completion_ids: Sequenc
     return len(completion_ids)
 
 
-def rm_identity(path: str | Path) -> str:
-    """A stable id of a local RM: ``<dir name>@<sha256 of its config and weight files>`` (16 hex digits).
-
-    S (scored during training) and α (the teacher's mean, stored per prompt) are only
-    comparable under the *same* RM; the teacher-score stage stores this id next to α
-    and the IF trainer refuses data whose ``rm_id`` differs from its own RM's. Hashing
-    reads every weight file once (about a second per GB).
-    """
-    import hashlib
-
-    root = Path(path)
-    if not root.is_dir():
-        raise ValueError(f"rm path {str(root)!r} is not a local directory")
-    digest = hashlib.sha256()
-    files = sorted(p for p in root.iterdir() if p.is_file() and (p.name == "config.json" or p.suffix in (
-        ".safetensors", ".bin", ".pt")))
-    if not files:
-        raise ValueError(f"rm path {str(root)!r} holds no config.json or weight files")
-    for f in files:
-        digest.update(f.name.encode())
-        with f.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
-    return f"{root.name}@{digest.hexdigest()[:16]}"
-
-
-class SequenceClassifierRM:
-    """A local sequence-classification model used as RM; loads on first call, scores logit 0.
-
-    ``device=None`` picks this rank's GPU (bf16) when there is one, else the CPU (fp32).
-    """
-
-    def __init__(self, path: str | Path, *, batch_size: int = 8, device: str | None = None) -> None:
-        self.path = Path(path)
-        if not self.path.is_dir():
-            raise ValueError(f"rm path {str(self.path)!r} is not a local directory; the RM is never downloaded — "
-                             "point `rm` at a saved AutoModelForSequenceClassification")
-        self.batch_size = batch_size
-        self.device = device
-        self._model: Any = None
-        self._tokenizer: Any = None
-
-    def _load(self) -> None:
-        import os
-
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        device = self.device
-        if device is None and torch.cuda.is_available():  # next to the policy: this rank's GPU
-            device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
-        dtype = torch.bfloat16 if device and device.startswith("cuda") else torch.float32
-        self._tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
-        self._model = AutoModelForSequenceClassification.from_pretrained(
-            self.path, local_files_only=True, dtype=dtype).eval()
-        if device:
-            self._model.to(device)
-
-    def _render(self, prompt: Any, completion: Any) -> str:
-        """(prompt, visible answer) as the RM's chat template renders it; reasoning never reaches the RM."""
-        answer = answer_text(completion)
-        if isinstance(prompt, list):
-            return self._tokenizer.apply_chat_template(prompt + [{"role": "assistant", "content": answer}],
-                                                       tokenize=False)
-        return f"{prompt}{answer}"
-
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any]) -> list[float]:
-        import torch
-
-        if self._model is None:
-            self._load()
-        texts = [self._render(p, c) for p, c in zip(prompts, completions, strict=True)]
-        scores: list[float] = []
-        for start in range(0, len(texts), self.batch_size):
-            batch = self._tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
-                                    add_special_tokens=False)
-            batch = batch.to(self._model.device)
-            with torch.inference_mode():
-                scores.extend(self._model(**batch).logits[:, 0].float().tolist())
-        return scores
-
-
 def make_general_reward(
     rm: str | Path | RMCallable | None = None,
     *,
@@ -174,7 +94,12 @@ def make_general_reward(
     if not 0 <= lo <= hi:
         raise ValueError(f"clip must satisfy 0 <= lo <= hi, got {clip!r}")
     scorer: RMCallable | None
-    scorer = SequenceClassifierRM(rm) if isinstance(rm, (str, Path)) else rm
+    if isinstance(rm, (str, Path)):  # the process's one instance (fabrika.rewards.rm_service), loaded on first use
+        from fabrika.rewards.rm_service import get_reward_model
+
+        scorer = get_reward_model(rm)
+    else:
+        scorer = rm
 
     def general_reward(prompts: Sequence[Any], completions: Sequence[Any],
                        completion_ids: Sequence[Sequence[int]] | None = None, **kwargs: Any) -> list[float]:

@@ -49,6 +49,7 @@ __all__ = [
     "make_if_reward",
     "parse_constraints",
     "rm_corrected",
+    "rm_terms",
     "score_if",
     "verifier_score",
 ]
@@ -173,6 +174,8 @@ class IFScore:
     s: float | None
     alpha: float | None
     reward: float
+    #: the RM that gave S (``rm_scorer.rm_id``; None when S came from a column or no correction applied)
+    rm_id: str | None = None
 
 
 def _library_id(spec: Mapping[str, Any]) -> str | None:
@@ -298,30 +301,49 @@ def score_if(
     verdicts = [v if texts[i].strip() else [False] * len(v) for i, v in enumerate(verdicts)]
     vs = [verifier_score(v, cfg.aggregation) for v in verdicts]
 
-    s_col: list[Any] | None = None
-    alpha_col: list[Any] | None = None
-    if cfg.rm_correction:
-        s_col = list(rm_scorer(prompts, completions)) if rm_scorer is not None else batch_column(columns, cfg.rm_score_column, n)
-        if s_col is not None:
-            if len(s_col) != n:
-                raise ConfigError(f"rm_scorer returned {len(s_col)} scores for {n} completions")
-            alpha_col = batch_column(columns, cfg.teacher_rm_column, n)
-            if alpha_col is None:
-                raise ConfigError(f"RM correction needs the {cfg.teacher_rm_column!r} column (α); add it or set rm_correction=False")
+    terms = rm_terms(prompts, completions, cfg, rm_scorer, columns)
+    rm_id = getattr(rm_scorer, "rm_id", None) if terms is not None else None
     out = []
     for i in range(n):
         v = vs[i]
-        if s_col is None or alpha_col is None:
+        if terms is None:
             out.append(IFScore(tuple(verdicts[i]), v, None, None, v))
             continue
+        s, alpha = terms[i]
+        r = rm_corrected(v, s, alpha, bonus_only_when_all_pass=cfg.bonus_only_when_all_pass, bonus=cfg.bonus, penalty=cfg.penalty)
+        out.append(IFScore(tuple(verdicts[i]), v, s, alpha, r, rm_id))
+    return out
+
+
+def rm_terms(prompts: Sequence[Any], completions: Sequence[Any], cfg: IFRewardConfig, rm_scorer: RMScorer | None,
+             columns: Mapping[str, Any]) -> list[tuple[float, float]] | None:
+    """(S, α) per completion for the RM correction, or None when it does not apply — the ONE missing-α policy.
+
+    ``None`` when ``cfg.rm_correction`` is off or there is no S (no ``rm_scorer``, no
+    ``rm_score_column``). Otherwise every row needs both: a missing column, a missing
+    (None) or NaN S or α on any row raises :class:`ConfigError` — never a silent skip of the
+    correction, never a made-up number. The IF and the rubric reward both call this.
+    """
+    if not cfg.rm_correction:
+        return None
+    n = len(completions)
+    s_col = list(rm_scorer(prompts, completions)) if rm_scorer is not None else batch_column(columns, cfg.rm_score_column, n)
+    if s_col is None:
+        return None
+    if len(s_col) != n:
+        raise ConfigError(f"rm_scorer returned {len(s_col)} scores for {n} completions")
+    alpha_col = batch_column(columns, cfg.teacher_rm_column, n)
+    if alpha_col is None:
+        raise ConfigError(f"RM correction needs the {cfg.teacher_rm_column!r} column (α); add it or set rm_correction=False")
+    out = []
+    for i in range(n):
         if alpha_col[i] is None or s_col[i] is None:
             raise ConfigError(f"row {i}: {'α (' + cfg.teacher_rm_column + ')' if alpha_col[i] is None else 'S'} "
                               "is missing; the RM correction needs both on every row (see rm.teacher_scores)")
         s, alpha = float(s_col[i]), float(alpha_col[i])
         if math.isnan(s) or math.isnan(alpha):
             raise ConfigError(f"row {i}: {'S' if math.isnan(s) else 'α'} is NaN; the RM correction cannot compare it")
-        r = rm_corrected(v, s, alpha, bonus_only_when_all_pass=cfg.bonus_only_when_all_pass, bonus=cfg.bonus, penalty=cfg.penalty)
-        out.append(IFScore(tuple(verdicts[i]), v, s, alpha, r))
+        out.append((s, alpha))
     return out
 
 

@@ -6,8 +6,12 @@
         P          otherwise
     R = rm_corrected(V, S, α)  when an RM score S and the teacher mean α exist, else V
 
+A completion with no visible answer — empty, whitespace only, reasoning only (``<think>…</think>``
+and nothing after it) or cut off while reasoning — scores 0 whatever a judge would say (rubrics
+such as "does not break character" hold trivially for an empty reply); the judge is not asked.
 A judge failure (transport error, invalid or incomplete JSON, a truncated answer) makes the
-row's reward ``None`` — TRL treats it as unscorable — and is never a pass.
+row's reward ``None`` — TRL treats it as unscorable — and is never a pass. A missing or NaN α
+or S raises, exactly as in the IF reward (:func:`fabrika.rewards.instruct.rm_terms`).
 
 The judge goes through fabrika's LLM engine (cache, retries, batching): one request per
 completion with every rubric of its row, ``n`` samples when ``judge_samples > 1`` (their
@@ -20,7 +24,6 @@ Pure functions plus a small sync bridge (:func:`make_rubric_reward`); no torch a
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +35,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from fabrika.errors import ConfigError
 from fabrika.llm.rejections import TRUNCATED, llm_error_reason
 from fabrika.llm.types import ChatRequest, ChatResponse
-from fabrika.rewards.instruct import IFRewardConfig, batch_column, completion_text, parse_constraints, rm_corrected, score_if
+from fabrika.rewards.instruct import (
+    IFRewardConfig,
+    batch_column,
+    completion_text,
+    parse_constraints,
+    rm_corrected,
+    rm_terms,
+    score_if,
+)
 from fabrika.rewards.reward_fn import RewardFunction
 from fabrika.textutil.answers import ParseFailure, answer_int, extract_json, is_failure
 from fabrika.textutil.reasoning import split_reasoning
@@ -299,8 +310,11 @@ async def score_rubrics(prompts: Sequence[Any], completions: Sequence[Any], conf
         if not rubrics[i] and not with_cons[i]:
             raise ConfigError(f"row {i} has neither rubrics nor constraints; the rubric reward cannot score it "
                               f"(set {cfg.rubrics_column!r} or ground_truth['rubrics'])")
-    slots = [i for i in range(n) if rubrics[i]]
-    requests = [judge_request(_as_messages(prompts[i]), completion_text(completions[i]), rubrics[i],
+    terms = rm_terms(prompts, completions, if_cfg, rm_scorer, columns)  # raises before any judge call
+    texts = [completion_text(c) for c in completions]
+    answered = [bool(t.strip()) for t in texts]
+    slots = [i for i in range(n) if rubrics[i] and answered[i]]  # no answer: 0 below, the judge is not asked
+    requests = [judge_request(_as_messages(prompts[i]), texts[i], rubrics[i],
                               lang=str(langs[i] or "ru"), model=cfg.judge_model, n=cfg.judge_samples,
                               temperature=cfg.temperature, max_tokens=cfg.max_tokens) for i in slots]
     responses = list(await llm.complete(requests)) if requests else []
@@ -318,19 +332,12 @@ async def score_rubrics(prompts: Sequence[Any], completions: Sequence[Any], conf
                                            sandbox_runner=sandbox_runner, **sub)):
             v_if[i] = scored.v
 
-    s_col = alpha_col = None
-    if if_cfg.rm_correction:
-        s_col = list(rm_scorer(prompts, completions)) if rm_scorer is not None else \
-            batch_column(columns, if_cfg.rm_score_column, n)
-        if s_col is not None:
-            if len(s_col) != n:
-                raise ConfigError(f"rm_scorer returned {len(s_col)} scores for {n} completions")
-            alpha_col = batch_column(columns, if_cfg.teacher_rm_column, n)
-            if alpha_col is None:
-                raise ConfigError(f"RM correction needs the {if_cfg.teacher_rm_column!r} column (α); add it or set "
-                                  "if_reward: {rm_correction: false}")
     out: list[RubricScore] = []
     for i in range(n):
+        s_i, alpha_i = terms[i] if terms is not None else (None, None)
+        if not answered[i]:
+            out.append(RubricScore(None, False, v_if[i], 0.0, s_i, alpha_i, 0.0))
+            continue
         vd = verdicts[i]
         if is_failure(vd):
             out.append(RubricScore(None, None, v_if[i], None, None, None, None, error=str(vd)))
@@ -338,15 +345,11 @@ async def score_rubrics(prompts: Sequence[Any], completions: Sequence[Any], conf
         passed = all(vd) if vd is not None else True  # no rubrics: only the constraints decide
         vi = v_if[i]
         v = (1.0 if passed else 0.0) * (vi if vi is not None else 1.0)
-        s: float | None = None
-        alpha: float | None = None
         reward = v
-        if s_col is not None and alpha_col is not None and s_col[i] is not None and alpha_col[i] is not None:
-            s, alpha = float(s_col[i]), float(alpha_col[i])
-            if not (math.isnan(s) or math.isnan(alpha)):
-                reward = rm_corrected(v, s, alpha, bonus_only_when_all_pass=if_cfg.bonus_only_when_all_pass,
-                                      bonus=if_cfg.bonus, penalty=if_cfg.penalty)
-        out.append(RubricScore(tuple(vd) if vd is not None else (), passed, v_if[i], v, s, alpha, reward))
+        if s_i is not None and alpha_i is not None:
+            reward = rm_corrected(v, s_i, alpha_i, bonus_only_when_all_pass=if_cfg.bonus_only_when_all_pass,
+                                  bonus=if_cfg.bonus, penalty=if_cfg.penalty)
+        out.append(RubricScore(tuple(vd) if vd is not None else (), passed, v_if[i], v, s_i, alpha_i, reward))
     return out
 
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from fabrika.errors import StoreError
+from fabrika.errors import StorageError, StoreError
 
 LOCK_NAME = ".lock"
 _HELD: dict[str, list[int]] = {}  # resolved path -> [fd, depth]
@@ -45,7 +45,10 @@ def _holder(fd: int) -> str:
 def hold_run_dir(run_dir: str | Path, command: str) -> Iterator[None]:
     """Hold the run directory's exclusive lock for the ``with`` block (created if missing)."""
     path = Path(run_dir)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError.from_os(exc, path) from exc
     key = str((path / LOCK_NAME).resolve())
     held = _HELD.get(key)
     if held is not None:
@@ -55,7 +58,10 @@ def hold_run_dir(run_dir: str | Path, command: str) -> Iterator[None]:
         finally:
             held[1] -= 1
         return
-    fd = os.open(key, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(key, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StorageError.from_os(exc, key) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -64,9 +70,12 @@ def hold_run_dir(run_dir: str | Path, command: str) -> Iterator[None]:
         raise RunDirBusy(f"run dir {path} is in use by {who}; wait for it to finish or stop it, "
                          "then rerun") from None
     try:
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "host": socket.gethostname()}).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "host": socket.gethostname()}).encode())
+        except OSError as exc:  # a full disk shows here first: one line, not a traceback
+            raise StorageError.from_os(exc, key) from exc
         _HELD[key] = [fd, 1]
         yield
     finally:

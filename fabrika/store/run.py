@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -179,21 +180,23 @@ class RunStore:
         present = [a for a in annotators if self.has_rows(a)]
         if anns and sum(shards.shard_size(f)[1] for a in present for f in self.shards(a)) <= ANNOTATION_BYTES:
             # narrow tables that fit the budget are read once, not once per group
-            anns = [df.lazy() for df in pl.collect_all(anns)]
+            ann_files = [f for a in present for f in self.shards(a)]
+            anns = [df.lazy() for df in shards.collect_checked(ann_files, lambda: pl.collect_all(anns))]
         elif anns:  # scanned once per group: fewer, larger groups
             max_rows, max_bytes = max_rows * SCANNED_GROUP_FACTOR, max_bytes * SCANNED_GROUP_FACTOR
         for group in shards.group_files(files, max_rows, max_bytes, shards.memory_ratio(files[0])):
             parts = [shards.conform(pl.scan_parquet(f), schema, shards.file_schema(f)) for f in group]
             lf = parts[0] if len(parts) == 1 else pl.concat(parts)  # in shard order, whatever the grouping
             if anns:
-                ids = pl.concat([pl.scan_parquet(f).select("id") for f in group]).collect()["id"].implode()
+                id_scan = pl.concat([pl.scan_parquet(f).select("id") for f in group])
+                ids = shards.collect_checked(group, id_scan.collect)["id"].implode()
                 for ann in anns:
                     lf = lf.join(ann.filter(pl.col("id").is_in(ids)), on="id", how="left", maintain_order="left")
             if where is not None:
                 lf = where(lf)
             if columns:
                 lf = lf.select(list(columns))
-            frame = lf.collect()
+            frame = shards.collect_checked(group, lf.collect)
             if frame.height:
                 yield frame
 
@@ -217,8 +220,12 @@ class RunStore:
         if "input_id" not in lf.collect_schema().names():
             return set()
         done: set[str] = set()
-        for batch in lf.select("input_id").collect_batches(chunk_size=65536):
-            done.update(v for v in batch.get_column("input_id").to_list() if v is not None)
+
+        def collect() -> None:
+            for batch in lf.select("input_id").collect_batches(chunk_size=65536):
+                done.update(v for v in batch.get_column("input_id").to_list() if v is not None)
+
+        shards.collect_checked(self.shards(stage), collect)
         return done
 
     def done_ids(self, stage: str) -> DoneIds:
@@ -232,18 +239,32 @@ class RunStore:
             for batch in lf.select("input_id").collect_batches(chunk_size=65536):
                 yield from (v for v in batch.get_column("input_id").to_list() if v is not None)
 
-        done.extend(ids())
+        shards.collect_checked(self.shards(stage), lambda: done.extend(ids()))
         return done
 
     def recover_journal(self, stage: str, done: DoneIds) -> int:
-        """Rows a crashed writer left in the stage's journal become a shard (see :mod:`fabrika.store.journal`);
-        their input ids join ``done``. Returns how many rows were recovered."""
+        """Whole items a crashed writer left in the stage's journal become a shard (see
+        :mod:`fabrika.store.journal`); their input ids join ``done``. A torn tail is dropped
+        (those items are redone); a damaged record before it raises
+        :class:`~fabrika.errors.JournalCorruptError` and leaves the journal as it is.
+        Returns how many rows were recovered."""
         d = self.stage_dir(stage)
-        rows = [r for r in journal.read_rows(d) if str(r.get("input_id") or r["id"]) not in done]
+        found = journal.read_items(d)
+        if found.torn:
+            sys.stderr.write(f"{stage}: dropped {len(found.torn)} cut record(s) at the end of {found.path} "
+                             "(a write stopped by a crash, kill or full disk); those items are redone\n")
+        if found.legacy:
+            sys.stderr.write(f"{stage}: {found.path} is an older fabrika's journal (one row per line, no "
+                             f"checksums); its last item ({found.legacy_dropped} row(s)) is redone in case it "
+                             "was cut\n")
+        rows: list[dict[str, Any]] = []
+        for item in found.items:
+            key = journal.item_key(item[0])
+            if key not in done:
+                rows.extend(item)
+                done.add(key)
         if rows:
             shards.write_shard(d, rows)
-            for r in rows:
-                done.add(str(r.get("input_id") or r["id"]))
         (d / journal.JOURNAL).unlink(missing_ok=True)
         return len(rows)
 
@@ -259,13 +280,9 @@ class RunStore:
         names = lf.collect_schema().names()
         status = pl.col("status") if "status" in names else pl.lit("ok")
         reason = pl.col("reason") if "reason" in names else pl.lit(None, dtype=pl.String)
-        agg = (
-            lf.select(status.alias("s"), reason.cast(pl.String).str.split(":").list.first().alias("r"))
-            .group_by("s", "r")
-            .len()
-            .collect()
-        )
-        unique_ids = lf.select(pl.col("id").n_unique()).collect().item()
+        query = lf.select(status.alias("s"), reason.cast(pl.String).str.split(":").list.first().alias("r"))
+        agg = shards.collect_checked(self.shards(stage), query.group_by("s", "r").len().collect)
+        unique_ids = shards.collect_checked(self.shards(stage), lf.select(pl.col("id").n_unique()).collect).item()
         out: dict[str, Any] = {"rows": 0, "ok": 0, "rejected": {}}
         for s, r, n in agg.iter_rows():
             out["rows"] += n

@@ -9,19 +9,23 @@ ignored and cleaned by :func:`clean_temp`.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import re
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fabrika.errors import StoreError
+from fabrika.errors import ShardCorruptError, StorageError, StoreError
 from fabrika.schemas.ids import stable_id
+from fabrika.textutil.sanitize import clean_text
 
 SHARD_PATTERN = re.compile(r"^part-(\d{6})-([0-9a-f]{8})\.parquet$")
 TEMP_PREFIX = ".tmp-"
@@ -49,20 +53,55 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+_OS_ERROR = re.compile(r"os error (\d+)")
+
+
+def os_error_of(exc: BaseException) -> OSError | None:
+    """The ``OSError`` behind ``exc``: itself, or the one polars/pyarrow name in their message
+    (``... No space left on device (os error 28)``); ``None`` when it is not an I/O failure."""
+    if isinstance(exc, OSError):
+        return exc
+    m = _OS_ERROR.search(str(exc))
+    if m:
+        code = int(m.group(1))
+        return OSError(code, os.strerror(code))
+    return None
+
+
+def storage_error(exc: BaseException, path: Path, action: str = "cannot write") -> StorageError | None:
+    """``exc`` as a one-line :class:`StorageError` for ``path`` when it is an I/O failure."""
+    if isinstance(exc, StorageError):
+        return exc
+    os_exc = os_error_of(exc)
+    return None if os_exc is None else StorageError.from_os(os_exc, path, action)
+
+
 @contextmanager
 def atomic_file(path: Path, suffix: str = "") -> Iterator[BinaryIO]:
     """A binary handle on a temporary sibling of ``path``; on success it is fsynced and
-    ``os.replace``-d into place (and the directory fsynced), on failure it is deleted."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=suffix, dir=path.parent)
+    ``os.replace``-d into place (and the directory fsynced), on failure it is deleted.
+
+    An I/O failure (a full disk, a read-only or unwritable directory) leaves nothing behind
+    and is raised as a one-line :class:`~fabrika.errors.StorageError` naming ``path``.
+    """
+    tmp: str | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=suffix, dir=path.parent)
         with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp is not None:
+            try:
+                Path(tmp).unlink(missing_ok=True)
+            except OSError:
+                pass
+        wrapped = storage_error(exc, path)
+        if wrapped is not None and wrapped is not exc:
+            raise wrapped from exc
         raise
     fsync_dir(path.parent)
 
@@ -74,19 +113,37 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def atomic_write_json(path: Path, value: Any) -> None:
-    atomic_write_bytes(path, json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str).encode("utf-8"))
+    text = json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str)
+    atomic_write_bytes(path, clean_text(text).encode("utf-8"))
 
 
 def _flatten_value(value: Any) -> Any:
-    """Nested values become JSON strings (the ``fabrika.schemas.rows`` convention)."""
+    """Nested values become JSON strings (the ``fabrika.schemas.rows`` convention); all text
+    is made storable (:func:`fabrika.textutil.sanitize.clean_text`: no lone surrogates or
+    control characters; JSON already escapes control characters inside nested values)."""
+    if isinstance(value, str):
+        return clean_text(value)
     if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+        return clean_text(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str))
     return value
 
 
+_KEYS: dict[str, str] = {}
+
+
+def _clean_key(key: str) -> str:
+    """A column name made storable (names repeat on every row: remembered)."""
+    got = _KEYS.get(key)
+    if got is None:
+        if len(_KEYS) > 10_000:
+            _KEYS.clear()
+        got = _KEYS[key] = clean_text(key)
+    return got
+
+
 def flatten_row(row: dict[str, Any]) -> dict[str, Any]:
-    """``row`` with nested values as JSON text, as a shard stores it."""
-    return {k: _flatten_value(v) for k, v in row.items()}
+    """``row`` with nested values as JSON text and storable text, as a shard stores it."""
+    return {_clean_key(k): _flatten_value(v) for k, v in row.items()}
 
 
 def rows_to_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
@@ -94,12 +151,13 @@ def rows_to_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
     if not rows:
         raise StoreError("refusing to write an empty shard")
     columns: dict[str, list[Any]] = {}
-    for i, row in enumerate(rows):
+    for i, raw in enumerate(rows):
+        row = flatten_row(raw)
         for key in row:
             if key not in columns:
                 columns[key] = [None] * i
         for key, col in columns.items():
-            col.append(_flatten_value(row.get(key)))
+            col.append(row.get(key))
     series = []
     for key, values in columns.items():
         dtype = BASE_SCHEMA.get(key)
@@ -126,15 +184,42 @@ def next_seq(directory: Path) -> int:
     return int(last.group(1)) + 1 if last else 0
 
 
+#: Footer key of a shard's content checksum: ``<polars version>:<blake2b-64 hex>`` (see :func:`content_tag`).
+CONTENT_KEY = "fabrika.content"
+_CONTENT_SEED = 0x66616272  # "fabr"
+
+
+def content_digest(frame: pl.DataFrame) -> str | None:
+    """A checksum of a frame's rows as polars reads them: blake2b over polars' per-row hashes plus the
+    column names and types. polars' hashes are stable within one polars version only, so the tag
+    carries the version and a reader of another version skips the check. ``None``: a dtype polars
+    cannot hash."""
+    try:
+        hashes = frame.hash_rows(seed=_CONTENT_SEED).to_numpy().tobytes()
+    except (pl.exceptions.PolarsError, TypeError, ValueError):
+        return None
+    h = hashlib.blake2b(digest_size=8)
+    h.update("\x1f".join(f"{name}:{dtype}" for name, dtype in frame.schema.items()).encode("utf-8"))
+    h.update(hashes)
+    return h.hexdigest()
+
+
+def content_tag(frame: pl.DataFrame) -> dict[str, str]:
+    """The footer metadata :func:`write_shard` stores: the content checksum of ``frame``."""
+    digest = content_digest(frame)
+    return {} if digest is None else {CONTENT_KEY: f"{pl.__version__}:{digest}"}
+
+
 def write_shard(directory: Path, rows: list[dict[str, Any]], seq: int | None = None) -> Path:
-    """Write ``rows`` (sorted by id) as the next shard of ``directory``, atomically."""
+    """Write ``rows`` (sorted by id) as the next shard of ``directory``, atomically, with the
+    checksum of its content in the footer (:data:`CONTENT_KEY`, checked by :func:`verify_shard`)."""
     directory.mkdir(parents=True, exist_ok=True)
     frame = rows_to_frame(rows)
     seq = next_seq(directory) if seq is None else seq
     digest = stable_id(frame["id"].to_list())[:8]
     path = directory / f"part-{seq:06d}-{digest}.parquet"
     with atomic_file(path, suffix=".parquet") as fh:
-        frame.write_parquet(fh)
+        frame.write_parquet(fh, metadata=content_tag(frame) or None)
     return path
 
 
@@ -173,16 +258,133 @@ def scan_files(files: Iterable[Path]) -> pl.LazyFrame | None:
     return lf.select(canonical_columns(lf.collect_schema().names()))
 
 
+def repair_hint(path: Path) -> str:
+    """What to do about a damaged file of a run: ``fabrika fsck`` for stage data, re-materialising for versions."""
+    parts = path.parts
+    if len(parts) >= 3 and parts[-3] == "stages":
+        run_dir = path.parents[2]
+        return (f"run `fabrika fsck {run_dir} --repair` to set it aside (the next run redoes its items), "
+                "then rerun")
+    if len(parts) >= 4 and parts[-4] == "versions":
+        return f"re-materialise it: `fabrika refilter {path.parents[3]} --name {parts[-3]} --overwrite`"
+    return "restore it from a backup or delete it and rerun"
+
+
+def _one_line(exc: BaseException, limit: int = 160) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def shard_error(path: Path, exc: BaseException) -> StorageError:
+    """A shard that failed to read as one line naming it: an I/O failure (permissions, a disk
+    error) as itself, anything else (a truncated or garbled file) as :class:`ShardCorruptError`."""
+    os_exc = exc if isinstance(exc, OSError) else None
+    if os_exc is not None and os_exc.errno not in (None, errno.EINVAL):
+        return StorageError.from_os(os_exc, path, "cannot read")
+    return ShardCorruptError(path, f"damaged parquet shard ({_one_line(exc)})", repair_hint(path))
+
+
+#: What reading a damaged parquet file raises (polars, pyarrow, the OS). Polars' decoder may also
+#: *panic* on garbled pages: ``PanicException`` derives from ``BaseException``, not ``Exception``.
+READ_ERRORS: tuple[type[BaseException], ...] = (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError,
+                                                ValueError, pa.ArrowException)
+
+
+def check_structure(path: Path) -> None:
+    """Cheap checks a truncated or overwritten shard fails: the ``PAR1`` magic at both ends and a
+    footer length that fits the file. Raises :class:`ShardCorruptError`."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+            if size >= 12:
+                fh.seek(size - 8)
+                tail = fh.read(8)
+            else:
+                tail = b""
+    except FileNotFoundError:
+        raise  # gone, not damaged: a stage being dropped while a follower reads it (pipeline.overlap)
+    except OSError as exc:
+        raise shard_error(path, exc) from exc
+    if size < 12 or head != b"PAR1" or tail[4:] != b"PAR1":
+        raise ShardCorruptError(path, f"damaged parquet shard (truncated or overwritten: {size} bytes, "
+                                "no parquet magic at both ends)", repair_hint(path))
+    footer = int.from_bytes(tail[:4], "little")
+    if footer + 12 > size:
+        raise ShardCorruptError(path, f"damaged parquet shard (footer of {footer} bytes in a {size}-byte file)",
+                                repair_hint(path))
+
+
+def verify_shard(path: Path, full: bool = True, require_id: bool = True) -> int:
+    """Check one shard; returns its row count. ``full`` decodes every page of every column and
+    compares the content checksum (:data:`CONTENT_KEY`, when the shard has one written by this
+    polars version) — what ``fabrika fsck`` does; otherwise only the structure and the footer are
+    read. Raises
+    :class:`~fabrika.errors.StorageError` (:class:`ShardCorruptError` for a damaged file)."""
+    check_structure(path)
+    try:
+        meta = pq.read_metadata(path)
+        rows = meta.num_rows
+        if full:
+            frame = pl.read_parquet(path)
+            if frame.height != rows:
+                raise ValueError(f"footer says {rows} rows, the pages hold {frame.height}")
+            if require_id and ("id" not in frame.columns or frame["id"].null_count()):
+                raise ValueError("rows without an 'id'")
+            tag = (meta.metadata or {}).get(CONTENT_KEY.encode())
+            version, _, want = tag.decode("utf-8", "replace").rpartition(":") if tag else ("", "", "")
+            if version == pl.__version__ and content_digest(frame) != want:
+                raise ValueError("content checksum mismatch: the rows changed on disk")
+    except FileNotFoundError:
+        raise
+    except READ_ERRORS as exc:
+        raise shard_error(path, exc) from exc
+    return rows
+
+
+def collect_checked(files: Iterable[Path], collect: Callable[[], Any]) -> Any:
+    """``collect()`` (a polars read over ``files``); when it fails, the first of ``files`` that does
+    not read in full is named in a one-line :class:`StorageError` instead of polars' traceback."""
+    try:
+        return collect()
+    except READ_ERRORS as exc:
+        for f in files:
+            try:
+                verify_shard(f, full=True)
+            except StorageError as bad:
+                raise bad from exc
+            except FileNotFoundError:
+                raise exc from None  # a vanished shard is the caller's race to handle, not damage
+        raise
+
+
 _SCHEMAS: dict[tuple[str, int, int], tuple[tuple[str, str], ...]] = {}
 
 
+def _stat_key(path: Path) -> tuple[str, int, int]:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise shard_error(path, exc) from exc
+    return (str(path), st.st_mtime_ns, st.st_size)
+
+
 def file_schema(path: Path) -> tuple[tuple[str, str], ...]:
-    """A shard's schema from its footer; cached, shards are immutable once renamed into place."""
-    st = path.stat()
-    key = (str(path), st.st_mtime_ns, st.st_size)
+    """A shard's schema from its footer; cached, shards are immutable once renamed into place.
+    A shard that fails the cheap checks (:func:`check_structure`) or whose footer does not
+    parse raises a one-line :class:`~fabrika.errors.StorageError` naming it."""
+    key = _stat_key(path)
     cached = _SCHEMAS.get(key)
     if cached is None:
-        cached = tuple((k, str(v)) for k, v in pl.read_parquet_schema(path).items())
+        check_structure(path)
+        try:
+            cached = tuple((k, str(v)) for k, v in pl.read_parquet_schema(path).items())
+        except FileNotFoundError:
+            raise
+        except READ_ERRORS as exc:
+            raise shard_error(path, exc) from exc
         if len(_SCHEMAS) > 100_000:
             _SCHEMAS.clear()
         _SCHEMAS[key] = cached
@@ -194,11 +396,16 @@ _SIZES: dict[tuple[str, int, int], tuple[int, int]] = {}
 
 def shard_size(path: Path) -> tuple[int, int]:
     """``(rows, uncompressed bytes)`` of a shard from its footer (cached like :func:`file_schema`)."""
-    st = path.stat()
-    key = (str(path), st.st_mtime_ns, st.st_size)
+    key = _stat_key(path)
     cached = _SIZES.get(key)
     if cached is None:
-        meta = pq.read_metadata(path)
+        check_structure(path)
+        try:
+            meta = pq.read_metadata(path)
+        except FileNotFoundError:
+            raise
+        except READ_ERRORS as exc:
+            raise shard_error(path, exc) from exc
         cached = (meta.num_rows, sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)))
         if len(_SIZES) > 100_000:
             _SIZES.clear()
@@ -213,12 +420,12 @@ def memory_ratio(path: Path) -> float:
     """In-memory bytes per footer byte of a shard (read once and cached): parquet's
     "uncompressed" size is after dictionary encoding, several times below what the rows
     take in memory when they repeat text (e.g. samples sharing a prompt prefix)."""
-    st = path.stat()
-    key = (str(path), st.st_mtime_ns, st.st_size)
+    key = _stat_key(path)
     if key not in _RATIOS:
         if len(_RATIOS) > 10_000:
             _RATIOS.clear()
-        _RATIOS[key] = max(1.0, pl.read_parquet(path).estimated_size() / max(1, shard_size(path)[1]))
+        frame = collect_checked([path], lambda: pl.read_parquet(path))
+        _RATIOS[key] = max(1.0, frame.estimated_size() / max(1, shard_size(path)[1]))
     return _RATIOS[key]
 
 

@@ -7,6 +7,9 @@ the kept rows only, and writes ``versions/<name>/``::
     data/<stage>.parquet      kept rows (the samples), sorted by id
     dropped/<stage>.parquet   ``id, dropped_by`` of each dropped row (the first gate that dropped it), sorted by id
     thresholds.json           the thresholds used (every registered gate group, defaults filled)
+    version.json              ``base`` (the version whose thresholds it started from, or ``"config"``: the run's
+                              config), ``changed`` (``group.param`` → value, against that base), ``thresholds``
+                              and ``created_at``
     funnel.json               ``stages``: rows/ok/rejected-by-reason of every stage; ``gates``: in/out/
                               dropped_<gate> of every dataset stage; ``upstream_gates``: the same for the
                               other stages (what their consumers read, under these thresholds)
@@ -27,11 +30,22 @@ which upstream rows a stage consumes; a changed threshold there takes effect
 on the next ``fabrika run`` (new passing items are processed, rows already
 written stay). Stages that want their upstream scores re-gated at
 materialisation copy those score columns into their output rows.
+:func:`fabrika.pipeline.versions.refilter` finds upstream items a loosened
+gate admits that a consumer never processed, and says what to run.
+
+A refilter starts from the run's config thresholds unless it names a base
+version (``base``, ``fabrika refilter --from-base``): thresholds never stack
+on the latest version silently. It refuses a run that did not finish
+(:func:`require_finished`): gates over half a run would make a dataset that
+no finished run gives.
+
+This module logs (``logging``) and returns data; the CLI renders.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shlex
@@ -39,20 +53,26 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import polars as pl
 import pyarrow.parquet as pq
 
 import fabrika.store.shards as shards
 from fabrika import gates
-from fabrika.errors import ConfigError, StoreError
+from fabrika.errors import ConfigError, StorageError, StoreError
 from fabrika.schemas.ids import stable_id
 from fabrika.store.lock import hold_run_dir
 from fabrika.store.run import JOIN_DROP, RunStore, annotation_column
 from fabrika.store.shards import atomic_write_json, fsync_dir, scan_files
 
+log = logging.getLogger(__name__)
+
 VERSION_NAME = re.compile(r"^[\w.-]+$")
+#: ``dropped_by`` of a dataset row made from an item an upstream gate now drops (see :func:`_alive_ids`).
+UPSTREAM_GATE = "upstream_gate"
+#: ``version.json``'s ``base`` when a version starts from the run's config thresholds.
+CONFIG_BASE = "config"
 #: Decision-table flag per annotator: the scorer wrote no row for this id.
 UNSCORED = "__unscored__"
 #: Kept rows above this estimate (uncompressed bytes) are sorted externally (bounded memory: about this much per step).
@@ -70,6 +90,10 @@ class VersionInfo:
     rows: int
     previous: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the version whose thresholds this one started from; ``"config"``: the run's config thresholds
+    base: str = CONFIG_BASE
+    #: ``group.param`` → value where the thresholds differ from the base's
+    changed: dict[str, Any] = field(default_factory=dict)
 
 
 def check_gate_groups(manifest: Mapping[str, Any]) -> None:
@@ -118,10 +142,25 @@ def read_version(run_dir: str | Path, name: str) -> dict[str, Any]:
     vdir = version_dir(run_dir, name)
     if not vdir.is_dir():
         raise StoreError(f"{vdir}: no such version; versions: {', '.join(list_versions(run_dir)) or '(none)'}")
+    meta = vdir / "version.json"
     return {
         "thresholds": json.loads((vdir / "thresholds.json").read_text(encoding="utf-8")),
         "funnel": json.loads((vdir / "funnel.json").read_text(encoding="utf-8")),
+        "version": json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else {},
     }
+
+
+def changed_thresholds(base: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"group.param": value}`` where the full threshold sets ``new`` and ``base`` differ (defaults filled)."""
+    was = gates.thresholds_dump(gates.validate_thresholds(base))
+    now = gates.thresholds_dump(gates.validate_thresholds(new))
+    return {f"{g}.{k}": v for g, ps in now.items() for k, v in ps.items() if was.get(g, {}).get(k) != v}
+
+
+def set_options(changed: Mapping[str, Any]) -> str:
+    """``--set filters.g.p=v …`` (shell-quoted) that reproduces ``changed`` on ``fabrika run``."""
+    return " ".join(f"--set {shlex.quote(f'filters.{k}=' + json.dumps(v, ensure_ascii=False, separators=(',', ':')))}"
+                    for k, v in sorted(changed.items()))
 
 
 def _gate_columns(names: list[str], params: Mapping[str, Any]) -> list[str]:
@@ -218,17 +257,56 @@ def _unscored(store: RunStore, stage: str, annotators: list[str], decided: pl.Da
 
 def _unscored_error(run_dir: Path, manifest: Mapping[str, Any], stage: str, missing: dict[str, int],
                     thresholds: Mapping[str, Any]) -> StoreError:
-    was = gates.thresholds_dump(gates.validate_thresholds(manifest.get("config", {}).get("filters", {})))
-    now = gates.thresholds_dump(gates.validate_thresholds(thresholds))
-    changed = [f"filters.{g}.{k}={json.dumps(v, ensure_ascii=False, separators=(',', ':'))}"
-               for g, ps in now.items() for k, v in ps.items() if was.get(g, {}).get(k) != v]
-    sets = " ".join(f"--set {shlex.quote(c)}" for c in changed)
+    sets = set_options(changed_thresholds(manifest.get("config", {}).get("filters", {}), thresholds))
     what = ", ".join(f"{n} by {a}" for a, n in sorted(missing.items()))
     return StoreError(
         f"these thresholds would keep rows of {stage!r} that a scorer never saw ({what}): an earlier gate dropped "
         f"them at run time, so their scores are null, and null is not a pass; score them first with "
         f"`fabrika run {manifest.get('config_file') or 'CONFIG'} --cache-only {sets}`".rstrip() + " (--cache-only: no "
         "new LLM calls; an LLM scorer leaves uncached rows pending, and this check names them again), then refilter")
+
+
+def _passing_ids(store: RunStore, manifest: Mapping[str, Any], upstream: str, consumer: str,
+                 thresholds: Mapping[str, Any]) -> pl.Series | None:
+    """Ids of ``upstream`` rows that ``consumer`` reads under ``thresholds`` (its annotators before it joined)."""
+    names = list(manifest.get("layout", {}))
+    before = set(names[: names.index(consumer)]) if consumer in names else set(names)
+    annotators = [a for a in store.annotators_of(upstream, dict(manifest)) if a in before]
+    lf = store.scan(upstream, annotators)
+    if lf is None:
+        return None
+    return gates.gate_lazy(lf, thresholds).select("id").collect()["id"]
+
+
+def _alive_ids(store: RunStore, manifest: Mapping[str, Any], stage: str, thresholds: Mapping[str, Any],
+               traceable: Collection[str], memo: dict[str, pl.Series | None]) -> pl.Series | None:
+    """Ids of ``stage``'s rows whose whole chain of inputs still passes ``thresholds``; ``None``: not traced.
+
+    A fresh run at these thresholds makes no row from an item an upstream gate now drops, so a
+    version leaves such rows out (``dropped_by = upstream_gate``). Traced are the stages in
+    ``traceable`` (they read their gated input row by row, keyed by the row's id, and record it
+    as ``input_id``); the chain stops at any other stage (a source, a global stage, a stage with
+    its own reading), whose rows all count as alive.
+    """
+    if stage in memo:
+        return memo[stage]
+    memo[stage] = None
+    inputs = (manifest.get("layout", {}).get(stage) or {}).get("inputs") or []
+    raw = store.scan_raw(stage)
+    if stage not in traceable or not inputs or raw is None or "input_id" not in raw.collect_schema().names():
+        return None
+    passing: list[pl.Series] = []
+    for upstream in inputs:
+        ids = _passing_ids(store, manifest, upstream, stage, thresholds)
+        if ids is None:
+            continue
+        above = _alive_ids(store, manifest, upstream, thresholds, traceable, memo)
+        passing.append(ids if above is None else ids.filter(ids.is_in(above.implode())))
+    admitted = pl.concat(passing) if passing else pl.Series("id", [], dtype=pl.String)
+    rows = raw.select("id", "input_id").collect()
+    alive = rows.filter(pl.col("input_id").is_in(admitted.implode()))["id"]
+    memo[stage] = alive
+    return alive
 
 
 def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
@@ -323,7 +401,7 @@ def _stage_counts(store: RunStore, stages: list[str], cache: Mapping[str, Any]) 
 
 def _build(
     store: RunStore, manifest: dict[str, Any], config: dict[str, Any], thresholds: dict[str, Any],
-    params: Mapping[str, Any], tmp: Path,
+    params: Mapping[str, Any], tmp: Path, traceable: Collection[str] | None = None,
 ) -> tuple[dict[str, Any], int, dict[str, Any], dict[str, Any]]:
     """Write a version's files into ``tmp``; returns the funnel, the sample count, the thresholds, the counts cache.
 
@@ -347,6 +425,7 @@ def _build(
             if got is not None:
                 funnel["upstream_gates"][stage] = gates.funnel_of(got[1].lazy(), got[2])
     total = 0
+    memo: dict[str, pl.Series | None] = {}
     for stage in dataset_stages:
         annotators = store.annotators_of(stage, manifest)
         got = _decide(store, stage, annotators, thresholds, params)
@@ -355,6 +434,11 @@ def _build(
             continue
         lf, decided, reasons = got
         _refuse_duplicates(stage, decided["id"])
+        alive = None if traceable is None else _alive_ids(store, manifest, stage, thresholds, traceable, memo)
+        if alive is not None:  # rows made from items an upstream gate now drops: a fresh run has none
+            decided = decided.with_columns(
+                pl.when(pl.col(gates.DROPPED_BY).is_null() & ~pl.col("id").is_in(alive.implode()))
+                .then(pl.lit(UPSTREAM_GATE)).otherwise(pl.col(gates.DROPPED_BY)).alias(gates.DROPPED_BY))
         missing = _unscored(store, stage, annotators, decided)
         if missing:
             raise _unscored_error(store.run_dir, manifest, stage, missing, thresholds)
@@ -398,6 +482,9 @@ def materialise(
     name: str | None = None,
     previous: str | None = None,
     overwrite: bool = True,
+    base: str | None = None,
+    base_thresholds: Mapping[str, Any] | None = None,
+    traceable: Collection[str] | None = None,
 ) -> VersionInfo:
     """Gate the dataset stages of ``run_dir`` into ``versions/<name>``.
 
@@ -407,6 +494,12 @@ def materialise(
         previous: version this one derives from (recorded for ``status``/diffs).
         overwrite: replace an existing version of that name; ``False`` raises instead
             (export cards cite versions by name).
+        base: the version whose thresholds these started from (default ``previous``, else
+            ``"config"``); ``version.json`` records it and what changed against it.
+        base_thresholds: the base's thresholds (default read from the base version or the config).
+        traceable: stages whose rows trace to their input rows by ``input_id`` (they read the gated
+            input row by row): dataset rows whose chain an upstream gate now drops are left out
+            (``dropped_by = upstream_gate``). ``None``: no tracing (only the rows' own gates).
 
     Raises:
         StoreError: kept rows that a scorer never scored (see :func:`_unscored_error`),
@@ -416,11 +509,38 @@ def materialise(
     if not store.manifest_path.is_file():
         raise StoreError(f"{store.run_dir}: not a run directory (no manifest.json); run `fabrika run CONFIG` first")
     with hold_run_dir(store.run_dir, f"fabrika refilter {store.run_dir}"):  # re-entrant inside `fabrika run`
-        return _materialise(store, thresholds, name, previous, overwrite)
+        return _materialise(store, thresholds, name, previous, overwrite, base or previous or CONFIG_BASE,
+                            base_thresholds, traceable)
+
+
+def _base_thresholds(run_dir: Path, manifest: Mapping[str, Any], base: str) -> Mapping[str, Any]:
+    if base != CONFIG_BASE and (version_dir(run_dir, base) / "thresholds.json").is_file():
+        return read_version(run_dir, base)["thresholds"]
+    return manifest.get("config", {}).get("filters", {})
+
+
+def _storage_problem(store: RunStore, manifest: Mapping[str, Any], exc: BaseException,
+                     target: Path) -> StorageError | None:
+    """A failed build as one line: a write that hit the disk (full, read-only) names ``target``;
+    a read that failed names the first damaged shard of the run; anything else is not storage's."""
+    if isinstance(exc, StorageError) or not isinstance(exc, shards.READ_ERRORS):
+        return None
+    os_exc = shards.os_error_of(exc)
+    if os_exc is not None and os_exc.errno is not None:
+        return StorageError.from_os(os_exc, target)
+    for stage in manifest.get("order", list(manifest.get("layout", {}))):
+        for f in store.shards(stage):
+            try:
+                shards.verify_shard(f, full=True)
+            except StorageError as bad:
+                return bad
+    return None
 
 
 def _materialise(store: RunStore, thresholds: Mapping[str, Any] | None, name: str | None,
-                 previous: str | None, overwrite: bool) -> VersionInfo:
+                 previous: str | None, overwrite: bool, base: str,
+                 base_thresholds: Mapping[str, Any] | None = None,
+                 traceable: Collection[str] | None = None) -> VersionInfo:
     run_dir = store.run_dir
     manifest = store.read_manifest()
     check_gate_groups(manifest)
@@ -439,10 +559,19 @@ def _materialise(store: RunStore, thresholds: Mapping[str, Any] | None, name: st
     _clean_stale(root)
     tmp = root / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
+    was = _base_thresholds(run_dir, manifest, base) if base_thresholds is None else base_thresholds
+    changed = changed_thresholds(was, thresholds)
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
-        funnel, total, dumped, stage_counts = _build(store, manifest, config, thresholds, params, tmp)
-    except BaseException:
+        funnel, total, dumped, stage_counts = _build(store, manifest, config, thresholds, params, tmp, traceable)
+        atomic_write_json(tmp / "version.json", {"name": name, "base": base, "changed": changed,
+                                                 "thresholds": dumped, "rows": total, "created_at": created})
+        fsync_dir(tmp)
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)  # a failed build never becomes (or hides) a version
+        problem = _storage_problem(store, manifest, exc, root / name)
+        if problem is not None:
+            raise problem from exc
         raise
 
     final = root / name
@@ -457,13 +586,17 @@ def _materialise(store: RunStore, thresholds: Mapping[str, Any] | None, name: st
     manifest.setdefault("versions", {})[name] = {
         "rows": total,
         "previous": previous,
+        "base": base,
+        "changed": changed,
         "thresholds": dumped,
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created_at": created,
     }
     manifest["latest_version"] = name
     manifest["stage_counts"] = stage_counts
     store.write_manifest(manifest)
-    return VersionInfo(name=name, path=final, thresholds=dumped, funnel=funnel, rows=total, previous=previous)
+    log.info("version %s: %d samples (base %s, changed %s)", name, total, base, changed or "nothing")
+    return VersionInfo(name=name, path=final, thresholds=dumped, funnel=funnel, rows=total, previous=previous,
+                       base=base, changed=changed)
 
 
 def funnel_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str, int, int]]:
@@ -479,16 +612,70 @@ def funnel_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[st
     return out
 
 
+class RunNotFinished(StoreError):
+    """Refilter of a run whose stages did not all finish (interrupted, killed, failed or incomplete)."""
+
+
+def unfinished_stage(manifest: Mapping[str, Any]) -> str | None:
+    """The first stage (pipeline order) that did not complete, if any."""
+    layout = manifest.get("layout", {})
+    stages = manifest.get("stages", {})
+    for name in list(layout) or list(manifest.get("order", [])):
+        if not (stages.get(name) or {}).get("complete"):
+            return name
+    return None
+
+
+def require_finished(manifest: Mapping[str, Any], allow_partial: bool = False) -> None:
+    """Raise :class:`RunNotFinished` unless the run is ``done`` (or ``incomplete`` with ``allow_partial``).
+
+    Gating half a run would write a version no finished run gives (today: an empty ``v1``);
+    the message names the stage and the command that finishes the run.
+    """
+    from fabrika.store.manifest import effective_status
+
+    status = effective_status(dict(manifest))
+    stage = unfinished_stage(manifest)
+    if status == "done" and stage is None:
+        return
+    if allow_partial and status == "incomplete":
+        return
+    config = manifest.get("config_file") or "CONFIG"
+    where = f"stage {stage!r} did not finish" if stage else "its last invocation did not finish"
+    hint = " (or pass --allow-partial to gate what there is)" if status == "incomplete" else ""
+    raise RunNotFinished(f"run {manifest.get('name', '?')!r} is {status}: {where}; finish it with "
+                         f"`fabrika run {config}` (it resumes where it stopped), then refilter{hint}")
+
+
+def refilter_thresholds(run_dir: str | Path, assignments: list[str],
+                        base: str | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """``(base, base's version doc, new thresholds)``: ``--set`` over the base's thresholds.
+
+    ``base`` ``None`` (or ``"config"``) starts from the run's config thresholds, so two refilters
+    never stack unless the second names the first; a named base must be a version.
+    """
+    manifest = RunStore(run_dir).read_manifest()
+    if base not in (None, CONFIG_BASE):
+        if not (version_dir(run_dir, str(base)) / "thresholds.json").is_file():
+            raise ConfigError(f"--from-base {base!r}: no such version; versions: "
+                              f"{', '.join(list_versions(run_dir)) or '(none)'} (or 'config')")
+        old = read_version(run_dir, str(base))
+        return str(base), old, gates.parse_set(assignments, old["thresholds"])
+    old = {"thresholds": manifest.get("config", {}).get("filters", {}), "funnel": {}}
+    return CONFIG_BASE, old, gates.parse_set(assignments, old["thresholds"])
+
+
 def refilter(
     run_dir: str | Path, assignments: list[str], name: str | None = None, base: str | None = None,
-    overwrite: bool = False,
+    overwrite: bool = False, allow_partial: bool = False,
 ) -> tuple[VersionInfo, list[tuple[str, str, int, int]]]:
-    """New thresholds (``base`` version's, default the latest, with ``--set`` overrides) → a new version.
+    """New thresholds (``base`` version's, default the run's config thresholds, with ``--set`` overrides) → a version.
 
     Never builds an LLM engine. The run's gate groups must be registered (see
-    :func:`check_gate_groups`). Returns the version and its funnel difference
-    against ``base``. Raises :class:`~fabrika.errors.ConfigError` on an unknown
-    gate group or parameter, a wrongly typed value or an unknown ``base``, and
+    :func:`check_gate_groups`) and the run finished (:func:`require_finished`). Returns the
+    version and its funnel difference against ``base`` (against the latest version when the
+    base is the config). Raises :class:`~fabrika.errors.ConfigError` on an unknown gate group or
+    parameter, a wrongly typed value or an unknown ``base``, :class:`RunNotFinished`, and
     :class:`StoreError` when ``name`` exists and ``overwrite`` is not set.
     """
     store = RunStore(run_dir)
@@ -496,14 +683,21 @@ def refilter(
     if not manifest:
         raise StoreError(f"{store.run_dir}: not a run directory (no manifest.json)")
     check_gate_groups(manifest)
-    if base is not None and not (version_dir(run_dir, base) / "thresholds.json").is_file():
-        raise ConfigError(f"--base {base!r}: no such version; versions: {', '.join(list_versions(run_dir)) or '(none)'}")
-    base = base or manifest.get("latest_version")
-    if base is not None and (version_dir(run_dir, base) / "thresholds.json").is_file():
-        old = read_version(run_dir, base)
-    else:
-        base, old = None, {"thresholds": manifest.get("config", {}).get("filters", {}), "funnel": {}}
-    thresholds = gates.parse_set(assignments, old["thresholds"])
-    info = materialise(run_dir, thresholds=thresholds, name=name or next_version_name(run_dir), previous=base,
-                       overwrite=overwrite)
-    return info, funnel_diff(old["funnel"], info.funnel)
+    require_finished(manifest, allow_partial)
+    base_name, old, thresholds = refilter_thresholds(run_dir, assignments, base)
+    return refilter_to(run_dir, thresholds, base_name, old, name=name, overwrite=overwrite)
+
+
+def refilter_to(run_dir: str | Path, thresholds: dict[str, Any], base: str, old: Mapping[str, Any],
+                name: str | None = None, overwrite: bool = False, traceable: Collection[str] | None = None,
+                latest: str | None = None) -> tuple[VersionInfo, list[tuple[str, str, int, int]]]:
+    """Materialise ``thresholds`` as a refilter from ``base``; the funnel difference is against the base
+    (the ``latest`` version, default the manifest's, when the base is the config)."""
+    manifest = RunStore(run_dir).read_manifest()
+    compare, against = old.get("funnel") or {}, base if base != CONFIG_BASE else None
+    latest = latest or manifest.get("latest_version")
+    if base == CONFIG_BASE and latest and (version_dir(run_dir, latest) / "funnel.json").is_file():
+        compare, against = read_version(run_dir, latest)["funnel"], latest
+    info = materialise(run_dir, thresholds=thresholds, name=name or next_version_name(run_dir), previous=against,
+                       overwrite=overwrite, base=base, base_thresholds=old.get("thresholds"), traceable=traceable)
+    return info, funnel_diff(compare, info.funnel)

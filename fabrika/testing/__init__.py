@@ -13,6 +13,9 @@
   simulated time, ``/stats`` (see :mod:`fabrika.testing.sim_vllm`).
 * :func:`fabrika.testing.llm_use.declaration_problem` — whether a stage class's ``calls_llm``
   agrees with its code (what ``executor: ray`` sends to worker actors depends on it).
+* :class:`FcModelDouble` — an OpenAI-compatible double of a real model for every FC role
+  (think blocks, prose around JSON, Hermes tags) with tagged, logged faults, installed on a
+  :class:`FakeOpenAIServer` (see :mod:`fabrika.testing.fc_double`).
 * :func:`break_arguments` — tool-call arguments that violate a schema.
 * :data:`FAULT_KINDS` — the faults the server can inject.
 """
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
         SimVLLMConfig,
         break_arguments,
     )
+    from fabrika.testing.fc_double import FcModelDouble
     from fabrika.testing.harness import (
         HarnessContext,
         ScriptedLLM,
@@ -46,6 +50,7 @@ __all__ = [
     "FAULT_KINDS",
     "FakeOpenAIApp",
     "FakeOpenAIServer",
+    "FcModelDouble",
     "HarnessContext",
     "ScriptedLLM",
     "SimVLLMConfig",
@@ -64,6 +69,10 @@ _SERVER = frozenset({"FAULT_KINDS", "FakeOpenAIApp", "FakeOpenAIServer", "SimVLL
 
 def __getattr__(name: str) -> Any:
     # Lazy, so `python -m fabrika.testing.fake_server` does not import the module twice.
+    if name == "FcModelDouble":
+        from fabrika.testing import fc_double
+
+        return fc_double.FcModelDouble
     if name in _SERVER:
         from fabrika.testing import fake_server
 

@@ -40,7 +40,7 @@ from fabrika.schemas.records import TestCase
 from fabrika.textutil.reasoning import answer_text, split_reasoning
 
 __all__ = ["ParseFailure", "ParsedVerifier", "answer_int", "answer_json_text", "extract_json", "is_failure", "parse_constraint_list",
-           "parse_instruction", "parse_score", "parse_verifier_answer"]
+           "parse_instruction", "parse_score", "parse_verifier_answer", "span_end"]
 
 _FENCE = re.compile(r"```(?:json|JSON|json5)?[ \t]*\n?(.*?)```", re.DOTALL)
 _CLOSE = {"{": "}", "[": "]"}
@@ -86,7 +86,7 @@ def _json_chars(text: str, start: int = 0) -> Iterator[tuple[int, str, bool]]:
         yield i, ch, quoted
 
 
-def _span_end(text: str, start: int) -> int | None:
+def span_end(text: str, start: int) -> int | None:
     """Index just past the bracket that closes ``text[start]``; ``None`` when the text ends first.
 
     String-aware (brackets inside JSON strings do not count). A mismatched closer
@@ -111,7 +111,7 @@ def _top_level_spans(text: str) -> Iterator[tuple[int, int | None]]:
     i = 0
     while i < len(text):
         if text[i] in _CLOSE:
-            end = _span_end(text, i)
+            end = span_end(text, i)
             yield i, end
             if end is None:
                 return

@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,8 +76,15 @@ class FabrikaGRPOConfig(GRPOConfig):
         dataset_path (`str`): directory of the exported GRPO dataset (``save_to_disk``).
         dataset_split (`str`, defaults to ``"train"``): split when the export is a ``DatasetDict``.
         torch_dtype (`str`, defaults to ``"auto"``): dtype the policy is loaded in.
-        rm_path (`str` or `None`): general and IF experts — local sequence-classification RM (S / R);
+        rm_path (`str` or `None`): general and IF experts — local sequence-classification RM (S / R), or
+            ``sim`` (the offline stand-in RM of the demo: pipeline checks only, never a real model);
             ``None`` reads the ``rm_score`` column (per-prompt, for tests and offline checks only).
+        rm_endpoint (`dict` or `None`): general and IF experts — a served RM instead of ``rm_path``
+            (``fabrika.rewards.rm_service.RMEndpoint`` fields: base_url, model, api pooling|rerank|predict).
+        allow_no_rm_correction (`bool`): IF expert — accept ``rm_correction: false``. Without the correction
+            the IF reward is the verifier score alone, which an untrained policy's garbage already scores
+            high on (the semantic collapse the correction prevents), so it is refused unless this is set
+            (``fabrika train grpo --allow-no-rm-correction``).
         rm_score_column (`str`): general expert — column with R when ``rm_path`` is ``None``.
         ref_length_column (`str`): general expert — column with the reference length L0.
         length_unit (`str`): general expert — unit of L(y) and L0: ``chars``, ``words`` or ``tokens``.
@@ -94,7 +102,11 @@ class FabrikaGRPOConfig(GRPOConfig):
     dataset_path: str | None = field(default=None, metadata={"help": "Directory of the exported GRPO dataset."})
     dataset_split: str = field(default="train", metadata={"help": "Split to use if the export is a DatasetDict."})
     torch_dtype: str = field(default="auto", metadata={"help": "dtype the policy is loaded in."})
-    rm_path: str | None = field(default=None, metadata={"help": "General/IF expert: local RM directory."})
+    rm_path: str | None = field(default=None, metadata={"help": "General/IF expert: local RM directory, or `sim`."})
+    rm_endpoint: dict[str, Any] | None = field(
+        default=None, metadata={"help": "General/IF expert: a served RM (RMEndpoint fields) instead of rm_path."})
+    allow_no_rm_correction: bool = field(
+        default=False, metadata={"help": "IF expert: accept if_reward_kwargs rm_correction: false (refused otherwise)."})
     rm_score_column: str = field(default="rm_score", metadata={"help": "General expert: R column if no rm_path."})
     ref_length_column: str = field(default="ref_length", metadata={"help": "General expert: L0 column."})
     length_unit: str = field(default="chars", metadata={"help": "General expert: chars, words or tokens."})
@@ -135,7 +147,39 @@ def load_grpo_config(expert: str, path: str | Path | None = None, overrides: dic
     if not 0 <= config.dynamic_sampling_low < config.dynamic_sampling_high:
         raise ConfigError("grpo config: need 0 <= dynamic_sampling_low < dynamic_sampling_high, got "
                           f"({config.dynamic_sampling_low}, {config.dynamic_sampling_high}]")
+    if config.rm_path is not None and config.rm_endpoint is not None:
+        raise ConfigError("grpo config: set rm_path or rm_endpoint, not both (they name the reward model)")
+    if config.expert == "if" and not rm_correction_on(config) and not config.allow_no_rm_correction:
+        raise ConfigError("grpo config: if_reward_kwargs turns rm_correction off, which lets an untrained policy's "
+                          "garbage score high; give the rows α (rm.teacher_scores) and an RM, or pass "
+                          "--allow-no-rm-correction (--set allow_no_rm_correction=true)")
     return config
+
+
+def rm_correction_on(config: FabrikaGRPOConfig) -> bool:
+    """Whether the IF (or rubric) reward applies the RM correction under this config."""
+    if_reward = dict(config.if_reward_kwargs)
+    if config.rubric_reward is not None:
+        if_reward.update((config.rubric_reward or {}).get("if_reward") or {})
+    return bool(if_reward.get("rm_correction", True))
+
+
+def reward_model(config: FabrikaGRPOConfig) -> Any:
+    """The process's one RM of ``rm_path``/``rm_endpoint`` (:mod:`fabrika.rewards.rm_service`), or None."""
+    from fabrika.rewards.rm_service import RMEndpoint, RMSpec, get_reward_model
+
+    if config.rm_endpoint is not None:
+        try:
+            spec = RMSpec(endpoint=RMEndpoint(**config.rm_endpoint))
+        except ValueError as exc:
+            raise ConfigError(f"grpo config: rm_endpoint {config.rm_endpoint!r} is not valid: {exc}") from exc
+        return get_reward_model(spec)
+    if config.rm_path is None:
+        return None
+    if config.rm_path != "sim" and not Path(config.rm_path).is_dir():
+        raise ConfigError(f"grpo config: rm_path {config.rm_path!r} is not a local directory; point it at a saved "
+                          "AutoModelForSequenceClassification (or `sim`, the offline stand-in)")
+    return get_reward_model(config.rm_path)
 
 
 def _if_config(config: FabrikaGRPOConfig) -> Any:
@@ -155,7 +199,7 @@ def required_columns(config: FabrikaGRPOConfig) -> list[str]:
     if config.expert == "if":
         return [_if_config(config).constraints_column]
     cols = [config.ref_length_column]
-    if config.rm_path is None:
+    if config.rm_path is None and config.rm_endpoint is None:
         cols.append(config.rm_score_column)
     return cols
 
@@ -164,7 +208,7 @@ def _check_if_rm_columns(config: FabrikaGRPOConfig, dataset: Dataset) -> None:
     """The IF RM correction compares S with α on one scale: refuse, in one line, data where that cannot hold.
 
     α (``teacher_rm_mean``) must be set and finite on every row, and, when S comes from
-    ``rm_path``, scored by that same RM (``rm_id`` equal to :func:`~fabrika.rewards.general.rm_identity`).
+    ``rm_path``/``rm_endpoint``, scored by that same RM (``rm_id`` equal to the service RM's ``rm_id``).
     """
     from fabrika.errors import InputError
 
@@ -172,11 +216,12 @@ def _check_if_rm_columns(config: FabrikaGRPOConfig, dataset: Dataset) -> None:
     if not cfg.rm_correction:
         return
     fix = ("score the prompts with an rm.teacher_scores stage using the same RM as rm_path, re-export, or set "
-           "if_reward_kwargs: {rm_correction: false}")
-    has_s = config.rm_path is not None or cfg.rm_score_column in dataset.column_names
+           "if_reward_kwargs: {rm_correction: false} with --allow-no-rm-correction")
+    rm = reward_model(config)
+    has_s = rm is not None or cfg.rm_score_column in dataset.column_names
     if not has_s:
         raise InputError("IF reward: rm_correction is on but there is no RM score S (no rm_path, no "
-                         f"{cfg.rm_score_column!r} column); set rm_path or if_reward_kwargs: {{rm_correction: false}}")
+                         f"{cfg.rm_score_column!r} column); set rm_path (the RM that scored α)")
     alpha = cfg.teacher_rm_column
     if alpha not in dataset.column_names:
         raise InputError(f"IF reward: the dataset has no {alpha!r} column (α, the teacher's mean RM score); {fix}")
@@ -185,11 +230,9 @@ def _check_if_rm_columns(config: FabrikaGRPOConfig, dataset: Dataset) -> None:
     bad = sum(1 for v in values if v is None or (isinstance(v, float) and math.isnan(v)))
     if bad:
         raise InputError(f"IF reward: α ({alpha}) is missing or NaN in {bad} of {len(values)} rows; {fix}")
-    if config.rm_path is None:
+    if rm is None:
         return  # S from a column (offline checks): no RM to compare identities with
-    from fabrika.rewards.general import rm_identity
-
-    want = rm_identity(config.rm_path)
+    want = rm.rm_id
     if "rm_id" not in dataset.column_names:
         raise InputError(f"IF reward: the dataset has no 'rm_id' column, so α's RM is unknown (rm_path is {want}); {fix}")
     got = sorted({str(v) for v in dataset.data.column("rm_id").to_pylist()})
@@ -220,17 +263,13 @@ def _expert_reward(config: FabrikaGRPOConfig) -> Callable[..., Sequence[float | 
     if config.expert == "if":
         from fabrika.rewards.instruct import make_if_reward
 
-        rm_scorer = None
-        if config.rm_path is not None:
-            from fabrika.rewards.general import SequenceClassifierRM
-
-            rm_scorer = SequenceClassifierRM(config.rm_path)
+        rm_scorer = reward_model(config)
         if config.rubric_reward is not None:
             return _rubric_reward(config, rm_scorer)
         return make_if_reward(_if_config(config), rm_scorer=rm_scorer)
     from fabrika.rewards.general import make_general_reward
 
-    return make_general_reward(config.rm_path, score_column=config.rm_score_column,
+    return make_general_reward(reward_model(config), score_column=config.rm_score_column,
                                ref_length_column=config.ref_length_column,
                                length_unit=_LENGTH_UNITS[config.length_unit])  # checked by load_grpo_config
 
@@ -285,6 +324,12 @@ def _check_general_length_unit(config: FabrikaGRPOConfig, dataset: Dataset) -> N
     """L0 and L(y) on one scale: a stored ``length_unit`` (general.teacher) must be the trainer's ``length_unit``."""
     from fabrika.errors import InputError
 
+    if "ref_length_k" in dataset.column_names:
+        ks = dataset.data.column("ref_length_k").to_pylist()
+        single = sum(1 for k in ks if k == 1)
+        if single:
+            print(f"warning: {single} of {len(ks)} rows have an L0 (ref_length) from a single reference answer "
+                  "(generic chat rows); general.teacher with k >= 4 gives a steadier L0", file=sys.stderr)
     if "length_unit" not in dataset.column_names:
         return
     units = sorted({str(u) for u in dataset.data.column("length_unit").to_pylist() if u is not None})

@@ -62,7 +62,23 @@ def load_sft_config(path: str | Path | None = None, overrides: dict[str, Any] | 
     for name in ("model_name_or_path", "dataset_path"):
         if not getattr(config, name):
             raise ConfigError(f"sft config: `{name}` is required; set it in the YAML or pass --set {name}=...")
+    if config.chat_template_path:
+        config.chat_template_path = str(template_file(config.chat_template_path))
     return config
+
+
+def template_file(value: str | Path) -> Path:
+    """``chat_template_path`` as an existing file: as given, else relative to the fabrika checkout/install
+    (``fabrika/schemas/templates/qwen3.jinja`` works from any directory); a missing one is a one-line error."""
+    path = Path(value)
+    if path.is_file():
+        return path
+    packaged = Path(__file__).resolve().parents[2] / path
+    if not path.is_absolute() and packaged.is_file():
+        return packaged
+    raise ConfigError(f"sft config: chat_template_path {str(value)!r} is not a file; point it at a .jinja chat "
+                      "template (the packaged Qwen3 one is fabrika/schemas/templates/qwen3.jinja) or remove it to "
+                      "use the tokenizer's own")
 
 
 def load_model_and_tokenizer(path: str, torch_dtype: str = "auto", *, causal: bool = True) -> tuple[Any, Any]:
@@ -89,8 +105,7 @@ def build_sft_trainer(config: FabrikaSFTConfig, callbacks: list[Any] | None = No
     if config.chat_template_path is None and not tokenizer.chat_template:
         raise ConfigError(f"the tokenizer at {config.model_name_or_path!r} has no chat template; "
                           "set chat_template_path to a .jinja file")
-    template = Path(config.chat_template_path).read_text("utf-8") if config.chat_template_path and \
-        Path(config.chat_template_path).is_file() else None
+    template = template_file(config.chat_template_path).read_text("utf-8") if config.chat_template_path else None
     over, longest = rows_over_length(dataset, tokenizer, config.max_length, template)
     if over:
         print(f"warning: {over} of {len(dataset)} rows are longer than max_length={config.max_length} tokens "

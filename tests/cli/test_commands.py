@@ -120,8 +120,8 @@ def test_refilter_changes_output_with_zero_llm_calls(tmp_path: Path, monkeypatch
     doc = json.loads(runner.invoke(app, ["status", str(run_dir), "--json"]).stdout)
     assert doc["status"] == "done" and doc["latest_version"] == "strict"
     assert doc["latest_funnel"]["gates"]["test.ask"]["out"] == strict.height
-    # next refilter starts from the latest thresholds: min_score stays 0.12, max_i added
-    again = runner.invoke(app, ["refilter", str(run_dir), "--set", "filters.testscore.max_i=15"])
+    # stacking on a version is explicit: min_score stays 0.12 from "strict", max_i added
+    again = runner.invoke(app, ["refilter", str(run_dir), "--from-base", "strict", "--set", "filters.testscore.max_i=15"])
     assert again.exit_code == 0, again.output
     v2 = scan_version(run_dir, "v2").collect()
     assert min(v2["score"]) >= 0.12 and max(v2["i"]) <= 15

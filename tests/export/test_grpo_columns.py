@@ -89,3 +89,34 @@ def test_if_grpo_export_passes_the_if_trainer_checks(tmp_path: Path) -> None:
     _check_if_rm_columns(config, ds)  # α present next to S: the RM correction can run
     assert ds[0]["constraints"] == [{"id": "ru.punct.no_commas", "params": {}}]
     assert ds[0]["teacher_rm_mean"] == 0.5 and json.loads(json.dumps(ds[0]["rm_score"])) == 0.9
+
+
+@pytest.mark.parametrize("fmt", ["hf", "jsonl"])
+def test_a_derived_l0_carries_its_unit_and_the_one_answer_it_rests_on(tmp_path: Path, fmt: str,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from fabrika.export.writer import read_export
+
+    rows = _general_rows()
+    import fabrika.generators.general.rows  # noqa: F401  (the `general` gate group, loaded as in a real run)
+
+    for row in rows[:3]:  # rows from one answer: general.min_usable_answers must not drop them (null is dropped)
+        row["teacher_usable"] = 1
+    rows[3].update(length_unit="words", teacher_usable=4)  # a general.teacher-style stored L0
+    run = make_run(tmp_path, rows, stage="general.samples")
+    export(open_version(run), ExportConfig(kind="grpo", format=fmt, out=tmp_path / "g"))
+    got = {r["id"]: r for r in read_export(tmp_path / "g", fmt)}
+    assert [(got[f"g{i}"]["length_unit"], got[f"g{i}"]["ref_length_k"]) for i in range(4)] == [
+        ("chars", 1), ("chars", 1), ("chars", 1), ("words", 4)]
+    if fmt != "hf":
+        return
+    from datasets import load_from_disk
+
+    from fabrika.errors import InputError
+    from fabrika.train.grpo import _check_general_length_unit, load_grpo_config
+
+    ds = load_from_disk(str(tmp_path / "g"))
+    cfg = load_grpo_config("general", overrides={"model_name_or_path": "m", "dataset_path": "d", "output_dir": "o",
+                                                 **CPU})
+    with pytest.raises(InputError, match="measured in chars, words"):  # the stored unit now exists on every row
+        _check_general_length_unit(cfg, ds)
+    assert "3 of 4 rows have an L0 (ref_length) from a single reference answer" in capsys.readouterr().err

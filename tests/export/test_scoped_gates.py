@@ -8,6 +8,8 @@ from typing import Any
 
 import datasets
 
+import fabrika.filters.difficulty  # noqa: F401  (registers the difficulty gate group, as a run's registry does)
+import fabrika.filters.length  # noqa: F401
 from fabrika.export.source import open_version
 from fabrika.export.writer import ExportConfig, export
 from fabrika.store import RunStore
@@ -27,6 +29,8 @@ def _run(root: Path, rows: list[dict[str, Any]], rates: list[float | None], leng
                             "len_tokenizer": "hf:tok"} for r, n in zip(rows, lengths)])
     store.write_manifest({
         "config": {"dataset": {"stages": ["fc.samples"]}, "filters": {}},
+        # as a real run records them: materialise then refuses to gate while the group is not loaded
+        "gate_groups": ["difficulty", "length"],
         "order": ["fc.samples", "difficulty", "length"],
         "layout": {"fc.samples": {"inputs": [], "annotates": False},
                    "difficulty": {"inputs": ["fc.samples"], "annotates": True},

@@ -29,11 +29,16 @@ def test_sim_tools_are_valid_in_both_languages():
 
 
 def test_sim_assistant_fills_arguments_from_the_users_words_and_errs_on_demand():
+    """The user asks in Russian («Запишите меня, пожалуйста, на приём к терапевту на 14 марта на имя Анны
+    Петровой»); the assistant reads the canonical values back (nominative name, ISO date, enum literal)."""
+    from fabrika.generators.fc import sim_phrases
+
     raw = json.loads(tools_responder(tools_request("ru", "Запись к врачу"), random.Random(2)))["tools"]
-    fn = {"name": raw[0]["name"], "description": raw[0]["tiers"][2], "parameters": raw[0]["parameters"]}
-    props = fn["parameters"]["properties"]
-    values = {k: (p["enum"][0] if "enum" in p else 3 if p["type"] == "integer" else "Тверь") for k, p in props.items()}
-    words = raw[0]["tiers"][0].lower() + ": " + ", ".join(f"{props[k]['description']} — {v}" for k, v in values.items())
+    book = next(t for t in raw if t["name"] == "book_appointment")
+    fn = {"name": book["name"], "description": book["tiers"][2], "parameters": book["parameters"]}
+    values = {"specialty": "терапевт", "date": "2025-03-14", "time": "12:30", "patient_name": "Анна Петрова"}
+    words = sim_phrases.sentence(sim_phrases.request(sim_phrases.TOOLS["book_appointment"], values, "ru"))
+    assert words == "Запишите меня, пожалуйста, на приём к терапевту на 14 марта на 12:30 на имя Анны Петровой."
     messages = ({"role": "system", "content": "Ты ассистент"}, {"role": "user", "content": words})
     good = assistant_responder(ChatRequest(messages=messages, tools=({"type": "function", "function": fn},),
                                            tag="fc.assistant", meta={"sim_error_rate": 0.0}), random.Random(0))

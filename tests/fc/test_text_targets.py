@@ -58,12 +58,23 @@ def test_answer_judge_scores_closing_answers_only():
 def test_fc_targets_gates_keep_nulls_and_apply_thresholds():
     import polars as pl
 
-    df = pl.DataFrame({"asks_withheld": [True, False, None, None], "unsupported_numbers": [None, None, 1, 2],
-                       "answer_consistency": [None, None, 8.0, 3.0]})
-    keep = pl.lit(True)
-    for pred in _fc_targets(FcTargetsGate()):
-        keep = keep & (pred.expr.fill_null(True) if pred.keep_null else pred.expr)
-    assert df.select(keep.alias("k"))["k"].to_list() == [True, False, True, False]
+    df = pl.DataFrame({"asks_withheld": [True, False, None, None, None, None],
+                       "unsupported_numbers": [None, None, 0, 2, 1, 0],
+                       "answer_consistency": [None, None, 8.0, 3.0, 9.0, 9.0],
+                       "contradiction_rule": [None, None, False, False, False, True],
+                       "asks_given": [False, False, None, None, None, None]})
+
+    def kept(gate: FcTargetsGate) -> list[bool]:
+        keep = pl.lit(True)
+        for pred in _fc_targets(gate):
+            if set(pred.columns) <= set(df.columns):  # a predicate applies where its scores are
+                keep = keep & (pred.expr.fill_null(True) if pred.keep_null else pred.expr)
+        return df.select(keep.alias("k"))["k"].to_list()
+
+    # the default tolerates no unsupported number (it used to allow one) and no contradiction
+    assert kept(FcTargetsGate()) == [True, False, True, False, False, False]
+    assert kept(FcTargetsGate(max_unsupported_numbers=1, drop_contradictions=False)) == [
+        True, False, True, False, True, True]
 
 
 def test_the_judge_returns_every_problem_and_an_approval_with_issues_is_not_one():
@@ -71,3 +82,9 @@ def test_the_judge_returns_every_problem_and_an_approval_with_issues_is_not_one(
                                        ensure_ascii=False))
     assert not verdict.approved and verdict.issues == ["реплика неестественна", "дата не в ISO"]
     assert parse_verdict('```json\n{"approved": true, "issues": []}\n```').approved
+
+
+def test_a_number_the_user_said_in_words_supports_its_digits():
+    # the gate now allows no unsupported number, so «три билета» must support 3
+    assert unsupported_numbers("Купил 3 билета за 4321 ₽.", ["Купите три билета", '{"price": 4321}']) == []
+    assert unsupported_numbers("Купил 4 билета.", ["Купите три билета"]) == ["4"]

@@ -43,7 +43,7 @@ def _refilter(*args: str) -> object:
 
 def test_unknown_base_is_exit_2(run: Path) -> None:
     result = _refilter(str(run), "--base", "v9")
-    assert result.exit_code == 2 and "--base 'v9': no such version; versions: v1" in result.output
+    assert result.exit_code == 2 and "--from-base 'v9': no such version; versions: v1" in result.output
     assert not (run / "versions" / "v2").exists()
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fabrika.filters.teacher_rm import TeacherScoresConfig
 from fabrika.generators.general.rm import GeneralRMConfig, GeneralRMStage, RMEndpoint
 from fabrika.testing import stage_context
 
@@ -23,6 +24,8 @@ ROW = {"id": "gt-1", "prompt": json.dumps(PROMPT, ensure_ascii=False),
 def test_exactly_one_scorer() -> None:
     with pytest.raises(ValueError, match="exactly one of rm, endpoint, sim"):
         GeneralRMConfig()
+    with pytest.raises(ValueError, match="rm.teacher_scores needs exactly one of rm, endpoint, sim"):
+        TeacherScoresConfig()
     with pytest.raises(ValueError, match="exactly one"):
         GeneralRMConfig(sim=True, endpoint=RMEndpoint(base_url="http://127.0.0.1:1", model="rm"))
 
@@ -34,12 +37,13 @@ async def test_local_rm_scores_match_the_reward_rm_and_rm_teacher_scores(tmp_pat
     from fabrika.train.tiny import save_tiny
 
     rm_dir = save_tiny(tmp_path / "rm", seed=5, num_labels=1)
-    ctx = stage_context()  # its resources are the run-wide cache the two stages share
-    stage = GeneralRMStage(GeneralRMConfig(rm=rm_dir), ctx)
+    from fabrika.rewards.rm_service import get_reward_model
+
+    stage = GeneralRMStage(GeneralRMConfig(rm=rm_dir), stage_context())
     await stage.setup()
-    other = TeacherScoresStage(TeacherScoresConfig(rm=rm_dir), ctx)
+    other = TeacherScoresStage(TeacherScoresConfig(rm=rm_dir), stage_context())
     await other.setup()
-    assert stage.local_rm is other.rm and list(ctx.resources) == [f"rm:{rm_dir}"]  # one RM per run, shared
+    assert stage.rm is other.rm is get_reward_model(rm_dir)  # one RM per process, shared by every stage
     (row,) = await stage.process(dict(ROW))
     direct = SequenceClassifierRM(rm_dir)([PROMPT] * 2, [[{"role": "assistant", "content": a["text"]}]
                                                          for a in (ANSWERS[0], ANSWERS[2])])
@@ -71,7 +75,7 @@ async def test_served_rm_over_pooling_and_a_failed_request_is_not_a_score() -> N
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        endpoint = RMEndpoint(base_url=f"http://127.0.0.1:{port}", model="ru-rm", timeout_s=5)
+        endpoint = RMEndpoint(base_url=f"http://127.0.0.1:{port}", model="ru-rm", timeout_s=5, max_retries=0)
         stage = GeneralRMStage(GeneralRMConfig(endpoint=endpoint), stage_context())
         await stage.setup()
         (row,) = await stage.process(dict(ROW))

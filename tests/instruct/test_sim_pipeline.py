@@ -76,9 +76,9 @@ def test_grpo_rows_carry_what_the_reward_needs(demo_run: Path):
         assert gt["constraints"] and gt["verifiers"] and gt["min_function_accuracy"] == 0.8
         assert all(v["accuracy"] >= 0.8 and "def evaluate" in v["code"] for v in gt["verifiers"])
         assert json.loads(row["completion"]) == []
-    # α is the teacher's mean score under the training RM (an rm.teacher_scores stage, which needs a local RM;
-    # see tests/train/test_teacher_rm.py); this demo has none, so α is absent — never a judge score on another scale
-    assert all(r["teacher_rm_mean"] is None and r["rm_id"] is None for r in rows)
+    # α is the teacher's mean score under the training RM (the demo's rm.teacher_scores stage uses the packaged
+    # stand-in RM, rm_id sim@v1; a real RM: tests/train/test_teacher_rm.py) — never a judge score on another scale
+    assert all(r["teacher_rm_mean"] is not None and r["rm_id"] == "sim@v1" for r in rows)
 
 
 def test_funnel_has_every_kind_of_drop_and_sim_is_marked(demo_run: Path):

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from fabrika.errors import StoreError
+from fabrika.errors import StorageError, StoreError
 from fabrika.store import RunStore
 from fabrika.store.shards import TEMP_PREFIX, clean_temp, shard_files, write_shard
 
@@ -41,7 +41,7 @@ def test_failed_write_leaves_no_shard(tmp_path: Path, monkeypatch: pytest.Monkey
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(StorageError, match="disk full"):
         write_shard(tmp_path / "s", [{"id": "a"}])
     assert list((tmp_path / "s").iterdir()) == []
 

@@ -31,8 +31,9 @@ def _run(tmp_path: Path, *, missing: str | None = None, reverse: bool = False) -
                                   "dup_is_representative": i != "id1"} for i in order])
     layout = {"data": {"inputs": [], "annotates": False},
               **{a: {"inputs": ["data"], "annotates": True} for a in ANNOTATORS}}
-    store.write_manifest({"config": {"dataset": {"stages": ["data"]}, "filters": {}},
-                          "order": list(layout), "layout": layout})
+    store.write_manifest({"config": {"dataset": {"stages": ["data"]}, "filters": {}}, "status": "done",
+                          "order": list(layout), "layout": layout,
+                          "stages": {name: {"complete": True} for name in layout}})
     return run
 
 

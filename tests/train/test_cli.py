@@ -38,7 +38,7 @@ def test_shipped_configs_are_valid(tmp_path: Path) -> None:
     for expert in ("if", "fc", "general"):
         cfg = load_grpo_config(expert, CONFIGS / f"grpo_{expert}.yaml", cpu)
         assert cfg.expert == expert and cfg.num_generations == 8
-    assert load_grpo_config("general", CONFIGS / "grpo_general.yaml", cpu).rm_path == "models/reward-model"
+    assert load_grpo_config("general", CONFIGS / "grpo_general.yaml", cpu).rm_path == "sim"  # the demo RM
     merge = load_merge_config(CONFIGS / "merge.yaml")
     assert merge.order == ["if", "fc", "general"] and merge.t2 == 0.8
     with pytest.raises(ConfigError, match="says expert='fc' but --expert is 'if'"):

@@ -58,8 +58,8 @@ def test_each_expert_trains_one_step_on_the_demo_export(demo: dict[str, Path], t
     if expert == "general":
         extra["rm_path"] = str(tiny_rm)
     if expert == "if":
-        # the demo has no reward model, so its IF rows carry no α: the RM correction is off (it would refuse)
-        extra["if_reward_kwargs"] = {"rm_correction": False}
+        # the demo's IF rows carry α from its packaged stand-in RM: train with that same RM, correction on
+        extra["rm_path"] = "sim"
     cfg = load_grpo_config(expert, overrides={"model_name_or_path": str(tiny_model), "dataset_path": str(demo["grpo"]),
                                               "output_dir": str(tmp_path / expert), **CPU, **extra})
     trainer = build_grpo_trainer(cfg)
@@ -78,14 +78,15 @@ def test_each_expert_trains_one_step_on_the_demo_export(demo: dict[str, Path], t
         assert changed, "one optimizer step changed no parameter"
 
 
-def test_if_expert_refuses_the_demo_export_with_the_rm_correction(demo: dict[str, Path], tiny_model: Path,
-                                                                  tiny_rm: Path, tmp_path: Path) -> None:
+def test_if_expert_refuses_the_demo_export_with_another_rm(demo: dict[str, Path], tiny_model: Path,
+                                                           tiny_rm: Path, tmp_path: Path) -> None:
     from fabrika.errors import InputError
+    from fabrika.rewards.general import rm_identity
     from fabrika.train.grpo import build_grpo_trainer, load_grpo_config
 
     cfg = load_grpo_config("if", overrides={"model_name_or_path": str(tiny_model), "dataset_path": str(demo["grpo"]),
                                             "output_dir": str(tmp_path / "if"), "rm_path": str(tiny_rm), **CPU})
-    with pytest.raises(InputError, match=r"α \(teacher_rm_mean\) is missing or NaN in \d+ of \d+ rows"):
+    with pytest.raises(InputError, match=f"α was scored by RM sim@v1 but rm_path is {rm_identity(tiny_rm)}"):
         build_grpo_trainer(cfg)
 
 

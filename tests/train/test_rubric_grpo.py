@@ -47,6 +47,7 @@ def test_one_grpo_step_with_the_rubric_reward(tmp_path: Path, tiny_model: Path, 
             "model_name_or_path": str(tiny_model), "dataset_path": str(dialogue_export),
             "output_dir": str(tmp_path / "out"), **CPU,
             "if_reward_kwargs": {"rm_correction": False},  # no RM here: the dialogue rows carry no α
+            "allow_no_rm_correction": True,
             "rubric_reward": {"llm": {"backend": "openai", "model": "judge", "max_retries": 0,
                                       "endpoints": [{"base_url": srv.base_url}]}}})
         trainer = build_grpo_trainer(cfg)

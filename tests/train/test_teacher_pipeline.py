@@ -32,10 +32,13 @@ def test_alpha_from_the_pipeline_reaches_the_trainer(tmp_path: Path, tiny_model:
     for stage in config.stages:
         if stage.kind == "if.expand":
             stage = stage.model_copy(update={"target_count": 30})
-        if stage.kind == "if.grpo":  # the teacher scorer annotates the queries before if.grpo reads them
-            stages.append(TeacherScoresConfig(name="if_teacher", input="if_queries", rm=rm, k=3))
+        if stage.kind == "rm.teacher_scores" and stage.input == "if_queries":  # the shipped stand-in → a real RM
+            stage = TeacherScoresConfig(name="if_teacher", input="if_queries", rm=rm, k=3)
         stages.append(stage)
     run = run_pipeline(config.model_copy(update={"stages": stages, "run_dir": tmp_path / "run"}), progress=False)
+    # the local RM is loaded once, however many prompts score at once: no prompt is lost as internal_error
+    assert run.stats["if_teacher"].internal_errors == 0 and run.internal_errors == 0
+    assert run.stats["if_teacher"].processed > 50
     out = export(open_version(run.run_dir, None, ["if_grpo"]), ExportConfig(kind="grpo", out=tmp_path / "grpo",
                                                                             validate_rows=0))
     ds = datasets.load_from_disk(str(tmp_path / "grpo"))

@@ -5,9 +5,12 @@ exact-match reward checked it before (non-empty, in the right script). The
 judge reads the conversation, the tool results and the answer and scores its
 consistency 0–10 (``answer_consistency``, null for samples it does not apply
 to). The cheap rule scores are written by ``fc.samples`` itself:
-``asks_withheld`` (a clarification names the withheld argument) and
-``unsupported_numbers`` (numbers of a closing answer found in no tool result or
-user turn). Thresholds live in the gate group (contract 2).
+``asks_withheld`` (a clarification names the withheld argument), ``asks_given``
+(it asks for what the dialogue already gave), ``unsupported_numbers`` /
+``unsupported_facts`` (numbers, dates, names of a closing answer found in no tool
+result or user turn) and ``contradiction_rule``; ``fc.target_judge`` adds the LLM
+halves (``answer_contradicts``, ``asked_given_llm``). Thresholds live in the gate
+group (contract 2).
 
 The module is a whole stage in one place — config, :class:`~fabrika.pipeline.llm_stage.LLMStage`
 (``requests`` / ``parse``), the ``sim`` responder and the gate group — and is the worked
@@ -130,22 +133,48 @@ class FcTargetsGate(BaseModel):
     require_clarification_asks: bool = Field(
         default=True, description="Drop clarification targets that do not ask about a withheld argument.")
     max_unsupported_numbers: int = Field(
-        default=1, ge=0, description="Most numbers a closing answer may state that no tool result or user turn has "
-        "(1 tolerates a number the user said in words, «три билета» → 3).")
+        default=0, ge=0, description="Most numbers a closing answer may state that no tool result or user turn has "
+        "(number words count: «три билета» supports 3).")
+    max_unsupported_facts: int = Field(
+        default=0, ge=0, description="Most numbers, dates and names a closing answer may state that no tool result "
+        "or user turn supports (`unsupported_facts`, rules of fabrika.filters.fc_facts).")
+    drop_contradictions: bool = Field(
+        default=True, description="Drop closing answers that contradict the last tool result: by the rule "
+        "(`contradiction_rule`) or by `fc.target_judge` (`answer_contradicts`).")
+    drop_asked_given: bool = Field(
+        default=True, description="Drop clarifications and text targets that ask for what the user or a tool "
+        "already gave: by the rule (`asks_given`: aliases, lemmas, transliteration) or by `fc.target_judge` "
+        "(`asked_given_llm`).")
     min_answer_consistency: float = Field(
         default=6.0, ge=0, le=10, description="Least `fc.answer_judge` score (0–10) of a closing answer.")
+
+
+def _false(column: str) -> pl.Expr:
+    """Keep rows whose flag is false (a column of nulls only has dtype Null: cast it first)."""
+    return ~pl.col(column).cast(pl.Boolean)
 
 
 def _fc_targets(p: FcTargetsGate) -> list[GatePredicate]:
     preds = [
         GatePredicate("fc_targets.max_unsupported_numbers", pl.col("unsupported_numbers") <= p.max_unsupported_numbers,
                       ("unsupported_numbers",), keep_null=True),
+        GatePredicate("fc_targets.max_unsupported_facts", pl.col("unsupported_facts") <= p.max_unsupported_facts,
+                      ("unsupported_facts",), keep_null=True),
         GatePredicate("fc_targets.min_answer_consistency", pl.col("answer_consistency") >= p.min_answer_consistency,
                       ("answer_consistency",), keep_null=True),
     ]
     if p.require_clarification_asks:
         preds.insert(0, GatePredicate("fc_targets.require_clarification_asks", pl.col("asks_withheld"),
                                       ("asks_withheld",), keep_null=True))
+    if p.drop_contradictions:
+        preds += [GatePredicate("fc_targets.contradiction_rule", _false("contradiction_rule"),
+                                ("contradiction_rule",), keep_null=True),
+                  GatePredicate("fc_targets.answer_contradicts", _false("answer_contradicts"),
+                                ("answer_contradicts",), keep_null=True)]
+    if p.drop_asked_given:
+        preds += [GatePredicate("fc_targets.asks_given", _false("asks_given"), ("asks_given",), keep_null=True),
+                  GatePredicate("fc_targets.asked_given_llm", _false("asked_given_llm"), ("asked_given_llm",),
+                                keep_null=True)]
     return preds
 
 

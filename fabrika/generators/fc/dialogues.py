@@ -16,9 +16,17 @@ model should not learn to call again after a successful call. The tool agent's
 answer must keep the keys and values of the plan's expected result (re-asked
 ``tool_retries`` times, then the episode is rejected). Episodes with a larger
 untrained share than ``max_injected_share`` are rejected, as are episodes whose
-user or tool agent answers are unusable or leak (reasons recorded). Text
-targets carry rule scores (``asks_withheld`` for clarifications,
-``unsupported_numbers`` for closing answers) that gates read.
+user or tool agent answers are unusable or leak (reasons recorded; a leak by
+a short form or transliteration, «в Питере» for Санкт-Петербург, counts). A user
+turn with an artefact (role label, remark about the instructions, wrapping
+quotes, pasted JSON, a phrase in the other language) is asked once more, then
+the episode is rejected (``user_hygiene``). A clarification that asks again for
+what an earlier one asked is kept as context (``flag="repeat"``), never trained.
+Text targets carry rule scores that gates read: ``asks_withheld`` and
+``asks_given`` for clarifications and questions, ``unsupported_numbers``,
+``unsupported_facts`` and ``contradiction_rule`` for closing answers
+(docs/FC_CHECKS.md); a clarification target records the withheld slots it must
+ask for (``asks``, the ground truth of ``fc.samples``).
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from typing import Any
 
 from pydantic import Field
 
-from fabrika.agents.leaks import PlanLeak, mentions, withheld_values
+from fabrika.agents.leaks import PlanLeak, said_value, withheld_values
 from fabrika.agents.visibility import (
     EpisodeState,
     assistant_view,
@@ -41,6 +49,9 @@ from fabrika.agents.visibility import (
     tool_view,
     user_view,
 )
+from fabrika.filters.fc_facts import contradiction, unsupported_facts
+from fabrika.filters.fc_given import asked_params, given_in, numbers_in, result_has
+from fabrika.filters.fc_hygiene import user_turn_issues
 from fabrika.generators.fc.common import language_ok, response_error
 from fabrika.generators.fc.step_check import StepVerdict, asks_for, check_step, parse_assistant_choice
 from fabrika.llm.types import ChatRequest
@@ -52,6 +63,7 @@ from fabrika.schemas.messages import Dialogue, Message
 from fabrika.schemas.tools import ToolCall
 from fabrika.textutil.answers import extract_json, is_failure
 from fabrika.textutil.reasoning import split_reasoning
+from fabrika.textutil.tool_calls import call_id
 
 
 class EpisodeRejected(Exception):
@@ -108,6 +120,8 @@ def _is_error(content: str | None) -> bool:
     return (isinstance(value, dict) and "error" in value) or value in ([], {})
 
 
+_OFFER = re.compile(r"(хотите|хотели бы|нужно|нужна|нужен|могу|желаете|подсказать|помочь|что-нибудь|что-то|"
+                    r"would you like|do you want|shall i|can i|should i|anything else|is there)", re.IGNORECASE)
 _LIST_MARKER = re.compile(r"^\s*\d+[.)]\s", re.MULTILINE)
 
 
@@ -118,9 +132,10 @@ def _number(text: str) -> float:
 def unsupported_numbers(answer: str, context: list[str]) -> list[str]:
     """Numbers in a closing answer that appear in no tool result and no user turn (cheap hallucination check).
 
-    Compared by value (``03`` = ``3``, ``4,5`` = ``4.5``); list markers («1. …») are not claims.
+    Compared by value (``03`` = ``3``, ``4,5`` = ``4.5``); a number the user said in words supports its
+    digits («три билета» → 3); list markers («1. …») are not claims.
     """
-    known = {_number(n) for n in _NUMBER.findall(" ".join(context))}
+    known = {_number(n) for n in _NUMBER.findall(" ".join(context))} | set(numbers_in(" ".join(context)))
     return [n for n in _NUMBER.findall(_LIST_MARKER.sub(" ", answer)) if _number(n) not in known]
 
 
@@ -132,6 +147,8 @@ class Episode:
         self.messages: list[Message] = []
         self.targets: list[dict[str, Any]] = []
         self.n_steps = self.n_injected = self.n_wrong = self.n_repeat = self.n_tool_retries = self.n_truncated = 0
+        self.n_user_retries = 0
+        self.asked: set[str] = set()  # parameters a trained clarification already asked for
         self.tools = {t.name: t for t in plan.tools_at_tier()}
         self.answered: dict[int, set[str]] = {}
 
@@ -158,17 +175,25 @@ class Episode:
         req = ChatRequest(messages=tuple(render_user_prompt(view)),
                           temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens, tag="fc.user",
                           routing_key=self.plan.id)
-        choice = await self._ask(req, "user")
-        split = split_reasoning(choice.content, choice.reasoning)
-        if not split.complete:
-            raise EpisodeRejected("user_unclosed_reasoning: the user agent never finished thinking")
-        text = split.answer
-        if not text:
-            raise EpisodeRejected("user_empty: the user agent wrote nothing")
+        for attempt in range(2):  # a turn with an artefact (role label, pasted JSON…) is asked once more
+            choice = await self._ask(dataclasses.replace(req, sample_index=2 * attempt), "user")
+            split = split_reasoning(choice.content, choice.reasoning)
+            if not split.complete:
+                raise EpisodeRejected("user_unclosed_reasoning: the user agent never finished thinking")
+            text = split.answer
+            if not text:
+                raise EpisodeRejected("user_empty: the user agent wrote nothing")
+            issues = user_turn_issues(text, self.plan.lang)
+            if not issues:
+                break
+            self.n_user_retries += 1
+        else:
+            raise EpisodeRejected(f"user_hygiene: {', '.join(issues)}: {text[:60]!r}")
         if any(name in text for name in self.tools):
             raise EpisodeRejected("user_leak: the user message names a tool")
         for arg, forms in withheld_values(self.plan.steps, step).items():
-            hit = next((f for f in forms if mentions(text, f)), None)
+            # as written, inflected, or by a short form or transliteration («в Питере» for Санкт-Петербург)
+            hit = next((f for f in forms if said_value(text, f)), None)
             if hit:
                 raise EpisodeRejected(f"user_leak: the user said the withheld {arg!r} ({hit!r})")
         if not language_ok(text, self.plan.lang):
@@ -214,17 +239,63 @@ class Episode:
         return errors
 
     def _ids(self, calls: list[ToolCall], tag: str) -> list[ToolCall]:
-        return [c.model_copy(update={"id": f"call_{tag}_{k}"}) for k, c in enumerate(calls)]
+        # ids shaped like a real API's (call_ + 24 alphanumerics), stable per plan, round and try
+        return [c.model_copy(update={"id": call_id(self.plan.id, tag, k)}) for k, c in enumerate(calls)]
+
+    def _planned_values(self) -> dict[str, list[Any]]:
+        """parameter → every value the plan gives it (slots and call arguments of all steps)."""
+        out: dict[str, list[Any]] = {}
+        for st in self.plan.steps:
+            for k, slot in st.slots.items():
+                out.setdefault(k, []).append(slot.value)
+            for c in st.calls():
+                for k, v in c.arguments.items():
+                    out.setdefault(k, []).append(v)
+        return out
+
+    def _params(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for t in self.plan.tools:
+            for k, v in (t.tool.function.parameters.get("properties") or {}).items():
+                out.setdefault(k, v if isinstance(v, dict) else {})
+        return out
+
+    def asked_given(self, text: str) -> tuple[list[str], list[str]]:
+        """(parameters the text asks for, those of them the dialogue already gave: user words or tool results)."""
+        asked = asked_params(text, self._params(), self.plan.lang)
+        users = [m.content or "" for m in self.messages if m.role == "user"]
+        results = [m.content or "" for m in self.messages if m.role == "tool" and m.flag != "validator_error"]
+        values = self._planned_values()
+        given = [p for p in asked if result_has(p, results)
+                 or any(given_in(v, users) for v in values.get(p, []) if not isinstance(v, bool))]
+        return asked, given
 
     def _text_scores(self, step: PlanStep, text: str | None, after_results: bool) -> dict[str, Any]:
         """Cheap rule scores of a text target (stored per sample; thresholds are gates)."""
         scores: dict[str, Any] = {}
+        issues: list[str] = []
+        text = text or ""
         if step.kind == "clarification":
-            scores["asks_withheld"] = asks_for(text or "", step.withheld, self.plan, self.plan.lang)
+            scores["asks_withheld"] = asks_for(text, step.withheld, self.plan, self.plan.lang)
+        questions = text if step.kind == "clarification" else " ".join(
+            q for q in re.findall(r"[^.!?\n]*\?", text) if not _OFFER.match(q.strip()))
+        if questions:
+            _, given = self.asked_given(questions)
+            scores["asks_given"] = bool(given)
+            issues += [f"asks for {p!r}, which the dialogue already gave" for p in given]
         if after_results:
             users = [m.content or "" for m in self.messages if m.role == "user"]
             results = [m.content or "" for m in self.messages if m.role == "tool" and m.flag != "validator_error"]
-            scores["unsupported_numbers"] = len(unsupported_numbers(text or "", users + results))
+            scores["unsupported_numbers"] = len(unsupported_numbers(text, users + results))
+            facts = unsupported_facts(text, users + results)
+            scores["unsupported_facts"] = len(facts)
+            issues += [f"unsupported {f}" for f in facts]
+            why = contradiction(text, results[-1]) if results else None
+            scores["contradiction_rule"] = why is not None
+            if why:
+                issues.append(f"contradiction: {why}")
+        if issues:
+            scores["target_issues"] = json.dumps(issues, ensure_ascii=False)
         return scores
 
     async def assistant_round(self, step_i: int, step: PlanStep, round_i: int, expected: list[ExpectedCall] | None) -> None:
@@ -251,12 +322,22 @@ class Episode:
                     self.messages.append(Message(role="assistant", content=content, tool_calls=calls, flag="repeat"))
                     await self.tool_replies(calls, verdict.pairing, step_i)
                     return
+                if target_type == "clarification":
+                    asked = set(self.asked_given(content or "")[0])
+                    if asked and asked <= self.asked:  # asked again what was asked before: never a target
+                        self.n_repeat += 1
+                        self.messages.append(Message(role="assistant", content=content, flag="repeat"))
+                        return
+                    self.asked |= asked
                 after_results = expected is None and bool(step.rounds)
-                self.targets.append({"index": len(self.messages), "step": step_i, "round": round_i,
-                                     "target_type": target_type,
-                                     "expected": [c.model_dump(exclude={"result"}) for c in expected or []],
-                                     "scores": {} if expected is not None else
-                                     self._text_scores(step, content, after_results)})
+                target: dict[str, Any] = {"index": len(self.messages), "step": step_i, "round": round_i,
+                                          "target_type": target_type,
+                                          "expected": [c.model_dump(exclude={"result"}) for c in expected or []],
+                                          "scores": {} if expected is not None else
+                                          self._text_scores(step, content, after_results)}
+                if target_type == "clarification":
+                    target["asks"] = list(step.withheld)
+                self.targets.append(target)
                 self.messages.append(Message(role="assistant", content=content, tool_calls=calls or None, train=True,
                                              flag="recovered" if failures else None, reasoning=reasoning))
                 if expected is not None:
@@ -331,6 +412,7 @@ class DialoguesStage(Stage[DialoguesConfig]):
         share = untrained / max(1, episode.n_steps)
         stats = {"n_wrong": episode.n_wrong, "n_injected": episode.n_injected, "n_repeat": episode.n_repeat,
                  "n_tool_retries": episode.n_tool_retries, "n_truncated": episode.n_truncated,
+                 "n_user_retries": episode.n_user_retries,
                  "n_steps": episode.n_steps,
                  "n_targets": len(episode.targets), "n_messages": len(episode.messages)}
         if share > self.config.max_injected_share:

@@ -4,7 +4,8 @@ The prompt is the assistant's system prompt plus every earlier message of the
 episode — wrong turns and their replies included, with their flags — so the
 model learns to recover from its own mistakes; the completion is the target turn
 (``train=True``; earlier targets are plain context in the prompt, ``train=False``). ``ground_truth`` holds the
-expected calls (the FC reward's input). Wrong and injected turns are never completions. This is a dataset stage.
+expected calls (the FC reward's input) and, for a clarification, the withheld slot(s) it must ask for:
+``{"calls": [], "asks": ["city"]}``. Wrong and injected turns are never completions. This is a dataset stage.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ class SamplesConfig(StageConfig):
     """Config of ``fc.samples`` (input: ``fc.dialogues``; no knobs)."""
 
 
-SCORE_COLUMNS = ("asks_withheld", "unsupported_numbers")
+SCORE_COLUMNS = ("asks_withheld", "asks_given", "unsupported_numbers", "unsupported_facts", "contradiction_rule",
+                 "target_issues")
 
 
 def episode_samples(dialogue: Dialogue) -> list[Sample]:
@@ -49,7 +51,8 @@ def episode_samples(dialogue: Dialogue) -> list[Sample]:
             id=stable_id(dialogue.id, i, prefix="fcs-"), expert="fc", lang=dialogue.lang or "ru",
             prompt=[system, *(m.model_copy(update={"train": False}) for m in dialogue.messages[:i])], completion=[msg],
             tools=dialogue.tools,
-            target_type=target["target_type"], ground_truth={"calls": target["expected"]}, meta=meta,
+            target_type=target["target_type"], meta=meta,
+            ground_truth={"calls": target["expected"], **({"asks": target["asks"]} if "asks" in target else {})},
         ))
     return out
 

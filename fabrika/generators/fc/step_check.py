@@ -15,13 +15,15 @@ from pydantic import ValidationError
 
 from fabrika.generators.fc.common import argument_problems, language_ok
 from fabrika.llm.types import Choice
-from fabrika.rewards.fc import calls_match, completion_text, parse_completion_calls
+from fabrika.rewards.fc import calls_match
 from fabrika.schemas.fc import ExpectedCall, Plan
 from fabrika.schemas.tools import Tool, ToolCall
+from fabrika.textutil.answers import is_failure
 from fabrika.textutil.morph import lemmas
 from fabrika.textutil.reasoning import split_reasoning
 from fabrika.textutil.script import has_cyrillic
 from fabrika.textutil.segment import words
+from fabrika.textutil.tool_calls import read_calls
 
 
 @dataclass
@@ -33,7 +35,8 @@ class StepVerdict:
 
 
 def parse_assistant_choice(choice: Choice) -> tuple[str | None, list[ToolCall], list[str]]:
-    """(text, calls, problems) from a model answer: OpenAI ``tool_calls`` or Hermes ``<tool_call>`` blocks.
+    """(text, calls, problems) from a model answer: OpenAI ``tool_calls`` or calls written into the text in any
+    format :func:`fabrika.textutil.tool_calls.read_calls` knows (Hermes, Llama 3, Mistral, harmony, bare JSON).
 
     Reasoning (``<think>`` blocks, harmony analysis) is removed from the text first; it is
     never part of a target's content.
@@ -43,16 +46,16 @@ def parse_assistant_choice(choice: Choice) -> tuple[str | None, list[ToolCall], 
     raw_calls: list[Any] = list(choice.tool_calls)
     content = choice.content
     if content:
-        split = split_reasoning(content)
-        if not split.complete:
-            problems.append("unclosed_reasoning: the answer was cut off inside a reasoning block")
-        content = split.answer
-    if not raw_calls and content and "<tool_call>" in content:
-        try:
-            raw_calls = parse_completion_calls(content)
-        except ValueError as exc:
-            problems.append(f"malformed_call: {exc}")
-        content = completion_text(content)
+        read = read_calls(content) if not raw_calls else None  # harmony calls sit where split_reasoning sees none
+        if read is not None and not is_failure(read) and read.calls:
+            raw_calls, content = list(read.calls), read.text
+        else:
+            if is_failure(read):
+                problems.append(str(read))
+            split = split_reasoning(content)
+            if not split.complete:
+                problems.append("unclosed_reasoning: the answer was cut off inside a reasoning block")
+            content = split.answer
     for raw in raw_calls:
         try:
             calls.append(ToolCall.model_validate(raw))

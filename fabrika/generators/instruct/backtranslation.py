@@ -40,6 +40,8 @@ class BacktranslationStage(Stage[BacktranslationConfig]):
     """Per constraint: back-translate the best functions, store similarity to the original."""
 
     kind = "if.backtranslation"
+    #: the prompts it renders (their text is in its fingerprint: an edit redoes it)
+    prompt_templates: ClassVar[tuple[Any, ...]] = (prompts.CATALOGUE.select("backtranslate"),)
     annotates: ClassVar[bool] = True
 
     @classmethod

@@ -85,6 +85,8 @@ class ExpandStage(LLMStage[ExpandConfig]):
     """Source stage: one input item per seed; outputs the seed and its LLM-written candidates."""
 
     kind = "if.expand"
+    #: the prompts it renders (their text is in its fingerprint: an edit redoes it)
+    prompt_templates: ClassVar[tuple[Any, ...]] = (prompts.CATALOGUE.select("expand"),)
     per_answer = True  # each answer's candidates stand alone; a failed answer rejects only itself
     allow_truncated = True  # a cut-off list keeps its complete items (only the last one is rejected)
 
@@ -204,6 +206,7 @@ class DedupStage(Stage[DedupConfig]):
     """Global stage: copies every candidate, rejecting exact and near duplicates with the kept id."""
 
     kind = "if.dedup"
+    prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
     global_stage: ClassVar[bool] = True
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:

@@ -32,12 +32,12 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, ClassVar, Iterator, Literal
 
 from pydantic import Field, field_validator
 
+import fabrika.generators.instruct.prompts as prompts
 from fabrika.generators.instruct.queries import DEFAULT_POOL, SYSTEM_TEMPLATES, USER_TEMPLATES, load_pool
 from fabrika.generators.instruct.verifiers import current_min_accuracy, get_sandbox, surviving_functions
 from fabrika.llm.rejections import answer_problem
@@ -107,24 +107,9 @@ class MultiPromptsConfig(StageConfig):
         return v
 
 
-@lru_cache(maxsize=1)
-def _conflict_prompt() -> dict[str, str]:
-    import yaml
-
-    from fabrika.inputs import DATA_DIR
-
-    with open(DATA_DIR / "instruct" / "prompts_multi.yaml", encoding="utf-8") as fh:
-        return yaml.safe_load(fh)["conflict"]
-
-
 def conflict_request(texts: list[str], *, model: str | None) -> ChatRequest:
     """Ask whether the numbered constraints can all hold in one answer (structured output)."""
-    import jinja2
-
-    spec = _conflict_prompt()
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
-    messages = ({"role": "system", "content": spec["system"].strip()},
-                {"role": "user", "content": env.from_string(spec["user"]).render(constraints=texts).strip()})
+    messages = prompts.render("conflict", constraints=texts)
     return ChatRequest(messages=messages, model=model, temperature=0.0, tag=TAG_CONFLICT,
                        response_format={"type": "json_schema", "json_schema": {"name": "conflict",
                                                                                "schema": CONFLICT_SCHEMA}})
@@ -166,6 +151,8 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
     """Per slot: one prompt with 2–6 compatible constraints, plus a rejected row per refused candidate."""
 
     kind = "if.multi.prompts"
+    #: the prompts it renders (their text is in its fingerprint: an edit redoes it)
+    prompt_templates: ClassVar[tuple[Any, ...]] = (prompts.CATALOGUE.select("conflict"),)
 
     @classmethod
     def check_config(cls, config: MultiPromptsConfig, pipeline: Any) -> list[tuple[str, str]]:

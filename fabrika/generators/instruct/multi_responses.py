@@ -69,6 +69,8 @@ class MultiResponsesStage(Stage[MultiResponsesConfig]):
     """Per multi-constraint prompt: K answers, each with a verdict per constraint."""
 
     kind = "if.multi.responses"
+    #: the prompts it renders (their text is in its fingerprint: an edit redoes it)
+    prompt_templates: ClassVar[tuple[Any, ...]] = (prompts.CATALOGUE.select("judge_quality"),)
 
     async def setup(self) -> None:
         self.pool = get_sandbox(self.ctx, self.config.timeout_s)
@@ -172,6 +174,7 @@ class MultiSamplesStage(Stage[MultiSamplesConfig]):
     """Per kept answer: one SFT Sample (expert 'if') with every constraint in its ground truth."""
 
     kind = "if.multi.samples"
+    prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
     calls_llm: ClassVar[bool] = False
 
     def input_rows(self):  # noqa: ANN201 - Iterator[Row]
@@ -211,6 +214,7 @@ class MultiGrpoStage(Stage[MultiGrpoConfig]):
     """Per prompt: a GRPO row whose ground truth holds every constraint (library params or verifier code)."""
 
     kind = "if.multi.grpo"
+    prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
     calls_llm: ClassVar[bool] = False
 
     @classmethod

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import random
 import re
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
@@ -35,6 +34,7 @@ import jinja2
 import yaml
 from pydantic import Field, model_validator
 
+import fabrika.generators.instruct.prompts as prompts
 from fabrika.generators.instruct.rubrics import (
     decidable_request,
     language_problem,
@@ -46,6 +46,7 @@ from fabrika.inputs import DATA_DIR
 from fabrika.llm.rejections import answer_problem
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.prompts import PromptCatalogue
 from fabrika.rewards.rubric import judge_request, render_transcript, response_verdicts, strip_reasoning
 from fabrika.schemas import Message, Sample, stable_id, to_row
 from fabrika.schemas.instruct import IFConstraintRef, IFGroundTruth
@@ -104,10 +105,14 @@ class DialoguesConfig(StageConfig):
         return self
 
 
-@lru_cache(maxsize=1)
+#: The user agent, its tactics and the rules' opening, both languages in one file (beside this module).
+DIALOGUE = PromptCatalogue.nested("instruct.dialogue", Path(__file__).resolve().parent / "prompts_dialogue.yaml")
+#: The rubric judge's prompts (rendered by :mod:`fabrika.rewards.rubric`; here for the stage's fingerprint).
+RUBRIC = PromptCatalogue.nested("rubric", DATA_DIR / "instruct" / "prompts_rubric.yaml")
+
+
 def _dialogue_prompts() -> dict[str, Any]:
-    with open(DATA_DIR / "instruct" / "prompts_dialogue.yaml", encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+    return DIALOGUE.data
 
 
 _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
@@ -169,6 +174,9 @@ class DialoguesStage(Stage[DialoguesConfig]):
     """Source stage: one adversarial dialogue per slot, judged turn by turn."""
 
     kind = "if.dialogues"
+    #: the prompts it renders (their text is in its fingerprint: an edit redoes it)
+    prompt_templates: ClassVar[tuple[Any, ...]] = (DIALOGUE.select("user", "tactics", "rules_intro"),
+                                                   RUBRIC.select("judge"), prompts.CATALOGUE.select("judge_quality"))
 
     @classmethod
     def check_config(cls, config: DialoguesConfig, pipeline: Any) -> list[tuple[str, str]]:
@@ -282,7 +290,6 @@ class DialoguesStage(Stage[DialoguesConfig]):
                               temperature=0.0 if self.config.judge_samples == 1 else 0.7) for i in positions]
         quality: list[float | None] = [None] * len(positions)
         if self.config.judge_quality and positions:
-            import fabrika.generators.instruct.prompts as prompts
             from fabrika.textutil.answers import parse_score
 
             qreqs = [prompts.judge_quality_request(messages[i - 1]["content"], [r["text"] for r in rules],
@@ -342,6 +349,7 @@ class DialogueSamplesStage(Stage[DialogueSamplesConfig]):
     """Per dialogue: one SFT sample per assistant turn that passes every rubric and rule; a rejection per other turn."""
 
     kind = "if.dialogue.samples"
+    prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
@@ -377,6 +385,7 @@ class DialogueGrpoStage(Stage[DialogueGrpoConfig]):
     """Per assistant turn of a dialogue: a GRPO prompt (the chat before it) with its rules and rubrics."""
 
     kind = "if.dialogue.grpo"
+    prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
@@ -394,8 +403,8 @@ class DialogueGrpoStage(Stage[DialogueGrpoConfig]):
             quality = turn.get("quality")
             out.append(ok(**to_row(sample), turn=turn["turn"], tactic=turn["tactic"], n_rubrics=row.get("n_rubrics"),
                           teacher_passed=turn["passed"],
-                          judge_quality=round(quality / 10.0, 4) if quality is not None else None,
-                          teacher_rm_mean=None, teacher_rm_k=None, rm_id=None))
+                          judge_quality=round(quality / 10.0, 4) if quality is not None else None))
+        # α (teacher_rm_mean, teacher_rm_k, rm_id) comes from an rm.teacher_scores stage annotating this table
         return out or [rejected(stable_id(row["id"], prefix="ifdg-"), "no_assistant_turns")]
 
 

@@ -1,21 +1,24 @@
 """Request builders for every IF role (Curator's ``prompt`` half; parsers are in ``parsing``).
 
-Prompt texts live in ``fabrika/data/instruct/prompts_ru.yaml`` (jinja2) so they can be
-read and edited without touching code. Tags name the role for accounting and ``sim``.
+Prompt texts live beside this module, one catalogue per language (``prompts_ru.yaml``,
+``prompts_en.yaml``; :class:`fabrika.prompts.PromptCatalogue`, jinja2), so they can be read
+and edited without touching code. Stages declare the roles they render
+(``prompt_templates = (CATALOGUE.select("expand"),)``): those texts are in the stage's
+fingerprint, so an edited prompt redoes the stage. Tags name the role for accounting and ``sim``.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-import jinja2
-import yaml
-
-from fabrika.inputs import DATA_DIR
 from fabrika.llm.types import ChatRequest
+from fabrika.prompts import PromptCatalogue
 
-PROMPTS_FILE = DATA_DIR / "instruct" / "prompts_ru.yaml"
+HERE = Path(__file__).resolve().parent
+PROMPTS_FILE = HERE / "prompts_ru.yaml"
+#: The IF roles' prompts, Russian and English.
+CATALOGUE = PromptCatalogue("instruct", {"ru": PROMPTS_FILE, "en": HERE / "prompts_en.yaml"})
 
 TAG_EXPAND = "if.expand"
 TAG_VERIFIERS = "if.verifiers"
@@ -23,23 +26,9 @@ TAG_BACKTRANSLATE = "if.backtranslate"
 TAG_RESPOND = "if.respond"
 TAG_JUDGE_QUALITY = "if.judge.quality"
 
-_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
-
-
-@lru_cache(maxsize=1)
-def _prompts() -> dict[str, dict[str, str]]:
-    with open(PROMPTS_FILE, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
-
-
-def render(role: str, **variables: Any) -> tuple[dict[str, str], ...]:
-    """System + user messages for ``role`` with ``variables`` filled in."""
-    spec = _prompts()[role]
-    messages = []
-    if spec.get("system"):
-        messages.append({"role": "system", "content": _ENV.from_string(spec["system"]).render(**variables).strip()})
-    messages.append({"role": "user", "content": _ENV.from_string(spec["user"]).render(**variables).strip()})
-    return tuple(messages)
+def render(role: str, lang: str = "ru", **variables: Any) -> tuple[dict[str, str], ...]:
+    """System + user messages for ``role`` in ``lang`` with ``variables`` filled in."""
+    return CATALOGUE.render(role, lang, **variables)
 
 
 def expand_request(seeds: list[str], n: int, *, sample_index: int, model: str | None,

@@ -59,6 +59,8 @@ class ResponsesStage(Stage[ResponsesConfig]):
     """Per prompt: K responses, each verified (sandbox + trusted library) and optionally judged."""
 
     kind = "if.responses"
+    #: the prompts it renders (their text is in its fingerprint: an edit redoes it)
+    prompt_templates: ClassVar[tuple[Any, ...]] = (prompts.CATALOGUE.select("respond", "judge_quality"),)
     uses_sandbox: ClassVar[bool] = True  # runs LLM-written code: fail-closed isolation check
 
     async def setup(self) -> None:
@@ -166,6 +168,7 @@ class SamplesStage(Stage[SamplesConfig]):
     """Per kept response: one SFT Sample (expert 'if') plus the re-filterable score columns."""
 
     kind = "if.samples"
+    prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
@@ -205,6 +208,7 @@ class GrpoStage(Stage[GrpoConfig]):
     """Per prompt: a GRPO row; ``ground_truth`` = constraints (library ids + params) and surviving verifier code."""
 
     kind = "if.grpo"
+    prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
     calls_llm: ClassVar[bool] = False
 
     @classmethod

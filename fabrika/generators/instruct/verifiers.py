@@ -51,6 +51,8 @@ class VerifiersStage(LLMStage[VerifiersConfig]):
     """Per constraint: K verifier answers → one ok row + one rejected row per bad answer."""
 
     kind = "if.verifiers"
+    #: the prompts it renders (their text is in its fingerprint: an edit redoes it)
+    prompt_templates: ClassVar[tuple[Any, ...]] = (prompts.CATALOGUE.select("verifiers"),)
     per_answer = True  # K independent samples: one bad answer rejects itself, not the constraint
 
     def requests(self, row: Row) -> list[ChatRequest]:
@@ -156,6 +158,7 @@ class ConsistencyStage(Stage[ConsistencyConfig]):
     """Annotating scorer over ``if.verifiers``: one row per constraint with the cross-validation scores."""
 
     kind = "if.consistency"
+    prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
     uses_sandbox: ClassVar[bool] = True  # runs LLM-written code: fail-closed isolation check
     calls_llm: ClassVar[bool] = False  # pure CPU: runs on worker actors under executor: ray
     annotates: ClassVar[bool] = True
