@@ -17,16 +17,21 @@ from rich.text import Text
 
 
 class Fitted:
-    """``wide()`` when its natural width fits the console, else ``narrow()`` (chosen at render time)."""
+    """``wide()`` when ``probe()`` (the wide layout with its free-text cells cut short; default: ``wide()``)
+    fits the console at its natural width, else ``narrow()`` — chosen at render time."""
 
-    def __init__(self, wide: Callable[[], RenderableType], narrow: Callable[[], RenderableType]) -> None:
-        self.wide, self.narrow = wide, narrow
+    def __init__(self, wide: Callable[[], RenderableType], narrow: Callable[[], RenderableType],
+                 probe: Callable[[], RenderableType] | None = None) -> None:
+        self.wide, self.narrow, self.probe = wide, narrow, probe or wide
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[RenderableType]:
-        table = self.wide()
         unbounded = options.update(max_width=10_000)  # a table's own measure is clamped to the width it gets
-        fits = Measurement.get(console, unbounded, table).maximum <= options.max_width
-        yield table if fits else self.narrow()
+        fits = Measurement.get(console, unbounded, self.probe()).maximum <= options.max_width
+        yield self.wide() if fits else self.narrow()
+
+
+#: Width a free-text cell (rejection reasons) may fold into before the compact layout is chosen.
+REASON_ROOM = 28
 
 
 def _secs(seconds: float) -> str:
@@ -45,7 +50,8 @@ def stages_table(manifest: Mapping[str, Any], stale: Mapping[str, Any] | None = 
     """Per-stage funnel (:func:`stages_table_wide`, or :func:`stages_table_narrow` where it does not fit).
 
     ``stale`` (:func:`fabrika.pipeline.fingerprint.stale_stages`) marks the stages the next run redoes."""
-    return Fitted(lambda: stages_table_wide(manifest, stale), lambda: stages_table_narrow(manifest, stale))
+    return Fitted(lambda: stages_table_wide(manifest, stale), lambda: stages_table_narrow(manifest, stale),
+                  lambda: stages_table_wide(manifest, stale, cut=REASON_ROOM))
 
 
 def _title(manifest: Mapping[str, Any]) -> str:
@@ -84,8 +90,14 @@ def stages_table_narrow(manifest: Mapping[str, Any], stale: Mapping[str, Any] | 
     return Group(t, notes) if notes.row_count else Group(t)
 
 
-def stages_table_wide(manifest: Mapping[str, Any], stale: Mapping[str, Any] | None = None) -> Table:
-    """Per-stage funnel: rows in the store, ok, rejected by reason, this run's work and LLM use."""
+def stages_table_wide(manifest: Mapping[str, Any], stale: Mapping[str, Any] | None = None,
+                      cut: int | None = None) -> Table:
+    """Per-stage funnel: rows in the store, ok, rejected by reason, this run's work and LLM use.
+
+    ``cut``: free-text cells (reasons, stale) at most this long — the probe :class:`Fitted` measures."""
+    def free(text: str) -> str:
+        return text if cut is None else text[:cut]
+
 
     t = Table(title=_title(manifest))
     t.add_column("stage", no_wrap=True)
@@ -109,14 +121,14 @@ def stages_table_wide(manifest: Mapping[str, Any], stale: Mapping[str, Any] | No
             str(s.get("seen", "-")),
             str(s.get("rows", 0)),
             str(s.get("ok", 0)),
-            _fmt_reasons({k: v for k, v in reasons.items() if is_rejection(k)}),
-            _fmt_reasons({k: v for k, v in reasons.items() if not is_rejection(k)}),
+            free(_fmt_reasons({k: v for k, v in reasons.items() if is_rejection(k)})),
+            free(_fmt_reasons({k: v for k, v in reasons.items() if not is_rejection(k)})),
             str(llm.get("requests", 0)),
             str(llm.get("cached", 0)),
             str(llm.get("prompt_tokens", 0) + llm.get("completion_tokens", 0)),
             f"{s.get('seconds', 0):.1f}",
             "yes" if s.get("complete") else "no",
-            *([", ".join(stale[name]) if name in stale else "-"] if stale is not None else []),
+            *([free(", ".join(stale[name])) if name in stale else "-"] if stale is not None else []),
         )
     return t
 
