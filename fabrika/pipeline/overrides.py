@@ -58,7 +58,7 @@ def apply_overrides(data: Any, assignments: Sequence[str]) -> Any:
                 else:
                     hint = next((h for h in (did_you_mean(".".join(parts[i:j]), names)
                                              for j in range(len(parts) - 1, i, -1)) if h), "")
-                    raise ConfigError(f"--set {item!r}: no stage named {parts[i]!r}…; {hint}stages: {', '.join(names)}")
+                    raise ConfigError(f"--set {item!r}: no stage named {parts[i]!r}…; stages: {', '.join(names)}{hint}")
                 continue
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {item!r}: {'.'.join(parts[:i])} is not a mapping")

@@ -15,10 +15,10 @@ def close_matches(word: str, options: Iterable[str], n: int = 3, cutoff: float =
 
 
 def did_you_mean(word: object, options: Iterable[str]) -> str:
-    """``"did you mean 'fc.tools'? "`` (with a trailing space) or ``""`` when nothing is close."""
+    """``"; did you mean 'fc.tools'?"`` (to append to a message) or ``""`` when nothing is close."""
     if not isinstance(word, str) or not word:
         return ""
     found = close_matches(word, options)
     if not found:
         return ""
-    return "did you mean " + " or ".join(repr(f) for f in found) + "? "
+    return "; did you mean " + " or ".join(repr(f) for f in found) + "?"
