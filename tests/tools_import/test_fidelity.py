@@ -257,3 +257,20 @@ def test_an_english_mcp_server_yields_russian_dialogues_calling_its_own_names(tm
     assert samples and called and called <= server and any("-" in n for n in called)
     users = [m.content for s in samples for m in s.prompt if m.role == "user" and m.content]
     assert users and all(cyrillic_share(u) > 0.5 for u in users)
+
+
+def test_a_live_mcp_server_in_another_language_stops_before_any_llm_call(tmp_path: Path):
+    import sys
+
+    from fabrika.errors import InputError
+
+    pytest.importorskip("mcp", reason="the mcp extra is not installed")
+    server = Path(__file__).parent / "mcp_demo_server.py"  # Russian descriptions
+    cfg, issues = _validate(tmp_path, {"kind": "fc.tools_import", "lang": "en",
+                                       "sources": [{"command": [sys.executable, str(server)], "timeout_s": 60}]})
+    assert cfg is not None, [str(i) for i in issues]
+    llm = ScriptedLLM(lambda r: "{}")
+    with pytest.raises(InputError, match=r"all 2 tools are described in another language than lang 'en'; "
+                                         r"set translate_descriptions: en"):
+        run_pipeline(cfg, resume=False, progress=False, engine=llm)
+    assert llm.requests == []
