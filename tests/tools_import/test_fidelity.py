@@ -274,3 +274,30 @@ def test_a_live_mcp_server_in_another_language_stops_before_any_llm_call(tmp_pat
                                          r"set translate_descriptions: en"):
         run_pipeline(cfg, resume=False, progress=False, engine=llm)
     assert llm.requests == []
+
+
+def test_the_export_ships_the_name_mapping_and_it_restores_every_renamed_call(tmp_path: Path):
+    from fabrika.export.source import open_version
+    from fabrika.export.writer import ExportConfig, export, read_export
+
+    path = DATA / "openai" / "restaurant_tools.json"
+    tools = load_document(path)
+    doc = {"name": "ren", "run_dir": str(tmp_path / "run"), "seed": 7, "llm": {"backend": "sim", "sim": {"seed": 7}},
+           "stages": [{"kind": "fc.tools_import", "rename": True, "sources": [{"path": str(path)}]},
+                      {"kind": "fc.plans", "input": "fc.tools_import", "plans_per_topic": 6},
+                      {"kind": "fc.dialogues", "input": "fc.plans"},
+                      {"kind": "fc.samples", "input": "fc.dialogues"}],
+           "dataset": {"stages": ["fc.samples"]}}
+    cfg, issues = validate_data(doc, str(tmp_path / "t.yaml"), tmp_path)
+    assert cfg is not None, [str(i) for i in issues]
+    result = run_pipeline(cfg, resume=False, progress=False)
+    out = tmp_path / "export"
+    export(open_version(result.run_dir), ExportConfig(out=str(out), kind="sft", format="jsonl"))
+    mapping = json.loads((out / MAPPING_FILE).read_text(encoding="utf-8"))
+    assert mapping == {"order_status": "order status"}
+    calls = [c for rec in read_export(out, "jsonl") for m in rec["prompt"] + rec["completion"]
+             if m.get("tool_calls") for c in m["tool_calls"]]
+    assert calls and {c["function"]["name"] for c in calls} <= {"getMenu", "place-order", "order_status"}
+    restored = restore_call_names(calls, mapping)  # what executes them puts the server's names back
+    assert {c.name for c in restored} <= {t["function"]["name"] for t in tools}
+    assert "order status" in {c.name for c in restored}

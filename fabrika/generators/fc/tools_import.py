@@ -468,6 +468,15 @@ def load_name_mapping(stage_dir: str | Path) -> dict[str, str]:
     return dict(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else {}
 
 
+def run_name_mappings(run_dir: str | Path) -> dict[str, str]:
+    """Every ``tool_names.json`` of a run's stages merged (exported name -> the server's name); the export
+    ships it beside the dataset so whoever executes the trained model's calls can put the names back."""
+    merged: dict[str, str] = {}
+    for path in sorted(Path(run_dir).glob(f"stages/*/{MAPPING_FILE}")):
+        merged.update(load_name_mapping(path.parent))
+    return merged
+
+
 # -- the stage ----------------------------------------------------------------------------------
 def _row(status_row: Row, cand: Candidate, lang: str, topic_id: str, **cols: Any) -> Row:
     base = {c: cols.get(c) for c in TOOL_COLUMNS}
