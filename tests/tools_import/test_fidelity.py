@@ -301,3 +301,18 @@ def test_the_export_ships_the_name_mapping_and_it_restores_every_renamed_call(tm
     restored = restore_call_names(calls, mapping)  # what executes them puts the server's names back
     assert {c.name for c in restored} <= {t["function"]["name"] for t in tools}
     assert "order status" in {c.name for c in restored}
+
+
+def test_generated_calls_can_be_checked_against_the_live_mcp_server():
+    import asyncio
+    import sys
+
+    from fabrika.generators.fc.tool_sources import mcp_call_tools
+
+    pytest.importorskip("mcp", reason="the mcp extra is not installed")
+    server = [sys.executable, str(Path(__file__).parent / "mcp_demo_server.py")]
+    verdicts = asyncio.run(mcp_call_tools(server, [("get_forecast", {"city": "Казань", "days": 2}),
+                                                   ("get_forecast", {"city": "Казань", "days": "много"}),
+                                                   ("get_forcast", {"city": "Казань"})], timeout_s=60))
+    assert [v.ok for v in verdicts] == [True, False, False], verdicts
+    assert "солнечно" in verdicts[0].detail and "get_forcast" in verdicts[2].detail

@@ -234,6 +234,53 @@ async def mcp_list_tools(command: list[str], env: dict[str, str] | None = None, 
         raise InputError(f"MCP server {' '.join(command)!r} failed: {type(exc).__name__}: {exc}") from exc
 
 
+@dataclass(frozen=True)
+class CallVerdict:
+    """What a live server said to one call: ``ok`` false when it refused it (``isError`` or a protocol error)."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+async def mcp_call_tools(command: list[str], calls: list[tuple[str, dict[str, Any]]], env: dict[str, str] | None = None,
+                         timeout_s: float = 30.0) -> list[CallVerdict]:
+    """Execute ``(name, arguments)`` calls on an MCP server over stdio, one session, in order.
+
+    For checking generated calls against the user's own server (a call it rejects is one the data
+    should not teach). The calls really run: point it at a test instance, not production. Raises
+    :class:`InputError` when the server cannot be started or does not answer within ``timeout_s``.
+    """
+    try:
+        from mcp import ClientSession, StdioServerParameters
+        from mcp.client.stdio import stdio_client
+    except ImportError as exc:
+        raise InputError("calling an MCP server needs the mcp SDK: pip install 'fabrika[mcp]'") from exc
+    params = StdioServerParameters(command=command[0], args=list(command[1:]), env=env or None)
+
+    async def run() -> list[CallVerdict]:
+        out: list[CallVerdict] = []
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                for name, arguments in calls:
+                    try:
+                        result = await session.call_tool(name, arguments)
+                    except Exception as exc:  # noqa: BLE001 - a JSON-RPC error is the server's verdict
+                        out.append(CallVerdict(name, False, f"{type(exc).__name__}: {exc}"[:300]))
+                        continue
+                    text = " ".join(getattr(c, "text", "") for c in result.content or [])[:300]
+                    out.append(CallVerdict(name, not result.is_error, text))
+        return out
+
+    try:
+        return await asyncio.wait_for(run(), timeout_s)
+    except TimeoutError as exc:
+        raise InputError(f"MCP server {' '.join(command)!r} did not answer the calls within {timeout_s:g} s") from exc
+    except Exception as exc:  # noqa: BLE001 - any failure of a user's server is an input problem
+        raise InputError(f"MCP server {' '.join(command)!r} failed: {type(exc).__name__}: {exc}") from exc
+
+
 # -- $ref resolution ------------------------------------------------------------------------
 def _registry(doc: Any, uri: str, base_dir: Path | None = None) -> Registry:
     def retrieve(target: str) -> Resource:
