@@ -316,3 +316,13 @@ def test_generated_calls_can_be_checked_against_the_live_mcp_server():
                                                    ("get_forcast", {"city": "Казань"})], timeout_s=60))
     assert [v.ok for v in verdicts] == [True, False, False], verdicts
     assert "солнечно" in verdicts[0].detail and "get_forcast" in verdicts[2].detail
+
+
+def test_translator_prompts_are_data_with_the_same_fields_in_both_languages():
+    from fabrika.generators.fc.tools_translate import CATALOGUE
+    from fabrika.prompts import template_fields
+
+    assert set(CATALOGUE.data) == {"translate"}
+    ru, en = (CATALOGUE.template("translate", lang) for lang in ("ru", "en"))
+    assert template_fields(ru) == template_fields(en) == {"task"}
+    assert "Переведи на русский" in ru and "Translate into English" in en

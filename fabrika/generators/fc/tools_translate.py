@@ -25,29 +25,23 @@ import json
 import random
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, Mapping
 
 from fabrika.generators.fc.common import language_ok
 from fabrika.llm.sim import register_sim_responder
 from fabrika.llm.types import ChatRequest
+from fabrika.prompts import PromptCatalogue
 from fabrika.textutil.answers import extract_json, is_failure
 
 TAG_TRANSLATE = "fc.tools_import.translate"
 TAG_BACK = "fc.tools_import.backtranslate"
 LANG_NAMES = {"ru": ("Russian", "русский"), "en": ("English", "английский")}
 
-PROMPTS = {
-    "ru": ("Переведи на русский язык тексты документации одного инструмента API. Пиши естественно, как "
-           "технический писатель. Имена инструментов и параметров, значения перечислений (список keep), код в "
-           "обратных кавычках, URL и числа оставь точно как есть, латиницей.\n"
-           "Ответь только JSON: {{\"texts\": {{\"<ключ>\": \"<перевод>\"}}}} с теми же ключами.\n\n"
-           "```json\n{task}\n```"),
-    "en": ("Translate into English the documentation texts of one API tool. Write naturally, like a technical "
-           "writer. Keep tool and parameter names, enum values (the keep list), code in backticks, URLs and "
-           "numbers exactly as they are.\n"
-           "Answer with JSON only: {{\"texts\": {{\"<key>\": \"<translation>\"}}}} with the same keys.\n\n"
-           "```json\n{task}\n```"),
-}
+HERE = Path(__file__).resolve().parent
+#: The translator's prompt in each target language (jinja2, beside this module).
+CATALOGUE = PromptCatalogue("fc.tools_translate", {"ru": HERE / "tools_translate_ru.yaml",
+                                                   "en": HERE / "tools_translate_en.yaml"})
 
 
 def other_lang(lang: str) -> str:
@@ -65,7 +59,7 @@ def translation_request(name: str, texts: Mapping[str, str], keep: Iterable[str]
                         temperature: float, max_tokens: int) -> ChatRequest:
     """One request translating ``texts`` (key -> text) into ``to``; ``keep`` lists identifiers to leave as is."""
     task = {"tool": name, "from": other_lang(to), "to": to, "keep": sorted(set(keep)), "texts": dict(texts)}
-    content = PROMPTS[to].format(task=json.dumps(task, ensure_ascii=False, indent=1))
+    content = CATALOGUE.text("translate", to, task=json.dumps(task, ensure_ascii=False, indent=1))
     return ChatRequest(messages=({"role": "user", "content": content},), temperature=temperature,
                        max_tokens=max_tokens, tag=tag)
 
