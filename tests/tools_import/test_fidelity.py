@@ -326,3 +326,15 @@ def test_translator_prompts_are_data_with_the_same_fields_in_both_languages():
     ru, en = (CATALOGUE.template("translate", lang) for lang in ("ru", "en"))
     assert template_fields(ru) == template_fields(en) == {"task"}
     assert "Переведи на русский" in ru and "Translate into English" in en
+
+
+def test_a_renamed_name_that_another_tool_has_is_a_duplicate_not_a_clash(tmp_path: Path):
+    tools = [{"name": n, "description": f"Shows the status of an order ({n}).",
+              "parameters": {"type": "object", "properties": {}}} for n in ("order status", "order_status")]
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(tools), encoding="utf-8")
+    result, rows = _run(tmp_path, {"kind": "fc.tools_import", "rename": True, "sources": [{"path": str(path)}]})
+    assert _spec(rows["openai:#1"]).name == "order_status"
+    assert rows["openai:#0"]["reason"] == ("duplicate_name: order status is already taken by openai:#1 "
+                                           "(as 'order_status')")
+    assert load_name_mapping(Path(result.run_dir) / "stages" / "fc.tools_import") == {}

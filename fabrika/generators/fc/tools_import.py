@@ -366,6 +366,25 @@ def exported_name(name: str, target_api: str) -> str | None:
     return new if new and name_problem(new, target_api) is None else None
 
 
+def renames(cands: Sequence[Candidate], cfg: "ToolsImportConfig") -> dict[str, str]:
+    """Exported name -> source name of the tools ``rename: true`` renames (names the target API cannot
+    carry); a snake_case name another tool already has, or that two renamed tools share, is left out
+    (those tools are refused as duplicates)."""
+    taken = {c.name for c in cands if c.name and not c.error}
+    out: dict[str, str] = {}
+    clashes: set[str] = set()
+    for c in cands:
+        if not c.name or c.error or name_problem(c.name, cfg.target_api) is None:
+            continue
+        new = exported_name(c.name, cfg.target_api)
+        if new is None:
+            continue
+        if new in out and out[new] != c.name:
+            clashes.add(new)
+        out[new] = c.name
+    return {k: v for k, v in out.items() if k not in clashes and k not in taken}
+
+
 def parameter_texts(schema: Any, prefix: str = "") -> dict[str, str]:
     """Dotted path -> description of every described property (the paths of :func:`undescribed`)."""
     out: dict[str, str] = {}
@@ -542,11 +561,7 @@ class ToolsImportStage(Stage[ToolsImportConfig]):
                     candidates_from(self._live[i], "mcp", "mcp"), cfg.lang, f"sources[{i}].command")
                 if issue:
                     raise InputError(f"{self.name}.{issue[0]}: {issue[1]}")
-        mapping = {}
-        for _, cand in self._candidates():
-            new = exported_name(cand.name, cfg.target_api) if cfg.rename and cand.name else None
-            if cand.name and new and name_problem(cand.name, cfg.target_api):
-                mapping[new] = cand.name
+        mapping = renames([c for _, c in self._candidates()], cfg) if cfg.rename else {}
         path = self.ctx.stage_dir(self.name) / MAPPING_FILE
         if mapping or path.exists():
             atomic_write_json(path, dict(sorted(mapping.items())))
@@ -572,9 +587,16 @@ class ToolsImportStage(Stage[ToolsImportConfig]):
     def input_rows(self) -> Iterator[Row]:
         items = list(self._candidates())
         dups = duplicate_names(c for _, c in items)
+        taken = {c.name: c.key for _, c in items if c.name and not c.error}
+        renamed = renames([c for _, c in items], self.config) if self.config.rename else {}
         for n, (label, cand) in enumerate(items):
+            dup = dups.get(n)
+            new = (exported_name(cand.name, self.config.target_api) if self.config.rename and cand.name
+                   and not cand.error and name_problem(cand.name, self.config.target_api) else None)
+            if dup is None and new is not None and renamed.get(new) != cand.name:  # its snake_case name is taken
+                dup = f"{taken.get(new) or 'another renamed tool'} (as {new!r})"
             yield {"id": stable_id(label, cand.key, prefix="import-"), "label": label, "n": n,
-                   "candidate": cand, "duplicate_of": dups.get(n)}
+                   "candidate": cand, "duplicate_of": dup}
 
     async def _translate(self, cand: Candidate, name: str, params: dict[str, Any]) -> str | None:
         """Translate the candidate's foreign texts in place; the rejection reason when that fails."""
