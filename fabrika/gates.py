@@ -39,6 +39,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from fabrika.errors import ConfigError
+from fabrika.textutil.suggest import did_you_mean
 
 DROPPED_BY = "dropped_by"
 #: Per-row flag columns (prefix + reason) marking rows kept only because a keep_null score was missing.
@@ -89,7 +90,7 @@ def validate_thresholds(thresholds: Mapping[str, Any] | None) -> dict[str, BaseM
     thresholds = dict(thresholds or {})
     for unknown in thresholds:
         if unknown not in GATE_GROUPS:
-            raise ConfigError(f"filters.{unknown}: unknown gate group; known: {_known()}")
+            raise ConfigError(f"filters.{unknown}: unknown gate group; known: {_known()}{did_you_mean(unknown, GATE_GROUPS)}")
     out: dict[str, BaseModel] = {}
     for name, group in sorted(GATE_GROUPS.items()):
         values = thresholds.get(name) or {}
@@ -107,7 +108,7 @@ def _one_line(exc: ValidationError, prefix: str, Params: type[BaseModel]) -> str
     loc = ".".join(str(p) for p in err["loc"])
     allowed = ", ".join(Params.model_fields)
     if err["type"] == "extra_forbidden":
-        return f"{prefix}.{loc}: unknown parameter; allowed: {allowed}"
+        return f"{prefix}.{loc}: unknown parameter; allowed: {allowed}{did_you_mean(str(err['loc'][-1]), Params.model_fields)}"
     return f"{prefix}.{loc}: {err['msg']} (got {err.get('input')!r})"
 
 
@@ -144,11 +145,13 @@ def parse_set(assignments: Sequence[str], base: Mapping[str, Any] | None = None)
     for item in assignments:
         group, param, raw = _threshold_address(item)
         if group not in GATE_GROUPS:
-            raise ConfigError(f"--set {item!r}: unknown gate group {group!r}; known: {_known()}")
+            raise ConfigError(f"--set {item!r}: unknown gate group {group!r}; known: {_known()}"
+                              f"{did_you_mean(group, GATE_GROUPS)}")
         Params = GATE_GROUPS[group].Params
         if param not in Params.model_fields:
             raise ConfigError(
                 f"--set {item!r}: unknown parameter {param!r} of gate {group!r}; allowed: {', '.join(Params.model_fields)}"
+                f"{did_you_mean(param, Params.model_fields)}"
             )
         try:
             value = yaml.safe_load(raw) if raw.strip() else None

@@ -20,6 +20,8 @@ from pydantic_core import PydanticUndefined
 from rich.markup import escape
 from rich.table import Table
 
+from fabrika.textutil.suggest import did_you_mean
+
 COMMON = ("kind", "name", "input", "chunk_size", "max_items", "max_in_flight")
 
 
@@ -139,7 +141,7 @@ def register(app: typer.Typer) -> None:
         kinds = stage_kinds()
         if kind is not None and kind not in kinds:
             close = [k for k in kinds if kind.split(".")[0] in k]
-            fail(f"unknown stage kind {kind!r}; known: {', '.join(close or kinds)}")
+            fail(f"unknown stage kind {kind!r}; known: {', '.join(close or kinds)}{did_you_mean(kind, kinds)}")
         chosen = {kind: kinds[kind]} if kind else kinds
         for name, cls in chosen.items():
             flags = [f for f, on in (("global", cls.global_stage), ("annotates", cls.annotates)) if on]

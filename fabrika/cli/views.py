@@ -1,23 +1,105 @@
-"""Rich renderings of run state for the CLI (pure functions of manifest/funnel dicts)."""
+"""Rich renderings of run state for the CLI (pure functions of manifest/funnel dicts).
+
+The wide tables (funnel, accounting) are :class:`Fitted`: at render time each picks its full
+layout when that fits the console and a compact one otherwise (fewer, shorter columns, the
+rejection reasons on lines of their own that wrap), so ``fabrika status`` reads in an 80-column
+terminal as well as in a 160-column log. ``tests/cli/test_views_width.py`` snapshots both.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
+from rich.console import Console, ConsoleOptions, Group, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
+
+
+class Fitted:
+    """``wide()`` when ``probe()`` (the wide layout with its free-text cells cut short; default: ``wide()``)
+    fits the console at its natural width, else ``narrow()`` — chosen at render time."""
+
+    def __init__(self, wide: Callable[[], RenderableType], narrow: Callable[[], RenderableType],
+                 probe: Callable[[], RenderableType] | None = None) -> None:
+        self.wide, self.narrow, self.probe = wide, narrow, probe or wide
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[RenderableType]:
+        unbounded = options.update(max_width=10_000)  # a table's own measure is clamped to the width it gets
+        fits = Measurement.get(console, unbounded, self.probe()).maximum <= options.max_width
+        yield self.wide() if fits else self.narrow()
+
+
+#: Width a free-text cell (rejection reasons) may fold into before the compact layout is chosen.
+REASON_ROOM = 28
+
+
+def _secs(seconds: float) -> str:
+    return f"{seconds:.1f}" if seconds < 100 else f"{seconds:.0f}"
+
+
+def _totals(llm: Mapping[str, Any]) -> int:
+    return int(llm.get("prompt_tokens", 0) + llm.get("completion_tokens", 0))
 
 
 def _fmt_reasons(rejected: Mapping[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(rejected.items(), key=lambda kv: -kv[1])) or "-"
 
 
-def stages_table(manifest: Mapping[str, Any], stale: Mapping[str, Any] | None = None) -> Table:
-    """Per-stage funnel: rows in the store, ok, rejected by reason, this run's work and LLM use.
+def stages_table(manifest: Mapping[str, Any], stale: Mapping[str, Any] | None = None) -> Fitted:
+    """Per-stage funnel (:func:`stages_table_wide`, or :func:`stages_table_narrow` where it does not fit).
 
     ``stale`` (:func:`fabrika.pipeline.fingerprint.stale_stages`) marks the stages the next run redoes."""
+    return Fitted(lambda: stages_table_wide(manifest, stale), lambda: stages_table_narrow(manifest, stale),
+                  lambda: stages_table_wide(manifest, stale, cut=REASON_ROOM))
+
+
+def _title(manifest: Mapping[str, Any]) -> str:
     from fabrika.store.manifest import effective_status
 
-    t = Table(title=f"run {manifest.get('name', '?')} \\[{effective_status(dict(manifest))}] backend={manifest.get('backend', '?')}")
+    return f"run {manifest.get('name', '?')} \\[{effective_status(dict(manifest))}] backend={manifest.get('backend', '?')}"
+
+
+def stages_table_narrow(manifest: Mapping[str, Any], stale: Mapping[str, Any] | None = None) -> Group:
+    """The funnel in about 60 columns: counts per stage, then each stage's reasons on wrapping lines."""
+    from fabrika.pipeline.progress import human
+    from fabrika.pipeline.stage import is_rejection
+
+    t = Table(title=_title(manifest), title_justify="left", pad_edge=False, box=None, header_style="bold")
+    t.add_column("stage", overflow="fold", min_width=12, max_width=24)
+    for col in ("in", "ok", "rej", "llm", "cache", "tok", "s", "done"):
+        t.add_column(col, justify="right", no_wrap=True)
+    notes = Table.grid(padding=(0, 1))
+    notes.add_column(no_wrap=True)
+    notes.add_column(overflow="fold")
+    for name in manifest.get("order", list(manifest.get("layout", {}))):
+        s = manifest.get("stages", {}).get(name, {})
+        llm = s.get("llm", {})
+        reasons = s.get("rejected", {}) or {}
+        rej = {k: v for k, v in reasons.items() if is_rejection(k)}
+        passed = {k: v for k, v in reasons.items() if not is_rejection(k)}
+        t.add_row(name, str(s.get("seen", "-")), str(s.get("ok", 0)), str(sum(rej.values())),
+                  str(llm.get("requests", 0)), str(llm.get("cached", 0)), human(_totals(llm)),
+                  _secs(s.get("seconds", 0)), "yes" if s.get("complete") else "no")
+        if rej:
+            notes.add_row(Text(f"{name} rejected:", style="bold"), _fmt_reasons(rej))
+        if passed:
+            notes.add_row(Text(f"{name} passed over:", style="dim"), _fmt_reasons(passed))
+        if stale is not None and name in stale:
+            notes.add_row(Text(f"{name} stale:", style="yellow"), ", ".join(stale[name]))
+    return Group(t, notes) if notes.row_count else Group(t)
+
+
+def stages_table_wide(manifest: Mapping[str, Any], stale: Mapping[str, Any] | None = None,
+                      cut: int | None = None) -> Table:
+    """Per-stage funnel: rows in the store, ok, rejected by reason, this run's work and LLM use.
+
+    ``cut``: free-text cells (reasons, stale) at most this long — the probe :class:`Fitted` measures."""
+    def free(text: str) -> str:
+        return text if cut is None else text[:cut]
+
+
+    t = Table(title=_title(manifest))
     t.add_column("stage", no_wrap=True)
     for col in ("in", "rows", "ok"):
         t.add_column(col, justify="right")
@@ -39,14 +121,14 @@ def stages_table(manifest: Mapping[str, Any], stale: Mapping[str, Any] | None = 
             str(s.get("seen", "-")),
             str(s.get("rows", 0)),
             str(s.get("ok", 0)),
-            _fmt_reasons({k: v for k, v in reasons.items() if is_rejection(k)}),
-            _fmt_reasons({k: v for k, v in reasons.items() if not is_rejection(k)}),
+            free(_fmt_reasons({k: v for k, v in reasons.items() if is_rejection(k)})),
+            free(_fmt_reasons({k: v for k, v in reasons.items() if not is_rejection(k)})),
             str(llm.get("requests", 0)),
             str(llm.get("cached", 0)),
             str(llm.get("prompt_tokens", 0) + llm.get("completion_tokens", 0)),
             f"{s.get('seconds', 0):.1f}",
             "yes" if s.get("complete") else "no",
-            *([", ".join(stale[name]) if name in stale else "-"] if stale is not None else []),
+            *([free(", ".join(stale[name])) if name in stale else "-"] if stale is not None else []),
         )
     return t
 
@@ -153,7 +235,51 @@ _ACCOUNTING_COLUMNS = ("requests", "cache_hits", "retries", "success_after_retry
                        "prompt_tokens", "completion_tokens", "cost")
 
 
-def accounting_table(snapshot: Mapping[str, Any], title: str) -> Table:
+def accounting_table(snapshot: Mapping[str, Any], title: str) -> RenderableType:
+    """The engine's accounting (:func:`accounting_table_wide`, compact where that does not fit)."""
+    if not isinstance(snapshot.get("rows"), list):
+        return flat_table(snapshot, title)
+    return Fitted(lambda: accounting_table_wide(snapshot, title), lambda: accounting_table_narrow(snapshot, title))
+
+
+def accounting_table_narrow(snapshot: Mapping[str, Any], title: str) -> Table:
+    """Accounting in about 70 columns: stage and tag in one folded cell, tokens abbreviated, zero-only
+    columns (retries, truncated, cost) left out, the model in the title when there is one."""
+    from fabrika.pipeline.progress import human
+
+    rows = sorted(snapshot.get("rows") or [], key=lambda r: (str(r.get("stage")), str(r.get("tag")),
+                                                             str(r.get("model"))))
+    totals = snapshot.get("totals") if isinstance(snapshot.get("totals"), Mapping) else {}
+    models = sorted({str(r.get("model", "")) for r in rows})
+    optional = [c for c in ("retries", "failed", "truncated") if any(r.get(c) for r in rows)]
+    has_cost = any(r.get("cost") is not None for r in rows)
+    t = Table(title=title + (f" · model {models[0]}" if len(models) == 1 else ""), title_justify="left",
+              box=None, pad_edge=False, header_style="bold")
+    t.add_column("stage / tag", overflow="fold", min_width=14)
+    if len(models) > 1:
+        t.add_column("model", overflow="fold", max_width=14)
+    for col in ("req", "hit", *optional, "tok in", "tok out", *(("cost",) if has_cost else ())):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("failures", overflow="fold")
+
+    def cells(r: Mapping[str, Any]) -> list[str]:
+        fails = r.get("failures") or {}
+        nums = [str(r.get("requests", 0)), str(r.get("cache_hits", 0)), *(str(r.get(c, 0)) for c in optional),
+                human(r.get("prompt_tokens", 0) or 0), human(r.get("completion_tokens", 0) or 0)]
+        if has_cost:
+            nums.append("-" if r.get("cost") is None else f"{r['cost']:.2f}")
+        return [*nums, ", ".join(f"{k}={v}" for k, v in sorted(fails.items())) or "-"]
+
+    for r in rows:
+        stage, tag = str(r.get("stage", "")), str(r.get("tag", ""))
+        label = tag if tag.startswith(stage) and stage else f"{stage} / {tag}"
+        t.add_row(label, *([str(r.get("model", ""))] if len(models) > 1 else []), *cells(r))
+    if totals:
+        t.add_row("[b]total[/b]", *([""] if len(models) > 1 else []), *cells(totals))
+    return t
+
+
+def accounting_table_wide(snapshot: Mapping[str, Any], title: str) -> Table:
     """One row per (stage, tag, model) of the engine's snapshot, then the totals; failures by kind."""
     rows = snapshot.get("rows")
     if not isinstance(rows, list):

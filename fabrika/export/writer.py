@@ -298,6 +298,7 @@ def export(source: ExportSource, config: ExportConfig) -> ExportResult:
             render_card(source, config.kind, config.format, rows, stats, config.license, mix_report, validation,
                         frame=lf),
             encoding="utf-8")
+        _ship_name_mapping(tmp, source)
         old = out.parent / f".old-export-{out.name}-{os.getpid()}"
         if out.exists():
             os.replace(out, old)  # a crash from here on leaves the old export under .old-*, never half a new one
@@ -310,6 +311,16 @@ def export(source: ExportSource, config: ExportConfig) -> ExportResult:
     return ExportResult(out=out, rows=rows, files=files, seconds=round(time.perf_counter() - start, 3),
                         mix=mix_report, validation=validation, pushed_to=pushed, skipped_prompt_only=skipped,
                         left_out_for_kind=scoped_out, warnings=warnings)
+
+
+def _ship_name_mapping(tmp: Path, source: ExportSource) -> None:
+    """``tool_names.json`` of renamed imported tools (``fc.tools_import`` ``rename: true``) beside the data."""
+    from fabrika.generators.fc.tools_import import MAPPING_FILE, run_name_mappings
+
+    names = run_name_mappings(source.run_dir) if source.run_dir is not None else {}
+    if names:
+        (tmp / MAPPING_FILE).write_text(json.dumps(names, ensure_ascii=False, indent=1, sort_keys=True) + "\n",
+                                        encoding="utf-8")
 
 
 def _validate(tmp: Path, lf: pl.LazyFrame, config: ExportConfig) -> ValidationReport:

@@ -28,6 +28,7 @@ from fabrika.pipeline.overrides import apply_overrides
 from fabrika.pipeline.sections import RaySettings, ray_missing
 from fabrika.pipeline.stage import STAGES, StageConfig
 from fabrika.sandbox.policy import SandboxSettings
+from fabrika.textutil.suggest import did_you_mean
 
 
 class DatasetConfig(BaseModel):
@@ -155,7 +156,8 @@ def _pydantic_issues(exc: ValidationError, prefix: str, model: type[BaseModel], 
         path = _loc(prefix, tuple(err["loc"]))
         if err["type"] == "extra_forbidden":
             owner = _model_at(model, tuple(err["loc"]))
-            msg = f"unknown key; allowed: {', '.join(owner.model_fields)}" if owner else "unknown key"
+            msg = (f"unknown key; allowed: {', '.join(owner.model_fields)}{did_you_mean(err['loc'][-1], owner.model_fields)}"
+                   if owner else "unknown key")
         elif err["type"] == "missing":
             msg = "required key is missing"
         else:
@@ -269,7 +271,7 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
         kind = raw.get("kind")
         raw_names.append(str(raw.get("name") or kind))
         if kind not in STAGES:
-            err(f"{where}.kind", f"unknown stage kind {kind!r}; known: {', '.join(sorted(STAGES))}")
+            err(f"{where}.kind", f"unknown stage kind {kind!r}; known: {', '.join(sorted(STAGES))}{did_you_mean(kind, STAGES)}")
             continue
         Config = STAGES[kind].Config
         try:

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import yaml
 
 from fabrika.errors import ConfigError
+from fabrika.textutil.suggest import did_you_mean
 
 
 def _parse_value(raw: str) -> Any:
@@ -55,7 +56,9 @@ def apply_overrides(data: Any, assignments: Sequence[str]) -> Any:
                         i = j
                         break
                 else:
-                    raise ConfigError(f"--set {item!r}: no stage named {parts[i]!r}…; stages: {', '.join(names)}")
+                    hint = next((h for h in (did_you_mean(".".join(parts[i:j]), names)
+                                             for j in range(len(parts) - 1, i, -1)) if h), "")
+                    raise ConfigError(f"--set {item!r}: no stage named {parts[i]!r}…; stages: {', '.join(names)}{hint}")
                 continue
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {item!r}: {'.'.join(parts[:i])} is not a mapping")

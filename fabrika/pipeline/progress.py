@@ -15,12 +15,19 @@ finished in this invocation, resumed items excluded); "rej" counts rejections on
 items passed over by a share (:data:`fabrika.pipeline.stage.PASSED_OVER_REASONS`); cost is
 the engine's accounting (``llm.price_per_1m``). Long global stages report phases with
 :func:`phase` (``phase("embedding", 3, 10)``), from any code running inside the stage.
+
+Width: plain lines stay within ``width`` (default: the terminal's columns — ``COLUMNS`` or the
+tty — capped at :data:`LINE_WIDTH`); what does not fit wraps onto indented continuation lines
+instead of being cut. The live display drops the bar and the rate under 100 columns and folds
+the counters column, so nothing runs off an 80-column terminal.
 """
 
 from __future__ import annotations
 
 import contextvars
+import os
 import sys
+import textwrap
 import threading
 import time
 from dataclasses import dataclass
@@ -28,9 +35,36 @@ from typing import IO, Any, Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Column
 
 #: Width the plain lines are kept under.
 LINE_WIDTH = 100
+#: Indent of a plain line's continuation lines (under the stage name, past the ``[elapsed]``).
+INDENT = 9
+
+
+def terminal_width(default: int = LINE_WIDTH) -> int:
+    """Columns of the terminal (``COLUMNS`` first), at most ``default``; ``default`` when unknown."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return min(int(env), default)
+    try:
+        cols = os.get_terminal_size(sys.stdout.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return default
+    return min(cols, default) if cols > 0 else default
+
+
+def fit(head: str, tail: str, width: int) -> str:
+    """``head tail`` on one line when it fits ``width``; else ``head`` (cut with … if even it is too
+    long) and ``tail`` wrapped on lines indented by :data:`INDENT`."""
+    line = f"{head} {tail}" if tail else head
+    if len(line) <= width:
+        return line
+    first = head if len(head) <= width else head[: width - 1] + "…"
+    rest = textwrap.wrap(tail, width=max(20, width), initial_indent=" " * INDENT, subsequent_indent=" " * INDENT,
+                         break_on_hyphens=False)
+    return "\n".join([first, *rest])
 
 
 @dataclass
@@ -82,6 +116,19 @@ def duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
+def live_columns(width: int) -> list[Any]:
+    """The live display's columns for a console ``width`` wide: all of them from 100 columns, else
+    no bar and no rate, a shorter name, and the counters folding inside their column."""
+    if width >= 100:
+        return [TextColumn("[bold]{task.description:<26}"), BarColumn(bar_width=24),
+                TextColumn("{task.fields[count]:>13}"), TextColumn("{task.fields[rate]:>8}"), TimeElapsedColumn(),
+                TextColumn("{task.fields[eta]}"), TextColumn("{task.fields[extra]}")]
+    return [TextColumn("[bold]{task.description}", table_column=Column(width=18, overflow="ellipsis", no_wrap=True)),
+            TextColumn("{task.fields[count]:>11}", table_column=Column(no_wrap=True)),
+            TimeElapsedColumn(), TextColumn("{task.fields[eta]}", table_column=Column(no_wrap=True)),
+            TextColumn("{task.fields[extra]}", table_column=Column(overflow="fold", ratio=1))]
+
+
 class RunProgress:
     """Progress of one ``fabrika run``; ``enabled=False`` (tests, ``--no-progress``) prints nothing.
 
@@ -98,8 +145,9 @@ class RunProgress:
 
     def __init__(self, enabled: bool = True, *, log_every: float = 30.0, plain: bool | None = None,
                  out: IO[str] | None = None, accounting: Callable[[], dict[str, Any]] | None = None,
-                 expected_stages: int | None = None) -> None:
+                 expected_stages: int | None = None, width: int | None = None) -> None:
         self.enabled = enabled
+        self.width = width or terminal_width()
         self.expected_stages = expected_stages
         self.plain = (not sys.stdout.isatty()) if plain is None else plain
         self.log_every = log_every
@@ -114,17 +162,8 @@ class RunProgress:
         self._progress: Progress | None = None
         self._overall: Any = None
         if enabled and not self.plain:
-            self._progress = Progress(
-                TextColumn("[bold]{task.description:<26}"),
-                BarColumn(bar_width=24),
-                TextColumn("{task.fields[count]:>13}"),
-                TextColumn("{task.fields[rate]:>8}"),
-                TimeElapsedColumn(),
-                TextColumn("{task.fields[eta]}"),
-                TextColumn("{task.fields[extra]}"),
-                console=Console(stderr=True),
-                refresh_per_second=4,
-            )
+            console = Console(stderr=True) if width is None else Console(stderr=True, width=width)
+            self._progress = Progress(*live_columns(console.width), console=console, refresh_per_second=4)
 
     # -- lifecycle ------------------------------------------------------------------
     def __enter__(self) -> "RunProgress":
@@ -270,7 +309,7 @@ class RunProgress:
 
     # -- rendering -------------------------------------------------------------------------
     def stage_line(self, st: _Stage, ended: bool = False, cost: float | None = None) -> str:
-        """One plain line about a stage, at most :data:`LINE_WIDTH` columns."""
+        """A plain line about a stage (continuation lines when it does not fit ``width``, see :func:`fit`)."""
         now = time.monotonic()
         if cost is None:
             cost = self._costs()[0].get(st.name)
@@ -284,8 +323,7 @@ class RunProgress:
             bits.append(f"ETA {duration(eta)}")
         if st.phase:
             bits.append(f"[{st.phase}]")
-        line = " ".join(b for b in [head, *bits, self._extra(st, cost)] if b)
-        return line if len(line) <= LINE_WIDTH else line[: LINE_WIDTH - 1] + "…"
+        return fit(" ".join(b for b in [head, *bits] if b), self._extra(st, cost), self.width)
 
     def overall_line(self) -> str:
         now = time.monotonic()
@@ -296,10 +334,10 @@ class RunProgress:
         tokens = sum(s.tokens for s in stages)
         rejected = sum(s.rejected for s in stages)
         of = max(len(stages), self.expected_stages or 0)
-        line = (f"[{duration(now - self._started):>6}] {'overall':<22} stages {done}/{of} ended"
+        head = (f"[{duration(now - self._started):>6}] {'overall':<22} stages {done}/{of} ended"
                 f"  tok {human(tokens)}" + (f"  ${total_cost:.2f}" if total_cost is not None else "")
-                + (f"  rej {rejected}" if rejected else "") + (f"  running: {', '.join(running)}" if running else ""))
-        return line if len(line) <= LINE_WIDTH else line[: LINE_WIDTH - 1] + "…"
+                + (f"  rej {rejected}" if rejected else ""))
+        return fit(head, f"running: {', '.join(running)}" if running else "", self.width)
 
     def _write(self, line: str) -> None:
         stream = self._out or sys.stdout

@@ -23,7 +23,7 @@ from fabrika.schemas.tools import Tool, ToolCall
 SNAKE_RE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
 _CYR = re.compile(r"[А-Яа-яЁё]")
 _LAT = re.compile(r"[A-Za-z]")
-_IDENTIFIERS = re.compile(r"\S+@\S+|https?://\S+|\b(?=\w*\d)[\w.-]+\b")
+_IDENTIFIERS = re.compile(r"`[^`]*`|\S+@\S+|https?://\S+|\b(?=\w*\d)[\w.-]+\b")  # code in backticks too
 
 
 def cyrillic_share(text: str) -> float:
@@ -37,8 +37,8 @@ def language_ok(text: str, lang: str, min_share: float = 0.6) -> bool:
     """Cheap script check, good enough to catch an English answer to a Russian prompt.
 
     Text with no letters at all (numbers, JSON punctuation) passes: it has no language.
-    E-mail addresses, URLs and codes with digits (``A1024``) are identifiers, not
-    language, and do not count.
+    E-mail addresses, URLs, codes with digits (``A1024``) and code in backticks are
+    identifiers, not language, and do not count.
     """
     text = _IDENTIFIERS.sub(" ", text)
     if not _CYR.search(text) and not _LAT.search(text):
@@ -83,15 +83,21 @@ def _schema_texts(schema: Any) -> Iterable[str]:
             yield from _schema_texts(v)
 
 
-def parse_tool(raw: Any, *, topic_id: str, lang: str) -> tuple[ToolSpec | None, str | None]:
-    """Validate one LLM-written tool dict into a :class:`ToolSpec`, or give the rejection reason."""
+def parse_tool(raw: Any, *, topic_id: str, lang: str,
+               name_re: re.Pattern[str] = SNAKE_RE, identifiers: Iterable[str] = ()) -> tuple[ToolSpec | None, str | None]:
+    """Validate one LLM-written tool dict into a :class:`ToolSpec`, or give the rejection reason.
+
+    ``name_re``: the names admitted; LLM-written tools are snake_case, imported ones keep their own names.
+    ``identifiers``: names (parameters, enum values) that texts may quote; they are no language.
+    """
     if not isinstance(raw, dict):
         return None, f"invalid_tool: expected an object, got {type(raw).__name__}"
     if "function" in raw and isinstance(raw["function"], dict):  # OpenAI shape with tiers beside it
         raw = {**raw["function"], "tiers": raw.get("tiers", raw["function"].get("tiers"))}
     name = raw.get("name")
-    if not isinstance(name, str) or not SNAKE_RE.match(name):
-        return None, f"invalid_name: {name!r} is not snake_case"
+    if not isinstance(name, str) or not name_re.match(name):
+        return None, (f"invalid_name: {name!r} is not snake_case" if name_re is SNAKE_RE
+                      else f"invalid_name: {name!r} does not match {name_re.pattern}")
     tiers = raw.get("tiers")
     if not isinstance(tiers, list) or len(tiers) != N_TIERS or not all(isinstance(t, str) and t.strip() for t in tiers):
         return None, f"invalid_tiers: {name} needs {N_TIERS} non-empty description strings"
@@ -104,7 +110,9 @@ def parse_tool(raw: Any, *, topic_id: str, lang: str) -> tuple[ToolSpec | None, 
     except ValidationError as exc:
         return None, f"invalid_schema: {name}: {exc.errors()[0]['msg']}"
     texts = tiers + list(_schema_texts(params))
-    wrong = [t for t in texts if not language_ok(t, lang)]
+    ids = sorted((i for i in identifiers if i), key=len, reverse=True)
+    quoted = re.compile("|".join(rf"(?<![\w-]){re.escape(i)}(?![\w-])" for i in ids)) if ids else None
+    wrong = [t for t in texts if not language_ok(quoted.sub(" ", t) if quoted else t, lang)]
     if wrong:
         return None, f"wrong_language: {name} description not in {lang!r}: {wrong[0][:60]!r}"
     spec = ToolSpec(id=stable_id(topic_id, name, prefix="tool-"), topic_id=topic_id, lang=lang, tool=tool, tiers=tiers)

@@ -19,6 +19,12 @@ records a rejection per refused candidate.
   warning; an unresolvable one makes the operation a rejection. OpenAPI 3.0 dialect is
   turned into JSON Schema (``nullable``, boolean ``exclusiveMinimum``, ``readOnly``
   properties out of request bodies, ``example``/``xml``/``discriminator`` dropped).
+
+Names are kept as the source spells them (``get-sum``, ``getMenu``): a trained call must reach
+the tool the user's server has. Only an operation without ``operationId`` gets a derived name
+(``GET /pets/{id}`` -> ``get_pets_id``), with a warning. Vendor extension keys (``x-*``) are
+documentation for other tools, not argument constraints: :func:`drop_vendor_keys` takes them out
+of every parameters schema (a *property* named ``x-…`` is a parameter and stays).
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from fabrika.errors import InputError
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 #: OpenAPI keys that are documentation, not argument constraints.
 DROPPED_KEYS = ("example", "examples", "xml", "externalDocs", "discriminator")
+#: Schema keywords whose values map names (of parameters, definitions) to schemas: keys there are names.
+NAME_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 JSON_MEDIA = re.compile(r"^application/(.+\+)?json(;.*)?$")
 
 
@@ -58,6 +66,39 @@ class Candidate:
     warnings: list[str] = field(default_factory=list)
     deprecated: bool = False
     topic_description: str = ""
+
+
+def drop_vendor_keys(schema: Any, dropped: set[str] | None = None) -> Any:
+    """``schema`` without vendor extension keys (``x-*``) at any depth; their names are added to ``dropped``.
+
+    Keys of ``properties`` (and the other name maps) are parameter names, never keywords: they stay.
+    """
+    if isinstance(schema, list):
+        return [drop_vendor_keys(v, dropped) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key.startswith("x-"):
+            if dropped is not None:
+                dropped.add(key)
+            continue
+        if key in NAME_MAPS and isinstance(value, dict):
+            out[key] = {name: drop_vendor_keys(sub, dropped) for name, sub in value.items()}
+        elif key in ("enum", "const", "default", "required", "examples", "example"):
+            out[key] = value  # values, not schemas
+        else:
+            out[key] = drop_vendor_keys(value, dropped)
+    return out
+
+
+def _clean(cand: Candidate) -> Candidate:
+    """``cand`` with vendor keys out of its parameters (and a warning naming them)."""
+    dropped: set[str] = set()
+    cand.parameters = drop_vendor_keys(cand.parameters, dropped)
+    if dropped:
+        cand.warnings.append(f"vendor keys dropped from the schema: {', '.join(sorted(dropped))}")
+    return cand
 
 
 # -- reading documents -------------------------------------------------------------------
@@ -129,9 +170,9 @@ def openai_candidates(doc: Any, topic: str) -> list[Candidate]:
             continue
         fn: dict[str, Any] = f if isinstance(f := raw.get("function"), dict) else raw
         tiers = raw.get("tiers", fn.get("tiers"))
-        out.append(Candidate(key=key, name=fn.get("name") if isinstance(fn.get("name"), str) else None, topic=topic,
-                             description=_text(fn.get("description")), parameters=fn.get("parameters"),
-                             tiers=tiers if isinstance(tiers, list) else None))
+        out.append(_clean(Candidate(key=key, name=fn.get("name") if isinstance(fn.get("name"), str) else None,
+                                    topic=topic, description=_text(fn.get("description")),
+                                    parameters=fn.get("parameters"), tiers=tiers if isinstance(tiers, list) else None)))
     return out
 
 
@@ -151,7 +192,7 @@ def mcp_candidates(doc: Any, topic: str) -> list[Candidate]:
                                            cand.warnings)
         except ValueError as exc:
             cand.error = str(exc)
-        out.append(cand)
+        out.append(_clean(cand))
     return out
 
 
@@ -189,6 +230,53 @@ async def mcp_list_tools(command: list[str], env: dict[str, str] | None = None, 
         return await asyncio.wait_for(fetch(), timeout_s)
     except TimeoutError as exc:
         raise InputError(f"MCP server {' '.join(command)!r} did not list its tools within {timeout_s:g} s") from exc
+    except Exception as exc:  # noqa: BLE001 - any failure of a user's server is an input problem
+        raise InputError(f"MCP server {' '.join(command)!r} failed: {type(exc).__name__}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class CallVerdict:
+    """What a live server said to one call: ``ok`` false when it refused it (``isError`` or a protocol error)."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+async def mcp_call_tools(command: list[str], calls: list[tuple[str, dict[str, Any]]], env: dict[str, str] | None = None,
+                         timeout_s: float = 30.0) -> list[CallVerdict]:
+    """Execute ``(name, arguments)`` calls on an MCP server over stdio, one session, in order.
+
+    For checking generated calls against the user's own server (a call it rejects is one the data
+    should not teach). The calls really run: point it at a test instance, not production. Raises
+    :class:`InputError` when the server cannot be started or does not answer within ``timeout_s``.
+    """
+    try:
+        from mcp import ClientSession, StdioServerParameters
+        from mcp.client.stdio import stdio_client
+    except ImportError as exc:
+        raise InputError("calling an MCP server needs the mcp SDK: pip install 'fabrika[mcp]'") from exc
+    params = StdioServerParameters(command=command[0], args=list(command[1:]), env=env or None)
+
+    async def run() -> list[CallVerdict]:
+        out: list[CallVerdict] = []
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                for name, arguments in calls:
+                    try:
+                        result = await session.call_tool(name, arguments)
+                    except Exception as exc:  # noqa: BLE001 - a JSON-RPC error is the server's verdict
+                        out.append(CallVerdict(name, False, f"{type(exc).__name__}: {exc}"[:300]))
+                        continue
+                    text = " ".join(getattr(c, "text", "") for c in result.content or [])[:300]
+                    out.append(CallVerdict(name, not result.is_error, text))
+        return out
+
+    try:
+        return await asyncio.wait_for(run(), timeout_s)
+    except TimeoutError as exc:
+        raise InputError(f"MCP server {' '.join(command)!r} did not answer the calls within {timeout_s:g} s") from exc
     except Exception as exc:  # noqa: BLE001 - any failure of a user's server is an input problem
         raise InputError(f"MCP server {' '.join(command)!r} failed: {type(exc).__name__}: {exc}") from exc
 
@@ -295,9 +383,12 @@ def _media_schema(body: dict[str, Any], warnings: list[str]) -> tuple[Any, str |
 def _operation(doc: dict[str, Any], path: str, method: str, item: dict[str, Any], op: dict[str, Any],
                registry: Registry, base_uri: str, version: str, topic: str) -> Candidate:
     key = f"openapi:{method.upper()} {path}"
-    raw_name = oid if isinstance(oid := op.get("operationId"), str) else f"{method} {path}"
-    cand = Candidate(key=key, name=snake_name(raw_name) or None, topic=topic, summary=_text(op.get("summary")),
+    op_id = oid if isinstance(oid := op.get("operationId"), str) and oid else None
+    name = op_id or snake_name(f"{method} {path}")
+    cand = Candidate(key=key, name=name or None, topic=topic, summary=_text(op.get("summary")),
                      description=_text(op.get("description")), deprecated=op.get("deprecated") is True)
+    if name != op_id:
+        cand.warnings.append(f"no operationId: name {name!r} derived from {method.upper()} {path}")
     tiers = op.get("x-fabrika-tiers")
     cand.tiers = tiers if isinstance(tiers, list) else None
     try:
@@ -355,7 +446,7 @@ def _operation(doc: dict[str, Any], path: str, method: str, item: dict[str, Any]
                 if body.get("required") is True:
                     required.append("body")
     cand.parameters = {"type": "object", "properties": props, **({"required": required} if required else {})}
-    return cand
+    return _clean(cand)
 
 
 def openapi_candidates(doc: dict[str, Any], source_name: str, group_by: str = "tag",
