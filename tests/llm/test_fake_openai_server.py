@@ -181,7 +181,7 @@ def test_public_exports() -> None:
     import fabrika.testing
 
     assert sorted(fabrika.testing.__all__) == [
-        "FAULT_KINDS", "FakeOpenAIApp", "FakeOpenAIServer", "HarnessContext", "ScriptedLLM", "SimVLLMConfig",
+        "FAULT_KINDS", "FakeOpenAIApp", "FakeOpenAIServer", "FcModelDouble", "HarnessContext", "ScriptedLLM", "SimVLLMConfig",
         "StageInternalError", "StageRun", "UnscriptedRequest", "break_arguments", "by_tag", "llm_error", "run_stage",
         "sequence", "stage_context"]
     assert all(getattr(fabrika.testing, name) is not None for name in fabrika.testing.__all__)

@@ -30,7 +30,7 @@ from typing import Any
 from fabrika.errors import LLMError
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
 
-MAX_PROMPT_WORDS = 200
+MAX_PROMPT_WORDS = 600  # the verifier prompt (it names the pre-check allow-list) runs ~220 words
 WORDS = ("ответ", "модель", "данные", "пример", "текст", "вывод", "шаг", "итог", "план", "запрос")
 
 

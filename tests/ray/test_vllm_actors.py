@@ -46,7 +46,7 @@ def test_requests_spread_over_engines_with_one_cache_and_accounting(ray_cluster,
         try:
             first = await engine.complete(_requests(40) + _requests(4, "crash"))
             again = await engine.complete(_requests(40))
-            long = await engine.complete([ChatRequest(messages=({"role": "user", "content": "w " * 300},))])
+            long = await engine.complete([ChatRequest(messages=({"role": "user", "content": "w " * 800},))])
             return first, again, long
         finally:
             await engine.aclose()

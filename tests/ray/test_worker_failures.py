@@ -19,7 +19,7 @@ def test_a_failing_item_makes_the_batch_write_nothing_and_names_the_item(tmp_pat
     worker = ItemWorker(config, str(config.resolved_run_dir), "sim")
 
     async def go():
-        try:  # c2's verifier answer lacks 'code': the stage's own dict lookup fails (a bug, not a verdict)
+        try:  # c2's verifier answer lacks every field: off-contract upstream data (a bug, not a verdict)
             return await worker.process_batch(job, 0, [("c1", {"id": "c1", "verifiers": "[]"}),
                                                        ("c2", {"id": "c2", "verifiers": "[{}]"})])
         finally:
@@ -27,5 +27,7 @@ def test_a_failing_item_makes_the_batch_write_nothing_and_names_the_item(tmp_pat
 
     result = asyncio.run(go())
     item_id, kind, error, fix = result["failure"]
-    assert (item_id, kind) == ("c2", "bug") and error.startswith("KeyError: 'code'") and "if.consistency" in fix
+    # the typed row view (IFVerifierAnswersRow) refuses the off-contract answer before any dict lookup: still a bug
+    assert (item_id, kind) == ("c2", "bug") and error.startswith("ValidationError") and "IFVerifierAnswersRow" in error
+    assert "if.consistency" in fix
     assert result["rows"] == 0 and not result["shard"] and shard_files(stage_dir) == []

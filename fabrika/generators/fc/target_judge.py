@@ -32,8 +32,10 @@ from fabrika.generators.fc.answer_judge import closing_context
 from fabrika.generators.fc.irrelevance import conversation_view
 from fabrika.llm.sim import register_sim_responder
 from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.columns import Column
 from fabrika.pipeline.llm_stage import LLMStage, structured_format
 from fabrika.pipeline.stage import Row, StageConfig, ok, register_stage, rejected
+from fabrika.schemas.messages import Message
 from fabrika.schemas.records import Sample
 from fabrika.schemas.rows import from_row
 from fabrika.textutil.answers import extract_json, is_failure
@@ -90,6 +92,10 @@ class TargetJudgeStage(LLMStage[TargetJudgeConfig]):
 
     kind = "fc.target_judge"
     annotates: ClassVar[bool] = True
+    reads = (Column("prompt", list[Message]), Column("completion", list[Message]), Column("target_type", str),
+             Column("lang", str))
+    writes = (Column("answer_contradicts", bool, required=False), Column("asked_given_llm", bool, required=False),
+              Column("target_judge_evidence", str, required=False))
 
     def requests(self, row: Row) -> list[ChatRequest]:
         sample = from_row(Sample, row)
