@@ -7,6 +7,8 @@
     │   └── CacheMissError   ``--cache-only`` and the answer is not cached
     ├── StoreError           a run directory that cannot be read or written
     └── SandboxError         the sandbox itself failed (not a verifier's verdict)
+        └── SandboxInfrastructureError  no verdict for reasons of the host (worker death,
+                                        framing, wall ceiling): transient, the item stays pending
 
 Rejections of untrusted LLM output are *data* (rows with ``status="rejected"``
 and a ``reason``), never exceptions.
@@ -51,6 +53,12 @@ class StoreError(FabrikaError):
 
 class SandboxError(FabrikaError):
     """The sandbox machinery failed (distinct from a verifier's error verdict)."""
+
+
+class SandboxInfrastructureError(SandboxError):
+    """The sandbox could not reach a verdict for reasons of the host, not of the verifier: a worker
+    died or sent a garbled stream, or the host starved a verifier past the wall ceiling — on a fresh
+    worker as well. Transient: the item must stay pending (retried), never become a verdict."""
 
 
 class LLMError(FabrikaError):
