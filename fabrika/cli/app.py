@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import fabrika
-from fabrika.errors import ConfigError, InputError, StoreError
+from fabrika.errors import ConfigError, InputError, SandboxError, SandboxInfrastructureError, StoreError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="fabrika: synthetic post-training data factory (Russian first).")
@@ -136,6 +136,8 @@ def run(
                               until=until or None, allow_partial=allow_partial, log_every=log_every)
     except (ConfigError, InputError, StoreError) as exc:
         fail(str(exc))
+    except SandboxError as exc:  # a sandbox that cannot start (bwrap self-test) is loud, never a fallback
+        fail(str(exc), code=3 if isinstance(exc, SandboxInfrastructureError) else 2)
     except (KeyboardInterrupt, asyncio.CancelledError):
         fail("interrupted: finished items are saved; rerun the same command to resume", code=130)
     from fabrika.cli import views

@@ -83,9 +83,21 @@ def test_forged_or_trailing_replies_are_infrastructure_not_verdicts(fake_pool, f
     assert fake_pool.stats["spawned"] == spawned + 1
 
 
-def test_a_clean_exit_right_after_a_complete_answer_is_a_valid_answer(fake_pool):
+def test_a_clean_exit_right_after_a_complete_answer_is_a_valid_answer(fake_pool, monkeypatch):
     """Before: under load the worker's EOF was already readable after the end marker and the pool
-    called it "protocol: bytes after the end marker" — correct verifiers recorded as broken."""
+    called it "protocol: bytes after the end marker" — correct verifiers recorded as broken.
+    The parent descheduled under load is simulated: it looks at the pipe only once the worker is gone."""
+    real_read_line = pool_module._Worker.read_line
+
+    def late_read_line(self, deadline):
+        if self.pos == 0 and not self.buf and self.proc is not None:
+            try:
+                self.proc.wait(timeout=0.5)  # the worker finishes (and exits) before the parent reads
+            except Exception:  # noqa: BLE001 - a worker that stays alive is read as usual
+                pass
+        return real_read_line(self, deadline)
+
+    monkeypatch.setattr(pool_module._Worker, "read_line", late_read_line)
     code = "# EXIT_AFTER_ANSWER\ndef evaluate(r):\n    return True\n"
     for _ in range(3):
         spawned = fake_pool.stats["spawned"]
