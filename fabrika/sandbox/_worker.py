@@ -258,6 +258,7 @@ def _private_namespaces(uid: int | None) -> None:
     libc = _libc()
     _check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare")
     _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    _ipc_limits(SCRATCH["bytes"])
     path = SCRATCH["path"]
     owner = uid if uid is not None else os.getuid()
     opts = f"size={SCRATCH['bytes']},nr_inodes={SCRATCH['inodes']},mode=1777,uid={owner},gid={owner}"
@@ -267,6 +268,19 @@ def _private_namespaces(uid: int | None) -> None:
         _check(libc.mount(stash.encode(), target.encode(), None, MS_BIND | MS_REC, None), f"bind {target}")
         _check(libc.mount(b"none", target.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
                           None), f"remount {target} read-only")
+
+
+def _ipc_limits(max_bytes: int) -> None:
+    """Small SysV limits in the fresh IPC namespace: segments are not charged to RLIMIT_AS, so they
+    get the scratch tmpfs's size in all. Best effort (a read-only /proc/sys keeps the defaults; the
+    namespace still dies with the child)."""
+    for name, value in (("shmmax", max_bytes), ("shmall", max(1, max_bytes // 4096)), ("shmmni", 16),
+                        ("msgmni", 16), ("sem", "250 1024 32 16")):
+        try:
+            with open(f"/proc/sys/kernel/{name}", "w") as f:
+                f.write(str(value))
+        except OSError:
+            pass
 
 
 def _drop_caps() -> None:

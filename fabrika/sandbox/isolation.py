@@ -71,6 +71,7 @@ def worker_config(config: SandboxConfig, isolation: str, reply_fd: int, scratch_
         "RLIMIT_NOFILE": config.max_open_files,
         "RLIMIT_NPROC": 1,
         "RLIMIT_CORE": 0,
+        "RLIMIT_MSGQUEUE": 0,  # no POSIX message queue bytes
     }
     root = os.getuid() == 0
     if isolation == "bwrap":
