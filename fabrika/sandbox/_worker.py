@@ -26,7 +26,8 @@ Protocol (why so small: millions of calls, the parent parses every reply):
   nonce is fresh per batch and the child never holds the parent's pipe, so nothing a
   verifier writes can pass for a reply.
 * child -> zygote, on a pipe of its own, every line prefixed with the child's CPU seconds
-  so far (``"0.0123 "``): ``S`` once it read its request, ``K`` once the module body ran,
+  so far (``"0.0123 "``): ``R`` once it is set up and warmed up (before it is given a
+  request: off the batch's critical path), ``K`` once the module body ran,
   then ``T``, ``F`` or ``E{...}`` per response; ``C{...}`` instead of ``K`` when the code
   cannot load. The zygote checks every line; anything else is a ``protocol`` verdict.
 
@@ -400,10 +401,10 @@ def _child(go_fd: int, wfd: int) -> None:
             _warm_up()
         except BaseException:  # noqa: BLE001 - a warm-up problem must not cost a verdict
             pass
+        send(b"R\n")  # ready: the module body's CPU clock starts at this line's figure
         size, start = struct.unpack(">II", _read_fd(go_fd, 8))
         request = json.loads(_read_fd(go_fd, size))
         os.close(go_fd)
-        send(b"S\n")
         code, responses, guard = request["code"], request["responses"], bool(request.get("guard", True))
         del request
         _set_limit(resource.RLIMIT_CPU, _cpu_limit(len(responses) - start))
@@ -474,11 +475,11 @@ class _ChildOutput:
     def __init__(self, fd: int, pid: int) -> None:
         self.fd, self.pid, self.buf = fd, pid, b""
 
-    def line(self, mark: float) -> tuple[float, bytes]:
+    def line(self, mark: float, budget: float = TIMEOUT_S) -> tuple[float, bytes]:
         """Next line; ``mark`` is the child's CPU seconds when the awaited work began. Raises
-        :class:`_ChildTimeout` once the child used ``TIMEOUT_S`` CPU seconds past ``mark``."""
+        :class:`_ChildTimeout` once the child used ``budget`` CPU seconds past ``mark``."""
         started = time.monotonic()
-        wait = TIMEOUT_S
+        wait = min(budget, WALL_CEILING_S)
         while True:
             nl = self.buf.find(b"\n")
             if nl >= 0:
@@ -493,7 +494,7 @@ class _ChildOutput:
             if not select.select([self.fd], [], [], wait)[0]:
                 state, cpu = _proc_stat(self.pid)
                 used = cpu - mark
-                if used >= TIMEOUT_S:
+                if used >= budget:
                     raise _ChildTimeout("used up its CPU budget")
                 waited = time.monotonic() - started
                 if waited >= WALL_CEILING_S:
@@ -501,7 +502,7 @@ class _ChildOutput:
                         raise _ChildTimeout(f"blocked for {WALL_CEILING_S:.0f}s without using its CPU budget")
                     raise _HostStall(f"the host gave the verifier {used:.2f}s of CPU in {waited:.1f}s")
                 # CPU time never runs faster than the wall clock: nothing to check before this
-                wait = max(0.005, min(TIMEOUT_S - used, WALL_CEILING_S - waited))
+                wait = max(0.005, min(budget - used, WALL_CEILING_S - waited))
                 continue
             chunk = os.read(self.fd, 1 << 16)
             if not chunk:
@@ -656,6 +657,22 @@ class _Infrastructure(Exception):
     """No verdict for reasons of the host: the whole batch is answered with one ``I`` line."""
 
 
+def _ready(child: "_Child") -> float:
+    """Wait for the child's ``R`` line (set up and warmed up; usually there already, written while the
+    zygote waited for the request) and return its CPU figure: where the module body's budget starts."""
+    try:
+        cpu, line = child.out.line(0.0, budget=float("inf"))  # trusted setup: only the wall ceiling applies
+    except (_ChildGone, _ChildTimeout, _HostStall) as exc:
+        child.kill()
+        _DYING.append(child)
+        raise _Infrastructure(f"a verifier process did not get ready: {exc}") from exc
+    if line != b"R":
+        child.kill()
+        _DYING.append(child)
+        raise _Infrastructure(f"verifier process setup failed: {line[1:MSG_MAX].decode('utf-8', 'replace')}")
+    return cpu
+
+
 def _run_batch(body: bytes, n: int, spare: "_Child | None", emit) -> None:
     """Verdict lines for every response of the request ``body`` (``n`` responses), the first
     child being the warmed-up ``spare``; a crash, timeout or protocol breach of the verifier costs
@@ -668,11 +685,11 @@ def _run_batch(body: bytes, n: int, spare: "_Child | None", emit) -> None:
             child, spare = spare or _Child(), None
         except OSError as exc:  # fork failed: the host's process table or memory, not the verifier
             raise _Infrastructure(f"cannot fork a verifier process: {exc}") from exc
-        mark = _proc_stat(child.pid)[1]
+        mark = _ready(child)
         if not child.go(body, i):
             child.reap()
             child = _Child()
-            mark = _proc_stat(child.pid)[1]
+            mark = _ready(child)
             child.go(body, i)
         started = False
         try:
@@ -680,11 +697,6 @@ def _run_batch(body: bytes, n: int, spare: "_Child | None", emit) -> None:
                 count = 1 if started else n - i
                 try:
                     cpu, line = child.out.line(mark)
-                    if line[:1] == b"Z":
-                        raise _Infrastructure(f"verifier process setup failed: {line[1:MSG_MAX].decode('utf-8', 'replace')}")
-                    if line == b"S" and not started:  # request read: the module body's clock starts now
-                        mark = cpu
-                        cpu, line = child.out.line(mark)
                     mark = cpu
                 except _ChildTimeout as exc:
                     emit([_timeout("evaluate" if started else "module body", str(exc))] * count)
