@@ -16,8 +16,12 @@ zygote's copy, which no verifier has touched.
 
 Protocol (why so small: millions of calls, the parent parses every reply):
 
-* parent -> zygote, fd 0: 4-byte big-endian length + JSON
-  ``{"code": str, "responses": [...], "guard": bool, "nonce": str}``;
+* parent -> zygote, fd 0: a header, 4-byte big-endian length + JSON ``{"nonce": str, "n":
+  int, "lazy": [module]}``, then the body, 4-byte length + JSON ``{"code": str, "responses":
+  [...], "guard": bool}``. The zygote decodes only the header; the body it reads into a
+  buffer of its own, hands to the child and zeroes, and the child's reply lines it checks
+  and relays from another such buffer, never as Python objects: nothing of an earlier
+  batch's code, responses or messages is left in the heap the next spare is forked from;
 * zygote -> parent, on ``reply_fd``: for each response, in order, one line
   ``<nonce>T`` (True), ``<nonce>F`` (False), ``<nonce>E{"k": kind, "m": message}``
   (error) or ``<nonce>X{"m": message}`` (timeout), then ``<nonce>D`` (done); or, when
@@ -56,6 +60,7 @@ import gc
 import json
 import os
 import random
+import re
 import resource
 import select
 import signal
@@ -469,28 +474,56 @@ class _HostStall(Exception):
     """The child was runnable but got no CPU for the whole wall ceiling: the host's fault, no verdict."""
 
 
+#: A child's E/C line as the child writes it (``json.dumps`` with ``ensure_ascii``): kind, then the message
+#: as a JSON string literal, checked in place (no decoding: the zygote keeps no copy of a message).
+_ERROR_LINE = re.compile(rb'[EC]\{"k": "([a-z_]+)", "m": "(?:[^"\\\x00-\x1f\x7f-\xff]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"\}')
+_KINDS_B = frozenset(k.encode() for k in ERROR_KINDS)
+
+
 class _ChildOutput:
-    """The zygote's end of one child's pipe: ``(cpu, line)`` pairs, each within a CPU budget."""
+    """The zygote's end of one child's pipe: ``(cpu, line)`` pairs, each within a CPU budget.
+
+    Lines are memoryviews into a buffer this object owns and zeroes in :meth:`wipe`: a
+    verifier's output never becomes a Python object in the zygote."""
+
+    SIZE = MAX_LINE + (1 << 16)
 
     def __init__(self, fd: int, pid: int) -> None:
-        self.fd, self.pid, self.buf = fd, pid, b""
+        self.fd, self.pid = fd, pid
+        self.buf = bytearray(self.SIZE)
+        self.view = memoryview(self.buf)
+        self.start = self.end = 0
 
-    def line(self, mark: float, budget: float = TIMEOUT_S) -> tuple[float, bytes]:
+    def wipe(self) -> None:
+        self.view[:self.end] = bytes(self.end)
+        self.start = self.end = 0
+
+    def line(self, mark: float, budget: float = TIMEOUT_S) -> tuple[float, memoryview]:
         """Next line; ``mark`` is the child's CPU seconds when the awaited work began. Raises
         :class:`_ChildTimeout` once the child used ``budget`` CPU seconds past ``mark``."""
         started = time.monotonic()
         wait = min(budget, WALL_CEILING_S)
         while True:
-            nl = self.buf.find(b"\n")
+            nl = self.buf.find(b"\n", self.start, self.end)
             if nl >= 0:
-                raw, self.buf = self.buf[:nl], self.buf[nl + 1:]
-                cpu, _, line = raw.partition(b" ")
+                first, self.start = self.start, nl + 1
+                space = self.buf.find(b" ", first, nl)
+                if space < 0 or space - first > 32:
+                    raise _ChildGone("protocol: unexpected reply (no CPU figure)")
                 try:
-                    return float(cpu), line
+                    cpu = float(bytes(self.view[first:space]))  # a number: nothing of the verifier's data
                 except ValueError:
-                    raise _ChildGone(f"protocol: unexpected reply {raw[:40]!r}") from None
-            if len(self.buf) > MAX_LINE:
+                    raise _ChildGone("protocol: unexpected reply (bad CPU figure)") from None
+                return cpu, self.view[space + 1:nl]
+            if self.end - self.start > MAX_LINE:
                 raise _ChildGone("protocol: reply line too long")
+            if self.start == self.end:
+                self.wipe()
+            elif self.end > self.SIZE - (1 << 14):  # keep room: move the partial line to the front
+                size = self.end - self.start
+                self.view[:size] = self.view[self.start:self.end]
+                self.view[size:self.end] = bytes(self.end - size)
+                self.start, self.end = 0, size
             if not select.select([self.fd], [], [], wait)[0]:
                 state, cpu = _proc_stat(self.pid)
                 used = cpu - mark
@@ -504,10 +537,10 @@ class _ChildOutput:
                 # CPU time never runs faster than the wall clock: nothing to check before this
                 wait = max(0.005, min(budget - used, WALL_CEILING_S - waited))
                 continue
-            chunk = os.read(self.fd, 1 << 16)
-            if not chunk:
+            got = os.readv(self.fd, [self.view[self.end:]])
+            if not got:
                 raise _ChildGone("eof")
-            self.buf += chunk
+            self.end += got
 
 
 class _Child:
@@ -530,12 +563,12 @@ class _Child:
         self.cpu_killed = False  # reaped after RLIMIT_CPU's SIGKILL: a timeout, not a crash
         self.killed = False
 
-    def go(self, body: bytes, start: int) -> bool:
-        """Hand the child its request; False when it is gone already."""
-        data = memoryview(struct.pack(">II", len(body), start) + body)
+    def go(self, body: memoryview, start: int) -> bool:
+        """Hand the child its request (straight from the zygote's request buffer); False when it is gone."""
         try:
-            while data:
-                data = data[os.write(self.go_w, data):]
+            for data in (memoryview(struct.pack(">II", len(body), start)), body):
+                while data:
+                    data = data[os.write(self.go_w, data):]
             return True
         except OSError:
             return False
@@ -633,16 +666,13 @@ def _remove_later(path: str) -> None:
     os.waitpid(pid, 0)
 
 
-def _checked_error(line: bytes) -> bytes | None:
-    """Re-encoded ``{"k", "m"}`` payload of an E/C line from a child, or None when malformed."""
-    try:
-        data = json.loads(line[1:])
-        kind, message = data["k"], data["m"]
-    except (ValueError, KeyError, TypeError):
+def _checked_error(line: memoryview) -> list | None:
+    """The pieces to relay for an E/C line from a child (``[b"E", payload view]``), or None when
+    malformed. Checked in place: the message never becomes an object of the zygote."""
+    m = _ERROR_LINE.fullmatch(line)
+    if m is None or m.group(1) not in _KINDS_B:
         return None
-    if not isinstance(kind, str) or not isinstance(message, str) or kind not in ERROR_KINDS:
-        return None
-    return json.dumps({"k": kind, "m": message[:MSG_MAX]}).encode()
+    return [b"E", line[1:]]
 
 
 def _error(kind: str, message: str) -> bytes:
@@ -673,7 +703,7 @@ def _ready(child: "_Child") -> float:
     return cpu
 
 
-def _run_batch(body: bytes, n: int, spare: "_Child | None", emit) -> None:
+def _run_batch(body: memoryview, n: int, spare: "_Child | None", emit) -> None:
     """Verdict lines for every response of the request ``body`` (``n`` responses), the first
     child being the warmed-up ``spare``; a crash, timeout or protocol breach of the verifier costs
     one verdict (all of them when it happens before the module body finished). Raises
@@ -699,41 +729,45 @@ def _run_batch(body: bytes, n: int, spare: "_Child | None", emit) -> None:
                     cpu, line = child.out.line(mark)
                     mark = cpu
                 except _ChildTimeout as exc:
-                    emit([_timeout("evaluate" if started else "module body", str(exc))] * count)
+                    emit([[_timeout("evaluate" if started else "module body", str(exc))]] * count)
                     i += count
                     break
                 except _HostStall as exc:
                     raise _Infrastructure(str(exc)) from exc
                 except _ChildGone as exc:
                     if str(exc).startswith("protocol"):
-                        emit([_error("protocol", str(exc))] * count)
+                        emit([[_error("protocol", str(exc))]] * count)
                     else:
                         how = child.reap(grace_s=0.5)
                         if child.cpu_killed:
-                            emit([_timeout("evaluate" if started else "module body", "hit RLIMIT_CPU")] * count)
+                            emit([[_timeout("evaluate" if started else "module body", "hit RLIMIT_CPU")]] * count)
                         else:
-                            emit([_error("crash", f"worker died ({how})")] * count)
+                            emit([[_error("crash", f"worker died ({how})")]] * count)
                     i += count
                     break
-                tag = line[:1]
+                tag = bytes(line[:1])
                 if not started and line == b"K":
                     started = True
-                elif not started and tag == b"C" and (payload := _checked_error(line)) is not None:
-                    emit([b"E" + payload] * count)
+                elif not started and tag == b"C" and (pieces := _checked_error(line)) is not None:
+                    emit([pieces] * count)
                     i += count
                     break
-                elif started and line in (b"T", b"F"):
-                    emit([line])
+                elif started and line == b"T":
+                    emit([[b"T"]])
                     i += 1
-                elif started and tag == b"E" and (payload := _checked_error(line)) is not None:
-                    emit([b"E" + payload])
+                elif started and line == b"F":
+                    emit([[b"F"]])
+                    i += 1
+                elif started and tag == b"E" and (pieces := _checked_error(line)) is not None:
+                    emit([pieces])
                     i += 1
                 else:
-                    emit([_error("protocol", f"unexpected reply {line[:40]!r}")] * count)
+                    emit([[_error("protocol", f"unexpected reply with tag {tag!r} ({len(line)} bytes)")]] * count)
                     i += count
                     break
         finally:
             child.kill()
+            child.out.wipe()
             _DYING.append(child)
 
 
@@ -767,23 +801,56 @@ def _write(data: bytes) -> None:
         view = view[os.write(_REP, view):]
 
 
+def _read_into(view: memoryview) -> bool:
+    """Fill ``view`` from the request pipe; False on end of file."""
+    pos = 0
+    while pos < len(view):
+        got = os.readv(_REQ, [view[pos:]])
+        if not got:
+            return False
+        pos += got
+    return True
+
+
+def _writev(pieces: list) -> None:
+    total = sum(len(p) for p in pieces)
+    done = os.writev(_REP, pieces)
+    if done < total:  # a partial write (rare on a blocking pipe): finish piece by piece, without copies
+        for piece in pieces:
+            view = memoryview(piece)
+            if done >= len(view):
+                done -= len(view)
+                continue
+            view, done = view[done:], 0
+            while view:
+                view = view[os.write(_REP, view):]
+
+
 def main() -> None:
     for name in sorted(ALLOWED):
         if name in sys.modules:
             _view(sys.modules[name])
     gc.freeze()  # children share the preloaded heap; the collector need not touch (and copy) it
-    spare = _Child()
+    body_buf = bytearray(1 << 16)  # the request body: passed on to the child, zeroed after the batch
+    spare: _Child | None = _Child()
     while True:
         header = _read_exact(4)
         if header is None:
             return
-        body = _read_exact(struct.unpack(">I", header)[0])
-        if body is None:
+        head = _read_exact(struct.unpack(">I", header)[0])
+        size_b = _read_exact(4) if head is not None else None
+        if head is None or size_b is None:
             return
-        request = json.loads(body)
-        code, nonce = request["code"], request["nonce"].encode()
-        for name in LAZY:
-            if name in code and name not in sys.modules:
+        request = json.loads(head)
+        nonce, n = request["nonce"].encode(), int(request["n"])
+        size = struct.unpack(">I", size_b)[0]
+        if size > len(body_buf):
+            body_buf = bytearray(size)
+        body = memoryview(body_buf)[:size]
+        if not _read_into(body):
+            return
+        for name in request.get("lazy", ()):
+            if name in LAZY and name not in sys.modules:
                 if spare is not None:
                     spare.reap()  # forked before the library was loaded: stale
                 _preload(name)
@@ -792,14 +859,15 @@ def main() -> None:
                 gc.freeze()
                 spare = _Child()
 
-        def emit(lines: list[bytes], nonce: bytes = nonce) -> None:
-            _write(b"".join(nonce + line + b"\n" for line in lines))
+        def emit(lines: list, nonce: bytes = nonce) -> None:
+            _writev([piece for pieces in lines for piece in (nonce, *pieces, b"\n")])
 
         try:
-            _run_batch(body, len(request["responses"]), spare, emit)
+            _run_batch(body, n, spare, emit)
         except _Infrastructure as exc:
-            emit([b"I" + json.dumps({"m": str(exc)[:MSG_MAX]}).encode()])
-        del request
+            emit([[b"I" + json.dumps({"m": str(exc)[:MSG_MAX]}).encode()]])
+        body[:] = bytes(size)  # no later spare is forked with this batch's inputs in its memory
+        del body
         _write(nonce + b"D\n")
         _reap_dying()
         try:

@@ -64,6 +64,8 @@ BACKSTOP_S = 30.0
 #: Tries of one batch (the first and the retries on fresh workers) before an infrastructure failure is raised.
 INFRA_ATTEMPTS = 3
 SELF_TEST_CODE = "def evaluate(r):\n    return r == 1\n"
+#: Allowed libraries the zygote loads only when a verifier names them (see ``_worker.LAZY``).
+LAZY_MODULES = ("pymorphy3",)
 MESSAGE_MAX = 400
 
 
@@ -163,13 +165,15 @@ class _Worker:
         if select.select([self.rfd], [], [], 0)[0]:  # late bytes (or EOF) since the last end marker
             raise _WorkerGone("bytes (or end of file) between batches")
         try:
-            body = json.dumps({"code": code, "responses": responses, "guard": guard, "nonce": nonce},
-                              ensure_ascii=False).encode()
+            body = json.dumps({"code": code, "responses": responses, "guard": guard}, ensure_ascii=False).encode()
         except (TypeError, ValueError) as exc:
             raise SandboxError(f"responses must be JSON-serialisable (str, numbers, lists, dicts): {exc}") from exc
+        # The header is all the zygote decodes; the body (code and responses) it only passes on, from a
+        # buffer it zeroes after the batch: no later verifier finds this one's inputs in its memory.
+        header = json.dumps({"nonce": nonce, "n": len(responses), "lazy": [m for m in LAZY_MODULES if m in code]}).encode()
         assert self.proc is not None and self.proc.stdin is not None
         try:
-            self.proc.stdin.write(struct.pack(">I", len(body)) + body)
+            self.proc.stdin.write(struct.pack(">I", len(header)) + header + struct.pack(">I", len(body)) + body)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
             raise _WorkerGone(str(exc)) from exc

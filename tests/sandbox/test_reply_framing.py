@@ -32,7 +32,8 @@ FAKE_ZYGOTE = textwrap.dedent('''
             out += chunk
         return out
     while True:
-        req = json.loads(read(struct.unpack(">I", read(4))[0]))
+        head = json.loads(read(struct.unpack(">I", read(4))[0]))  # nonce, n, lazy
+        req = {**json.loads(read(struct.unpack(">I", read(4))[0])), **head}  # code, responses, guard
         nonce, code, n = req["nonce"].encode(), req["code"], len(req["responses"])
         flag = code.split("FLAG=")[1].split()[0] if "FLAG=" in code else None
         if "EXIT_AFTER_ANSWER" in code:  # a complete, well-framed answer, then a clean exit
