@@ -687,6 +687,11 @@ class _Infrastructure(Exception):
     """No verdict for reasons of the host: the whole batch is answered with one ``I`` line."""
 
 
+def _is(line: memoryview, tag: bytes) -> bool:
+    """``line`` is exactly the one-byte ``tag`` (compared without copying the line)."""
+    return len(line) == 1 and line[0] == tag[0]
+
+
 def _ready(child: "_Child") -> float:
     """Wait for the child's ``R`` line (set up and warmed up; usually there already, written while the
     zygote waited for the request) and return its CPU figure: where the module body's budget starts."""
@@ -696,7 +701,7 @@ def _ready(child: "_Child") -> float:
         child.kill()
         _DYING.append(child)
         raise _Infrastructure(f"a verifier process did not get ready: {exc}") from exc
-    if line != b"R":
+    if not _is(line, b"R"):
         child.kill()
         _DYING.append(child)
         raise _Infrastructure(f"verifier process setup failed: {line[1:MSG_MAX].decode('utf-8', 'replace')}")
@@ -746,16 +751,16 @@ def _run_batch(body: memoryview, n: int, spare: "_Child | None", emit) -> None:
                     i += count
                     break
                 tag = bytes(line[:1])
-                if not started and line == b"K":
+                if not started and _is(line, b"K"):
                     started = True
                 elif not started and tag == b"C" and (pieces := _checked_error(line)) is not None:
                     emit([pieces] * count)
                     i += count
                     break
-                elif started and line == b"T":
+                elif started and _is(line, b"T"):
                     emit([[b"T"]])
                     i += 1
-                elif started and line == b"F":
+                elif started and _is(line, b"F"):
                     emit([[b"F"]])
                     i += 1
                 elif started and tag == b"E" and (pieces := _checked_error(line)) is not None:
