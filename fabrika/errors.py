@@ -12,6 +12,8 @@
     │       ├── JournalCorruptError  a stage journal damaged before its tail
     │       └── ShardCorruptError    a parquet shard that does not read (truncated, garbled)
     ├── SandboxError         the sandbox itself failed (not a verifier's verdict)
+    │   └── SandboxInfrastructureError  no verdict for reasons of the host (worker death,
+    │                                   framing, wall ceiling): transient, the item stays pending
     ├── TransientError       an infrastructure fault in stage code: the item stays pending
     └── StageFailure         the runner stopped a stage: a bug or a configuration problem
                              in one item (CLI exit 2 for configuration, 4 for a bug)
@@ -158,6 +160,12 @@ class StageFailure(FabrikaError):
 
     def __reduce__(self) -> tuple[type["StageFailure"], tuple[str, str | None, str, str, str]]:
         return type(self), (self.stage, self.item_id, self.kind, self.error, self.fix)
+
+
+class SandboxInfrastructureError(SandboxError):
+    """The sandbox could not reach a verdict for reasons of the host, not of the verifier: a worker
+    died or sent a garbled stream, or the host starved a verifier past the wall ceiling — on a fresh
+    worker as well. Transient: the item must stay pending (retried), never become a verdict."""
 
 
 class LLMError(FabrikaError):

@@ -29,7 +29,15 @@ from rich.console import Console
 from rich.markup import escape
 
 import fabrika
-from fabrika.errors import ConfigError, InputError, StageFailure, StorageError, StoreError
+from fabrika.errors import (
+    ConfigError,
+    InputError,
+    SandboxError,
+    SandboxInfrastructureError,
+    StageFailure,
+    StorageError,
+    StoreError,
+)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="fabrika: synthetic post-training data factory (Russian first).")
@@ -145,6 +153,8 @@ def run(
         fail(str(exc), code=exc.exit_code)
     except (ConfigError, InputError, StoreError) as exc:
         fail(str(exc))
+    except SandboxError as exc:  # a sandbox that cannot start (bwrap self-test) is loud, never a fallback
+        fail(str(exc), code=3 if isinstance(exc, SandboxInfrastructureError) else 2)
     except (KeyboardInterrupt, asyncio.CancelledError):
         fail("interrupted: finished items are saved; rerun the same command to resume", code=130)
     from fabrika.cli import views

@@ -7,9 +7,11 @@ Public API (stable; other packages code against exactly this)::
     with SandboxPool(SandboxConfig(timeout_s=1.0)) as pool:      # or: async with
         verdicts = pool.run_sync(code, responses)                 # or: await pool.run(...)
     pool.isolation        # "bwrap" | "rlimits" -> manifest field sandbox.isolation
-    verdict.status        # "true" | "false" | "error" | "timeout"
+    verdict.status        # "true" | "false" | "error" | "timeout"  (timeout: CPU time, not wall time)
     verdict.error_kind    # "precheck" | "syntax" | "no_function" | "exception" | "non_bool"
                           # | "memory" | "crash" | "protocol"  (None unless status == "error")
+    # no verdict for reasons of the host (worker death, framing, starved past the wall ceiling),
+    # on fresh workers too: run/run_sync raise fabrika.errors.SandboxInfrastructureError (pending)
     verdict.value         # True / False / None;  verdict.passed -> bool
     precheck(code)        # list of problems; [] means the lint passes (it is not a boundary)
     SandboxSettings(...).pool_config(backend)   # the pipeline's `sandbox:` block -> SandboxConfig
@@ -17,7 +19,9 @@ Public API (stable; other packages code against exactly this)::
 
 The code must define ``evaluate(response) -> bool``; only a real ``bool`` counts.
 Bad code never raises in the caller: it becomes an error verdict. Every request runs
-in a fresh process forked from a preloaded zygote: no verifier sees another's state.
+in a fresh process forked from a preloaded zygote, under bwrap in a mount and IPC
+namespace of its own with a fresh inode-capped tmpfs ``/tmp``: no verifier sees
+another's state, files, IPC objects or inputs.
 """
 
 from __future__ import annotations

@@ -16,19 +16,41 @@ zygote's copy, which no verifier has touched.
 
 Protocol (why so small: millions of calls, the parent parses every reply):
 
-* parent -> zygote, fd 0: 4-byte big-endian length + JSON
-  ``{"code": str, "responses": [...], "guard": bool, "nonce": str}``;
+* parent -> zygote, fd 0: a header, 4-byte big-endian length + JSON ``{"nonce": str, "n":
+  int, "lazy": [module]}``, then the body, 4-byte length + JSON ``{"code": str, "responses":
+  [...], "guard": bool}``. The zygote decodes only the header; the body it reads into a
+  buffer of its own, hands to the child and zeroes, and the child's reply lines it checks
+  and relays from another such buffer, never as Python objects: nothing of an earlier
+  batch's code, responses or messages is left in the heap the next spare is forked from;
 * zygote -> parent, on ``reply_fd``: for each response, in order, one line
   ``<nonce>T`` (True), ``<nonce>F`` (False), ``<nonce>E{"k": kind, "m": message}``
-  (error) or ``<nonce>X{"m": message}`` (timeout), then ``<nonce>D`` (done). The
-  nonce is fresh per batch and the child never
-  holds the parent's pipe, so nothing a verifier writes can pass for a reply.
-* child -> zygote, on a pipe of its own: ``K`` once the module body ran, then ``T``,
-  ``F`` or ``E{...}`` per response; ``C{...}`` instead of ``K`` when the code cannot
-  load. The zygote checks every line; anything else is a ``protocol`` verdict.
+  (error) or ``<nonce>X{"m": message}`` (timeout), then ``<nonce>D`` (done); or, when
+  the host (not the verifier) kept a verdict from being reached, ``<nonce>I{"m": message}``
+  (infrastructure: the parent retries the batch on a fresh worker) and ``<nonce>D``. The
+  nonce is fresh per batch and the child never holds the parent's pipe, so nothing a
+  verifier writes can pass for a reply.
+* child -> zygote, on a pipe of its own, every line prefixed with the child's CPU seconds
+  so far (``"0.0123 "``): ``R`` once it is set up and warmed up (before it is given a
+  request: off the batch's critical path), ``K`` once the module body ran,
+  then ``T``, ``F`` or ``E{...}`` per response; ``C{...}`` instead of ``K`` when the code
+  cannot load. The zygote checks every line; anything else is a ``protocol`` verdict.
 
-The zygote owns the per-response clock: a child silent for ``timeout_s`` is killed and
-the remaining responses go to a new child. The worker's stdout/stderr are /dev/null.
+Clocks (why CPU, not wall: a verdict must not depend on how loaded the host is): the
+zygote owns the per-response budget, ``timeout_s`` seconds of the child's own CPU time
+(``/proc/<pid>/stat``, checked whenever the child has been silent for as long as it had
+budget left: CPU time never runs faster than the wall clock). A child that used it up is
+killed, the response is a ``timeout`` verdict and the remaining responses go to a new
+child. ``RLIMIT_CPU`` is the backstop for code the zygote cannot watch. A child silent
+for ``wall_ceiling_s`` without using its CPU budget is either blocked on purpose (asleep:
+a ``timeout`` verdict, whatever the host load) or starved by the host (runnable: an
+infrastructure line, never a verdict).
+
+Namespaces (bwrap): each child unshares a mount and an IPC namespace of its own before it
+sees its request, and mounts a fresh tmpfs (size and inode limits) on ``/tmp``: nothing one
+verifier writes, and no SysV/POSIX IPC object it creates, is visible to the next, and
+nothing is deleted on anyone's clock (the namespace dies with the child). A Python
+installation that lives under ``/tmp`` is bound back, read-only, from its stash.
+The worker's stdout/stderr are /dev/null.
 """
 
 from __future__ import annotations
@@ -38,6 +60,7 @@ import gc
 import json
 import os
 import random
+import re
 import resource
 import select
 import signal
@@ -49,10 +72,15 @@ import types
 CONFIG = json.loads(sys.argv[1])
 ALLOWED = frozenset(CONFIG["allowed_modules"])
 ERROR_KINDS = frozenset(CONFIG["error_kinds"])
-TIMEOUT_S = float(CONFIG["timeout_s"])
+TIMEOUT_S = float(CONFIG["timeout_s"])  # CPU seconds per response (and for the module body)
+WALL_CEILING_S = float(CONFIG.get("wall_ceiling_s") or max(10 * TIMEOUT_S, 10.0))
 MSG_MAX = 400
 MAX_LINE = 64 * 1024
-SCRATCH = "/tmp" if CONFIG.get("isolation") == "bwrap" else None
+#: bwrap: {"path": "/tmp", "bytes": N, "inodes": N, "rebind": [[stash, target], ...]}; rlimits:
+#: {"base": private dir} (a fresh sub-directory per child); None: no scratch (cwd "/").
+SCRATCH = CONFIG.get("scratch")
+NAMESPACES = bool(CONFIG.get("namespaces"))
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # Heavy libraries load on first use, in the zygote (trusted, before any fork).
 LAZY = frozenset({"pymorphy3"})
@@ -101,6 +129,17 @@ def _prctl(option: int, value: int) -> None:
 
         _LIBC.append(ctypes.CDLL(None, use_errno=True))
     _LIBC[0].prctl(option, value, 0, 0, 0)
+
+
+def _proc_stat(pid: int) -> tuple[str, float]:
+    """State letter and CPU seconds (user + system) of process ``pid`` from ``/proc/<pid>/stat``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return "X", 0.0
+    fields = data[data.rindex(b")") + 2:].split()
+    return fields[0].decode(), (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
@@ -191,28 +230,124 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def _child_limits(responses_left: int) -> None:
-    """Own uid (when the zygote may drop it), then rlimits no verifier can raise again."""
+def _child_uid() -> int | None:
+    """The uid this child drops to (one per child: no peer to signal), or None when it keeps its own."""
     uid_base, uid_span = CONFIG.get("uid_base"), CONFIG.get("uid_span")
     if uid_base is not None and os.getuid() == 0:
-        uid = uid_base + random.SystemRandom().randrange(uid_span)  # one uid per child: no peer to signal
+        return uid_base + random.SystemRandom().randrange(uid_span)
+    return None
+
+
+CLONE_NEWNS, CLONE_NEWIPC = 0x00020000, 0x08000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_RDONLY = 2, 4, 8, 1
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+
+
+def _libc():
+    if not _LIBC:
+        import ctypes
+
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        import ctypes
+
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _private_namespaces(uid: int | None) -> None:
+    """A mount and an IPC namespace of this child's own, with a fresh tmpfs scratch (bwrap only)."""
+    libc = _libc()
+    _check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare")
+    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    _ipc_limits(SCRATCH["bytes"])
+    path = SCRATCH["path"]
+    owner = uid if uid is not None else os.getuid()
+    opts = f"size={SCRATCH['bytes']},nr_inodes={SCRATCH['inodes']},mode=1777,uid={owner},gid={owner}"
+    _check(libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts.encode()), "mount scratch")
+    for stash, target in SCRATCH.get("rebind", ()):  # an interpreter under /tmp: back, read-only
+        os.makedirs(target, mode=0o755, exist_ok=True)
+        _check(libc.mount(stash.encode(), target.encode(), None, MS_BIND | MS_REC, None), f"bind {target}")
+        _check(libc.mount(b"none", target.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                          None), f"remount {target} read-only")
+
+
+def _ipc_limits(max_bytes: int) -> None:
+    """Small SysV limits in the fresh IPC namespace: segments are not charged to RLIMIT_AS, so they
+    get the scratch tmpfs's size in all. Best effort (a read-only /proc/sys keeps the defaults; the
+    namespace still dies with the child)."""
+    for name, value in (("shmmax", max_bytes), ("shmall", max(1, max_bytes // 4096)), ("shmmni", 16),
+                        ("msgmni", 16), ("sem", "250 1024 32 16")):
+        try:
+            with open(f"/proc/sys/kernel/{name}", "w") as f:
+                f.write(str(value))
+        except OSError:
+            pass
+
+
+def _drop_caps() -> None:
+    """No capability left in this child (capset with empty sets; a non-root bwrap zygote keeps
+    CAP_SYS_ADMIN in its user namespace only to give each child its own namespaces)."""
+    import ctypes
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    data = (ctypes.c_uint32 * 6)()
+    _check(_libc().capset(ctypes.byref(Header(0x20080522, 0)), data), "capset")
+
+
+def _private_dir(uid: int | None) -> str:
+    """rlimits: a fresh scratch directory per child inside the pool's private base directory."""
+    path = os.path.join(SCRATCH["base"], f"c{os.getpid()}")
+    os.mkdir(path, 0o700)
+    if uid is not None:
+        os.chown(path, uid, uid)
+    return path
+
+
+def _child_setup() -> str | None:
+    """What a spare child does before it sees any request: namespaces or scratch dir, uid, caps,
+    rlimits (all but RLIMIT_CPU, which depends on the request). Returns the scratch dir."""
+    uid = _child_uid()
+    scratch = None
+    if NAMESPACES:
+        _private_namespaces(uid)
+        scratch = SCRATCH["path"]
+    elif SCRATCH is not None:
+        scratch = _private_dir(uid)
+    if uid is not None:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
+    if NAMESPACES and os.getuid() != 0:
+        _drop_caps()
     if sys.platform.startswith("linux"):
         _PRCTL(PR_SET_DUMPABLE, 0)
         _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
-    limits = dict(CONFIG["limits"])
-    # CPU seconds are a backstop; the zygote's wall-clock kill is the per-response limit.
-    limits["RLIMIT_CPU"] = int(TIMEOUT_S * responses_left) + 2
-    for name, value in limits.items():
-        res = getattr(resource, name)
-        try:
-            resource.setrlimit(res, (value, value))
-        except (ValueError, OSError):
-            soft, hard = resource.getrlimit(res)
-            if hard == resource.RLIM_INFINITY or value <= hard:
-                resource.setrlimit(res, (value, hard))
+    for name, value in CONFIG["limits"].items():
+        _set_limit(getattr(resource, name), value)
+    return scratch
+
+
+def _set_limit(res: int, value: int) -> None:
+    try:
+        resource.setrlimit(res, (value, value))
+    except (ValueError, OSError):
+        soft, hard = resource.getrlimit(res)
+        if hard == resource.RLIM_INFINITY or value <= hard:
+            resource.setrlimit(res, (value, hard))
+
+
+def _cpu_limit(responses_left: int) -> int:
+    """RLIMIT_CPU of a child with ``responses_left`` responses to go: the zygote's per-response CPU
+    budget for each of them and the module body, plus what it used already, plus slack. Only code
+    the zygote cannot watch ever meets it (SIGKILL; the zygote then reads the rusage: a timeout)."""
+    return int(time.process_time() + TIMEOUT_S * (responses_left + 1)) + 2
 
 
 #: Trusted warm-up a spare child runs while it waits: a fork shares the zygote's heap, and the
@@ -250,29 +385,38 @@ def _read_fd(fd: int, n: int) -> bytes:
 def _child(go_fd: int, wfd: int) -> None:
     """Body of a forked child; never returns (``os._exit``: no atexit, no thread joins).
 
-    It warms up, then waits for its request (``>II`` body length and first response
-    index, then the request JSON) from the zygote, drops to its own uid and limits, and
-    only then runs the verifier."""
+    As a spare it sets itself up (namespaces, uid, limits) and warms up, then waits for its
+    request (``>II`` body length and first response index, then the request JSON) from the
+    zygote, and only then runs the verifier. Every line it sends starts with its CPU seconds."""
     write = os.write
+    clock = time.process_time
 
     def send(data: bytes) -> None:
-        view = memoryview(data)
+        view = memoryview(b"%.6f " % clock() + data)
         while view:
             view = view[write(wfd, view):]
 
     try:
         try:
+            scratch = _child_setup()
+        except BaseException as exc:  # noqa: BLE001 - the zygote turns this into an infrastructure line
+            view = memoryview(b"0 Z" + json.dumps({"m": _describe(exc)}).encode()[:MSG_MAX] + b"\n")
+            while view:
+                view = view[write(wfd, view):]
+            os._exit(0)
+        try:
             _warm_up()
         except BaseException:  # noqa: BLE001 - a warm-up problem must not cost a verdict
             pass
+        send(b"R\n")  # ready: the module body's CPU clock starts at this line's figure
         size, start = struct.unpack(">II", _read_fd(go_fd, 8))
         request = json.loads(_read_fd(go_fd, size))
         os.close(go_fd)
         code, responses, guard = request["code"], request["responses"], bool(request.get("guard", True))
         del request
-        _child_limits(len(responses) - start)
-        if SCRATCH:
-            os.chdir(SCRATCH)
+        _set_limit(resource.RLIMIT_CPU, _cpu_limit(len(responses) - start))
+        if scratch:
+            os.chdir(scratch)
         try:
             compiled = compile(code, "<verifier>", "exec")
         except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as exc:
@@ -325,35 +469,84 @@ class _ChildGone(Exception):
 
 
 class _ChildTimeout(Exception):
-    pass
+    """The child used its CPU budget (or slept past the wall ceiling): a ``timeout`` verdict."""
+
+
+class _HostStall(Exception):
+    """The child was runnable but got no CPU for the whole wall ceiling: the host's fault, no verdict."""
+
+
+#: A child's E/C line as the child writes it (``json.dumps`` with ``ensure_ascii``): kind, then the message
+#: as a JSON string literal, checked in place (no decoding: the zygote keeps no copy of a message).
+_ERROR_LINE = re.compile(rb'[EC]\{"k": "([a-z_]+)", "m": "(?:[^"\\\x00-\x1f\x7f-\xff]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"\}')
+_KINDS_B = frozenset(k.encode() for k in ERROR_KINDS)
 
 
 class _ChildOutput:
-    """The zygote's end of one child's pipe: lines with a wall-clock deadline each."""
+    """The zygote's end of one child's pipe: ``(cpu, line)`` pairs, each within a CPU budget.
 
-    def __init__(self, fd: int) -> None:
-        self.fd, self.buf = fd, b""
+    Lines are memoryviews into a buffer this object owns and zeroes in :meth:`wipe`: a
+    verifier's output never becomes a Python object in the zygote."""
 
-    def line(self, timeout: float) -> bytes:
-        deadline = time.monotonic() + timeout
+    SIZE = MAX_LINE + (1 << 16)
+
+    def __init__(self, fd: int, pid: int) -> None:
+        self.fd, self.pid = fd, pid
+        self.buf = bytearray(self.SIZE)
+        self.view = memoryview(self.buf)
+        self.start = self.end = 0
+
+    def wipe(self) -> None:
+        self.view[:self.end] = bytes(self.end)
+        self.start = self.end = 0
+
+    def line(self, mark: float, budget: float = TIMEOUT_S) -> tuple[float, memoryview]:
+        """Next line; ``mark`` is the child's CPU seconds when the awaited work began. Raises
+        :class:`_ChildTimeout` once the child used ``budget`` CPU seconds past ``mark``."""
+        started = time.monotonic()
+        wait = min(budget, WALL_CEILING_S)
         while True:
-            nl = self.buf.find(b"\n")
+            nl = self.buf.find(b"\n", self.start, self.end)
             if nl >= 0:
-                line, self.buf = self.buf[:nl], self.buf[nl + 1:]
-                return line
-            if len(self.buf) > MAX_LINE:
+                first, self.start = self.start, nl + 1
+                space = self.buf.find(b" ", first, nl)
+                if space < 0 or space - first > 32:
+                    raise _ChildGone("protocol: unexpected reply (no CPU figure)")
+                try:
+                    cpu = float(bytes(self.view[first:space]))  # a number: nothing of the verifier's data
+                except ValueError:
+                    raise _ChildGone("protocol: unexpected reply (bad CPU figure)") from None
+                return cpu, self.view[space + 1:nl]
+            if self.end - self.start > MAX_LINE:
                 raise _ChildGone("protocol: reply line too long")
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
-                raise _ChildTimeout
-            chunk = os.read(self.fd, 1 << 16)
-            if not chunk:
+            if self.start == self.end:
+                self.wipe()
+            elif self.end > self.SIZE - (1 << 14):  # keep room: move the partial line to the front
+                size = self.end - self.start
+                self.view[:size] = self.view[self.start:self.end]
+                self.view[size:self.end] = bytes(self.end - size)
+                self.start, self.end = 0, size
+            if not select.select([self.fd], [], [], wait)[0]:
+                state, cpu = _proc_stat(self.pid)
+                used = cpu - mark
+                if used >= budget:
+                    raise _ChildTimeout("used up its CPU budget")
+                waited = time.monotonic() - started
+                if waited >= WALL_CEILING_S:
+                    if state in ("S", "T", "t"):  # asleep on purpose (or stopped by itself)
+                        raise _ChildTimeout(f"blocked for {WALL_CEILING_S:.0f}s without using its CPU budget")
+                    raise _HostStall(f"the host gave the verifier {used:.2f}s of CPU in {waited:.1f}s")
+                # CPU time never runs faster than the wall clock: nothing to check before this
+                wait = max(0.005, min(budget - used, WALL_CEILING_S - waited))
+                continue
+            got = os.readv(self.fd, [self.view[self.end:]])
+            if not got:
                 raise _ChildGone("eof")
-            self.buf += chunk
+            self.end += got
 
 
 class _Child:
-    """One forked child (started as a warming-up spare) and the zygote's ends of its pipes."""
+    """One forked child (started as a spare that sets itself up and warms up) and the zygote's ends of its pipes."""
 
     def __init__(self) -> None:
         go_r, go_w = os.pipe()
@@ -367,15 +560,17 @@ class _Child:
             _child(go_r, wfd)
         os.close(go_r)
         os.close(wfd)
-        self.pid, self.go_w, self.out = pid, go_w, _ChildOutput(rfd)
+        self.pid, self.go_w, self.out = pid, go_w, _ChildOutput(rfd, pid)
         self.how: str | None = None
+        self.cpu_killed = False  # reaped after RLIMIT_CPU's SIGKILL: a timeout, not a crash
+        self.killed = False
 
-    def go(self, body: bytes, start: int) -> bool:
-        """Hand the child its request; False when it is gone already."""
-        data = memoryview(struct.pack(">II", len(body), start) + body)
+    def go(self, body: memoryview, start: int) -> bool:
+        """Hand the child its request (straight from the zygote's request buffer); False when it is gone."""
         try:
-            while data:
-                data = data[os.write(self.go_w, data):]
+            for data in (memoryview(struct.pack(">II", len(body), start)), body):
+                while data:
+                    data = data[os.write(self.go_w, data):]
             return True
         except OSError:
             return False
@@ -384,152 +579,216 @@ class _Child:
             self.go_w = -1
 
     def kill(self) -> None:
-        """SIGKILL without waiting; :meth:`reap` (before the next verifier starts) waits."""
-        if self.how is None:
+        """SIGKILL without waiting; the child is reaped later, off every verifier's clock."""
+        if self.how is None and not self.killed:
+            self.killed = True
             try:
                 os.kill(self.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 
-    def reap(self, grace_s: float = 0.0) -> str:
-        """SIGKILL the child (done or not) and reap it; its end in words. ``grace_s`` first
-        waits for a child that is already dying, so the words name its real end."""
+    def reap(self, grace_s: float = 0.0, block: bool = True) -> str | None:
+        """SIGKILL the child (done or not) and reap it; its end in words (None: not yet gone and
+        ``block`` is False). ``grace_s`` first waits for a child that is already dying, so the
+        words name its real end."""
         if self.how is not None:
             return self.how
         if self.go_w >= 0:
             os.close(self.go_w)
             self.go_w = -1
-        status = None
+        got = 0
         deadline = time.monotonic() + grace_s
         while grace_s and time.monotonic() < deadline:
-            got, status = os.waitpid(self.pid, os.WNOHANG)
+            got, status, usage = os.wait4(self.pid, os.WNOHANG)
             if got:
                 break
-            status = None
-            time.sleep(0.005)
-        if status is None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            _, status = os.waitpid(self.pid, 0)
+            time.sleep(0.002)
+        if not got:
+            if not block:
+                self.kill()
+                got, status, usage = os.wait4(self.pid, os.WNOHANG)
+                if not got:
+                    return None
+            else:
+                self.kill()
+                _, status, usage = os.wait4(self.pid, 0)
         os.close(self.out.fd)
         if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            self.cpu_killed = sig == signal.SIGKILL and not self.killed and \
+                usage.ru_utime + usage.ru_stime >= TIMEOUT_S  # RLIMIT_CPU's kill (the verifier's own CPU)
             try:
-                self.how = f"signal {signal.Signals(os.WTERMSIG(status)).name}"
+                self.how = f"signal {signal.Signals(sig).name}"
             except ValueError:
-                self.how = f"signal {os.WTERMSIG(status)}"
+                self.how = f"signal {sig}"
         else:
             self.how = f"exit code {os.WEXITSTATUS(status)}"
-        return str(self.how)
+        _after_child(self.pid)
+        return self.how
 
 
-def _checked_error(line: bytes) -> bytes | None:
-    """Re-encoded ``{"k", "m"}`` payload of an E/C line from a child, or None when malformed."""
+def _after_child(pid: int) -> None:
+    """rlimits only: remove the child's scratch directory (bwrap: its namespace is gone already)."""
+    if NAMESPACES or SCRATCH is None:
+        return
+    path = os.path.join(SCRATCH["base"], f"c{pid}")
     try:
-        data = json.loads(line[1:])
-        kind, message = data["k"], data["m"]
-    except (ValueError, KeyError, TypeError):
+        os.rmdir(path)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    _remove_later(path)
+
+
+def _remove_later(path: str) -> None:
+    """A non-empty scratch dir is renamed away and removed by a detached grandchild: the zygote
+    (and so the next verifier) does not wait for a flood of files to be deleted."""
+    trash = os.path.join(SCRATCH["base"], "trash-" + os.path.basename(path))
+    try:
+        os.rename(path, trash)
+    except OSError:
+        return
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if os.fork() == 0:
+                import shutil
+
+                for root, dirs, _ in os.walk(trash):
+                    for d in dirs:
+                        try:
+                            os.chmod(os.path.join(root, d), 0o700)
+                        except OSError:
+                            pass
+                shutil.rmtree(trash, ignore_errors=True)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _checked_error(line: memoryview) -> list | None:
+    """The pieces to relay for an E/C line from a child (``[b"E", payload view]``), or None when
+    malformed. Checked in place: the message never becomes an object of the zygote."""
+    m = _ERROR_LINE.fullmatch(line)
+    if m is None or m.group(1) not in _KINDS_B:
         return None
-    if not isinstance(kind, str) or not isinstance(message, str) or kind not in ERROR_KINDS:
-        return None
-    return json.dumps({"k": kind, "m": message[:MSG_MAX]}).encode()
+    return [b"E", line[1:]]
 
 
 def _error(kind: str, message: str) -> bytes:
     return b"E" + json.dumps({"k": kind, "m": message[:MSG_MAX]}).encode()
 
 
-def _run_batch(body: bytes, n: int, spare: _Child | None, emit) -> None:
+def _timeout(where: str, why: str) -> bytes:
+    return b"X" + json.dumps({"m": f"{where} {why} (limit {TIMEOUT_S}s of its own CPU time)"}).encode()
+
+
+class _Infrastructure(Exception):
+    """No verdict for reasons of the host: the whole batch is answered with one ``I`` line."""
+
+
+def _is(line: memoryview, tag: bytes) -> bool:
+    """``line`` is exactly the one-byte ``tag`` (compared without copying the line)."""
+    return len(line) == 1 and line[0] == tag[0]
+
+
+def _ready(child: "_Child") -> float:
+    """Wait for the child's ``R`` line (set up and warmed up; usually there already, written while the
+    zygote waited for the request) and return its CPU figure: where the module body's budget starts."""
+    try:
+        cpu, line = child.out.line(0.0, budget=float("inf"))  # trusted setup: only the wall ceiling applies
+    except (_ChildGone, _ChildTimeout, _HostStall) as exc:
+        child.kill()
+        _DYING.append(child)
+        raise _Infrastructure(f"a verifier process did not get ready: {exc}") from exc
+    if not _is(line, b"R"):
+        child.kill()
+        _DYING.append(child)
+        raise _Infrastructure(f"verifier process setup failed: {bytes(line[1:MSG_MAX]).decode('utf-8', 'replace')}")
+    return cpu
+
+
+def _run_batch(body: memoryview, n: int, spare: "_Child | None", emit) -> None:
     """Verdict lines for every response of the request ``body`` (``n`` responses), the first
-    child being the warmed-up ``spare``; a crash, hang or protocol breach costs one verdict
-    (all of them when it happens before the module body finished)."""
+    child being the warmed-up ``spare``; a crash, timeout or protocol breach of the verifier costs
+    one verdict (all of them when it happens before the module body finished). Raises
+    :class:`_Infrastructure` when the host kept a verdict from being reached."""
     i = 0
     while i < n:
-        while _DYING:  # a child killed mid-batch is gone before the next one starts
-            _DYING.pop().reap()
-        child, spare = spare or _Child(), None
+        _reap_dying(block=len(_DYING) > 32)
+        try:
+            child, spare = spare or _Child(), None
+        except OSError as exc:  # fork failed: the host's process table or memory, not the verifier
+            raise _Infrastructure(f"cannot fork a verifier process: {exc}") from exc
+        mark = _ready(child)
         if not child.go(body, i):
             child.reap()
             child = _Child()
+            mark = _ready(child)
             child.go(body, i)
         started = False
         try:
             while i < n:
                 count = 1 if started else n - i
                 try:
-                    line = child.out.line(TIMEOUT_S)
-                except _ChildTimeout:
-                    where = "evaluate" if started else "module body"
-                    emit([b"X" + json.dumps({"m": f"{where} ran past {TIMEOUT_S}s"}).encode()] * count)
+                    cpu, line = child.out.line(mark)
+                    mark = cpu
+                except _ChildTimeout as exc:
+                    emit([[_timeout("evaluate" if started else "module body", str(exc))]] * count)
                     i += count
                     break
+                except _HostStall as exc:
+                    raise _Infrastructure(str(exc)) from exc
                 except _ChildGone as exc:
                     if str(exc).startswith("protocol"):
-                        emit([_error("protocol", str(exc))] * count)
+                        emit([[_error("protocol", str(exc))]] * count)
                     else:
-                        emit([_error("crash", f"worker died ({child.reap(grace_s=0.2)})")] * count)
+                        how = child.reap(grace_s=0.5)
+                        if child.cpu_killed:
+                            emit([[_timeout("evaluate" if started else "module body", "hit RLIMIT_CPU")]] * count)
+                        else:
+                            emit([[_error("crash", f"worker died ({how})")]] * count)
                     i += count
                     break
-                tag = line[:1]
-                if not started and line == b"K":
+                tag = bytes(line[:1])
+                if not started and _is(line, b"K"):
                     started = True
-                elif not started and tag == b"C" and (payload := _checked_error(line)) is not None:
-                    emit([b"E" + payload] * count)
+                elif not started and tag == b"C" and (pieces := _checked_error(line)) is not None:
+                    emit([pieces] * count)
                     i += count
                     break
-                elif started and line in (b"T", b"F"):
-                    emit([line])
+                elif started and _is(line, b"T"):
+                    emit([[b"T"]])
                     i += 1
-                elif started and tag == b"E" and (payload := _checked_error(line)) is not None:
-                    emit([b"E" + payload])
+                elif started and _is(line, b"F"):
+                    emit([[b"F"]])
+                    i += 1
+                elif started and tag == b"E" and (pieces := _checked_error(line)) is not None:
+                    emit([pieces])
                     i += 1
                 else:
-                    emit([_error("protocol", f"unexpected reply {line[:40]!r}")] * count)
+                    emit([[_error("protocol", f"unexpected reply with tag {tag!r} ({len(line)} bytes)")]] * count)
                     i += count
                     break
         finally:
             child.kill()
+            child.out.wipe()
             _DYING.append(child)
 
 
-#: Children killed at the end of a batch, reaped (and their scratch files removed) before the
-#: next verifier runs: their exit costs nothing on the clock of the batch that ended.
+#: Children killed at the end of a batch, reaped without waiting: their teardown (a namespace, a
+#: tmpfs full of files) runs in the kernel on the dead child's account, on no verifier's clock.
 _DYING: list[_Child] = []
 
 
-def _settle() -> bool:
-    """Wait for every killed child and empty the scratch dir; False when it cannot be emptied."""
-    while _DYING:
-        _DYING.pop().reap()
-    return _clean_scratch()
-
-
-def _clean_scratch() -> bool:
-    """Empty the private /tmp between verifiers (bwrap only); False when it cannot be emptied."""
-    if SCRATCH is None:
-        return True
-    import shutil
-
-    def unlock(func, path, exc_info) -> None:  # a verifier's chmod 000 dir: same owner may open it again
-        os.chmod(os.path.dirname(path) or path, 0o700)
-        if os.path.isdir(path) and not os.path.islink(path):
-            os.chmod(path, 0o700)
-            shutil.rmtree(path)
-        else:
-            os.unlink(path)
-
-    try:
-        for entry in os.listdir(SCRATCH):
-            path = os.path.join(SCRATCH, entry)
-            if os.path.isdir(path) and not os.path.islink(path):
-                os.chmod(path, 0o700)
-                shutil.rmtree(path, onerror=unlock)
-            else:
-                os.unlink(path)
-        return not os.listdir(SCRATCH)
-    except OSError:
-        return False
+def _reap_dying(block: bool = False) -> None:
+    still = []
+    for child in _DYING:
+        if child.reap(block=block) is None:
+            still.append(child)
+    _DYING[:] = still
 
 
 def _read_exact(n: int) -> bytes | None:
@@ -549,39 +808,79 @@ def _write(data: bytes) -> None:
         view = view[os.write(_REP, view):]
 
 
+def _read_into(view: memoryview) -> bool:
+    """Fill ``view`` from the request pipe; False on end of file."""
+    pos = 0
+    while pos < len(view):
+        got = os.readv(_REQ, [view[pos:]])
+        if not got:
+            return False
+        pos += got
+    return True
+
+
+def _writev(pieces: list) -> None:
+    total = sum(len(p) for p in pieces)
+    done = os.writev(_REP, pieces)
+    if done < total:  # a partial write (rare on a blocking pipe): finish piece by piece, without copies
+        for piece in pieces:
+            view = memoryview(piece)
+            if done >= len(view):
+                done -= len(view)
+                continue
+            view, done = view[done:], 0
+            while view:
+                view = view[os.write(_REP, view):]
+
+
 def main() -> None:
     for name in sorted(ALLOWED):
         if name in sys.modules:
             _view(sys.modules[name])
     gc.freeze()  # children share the preloaded heap; the collector need not touch (and copy) it
-    spare = _Child()
+    body_buf = bytearray(1 << 16)  # the request body: passed on to the child, zeroed after the batch
+    spare: _Child | None = _Child()
     while True:
         header = _read_exact(4)
         if header is None:
             return
-        body = _read_exact(struct.unpack(">I", header)[0])
-        if body is None:
+        head = _read_exact(struct.unpack(">I", header)[0])
+        size_b = _read_exact(4) if head is not None else None
+        if head is None or size_b is None:
             return
-        request = json.loads(body)
-        code, nonce = request["code"], request["nonce"].encode()
-        for name in LAZY:
-            if name in code and name not in sys.modules:
-                spare.reap()  # forked before the library was loaded: stale
+        request = json.loads(head)
+        nonce, n = request["nonce"].encode(), int(request["n"])
+        size = struct.unpack(">I", size_b)[0]
+        if size > len(body_buf):
+            body_buf = bytearray(size)
+        body = memoryview(body_buf)[:size]
+        if not _read_into(body):
+            return
+        for name in request.get("lazy", ()):
+            if name in LAZY and name not in sys.modules:
+                if spare is not None:
+                    spare.reap()  # forked before the library was loaded: stale
                 _preload(name)
                 if name in sys.modules:
                     _view(sys.modules[name])
                 gc.freeze()
                 spare = _Child()
 
-        def emit(lines: list[bytes], nonce: bytes = nonce) -> None:
-            _write(b"".join(nonce + line + b"\n" for line in lines))
+        def emit(lines: list, nonce: bytes = nonce) -> None:
+            _writev([piece for pieces in lines for piece in (nonce, *pieces, b"\n")])
 
-        _run_batch(body, len(request["responses"]), spare, emit)
-        del request
+        try:
+            _run_batch(body, n, spare, emit)
+        except _Infrastructure as exc:
+            emit([[b"I" + json.dumps({"m": str(exc)[:MSG_MAX]}).encode()]])
+        body[:] = bytes(size)  # no later spare is forked with this batch's inputs in its memory
+        del body
         _write(nonce + b"D\n")
-        if not _settle():
-            return  # files a verifier left in scratch cannot be removed: the parent starts a fresh zygote
-        spare = _Child()  # warms up while the parent reads the verdicts
+        _reap_dying()
+        try:
+            spare = _Child()  # sets itself up and warms up while the parent reads the verdicts
+        except OSError:
+            spare = None
 
 
 if __name__ == "__main__":

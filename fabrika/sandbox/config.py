@@ -19,8 +19,9 @@ ERROR_KINDS: frozenset[str] = frozenset(
         "exception",    # evaluate (or the module body) raised; message is "Type: text"
         "non_bool",     # evaluate returned something other than True/False
         "memory",       # MemoryError under the address-space limit
-        "crash",        # the worker died (signal, os._exit, rlimit) while on this response
-        "protocol",     # the worker sent something the parent cannot parse
+        "crash",        # the verifier's own process died (signal, os._exit, rlimit) while on this response
+        "protocol",     # the verifier's own process wrote something its zygote cannot parse
+        # (a dead zygote or a garbled zygote->parent stream is no verdict: SandboxInfrastructureError)
     }
 )
 
@@ -41,9 +42,21 @@ class SandboxConfig(BaseModel):
     )
     timeout_s: float = Field(
         default=1.0, gt=0, le=600,
-        description="Wall-clock budget per response (the module body gets one too); on expiry the verifier's "
-        "process is SIGKILLed and the remaining responses go to a fresh one.",
+        description="CPU-time budget per response (the module body gets one too), measured on the verifier's "
+        "own CPU clock so that host load changes no verdict; on expiry the verifier's process is SIGKILLed, "
+        "the response is a timeout and the remaining responses go to a fresh one.",
     )
+    wall_ceiling_s: float | None = Field(
+        default=None, gt=0, le=3600,
+        description="Wall-clock ceiling per response (None: max(10 x timeout_s, 10 s)). A verifier asleep that "
+        "long is a timeout; one the host starved of CPU that long is an infrastructure failure (retried, then "
+        "the item stays pending), never a verdict.",
+    )
+    scratch_mb: int = Field(default=16, ge=1, le=1024,
+                            description="Size of a verifier's private scratch tmpfs (/tmp under bwrap), in MiB.")
+    scratch_inodes: int = Field(default=1024, ge=16, le=1_000_000,
+                                description="Inode cap of that tmpfs: how many files and directories a verifier "
+                                "may create (the size limit alone counts blocks, not files).")
     memory_mb: int = Field(
         default=512, ge=64,
         description="Address-space limit (RLIMIT_AS) of a worker, in MiB; allocations beyond it raise MemoryError.",
@@ -76,8 +89,8 @@ class SandboxConfig(BaseModel):
 class Verdict:
     """The outcome of one ``evaluate(response)`` call.
 
-    ``status`` is "true"/"false" for a real bool, "timeout" when the wall-clock budget
-    ran out, "error" otherwise with ``error_kind`` (see :data:`ERROR_KINDS`) and a
+    ``status`` is "true"/"false" for a real bool, "timeout" when the CPU-time budget
+    ran out (or the verifier slept past the wall ceiling), "error" otherwise with ``error_kind`` (see :data:`ERROR_KINDS`) and a
     ``message`` naming what happened.
     """
 

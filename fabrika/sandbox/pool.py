@@ -8,13 +8,19 @@ for every request (one verifier, compiled once, and a batch of its responses).
 State a verifier changes dies with its child: no verifier can change the
 verdicts of another.
 
-The zygote owns the per-response clock (``timeout_s`` from the previous reply:
-the child is killed, the remaining responses go to a new child). The parent keeps
-a backstop: a zygote silent for longer is SIGKILLed with its whole sandbox and
-replaced. Every reply line carries the batch's random nonce; a line without it,
-a missing end marker, or any byte after the end marker marks the zygote tainted
-(replaced, and the batch's unanswered verdicts become ``protocol`` errors). The
-read buffer starts empty for every batch.
+The zygote owns the per-response clock: ``timeout_s`` seconds of the verifier's own
+CPU time (the child is killed, the remaining responses go to a new child), so a
+loaded host changes no verdict. The parent keeps a backstop: a zygote silent past
+the wall ceiling is SIGKILLed with its whole sandbox and replaced.
+
+Verdicts versus infrastructure: what a verifier does (returns, raises, loops, crashes
+its own process) is a verdict. What the host does is not: a worker that dies, a
+reply stream without this batch's nonce, a missing end marker or bytes after it, a
+verifier starved of CPU past the wall ceiling. Such a batch is retried on a fresh
+worker (``INFRA_ATTEMPTS`` in all) and then raises :class:`SandboxInfrastructureError`
+— the pipeline leaves the item pending; it never becomes "verifier broken". A worker
+that exits cleanly right after a complete, well-framed answer gave a valid answer
+(it is simply restarted for the next batch). The read buffer starts empty for every batch.
 
 Usage::
 
@@ -34,27 +40,33 @@ import os
 import queue
 import secrets
 import select
+import shutil
 import signal
 import struct
 import subprocess
+import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Sequence
 
-from fabrika.errors import SandboxError
+from fabrika.errors import SandboxError, SandboxInfrastructureError
 from fabrika.sandbox.config import ERROR_KINDS, FALSE, TRUE, SandboxConfig, Verdict
 from fabrika.sandbox.isolation import WORKER_ENV, resolve_isolation, worker_command, worker_config
 from fabrika.sandbox.precheck import is_syntax_error, precheck
+from fabrika.sandbox.verdict_text import clean_message
 
 log = logging.getLogger(__name__)
 
 MAX_LINE = 64 * 1024
-#: How much longer than ``timeout_s`` the parent waits for the zygote's next line before it
-#: kills the whole sandbox; the first line of a batch may wait for a fork and a lazy pymorphy3 load.
-BACKSTOP_S = 2.0
-FIRST_LINE_GRACE_S = 5.0
+#: How much longer than the zygote's wall ceiling the parent waits for the zygote's next line before
+#: it kills the whole sandbox (an infrastructure failure); covers a fork and a lazy pymorphy3 load.
+BACKSTOP_S = 30.0
+#: Tries of one batch (the first and the retries on fresh workers) before an infrastructure failure is raised.
+INFRA_ATTEMPTS = 3
 SELF_TEST_CODE = "def evaluate(r):\n    return r == 1\n"
+#: Allowed libraries the zygote loads only when a verifier names them (see ``_worker.LAZY``).
+LAZY_MODULES = ("pymorphy3",)
 MESSAGE_MAX = 400
 
 
@@ -69,20 +81,22 @@ class _WorkerGone(Exception):
 class _Worker:
     """One worker process and the parent's end of its pipes. Used by one thread at a time."""
 
-    def __init__(self, config: SandboxConfig, isolation: str) -> None:
+    def __init__(self, config: SandboxConfig, isolation: str, scratch_base: str | None = None) -> None:
         self.config = config
         self.isolation = isolation
+        self.scratch_base = scratch_base
         self.proc: subprocess.Popen[bytes] | None = None
         self.rfd = -1
         self.buf = b""
         self.pos = 0
         self.served = 0
         self.spawned = 0
+        self.eof = False  # the worker closed its reply pipe (after a complete answer): restart before reuse
 
     def spawn(self) -> None:
         rfd, wfd = os.pipe()
         try:
-            cmd = worker_command(self.isolation, worker_config(self.config, self.isolation, wfd))
+            cmd = worker_command(self.isolation, worker_config(self.config, self.isolation, wfd, self.scratch_base))
             self.proc = subprocess.Popen(  # noqa: S603 - argv built by us
                 cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 pass_fds=(wfd,), start_new_session=True, close_fds=True, env=dict(WORKER_ENV), cwd="/",
@@ -92,12 +106,12 @@ class _Worker:
             raise SandboxError(f"cannot start a sandbox worker ({self.isolation}): {exc}") from exc
         finally:
             os.close(wfd)
-        self.rfd, self.buf, self.pos, self.served = rfd, b"", 0, 0
+        self.rfd, self.buf, self.pos, self.served, self.eof = rfd, b"", 0, 0, False
         self.spawned += 1
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and not self.eof and self.proc.poll() is None
 
     def kill(self, grace_s: float = 0.0) -> str:
         """SIGKILL the worker's process group (bwrap takes its pid namespace down with it).
@@ -150,15 +164,17 @@ class _Worker:
     def send(self, code: str, responses: list[Any], guard: bool, nonce: str) -> None:
         self.buf, self.pos = b"", 0  # nothing read for an earlier batch survives into this one
         if select.select([self.rfd], [], [], 0)[0]:  # late bytes (or EOF) since the last end marker
-            raise _WorkerGone("protocol: bytes between batches")
+            raise _WorkerGone("bytes (or end of file) between batches")
         try:
-            body = json.dumps({"code": code, "responses": responses, "guard": guard, "nonce": nonce},
-                              ensure_ascii=False).encode()
+            body = json.dumps({"code": code, "responses": responses, "guard": guard}, ensure_ascii=False).encode()
         except (TypeError, ValueError) as exc:
             raise SandboxError(f"responses must be JSON-serialisable (str, numbers, lists, dicts): {exc}") from exc
+        # The header is all the zygote decodes; the body (code and responses) it only passes on, from a
+        # buffer it zeroes after the batch: no later verifier finds this one's inputs in its memory.
+        header = json.dumps({"nonce": nonce, "n": len(responses), "lazy": [m for m in LAZY_MODULES if m in code]}).encode()
         assert self.proc is not None and self.proc.stdin is not None
         try:
-            self.proc.stdin.write(struct.pack(">I", len(body)) + body)
+            self.proc.stdin.write(struct.pack(">I", len(header)) + header + struct.pack(">I", len(body)) + body)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
             raise _WorkerGone(str(exc)) from exc
@@ -185,8 +201,19 @@ class _Worker:
             self.buf += chunk
 
     def has_leftover(self) -> bool:
-        """Bytes after the end marker, buffered or still in the pipe: the zygote cannot be trusted."""
-        return self.pos < len(self.buf) or bool(select.select([self.rfd], [], [], 0)[0])
+        """Bytes after the end marker, buffered or still in the pipe: the zygote cannot be trusted.
+
+        End of file is not a byte: a worker that exits cleanly right after a complete answer (its
+        pipe readable because it closed) gave a valid answer; it is only restarted for the next batch."""
+        if self.pos < len(self.buf):
+            return True
+        if not select.select([self.rfd], [], [], 0)[0]:
+            return False
+        chunk = os.read(self.rfd, 1)
+        if chunk:
+            return True
+        self.eof = True
+        return False
 
 
 @functools.lru_cache(maxsize=4096)
@@ -209,6 +236,18 @@ def _describe_exit(code: int) -> str:
         return f"exit code {code}"
 
 
+def _message(payload: bytes) -> str:
+    try:
+        return str(json.loads(payload)["m"])[:MESSAGE_MAX]
+    except (ValueError, KeyError, TypeError):
+        return repr(payload[:80])
+
+
+def _wall_ceiling(config: SandboxConfig) -> float:
+    """The per-response wall ceiling the zygote applies (see ``SandboxConfig.wall_ceiling_s``)."""
+    return config.wall_ceiling_s or max(10 * config.timeout_s, 10.0)
+
+
 def _parse_reply(line: bytes, nonce: bytes) -> Verdict:
     """A verdict line from the zygote: ``<nonce>T|F|E{...}|X{...}``; raises on bad framing."""
     if not line.startswith(nonce):
@@ -221,7 +260,9 @@ def _parse_reply(line: bytes, nonce: bytes) -> Verdict:
         return FALSE
     try:
         data = json.loads(body[1:])
-        message = str(data["m"])[:MESSAGE_MAX]
+        # verifier-controlled text: clipped, control characters and host data (paths, passwd lines,
+        # NAME=value pairs) removed before any caller can store it
+        message = clean_message(str(data["m"]), MESSAGE_MAX)
         kind = str(data["k"]) if tag == b"E" else None
     except (ValueError, KeyError, TypeError) as exc:
         raise _WorkerGone(f"protocol: unparseable reply {line[:80]!r}") from exc
@@ -242,7 +283,12 @@ class SandboxPool:
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self.config = config or SandboxConfig()
         self.isolation: str = resolve_isolation(self.config.isolation)
-        self._workers = [_Worker(self.config, self.isolation) for _ in range(self.config.workers)]
+        # rlimits: per-child scratch dirs live here (traversable, not listable, by the children's uids)
+        self._scratch = None
+        if self.isolation == "rlimits":
+            self._scratch = tempfile.mkdtemp(prefix="fabrika-sandbox-")
+            os.chmod(self._scratch, 0o711)
+        self._workers = [_Worker(self.config, self.isolation, self._scratch) for _ in range(self.config.workers)]
         self._idle: queue.Queue[_Worker] = queue.Queue()
         for worker in self._workers:
             self._idle.put(worker)
@@ -252,7 +298,11 @@ class SandboxPool:
         self._self_test()
 
     def _self_test(self) -> None:
-        """Fail at construction, not on the millionth call, when workers cannot run code here."""
+        """Fail at construction, not on the millionth call, when workers cannot run code here.
+
+        Never a fallback: the isolation chosen once (``resolve_isolation``) is the isolation this
+        pool runs or it does not start — a verifier's verdicts must not depend on which mode a
+        particular pool start happened to land in."""
         worker = self._workers[0]
         try:
             verdict = self._run_batch(worker, SELF_TEST_CODE, [1])[0]
@@ -262,18 +312,11 @@ class SandboxPool:
             if verdict.status == "true":
                 return
             problem = f"{verdict.status} {verdict.error_kind or ''} {verdict.message or ''}".strip()
-        if self.config.isolation == "auto" and self.isolation == "bwrap":
-            log.warning("fabrika.sandbox: bwrap workers fail their self-test (%s); FALLING BACK to rlimits-only "
-                        "workers", problem)
-            worker.kill()
-            self.isolation = "rlimits"
-            for w in self._workers:
-                w.isolation = "rlimits"
-            self._self_test()
-            return
         self.close()
-        raise SandboxError(f"sandbox workers ({self.isolation}) fail their self-test: {problem}; "
-                           "check that bubblewrap works here or use SandboxConfig(isolation='rlimits')")
+        hint = ("check that bubblewrap works here (a bwrap self-test failure is never a silent fallback) or set "
+                "isolation='rlimits' to accept weaker isolation" if self.isolation == "bwrap" else
+                "check the Python installation the workers start from")
+        raise SandboxError(f"sandbox workers ({self.isolation}) fail their self-test: {problem}; {hint}")
 
     # -- public API -----------------------------------------------------------------
 
@@ -304,6 +347,8 @@ class SandboxPool:
         for worker in self._workers:
             if worker.proc is not None:
                 worker.kill()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     @property
     def stats(self) -> dict[str, int]:
@@ -349,64 +394,51 @@ class SandboxPool:
             self._idle.put(worker)
 
     def _run_batch(self, worker: _Worker, code: str, responses: list[Any]) -> list[Verdict]:
-        results: list[Verdict | None] = [None] * len(responses)
-        pending = list(range(len(responses)))
-        timeout = self.config.timeout_s
-        retried = False
-        while pending:
-            reused = worker.alive and worker.served > 0
-            if not worker.alive:
-                if worker.proc is not None:
-                    worker.kill()
-                worker.spawn()
-            nonce = secrets.token_hex(8)
-            batch = [responses[i] for i in pending]
+        """Verdicts of one batch; an infrastructure failure is retried on a fresh worker, then raised."""
+        problems: list[str] = []
+        for _ in range(INFRA_ATTEMPTS):
             try:
-                worker.send(code, batch, self.config.precheck, nonce)
-            except _WorkerGone:
-                worker.kill()
-                worker.spawn()
-                try:
-                    worker.send(code, batch, self.config.precheck, nonce)
-                except _WorkerGone as exc:
-                    raise SandboxError(f"sandbox worker dies before reading its request: {exc}") from exc
-            tag = nonce.encode()
-            done = 0
-            try:
-                while done < len(pending):
-                    grace = FIRST_LINE_GRACE_S if done == 0 else BACKSTOP_S
-                    verdict = _parse_reply(worker.read_line(time.monotonic() + timeout + grace), tag)
-                    results[pending[done]] = verdict
-                    done += 1
-                    worker.served += 1
-                end = worker.read_line(time.monotonic() + BACKSTOP_S)
-                if end != tag + b"D":
-                    raise _WorkerGone(f"protocol: expected the end marker, got {end[:40]!r}")
-                if worker.has_leftover():
-                    raise _WorkerGone("protocol: bytes after the end marker")
-                pending = []
-            except _Timeout:
-                worker.kill()
-                if done < len(pending):
-                    results[pending[done]] = Verdict("timeout", None, f"the sandbox gave no verdict within "
-                                                     f"{timeout + BACKSTOP_S}s")
-                pending = pending[done + 1:]
+                verdicts = self._attempt(worker, code, responses)
             except _WorkerGone as exc:
                 how = worker.kill(grace_s=0.2)
-                if done == 0 and reused and not retried and str(exc) == "eof":
-                    retried = True  # a long-lived worker died between batches: not this code's fault
-                    continue
-                kind = "protocol" if str(exc).startswith("protocol") else "crash"
-                verdict = Verdict.error(kind, f"worker died ({how}): {exc}" if kind == "crash" else str(exc))
-                if kind == "protocol":  # a forged or garbled stream: nothing of this batch is trusted
-                    for i in pending:
-                        results[i] = verdict
-                    pending = []
-                elif done < len(pending):
-                    results[pending[done]] = verdict
-                    pending = pending[done + 1:]
-                else:
-                    pending = []
-        if worker.proc is not None and worker.served >= self.config.recycle_after:
-            worker.kill()  # recycle: nothing in a zygote is worth a graceful stop
-        return [v if v is not None else Verdict.error("protocol", "no reply") for v in results]
+                problems.append(f"{exc} (worker {how})" if str(exc) == "eof" and how else str(exc))
+                continue
+            if worker.proc is not None and worker.served >= self.config.recycle_after:
+                worker.kill()  # recycle: nothing in a zygote is worth a graceful stop
+            return verdicts
+        raise SandboxInfrastructureError(
+            f"sandbox ({self.isolation}) gave no verdict in {INFRA_ATTEMPTS} tries on fresh workers: "
+            + "; ".join(dict.fromkeys(problems)))
+
+    def _attempt(self, worker: _Worker, code: str, responses: list[Any]) -> list[Verdict]:
+        """One try of a batch on ``worker`` (started when needed); raises _WorkerGone on any
+        infrastructure problem, which leaves nothing of this try trusted."""
+        if not worker.alive:
+            if worker.proc is not None:
+                worker.kill()
+            worker.spawn()
+        nonce = secrets.token_hex(8)
+        try:
+            worker.send(code, responses, self.config.precheck, nonce)
+        except _WorkerGone:  # it died (or finished cleanly) since its last batch: a fresh one
+            worker.kill()
+            worker.spawn()
+            worker.send(code, responses, self.config.precheck, nonce)
+        tag = nonce.encode()
+        wait = _wall_ceiling(self.config) + BACKSTOP_S
+        verdicts: list[Verdict] = []
+        try:
+            while len(verdicts) < len(responses):
+                line = worker.read_line(time.monotonic() + wait)
+                if line.startswith(tag + b"I"):  # the zygote says the host kept it from a verdict
+                    raise _WorkerGone(f"infrastructure: {_message(line[len(tag) + 1:])}")
+                verdicts.append(_parse_reply(line, tag))
+            end = worker.read_line(time.monotonic() + wait)
+        except _Timeout:
+            raise _WorkerGone(f"the sandbox worker sent nothing for {wait:.0f}s (wall ceiling + backstop)") from None
+        if end != tag + b"D":
+            raise _WorkerGone(f"protocol: expected the end marker, got {end[:40]!r}")
+        if worker.has_leftover():
+            raise _WorkerGone("protocol: bytes after the end marker")
+        worker.served += len(verdicts)
+        return verdicts

@@ -1,5 +1,7 @@
 """The parent's side of the reply stream: only lines with the batch's nonce count, a missing end
-marker or any byte after it taints the worker, and no buffer survives into the next batch.
+marker or any byte after it taints the worker, and no buffer survives into the next batch. A
+tainted or dead worker is infrastructure, never a verdict: the batch is retried on a fresh worker
+and then raises SandboxInfrastructureError. A clean exit right after a complete answer is valid.
 
 A scripted stand-in for the zygote (a plain Python script speaking the protocol) forges
 exactly the streams a compromised worker could send.
@@ -14,6 +16,7 @@ import textwrap
 import pytest
 
 import fabrika.sandbox.pool as pool_module
+from fabrika.errors import SandboxInfrastructureError
 from fabrika.sandbox import SandboxConfig, SandboxPool
 
 FAKE_ZYGOTE = textwrap.dedent('''
@@ -29,9 +32,19 @@ FAKE_ZYGOTE = textwrap.dedent('''
             out += chunk
         return out
     while True:
-        req = json.loads(read(struct.unpack(">I", read(4))[0]))
+        head = json.loads(read(struct.unpack(">I", read(4))[0]))  # nonce, n, lazy
+        req = {**json.loads(read(struct.unpack(">I", read(4))[0])), **head}  # code, responses, guard
         nonce, code, n = req["nonce"].encode(), req["code"], len(req["responses"])
-        if "NO_NONCE" in code:
+        flag = code.split("FLAG=")[1].split()[0] if "FLAG=" in code else None
+        if "EXIT_AFTER_ANSWER" in code:  # a complete, well-framed answer, then a clean exit
+            os.write(rep, b"".join(nonce + b"T\\n" for _ in range(n)) + nonce + b"D\\n")
+            sys.exit(0)
+        elif "DIE_MID_ANSWER" in code and not (flag and os.path.exists(flag)):
+            if flag:
+                open(flag, "w").close()  # dies once: the retry on a fresh worker answers
+            os.write(rep, nonce + b"T\\n")
+            os.kill(os.getpid(), 9)
+        elif "NO_NONCE" in code:
             os.write(rep, b"T\\n" * n + b"D\\n")
         elif "OLD_NONCE" in code:
             os.write(rep, b"0123456789abcdefT\\n" * n + b"0123456789abcdefD\\n")
@@ -59,13 +72,54 @@ def kinds(verdicts):
 
 
 @pytest.mark.parametrize("forgery", ["NO_NONCE", "OLD_NONCE", "LEFTOVER", "NO_END"])
-def test_forged_or_trailing_replies_poison_only_their_batch(fake_pool, forgery):
+def test_forged_or_trailing_replies_are_infrastructure_not_verdicts(fake_pool, forgery):
     code = f"# {forgery}\ndef evaluate(r):\n    return True\n"
-    assert kinds(fake_pool.run_sync(code, ["да", "нет", "да"])) == ["error:protocol"] * 3
     spawned = fake_pool.stats["spawned"]
+    with pytest.raises(SandboxInfrastructureError, match="3 tries on fresh workers: protocol"):
+        fake_pool.run_sync(code, ["да", "нет", "да"])
+    assert fake_pool.stats["spawned"] == spawned + 2  # the first try on the old worker, two retries on fresh ones
     # the next batch gets a fresh worker and exactly its own verdicts, nothing left over
+    spawned = fake_pool.stats["spawned"]
     assert kinds(fake_pool.run_sync("def evaluate(r):\n    return True\n", ["да", "нет"])) == ["true", "false"]
     assert fake_pool.stats["spawned"] == spawned + 1
+
+
+def test_a_clean_exit_right_after_a_complete_answer_is_a_valid_answer(fake_pool, monkeypatch):
+    """Before: under load the worker's EOF was already readable after the end marker and the pool
+    called it "protocol: bytes after the end marker" — correct verifiers recorded as broken.
+    The parent descheduled under load is simulated: it looks at the pipe only once the worker is gone."""
+    real_read_line = pool_module._Worker.read_line
+
+    def late_read_line(self, deadline):
+        if self.pos == 0 and not self.buf and self.proc is not None:
+            try:
+                self.proc.wait(timeout=0.5)  # the worker finishes (and exits) before the parent reads
+            except Exception:  # noqa: BLE001 - a worker that stays alive is read as usual
+                pass
+        return real_read_line(self, deadline)
+
+    monkeypatch.setattr(pool_module._Worker, "read_line", late_read_line)
+    code = "# EXIT_AFTER_ANSWER\ndef evaluate(r):\n    return True\n"
+    for _ in range(3):
+        spawned = fake_pool.stats["spawned"]
+        assert kinds(fake_pool.run_sync(code, ["да", "нет"])) == ["true", "true"]
+        assert fake_pool.stats["spawned"] <= spawned + 1  # no retry: the answer was valid
+    assert kinds(fake_pool.run_sync("def evaluate(r):\n    return True\n", ["да", "нет"])) == ["true", "false"]
+
+
+def test_a_worker_killed_mid_answer_is_retried_on_a_fresh_worker(fake_pool, tmp_path):
+    flag = tmp_path / "died_once"
+    code = f"# DIE_MID_ANSWER FLAG={flag}\ndef evaluate(r):\n    return True\n"
+    spawned = fake_pool.stats["spawned"]
+    assert kinds(fake_pool.run_sync(code, ["да", "нет"])) == ["true", "false"]  # the fresh worker's answer
+    assert flag.exists() and fake_pool.stats["spawned"] == spawned + 1
+
+
+def test_a_worker_that_dies_every_time_is_infrastructure_not_a_crash_verdict(fake_pool):
+    code = "# DIE_MID_ANSWER\ndef evaluate(r):\n    return True\n"
+    with pytest.raises(SandboxInfrastructureError, match="eof"):
+        fake_pool.run_sync(code, ["да", "нет"])
+    assert kinds(fake_pool.run_sync("def evaluate(r):\n    return True\n", ["да"])) == ["true"]
 
 
 def test_honest_stream_keeps_its_worker(fake_pool):

