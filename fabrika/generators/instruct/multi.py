@@ -29,8 +29,8 @@ scores joined: their verifiers and stored test cases). A candidate is refused wh
 
 An LLM-written pair whose verifiers agree on every stored case (paraphrases of one rule that
 dedup did not catch) is refused as ``redundant: …``. Library members without facets (JSON, lists, case …)
-stay out of the composed answer: the conflict table and the judge cover them. The surviving LLM-written pool is held in memory (text, kept verifiers, positive cases
-per constraint; about 2 KB each).
+stay out of the composed answer: the conflict table and the judge cover them. The surviving
+LLM-written pool is held in memory (text, kept verifiers, positive cases per constraint; about 2 KB each).
 
 Every refusal is a recorded ``rejected`` row naming both constraints, so a contradicting
 pair is visible in the funnel and never reaches a prompt. A judge failure rejects the slot
@@ -324,8 +324,10 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
         for c in [*combo, cand]:
             if c["source"] == "library":
                 m = library_member(c["library_id"], c["params"], id=c["id"])
-                if m.facets.words or m.facets.start or m.facets.end or c is cand:
+                if m.facets.words or m.facets.start or m.facets.end:
                     members.append(m)
+                elif c is cand:
+                    facets_only = True  # a P.S. or a JSON answer is not composed here: table and judge
             else:
                 members.append(Member(c["id"], c["text"], parse_facets(c["text"]), tuple(c["_pool"]["positives"])))
         if (why := facet_conflict(members)) is not None:
