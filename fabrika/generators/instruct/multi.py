@@ -211,6 +211,7 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
         self.pool = self._llm_pool() if cfg.input else []
         self.sandbox = get_sandbox(self.ctx, cfg.timeout_s) if self.pool else None
         self.pairs: dict[tuple[str, str], asyncio.Future[tuple[int, int, bool]] | tuple[int, int, bool]] = {}
+        self.composed: dict[tuple[str, ...], tuple[bool, int]] = {}  # member ids -> (joint answer found, tried)
 
     def _llm_pool(self) -> list[dict[str, Any]]:
         """Surviving LLM-written constraints: text, best verifiers, supported positive cases (sorted by id)."""
@@ -337,13 +338,17 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
         llm = [c for c in [*combo, cand] if c["source"] != "library"]
         if facets_only or not llm:
             return None
-        texts = witness_candidates(members)
-        local = [all(m.verify is None or m.verify(t) for m in members) for t in texts]
-        texts = [t for t, ok_ in zip(texts, local, strict=True) if ok_]
-        passed = await self._passes_all([code for c in llm for code in c["verifier_code"]], texts)
-        if any(passed):
+        key = tuple(m.id for m in members)  # ordered: the composed answers depend on the order (deterministic)
+        if key not in self.composed:
+            texts = witness_candidates(members)
+            local = [all(m.verify is None or m.verify(t) for m in members) for t in texts]
+            texts = [t for t, ok_ in zip(texts, local, strict=True) if ok_]
+            passed = await self._passes_all([code for c in llm for code in c["verifier_code"]], texts)
+            self.composed[key] = (any(passed), len(texts))
+        found, n = self.composed[key]
+        if found:
             return None
-        return (f"no_joint_answer: {cand['id']} × {', '.join(c['id'] for c in combo)}: none of {len(texts)} composed "
+        return (f"no_joint_answer: {cand['id']} × {', '.join(c['id'] for c in combo)}: none of {n} composed "
                 f"answers passes every verifier")
 
     def _library_candidate(self, rng: random.Random) -> dict[str, Any]:
