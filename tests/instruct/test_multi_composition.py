@@ -71,3 +71,20 @@ def test_compatible_pairs_are_kept_and_conflicts_refused_with_a_witness(tmp_path
     assert stacked and all({"c-long", "c-long2"} <= set(re.findall(r"c-[\w]+", r)) for r in stacked)
     # every compatible pair of the pool is composable: nothing refused for want of a joint answer
     assert not [r for r in reasons if r.startswith(("no_joint_answer", "verifier_contradiction"))], reasons
+
+
+def test_library_and_llm_written_openings_are_composed_too(tmp_path: Path) -> None:
+    """Library × LLM-written pairs were left to the judge (which says «no conflict» here): now a library
+    «начните с фразы …» other than «Итак,» never joins «Начните ответ с фразы «Итак,»»."""
+    seeds = {"c-itak": ITAK, "c-end": END}
+    multi = {"llm_share": 0.5, "library_ids": ["ru.startend.start_phrase", "ru.length.words_max"]}
+    run_dir, _ = _run(tmp_path, no_conflict, 24, seeds, {k: VERIFIERS[k] for k in (ITAK, END)}, multi)
+    prompts = RunStore(run_dir).scan_raw("if.multi.prompts").collect()
+    for row in prompts.filter(pl.col("status") == "ok").iter_rows(named=True):
+        members = json.loads(row["constraints"])
+        ids = {c["id"] for c in members}
+        phrases = {c["params"]["phrase"] for c in members if c.get("library_id") == "ru.startend.start_phrase"}
+        if "c-itak" in ids:
+            assert phrases <= {"Итак,"}, members
+    refused = [r for r in prompts["reason"].drop_nulls() if r.startswith("composition_conflict:")]
+    assert any("ru.startend.start_phrase" in r and "c-itak" in r for r in refused), refused
