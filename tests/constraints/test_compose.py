@@ -108,3 +108,14 @@ def test_precision_and_recall_floors_on_the_labelled_pairs() -> None:
     refusal_recall = tn / (tn + fp)
     assert precision >= 0.95 and recall >= 0.97 and refusal_recall >= 0.95, (precision, recall, refusal_recall)
     assert red_ok / red >= 0.9
+
+
+def test_a_set_can_conflict_where_every_pair_composes() -> None:
+    limit = text_member("a", "Не более 4 слов.")
+    start = library_member("ru.startend.start_phrase", {"phrase": "Прежде всего,"})
+    end = text_member("c", "Закончите ответ фразой «Надеюсь, это поможет.»", ["Ответ. Надеюсь, это поможет."])
+    assert all(decide(pair).accepted for pair in ([limit, start], [limit, end], [start, end]))
+    d = decide([limit, start, end])
+    assert d.verdict == "conflict" and "take 5 words, the limit is 4" in d.reason
+    roomy = decide([text_member("a", "Не более 8 слов."), start, end])
+    assert roomy.accepted and roomy.witness and local_check([start, end], [roomy.witness]) == [True]
