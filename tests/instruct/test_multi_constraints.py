@@ -88,7 +88,7 @@ def run(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _run(tmp: Path, judge, target: int, seeds: dict[str, str] = SEEDS,  # noqa: ANN001, ANN202
-         verifiers: dict[str, list[str]] = VERIFIERS):
+         verifiers: dict[str, list[str]] = VERIFIERS, multi: dict | None = None):
     seed_file = tmp / "seeds.jsonl"
     seed_file.write_text("\n".join(json.dumps({"id": k, "text": v}, ensure_ascii=False) for k, v in seeds.items()),
                          encoding="utf-8")
@@ -110,7 +110,7 @@ def _run(tmp: Path, judge, target: int, seeds: dict[str, str] = SEEDS,  # noqa: 
                 {"kind": "if.verifiers", "input": "if.dedup", "k": 3},
                 {"kind": "if.consistency", "input": "if.verifiers", "workers": 2},
                 {"kind": "if.multi.prompts", "input": "if.verifiers", "target_count": target, "llm_share": 1.0,
-                 "count_weights": {2: 1, 3: 1}, "query_pool": str(pool)},
+                 "count_weights": {2: 1, 3: 1}, "query_pool": str(pool), **(multi or {})},
                 {"kind": "if.multi.responses", "input": "if.multi.prompts", "k": 1},
                 {"kind": "if.multi.samples", "input": "if.multi.responses"},
                 {"kind": "if.multi.grpo", "input": "if.multi.prompts"},

@@ -17,10 +17,20 @@ scores joined: their verifiers and stored test cases). A candidate is refused wh
 * an **LLM conflict judge** (structured output) flags a pair that involves an
   LLM-written constraint (``conflict_judge: …``) — library pairs are the table's job.
 
+* with ``composition: witness`` (the default), the set is not **composable by construction**
+  (:mod:`fabrika.constraints.compose`): the members' facets exclude each other — two different
+  required openings or endings, disjoint word bounds — (``composition_conflict: …``, naming the
+  phrases or bounds), two word bounds where one implies the other, also when an LLM-written text
+  states it (``redundant_bound: …``), or no composed joint answer (stored positive cases given the
+  required opening/ending, padded or cut to the word bounds) passes every verifier of the set
+  (``no_joint_answer: …``; LLM-written verifiers run in the sandbox). A pair whose stored cases hold
+  no joint answer is kept when a composed one passes (``verifier_contradiction`` only when none does).
+  This covers library × LLM-written pairs too; the judge is the second opinion.
+
 An LLM-written pair whose verifiers agree on every stored case (paraphrases of one rule that
-dedup did not catch) is refused as ``redundant: …``. Library × LLM-written pairs have no stored cases on the
-library side, so the judge decides them. The surviving LLM-written pool is held in memory (text, kept verifiers, positive cases
-per constraint; about 2 KB each).
+dedup did not catch) is refused as ``redundant: …``. Library members without facets (JSON, lists, case …)
+stay out of the composed answer: the conflict table and the judge cover them. The surviving
+LLM-written pool is held in memory (text, kept verifiers, positive cases per constraint; about 2 KB each).
 
 Every refusal is a recorded ``rejected`` row naming both constraints, so a contradicting
 pair is visible in the funnel and never reaches a prompt. A judge failure rejects the slot
@@ -86,6 +96,11 @@ class MultiPromptsConfig(StageConfig):
         "'no_joint_case' = fewer than `min_witnesses` positive cases of either pass the other's verifiers (no stored "
         "text satisfies both); 'any_positive_fails' = any positive case of one fails the other (much stricter: short "
         "cases fail length constraints, so most pairs are refused).")
+    composition: Literal["witness", "stored_cases"] = Field(
+        default="witness", description="'witness': a set is kept only when a composed joint answer (stored "
+        "positive cases given the required opening/ending, padded or cut to the word bounds) passes every verifier, "
+        "and refused with the conflicting facets (two openings, two endings, disjoint or redundant word bounds); "
+        "'stored_cases': the stored cases alone decide (the old check).")
     min_witnesses: int = Field(default=1, ge=0, description="'no_joint_case': stored positive cases that must satisfy "
                                "both members of an LLM-written pair (0 turns the verifier check off).")
     refuse_redundant: bool = Field(default=True, description="Refuse an LLM-written pair whose verifiers agree on "
@@ -196,6 +211,7 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
         self.pool = self._llm_pool() if cfg.input else []
         self.sandbox = get_sandbox(self.ctx, cfg.timeout_s) if self.pool else None
         self.pairs: dict[tuple[str, str], asyncio.Future[tuple[int, int, bool]] | tuple[int, int, bool]] = {}
+        self.composed: dict[tuple[str, ...], tuple[bool, int]] = {}  # member ids -> (joint answer found, tried)
 
     def _llm_pool(self) -> list[dict[str, Any]]:
         """Surviving LLM-written constraints: text, best verifiers, supported positive cases (sorted by id)."""
@@ -263,20 +279,77 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
                 other = next(c for c in combo if c["source"] == "library"
                              and not compatible([(c["library_id"], c["params"])], cand["library_id"], cand["params"]))
                 return f"conflict_table: {cand['id']} × {other['id']}"
+            if self.config.composition == "witness" and any(c["source"] != "library" for c in combo):
+                return await self._composition(combo, cand)
             return None
         if cand["id"] in {c["id"] for c in combo}:
             return "duplicate"
         strict = self.config.contradiction == "any_positive_fails"
+        witness = self.config.composition == "witness"
+        if witness and (why := await self._composition(combo, cand, facets_only=True)):
+            return why
         if strict or self.config.min_witnesses or self.config.refuse_redundant:
             for other in combo:
                 if other["source"] != "library":
                     w, total, same = await self.witnesses(cand["_pool"], other["_pool"])
                     if (w < total) if strict else (w < self.config.min_witnesses):
-                        return (f"verifier_contradiction: {cand['id']} × {other['id']}: {w} of {total} stored "
-                                f"positive cases satisfy both")
+                        # stored cases hold no joint answer; a composed one may still exist
+                        if strict or not witness or await self._composition([other], cand) is not None:
+                            return (f"verifier_contradiction: {cand['id']} × {other['id']}: {w} of {total} stored "
+                                    f"positive cases satisfy both")
                     if same and self.config.refuse_redundant:
                         return f"redundant: {cand['id']} ≈ {other['id']}: the verifiers agree on every stored case"
+        if witness:
+            return await self._composition(combo, cand)
         return None
+
+    async def _composition(self, combo: list[dict[str, Any]], cand: dict[str, Any], *,
+                           facets_only: bool = False) -> str | None:
+        """Satisfiability by construction (:mod:`fabrika.constraints.compose`) of ``combo`` + ``cand``.
+
+        Refuses with a witness of the conflict (two openings, two endings, disjoint word bounds),
+        a redundant word bound, or — unless ``facets_only`` — when no composed answer passes every
+        verifier (library ones here, LLM-written ones in the sandbox). Library members without facets
+        (JSON, lists …) stay out of the joint answer: the conflict table and the judge cover them.
+        """
+        from fabrika.constraints.compose import (
+            Member,
+            facet_conflict,
+            library_member,
+            parse_facets,
+            redundant_bound,
+            witness_candidates,
+        )
+
+        members: list[Member] = []
+        for c in [*combo, cand]:
+            if c["source"] == "library":
+                m = library_member(c["library_id"], c["params"], id=c["id"])
+                if m.facets.words or m.facets.start or m.facets.end:
+                    members.append(m)
+                elif c is cand:
+                    facets_only = True  # a P.S. or a JSON answer is not composed here: table and judge
+            else:
+                members.append(Member(c["id"], c["text"], parse_facets(c["text"]), tuple(c["_pool"]["positives"])))
+        if (why := facet_conflict(members)) is not None:
+            return f"composition_conflict: {cand['id']}: {why}"
+        if (why := redundant_bound(members)) is not None:
+            return f"redundant_bound: {cand['id']}: {why}"
+        llm = [c for c in [*combo, cand] if c["source"] != "library"]
+        if facets_only or not llm:
+            return None
+        key = tuple(m.id for m in members)  # ordered: the composed answers depend on the order (deterministic)
+        if key not in self.composed:
+            texts = witness_candidates(members)
+            local = [all(m.verify is None or m.verify(t) for m in members) for t in texts]
+            texts = [t for t, ok_ in zip(texts, local, strict=True) if ok_]
+            passed = await self._passes_all([code for c in llm for code in c["verifier_code"]], texts)
+            self.composed[key] = (any(passed), len(texts))
+        found, n = self.composed[key]
+        if found:
+            return None
+        return (f"no_joint_answer: {cand['id']} × {', '.join(c['id'] for c in combo)}: none of {n} composed "
+                f"answers passes every verifier")
 
     def _library_candidate(self, rng: random.Random) -> dict[str, Any]:
         from fabrika.constraints import REGISTRY, to_constraint_record

@@ -1,0 +1,356 @@
+"""Satisfiability by construction for a set of constraints, library and LLM-written alike.
+
+A set is **accepted** only with a witness: a generated joint answer that passes every
+verifier of every member. It is **refused** with a witness of the conflict when the
+members' stated facets exclude each other (two different required openings, two
+different required endings, word bounds that do not overlap, an opening plus an ending
+longer than the word limit), or as **redundant** when one word-count bound already
+implies another. A set with neither a joint answer nor a conflict witness is refused as
+``no_joint_answer`` (nothing proves it satisfiable).
+
+Facets come from a library constraint's parameters, or are parsed from an LLM-written
+constraint's text (:func:`parse_facets`: «не менее N слов», «не более N слов», «от N до M
+слов», «начните ответ с фразы «…»», «закончите фразой «…»», and the English forms).
+
+Witness texts (:func:`witness_candidates`) are built from the members' positive cases
+(alone and joined), given the required opening and ending, and padded with neutral
+sentences up to the lower word bound or cut down to the upper one. Library verifiers run
+here; LLM-written verifiers are the caller's (the pipeline runs them in the sandbox), so
+:func:`decide` takes a ``check`` that judges a batch of texts for the whole set.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabrika.textutil.segment import prose_words
+
+WordBounds = tuple[int, int | None]
+
+_N = r"(\d+)"
+_WORD = r"(?:слов[а-я]*|words?)"
+_Q = r"[«\"“„']([^»\"”“']+)[»\"”“']"
+_LO = [
+    rf"(?:не\s+менее|не\s+меньше|минимум|как\s+минимум|хотя\s+бы|по\s+меньшей\s+мере|не\s+короче|более\s+чем|"
+    rf"at\s+least|no\s+fewer\s+than|no\s+less\s+than|a\s+minimum\s+of|minimum\s+of)\s+{_N}\s+{_WORD}",
+    rf"{_N}\s+(?:или\s+более|и\s+более|или\s+больше|и\s+больше|or\s+more)\s+{_WORD}",
+    rf"(?:объ[её]мом|длиной)\s+от\s+{_N}\s+{_WORD}",
+    rf"{_WORD}\s*(?:—|-|:)?\s*(?:не\s+менее|минимум|at\s+least)\s+{_N}",
+]
+_HI = [
+    rf"(?:не\s+более|не\s+больше|максимум|не\s+длиннее|не\s+(?:долж[а-я]+\s+)?превыша[а-я]*|в\s+пределах|до|уложи[а-я]*\s+в|"
+    rf"at\s+most|no\s+more\s+than|a\s+maximum\s+of|maximum\s+of|up\s+to|within)\s+{_N}\s+{_WORD}",
+    rf"{_WORD}\s*(?:—|-|:)?\s*(?:не\s+более|максимум|at\s+most)\s+{_N}",
+]
+_LT = [rf"(?:менее|меньше|короче|fewer\s+than|less\s+than|under)\s+{_N}\s+{_WORD}"]
+_GT = [rf"(?:более|больше|длиннее|more\s+than|over)\s+{_N}\s+{_WORD}"]
+_RANGE = [
+    rf"от\s+{_N}\s+до\s+{_N}\s+{_WORD}",
+    rf"(?:between|from)\s+{_N}\s+(?:and|to)\s+{_N}\s+{_WORD}",
+    rf"{_N}\s*[-–—]\s*{_N}\s+{_WORD}",
+    rf"не\s+менее\s+{_N}\s+и\s+не\s+более\s+{_N}\s+{_WORD}",
+]
+_EXACT = [rf"(?:ровно|exactly)\s+{_N}\s+{_WORD}"]
+_START = [
+    rf"(?:начн[её]т[её]?|начни|начинайте|начинай|начина[а-я]*ся|начат[а-я]*|перв[а-я]+\s+слов[а-я]*|"
+    rf"begin|start|open)[^«\"“„]{{0,60}}?{_Q}",
+]
+_END = [
+    rf"(?:законч[а-я]*|заверш[а-я]*|заканчива[а-я]*|оконч[а-я]*|последн[а-я]+\s+(?:слов[а-я]*|фраз[а-я]*|"
+    rf"строк[а-я]*)|end|finish|close|conclude)[^«\"“„]{{0,60}}?{_Q}",
+]
+
+
+def _find(patterns: list[str], text: str) -> list[tuple[int, ...]]:
+    out = []
+    for pat in patterns:
+        for m in re.finditer(pat, text, flags=re.IGNORECASE):
+            out.append(tuple(int(g) for g in m.groups()))
+    return out
+
+
+@dataclass(frozen=True)
+class Facets:
+    """What a constraint states about an answer's word count, opening and ending (None: nothing)."""
+
+    words: WordBounds | None = None
+    start: str | None = None
+    end: str | None = None
+
+
+def parse_facets(text: str) -> Facets:
+    """Facets stated in an instruction text (Russian or English); several bounds intersect."""
+    lo, hi = 0, None
+    found = False
+
+    def tighten(new_lo: int, new_hi: int | None) -> None:
+        nonlocal lo, hi, found
+        found = True
+        lo = max(lo, new_lo)
+        hi = new_hi if hi is None else (hi if new_hi is None else min(hi, new_hi))
+
+    ranged = _find(_RANGE, text)
+    for a, b in ranged:
+        tighten(min(a, b), max(a, b))
+    if not ranged:
+        for (n,) in _find(_EXACT, text):
+            tighten(n, n)
+        for (n,) in _find(_LO, text):
+            tighten(n, None)
+        for (n,) in _find(_HI, text):
+            tighten(0, n)
+        lo_hi_seen = found
+        if not lo_hi_seen:
+            for (n,) in _find(_LT, text):
+                tighten(0, max(n - 1, 0))
+            for (n,) in _find(_GT, text):
+                tighten(n + 1, None)
+    start = next((m.group(1) for p in _START for m in [re.search(p, text, re.IGNORECASE)] if m), None)
+    end = next((m.group(1) for p in _END for m in [re.search(p, text, re.IGNORECASE)] if m), None)
+    return Facets((lo, hi) if found else None, start, end)
+
+
+def library_facets(cid: str, params: Mapping[str, Any]) -> Facets:
+    """Facets of a library constraint, from its parameters."""
+    words_b: WordBounds | None = None
+    if cid == "ru.length.words_max":
+        words_b = (0, params["n"])
+    elif cid == "ru.length.words_min":
+        words_b = (params["n"], None)
+    elif cid == "ru.length.words_range":
+        words_b = (params["lo"], params["hi"])
+    start = params.get("phrase") if cid == "ru.startend.start_phrase" else None
+    end = params.get("phrase") if cid == "ru.startend.end_phrase" else None
+    if cid == "ru.repeat.request_first":
+        start = params.get("request")
+    return Facets(words_b, start, end)
+
+
+@dataclass
+class Member:
+    """One constraint of a set: its text, facets, positive cases and (library only) a local verifier."""
+
+    id: str
+    text: str
+    facets: Facets
+    positives: tuple[str, ...] = ()
+    verify: Callable[[str], bool] | None = None
+    library_id: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def library_member(cid: str, params: Mapping[str, Any], *, id: str | None = None) -> Member:
+    from fabrika.constraints.combine import get
+
+    """A library constraint with its own verifier."""
+    c, p = get(cid), dict(params)
+
+    def verify(text: str) -> bool:
+        return c.verify(text, p)
+
+    return Member(id or cid, c.render(params), library_facets(cid, params), (), verify, cid, p)
+
+
+def text_member(id: str, text: str, positives: Iterable[str] = (), verify: Callable[[str], bool] | None = None) -> Member:
+    """An LLM-written constraint; without ``verify`` its parsed facets are its only checkable part."""
+    return Member(id, text, parse_facets(text), tuple(positives), verify)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``verdict``: ``compatible`` (``witness`` is a joint answer), ``conflict`` (``reason`` names the
+    excluding facets), ``redundant`` or ``no_joint_answer``."""
+
+    verdict: str
+    reason: str
+    witness: str | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.verdict == "compatible"
+
+
+def _norm(s: str) -> str:
+    return re.sub(r"\s+", " ", s.replace("ё", "е").replace("Ё", "Е")).strip().casefold()
+
+
+def _words(s: str) -> int:
+    return len(prose_words(s))
+
+
+def facet_conflict(members: Sequence[Member]) -> str | None:
+    """A witness of a conflict between the members' facets, or None."""
+    starts = [(m, m.facets.start) for m in members if m.facets.start]
+    for i, (ma, a) in enumerate(starts):
+        for mb, b in starts[i + 1 :]:
+            na, nb = _norm(a or ""), _norm(b or "")
+            if not (na.startswith(nb) or nb.startswith(na)):
+                return f"two different openings: «{a}» ({ma.id}) vs «{b}» ({mb.id})"
+    ends = [(m, m.facets.end) for m in members if m.facets.end]
+    for i, (ma, a) in enumerate(ends):
+        for mb, b in ends[i + 1 :]:
+            na, nb = _norm(a or ""), _norm(b or "")
+            if not (na.endswith(nb) or nb.endswith(na)):
+                return f"two different endings: «{a}» ({ma.id}) vs «{b}» ({mb.id})"
+    bounded = [(m, m.facets.words) for m in members if m.facets.words]
+    lo = max((b[0] for _, b in bounded), default=0)
+    his = [(m, b[1]) for m, b in bounded if b[1] is not None]
+    if his:
+        mh, hi = min(his, key=lambda x: x[1] or 0)
+        assert hi is not None
+        if bounded and lo > hi:
+            ml = max(bounded, key=lambda x: x[1][0])[0]
+            return f"word bounds do not overlap: at least {lo} ({ml.id}) vs at most {hi} ({mh.id})"
+        start = max((s for _, s in starts), key=len, default="")
+        end = max((e for _, e in ends), key=len, default="")
+        need = _words(start or "") + _words(end or "")
+        if need > hi:
+            return f"the required opening and ending take {need} words, the limit is {hi} ({mh.id})"
+    return None
+
+
+def redundant_bound(members: Sequence[Member]) -> str | None:
+    """Two word-count bounds where one implies the other (every text within the inner passes the outer)."""
+    bounded = [(m, m.facets.words) for m in members if m.facets.words]
+    for i, (ma, a) in enumerate(bounded):
+        for mb, b in bounded[i + 1 :]:
+            assert a is not None and b is not None
+            for (mi, inner), (mo, outer) in (((ma, a), (mb, b)), ((mb, b), (ma, a))):
+                if inner[0] >= outer[0] and (outer[1] is None or (inner[1] is not None and inner[1] <= outer[1])):
+                    return f"redundant word bounds: {mo.id} {outer} already holds under {mi.id} {inner}"
+    return None
+
+
+_FILLER = ("Это важно учитывать.", "Разберём всё по порядку.", "Каждый шаг имеет значение.",
+           "Подробности приведены ниже.", "Так проще понять суть.", "Здесь есть несколько нюансов.")
+
+
+def _fit(body: str, lo: int, hi: int | None, fixed: int) -> str | None:
+    """``body`` padded with filler sentences up to ``lo - fixed`` words or cut to ``hi - fixed``; None if it cannot."""
+    n = _words(body)
+    i = 0
+    while n + fixed < lo:
+        s = _FILLER[i % len(_FILLER)]
+        body = f"{body} {s}".strip()
+        n += _words(s)
+        i += 1
+    if hi is not None and n + fixed > hi:
+        room = hi - fixed
+        if room < 0:
+            return None
+        toks = body.split()
+        while toks and _words(" ".join(toks)) > room:
+            toks.pop()
+        body = " ".join(toks)
+        if body and body[-1].isalnum():
+            body += "."
+        if _words(body) + fixed < lo:
+            return None
+    return body
+
+
+def witness_candidates(members: Sequence[Member], limit: int = 24) -> list[str]:
+    """Joint answers to try: positive cases (alone, joined), each given the required opening and ending and
+    brought within the word bounds; a filler-only answer last."""
+    starts = sorted((m.facets.start for m in members if m.facets.start), key=len)
+    ends = sorted((m.facets.end for m in members if m.facets.end), key=len)
+    start, end = (starts[-1] if starts else ""), (ends[-1] if ends else "")
+    bounded = [m.facets.words for m in members if m.facets.words]
+    lo = max((b[0] for b in bounded), default=0)
+    his = [b[1] for b in bounded if b[1] is not None]
+    hi = min(his) if his else None
+    fixed = _words(start) + _words(end)
+    pos = [p for m in members for p in m.positives]
+    bodies: list[str] = list(pos)
+    bodies += [f"{a.rstrip()} {b.lstrip()}" for i, a in enumerate(pos) for b in pos[i + 1 :]]
+    bodies += [_FILLER[0]]
+    out: list[str] = []
+    seen: set[str] = set()
+    for body in bodies:
+        core = body
+        if start and _norm(core).startswith(_norm(start)):
+            core = core.strip()[len(start):].lstrip()
+        if end and _norm(core).endswith(_norm(end)):
+            core = core.strip()[: -len(end)].rstrip()
+        for variant in (core, body):
+            fitted = _fit(variant, max(lo, 1), hi, fixed if variant is core else 0)
+            if fitted is None:
+                continue
+            text = f"{start} {fitted} {end}".strip() if variant is core else fitted
+            text = re.sub(r"\s+", " ", text)
+            if text not in seen:
+                seen.add(text)
+                out.append(text)
+        if len(out) >= limit:
+            break
+    # whole-text case forms, for «all lowercase» / «all caps» members
+    return out + [form(t) for form in (str.lower, str.upper) for t in out[:4] if form(t) not in seen]
+
+
+def facet_check(member: Member, text: str) -> bool:
+    """The member's parsed facets hold on ``text`` (used for members without a verifier)."""
+    f = member.facets
+    n = _words(text)
+    if f.words and (n < f.words[0] or (f.words[1] is not None and n > f.words[1])):
+        return False
+    if f.start and not _norm(text).startswith(_norm(f.start)):
+        return False
+    return not (f.end and not _norm(text).endswith(_norm(f.end)))
+
+
+def local_check(members: Sequence[Member], texts: Sequence[str]) -> list[bool]:
+    """Every member passes: its verifier where it has one, else its parsed facets."""
+    return [all(m.verify(t) if m.verify is not None else facet_check(m, t) for m in members) for t in texts]
+
+
+def decide(
+    members: Sequence[Member],
+    check: Callable[[Sequence[str]], list[bool]] = lambda texts: [],
+    *,
+    table_ok: bool | None = None,
+    refuse_redundant: bool = True,
+) -> Decision:
+    """Accept with a joint answer or refuse with a conflict witness (see the module doc).
+
+    ``check`` judges candidate texts against the verifiers this module cannot run (the LLM-written
+    ones; the default: none, i.e. :func:`local_check` alone decides). ``table_ok``: the library
+    conflict table's verdict on a library-only set — it is authoritative there (its every allowed pair
+    has a tested witness), so a library set it allows is accepted even when no witness is built here.
+    """
+    if (why := facet_conflict(members)) is not None:
+        return Decision("conflict", why)
+    if refuse_redundant and (why := redundant_bound(members)) is not None:
+        return Decision("redundant", why)
+    if table_ok is False:
+        return Decision("conflict", "the library conflict table forbids this pair")
+    texts = witness_candidates(members)
+    local = local_check(members, texts)
+    remote = check(texts) if any(local) else []
+    for i, t in enumerate(texts):
+        if local[i] and (not remote or remote[i]):
+            return Decision("compatible", "a joint answer passes every verifier", t)
+    if table_ok:
+        return Decision("compatible", "the library conflict table allows it (tested witness)")
+    return Decision("no_joint_answer", f"none of {len(texts)} composed answers passes every verifier")
+
+
+def member_from_spec(spec: Mapping[str, Any], id: str) -> Member:
+    """A member from ``{"library": id, "params": {...}}`` or ``{"text": ..., "positives": [...]}`` (test data)."""
+    if "library" in spec:
+        return library_member(spec["library"], spec.get("params") or {}, id=id)
+    return text_member(id, spec["text"], spec.get("positives") or ())
+
+
+def pair_decision(a: Mapping[str, Any], b: Mapping[str, Any]) -> Decision:
+    """:func:`decide` on two specs; a library pair also consults the conflict table."""
+    from fabrika.constraints.combine import get
+    from fabrika.constraints.conflicts import params_conflict
+
+    table_ok = None
+    if "library" in a and "library" in b:
+        pa, pb = a.get("params") or {}, b.get("params") or {}
+        table_ok = not (b["library"] in get(a["library"]).conflicts or params_conflict(a["library"], pa, b["library"], pb))
+    return decide([member_from_spec(a, "a"), member_from_spec(b, "b")], table_ok=table_ok)
