@@ -1,7 +1,11 @@
 """Same config, same dataset: the demo's dataset hash under CPU load, locally and on Ray.
 
 Run: ``.venv/bin/python bench/determinism.py [--config configs/demo.yaml] [--hogs 0,2,4]
-[--executors local,ray] [--keep DIR]``
+[--executors local,ray] [--tmp-venv] [--keep DIR]``
+
+``--tmp-venv`` adds one more local run (no hogs) whose interpreter is a copy of this venv under
+``/tmp`` (``cp -a``; fabrika itself is imported from the checkout), the case where a fresh ``/tmp``
+in the sandbox used to hide the interpreter.
 
 Each run is ``fabrika run CONFIG --no-resume`` into a fresh run directory, with N CPU-burning
 processes alongside (bounded: they stop by themselves after ``--hog-limit`` seconds, and are
@@ -57,9 +61,9 @@ def start_hogs(n: int, limit_s: float) -> list[subprocess.Popen[bytes]]:
 
 
 def run_once(config: Path, run_dir: Path, executor: str, hogs: int, hog_limit: float,
-             timeout_s: float) -> tuple[int, float]:
+             timeout_s: float, python: str = sys.executable) -> tuple[int, float]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "fabrika", "run", str(config), "--no-resume", "--no-progress",
+    cmd = [python, "-m", "fabrika", "run", str(config), "--no-resume", "--no-progress",
            "--set", f"run_dir={run_dir}", "--executor", executor]
     procs = start_hogs(hogs, hog_limit)
     t0 = time.monotonic()
@@ -84,6 +88,7 @@ def main() -> None:
     parser.add_argument("--executors", default="local,ray", help="comma-separated: local, ray")
     parser.add_argument("--hog-limit", type=float, default=3600, help="seconds after which a hog stops by itself")
     parser.add_argument("--timeout", type=float, default=7200, help="seconds one run may take")
+    parser.add_argument("--tmp-venv", action="store_true", help="one more local run with this venv copied under /tmp")
     parser.add_argument("--keep", type=Path, default=None, help="keep the run dirs here (default: a temp dir, removed)")
     args = parser.parse_args()
     hogs = [int(h) for h in args.hogs.split(",")]
@@ -102,6 +107,18 @@ def main() -> None:
                 digest, rows = dataset_hash(run_dir)
                 hashes.append(digest)
                 print(f"{executor:<9}{n:>5}{code:>6}{rows:>8}{wall:>9.1f}  {digest}", flush=True)
+        if args.tmp_venv:
+            venv = Path(tempfile.mkdtemp(prefix="fabrika-venv-", dir="/tmp")) / "venv"
+            shutil.copytree(sys.prefix, venv, symlinks=True)
+            try:
+                run_dir = base / "local-tmp-venv"
+                python = str(venv / "bin" / Path(sys.executable).name)
+                code, wall = run_once(args.config, run_dir, "local", 0, args.hog_limit, args.timeout, python)
+                digest, rows = dataset_hash(run_dir)
+                hashes.append(digest)
+                print(f"{'tmp-venv':<9}{0:>5}{code:>6}{rows:>8}{wall:>9.1f}  {digest}   (python {python})", flush=True)
+            finally:
+                shutil.rmtree(venv.parent, ignore_errors=True)
     finally:
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)

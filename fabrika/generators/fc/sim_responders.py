@@ -42,6 +42,7 @@ from fabrika.generators.fc.sim_legacy import (
     _legacy_step,
     read_value,
 )
+from fabrika.llm.sim import SimResponder
 from fabrika.llm.types import ChatRequest, Choice
 
 _BLOCK = re.compile(r"```json\s*\n(.*?)```", re.DOTALL)
@@ -522,7 +523,7 @@ def irrelevance_responder(request: ChatRequest, rng: random.Random) -> str:
     return WORDS[lang]["none"]
 
 
-RESPONDERS = {
+RESPONDERS: dict[str, SimResponder] = {
     "fc.tools": tools_responder, "fc.planner": planner_responder, "fc.judge": judge_responder,
     "fc.user": user_responder, "fc.tool": tool_responder, "fc.assistant": assistant_responder,
     "fc.irrelevance": irrelevance_responder, "fc.answer_judge": answer_judge_responder,
