@@ -117,8 +117,8 @@ def test_one_episode_s_turns_land_on_one_engine(ray_cluster, tmp_path):
     assert all(len(h) == 1 for h in homes.values()), homes
     assert len({h[0] for h in homes.values()}) == 2, homes
     assert placed["home"] == 8 * 4 and placed["spill"] == placed["fallback"] == 0
-    spread, _ = _episodes(tmp_path, "least_loaded")  # the old placement: turns wander between replicas
-    assert any(len(h) == 2 for h in spread.values()), spread
+    # (least_loaded is not contrasted here: whether its turns wander depends on which request finishes first,
+    # i.e. on the host's timing — on a loaded box the 8 episodes can run in lock-step and never wander)
 
 
 def test_bounded_load_sends_a_hot_key_s_overflow_to_the_other_engine(ray_cluster, tmp_path):
