@@ -22,8 +22,7 @@ from typing import Any
 
 from fabrika.errors import InputError
 from fabrika.eval.bfcl_checker import is_relevance, language
-from fabrika.eval.fc_cases import _bfcl_expected, _tools, bfcl_category
-from fabrika.eval.logs import read_jsonl
+from fabrika.eval.fc_cases import _bfcl_expected, _tools, bfcl_category, bfcl_questions, read_possible_answers
 
 #: category names (from ``BFCL_v<N>_<category>.json``) this checker does not score
 NOT_SINGLE_TURN = re.compile(r"^(multi_turn|memory|web_search|format_sensitivity|agentic)")
@@ -73,19 +72,9 @@ def request_functions(functions: list[dict[str, Any]], category: str) -> list[di
 
 def read_items(questions: Path, answers: Path | None) -> list[dict[str, Any]]:
     """One eval item per BFCL question, with ``functions`` and ``ground_truth`` for the BFCL checker."""
-    gt: dict[str, Any] = {}
-    if answers is not None:
-        for n, row in read_jsonl(answers):
-            if "id" not in row or not isinstance(row.get("ground_truth"), list):
-                raise InputError(f"{answers}:{n}: a possible-answer row needs 'id' and a 'ground_truth' list")
-            gt[str(row["id"])] = row["ground_truth"]
+    gt = read_possible_answers(answers)
     items = []
-    for n, row in read_jsonl(questions):
-        where = f"{questions}:{n}"
-        cid = str(row.get("id", f"L{n}"))
-        q, fns = row.get("question"), row.get("function")
-        if not isinstance(q, list) or not q or not isinstance(fns, list):
-            raise InputError(f"{where}: a BFCL row needs 'question' (a list of turns) and 'function' (a list)")
+    for where, cid, q, fns in bfcl_questions(questions):
         category = bfcl_category(cid, questions)
         if len(q) > 1 or NOT_SINGLE_TURN.match(category):
             raise InputError(f"{where}: {cid} is a multi-turn case; --checker bfcl scores single-turn AST "

@@ -24,7 +24,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from fabrika.errors import InputError
 from fabrika.eval.logs import read_jsonl
@@ -109,21 +109,33 @@ def bfcl_category(case_id: str, path: Path) -> str:
     return re.sub(r"_\d+(?:-.*)?$", "", case_id)
 
 
-def read_bfcl(questions: Path, answers: Path | None) -> list[FCCase]:
-    """BFCL question file (+ its possible-answer file; irrelevance categories need none)."""
+def read_possible_answers(answers: Path | None) -> dict[str, Any]:
+    """A BFCL possible-answer file as ``{case id: ground_truth list}`` (empty without a file)."""
     gt: dict[str, Any] = {}
     if answers is not None:
         for n, row in read_jsonl(answers):
             if "id" not in row or not isinstance(row.get("ground_truth"), list):
                 raise InputError(f"{answers}:{n}: a possible-answer row needs 'id' and a 'ground_truth' list")
             gt[str(row["id"])] = row["ground_truth"]
-    cases = []
+    return gt
+
+
+def bfcl_questions(questions: Path) -> Iterator[tuple[str, str, list[Any], list[Any]]]:
+    """``(where, case id, question turns, functions)`` per row of a BFCL question file, shape-checked."""
     for n, row in read_jsonl(questions):
         where = f"{questions}:{n}"
         cid = str(row.get("id", f"L{n}"))
         q, fns = row.get("question"), row.get("function")
         if not isinstance(q, list) or not q or not isinstance(fns, list):
             raise InputError(f"{where}: a BFCL row needs 'question' (a list of turns) and 'function' (a list)")
+        yield where, cid, q, fns
+
+
+def read_bfcl(questions: Path, answers: Path | None) -> list[FCCase]:
+    """BFCL question file (+ its possible-answer file; irrelevance categories need none)."""
+    gt = read_possible_answers(answers)
+    cases = []
+    for where, cid, q, fns in bfcl_questions(questions):
         if len(q) > 1:
             raise InputError(f"{where}: {cid} has {len(q)} turns; multi-turn BFCL categories are not supported "
                              f"(they need BFCL's own state machine) — evaluate single-turn categories")
