@@ -72,10 +72,14 @@ def test_posix_shared_memory_and_message_queues_are_refused(bwrap_pool):
 
 def test_rlimits_gives_each_batch_a_fresh_private_scratch_dir():
     with SandboxPool(SandboxConfig(workers=1, timeout_s=2.0, precheck=False, isolation="rlimits")) as p:
-        write = "import os\ndef evaluate(r):\n    open('left', 'w').write(r)\n    raise ValueError(os.getcwd())\n"
-        dirs = {p.run_sync(write, ["x"])[0].message for _ in range(3)}
+        # the cwd travels with '/' spelled '|': a verdict message never carries a host path (it is cleaned)
+        write = ("import os\ndef evaluate(r):\n    open('left', 'w').write(r)\n"
+                 "    raise ValueError(os.getcwd().replace('/', '|'))\n")
+        dirs = {p.run_sync(write, ["x"])[0].message.split(": ", 1)[1].replace("|", "/") for _ in range(3)}
         assert len(dirs) == 3  # a new directory per batch
-        base = os.path.dirname(next(iter(dirs)).split(": ", 1)[1])
+        base = os.path.dirname(next(iter(dirs)))
+        [plain] = p.run_sync("import os\ndef evaluate(r):\n    raise ValueError(os.getcwd())\n", ["x"])
+        assert base not in plain.message and "<path>" in plain.message  # stripped before any caller sees it
         assert oct(os.stat(base).st_mode & 0o777) == "0o711"  # children can enter their own, list none
         [look] = p.run_sync(LOOK, ["x"])
         assert look.error_kind == "non_bool" and "[]" in look.message
