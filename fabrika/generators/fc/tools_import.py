@@ -209,21 +209,29 @@ def repair_schema(schema: Any, warnings: list[str], where: str = "parameters") -
     return s
 
 
-def undescribed(schema: Any, prefix: str = "") -> list[str]:
-    """Dotted paths of properties without a description (``pickup.date``; array items add ``[]``)."""
-    out: list[str] = []
+def properties(schema: Any, prefix: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(dotted path, property schema)`` of every property, nested objects and array items too
+    (``pickup.date``; array items add ``[]``)."""
     if not isinstance(schema, dict):
-        return out
+        return
     for name, sub in (schema.get("properties") or {}).items():
         if not isinstance(sub, dict):
             continue
         path = f"{prefix}{name}"
-        if not (isinstance(sub.get("description"), str) and sub["description"].strip()):
-            out.append(path)
-        out += undescribed(sub, path + ".")
+        yield path, sub
+        yield from properties(sub, path + ".")
         if isinstance(sub.get("items"), dict):
-            out += undescribed(sub["items"], path + "[].")
-    return out
+            yield from properties(sub["items"], path + "[].")
+
+
+def _description(sub: dict[str, Any]) -> str:
+    text = sub.get("description")
+    return text.strip() if isinstance(text, str) else ""
+
+
+def undescribed(schema: Any, prefix: str = "") -> list[str]:
+    """Dotted paths of properties without a description (``pickup.date``; array items add ``[]``)."""
+    return [path for path, sub in properties(schema, prefix) if not _description(sub)]
 
 
 def describe_parameters(schema: dict[str, Any], descriptions: Any, wanted: list[str]) -> list[str]:
@@ -388,19 +396,7 @@ def renames(cands: Sequence[Candidate], cfg: "ToolsImportConfig") -> dict[str, s
 
 def parameter_texts(schema: Any, prefix: str = "") -> dict[str, str]:
     """Dotted path -> description of every described property (the paths of :func:`undescribed`)."""
-    out: dict[str, str] = {}
-    if not isinstance(schema, dict):
-        return out
-    for name, sub in (schema.get("properties") or {}).items():
-        if not isinstance(sub, dict):
-            continue
-        path = f"{prefix}{name}"
-        if isinstance(sub.get("description"), str) and sub["description"].strip():
-            out[path] = sub["description"].strip()
-        out.update(parameter_texts(sub, path + "."))
-        if isinstance(sub.get("items"), dict):
-            out.update(parameter_texts(sub["items"], path + "[]."))
-    return out
+    return {path: text for path, sub in properties(schema, prefix) if (text := _description(sub))}
 
 
 def identifiers(name: str, schema: Any) -> list[str]:
