@@ -41,8 +41,9 @@ async def test_infrastructure_failure_leaves_the_item_pending_then_the_retry_wri
     stage = ConsistencyStage(ConsistencyConfig(input="v"), stage_context(resources={"sandbox": pool}, seed=1))
     await stage.setup()
     first = await process_item(stage, _row(), "c1", "sim")
-    assert first.rows is None and not first.internal_error  # pending: nothing written, not a bug
-    assert first.state.pending is not None and "sandbox infrastructure" in first.state.pending.message
+    # transient (the runner's taxonomy): nothing written, not a bug, retried within the run then pending
+    assert first.rows is None and first.failure is None and first.transient is not None
+    assert first.transient.kind == "transient" and "no verdict in 3 tries" in first.transient.error
     again = await process_item(stage, _row(), "c1", "sim")  # the next run (the host recovered)
     assert again.rows is not None and again.state.pending is None
     [row] = again.rows

@@ -27,12 +27,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import fabrika.generators.instruct.columns as cols
 import fabrika.generators.instruct.prompts as prompts
-from fabrika.errors import LLMError, SandboxInfrastructureError
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.columns import Column
 from fabrika.pipeline.llm_stage import LLMStage
-from fabrika.pipeline.llm_wrap import ITEM_STATE
 from fabrika.pipeline.stage import Row, Stage, StageConfig, carry, ok, register_stage, rejected
 from fabrika.sandbox.verdict_text import clean_verdict_error
 from fabrika.schemas import stable_id
@@ -148,34 +146,11 @@ class ConsistencyConfig(StageConfig):
     workers: int | None = Field(default=None, ge=1, description="Sandbox worker processes (None: sandbox.workers).")
 
 
-class PendingOnInfrastructure:
-    """A sandbox pool whose infrastructure failures leave the current item pending.
-
-    The pool raises :class:`~fabrika.errors.SandboxInfrastructureError` when the host (not the
-    verifier) kept it from a verdict, on fresh workers too. That is never a verdict about the
-    verifier: the item is marked pending (the runner writes nothing, the next run retries it)
-    and the error propagates out of the stage's ``process``."""
-
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
-
-    async def run(self, code: str, responses: list[Any]) -> list[Any]:
-        try:
-            return list(await self._pool.run(code, responses))
-        except SandboxInfrastructureError as exc:
-            state = ITEM_STATE.get()
-            if state is not None and state.pending is None:
-                state.pending = LLMError("unavailable", f"sandbox infrastructure: {exc}")
-            raise
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._pool, name)
-
-
 def get_sandbox(ctx: Any, timeout_s: float | None = None, workers: int | None = None) -> Any:
     """The run-wide sandbox pool of the pipeline's ``sandbox:`` block (``ctx.resource("sandbox")``;
     a stage that overrides timeout_s/workers gets a pool of its own), wrapped so that an
-    infrastructure failure leaves the item pending (:class:`PendingOnInfrastructure`). With a real
+    infrastructure failure (``SandboxInfrastructureError``) propagates: the runner's failure taxonomy
+    (:mod:`fabrika.pipeline.taxonomy`) treats it as transient — retried within the run, then pending. With a real
     model ``auto`` means bubblewrap: the rlimits fallback is for the offline ``sim`` backend only."""
     from fabrika.sandbox import SandboxPool
     from fabrika.sandbox.policy import SandboxSettings
@@ -186,7 +161,7 @@ def get_sandbox(ctx: Any, timeout_s: float | None = None, workers: int | None = 
     key = "sandbox" if (timeout_s, workers) == (None, None) else f"sandbox:{config.model_dump_json()}"
     # an executor may run the code elsewhere (``executor: ray``: on the worker actors, docs/RAY.md)
     factory = getattr(ctx, "sandbox_factory", None) or SandboxPool
-    return PendingOnInfrastructure(ctx.resource(key, lambda: factory(config)))
+    return ctx.resource(key, lambda: factory(config))
 
 
 @register_stage
