@@ -166,8 +166,16 @@ def stray_processes() -> int:
     each zygote keeps): anything a verifier started or left behind. Killed children the zygote
     has not reaped yet are its children, so host load (a slow exit) does not count."""
     me = psutil.Process()
-    zygotes = {p.pid for p in me.children(recursive=True) if _nobody([p]) == 0 and p.name().startswith("python")}
+    zygotes = {p.pid for p in me.children(recursive=True) if _nobody([p]) == 0 and _name(p).startswith("python")}
     return _nobody([p for p in me.children(recursive=True) if _ppid(p) not in zygotes])
+
+
+def _name(proc: psutil.Process) -> str:
+    """A process may exit between listing and reading /proc/PID/stat: it is then no zygote."""
+    try:
+        return proc.name()
+    except psutil.NoSuchProcess:
+        return ""
 
 
 def _ppid(proc: psutil.Process) -> int:
@@ -186,7 +194,7 @@ def run_attack(pool, code_template: str, tmp_path: Path, listener: socket.socket
     assert not target.exists(), "attack created a file on the host"
     assert not repo_target.exists(), "attack wrote into the repository"
     assert not select.select([listener], [], [], 0)[0], "attack connected to a host listener"
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 30  # a wait for a condition, not a timing bound
     while stray_processes() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert stray_processes() == 0, "sandboxed processes outlived the call"
