@@ -116,7 +116,9 @@ def make_general_reward(
         refs = kwargs[ref_length_column]
         out: list[float | None] = []
         for i, completion in enumerate(completions):
-            if not _text(completion):  # no visible answer (empty, reasoning only, cut off while reasoning)
+            # no visible answer (empty, reasoning only, cut off while reasoning), or one the RM did not score
+            # (a served RM refused its request or gave a non-finite score): the group's floor, never NaN
+            if not _text(completion) or not math.isfinite(scores[i]):
                 out.append(None)
                 continue
             ids = completion_ids[i] if completion_ids is not None else None

@@ -341,8 +341,12 @@ def rm_terms(prompts: Sequence[Any], completions: Sequence[Any], cfg: IFRewardCo
             raise ConfigError(f"row {i}: {'α (' + cfg.teacher_rm_column + ')' if alpha_col[i] is None else 'S'} "
                               "is missing; the RM correction needs both on every row (see rm.teacher_scores)")
         s, alpha = float(s_col[i]), float(alpha_col[i])
-        if math.isnan(s) or math.isnan(alpha):
-            raise ConfigError(f"row {i}: {'S' if math.isnan(s) else 'α'} is NaN; the RM correction cannot compare it")
+        if math.isnan(alpha):
+            raise ConfigError(f"row {i}: α is NaN; the RM correction cannot compare it")
+        if not math.isfinite(s):  # a served RM refused this completion (4xx) or gave a non-finite score
+            raise ConfigError(f"row {i}: the RM gave no score S for this completion (it refused the request or "
+                              "answered a non-finite number); the RM correction cannot compare it — raise the RM "
+                              "server's max model length to the policy's prompt + completion length")
         out.append((s, alpha))
     return out
 

@@ -23,8 +23,8 @@ Scorers (an :class:`RMSpec` holds exactly one):
 * ``endpoint`` — a served RM: vLLM's ``/pooling`` (``{model, messages}``, the first pooled
   value), or a TEI-style ``/rerank`` (``{query, texts}``, one request per prompt) or
   ``/predict`` (``{inputs: [[query, answer], …]}``, the first label's raw score). The
-  TEI APIs take text, so the prompt is sent as ``role: content`` lines. A request that
-  still fails after ``max_retries`` scores NaN (a counted failure, never a made-up number);
+  TEI APIs take text, so the prompt is sent as ``role: content`` lines. What a failed request
+  means follows the failure taxonomy (:mod:`fabrika.pipeline.taxonomy`), see :class:`EndpointScorer`;
 * ``sim`` — :func:`sim_scores`, a deterministic hash of prompt and answer mapped to
   [-2, 2]. It ships in the package so the offline demo produces α and S on one scale;
   like the ``sim`` LLM backend it only exercises the pipeline — **never train a real
@@ -37,9 +37,11 @@ No torch at import: the local model's libraries load inside the first call.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import math
 import threading
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -48,10 +50,11 @@ from typing import Any, Callable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fabrika.errors import StageConfigError, TransientError
 from fabrika.textutil.reasoning import answer_text
 
-__all__ = ["SIM_RM_ID", "RMEndpoint", "RMSpec", "RewardModel", "get_reward_model", "reset_reward_models",
-           "sim_scores"]
+__all__ = ["SIM_RM_ID", "UNSCORED_HTTP", "RMAnswerError", "RMEndpoint", "RMSpec", "RMUnavailable", "RewardModel",
+           "get_reward_model", "reset_reward_models", "sim_scores"]
 
 SIM_RM_ID = "sim@v1"
 
@@ -71,8 +74,11 @@ class RMEndpoint(BaseModel):
         "or `/predict` ({inputs: [[query, answer]]}).")
     api_key: str | None = Field(default=None, description="Bearer token, if the server needs one.", repr=False)
     timeout_s: float = Field(default=60.0, gt=0, description="Per-request timeout.")
-    max_retries: int = Field(default=2, ge=0, le=10, description="Retries of a failed request (connection error, "
-                             "5xx, 429) before the answer scores NaN.")
+    max_retries: int = Field(default=2, ge=0, le=10, description="Retries of a transient failure (connection "
+                             "error, timeout, 5xx, 429, a cut or garbled body) before the RM is reported unavailable "
+                             "(the item stays pending; it is never scored NaN).")
+    retry_wait_s: float = Field(default=0.5, ge=0, description="Wait before the first retry; doubled before each "
+                                "next one.")
     concurrency: int = Field(default=8, ge=1, le=256, description="Requests in flight per scoring call.")
 
     @property
@@ -134,65 +140,148 @@ def prompt_text(prompt: Any) -> str:
     return "\n\n".join(f"{m.get('role', 'user')}: {m.get('content') or ''}" for m in messages if isinstance(m, dict))
 
 
+#: HTTP statuses that refuse *this* request (too long for the RM, unprocessable): a verdict on that answer.
+UNSCORED_HTTP = frozenset({400, 413, 422})
+#: HTTP statuses that say the configuration is wrong (key, model name, route): the stage stops (exit 2).
+CONFIG_HTTP = frozenset({401, 403, 404, 405})
+
+
+class RMUnavailable(TransientError):
+    """A served RM failed past its retries (connection, timeout, 5xx, 429, a cut or garbled body).
+
+    Infrastructure, not a property of the item: the runner leaves the item pending and retries it
+    (:mod:`fabrika.pipeline.taxonomy`); a GRPO reward stops the step rather than invent a reward.
+    """
+
+
+class RMAnswerError(StageConfigError):
+    """The RM server refused the configuration (401/403/404) or answers in a shape its ``api`` does not
+    produce (a TEI server behind ``api: pooling``): every item would fail alike, so the stage stops (exit 2)."""
+
+
 def _first_number(value: Any) -> float:
-    while isinstance(value, list):
-        value = value[0] if value else math.nan
+    """The first number of a pooled value (``[[0.7]]``, ``[{"score": 0.7}]``, ``0.7``); TypeError when none."""
+    while isinstance(value, list) and value:
+        value = value[0]
     if isinstance(value, dict):
-        value = value.get("score", math.nan)
+        value = value.get("score")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"not a number: {value!r}")
     return float(value)
 
 
-class EndpointScorer:
-    """``(prompts, completions) -> scores`` over HTTP (stdlib ``urllib``: thread-safe, no event loop)."""
+def _finite(value: float) -> float:
+    """A non-finite score (NaN, ±inf) is the RM's verdict that it cannot score this answer: :data:`math.nan`,
+    which every caller counts as unscored (never stores, never rewards)."""
+    return value if math.isfinite(value) else math.nan
 
-    def __init__(self, endpoint: RMEndpoint) -> None:
+
+class _Refused(Exception):
+    """A 400/413/422 answer to one request: a verdict on that answer (it is not scored)."""
+
+
+class EndpointScorer:
+    """``(prompts, completions) -> scores`` over HTTP (stdlib ``urllib``: thread-safe, no event loop).
+
+    What a request's failure means (the failure taxonomy, :mod:`fabrika.pipeline.taxonomy`):
+
+    * **transient** — connection refused or reset, a timeout, 5xx, 429, a body that is not JSON (cut
+      or garbled): retried ``max_retries`` times with doubling waits, then :class:`RMUnavailable` (a
+      :class:`~fabrika.errors.TransientError`): the item stays pending, no row, no NaN;
+    * **configuration** — 401/403/404/405, or JSON in a shape the configured ``api`` never answers:
+      :class:`RMAnswerError` (the stage stops, exit 2, naming the field to fix);
+    * **verdict on one answer** — 400/413/422 for its request (too long for the RM), or a
+      non-finite score: that answer is *unscored* (``math.nan`` in the returned list, which
+      ``rm.teacher_scores`` and ``general.rm`` count in ``teacher_rm_failed`` and never store, the
+      general reward scores like a missing answer and the IF reward refuses to compare).
+    """
+
+    def __init__(self, endpoint: RMEndpoint, *, sleep: Callable[[float], None] = time.sleep) -> None:
         self.endpoint = endpoint
+        self._sleep = sleep
+
+    def _url(self, route: str) -> str:
+        return f"{self.endpoint.base_url.rstrip('/')}/{route}"
 
     def _post(self, route: str, body: dict[str, Any]) -> Any:
-        """The JSON answer, or None after ``max_retries`` retries of a transient failure (or a 4xx at once)."""
+        """The decoded JSON answer; raises :class:`_Refused`, :class:`RMAnswerError` or :class:`RMUnavailable`."""
         ep = self.endpoint
         data = json.dumps(body, ensure_ascii=False).encode()
         headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {ep.api_key}"} if ep.api_key else {})}
-        for _ in range(ep.max_retries + 1):
-            request = urllib.request.Request(f"{ep.base_url.rstrip('/')}/{route}", data=data, headers=headers,
-                                             method="POST")
+        last = "no attempt"
+        for attempt in range(ep.max_retries + 1):
+            if attempt:
+                self._sleep(ep.retry_wait_s * 2 ** (attempt - 1))
+            request = urllib.request.Request(self._url(route), data=data, headers=headers, method="POST")
             try:
                 with urllib.request.urlopen(request, timeout=ep.timeout_s) as resp:  # noqa: S310 - configured URL
-                    return json.loads(resp.read().decode("utf-8"))
+                    raw = resp.read()
             except urllib.error.HTTPError as exc:
-                if exc.code < 500 and exc.code != 429:
-                    return None  # the request itself is wrong: retrying cannot help
-            except (OSError, ValueError):
-                pass
-        return None
+                if exc.code in UNSCORED_HTTP:
+                    raise _Refused(f"HTTP {exc.code}") from exc
+                if exc.code in CONFIG_HTTP:
+                    raise RMAnswerError(
+                        f"reward model {ep.rm_id}: HTTP {exc.code} from {self._url(route)}",
+                        "check endpoint.base_url, endpoint.model, endpoint.api and endpoint.api_key") from exc
+                if exc.code < 500 and exc.code not in (408, 429):
+                    raise RMAnswerError(f"reward model {ep.rm_id}: HTTP {exc.code} from {self._url(route)}",
+                                        "see the RM server's log; the request is not one it accepts") from exc
+                last = f"HTTP {exc.code}"
+                continue
+            except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, reset, timed out, cut
+                last = f"{type(exc).__name__}: {exc}"
+                continue
+            try:
+                return json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                last = f"a body that is not JSON ({len(raw)} bytes: {raw[:40]!r})"
+        raise RMUnavailable(f"reward model {ep.rm_id} at {self._url(route)} failed {ep.max_retries + 1} times "
+                            f"(last: {last}); the item stays pending and is retried")
+
+    def _shape(self, answer: Any, expected: str) -> RMAnswerError:
+        text = json.dumps(answer, ensure_ascii=False, default=str)[:120]
+        return RMAnswerError(f"reward model {self.endpoint.rm_id}: the server's answer is not a {self.endpoint.api!r} "
+                             f"answer ({expected}); got {text}",
+                             "set endpoint.api to the API the server speaks (pooling, rerank or predict)")
 
     def _pooling(self, prompt: Any, completion: Any) -> float:
         messages = ([{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)) + [
             {"role": "assistant", "content": answer_text(completion)}]
-        answer = self._post("pooling", {"model": self.endpoint.model, "messages": messages})
         try:
-            return _first_number(answer["data"][0]["data"])
-        except (KeyError, IndexError, TypeError, ValueError):
+            answer = self._post("pooling", {"model": self.endpoint.model, "messages": messages})
+        except _Refused:
             return math.nan
+        try:
+            return _finite(_first_number(answer["data"][0]["data"]))
+        except (KeyError, IndexError, TypeError) as exc:
+            raise self._shape(answer, '{"data": [{"data": [score]}]}') from exc
 
     def _rerank(self, prompt: Any, completions: list[Any]) -> list[float]:
-        answer = self._post("rerank", {"model": self.endpoint.model, "query": prompt_text(prompt), "raw_scores": True,
-                                       "texts": [answer_text(c) for c in completions]})
-        out = [math.nan] * len(completions)
+        try:
+            answer = self._post("rerank", {"model": self.endpoint.model, "query": prompt_text(prompt),
+                                           "raw_scores": True, "texts": [answer_text(c) for c in completions]})
+        except _Refused:
+            return [math.nan] * len(completions)
+        out: list[float | None] = [None] * len(completions)
         try:
             for item in answer:
-                out[int(item["index"])] = float(item["score"])
-        except (KeyError, IndexError, TypeError, ValueError):
-            return [math.nan] * len(completions)
-        return out
+                out[int(item["index"])] = _finite(_first_number(item["score"]))
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise self._shape(answer, '[{"index": i, "score": s}, …]') from exc
+        if any(s is None for s in out):
+            raise self._shape(answer, f"one score per text, {len(completions)} in all")
+        return [float(s) for s in out if s is not None]
 
     def _predict(self, prompt: Any, completion: Any) -> float:
-        answer = self._post("predict", {"model": self.endpoint.model, "raw_scores": True,
-                                        "inputs": [[prompt_text(prompt), answer_text(completion)]]})
         try:
-            return _first_number(answer)
-        except (TypeError, ValueError):
+            answer = self._post("predict", {"model": self.endpoint.model, "raw_scores": True,
+                                            "inputs": [[prompt_text(prompt), answer_text(completion)]]})
+        except _Refused:
             return math.nan
+        try:
+            return _finite(_first_number(answer))
+        except TypeError as exc:
+            raise self._shape(answer, '[[{"label": …, "score": s}]]') from exc
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any]) -> list[float]:
         pairs = list(zip(prompts, completions, strict=True))
@@ -207,7 +296,7 @@ class EndpointScorer:
                 scores = [math.nan] * len(pairs)
                 jobs = [(idx, pool.submit(self._rerank, pairs[idx[0]][0], [pairs[i][1] for i in idx]))
                         for idx in groups.values()]
-                for idx, job in jobs:
+                for idx, job in jobs:  # the first failure (pending or config) is raised: no partial scores
                     for i, s in zip(idx, job.result()):
                         scores[i] = s
                 return scores

@@ -1,5 +1,5 @@
 """general.rm: the teacher's answers scored by the same RM machinery as rm.teacher_scores (scorer class, resource,
-rm_id); a served RM over /pooling where a failed request is a counted failure, never a number."""
+rm_id); a served RM over /pooling where a refused request (4xx) is a counted failure, never a number."""
 
 from __future__ import annotations
 
@@ -63,8 +63,8 @@ async def test_served_rm_over_pooling_and_a_failed_request_is_not_a_score() -> N
         body = await request.json()
         seen.append(body)
         answer = body["messages"][-1]["content"]
-        if "рыбу" in answer:
-            return web.Response(status=503, text="overloaded")
+        if "рыбу" in answer:  # refused (too long, say): a verdict on this answer; a 5xx leaves the item pending
+            return web.Response(status=400, text="too long")
         return web.json_response({"data": [{"index": 0, "data": [0.75]}]})
 
     app = web.Application()

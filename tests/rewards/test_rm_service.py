@@ -156,11 +156,15 @@ def test_served_rm_scores_the_visible_answer_and_names_itself(api: str) -> None:
         assert len(server.seen) == 3
 
 
-def test_a_request_that_keeps_failing_is_nan_never_a_number() -> None:
+def test_a_request_that_keeps_failing_is_a_transient_error_never_a_number() -> None:
+    from fabrika.rewards.rm_service import RMUnavailable
+
     with _Server(fail_on="рыбу") as server:
-        rm = get_reward_model(RMSpec(endpoint=RMEndpoint(base_url=server.url, model="ru-rm", max_retries=2)))
-        scores = rm([PROMPT] * 2, ["Кот спит.", "Кот ест рыбу."])
-    assert scores[0] == 9.0 and math.isnan(scores[1])
+        rm = get_reward_model(RMSpec(endpoint=RMEndpoint(base_url=server.url, model="ru-rm", max_retries=2,
+                                                         retry_wait_s=0)))
+        assert rm([PROMPT], ["Кот спит."]) == [9.0]
+        with pytest.raises(RMUnavailable, match="HTTP 503"):  # the item stays pending (tests/rewards/test_rm_faults)
+            rm([PROMPT] * 2, ["Кот спит.", "Кот ест рыбу."])
     assert sum(1 for _, b in server.seen if "рыбу" in b["messages"][-1]["content"]) == 3  # 1 try + 2 retries
 
 
