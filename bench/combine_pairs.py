@@ -1,8 +1,10 @@
 """Precision and recall of the multi-constraint compatibility decision on hand-labelled Russian pairs.
 
-    PYTHONPATH=$PWD python bench/combine_pairs.py [tests/constraints/data/pairs_ru.jsonl]
+    PYTHONPATH=$PWD python bench/combine_pairs.py [FILE.jsonl ...]
 
-"Positive" = accepted as compatible. A pair labelled ``redundant`` is satisfiable but adds nothing;
+Default data: tests/constraints/data/pairs_ru.jsonl (sets ``templated`` and ``fresh``) and
+tests/constraints/data/pairs_ru_heldout.jsonl (set ``heldout``: 43 pairs in new natural phrasings, written
+after the structured decision was built and scored once). "Positive" = accepted as compatible. A pair labelled ``redundant`` is satisfiable but adds nothing;
 it is counted as correct when refused as redundant and is kept out of precision/recall.
 """
 
@@ -16,11 +18,13 @@ from typing import Any
 
 from fabrika.constraints.compose import pair_decision
 
-DATA = Path(__file__).resolve().parent.parent / "tests" / "constraints" / "data" / "pairs_ru.jsonl"
+_DIR = Path(__file__).resolve().parent.parent / "tests" / "constraints" / "data"
+DATA = (_DIR / "pairs_ru.jsonl", _DIR / "pairs_ru_heldout.jsonl")
 
 
-def load(path: Path = DATA) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+def load(*paths: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for path in (paths or DATA) for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]
 
 
 def evaluate(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -53,17 +57,19 @@ def evaluate(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
-    rows = load(Path(sys.argv[1]) if len(sys.argv) > 1 else DATA)
+    rows = load(*(Path(a) for a in sys.argv[1:]))
     print("| set | pairs | accept P | accept R | refuse P | refuse R | TP | FP | FN | TN | redundant refused |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     errors = []
-    for name in ("templated", "fresh", "all"):
+    for name in ("templated", "fresh", "heldout", "all"):
         res = evaluate([r for r in rows if name in ("all", r.get("set", "templated"))])
         print(f"| {name} | {res['n']} | {res['precision']:.3f} | {res['recall']:.3f} | {res['refusal_precision']:.3f} | "
               f"{res['refusal_recall']:.3f} | {res['tp']} | {res['fp']} | {res['fn']} | {res['tn']} | "
               f"{res['redundant_refused']}/{res['redundant_n']} |")
         if name == "all":
             errors = res["errors"]
+    print()
+    print("verdicts (all):", dict(evaluate(rows)["verdicts"]))
     for e in errors:
         print("  ", e)
 

@@ -8,9 +8,16 @@ longer than the word limit), or as **redundant** when one word-count bound alrea
 implies another. A set with neither a joint answer nor a conflict witness is refused as
 ``no_joint_answer`` (nothing proves it satisfiable).
 
-Facets come from a library constraint's parameters, or are parsed from an LLM-written
-constraint's text (:func:`parse_facets`: «не менее N слов», «не более N слов», «от N до M
-слов», «начните ответ с фразы «…»», «закончите фразой «…»», and the English forms).
+The decision works on **structured** constraints only (:func:`decide`): a library constraint is
+its id and parameters; a free phrasing takes part only once :func:`fabrika.constraints.structure.structure`
+maps it, whole, to library constraints (a conservative map of a closed set of forms: digit word
+bounds, a quoted opening or ending; every other word must be neutral). Conflicts are then the
+library's own (its conflict table and parameter rules, the facets below), and a witness must pass the
+mapped constraints' trusted verifiers. A phrasing that maps to nothing and brings no verifier of its
+own is refused as ``cannot_verify`` — never accepted on the strength of a parser that did not read it.
+
+:func:`parse_facets` (a lenient reading of the same forms) is kept for callers that pair a text with
+its own sandboxed verifier (``if.multi.prompts``): there the verifier, not the parse, decides.
 
 Witness texts (:func:`witness_candidates`) are built from the members' positive cases
 (alone and joined), given the required opening and ending, and padded with neutral
@@ -26,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fabrika.constraints.structure import Structured, structure
 from fabrika.textutil.segment import prose_words
 
 WordBounds = tuple[int, int | None]
@@ -131,7 +139,8 @@ def library_facets(cid: str, params: Mapping[str, Any]) -> Facets:
 
 @dataclass
 class Member:
-    """One constraint of a set: its text, facets, positive cases and (library only) a local verifier."""
+    """One constraint of a set: its text, facets, positive cases, a local verifier (library or mapped
+    constraints, or the caller's) and ``structured``: the library constraints it is (None: unmapped)."""
 
     id: str
     text: str
@@ -140,29 +149,64 @@ class Member:
     verify: Callable[[str], bool] | None = None
     library_id: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    structured: Structured | None = None
+
+
+def structured_facets(structured: Structured) -> Facets:
+    """The facets of a set of structured constraints (word bounds intersect; the first opening and ending)."""
+    lo, hi, bounded = 0, None, False
+    start = end = None
+    for cid, params in structured:
+        f = library_facets(cid, params)
+        if f.words is not None:
+            bounded = True
+            lo = max(lo, f.words[0])
+            hi = f.words[1] if hi is None else (hi if f.words[1] is None else min(hi, f.words[1]))
+        start = start or f.start
+        end = end or f.end
+    return Facets((lo, hi) if bounded else None, start, end)
+
+
+def _verifier(structured: Structured, extra: Callable[[str], bool] | None = None) -> Callable[[str], bool]:
+    from fabrika.constraints.combine import get
+
+    checks = [(get(cid), dict(params)) for cid, params in structured]
+
+    def verify(text: str) -> bool:
+        return all(c.verify(text, p) for c, p in checks) and (extra is None or extra(text))
+
+    return verify
 
 
 def library_member(cid: str, params: Mapping[str, Any], *, id: str | None = None) -> Member:
+    """A library constraint with its own verifier."""
     from fabrika.constraints.combine import get
 
-    """A library constraint with its own verifier."""
     c, p = get(cid), dict(params)
-
-    def verify(text: str) -> bool:
-        return c.verify(text, p)
-
-    return Member(id or cid, c.render(params), library_facets(cid, params), (), verify, cid, p)
+    structured: Structured = ((cid, p),)
+    return Member(id or cid, c.render(params), library_facets(cid, params), (), _verifier(structured), cid, p,
+                  structured)
 
 
 def text_member(id: str, text: str, positives: Iterable[str] = (), verify: Callable[[str], bool] | None = None) -> Member:
-    """An LLM-written constraint; without ``verify`` its parsed facets are its only checkable part."""
-    return Member(id, text, parse_facets(text), tuple(positives), verify)
+    """A free phrasing, mapped to structured constraints where :func:`structure` can map it whole.
+
+    Mapped: its facets and its verifier are the mapped library constraints' (and ``verify`` too, when
+    given). Unmapped: no facets; ``verify`` (its own verifier) is its only checkable part, and without
+    one :func:`decide` refuses it as ``cannot_verify``.
+    """
+    structured = structure(text)
+    if structured is None:
+        return Member(id, text, Facets(), tuple(positives), verify)
+    return Member(id, text, structured_facets(structured), tuple(positives), _verifier(structured, verify),
+                  structured=structured)
 
 
 @dataclass(frozen=True)
 class Decision:
     """``verdict``: ``compatible`` (``witness`` is a joint answer), ``conflict`` (``reason`` names the
-    excluding facets), ``redundant`` or ``no_joint_answer``."""
+    excluding facets or library rule), ``redundant``, ``no_joint_answer`` or ``cannot_verify`` (a member
+    maps to no structured constraint and has no verifier)."""
 
     verdict: str
     reason: str
@@ -179,6 +223,26 @@ def _norm(s: str) -> str:
 
 def _words(s: str) -> int:
     return len(prose_words(s))
+
+
+def structured_conflict(members: Sequence[Member]) -> str | None:
+    """A library rule that excludes two members' structured constraints (id-level table, parameter rules).
+
+    Two constraints of the same kind are left to the facets and the witness (two word bounds intersect,
+    one opening may be a prefix of the other).
+    """
+    from fabrika.constraints.base import REGISTRY
+    from fabrika.constraints.conflicts import params_conflict
+
+    for i, ma in enumerate(members):
+        for mb in members[i + 1 :]:
+            for ca, pa in ma.structured or ():
+                for cb, pb in mb.structured or ():
+                    if ca == cb:
+                        continue
+                    if cb in REGISTRY[ca].conflicts or params_conflict(ca, pa, cb, pb):
+                        return f"the library forbids {ca} {dict(pa)} ({ma.id}) with {cb} {dict(pb)} ({mb.id})"
+    return None
 
 
 def facet_conflict(members: Sequence[Member]) -> str | None:
@@ -308,7 +372,7 @@ def local_check(members: Sequence[Member], texts: Sequence[str]) -> list[bool]:
 
 def decide(
     members: Sequence[Member],
-    check: Callable[[Sequence[str]], list[bool]] = lambda texts: [],
+    check: Callable[[Sequence[str]], list[bool]] | None = None,
     *,
     table_ok: bool | None = None,
     refuse_redundant: bool = True,
@@ -316,10 +380,19 @@ def decide(
     """Accept with a joint answer or refuse with a conflict witness (see the module doc).
 
     ``check`` judges candidate texts against the verifiers this module cannot run (the LLM-written
-    ones; the default: none, i.e. :func:`local_check` alone decides). ``table_ok``: the library
+    ones, for every member without a local verifier; ``None``: there are none, so a member that is
+    neither structured nor verifiable is refused as ``cannot_verify``). ``table_ok``: the library
     conflict table's verdict on a library-only set — it is authoritative there (its every allowed pair
     has a tested witness), so a library set it allows is accepted even when no witness is built here.
     """
+    if check is None:
+        blind = [m for m in members if m.structured is None and m.verify is None]
+        if blind:
+            m = blind[0]
+            return Decision("cannot_verify", f"cannot verify compatibility: «{m.text}» ({m.id}) maps to no structured "
+                            "constraint and has no verifier")
+    if (why := structured_conflict(members)) is not None:
+        return Decision("conflict", why)
     if (why := facet_conflict(members)) is not None:
         return Decision("conflict", why)
     if refuse_redundant and (why := redundant_bound(members)) is not None:
@@ -328,7 +401,7 @@ def decide(
         return Decision("conflict", "the library conflict table forbids this pair")
     texts = witness_candidates(members)
     local = local_check(members, texts)
-    remote = check(texts) if any(local) else []
+    remote = check(texts) if check is not None and any(local) else []
     for i, t in enumerate(texts):
         if local[i] and (not remote or remote[i]):
             return Decision("compatible", "a joint answer passes every verifier", t)
