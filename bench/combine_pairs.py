@@ -4,8 +4,9 @@
 
 Default data: tests/constraints/data/pairs_ru.jsonl (sets ``templated`` and ``fresh``) and
 tests/constraints/data/pairs_ru_heldout.jsonl (set ``heldout``: 43 pairs in new natural phrasings, written
-after the structured decision was built and scored once). "Positive" = accepted as compatible. A pair labelled ``redundant`` is satisfiable but adds nothing;
-it is counted as correct when refused as redundant and is kept out of precision/recall.
+after the structured decision was built and scored once). "Positive" = accepted as compatible. A pair
+labelled ``redundant`` is satisfiable but adds nothing; it is counted as correct when refused as redundant
+and is kept out of precision/recall.
 """
 
 from __future__ import annotations

@@ -321,6 +321,8 @@ def witness_candidates(members: Sequence[Member], limit: int = 24) -> list[str]:
     brought within the word bounds; a filler-only answer last."""
     starts = sorted((m.facets.start for m in members if m.facets.start), key=len)
     ends = sorted((m.facets.end for m in members if m.facets.end), key=len)
+    if not ends:  # a required last word («завершите словом «итог»») closes the composed answer
+        ends = [str(p["word"]) for m in members for cid, p in m.structured or () if cid == "ru.startend.last_word"][:1]
     start, end = (starts[-1] if starts else ""), (ends[-1] if ends else "")
     bounded = [m.facets.words for m in members if m.facets.words]
     lo = max((b[0] for b in bounded), default=0)
@@ -391,9 +393,7 @@ def decide(
             m = blind[0]
             return Decision("cannot_verify", f"cannot verify compatibility: «{m.text}» ({m.id}) maps to no structured "
                             "constraint and has no verifier")
-    if (why := structured_conflict(members)) is not None:
-        return Decision("conflict", why)
-    if (why := facet_conflict(members)) is not None:
+    if (why := facet_conflict(members) or structured_conflict(members)) is not None:
         return Decision("conflict", why)
     if refuse_redundant and (why := redundant_bound(members)) is not None:
         return Decision("redundant", why)
