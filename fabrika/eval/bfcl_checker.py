@@ -30,7 +30,8 @@ as ``[{name: {param: value}}]`` and the ``ground_truth`` list of possible answer
   **relevance** (``live_relevance``) — right iff it has at least one call (any function, any
   arguments).
 
-Multi-turn categories (state-based checking against BFCL's API simulators) are not covered.
+Multi-turn categories (state-based checking against BFCL's API simulators) are not covered here;
+:mod:`fabrika.eval.bfcl_multi` does state-based checking on fabrika's own backends.
 """
 
 from __future__ import annotations

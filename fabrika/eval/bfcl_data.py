@@ -78,7 +78,8 @@ def read_items(questions: Path, answers: Path | None) -> list[dict[str, Any]]:
         category = bfcl_category(cid, questions)
         if len(q) > 1 or NOT_SINGLE_TURN.match(category):
             raise InputError(f"{where}: {cid} is a multi-turn case; --checker bfcl scores single-turn AST "
-                             f"categories only (multi-turn state checking is not implemented)")
+                             f"categories only (BFCL's multi-turn cases need BFCL's API simulators; fabrika's "
+                             f"state-based checker runs on its own backends: fabrika.eval.bfcl_multi)")
         turn = q[0] if isinstance(q[0], list) else [q[0]]
         messages = [m for m in turn if isinstance(m, dict) and "role" in m and "content" in m]
         if not messages:
