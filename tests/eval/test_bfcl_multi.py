@@ -98,3 +98,52 @@ def test_backends_fail_as_results_and_keep_their_state() -> None:
     assert MathAPI().state() == {} and MathAPI().mean(numbers=[]) == {"error": "mean of no numbers"}
     with pytest.raises(ValueError, match="not a directory"):
         FileSystem().load_scenario({"root": {}, "cwd": "/missing"})
+
+
+def _scripted(plan: list[list[list[dict[str, Any]]]], seen: list[list[dict[str, Any]]]) -> Any:
+    """A model that answers each user turn with ``plan[turn]`` (steps of calls), then a text answer."""
+    from fabrika.testing import ScriptedLLM
+
+    def handler(request: Any) -> Any:
+        messages = list(request.messages)
+        seen.append(messages)
+        turn = sum(m["role"] == "user" for m in messages) - 1
+        since_user = len(messages) - 1 - max(i for i, m in enumerate(messages) if m["role"] == "user")
+        step = sum(m["role"] == "assistant" for m in messages[len(messages) - since_user:])
+        steps = plan[turn]
+        if step >= len(steps):
+            return "Готово."
+        return {"content": None, "tool_calls": [{"name": n, "arguments": a} for c in steps[step] for n, a in c.items()]}
+
+    return ScriptedLLM(handler)
+
+
+async def test_a_model_is_asked_turn_by_turn_with_tool_results_fed_back() -> None:
+    from fabrika.eval.bfcl_multi_run import answer_case, backend_tools
+
+    case = CASES[0]
+    plan = [[[{"cd": {"folder": "docs"}}], [{"mkdir": {"dir_name": "archive"}}]],
+            [[{"mv": {"source": "a.txt", "destination": "archive"}}]],
+            [[{"cd": {"folder": "archive"}}, {"wc": {"file_name": "a.txt", "mode": "l"}}]]]
+    seen: list[list[dict[str, Any]]] = []
+    run = await answer_case(case, _scripted(plan, seen))
+    assert run.error is None and run.turns == plan and run.steps == 4 + 3  # each turn ends with a text answer
+    last = seen[-1]
+    assert [m["content"] for m in last if m["role"] == "tool"][-1] == '{"count": 3, "type": "lines"}'
+    assert check_multi_turn(case, run.turns).valid
+    wrong = [[[{"cd": {"folder": "docs"}}, {"mkdir": {"dir_name": "arch"}}]], plan[1], plan[2]]
+    run = await answer_case(case, _scripted(wrong, []))
+    verdict = check_multi_turn(case, run.turns)
+    assert verdict.error_type == "multi_turn:instance_state_mismatch" and verdict.turn == 0
+    tools = {t["function"]["name"]: t["function"]["parameters"] for t in backend_tools(["FileSystem", "MathAPI"])}
+    assert tools["wc"] == {"type": "object", "properties": {"file_name": {"type": "string"}, "mode": {"type": "string"}},
+                           "required": ["file_name"]}
+    assert tools["mean"]["properties"]["numbers"] == {"type": "array"}
+
+
+async def test_a_failed_request_ends_the_case_as_an_error_not_a_verdict() -> None:
+    from fabrika.eval.bfcl_multi_run import answer_case
+    from fabrika.testing import ScriptedLLM, llm_error
+
+    run = await answer_case(CASES[1], ScriptedLLM(lambda request: llm_error("bad_request")))
+    assert run.error is not None and run.turns == [[]]

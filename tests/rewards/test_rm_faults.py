@@ -195,3 +195,21 @@ def test_a_pipeline_under_a_faulty_rm_leaves_items_pending_and_exports_no_nan(
     assert "teacher_rm_mean" in floats
     for column in floats:
         assert all(v is None or math.isfinite(v) for v in ds[column]), column
+
+
+async def test_rm_teacher_scores_leaves_an_item_pending_when_the_rm_is_down() -> None:
+    from fabrika.filters.teacher_rm import TeacherScoresConfig, TeacherScoresStage
+    from fabrika.testing import ScriptedLLM, stage_context
+
+    row = {"id": "q-1", "messages": json.dumps(PROMPT, ensure_ascii=False)}
+    teacher = ScriptedLLM(lambda request: f"Кот спит, ответ {request.sample_index}.")
+    with RMDouble(rate=1.0, kinds=["http_503"], down_share=1.0) as double:
+        endpoint = RMEndpoint(base_url=double.url, model="ru-rm", timeout_s=0.25, max_retries=1, retry_wait_s=0)
+        stage = TeacherScoresStage(TeacherScoresConfig(endpoint=endpoint, k=2), stage_context(teacher))
+        await stage.setup()
+        with pytest.raises(RMUnavailable) as err:  # the sim teacher answers; the RM does not: no row, no NaN α
+            await stage.process(dict(row))
+        assert classify(err.value, stage, row).kind == "transient"
+        double.heal()
+        (out,) = await stage.process(dict(row))
+    assert out["teacher_rm_k"] == 2 and math.isfinite(out["teacher_rm_mean"]) and out["teacher_rm_failed"] == 0
