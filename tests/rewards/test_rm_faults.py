@@ -30,6 +30,9 @@ from tests.rewards.rm_double import TRANSIENT, RMDouble, true_score
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = [{"role": "user", "content": "Опишите кота."}]
+#: the client's timeout is generous (a loaded CI box must not time a healthy answer out); the double's
+#: ``timeout`` fault answers only after it
+CLIENT_TIMEOUT, SLOW = 2.0, 2.6
 ANSWERS = ["Кот спит на диване.", "Кот ест рыбу.", "Кот мурлычет громко.", "Кот гуляет сам по себе."]
 
 
@@ -41,13 +44,13 @@ def _fresh_service() -> Iterator[None]:
 
 
 def _rm(double: RMDouble, api: str = "pooling", retries: int = 2) -> Any:
-    return get_reward_model(RMSpec(endpoint=RMEndpoint(base_url=double.url, model="ru-rm", api=api, timeout_s=0.25,
+    return get_reward_model(RMSpec(endpoint=RMEndpoint(base_url=double.url, model="ru-rm", api=api, timeout_s=CLIENT_TIMEOUT,
                                                        max_retries=retries, retry_wait_s=0)))
 
 
 @pytest.mark.parametrize("kind", TRANSIENT)
 def test_a_flaky_transient_fault_is_retried_to_the_true_score(kind: str) -> None:
-    with RMDouble(rate=1.0, kinds=[kind], down_share=0.0, flaky_attempts=1) as double:
+    with RMDouble(rate=1.0, kinds=[kind], down_share=0.0, flaky_attempts=1, timeout_delay=SLOW) as double:
         scores = _rm(double)([PROMPT] * 2, ANSWERS[:2])
     assert scores == [true_score(a) for a in ANSWERS[:2]]
     assert double.counts() == {kind: 2}  # one injected fault per answer, each answered on the retry
@@ -57,7 +60,7 @@ def test_a_flaky_transient_fault_is_retried_to_the_true_score(kind: str) -> None
 @pytest.mark.parametrize(("kind", "api"), [(k, a) for k in TRANSIENT for a in ("pooling", "rerank", "predict")
                                            if k != "timeout" or a == "pooling"])
 def test_an_rm_that_keeps_failing_raises_a_transient_error_not_nan(kind: str, api: str) -> None:
-    with RMDouble(rate=1.0, kinds=[kind], down_share=1.0) as double:
+    with RMDouble(rate=1.0, kinds=[kind], down_share=1.0, timeout_delay=SLOW) as double:
         with pytest.raises(RMUnavailable, match="failed 3 times") as err:
             _rm(double, api)([PROMPT], ANSWERS[:1])
     assert double.counts() == {kind: 3}  # 1 try + 2 retries, then the item is given back
@@ -92,7 +95,7 @@ async def test_rm_stages_store_no_nan_and_leave_a_down_item_pending() -> None:
            "teacher_answers": json.dumps(answers, ensure_ascii=False)}
     with RMDouble(seed=1, rate=1.0, kinds=["http_400", "nan", "http_503"], down_share=1.0) as double:
         plan = {a: double.plan(a) for a in ANSWERS}
-        endpoint = RMEndpoint(base_url=double.url, model="ru-rm", timeout_s=0.25, max_retries=1, retry_wait_s=0)
+        endpoint = RMEndpoint(base_url=double.url, model="ru-rm", timeout_s=CLIENT_TIMEOUT, max_retries=1, retry_wait_s=0)
         stage = GeneralRMStage(GeneralRMConfig(endpoint=endpoint), stage_context())
         await stage.setup()
         assert {k for k, _ in plan.values()} == {"http_400", "nan", "http_503"}  # the seed draws every kind
@@ -138,7 +141,7 @@ def _general_config(url: str, run_dir: Path) -> Any:
     from fabrika.pipeline.config import load_config
 
     config = load_config(ROOT / "configs" / "general_demo.yaml")
-    endpoint = RMEndpoint(base_url=url, model="ru-rm", timeout_s=0.25, max_retries=1, retry_wait_s=0)
+    endpoint = RMEndpoint(base_url=url, model="ru-rm", timeout_s=CLIENT_TIMEOUT, max_retries=1, retry_wait_s=0)
     stages = [s.model_copy(update={"sim": False, "endpoint": endpoint}) if s.kind == "general.rm" else s
               for s in config.stages]
     return config.model_copy(update={"stages": stages, "run_dir": run_dir})
@@ -157,7 +160,7 @@ def test_a_pipeline_under_a_faulty_rm_leaves_items_pending_and_exports_no_nan(
 
     monkeypatch.setattr(execute, "transient_wait", no_wait)
     with RMDouble(seed=5, rate=0.25, kinds=[*TRANSIENT, "http_400", "nan"], down_share=0.4,
-                  timeout_delay=0.4) as double:
+                  timeout_delay=SLOW) as double:
         first = run_pipeline(_general_config(double.url, tmp_path / "run"), progress=False)
         teacher = pl.read_parquet(sorted((first.run_dir / "stages" / "general_teacher").glob("*.parquet")))
         usable = {r["id"]: [a["text"] for a in json.loads(r["teacher_answers"]) if a["usable"]]
@@ -204,7 +207,7 @@ async def test_rm_teacher_scores_leaves_an_item_pending_when_the_rm_is_down() ->
     row = {"id": "q-1", "messages": json.dumps(PROMPT, ensure_ascii=False)}
     teacher = ScriptedLLM(lambda request: f"Кот спит, ответ {request.sample_index}.")
     with RMDouble(rate=1.0, kinds=["http_503"], down_share=1.0) as double:
-        endpoint = RMEndpoint(base_url=double.url, model="ru-rm", timeout_s=0.25, max_retries=1, retry_wait_s=0)
+        endpoint = RMEndpoint(base_url=double.url, model="ru-rm", timeout_s=CLIENT_TIMEOUT, max_retries=1, retry_wait_s=0)
         stage = TeacherScoresStage(TeacherScoresConfig(endpoint=endpoint, k=2), stage_context(teacher))
         await stage.setup()
         with pytest.raises(RMUnavailable) as err:  # the sim teacher answers; the RM does not: no row, no NaN α
