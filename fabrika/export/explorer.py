@@ -26,17 +26,20 @@ the stage's string columns a shard at a time and matches *values*, never JSON ke
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
 import polars as pl
 
 import fabrika.store.shards as shards
 from fabrika import gates
 from fabrika.errors import StoreError
-from fabrika.pipeline.stage import is_rejection
+from fabrika.pipeline.stage import PASSED_OVER_REASONS, is_rejection
 from fabrika.store import RunStore
+from fabrika.store.manifest import effective_status
 from fabrika.store.versions import UPSTREAM_GATE, list_versions, read_version, version_dir
 
 KEPT, OK, DROPPED, REJECTED, PASSED, ORPHAN = "kept", "ok", "gate-dropped", "rejected", "passed over", "not in version"
@@ -105,6 +108,8 @@ class RunExplorer:
         self.dataset_stages: list[str] = list(self.manifest.get("config", {}).get("dataset", {}).get("stages", []))
         self._index: dict[str, StageIndex] = {}
         self._kept: dict[tuple[str, str], pl.Series] = {}
+        self._located: dict[str, pl.DataFrame] = {}
+        self._building: dict[str, threading.Lock] = {}
 
     # -- stages and counts --------------------------------------------------------
     def annotating(self, stage: str) -> bool:
@@ -137,7 +142,7 @@ class RunExplorer:
             self._kept[key] = ids
         return self._kept[key]
 
-    def _dropped(self, stage: str) -> pl.DataFrame:
+    def _dropped(self, stage: str, ids: pl.Series | None = None) -> pl.DataFrame:
         """``id, gate`` of the stage's gate-dropped rows under this version's thresholds."""
         path = version_dir(self.run_dir, str(self.version)) / "dropped" / f"{stage}.parquet" if self.version else None
         if stage in self.dataset_stages:
@@ -146,6 +151,8 @@ class RunExplorer:
             return pl.DataFrame(schema={"id": pl.String, "gate": pl.String})
         lf = self.store.scan(stage, self.store.annotators_of(stage, self.manifest))
         assert lf is not None
+        if ids is not None:  # only these rows (a first page before the index is built)
+            lf = lf.filter(pl.col("id").cast(pl.String).is_in(ids.implode()))
         names = lf.collect_schema().names()
         params = gates.validate_thresholds(self.thresholds)
         wanted = {"id"} | {c for p in gates.active_predicates(names, params) for c in p.columns}
@@ -171,23 +178,28 @@ class RunExplorer:
         files = self.store.shards(stage)
         if not files:
             raise StoreError(f"stage {stage!r}: no rows in {self.run_dir}; stages: {', '.join(self.stages())}")
-        parts = []
-        for i, f in enumerate(files):
-            names = {n for n, _ in shards.file_schema(f)}
-            status = pl.col("status").cast(pl.String) if "status" in names else pl.lit("ok")
-            reason = pl.col("reason").cast(pl.String) if "reason" in names else pl.lit(None, dtype=pl.String)
-            parts.append(pl.scan_parquet(f).select(
-                pl.col("id").cast(pl.String), status.alias("_s"), reason.alias("_reason"),
-                pl.lit(i, dtype=pl.Int32).alias("_shard"), pl.int_range(pl.len(), dtype=pl.Int32).alias("_off")))
-        frame = shards.collect_checked(files, pl.concat(parts).collect)
+        with self._building.setdefault(stage, threading.Lock()):  # one build per stage, whoever asks first
+            if stage in self._index:
+                return self._index[stage]
+            frame = _scan_positions(files, {"id": pl.String, "status": pl.String, "reason": pl.String})
+            idx = StageIndex(stage, files, self._label(stage, frame), stage in self.dataset_stages,
+                             self.store.annotators_of(stage, self.manifest))
+            self._index[stage] = idx
+            return idx
+
+    def _label(self, stage: str, frame: pl.DataFrame, whole: bool = True) -> pl.DataFrame:
+        """``id, status, reason, _shard, _off`` rows → the index's columns (``_s``, ``_r``, ``group``, ``gate``,
+        ``scoped``); ``whole``: ``frame`` is the whole stage (else only its ids are gated)."""
+        frame = frame.select("id", pl.col("status").fill_null("ok").alias("_s"), pl.col("reason").alias("_reason"),
+                             "_shard", "_off")
         key = pl.col("_reason").str.split(":").list.first()
         frame = frame.with_columns(pl.when(key.is_null() | (key == "")).then(pl.col("_s")).otherwise(key)
                                    .fill_null("unknown").alias("_r")).drop("_reason")
         dataset = stage in self.dataset_stages
-        dropped = self._dropped(stage)
+        dropped = self._dropped(stage, None if whole else frame["id"])
         frame = frame.join(dropped, on="id", how="left", maintain_order="left")
         own_ok = pl.col("_s") == "ok"
-        passed_over = ~pl.col("_r").map_elements(is_rejection, return_dtype=pl.Boolean)
+        passed_over = pl.col("_r").str.strip_chars().is_in(sorted(PASSED_OVER_REASONS))  # as is_rejection decides
         if dataset:
             kept = pl.col("id").is_in(self.kept_ids(stage).implode())
             group = (pl.when(~own_ok & passed_over).then(pl.lit(PASSED)).when(~own_ok).then(pl.lit(REJECTED))
@@ -199,10 +211,7 @@ class RunExplorer:
         frame = frame.with_columns(group.alias("group")).with_columns(
             pl.when(pl.col("group") == DROPPED).then(pl.col("gate")).otherwise(pl.lit(None, dtype=pl.String))
             .alias("gate"))
-        frame = frame.join(self._scoped(stage), on="id", how="left", maintain_order="left")
-        idx = StageIndex(stage, files, frame, dataset, self.store.annotators_of(stage, self.manifest))
-        self._index[stage] = idx
-        return idx
+        return frame.join(self._scoped(stage), on="id", how="left", maintain_order="left")
 
     def stage_counts(self, stage: str) -> dict[str, Any]:
         """``rows``, ``ok``, ``rejected`` by reason key (what ``fabrika status`` shows) and rows per group/gate."""
@@ -217,18 +226,52 @@ class RunExplorer:
         return {"rows": frame.height, "ok": int((frame["_s"] == "ok").sum()), "rejected": rejected,
                 "groups": {g: groups.get(g, 0) for g in GROUPS if groups.get(g)}, "gates": by_gate}
 
+    def status_counts(self, stage: str) -> dict[str, Any]:
+        """``rows``, ``ok``, ``rejected`` of a stage as ``fabrika status`` takes them: the manifest's for a finished
+        run, counted from the shards otherwise (the manifest of a live or killed run is a snapshot)."""
+        entry = (self.manifest.get("stages") or {}).get(stage) or {}
+        if effective_status(dict(self.manifest)) == "done" and "rows" in entry:
+            return {"rows": int(entry.get("rows") or 0), "ok": int(entry.get("ok") or 0),
+                    "rejected": dict(entry.get("rejected") or {})}
+        counts = self.store.counts(stage)
+        return {"rows": counts["rows"] + self.store.journal_rows(stage), "ok": counts["ok"],
+                "rejected": counts["rejected"]}
+
+    def _groups(self, stage: str, counts: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, int]] | None:
+        """Rows per group and per gate from the version's funnel (no row read); ``None`` without one."""
+        funnel = (self.funnel.get("gates") or {}).get(stage) if stage in self.dataset_stages else \
+            (self.funnel.get("upstream_gates") or {}).get(stage)
+        if not funnel:
+            return None
+        rejected = sum(n for r, n in counts["rejected"].items() if is_rejection(r))
+        passed = sum(counts["rejected"].values()) - rejected
+        by_gate = {k[len("dropped_"):]: int(n) for k, n in funnel.items() if k.startswith("dropped_") and n}
+        own = counts["rows"] - counts["ok"]  # the status gate counts the stage's own rejections too
+        if by_gate.get(gates_rejected(), 0) > own:
+            by_gate[gates_rejected()] -= own
+        else:
+            by_gate.pop(gates_rejected(), None)
+        groups = {KEPT if stage in self.dataset_stages else OK: int(funnel.get("out", 0)),
+                  DROPPED: sum(by_gate.values()), REJECTED: rejected, PASSED: passed}
+        groups[ORPHAN] = counts["rows"] - sum(groups.values())
+        return {g: groups[g] for g in GROUPS if groups.get(g)}, dict(sorted(by_gate.items()))
+
     def summary(self) -> dict[str, Any]:
-        """Everything the page's header shows: counts per stage, the version's funnel, versions, thresholds."""
-        stages = {}
+        """Everything the page's header shows: counts per stage (``fabrika status``'s), rows per group and gate,
+        the version's funnel, versions and thresholds. Reads no rows when the version's funnel has the stage."""
+        stages: dict[str, Any] = {}
         for name in self.order:
-            if not self.store.has_rows(name):
-                stages[name] = {"rows": 0, "ok": 0, "rejected": {}}
-                continue
-            stages[name] = self.stage_counts(name)
-            stages[name]["annotates"] = self.annotating(name)
-            stages[name]["dataset"] = name in self.dataset_stages
+            counts = self.status_counts(name)
+            entry: dict[str, Any] = {**counts, "annotates": self.annotating(name), "dataset": name in self.dataset_stages}
             if self.annotating(name):
-                stages[name]["scores"] = list((self.layout.get(name) or {}).get("inputs") or [])
+                entry["scores"] = list((self.layout.get(name) or {}).get("inputs") or [])
+            elif counts["rows"]:
+                got = self._groups(name, counts)
+                if got is None:
+                    full = self.stage_counts(name)
+                    got = (full["groups"], full["gates"])
+                entry["groups"], entry["gates"] = got
+            stages[name] = entry
         versions = {name: {"rows": (self.manifest.get("versions") or {}).get(name, {}).get("rows")}
                     for name in self.versions}
         return {
@@ -249,14 +292,15 @@ class RunExplorer:
         needle = query.lower()
         if needle in idx.searches:
             return idx.searches[needle]
-        out = []
-        for f in idx.files:
-            cols = [n for n, _ in shards.file_schema(f) if n not in ("status", "llm_backend")]
+        parts = []
+        for key, group in _by_schema(idx.files).items():
+            cols = [c for c, _ in key if c not in ("status", "llm_backend")]
             exprs = [pl.col(c).cast(pl.String).str.replace_all(_JSON_KEY, " ").str.to_lowercase()
                      .str.contains(needle, literal=True).fill_null(False) for c in cols]
-            hit = pl.scan_parquet(f).select(pl.any_horizontal(exprs).alias("hit") if exprs else pl.lit(False))
-            out.append(shards.collect_checked([f], hit.collect)["hit"])
-        series = pl.concat(out) if out else pl.Series("hit", [], dtype=pl.Boolean)
+            parts.append((group, pl.scan_parquet(group).select(
+                (pl.any_horizontal(exprs) if exprs else pl.lit(False)).alias("hit"))))
+        hits = _positions(idx.files, parts)
+        series = hits["hit"]
         if len(idx.searches) > 16:
             idx.searches.clear()
         idx.searches[needle] = series
@@ -287,53 +331,69 @@ class RunExplorer:
 
     def page(self, stage: str, group: str | None = None, reason: str | None = None, query: str | None = None,
              offset: int = 0, limit: int = 50, vs: str | None = None) -> dict[str, Any]:
-        """One page of rows (full, with scores joined) and how many rows the filter selects."""
+        """One page of rows (full, with scores joined) and how many rows the filter selects.
+
+        Unfiltered pages within the first shards are read straight from them while the stage is not
+        indexed yet (the first screen of a big run does not wait for the index)."""
+        if stage not in self._index and not (group or reason or query or vs):
+            head = self._head(stage, max(0, offset) + max(0, limit))
+            if head is not None:
+                part = head.slice(max(0, offset), max(0, limit))
+                return {"stage": stage, "total": self.status_counts(stage)["rows"], "offset": offset, "limit": limit,
+                        "rows": self.rows(stage, part)}
         chosen = self.select(stage, group, reason, query, vs)
         part = chosen.slice(max(0, offset), max(0, limit))
         rows = self.rows(stage, part)
         return {"stage": stage, "total": chosen.height, "offset": offset, "limit": limit, "rows": rows}
 
+    def _head(self, stage: str, n: int, max_shards: int = 16) -> pl.DataFrame | None:
+        """The first ``n`` rows' index entries, read from the first shards only; ``None`` if they span more than
+        ``max_shards`` or the stage holds fewer rows than its counts say (then the index decides)."""
+        files = self.store.shards(stage)
+        take, rows = [], 0
+        for f in files[:max_shards]:
+            take.append(f)
+            rows += shards.shard_size(f)[0]
+            if rows >= n:
+                break
+        if rows < n and len(take) < len(files):
+            return None
+        frame = _scan_positions(take, {"id": pl.String, "status": pl.String, "reason": pl.String})
+        return self._label(stage, frame, whole=False).head(n)
+
     def rows(self, stage: str, part: pl.DataFrame) -> list[dict[str, Any]]:
         """Full rows for index rows ``part`` (read from their shards), labelled and with scores joined."""
-        idx = self.index(stage)
-        found: dict[tuple[int, int], dict[str, Any]] = {}
-        wanted: dict[int, list[int]] = {}
-        for shard, off in part.select("_shard", "_off").iter_rows():
-            wanted.setdefault(int(shard), []).append(int(off))
-        for shard, offs in wanted.items():
-            f = idx.files[shard]
-            lf = pl.scan_parquet(f).with_row_index("_off").filter(pl.col("_off").is_in(offs))
-            frame = shards.collect_checked([f], lf.collect)
-            for row in frame.iter_rows(named=True):
-                off = row.pop("_off")
-                found[(shard, int(off))] = {k: cut(v) for k, v in row.items() if v is not None and k not in SKIP_COLUMNS}
+        files = self.store.shards(stage)
+        found = _read_at(files, part)
         out = []
         for meta in part.iter_rows(named=True):
             row = found.get((int(meta["_shard"]), int(meta["_off"])))
             if row is None:
                 continue
+            row = {k: cut(v) for k, v in row.items() if v is not None and k not in SKIP_COLUMNS}
             gate = meta["gate"]
             out.append({"_stage": stage, "_group": meta["group"], "_reason": meta["_r"] if meta["_s"] != "ok" else "",
                         "_gate": gate, "_threshold": self.threshold(gate),
                         **({"_scoped": meta["scoped"]} if meta.get("scoped") else {}), **row})
-        self._join_scores(idx, out)
+        self._join_scores(self.store.annotators_of(stage, self.manifest), out)
         self._attach_verdicts(out)
         return out
 
-    def _join_scores(self, idx: StageIndex, rows: list[dict[str, Any]]) -> None:
+    def _join_scores(self, annotators: list[str], rows: list[dict[str, Any]]) -> None:
         """Each scorer's columns of a row as ``_scores[scorer]``; a scorer's rejection names the gate that used it."""
         ids = [r["id"] for r in rows]
-        if not ids or not idx.annotators:
+        if not ids or not annotators:
             return
         by_id = {r["id"]: r for r in rows}
-        for scorer in idx.annotators:
-            lf = self.store.scan_raw(scorer)
-            if lf is None:
+        for scorer in annotators:
+            files = self.store.shards(scorer)
+            if not files:
                 continue
-            names = [c for c in lf.collect_schema().names() if c not in ("input_id", "llm_backend")]
-            found = shards.collect_checked(self.store.shards(scorer),
-                                           lf.filter(pl.col("id").is_in(ids)).select(names).collect)
-            for row in found.iter_rows(named=True):
+            if scorer not in self._located:  # where each of the scorer's ids is: built once, then O(page) per page
+                self._located[scorer] = _scan_positions(files, {"id": pl.String})
+            where = self._located[scorer].filter(pl.col("id").is_in(ids))
+            for row in _read_at(files, where).values():
+                row = {k: v for k, v in row.items() if k not in ("input_id", "llm_backend")}
                 target = by_id.get(row.pop("id"))
                 if target is None:
                     continue
@@ -379,3 +439,60 @@ def _response_id(row: Mapping[str, Any]) -> str | None:
         except ValueError:
             return None
     return str(meta["response_id"]) if isinstance(meta, dict) and meta.get("response_id") else None
+
+
+def _by_schema(files: list[Path], columns: tuple[str, ...] | None = None
+               ) -> dict[tuple[tuple[str, str], ...], list[Path]]:
+    """Shards grouped by their schema (of ``columns`` only, if given): one multi-file scan per group."""
+    groups: dict[tuple[tuple[str, str], ...], list[Path]] = {}
+    for f in files:
+        schema = shards.file_schema(f)
+        key = schema if columns is None else tuple((c, t) for c, t in schema if c in columns)
+        groups.setdefault(key, []).append(f)
+    return groups
+
+
+def _positions(files: list[Path], parts: list[tuple[list[Path], pl.LazyFrame]]) -> pl.DataFrame:
+    """Collect one multi-file scan per schema group and give each row its ``_shard`` (place among ``files``) and
+    ``_off`` (row within the shard, from the footers' row counts), sorted into shard order — the order every read
+    of the stage has."""
+    number = {f: i for i, f in enumerate(files)}
+    frames = shards.collect_checked(files, lambda: pl.collect_all([lf for _, lf in parts]))
+    out = []
+    for (group, _), frame in zip(parts, frames):
+        counts = np.array([shards.shard_size(f)[0] for f in group], dtype=np.int64)
+        if int(counts.sum()) != frame.height:
+            raise StoreError(f"{group[0].parent}: shard footers count {int(counts.sum())} rows, the scan read "
+                             f"{frame.height}; run `fabrika fsck`")
+        starts = np.repeat(np.cumsum(counts) - counts, counts)
+        out.append(frame.with_columns(
+            pl.Series("_shard", np.repeat([number[f] for f in group], counts), dtype=pl.Int32),
+            pl.Series("_off", np.arange(frame.height) - starts, dtype=pl.Int32)))
+    frame = out[0] if len(out) == 1 else pl.concat(out)
+    return frame.sort(["_shard", "_off"], maintain_order=True) if len(out) > 1 else frame
+
+
+def _read_at(files: list[Path], where: pl.DataFrame) -> dict[tuple[int, int], dict[str, Any]]:
+    """The full rows at ``where``'s ``(_shard, _off)`` positions, reading only those shards."""
+    wanted: dict[int, list[int]] = {}
+    for shard, off in where.select("_shard", "_off").iter_rows():
+        wanted.setdefault(int(shard), []).append(int(off))
+    found: dict[tuple[int, int], dict[str, Any]] = {}
+    for shard, offs in wanted.items():
+        f = files[shard]
+        lf = pl.scan_parquet(f).with_row_index("__off").filter(pl.col("__off").is_in(offs))
+        for row in shards.collect_checked([f], lf.collect).iter_rows(named=True):
+            found[(shard, int(row.pop("__off")))] = row
+    return found
+
+
+def _scan_positions(files: list[Path], schema: dict[str, Any]) -> pl.DataFrame:
+    """``schema``'s columns of every shard in one multi-file scan (absent columns null, a shard's all-null
+    column cast), each row with its ``_shard`` and ``_off`` — no footer is read first, so a cold start on a
+    stage of a thousand shards costs one parallel scan."""
+    lf = pl.scan_parquet(files, schema=schema, missing_columns="insert", extra_columns="ignore",
+                         include_file_paths="__file")
+    frame = shards.collect_checked(files, lf.select(*schema, "__file").collect)
+    number = {str(f): i for i, f in enumerate(files)}
+    frame = frame.with_columns(pl.col("__file").replace_strict(number, return_dtype=pl.Int32).alias("_shard"))
+    return frame.with_columns(pl.int_range(pl.len(), dtype=pl.Int32).over("_shard").alias("_off")).drop("__file")

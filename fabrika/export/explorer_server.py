@@ -53,6 +53,7 @@ class ExplorerServer(ThreadingHTTPServer):
         self.explorer = RunExplorer(run_dir, version)
         self.lock = threading.Lock()
         self._summary: dict[str, Any] | None = None
+        self._warming = False
         super().__init__((HOST, port), _Handler)
 
     def summary(self) -> dict[str, Any]:
@@ -60,6 +61,23 @@ class ExplorerServer(ThreadingHTTPServer):
             if self._summary is None:
                 self._summary = self.explorer.summary()
             return self._summary
+
+    def warm(self) -> None:
+        """Index every stage in the background once the first page is out (later pages and filters then only
+        slice the index)."""
+        with self.lock:
+            if self._warming:
+                return
+            self._warming = True
+
+        def build() -> None:
+            for stage in self.explorer.stages():
+                try:
+                    self.explorer.index(stage)
+                except Exception:  # noqa: BLE001 - a request for that stage reports the error itself
+                    continue
+
+        threading.Thread(target=build, name="fabrika-browse-index", daemon=True).start()
 
     @property
     def url(self) -> str:
@@ -93,6 +111,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, json.dumps(self.server.summary(), ensure_ascii=False, default=str))
             elif url.path == "/api/rows":
                 self._send(200, json.dumps(self._rows(query), ensure_ascii=False, default=str))
+                self.server.warm()
             else:
                 self._send(404, json.dumps({"error": f"no such path {url.path}"}))
         except (StoreError, ValueError) as exc:

@@ -44,6 +44,10 @@ def test_every_row_is_labelled_by_the_version_and_counts_equal_status(explorer_r
         assert summary["stages"][stage]["groups"].get(KEPT, 0) == funnel["out"]
         for gate, n in summary["stages"][stage]["gates"].items():
             assert funnel[f"dropped_{gate}"] == n
+    for stage in ex.stages():  # rows per group and gate counted from the rows equal the version's funnel
+        full = ex.stage_counts(stage)
+        assert (full["groups"], full["gates"]) == (summary["stages"][stage]["groups"],
+                                                   summary["stages"][stage]["gates"]), stage
     samples = _all_rows(ex, "fc.samples", group=DROPPED)
     gates = {r["_gate"] for r in samples}
     assert "language.allowed" in gates and len(samples) >= 2
@@ -132,3 +136,13 @@ def test_a_big_run_gets_a_sample_and_says_so(explorer_run: Path, tmp_path: Path)
     whole = collect_samples(ex)
     assert whole["complete"] is True
     assert len(whole["samples"]) == sum(ex.index(s).frame.height for s in ex.stages())
+
+
+def test_the_first_page_read_before_the_index_equals_the_indexed_page(explorer_run: Path):
+    for stage in ("fc.samples", "fc.dialogues", "fc.irrelevance"):
+        fresh = RunExplorer(explorer_run)
+        early = fresh.page(stage, limit=25)
+        assert stage not in fresh._index  # read from the first shards only
+        indexed = RunExplorer(explorer_run)
+        indexed.index(stage)
+        assert early == indexed.page(stage, limit=25), stage
