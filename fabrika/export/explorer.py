@@ -51,6 +51,8 @@ SKIP_COLUMNS = ("input_id",)
 VERDICT_COLUMNS = ("verifier_results", "library_results")
 #: JSON object keys (``"key":``) — removed from a cell before a search, so a search matches values only.
 _JSON_KEY = r'"(?:[^"\\]|\\.)*"\s*:'
+#: Scorer shards read for a page's scores before the scorer is located whole (a first page of a big run).
+PROBE_SHARDS = 4
 #: Row columns that hold what the model answered or was asked, shown as the row's LLM requests/answers.
 LLM_COLUMNS = ("raw_excerpt", "raw", "raw_answer", "requests", "llm_requests", "teacher_answers")
 
@@ -109,15 +111,22 @@ class RunExplorer:
         self._index: dict[str, StageIndex] = {}
         self._kept: dict[tuple[str, str], pl.Series] = {}
         self._located: dict[str, pl.DataFrame] = {}
+        self._files: dict[str, list[Path]] = {}
         self._building: dict[str, threading.Lock] = {}
 
     # -- stages and counts --------------------------------------------------------
+    def _shards(self, stage: str) -> list[Path]:
+        """The stage's shards, listed once per explorer (shards are immutable; a finished run adds none)."""
+        if stage not in self._files:
+            self._files[stage] = self.store.shards(stage)
+        return self._files[stage]
+
     def annotating(self, stage: str) -> bool:
         return bool(self.layout.get(stage, {}).get("annotates"))
 
     def stages(self) -> list[str]:
         """Stages whose rows are browsed (not scorers: their columns join the rows they score), pipeline order."""
-        return [s for s in self.order if not self.annotating(s) and self.store.has_rows(s)]
+        return [s for s in self.order if not self.annotating(s) and bool(self._shards(s))]
 
     def threshold(self, gate: str | None) -> Any:
         """The threshold a gate reason (``group.param``) applies, or a sentence for the built-in gates."""
@@ -175,7 +184,7 @@ class RunExplorer:
         """The stage's narrow index (built once per explorer)."""
         if stage in self._index:
             return self._index[stage]
-        files = self.store.shards(stage)
+        files = self._shards(stage)
         if not files:
             raise StoreError(f"stage {stage!r}: no rows in {self.run_dir}; stages: {', '.join(self.stages())}")
         with self._building.setdefault(stage, threading.Lock()):  # one build per stage, whoever asks first
@@ -186,6 +195,14 @@ class RunExplorer:
                              self.store.annotators_of(stage, self.manifest))
             self._index[stage] = idx
             return idx
+
+    def prepare(self, stage: str) -> None:
+        """Build what later pages of ``stage`` need: its index and where each of its scorers' ids is."""
+        self.index(stage)
+        for scorer in self.store.annotators_of(stage, self.manifest):
+            files = self._shards(scorer)
+            if files and scorer not in self._located:
+                self._located[scorer] = _scan_positions(files, {"id": pl.String})
 
     def _label(self, stage: str, frame: pl.DataFrame, whole: bool = True) -> pl.DataFrame:
         """``id, status, reason, _shard, _off`` rows → the index's columns (``_s``, ``_r``, ``group``, ``gate``,
@@ -349,7 +366,7 @@ class RunExplorer:
     def _head(self, stage: str, n: int, max_shards: int = 16) -> pl.DataFrame | None:
         """The first ``n`` rows' index entries, read from the first shards only; ``None`` if they span more than
         ``max_shards`` or the stage holds fewer rows than its counts say (then the index decides)."""
-        files = self.store.shards(stage)
+        files = self._shards(stage)
         take, rows = [], 0
         for f in files[:max_shards]:
             take.append(f)
@@ -363,7 +380,7 @@ class RunExplorer:
 
     def rows(self, stage: str, part: pl.DataFrame) -> list[dict[str, Any]]:
         """Full rows for index rows ``part`` (read from their shards), labelled and with scores joined."""
-        files = self.store.shards(stage)
+        files = self._shards(stage)
         found = _read_at(files, part)
         out = []
         for meta in part.iter_rows(named=True):
@@ -386,13 +403,22 @@ class RunExplorer:
             return
         by_id = {r["id"]: r for r in rows}
         for scorer in annotators:
-            files = self.store.shards(scorer)
+            files = self._shards(scorer)
             if not files:
                 continue
-            if scorer not in self._located:  # where each of the scorer's ids is: built once, then O(page) per page
-                self._located[scorer] = _scan_positions(files, {"id": pl.String})
-            where = self._located[scorer].filter(pl.col("id").is_in(ids))
-            for row in _read_at(files, where).values():
+            found = None
+            if scorer not in self._located:  # scorers write in their input's order: try its first shards first
+                probe = shards.scan_files(files[:PROBE_SHARDS])
+                assert probe is not None
+                got = shards.collect_checked(files[:PROBE_SHARDS], probe.filter(pl.col("id").is_in(ids)).collect)
+                if set(got["id"].to_list()) >= set(ids) or len(files) <= PROBE_SHARDS:
+                    found = got.to_dicts()
+            if found is None:
+                if scorer not in self._located:  # where each of the scorer's ids is: built once, then O(page)
+                    self._located[scorer] = _scan_positions(files, {"id": pl.String})
+                where = self._located[scorer].filter(pl.col("id").is_in(ids))
+                found = list(_read_at(files, where).values())
+            for row in found:
                 row = {k: v for k, v in row.items() if k not in ("input_id", "llm_backend")}
                 target = by_id.get(row.pop("id"))
                 if target is None:

@@ -73,7 +73,7 @@ class ExplorerServer(ThreadingHTTPServer):
         def build() -> None:
             for stage in self.explorer.stages():
                 try:
-                    self.explorer.index(stage)
+                    self.explorer.prepare(stage)
                 except Exception:  # noqa: BLE001 - a request for that stage reports the error itself
                     continue
 

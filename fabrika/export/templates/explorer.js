@@ -309,13 +309,15 @@
           if (k.indexOf("dropped_") < 0 || !g[k]) return;
           var gate = k.slice(k.indexOf("dropped_") + 8), group = gate.split(".")[0];
           var th = (summary.thresholds[group] || {})[gate.split(".").slice(1).join(".")];
-          var line = el("div", null, k.replace("dropped_", "") + (th !== undefined ? " (" + JSON.stringify(th) + ")" : "") + ": ");
+          var label = gate === "rejected" ? k.replace("dropped_rejected", "status not ok (the stage's or a scorer's)")
+                                          : k.replace("dropped_", "");
+          var line = el("div", null, label + (th !== undefined ? " (" + JSON.stringify(th) + ")" : "") + ": ");
           line.appendChild(count("gates/" + name + "/" + k, g[k]));
           drop.appendChild(line);
         });
       } else {
         Object.keys(s.gates || {}).forEach(function (k) {
-          drop.appendChild(el("div", null, k + ": " + s.gates[k] + " (read downstream: gated)"));
+          drop.appendChild(el("div", null, k + ": " + s.gates[k] + " (not read by the stages after it)"));
         });
       }
       t.appendChild(tr);
