@@ -26,6 +26,7 @@ the stage's string columns a shard at a time and matches *values*, never JSON ke
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -309,14 +310,24 @@ class RunExplorer:
         needle = query.lower()
         if needle in idx.searches:
             return idx.searches[needle]
-        parts = []
+        contains = "(?i)" + re.escape(needle)
+        groups, parts = [], []
         for key, group in _by_schema(idx.files).items():
-            cols = [c for c, _ in key if c not in ("status", "llm_backend")]
-            exprs = [pl.col(c).cast(pl.String).str.replace_all(_JSON_KEY, " ").str.to_lowercase()
-                     .str.contains(needle, literal=True).fill_null(False) for c in cols]
-            parts.append((group, pl.scan_parquet(group).select(
-                (pl.any_horizontal(exprs) if exprs else pl.lit(False)).alias("hit"))))
-        hits = _positions(idx.files, parts)
+            cols = [c for c, _ in key if c not in ("status", "llm_backend")] or ["id"]
+            text = [pl.col(c).cast(pl.String) for c in cols]
+            raw = pl.any_horizontal([t.str.contains(contains).fill_null(False) for t in text])
+            values = pl.any_horizontal([t.str.replace_all(_JSON_KEY, " ").str.contains(contains).fill_null(False)
+                                        for t in text])
+            # cheap pass first (the text as stored), keys stripped only where the text contains the needle at all
+            groups.append(group)
+            parts.append(pl.scan_parquet(group).with_row_index("__i").filter(raw).select("__i", values.alias("hit")))
+        found = shards.collect_checked(idx.files, lambda: pl.collect_all(parts)) if parts else []
+        frames = []
+        for group, got in zip(groups, found):
+            hit = np.zeros(sum(shards.shard_size(f)[0] for f in group), dtype=bool)
+            hit[got.filter(pl.col("hit"))["__i"].to_numpy()] = True
+            frames.append(pl.DataFrame({"hit": hit}))
+        hits = _place(idx.files, groups, frames)
         series = hits["hit"]
         if len(idx.searches) > 16:
             idx.searches.clear()
@@ -482,10 +493,15 @@ def _positions(files: list[Path], parts: list[tuple[list[Path], pl.LazyFrame]]) 
     """Collect one multi-file scan per schema group and give each row its ``_shard`` (place among ``files``) and
     ``_off`` (row within the shard, from the footers' row counts), sorted into shard order — the order every read
     of the stage has."""
-    number = {f: i for i, f in enumerate(files)}
     frames = shards.collect_checked(files, lambda: pl.collect_all([lf for _, lf in parts]))
+    return _place(files, [g for g, _ in parts], frames)
+
+
+def _place(files: list[Path], groups: list[list[Path]], frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """:func:`_positions` for frames already read: ``frames[i]`` holds the rows of ``groups[i]``'s shards in order."""
+    number = {f: i for i, f in enumerate(files)}
     out = []
-    for (group, _), frame in zip(parts, frames):
+    for group, frame in zip(groups, frames):
         counts = np.array([shards.shard_size(f)[0] for f in group], dtype=np.int64)
         if int(counts.sum()) != frame.height:
             raise StoreError(f"{group[0].parent}: shard footers count {int(counts.sum())} rows, the scan read "
