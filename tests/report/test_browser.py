@@ -132,3 +132,24 @@ def test_explorer_in_chromium_tells_the_truth(page_url: str, explorer_run: Path,
             browser.close()
     assert not errors, errors
     assert (tmp_path / "explorer.png").stat().st_size > 20_000
+
+
+def test_a_plain_text_prompt_is_shown(tmp_path: Path):
+    """`generic.prompts`-style rows keep their prompt as plain text: the card shows it as the user's turn."""
+    sync_playwright = _playwright()
+    from tests.export.export_fixtures import make_rows, make_run
+
+    rows = make_rows(3)
+    for i, row in enumerate(rows):
+        row.update(prompt=f"Объясни простыми словами, что такое фотосинтез ({i}).", completion=None)
+    page_path = build_report(make_run(tmp_path, rows, stage="general_prompts"))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(page_path.as_uri())
+            _wait(page, "")
+            users = page.locator("#samples .card .msg.user .content").all_inner_texts()
+            assert sorted(users) == [f"Объясни простыми словами, что такое фотосинтез ({i})." for i in range(3)]
+        finally:
+            browser.close()
