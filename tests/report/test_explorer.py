@@ -146,3 +146,12 @@ def test_the_first_page_read_before_the_index_equals_the_indexed_page(explorer_r
         indexed = RunExplorer(explorer_run)
         indexed.index(stage)
         assert early == indexed.page(stage, limit=25), stage
+
+
+def test_browse_command_refuses_a_directory_that_is_not_a_run(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from fabrika.cli.app import app
+
+    res = CliRunner().invoke(app, ["browse", str(tmp_path), "--port", "0"])
+    assert res.exit_code == 2 and "not a run directory" in res.output
