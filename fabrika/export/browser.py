@@ -1,138 +1,109 @@
-"""Bounded samples of a run's rows for the report's sample browser.
+"""The run explorer's page: rows for the offline report, and the HTML both the report and ``fabrika browse`` serve.
 
-Per stage the browser shows a few kept rows and, per rejection reason, a few
-rejected rows next to the raw model answer that caused them (``raw_excerpt``).
-Reading stays bounded on a run of millions of rows: ids are picked from narrow
-columns (``id``, ``status``, ``reason``) first, then only those rows are read in
-full, and every string cell is cut at :data:`MAX_CELL_CHARS`.
+A small run goes into the page whole (every row of every stage, up to
+:attr:`BrowserLimits.max_rows`), so the offline page pages and searches exactly what
+``fabrika browse`` does. A bigger run gets a bounded sample per stage — kept rows and,
+for each gate and each reason, a few rows with the gate, threshold or raw answer — and
+the page says that ``fabrika browse RUN`` pages through every row. Counts are always the
+whole run's (:meth:`RunExplorer.summary`, equal to ``fabrika status``).
 
-IF rows that point at their response (``meta.response_id``) get that response's
-per-verifier verdicts (``verifier_results``, ``library_results``) looked up, so
-a sample is shown with each verifier's verdict even though the sample table
-only carries the aggregates.
+The UI is one script (``templates/explorer.js``) with two data sources: the page's JSON
+block, or the browse server's ``api/rows``.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 import polars as pl
 
-from fabrika.pipeline.stage import is_rejection
-from fabrika.store import RunStore
+from fabrika.export.explorer import GROUPS, MAX_CELL_CHARS, RunExplorer
 
-#: Longest string cell kept in the page (a dialogue with its tools is usually a few KB).
-MAX_CELL_CHARS = 60_000
-#: Columns the browser never needs (ids it already has, bulky internals).
-SKIP_COLUMNS = ("input_id",)
-VERDICT_COLUMNS = ("verifier_results", "library_results")
+__all__ = ["MAX_CELL_CHARS", "BrowserLimits", "collect_samples", "explorer_html", "script_json"]
 
 
 @dataclass(frozen=True)
 class BrowserLimits:
-    """How much of each stage goes into the page."""
+    """How much of a run goes into the offline page."""
 
+    #: runs with at most this many rows (all browsable stages together) go into the page whole
+    max_rows: int = 5_000
     kept_per_stage: int = 30
     per_reason: int = 4
     reasons_per_stage: int = 20
 
 
-def _reason_key(reason: str | None, status: str | None) -> str:
-    return (reason or status or "unknown").split(":", 1)[0].strip() or "unknown"
+def _sample(explorer: RunExplorer, stage: str, limits: BrowserLimits) -> pl.DataFrame:
+    """Index rows of a bounded sample: kept/ok rows, then a few per gate and per reason (most frequent first)."""
+    idx = explorer.index(stage).frame
+    parts = [idx.filter(pl.col("group").is_in(["kept", "ok"])).head(limits.kept_per_stage)]
+    other = idx.filter(~pl.col("group").is_in(["kept", "ok"])).with_columns(
+        pl.coalesce(pl.col("gate"), pl.col("_r")).alias("_k"))
+    top = (other.group_by("_k").len().sort(["len", "_k"], descending=[True, False]).head(limits.reasons_per_stage)
+           .get_column("_k").to_list())
+    for key in top:
+        parts.append(other.filter(pl.col("_k") == key).sort("id").head(limits.per_reason).drop("_k"))
+    return pl.concat(parts)
 
 
-def _cut(value: Any) -> Any:
-    if isinstance(value, str) and len(value) > MAX_CELL_CHARS:
-        return value[:MAX_CELL_CHARS] + f"… [cut: {len(value)} chars]"
-    return value
+def collect_samples(explorer: RunExplorer, limits: BrowserLimits = BrowserLimits()) -> dict[str, Any]:
+    """``{"complete", "samples", "diffs"}`` for the offline page.
 
-
-def _pick_ids(lf: pl.LazyFrame, names: list[str], limits: BrowserLimits) -> tuple[list[str], list[str]]:
-    """Ids of the kept rows to show, and of the rejected/passed-over rows (a few per reason)."""
-    status = pl.col("status") if "status" in names else pl.lit("ok")
-    reason = pl.col("reason").cast(pl.String) if "reason" in names else pl.lit(None, dtype=pl.String)
-    narrow = lf.select(pl.col("id").cast(pl.String), status.alias("_s"), reason.alias("_r"))
-    kept = narrow.filter(pl.col("_s") == "ok").select("id").head(limits.kept_per_stage).collect()
-    keyed = (narrow.filter(pl.col("_s") != "ok")
-             .with_columns(pl.col("_r").fill_null(pl.col("_s")).str.split(":").list.first().alias("_k")))
-    top = (keyed.group_by("_k").len().sort(["len", "_k"], descending=[True, False])
-           .head(limits.reasons_per_stage).collect().get_column("_k").to_list())
-    other = (keyed.filter(pl.col("_k").is_in(top)).sort("id").group_by("_k", maintain_order=True)
-             .head(limits.per_reason).select("id").collect())
-    return kept.get_column("id").to_list(), other.get_column("id").to_list()
-
-
-def _rows(lf: pl.LazyFrame, ids: list[str]) -> list[dict[str, Any]]:
-    if not ids:
-        return []
-    names = lf.collect_schema().names()
-    keep = [c for c in names if c not in SKIP_COLUMNS]
-    frame = lf.filter(pl.col("id").cast(pl.String).is_in(ids)).select(keep).collect()
-    return [{k: _cut(v) for k, v in row.items() if v is not None} for row in frame.iter_rows(named=True)]
-
-
-def _response_id(row: dict[str, Any]) -> str | None:
-    meta = row.get("meta")
-    if isinstance(meta, str) and meta.startswith("{"):
-        try:
-            meta = json.loads(meta)
-        except ValueError:
-            return None
-    return str(meta["response_id"]) if isinstance(meta, dict) and meta.get("response_id") else None
-
-
-def _attach_verdicts(store: RunStore, stages: list[str], rows: list[dict[str, Any]]) -> None:
-    """Give rows whose ``meta.response_id`` names a response that response's per-verifier verdicts."""
-    wanted = {rid: r for r in rows if "verifier_results" not in r and (rid := _response_id(r))}
-    if not wanted:
-        return
-    for stage in stages:
-        lf = store.scan_raw(stage)
-        if lf is None:
-            continue
-        names = lf.collect_schema().names()
-        cols = [c for c in VERDICT_COLUMNS if c in names]
-        if not cols:
-            continue
-        found = lf.filter(pl.col("id").is_in(list(wanted))).select("id", *cols).collect()
-        for row in found.iter_rows(named=True):
-            target = wanted.get(row["id"])
-            if target is not None:
-                target.update({c: row[c] for c in cols if row[c] is not None})
-
-
-def collect_samples(run_dir: str | Path, manifest: dict[str, Any], limits: BrowserLimits = BrowserLimits()
-                    ) -> list[dict[str, Any]]:
-    """Per stage (pipeline order), the sampled rows as plain dicts with ``_stage``, ``_group`` and ``_reason``.
-
-    ``_group`` is ``"kept"``, ``"rejected"`` or ``"passed over"`` (sampling/eligibility
-    reasons such as ``not_sampled`` that are by design, not a quality verdict).
+    ``samples``: rows as :meth:`RunExplorer.rows` gives them (``_stage``, ``_group``, ``_reason``,
+    ``_gate``, ``_threshold``, ``_scores``), every row when the run is small (``complete``), else
+    a sample per stage. ``diffs``: per other version and dataset stage, the ids this version
+    added and removed (only when complete: otherwise the rows behind them are not in the page).
     """
-    store = RunStore(run_dir)
-    stages = [s for s in (manifest.get("order") or sorted(manifest.get("stages") or {})) if store.has_rows(s)]
-    out: list[dict[str, Any]] = []
+    stages = explorer.stages()
+    total = sum(explorer.index(s).frame.height for s in stages)
+    complete = total <= limits.max_rows
+    samples: list[dict[str, Any]] = []
     for stage in stages:
-        lf = store.scan_raw(stage)
-        if lf is None:
-            continue
-        names = lf.collect_schema().names()
-        if "id" not in names:
-            continue
-        kept_ids, other_ids = _pick_ids(lf, names, limits)
-        by_id = {str(r.get("id")): r for r in _rows(lf, kept_ids + other_ids)}
-        kept = set(kept_ids)
-        for rid in kept_ids + other_ids:  # kept rows, then rejections grouped by reason (most frequent first)
-            row = by_id.get(rid)
-            if row is None:
+        idx = explorer.index(stage).frame
+        if complete:
+            order = {g: i for i, g in enumerate(GROUPS)}
+            chosen = idx.with_columns(pl.col("group").replace_strict(order, return_dtype=pl.Int32).alias("_g")) \
+                .sort(["_g", "gate", "_r"], maintain_order=True, nulls_last=True).drop("_g")
+        else:
+            chosen = _sample(explorer, stage, limits)
+        samples.extend(explorer.rows(stage, chosen))
+    diffs: dict[str, dict[str, dict[str, list[str]]]] = {}
+    if complete and explorer.version:
+        for other in explorer.versions:
+            if other == explorer.version:
                 continue
-            key = _reason_key(row.get("reason"), row.get("status"))
-            if rid in kept:
-                group, key = "kept", ""
-            else:
-                group = "rejected" if is_rejection(row.get("reason")) else "passed over"
-            out.append({"_stage": stage, "_group": group, "_reason": key, **row})
-    _attach_verdicts(store, stages, out)
-    return out
+            diffs[other] = {s: {g: explorer.select(s, g, vs=other)["id"].to_list() for g in ("added", "removed")}
+                            for s in explorer.dataset_stages if s in stages}
+    return {"complete": complete, "samples": samples, "diffs": diffs}
+
+
+def template(name: str) -> str:
+    return resources.files("fabrika.export").joinpath("templates", name).read_text(encoding="utf-8")
+
+
+def script_json(value: Any) -> str:
+    """JSON safe inside ``<script>``: no ``</script>`` or ``<!--`` can end or confuse the block."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").replace(
+        "\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def explorer_html(data: dict[str, Any]) -> str:
+    """The explorer's markup and script over ``data`` (``mode``, ``summary``, and for the offline page ``samples``)."""
+    return "\n".join([
+        "<div id='counts'></div>",
+        "<div class='controls'>"
+        "<label>stage <select id='f-stage'></select></label>"
+        "<label>rows <select id='f-group'></select></label>"
+        "<label>gate / reason <select id='f-reason'></select></label>"
+        "<label>version <select id='f-vs'></select></label>"
+        "<label>search <input id='f-text' type='search' placeholder='a value (not a field name)'></label>"
+        "<button id='prev' type='button'>‹ prev</button><button id='next' type='button'>next ›</button>"
+        "<span id='shown'></span></div>",
+        "<div id='samples'></div>",
+        "<script type='application/json' id='fabrika-samples'>" + script_json(data) + "</script>",
+        f"<script>{template('explorer.js')}</script>",
+    ])

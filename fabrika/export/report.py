@@ -20,14 +20,14 @@ from __future__ import annotations
 import base64
 import html
 import json
-from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
 import polars as pl
 
 from fabrika.errors import StoreError
-from fabrika.export.browser import BrowserLimits, collect_samples
+from fabrika.export.browser import BrowserLimits, collect_samples, explorer_html, template
+from fabrika.export.explorer import RunExplorer
 from fabrika.export.source import open_version
 from fabrika.filters.text import count_tokens, messages_text
 from fabrika.schemas.chat import messages_to_chat, tools_to_chat
@@ -231,20 +231,9 @@ def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _template(name: str) -> str:
-    return resources.files("fabrika.export").joinpath("templates", name).read_text(encoding="utf-8")
-
-
 def _img(out: Path, name: str) -> str:
     data = base64.b64encode((out / f"{name}.png").read_bytes()).decode("ascii")
     return f"<img alt='{name}' src='data:image/png;base64,{data}'>"
-
-
-def _script_json(value: Any) -> str:
-    """JSON safe inside ``<script>``: no ``</script>`` or ``<!--`` can end or confuse the block."""
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").replace(
-        "\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def _owner(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -306,14 +295,16 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, version: st
     chart_hist(stats["tools"], "tools per sample", out / "tools.png")
     chart_hist(stats["turns"], "user+assistant turns per episode", out / "turns.png")
     chart_accounting(accounting.get("rows") or [], out / "accounting.png")
-    samples = collect_samples(run_dir, manifest, limits)
+    explorer = RunExplorer(run_dir, source.version)
+    summary = explorer.summary()
+    page_data = {"mode": "offline", "summary": summary, **collect_samples(explorer, limits)}
     sim = "sim" in shares.get("llm_backend", {}) or manifest.get("backend") == "sim"
     totals = accounting.get("totals") or {}
     sandbox = manifest.get("sandbox_isolation")
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>fabrika report: {html.escape(run_dir.name)}</title>",
-        f"<style>{_template('report.css')}</style></head><body>",
+        f"<style>{template('report.css')}</style></head><body>",
         f"<h1>Run {html.escape(run_dir.name)} — version {html.escape(str(source.version))}</h1>",
     ]
     if sim:
@@ -323,10 +314,10 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, version: st
         parts.append(f"<p class='{'sim' if 'rlimits' in mode else 'sandbox'}'>Sandbox isolation of LLM-written verifiers: "
                      f"{html.escape(mode)}{' (weaker: no namespaces)' if 'rlimits' in mode else ''}</p>")
     parts += [
-        f"<p>{total} rows kept in version {html.escape(str(source.version))}; statistics over "
-        f"{len(stats['turns'])} of them."
+        f"<p>{total} rows kept in version {html.escape(str(source.version))}; length and tool statistics over "
+        f"{len(stats['prompt_tokens'])} of them, turns over {len(stats['turns'])} episodes or rows."
         + (f" Sandbox isolation: {html.escape(str(sandbox))}." if sandbox else "") + "</p>",
-        "<p><a href='#browser'>Sample browser</a> · <a href='#funnel'>Funnel</a> · <a href='#lengths'>Lengths</a> · "
+        "<p><a href='#browser'>Run explorer</a> · <a href='#funnel'>Funnel</a> · <a href='#lengths'>Lengths</a> · "
         "<a href='#accounting'>Accounting</a></p>",
         "<h2 id='funnel'>Funnel</h2>", _img(out, "funnel"), _img(out, "rejections"),
         "<h2 id='lengths'>Lengths</h2>", _img(out, "lengths"),
@@ -337,25 +328,17 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, version: st
         "<p>The charts are also written as files next to this page: "
         + ", ".join(f"<a href='{c}.png'>{c}.png</a>" for c in CHARTS) + ".</p>",
         "<h2>Thresholds</h2><pre>" + html.escape(json.dumps(source.thresholds, ensure_ascii=False, indent=2)) + "</pre>",
-        "<h2 id='browser'>Sample browser</h2>",
-        f"<p>Per stage up to {limits.kept_per_stage} kept rows and, for each of up to {limits.reasons_per_stage} "
-        f"reasons, {limits.per_reason} rejected rows with the raw model answer behind the rejection. "
-        "&ldquo;passed over&rdquo; rows were not drawn by a share or did not apply (not a quality verdict).</p>",
-        "<div class='controls'>"
-        "<label>stage <select id='f-stage'><option value=''>all</option></select></label>"
-        "<label>rows <select id='f-group'><option value=''>all</option><option value='kept'>kept</option>"
-        "<option value='rejected'>rejected</option><option value='passed over'>passed over</option></select></label>"
-        "<label>reason <select id='f-reason'><option value=''>all</option></select></label>"
-        "<label>language <select id='f-lang'><option value=''>all</option></select></label>"
-        "<label>search <input id='f-text' type='search' placeholder='text in any field'></label>"
-        "<span id='shown'></span></div>",
-        "<div id='samples'></div>",
-        "<script type='application/json' id='fabrika-samples'>"
-        + _script_json({"stages": [s for s in manifest.get("order") or [] if any(r["_stage"] == s for r in samples)],
-                        "counts": {name: {"ok": int(info.get("ok") or 0), **(info.get("rejected") or {})}
-                                   for name, info in (manifest.get("stages") or {}).items()},
-                        "samples": samples}) + "</script>",
-        f"<script>{_template('report.js')}</script>",
+        "<h2 id='browser'>Run explorer</h2>",
+        "<p>Every count is the one <code>fabrika status</code> prints. <b>kept</b>: in the dataset of version "
+        f"{html.escape(str(source.version))}; <b>ok</b>: a row of a stage outside the dataset that passes the gates "
+        "its consumers read; <b>gate-dropped</b>: accepted by its stage, dropped by the gate named with its "
+        "threshold; <b>rejected</b>: a verdict of the stage, with its reason and raw answer; <b>passed over</b>: not "
+        "drawn by a share or not applicable (not a quality verdict). Scores are joined onto the rows they score. "
+        + ("This page holds every row of the run." if page_data["complete"] else
+           f"This run is too big for one page: it holds up to {limits.kept_per_stage} kept rows per stage and "
+           f"{limits.per_reason} per gate and reason; <code>fabrika browse {html.escape(str(run_dir))}</code> pages "
+           "through every row.") + "</p>",
+        explorer_html(page_data),
         "</body></html>",
     ]
     page = out / "index.html"

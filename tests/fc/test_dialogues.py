@@ -111,6 +111,10 @@ def test_tool_answer_must_keep_the_planned_result_or_the_episode_is_rejected():
     assert row["status"] == "ok" and row["n_tool_retries"] == 1
     row = run(scripts(sequence(call(), "В Твери +5."), tool=lambda r: '{"t": 7}'))
     assert row["status"] == "rejected" and row["reason"] == "tool_result_mismatch: get_weather: result.t: expected 5, got 7"
+    transcript = json.loads(row["dialogue"])  # kept for the run explorer: the turns up to the rejection
+    assert transcript["meta"]["rejected"] is True
+    assert [m["role"] for m in transcript["messages"]] == ["user", "assistant"]
+    assert transcript["messages"][1]["tool_calls"][0]["name"] == "get_weather"  # the call whose reply broke the plan
 
 
 def test_reference_injected_after_retries_then_share_rejects():
@@ -125,6 +129,8 @@ def test_reference_injected_after_retries_then_share_rejects():
     llm = scripts(sequence(call("nope"), call("nope"), "Готово, +5."))
     row = run(llm, max_retries=1, max_injected_share=0.3)
     assert row["status"] == "rejected" and row["reason"].startswith("too_many_injected")
+    flags = [m["flag"] for m in json.loads(row["dialogue"])["messages"]]
+    assert "injected" in flags and "wrong" in flags  # the rejected episode's transcript, injected turn included
 
 
 def test_text_when_call_expected_gets_the_user_again():

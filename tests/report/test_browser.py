@@ -1,5 +1,6 @@
-"""The report's sample browser in a real headless Chromium: no console error, a wrong turn shows its
-flag, the text search filters rows; a screenshot is saved under the test's tmp dir.
+"""The run explorer in a real headless Chromium, as the offline report page and as `fabrika browse`: every count
+on the page equals `fabrika status`, no gate-dropped row is labelled kept, a rejected FC dialogue shows its
+transcript, a search by a value finds its row and a field name does not match everything.
 
 Chromium is Debian's ``chromium`` (``make test`` / ``.ci/run`` install it when missing) driven by
 Playwright with ``executable_path`` — Playwright's own browser download is never used.
@@ -7,19 +8,21 @@ Playwright with ``executable_path`` — Playwright's own browser download is nev
 
 from __future__ import annotations
 
-import json
 import shutil
+import threading
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
+from fabrika.export.explorer_server import ExplorerServer
 from fabrika.export.report import build_report
-from tests.report.report_fixtures import run_fc_demo
+from tests.report.explorer_checks import status_json, status_value, version_ids
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def _playwright():
+def _playwright() -> Any:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -29,19 +32,42 @@ def _playwright():
     return sync_playwright
 
 
-@pytest.fixture(scope="module")
-def report_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    _playwright()  # skip before building the run when there is no browser
-    run = run_fc_demo(tmp_path_factory.mktemp("browser") / "run")
-    return build_report(run)
+@pytest.fixture(scope="module", params=["report", "browse"])
+def page_url(request: pytest.FixtureRequest, explorer_run: Path, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[str]:
+    _playwright()  # skip before building anything when there is no browser
+    if request.param == "report":
+        yield build_report(explorer_run, tmp_path_factory.mktemp("report")).as_uri()
+        return
+    server = ExplorerServer(explorer_run, port=0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.url
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=30)
 
 
-def test_report_opens_in_chromium_shows_wrong_turn_and_search_filters(report_page: Path, tmp_path: Path):
+def _wait(page: Any, before: str) -> None:
+    page.wait_for_function(f"document.body.dataset.loaded && document.body.dataset.loaded !== '{before}'",
+                           timeout=60_000)
+
+
+def _set(page: Any, action: Any) -> None:
+    before = page.evaluate("document.body.dataset.loaded || ''")
+    action()
+    _wait(page, before)
+
+
+def _cards(page: Any) -> list[dict[str, str]]:
+    return page.eval_on_selector_all("#samples .card", "cs => cs.map(c => ({id: c.dataset.id, group: c.dataset.group}))")
+
+
+def test_explorer_in_chromium_tells_the_truth(page_url: str, explorer_run: Path, tmp_path: Path):
     sync_playwright = _playwright()
-    data = json.loads(report_page.read_text("utf-8").split("id='fabrika-samples'>", 1)[1].split("</script>", 1)[0])
-    wrong = [r for r in data["samples"] if r["_stage"] == "fc.dialogues" and '"flag":"wrong"' in r.get("dialogue", "")]
-    assert wrong, "the demo run must sample a dialogue with a wrong turn"
-    target = wrong[0]
+    status = status_json(explorer_run)
     errors: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -49,43 +75,81 @@ def test_report_opens_in_chromium_shows_wrong_turn_and_search_filters(report_pag
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
-            page.goto(report_page.as_uri())
-            cards = page.locator("#samples .card")
-            total = cards.count()
-            assert total == len(data["samples"]) > 10
-            assert page.locator("img[alt='funnel']").evaluate("i => i.naturalWidth") > 100  # embedded charts load
-            # the wrong turn is rendered as a chat message with its flag, then the recovery
-            card = page.locator(f"#samples .card:has(.rowid:text-is('{target['id']}'))")
-            wrong_msg = card.locator(".msg.assistant[data-flag='wrong']")
-            assert wrong_msg.count() >= 1 and wrong_msg.first.is_visible()
-            assert wrong_msg.first.locator(".badge.flag-wrong").inner_text() == "wrong"
-            assert card.locator(".msg.tool").count() >= 1 and card.locator("summary").first.inner_text().startswith(
-                "tools the assistant saw")
-            # search by the episode id: that dialogue and the samples cut from it stay, nothing else
-            page.fill("#f-text", target["id"])
-            visible = page.locator("#samples .card:not(.hidden)")
-            n = visible.count()
-            expected = sum(target["id"] in json.dumps(r, ensure_ascii=False) for r in data["samples"])
-            assert 1 <= n == expected < total and card.is_visible()
-            assert page.locator("#shown").inner_text().startswith(f"{n} of {total}")
-            page.fill("#f-text", target["id"].upper())  # case-insensitive
-            assert visible.count() == n
-            card.scroll_into_view_if_needed()
-            shot = tmp_path / "report.png"
-            page.screenshot(path=str(shot))
-            # filters: rejected rows of one stage carry their reason
-            page.fill("#f-text", "")
-            page.select_option("#f-group", "rejected")
-            rejected = page.locator("#samples .card:not(.hidden)")
-            assert 0 < rejected.count() < total
-            assert all(rejected.nth(i).locator(".reason").count() == 1 for i in range(rejected.count()))
-            titles = page.locator(".block:not(.hidden) .block-title").all_inner_texts()
-            assert titles and all(" — rejected: " in t and "in the stage)" in t for t in titles), titles
-            page.fill("#f-text", "no row contains this ∅ string")
-            assert page.locator("#samples .card:not(.hidden)").count() == 0
-            assert page.locator(".block:not(.hidden)").count() == 0  # empty groups hide their heading
+            page.goto(page_url)
+            _wait(page, "")
+            # every count on the page is status's number
+            counts = page.eval_on_selector_all("[data-count]", "es => es.map(e => [e.dataset.count, e.textContent])")
+            assert len(counts) > 30
+            wrong = [(path, text, status_value(status, path)) for path, text in counts
+                     if text != str(status_value(status, path))]
+            assert not wrong, wrong
+            assert {p for p, _ in counts} >= {"stages/fc.dialogues/rejected/too_many_injected", "gates/fc.samples/out",
+                                              "gates/fc.samples/dropped_language.allowed", "versions/v1/rows"}
+            # page through every row of a dataset stage: no gate-dropped row is labelled kept
+            _set(page, lambda: page.select_option("#f-stage", "fc.samples"))
+            kept, dropped = version_ids(explorer_run, "v2", "fc.samples"), version_ids(
+                explorer_run, "v2", "fc.samples", dropped=True)
+            seen: list[dict[str, str]] = []
+            while True:
+                seen += _cards(page)
+                if page.locator("#next").is_disabled():
+                    break
+                _set(page, lambda: page.click("#next"))
+            assert len(seen) == status["stages"]["fc.samples"]["rows"] == len({c["id"] for c in seen})
+            assert {c["id"] for c in seen if c["group"] == "kept"} == kept
+            assert all(c["group"] == "gate-dropped" for c in seen if c["id"] in dropped)
+            _set(page, lambda: page.select_option("#f-group", "gate-dropped"))
+            gate = page.locator("#samples .card .gate").first.inner_text()
+            assert gate.startswith("dropped by gate ") and "threshold" in gate
+            # a rejected FC dialogue shows its transcript
+            _set(page, lambda: page.select_option("#f-stage", "fc.dialogues"))
+            _set(page, lambda: page.select_option("#f-group", "rejected"))
+            card = page.locator("#samples .card").first
+            assert card.get_attribute("data-group") == "rejected"
+            assert card.locator(".msg.user").count() >= 1 and card.locator(".msg.assistant").count() >= 1
+            assert "transcript up to the rejection" in card.inner_text()
+            rejected_id = card.get_attribute("data-id")
+            word = card.locator(".raw").inner_text().split()[1]
+            page.screenshot(path=str(tmp_path / "explorer.png"))
+            # search by a value finds the row; a field name or a JSON key does not match everything
+            _set(page, lambda: page.select_option("#f-group", ""))
+            total = int(page.locator("#shown").get_attribute("data-total"))
+            _set(page, lambda: page.fill("#f-text", word))
+            assert rejected_id in {c["id"] for c in _cards(page)}
+            _set(page, lambda: page.fill("#f-text", "n_wrong"))
+            assert page.locator("#shown").get_attribute("data-total") == "0"
+            _set(page, lambda: page.fill("#f-text", "wrong"))
+            assert 0 < int(page.locator("#shown").get_attribute("data-total")) < total
+            # the version diff: what the Russian-only refilter removed
+            _set(page, lambda: page.fill("#f-text", ""))
+            _set(page, lambda: page.select_option("#f-stage", "fc.samples"))
+            _set(page, lambda: page.select_option("#f-vs", "v1"))
+            _set(page, lambda: page.select_option("#f-group", "removed"))
+            removed = version_ids(explorer_run, "v1", "fc.samples") - kept
+            assert int(page.locator("#shown").get_attribute("data-total")) == len(removed) > 0
+            assert {c["id"] for c in _cards(page)} <= removed
         finally:
             browser.close()
     assert not errors, errors
-    assert shot.stat().st_size > 20_000
+    assert (tmp_path / "explorer.png").stat().st_size > 20_000
+
+
+def test_a_plain_text_prompt_is_shown(tmp_path: Path):
+    """`generic.prompts`-style rows keep their prompt as plain text: the card shows it as the user's turn."""
+    sync_playwright = _playwright()
+    from tests.export.export_fixtures import make_rows, make_run
+
+    rows = make_rows(3)
+    for i, row in enumerate(rows):
+        row.update(prompt=f"Объясни простыми словами, что такое фотосинтез ({i}).", completion=None)
+    page_path = build_report(make_run(tmp_path, rows, stage="general_prompts"))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(page_path.as_uri())
+            _wait(page, "")
+            users = page.locator("#samples .card .msg.user .content").all_inner_texts()
+            assert sorted(users) == [f"Объясни простыми словами, что такое фотосинтез ({i})." for i in range(3)]
+        finally:
+            browser.close()

@@ -400,6 +400,12 @@ class Episode:
             await self.assistant_round(step_i, step, len(step.rounds), None)
 
 
+def _transcript(ep_id: str, plan: Plan, episode: Episode) -> str:
+    """A rejected episode's messages up to the rejection, kept on its row so the explorer can show it (never trained)."""
+    return Dialogue(id=ep_id, messages=episode.messages, tools=plan.tools_at_tier(), lang=plan.lang,
+                    meta={"plan_id": plan.id, "rejected": True}).model_dump_json()
+
+
 @register_stage
 class DialoguesStage(Stage[DialoguesConfig]):
     kind = "fc.dialogues"
@@ -416,7 +422,8 @@ class DialoguesStage(Stage[DialoguesConfig]):
             await episode.run()
         except EpisodeRejected as exc:
             return [rejected(ep_id, str(exc), **base, n_wrong=episode.n_wrong, n_injected=episode.n_injected,
-                             n_repeat=episode.n_repeat, n_steps=episode.n_steps)]
+                             n_repeat=episode.n_repeat, n_steps=episode.n_steps,
+                             dialogue=_transcript(ep_id, plan, episode))]
         untrained = episode.n_injected + episode.n_repeat
         share = untrained / max(1, episode.n_steps)
         stats = {"n_wrong": episode.n_wrong, "n_injected": episode.n_injected, "n_repeat": episode.n_repeat,
@@ -426,7 +433,8 @@ class DialoguesStage(Stage[DialoguesConfig]):
                  "n_targets": len(episode.targets), "n_messages": len(episode.messages)}
         if share > self.config.max_injected_share:
             return [rejected(ep_id, f"too_many_injected: {untrained}/{episode.n_steps} steps untrained "
-                             f"({episode.n_injected} injected, {episode.n_repeat} repeated)", **base, **stats)]
+                             f"({episode.n_injected} injected, {episode.n_repeat} repeated)", **base, **stats,
+                             dialogue=_transcript(ep_id, plan, episode))]
         dialogue = Dialogue(id=ep_id, messages=episode.messages, tools=plan.tools_at_tier(), lang=plan.lang,
                             meta={"plan_id": plan.id, "sample_type": plan.sample_type, "tier": plan.tier,
                                   "targets": episode.targets, "step_kinds": [st.kind for st in plan.steps],
