@@ -38,7 +38,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf, ValidationError, model_validator
 
 import fabrika.generators.fc.columns as cols
 from fabrika.errors import InputError
@@ -52,6 +52,7 @@ from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.fc import N_TIERS
 from fabrika.schemas.ids import stable_id
+from fabrika.schemas.rows import RowModel
 from fabrika.schemas.tools import Tool, ToolCall
 from fabrika.store import atomic_write_json
 from fabrika.textutil.answers import extract_json, is_failure
@@ -511,6 +512,15 @@ def _language_issue(cands: list[Candidate], lang: str, where: str) -> tuple[str,
     return None
 
 
+class ImportItem(RowModel):
+    """One item of ``fc.tools_import`` (its own input rows: a tool candidate read from a source file)."""
+
+    id: str
+    label: str
+    candidate: InstanceOf[Candidate]
+    duplicate_of: str | None = None
+
+
 @register_stage
 class ToolsImportStage(Stage[ToolsImportConfig]):
     """Source stage: one row per imported tool (ok, or rejected with its reason)."""
@@ -628,10 +638,11 @@ class ToolsImportStage(Stage[ToolsImportConfig]):
 
     async def process(self, row: Row) -> list[Row]:
         cfg = self.config
-        cand: Candidate = copy.deepcopy(row["candidate"])
+        item = ImportItem.of(row)
+        cand: Candidate = copy.deepcopy(item.candidate)
         lang = cfg.lang
-        topic_id = stable_id(row["label"], cand.topic, prefix="topic-")
-        bad_id = stable_id(row["id"], prefix="tool-bad-")
+        topic_id = stable_id(item.label, cand.topic, prefix="topic-")
+        bad_id = stable_id(item.id, prefix="tool-bad-")
 
         def refuse(reason: str) -> list[Row]:
             return [_row(rejected(bad_id, reason), cand, lang, topic_id)]
@@ -642,8 +653,8 @@ class ToolsImportStage(Stage[ToolsImportConfig]):
             return refuse("deprecated: the operation is marked deprecated (include_deprecated: true imports it)")
         if not cand.name:
             return refuse("invalid_name: the tool has no name")
-        if row["duplicate_of"]:
-            return refuse(f"duplicate_name: {cand.name} is already taken by {row['duplicate_of']}")
+        if item.duplicate_of:
+            return refuse(f"duplicate_name: {cand.name} is already taken by {item.duplicate_of}")
         name = cand.name
         problem = name_problem(name, cfg.target_api)
         if problem:

@@ -128,9 +128,9 @@ class TopicsStage(Stage[TopicsConfig]):
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:
         by_lang: dict[str, list[str]] = {lang: [] for lang in self.config.languages}
-        for rec in rows:
-            if rec["lang"] in by_lang:
-                by_lang[rec["lang"]].append(rec["text"])
+        for rec in map(cols.CorpusRow.of, rows):
+            if rec.lang in by_lang:
+                by_lang[rec.lang].append(rec.text)
         for lang in self.config.languages:
             texts = sorted(set(by_lang[lang]))  # order-independent input
             clusters = self._cluster(lang, texts) if texts else []
