@@ -10,8 +10,12 @@ import pytest
 import yaml
 
 from fabrika.agents.prompts import CATALOGUE
+from fabrika.generators.fc.prompts import CATALOGUE as FC_CATALOGUE
 from fabrika.pipeline.config import PipelineConfig, inputs_of, validate_data
 from fabrika.pipeline.fingerprint import stage_fingerprints, stale_stages
+from fabrika.pipeline.lineage import stage_lineage
+from fabrika.pipeline.registry import load_modules
+from fabrika.pipeline.stage import STAGES
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -81,3 +85,33 @@ def test_a_judge_template_leaves_the_generators_fresh(tmp_path: Path, monkeypatc
     manifest = manifest_of(cfg)
     monkeypatch.setitem(CATALOGUE.data["answer_judge"], "ru", CATALOGUE.data["answer_judge"]["ru"] + " Будь строг.")
     assert set(stale_stages(cfg, manifest)) == {"fc_answer_judge"}  # was every FC stage: the module was hashed whole
+
+
+#: Registered stage kinds that render each template of the FC generators' own catalogue.
+FC_RENDERED_BY = {"label": {"fc.topics"}, "expand": {"fc.topics"}, "tiers": {"fc.tools_import"}}
+
+
+def _prompt_digests() -> dict[str, dict[str, str]]:
+    load_modules()
+    return {kind: stage_lineage(cls, sim=False)["prompts"] for kind, cls in STAGES.items()}
+
+
+@pytest.mark.parametrize(("catalogue", "key", "kinds"),
+                         [(CATALOGUE, k, RENDERED_BY[k]) for k in ("planner", "assistant_system", "given_judge")]
+                         + [(FC_CATALOGUE, k, v) for k, v in sorted(FC_RENDERED_BY.items())],
+                         ids=lambda v: getattr(v, "name", None) or (v if isinstance(v, str) else None))
+def test_an_edited_template_changes_the_lineage_of_its_stage_kinds_only(
+        catalogue: Any, key: str, kinds: set[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over every registered stage kind, not one config: the kinds (``fc_target_judge`` is ``fc.target_judge``)."""
+    before = _prompt_digests()
+    template = catalogue.data[key]["ru"]
+    edited_template = ({**template, "user": template["user"] + " Кратко."} if isinstance(template, dict)
+                       else edited(template))
+    monkeypatch.setitem(catalogue.data[key], "ru", edited_template)
+    after = _prompt_digests()
+    changed = {kind for kind in after if after[kind] != before.get(kind)}
+    assert changed == {k.replace("fc_", "fc.") for k in kinds}
+
+
+def test_every_fc_generator_template_is_mapped() -> None:
+    assert set(FC_RENDERED_BY) == set(FC_CATALOGUE.data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import fabrika.agents.prompts as agent_prompts
+import fabrika.generators.fc.prompts as fc_prompts
 import fabrika.generators.instruct.multiturn as multiturn
 import fabrika.generators.instruct.prompts as if_prompts
 from fabrika.prompts import PromptCatalogue, template_fields
@@ -14,6 +15,7 @@ CATALOGUES = [
     multiturn.DIALOGUE,
     multiturn.RUBRIC,
     agent_prompts.CATALOGUE,  # the FC role prompts (str.format)
+    fc_prompts.CATALOGUE,  # the FC generators' own prompts (str.format)
 ]
 CASES = [(c, key) for c in CATALOGUES for key in sorted(c.data)]
 

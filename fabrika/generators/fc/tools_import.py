@@ -36,7 +36,7 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, ClassVar, Iterator, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf, ValidationError, model_validator
 
@@ -44,6 +44,7 @@ import fabrika.generators.fc.columns as cols
 from fabrika.errors import InputError
 from fabrika.generators.fc import tools_translate as tr
 from fabrika.generators.fc.common import language_ok, parse_tool, response_error, signature
+from fabrika.generators.fc.prompts import CATALOGUE as FC_PROMPTS
 from fabrika.generators.fc.tool_sources import Candidate, candidates_from, duplicate_names, load_document, mcp_list_tools, snake_name
 from fabrika.generators.fc.tools import TOOL_COLUMNS
 from fabrika.inputs import resolve_data_path
@@ -258,22 +259,7 @@ def describe_parameters(schema: dict[str, Any], descriptions: Any, wanted: list[
 
 
 # -- tiers ------------------------------------------------------------------------------------------
-PROMPTS = {
-    "en": (
-        "You write descriptions of one API tool for a function-calling dataset: {n} tiers, from terse (0) "
-        "to detailed ({last}); every tier is strictly longer than the one before and is written in English.\n"
-        "Tiers already given must be copied unchanged; write the missing tiers {missing}.\n"
-        "Also describe in a few words each parameter listed in missing_parameter_descriptions.\n"
-        "Answer with JSON only: {{\"tiers\": [tier 0, tier 1, tier 2, tier 3], "
-        "\"parameters\": {{\"<parameter>\": \"<description>\"}}}}.\n\n```json\n{task}\n```"),
-    "ru": (
-        "Ты пишешь описания одного инструмента API для датасета вызова функций: {n} уровня, от самого краткого (0) "
-        "до подробного ({last}); каждый следующий уровень строго длиннее предыдущего, всё по-русски.\n"
-        "Уже данные уровни перепиши без изменений; напиши недостающие уровни {missing}.\n"
-        "Ещё опиши в нескольких словах каждый параметр из missing_parameter_descriptions.\n"
-        "Ответь только JSON: {{\"tiers\": [уровень 0, уровень 1, уровень 2, уровень 3], "
-        "\"parameters\": {{\"<параметр>\": \"<описание>\"}}}}.\n\n```json\n{task}\n```"),
-}
+#: the tiers prompt is ``tiers`` of the ``fc`` catalogue (fabrika/generators/fc/prompts_ru.yaml, prompts_en.yaml)
 
 
 def given_tiers(cand: Candidate) -> dict[int, str]:
@@ -295,8 +281,8 @@ def tiers_request(name: str, parameters: dict[str, Any], given: dict[int, str], 
     task = {"name": name, "topic": topic, "lang": lang, "parameters": parameters,
             "given_tiers": {str(i): t for i, t in sorted(given.items())}, "missing_tiers": missing,
             "missing_parameter_descriptions": list(undescribed_params)}
-    content = PROMPTS[lang].format(n=N_TIERS, last=N_TIERS - 1, missing=missing,
-                                   task=json.dumps(task, ensure_ascii=False, indent=1))
+    content = FC_PROMPTS.text("tiers", lang, n=N_TIERS, last=N_TIERS - 1, missing=missing,
+                              task=json.dumps(task, ensure_ascii=False, indent=1))
     return ChatRequest(messages=({"role": "user", "content": content},), temperature=cfg.temperature,
                        max_tokens=cfg.max_tokens, tag=TAG)
 
@@ -526,6 +512,7 @@ class ToolsImportStage(Stage[ToolsImportConfig]):
     """Source stage: one row per imported tool (ok, or rejected with its reason)."""
 
     kind = "fc.tools_import"
+    prompt_templates: ClassVar[tuple[Any, ...]] = (tr.CATALOGUE.select("translate"), FC_PROMPTS.select("tiers"))
     reads = ()  # tools files and MCP servers
     writes = cols.TOOL_IMPORT
     input_files = (cols.TOOL_SOURCES,)

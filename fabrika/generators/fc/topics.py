@@ -22,6 +22,7 @@ import fabrika.generators.fc.columns as cols
 from fabrika.embeddings import EmbedderConfig, build_embedder, cached_embed
 from fabrika.errors import ConfigError, InputError
 from fabrika.generators.fc import topics_prompts as prompts
+from fabrika.generators.fc.prompts import CATALOGUE as FC_PROMPTS
 from fabrika.generators.fc.topics_text import NearDuplicateIndex, keyword_tokens, language_ok
 from fabrika.inputs import iter_records, resolve_data_path, where
 from fabrika.llm.rejections import answer_problem
@@ -104,6 +105,7 @@ class TopicsStage(Stage[TopicsConfig]):
     """Builds the topic pool; a global stage (clustering needs the whole corpus)."""
 
     kind = "fc.topics"
+    prompt_templates: ClassVar[tuple[Any, ...]] = (FC_PROMPTS.select("label", "expand"),)
     reads = ()  # the corpus files
     writes = cols.TOPIC
     input_files = (cols.CORPUS,)
