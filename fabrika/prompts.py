@@ -2,8 +2,9 @@
 
 A catalogue maps a prompt key (a role: ``expand``, ``verifiers``) to its template in
 each language; a template is a string or a mapping of parts (``system``, ``user``, or
-named variants such as the dialogue tactics), written in jinja2 (``{{ field }}``) or,
-for the FC role prompts that predate catalogues, ``str.format`` (``{field}``).
+named variants such as the dialogue tactics, or a list of variants such as the FC
+assistant system prompts), written in jinja2 (``{{ field }}``) or, for the FC role prompts
+(:mod:`fabrika.agents.prompts`), ``str.format`` (``{field}``).
 
 Why data, not code: a prompt is read and edited by people who do not read Python,
 ``tests/test_prompt_catalogues.py`` checks that the Russian and English templates of a
@@ -18,8 +19,10 @@ Layouts::
         # each file: {key: template}
     PromptCatalogue.nested("instruct.dialogue", DIR / "prompts_dialogue.yaml")
         # one file: {key: {lang: template}}
-    PromptCatalogue.from_mapping("agents", PROMPTS, syntax="format")
-        # a Python mapping {key: {lang: template}}
+    PromptCatalogue("agents", {"ru": ..., "en": ...}, syntax="format")
+        # str.format templates (the FC role prompts)
+    PromptCatalogue.from_mapping("lin", {"ask": {"ru": "...", "en": "..."}})
+        # a Python mapping {key: {lang: template}} (tests, plugins)
 
 Files are read once, on first use; :attr:`PromptCatalogue.data` is what renders and
 what is hashed, so the two cannot disagree.

@@ -147,7 +147,7 @@ class DecontamScorer(Stage[DecontamConfig]):
     async def process(self, row: Row) -> list[Row]:
         cfg = self.config
         (scores,) = score_texts([row_text(row, cfg.text_field)], self._index())
-        return [ok(row["id"], **scores)]
+        return [ok(self.item_id(row), **scores)]
 
 
 # gate group ``filters.decontam``: thresholds on the columns above (scores are data, thresholds are config)

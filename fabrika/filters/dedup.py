@@ -28,7 +28,7 @@ import polars as pl
 from datasketch import LeanMinHash, MinHash, MinHashLSH
 from pydantic import BaseModel, ConfigDict, Field
 
-from fabrika.filters.text import norm_tokens, row_text, text_columns
+from fabrika.filters.text import SampleRow, norm_tokens, row_text, text_columns
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
@@ -118,7 +118,7 @@ def unit_key(row: Row, field: str | None) -> str | None:
     if field is None:
         return None
     if field.startswith("meta."):
-        meta = row.get("meta")
+        meta = SampleRow.of(row).meta
         if isinstance(meta, str):
             try:
                 meta = json.loads(meta) if meta else {}
@@ -167,7 +167,7 @@ class DedupScorer(Stage[DedupConfig]):
 
         phase("reading rows")
         for row in rows:
-            rid = str(row["id"])
+            rid = self.item_id(row)
             unit = unit_key(row, cfg.unit) or f"row:{rid}"
             text = row_text(row, cfg.text_field)
             row_units.append((rid, unit))

@@ -33,6 +33,7 @@ from typing import Any, Callable, ClassVar, Literal, Sequence
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fabrika.filters.text import SampleRow
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.columns import SAMPLE_READS, Column
@@ -98,11 +99,12 @@ def wire_messages(value: Any) -> list[dict[str, Any]]:
 
 def build_requests(row: Row, k: int, model: str | None, temperature: float, max_tokens: int | None) -> list[ChatRequest]:
     """``k`` sampling requests for one row's prompt, in the OpenAI wire format."""
-    messages = tuple(wire_messages(row.get("prompt")))
-    tools = tools_to_chat(row.get("tools"))
+    sample = SampleRow.of(row)
+    messages = tuple(wire_messages(sample.prompt))
+    tools = tools_to_chat(sample.tools)
     return [
         ChatRequest(messages=messages, tools=tuple(tools) or None, model=model, temperature=temperature,
-                    max_tokens=max_tokens, sample_index=i, tag=TAG, meta={"id": row.get("id")})
+                    max_tokens=max_tokens, sample_index=i, tag=TAG, meta={"id": sample.id})
         for i in range(k)
     ]
 
@@ -128,17 +130,18 @@ def pass_rate(row: Row, responses: Sequence[ChatResponse], reward: RewardFn,
         return {"difficulty_pass_rate": None, "difficulty_k": k, "difficulty_errors": errors}
     passes = 0
     if good:
-        prompt = messages_to_chat(row.get("prompt"))
+        sample = SampleRow.of(row)
+        prompt = messages_to_chat(sample.prompt)
         n = len(good)
-        gt = row.get("ground_truth")
+        gt = sample.ground_truth
         gt = json.loads(gt) if isinstance(gt, str) and gt else gt
         constraints = gt.get("constraints") if isinstance(gt, dict) else None
         columns = {
             "ground_truth": [gt] * n,
             "constraints": [constraints] * n,
-            "target_type": [row.get("target_type")] * n,
-            "tools": [tools_to_chat(row.get("tools"))] * n,
-            "lang": [row.get("lang")] * n,
+            "target_type": [sample.target_type] * n,
+            "tools": [tools_to_chat(sample.tools)] * n,
+            "lang": [sample.lang] * n,
         }
         rewards = reward(prompts=[prompt] * n, completions=[response_completion(r) for r in good], **columns)
         passes = sum(1 for x in rewards if x is not None and x >= pass_threshold)
@@ -182,15 +185,16 @@ class DifficultyScorer(LLMStage[DifficultyConfig]):
 
     def requests(self, row: Row) -> list[ChatRequest]:
         cfg = self.config
-        if str(row.get("expert") or "") not in cfg.rewards:  # no reward for this expert: nothing to measure
+        if str(SampleRow.of(row).expert or "") not in cfg.rewards:  # no reward for this expert: nothing to measure
             return []
         return build_requests(row, cfg.k, cfg.model, cfg.temperature, cfg.max_tokens)
 
     def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
-        spec = self.config.rewards.get(str(row.get("expert") or ""))
+        spec = self.config.rewards.get(str(SampleRow.of(row).expert or ""))
+        rid = self.item_id(row)  # an annotation: one score row per input row, keyed by its id
         if spec is None:
-            return [ok(row["id"], difficulty_pass_rate=None, difficulty_k=0, difficulty_errors=0)]
-        return [ok(row["id"], **pass_rate(row, responses, resolve_reward(spec), self.config.pass_threshold))]
+            return [ok(rid, difficulty_pass_rate=None, difficulty_k=0, difficulty_errors=0)]
+        return [ok(rid, **pass_rate(row, responses, resolve_reward(spec), self.config.pass_threshold))]
 
 
 # gate group ``filters.difficulty``: thresholds on the columns above (scores are data, thresholds are config)

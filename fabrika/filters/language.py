@@ -37,7 +37,7 @@ import polars as pl
 from lingua import LanguageDetector, LanguageDetectorBuilder
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from fabrika.filters.text import messages_text, row_text, text_columns
+from fabrika.filters.text import SampleRow, messages_text, row_text, text_columns
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
@@ -118,7 +118,8 @@ def _has_calls(messages: Any) -> bool:
 
 def context_text(row: Row) -> str:
     """The ``auto`` text of a sample row: its completion's text, or for a call its natural-language context."""
-    raw = row.get("completion")
+    sample = SampleRow.of(row)
+    raw = sample.completion
     completion: Any = raw
     if isinstance(raw, str):
         try:
@@ -126,8 +127,8 @@ def context_text(row: Row) -> str:
         except json.JSONDecodeError:
             return raw
     text = messages_text(completion)
-    if row.get("target_type") == "tool_call" or _has_calls(completion):
-        users = messages_text(row.get("prompt"), roles=("user",))
+    if sample.target_type == "tool_call" or _has_calls(completion):
+        users = messages_text(sample.prompt, roles=("user",))
         return "\n".join(p for p in (users, text) if p)
     return text
 
@@ -139,9 +140,10 @@ def score_rows(rows: Sequence[Row], text_field: str = "auto",
     scores = score_languages(texts, languages, min_letters)
     out = []
     for row, s in zip(rows, scores):
-        expected = row.get("lang")
+        sample = SampleRow.of(row)
+        expected = sample.lang
         s["lang_matches"] = None if expected is None or s["lang_detected"] is None else s["lang_detected"] == expected
-        out.append({"id": row["id"], **s})
+        out.append({"id": sample.id, **s})
     return out
 
 

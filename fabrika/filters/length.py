@@ -36,6 +36,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+from fabrika.filters.text import SampleRow
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.pipeline.columns import SAMPLE_READS, Column
 from fabrika.pipeline.preflight import InputFile
@@ -97,7 +98,7 @@ def score_lengths(rows: Sequence[Row], counter: TokenCounter = estimate_tokens, 
         prompt, total = render_row(row, template)
         pt = counter(prompt)
         tt = counter(total) if total is not None else pt
-        out.append({"id": row["id"], "len_prompt_chars": len(prompt),
+        out.append({"id": SampleRow.of(row).id, "len_prompt_chars": len(prompt),
                     "len_completion_chars": len(total) - len(prompt) if total is not None else None,
                     "len_prompt_tokens": pt, "len_completion_tokens": tt - pt if total is not None else None,
                     "len_total_tokens": tt, "len_tokenizer": tokenizer_name})

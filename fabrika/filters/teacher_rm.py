@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
+from fabrika.filters.text import SampleRow
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.columns import Column
 from fabrika.pipeline.preflight import InputFile
@@ -94,8 +95,8 @@ def prompt_messages(row: Row) -> list[dict[str, Any]]:
     """The prompt as wire chat messages: ``messages`` (if.queries) or ``prompt`` (samples, generic prompts)."""
     from fabrika.filters.difficulty import wire_messages
 
-    value = row.get("messages") if row.get("messages") is not None else row.get("prompt")
-    return wire_messages(value)
+    sample = SampleRow.of(row)
+    return wire_messages(sample.messages if sample.messages is not None else sample.prompt)
 
 
 def teacher_answers(responses: list[Any]) -> tuple[list[str], int]:
@@ -137,11 +138,11 @@ class TeacherScoresStage(Stage[TeacherScoresConfig]):
         cfg = self.config
         messages = prompt_messages(row)
         reqs = [ChatRequest(messages=tuple(messages), model=cfg.model, temperature=cfg.temperature,
-                            max_tokens=cfg.max_tokens, sample_index=i, tag=TAG, meta={"id": row.get("id")})
+                            max_tokens=cfg.max_tokens, sample_index=i, tag=TAG, meta={"id": SampleRow.of(row).id})
                 for i in range(cfg.k)]
         answers, failed = teacher_answers(list(await self.ctx.llm.complete(reqs)))
         scores: list[float] = []
         if answers:
             completions = [[{"role": "assistant", "content": a}] for a in answers]
             scores = await asyncio.to_thread(self.rm, [messages] * len(answers), completions)
-        return [ok(str(row["id"]), **summarise(list(scores), failed, self.rm_id))]
+        return [ok(self.item_id(row), **summarise(list(scores), failed, self.rm_id))]

@@ -16,9 +16,37 @@ import json
 from typing import Any, Iterable
 
 import razdel
+from pydantic import BaseModel, ConfigDict
 
 from fabrika.pipeline.columns import Column
 from fabrika.schemas import Message
+
+
+class SampleRow(BaseModel):
+    """The columns the scorers read of a row (``SAMPLE_READS`` and their neighbours), as stored.
+
+    Message and tool columns stay as stored (a JSON string, or plain text in ``generic.*`` rows,
+    or an already decoded list): the scorers accept all three on purpose, and the lenient
+    readers here and in :mod:`fabrika.schemas.chat` decode them, so a scorer reads every row the
+    contract ``list[Message] | str`` admits. Other columns of the row are ignored.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: str | None = None
+    prompt: Any = None
+    completion: Any = None
+    tools: Any = None
+    messages: Any = None
+    ground_truth: Any = None
+    meta: Any = None
+    lang: str | None = None
+    target_type: str | None = None
+    expert: str | None = None
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> "SampleRow":
+        return cls.model_validate(row)
 
 
 def _messages(value: Any) -> list[dict[str, Any]]:
@@ -73,14 +101,15 @@ def messages_text(value: Any, roles: Iterable[str] | None = None, with_calls: bo
 
 def row_text(row: dict[str, Any], field: str) -> str:
     """The text a scorer looks at for ``row`` (see module doc for ``field``)."""
-    if field == "user":
-        return messages_text(row.get("prompt"), roles=("user",))
-    if field == "prompt":
-        return messages_text(row.get("prompt"))
-    if field == "completion":
-        return messages_text(row.get("completion"), with_calls=True)
-    if field == "completion_values":
-        return messages_text(row.get("completion"), call_values_only=True)
+    if field in ("user", "prompt", "completion", "completion_values"):
+        sample = SampleRow.of(row)
+        if field == "user":
+            return messages_text(sample.prompt, roles=("user",))
+        if field == "prompt":
+            return messages_text(sample.prompt)
+        if field == "completion":
+            return messages_text(sample.completion, with_calls=True)
+        return messages_text(sample.completion, call_values_only=True)
     value = row.get(field)
     if value is None:
         return ""

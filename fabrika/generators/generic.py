@@ -77,7 +77,7 @@ class PromptsStage(Stage[PromptsConfig]):
             yield {"id": rid, "prompt": text, **extra}
 
     async def process(self, row: Row) -> list[Row]:
-        return [ok(row["id"], **{k: v for k, v in row.items() if k != "id"})]
+        return [ok(self.item_id(row), **{k: v for k, v in row.items() if k != "id"})]
 
 
 class CompleteConfig(StageConfig):
@@ -104,7 +104,7 @@ class CompleteStage(LLMStage[CompleteConfig]):
         return Contract(reads=(Column(config.prompt_field, str, doc="the user prompt"),), writes=cls.writes)
 
     def output_id(self, row: Row) -> str:
-        return stable_id(row["id"], self.name, prefix="gen-")
+        return stable_id(self.item_id(row), self.name, prefix="gen-")
 
     def requests(self, row: Row) -> list[ChatRequest]:
         messages: list[dict[str, Any]] = []
@@ -116,7 +116,7 @@ class CompleteStage(LLMStage[CompleteConfig]):
             model=self.config.model,
             temperature=self.config.temperature,
             max_tokens=self.config.max_tokens,
-            seed=self.ctx.rng(row["id"]).randrange(2**31),
+            seed=self.ctx.rng(self.item_id(row)).randrange(2**31),
             tag=self.config.tag,
         )]
 

@@ -79,6 +79,14 @@ class Column:
             return value
         return _adapter(self.type).validate_python(value)
 
+    def value(self, row: Mapping[str, Any]) -> Any:
+        """:meth:`read` of a column the reader needs: a missing or ``None`` value is a ``KeyError`` naming it
+        (what ``row[name]`` raised; the runner reports it as a missing column)."""
+        value = self.read(row)
+        if value is None:
+            raise KeyError(self.name)
+        return value
+
 
 @functools.cache
 def _adapter(tp: Any) -> TypeAdapter[Any]:

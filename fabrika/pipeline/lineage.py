@@ -22,8 +22,10 @@ Prompts
     ``digests() -> {name: digest}`` method, e.g. :meth:`fabrika.prompts.PromptCatalogue.select`;
     then exactly those templates (every language) are hashed. Otherwise every
     :class:`~fabrika.prompts.PromptCatalogue` found at module level in its code modules is
-    hashed whole. Modules whose name ends in ``prompts`` (``fabrika.agents.prompts``, which
-    holds the FC role prompts as Python strings) are reported as prompts rather than code.
+    hashed whole. The FC role prompts are a catalogue too (``fabrika.agents.prompts``, one YAML
+    file per language), each FC stage selecting the keys it renders, so an edited FC template
+    redoes exactly the stages that render it. Modules whose name ends in ``prompts`` (the
+    request builders beside a catalogue) are reported as prompts rather than code.
 
 Sim responders (``backend: sim`` only)
     The responders registered for the stage kind's family (``if.*`` responders for

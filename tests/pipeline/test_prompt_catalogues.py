@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import fabrika.agents.prompts as agent_prompts
+import fabrika.generators.fc.prompts as fc_prompts
 import fabrika.generators.instruct.multiturn as multiturn
 import fabrika.generators.instruct.prompts as if_prompts
 from fabrika.prompts import PromptCatalogue, template_fields
@@ -13,9 +14,8 @@ CATALOGUES = [
     if_prompts.CATALOGUE,
     multiturn.DIALOGUE,
     multiturn.RUBRIC,
-    # the FC role prompts still live in code (str.format); linted where they are
-    PromptCatalogue.from_mapping("agents", {k: v for k, v in agent_prompts.PROMPTS.items() if isinstance(v, dict)},
-                                 syntax="format"),
+    agent_prompts.CATALOGUE,  # the FC role prompts (str.format)
+    fc_prompts.CATALOGUE,  # the FC generators' own prompts (str.format)
 ]
 CASES = [(c, key) for c in CATALOGUES for key in sorted(c.data)]
 
@@ -52,3 +52,10 @@ def test_a_catalogue_digest_follows_its_text(monkeypatch: pytest.MonkeyPatch) ->
     after = if_prompts.CATALOGUE.digests(["expand", "verifiers"])
     assert after["instruct/expand"] != before["instruct/expand"]
     assert after["instruct/verifiers"] == before["instruct/verifiers"]
+
+
+def test_the_fc_catalogue_is_str_format_with_doubled_braces() -> None:
+    text = agent_prompts.prompt_text("judge", "en")
+    assert agent_prompts.CATALOGUE.fields("judge", "en") == {"": {"task"}}
+    assert '{"approved": true' in text.format(task="{}")  # doubled braces render as literal JSON
+    assert agent_prompts.assistant_system("ru") == agent_prompts.CATALOGUE.data["assistant_system"]["ru"][0]

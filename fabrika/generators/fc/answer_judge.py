@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fabrika.agents.prompts import prompt_text
+from fabrika.agents.prompts import CATALOGUE, prompt_text
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.fc.irrelevance import conversation_view
 from fabrika.llm.sim import register_sim_responder
@@ -76,6 +76,7 @@ class AnswerJudgeStage(LLMStage[AnswerJudgeConfig]):
     """Annotating stage: ``answer_consistency`` (0–10) per closing answer, null elsewhere."""
 
     kind = "fc.answer_judge"
+    prompt_templates: ClassVar[tuple[Any, ...]] = (CATALOGUE.select("answer_judge"),)
     reads = (Column("prompt", list[Message]), Column("completion", list[Message]))
     writes = (Column("answer_consistency", float, required=False), Column("answer_issues", list[str], required=False))
     annotates: ClassVar[bool] = True
@@ -99,17 +100,18 @@ class AnswerJudgeStage(LLMStage[AnswerJudgeConfig]):
         return dict(_NO_SCORE)
 
     def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
+        rid = self.item_id(row)  # an annotation: one score row per input row, keyed by its id
         if not responses:  # not a closing answer: the score does not apply
-            return [ok(row["id"], **_NO_SCORE)]
+            return [ok(rid, **_NO_SCORE)]
         (resp,) = responses
         data = extract_json(resp.text, expect=dict, reasoning_content=resp.choices[0].reasoning)
         if is_failure(data):
-            return [rejected(row["id"], f"answer_judge_{data}", **_NO_SCORE)]
+            return [rejected(rid, f"answer_judge_{data}", **_NO_SCORE)]
         try:
             verdict = AnswerVerdict.model_validate(data)
         except ValidationError as exc:
-            return [rejected(row["id"], f"answer_judge_unusable: {exc.errors()[0]['msg']}", **_NO_SCORE)]
-        return [ok(row["id"], answer_consistency=float(verdict.score),
+            return [rejected(rid, f"answer_judge_unusable: {exc.errors()[0]['msg']}", **_NO_SCORE)]
+        return [ok(rid, answer_consistency=float(verdict.score),
                    answer_issues=json.dumps(verdict.issues, ensure_ascii=False))]
 
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ConfigDict, Field
+
 from fabrika.pipeline.columns import SAMPLE_COLUMNS, Column, columns
 from fabrika.pipeline.preflight import InputFile
 from fabrika.schemas import Dialogue
 from fabrika.schemas.fc import Persona, Plan, ToolSpec
+from fabrika.schemas.rows import RowModel
 
 TOPIC = (
     Column("topic", str, doc="the topic label"),
@@ -61,3 +64,39 @@ TOOL_SOURCES = InputFile("sources[].path", "tools file", format="document",
                          fix="give a JSON/YAML file of OpenAI tools, an MCP tools/list answer or an OpenAPI document")
 TOPICS_FILE = InputFile("topics_file", "topics file", fields=("topic",),
                         fix="give a jsonl of topic rows, each with a non-empty 'topic' (optional 'description', 'lang')")
+
+
+# -- typed views of the rows the FC stages read (fabrika.schemas.rows.RowModel; the columns above) ----------
+
+class TopicRow(RowModel):
+    """A topic row (``fc.topics``, or a record of ``fc.tools``' topics file) as ``fc.tools`` reads it (TOPIC_READS)."""
+
+    model_config = ConfigDict(coerce_numbers_to_str=True)  # a topics file may number its topics
+
+    id: str
+    topic: str | None = None
+    description: str | None = None
+    keywords: list[Any] = Field(default_factory=list)
+    lang: str | None = None
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> "TopicRow":
+        """A plain-text ``keywords`` value (a topics file's ``"погода"``) is one keyword, not JSON."""
+        keywords = row.get("keywords")
+        if isinstance(keywords, str) and keywords and not keywords.startswith("["):
+            row = {**row, "keywords": [keywords]}
+        return cls.model_validate(row)
+
+
+class CorpusRow(RowModel):
+    """A corpus record as ``fc.topics`` reads it (its own input rows: ``text`` and the detected ``lang``)."""
+
+    text: str
+    lang: str
+
+
+class ToolSignatureRow(RowModel):
+    """What ``fc.tools_dedup`` reads of a tool row: its id and signature (TOOL_READS)."""
+
+    id: str
+    signature: str | None = None

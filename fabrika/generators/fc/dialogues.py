@@ -35,12 +35,13 @@ import asyncio
 import dataclasses
 import json
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 import fabrika.generators.fc.columns as cols
 from fabrika.agents.leaks import PlanLeak, said_value, withheld_values
+from fabrika.agents.prompts import ASSISTANT_KEYS, CATALOGUE, TOOL_KEYS, USER_KEYS
 from fabrika.agents.visibility import (
     EpisodeState,
     assistant_view,
@@ -409,11 +410,12 @@ def _transcript(ep_id: str, plan: Plan, episode: Episode) -> str:
 @register_stage
 class DialoguesStage(Stage[DialoguesConfig]):
     kind = "fc.dialogues"
+    prompt_templates: ClassVar[tuple[Any, ...]] = (CATALOGUE.select(*USER_KEYS, *TOOL_KEYS, *ASSISTANT_KEYS),)
     reads = (cols.PLAN,)
     writes = cols.DIALOGUES
 
     async def process(self, row: Row) -> list[Row]:
-        plan = Plan.model_validate_json(row["plan"])
+        plan: Plan = cols.PLAN.value(row)
         ep_id = stable_id(plan.id, prefix="ep-")
         base = {"plan_id": plan.id, "topic_id": plan.topic_id, "lang": plan.lang, "sample_type": plan.sample_type,
                 "tier": plan.tier}

@@ -19,12 +19,12 @@ same samples.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, ValidationError
 
 import fabrika.generators.fc.columns as cols
-from fabrika.agents.prompts import prompt_text
+from fabrika.agents.prompts import ASSISTANT_KEYS, CATALOGUE, prompt_text
 from fabrika.generators.fc.common import language_ok, response_error
 from fabrika.generators.fc.samples import episode_samples
 from fabrika.generators.fc.structured import IrrelevanceVerdict, response_format
@@ -80,6 +80,7 @@ class IrrelevanceStage(LLMStage[IrrelevanceConfig]):
     """Derived irrelevance samples: the needed tools removed, a refusal written and judged (two requests each)."""
 
     kind = "fc.irrelevance"
+    prompt_templates: ClassVar[tuple[Any, ...]] = (CATALOGUE.select("irrelevance_answer", "irrelevance_judge", *ASSISTANT_KEYS),)
     reads = cols.IRRELEVANCE_READS
     writes = cols.IRRELEVANCE
     per_answer = True  # an episode row derives several samples: each pair of answers stands alone
@@ -112,9 +113,9 @@ class IrrelevanceStage(LLMStage[IrrelevanceConfig]):
 
     def _sources(self, row: Row) -> list[Sample]:
         """One ``fc.samples`` row, or the eligible samples of one ``fc.dialogues`` row (the whole episode)."""
-        if "dialogue" in row:
-            return [s for s in episode_samples(Dialogue.model_validate_json(row["dialogue"]))
-                    if self.eligible(s) is not None]
+        dialogue: Dialogue | None = cols.DIALOGUE.read(row)
+        if dialogue is not None:
+            return [s for s in episode_samples(dialogue) if self.eligible(s) is not None]
         return [from_row(Sample, row)]
 
     def _draw(self, sample: Sample) -> tuple[list[str], str] | Row:
@@ -152,7 +153,7 @@ class IrrelevanceStage(LLMStage[IrrelevanceConfig]):
     def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
         sources = self._sources(row)
         if not sources:
-            return [rejected(stable_id(row["id"], prefix="fci-none-"),
+            return [rejected(stable_id(self.item_id(row), prefix="fci-none-"),
                              "not_eligible: no turn-opening tool_call sample with tools left")]
         answers = iter(responses)
         out: list[Row] = []

@@ -18,12 +18,12 @@ import random
 import re
 import zlib
 from functools import cached_property
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 from pydantic import Field, ValidationError
 
 import fabrika.generators.fc.columns as cols
-from fabrika.agents.prompts import prompt_text
+from fabrika.agents.prompts import CATALOGUE, prompt_text
 from fabrika.errors import InputError
 from fabrika.generators.fc.common import response_error
 from fabrika.generators.fc.plan_checks import check_plan, parse_steps
@@ -94,6 +94,7 @@ def _sample_other_topics(rng: random.Random, pool: list[str], own: str, k: int,
 @register_stage
 class PlansStage(Stage[PlansConfig]):
     kind = "fc.plans"
+    prompt_templates: ClassVar[tuple[Any, ...]] = (CATALOGUE.select("planner", "planner_revise", "judge"),)
     reads = cols.TOOL_READS
     writes = cols.PLANS
     input_files = (cols.PERSONAS,)
@@ -109,8 +110,9 @@ class PlansStage(Stage[PlansConfig]):
         by_topic: dict[str, list[tuple[str, bytes]]] = {}
         langs: dict[str, str] = {}
         for row in super().input_rows():
-            spec = ToolSpec.model_validate_json(row["spec"])
-            by_topic.setdefault(spec.topic_id, []).append((spec.id, zlib.compress(row["spec"].encode("utf-8"), 1)))
+            raw: str = row["spec"]  # the stored JSON text is what is kept (compressed), so it is read raw
+            spec = ToolSpec.model_validate_json(raw)
+            by_topic.setdefault(spec.topic_id, []).append((spec.id, zlib.compress(raw.encode("utf-8"), 1)))
             langs[spec.topic_id] = spec.lang
         by_lang: dict[str, list[str]] = {}
         for topic_id in sorted(by_topic):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import fabrika.generators.fc.columns as cols
-from fabrika.agents.prompts import assistant_system
+from fabrika.agents.prompts import ASSISTANT_KEYS, CATALOGUE, assistant_system
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
 from fabrika.schemas.messages import Dialogue, Message
@@ -67,12 +67,13 @@ def score_columns(sample: Sample) -> dict[str, Any]:
 @register_stage
 class SamplesStage(Stage[SamplesConfig]):
     kind = "fc.samples"
+    prompt_templates: ClassVar[tuple[Any, ...]] = (CATALOGUE.select(*ASSISTANT_KEYS),)
     reads = (cols.DIALOGUE,)
     writes = cols.SAMPLES
     calls_llm: ClassVar[bool] = False
 
     async def process(self, row: Row) -> list[Row]:
-        dialogue = Dialogue.model_validate_json(row["dialogue"])
+        dialogue: Dialogue = cols.DIALOGUE.value(row)
         try:
             samples = episode_samples(dialogue)
         except (ValueError, KeyError, IndexError) as exc:

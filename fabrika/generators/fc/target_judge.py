@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fabrika.agents.prompts import prompt_text
+from fabrika.agents.prompts import CATALOGUE, prompt_text
 from fabrika.filters.fc_facts import contradiction
 from fabrika.filters.fc_given import ALIASES, asked_params, dates_in, given_in, result_has
 from fabrika.generators.fc.answer_judge import closing_context
@@ -91,6 +91,7 @@ class TargetJudgeStage(LLMStage[TargetJudgeConfig]):
     """Annotating stage: ``answer_contradicts`` and ``asked_given_llm`` per FC text target, null elsewhere."""
 
     kind = "fc.target_judge"
+    prompt_templates: ClassVar[tuple[Any, ...]] = (CATALOGUE.select("contradiction_judge", "given_judge"),)
     annotates: ClassVar[bool] = True
     reads = (Column("prompt", list[Message]), Column("completion", list[Message]), Column("target_type", str),
              Column("lang", str))
@@ -124,12 +125,13 @@ class TargetJudgeStage(LLMStage[TargetJudgeConfig]):
         return dict(_NO_SCORE)
 
     def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
+        rid = self.item_id(row)  # an annotation: one score row per input row, keyed by its id
         scores: dict[str, Any] = dict(_NO_SCORE)
         evidence: list[str] = []
         for req_tag, resp in zip(self._tags(row), responses):
             data = extract_json(resp.text, expect=dict, reasoning_content=resp.choices[0].reasoning)
             if is_failure(data):
-                return [rejected(row["id"], f"target_judge_{data}", **_NO_SCORE)]
+                return [rejected(rid, f"target_judge_{data}", **_NO_SCORE)]
             try:
                 if req_tag == TAG_CONTRADICTION:
                     c = ContradictionVerdict.model_validate(data)
@@ -142,9 +144,9 @@ class TargetJudgeStage(LLMStage[TargetJudgeConfig]):
                     if g.already_given:
                         evidence.append(f"already given: {g.slot} ({g.where})")
             except ValidationError as exc:
-                return [rejected(row["id"], f"target_judge_unusable: {exc.errors()[0]['msg']}", **_NO_SCORE)]
+                return [rejected(rid, f"target_judge_unusable: {exc.errors()[0]['msg']}", **_NO_SCORE)]
         scores["target_judge_evidence"] = json.dumps(evidence, ensure_ascii=False) if evidence else None
-        return [ok(row["id"], **scores)]
+        return [ok(rid, **scores)]
 
     def _tags(self, row: Row) -> list[str]:
         return [r.tag for r in self.requests(row)]

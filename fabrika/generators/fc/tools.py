@@ -22,13 +22,13 @@ from typing import Any, AsyncIterator, ClassVar, Iterator
 from pydantic import Field
 
 import fabrika.generators.fc.columns as cols
-from fabrika.agents.prompts import prompt_text
+from fabrika.agents.prompts import CATALOGUE, prompt_text
 from fabrika.errors import InputError
 from fabrika.generators.fc.common import parse_tool, response_error, signature
 from fabrika.generators.fc.structured import response_format
 from fabrika.inputs import iter_records, resolve_data_path, where
 from fabrika.llm.types import ChatRequest
-from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.pipeline.stage import Row, Stage, StageConfig, carry, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
 from fabrika.textutil.answers import extract_json, is_failure
 
@@ -56,6 +56,7 @@ class ToolsStage(Stage[ToolsConfig]):
     """Topic row (``id``, ``topic``, ``description``, ``keywords``, ``lang``) → tool rows."""
 
     kind = "fc.tools"
+    prompt_templates: ClassVar[tuple[Any, ...]] = (CATALOGUE.select("tools"),)
     reads = cols.TOPIC_READS
     writes = cols.TOOL
     input_files = (cols.TOPICS_FILE,)
@@ -81,11 +82,9 @@ class ToolsStage(Stage[ToolsConfig]):
 
     def build_request(self, row: Row) -> ChatRequest:
         cfg = self.config
-        lang = row.get("lang") or "ru"
-        keywords = row.get("keywords") or []
-        if isinstance(keywords, str):
-            keywords = json.loads(keywords) if keywords.startswith("[") else [keywords]
-        topic = {"topic": row.get("topic"), "description": row.get("description") or "", "keywords": keywords,
+        view = cols.TopicRow.of(row)
+        lang = view.lang or "ru"
+        topic = {"topic": view.topic, "description": view.description or "", "keywords": view.keywords,
                  "lang": lang}
         content = prompt_text("tools", lang).format(n=cfg.tools_per_topic,
                                                     topic=json.dumps(topic, ensure_ascii=False, indent=1))
@@ -93,7 +92,8 @@ class ToolsStage(Stage[ToolsConfig]):
                            max_tokens=cfg.max_tokens, tag="fc.tools", response_format=response_format("fc_tools"))
 
     def parse(self, row: Row, text: str, reasoning: str | None = None) -> list[Row]:
-        topic_id, lang, topic = str(row["id"]), row.get("lang") or "ru", row.get("topic")
+        view = cols.TopicRow.of(row)
+        topic_id, lang, topic = view.id, view.lang or "ru", view.topic
         data = extract_json(text, expect=dict, reasoning_content=reasoning)
         if is_failure(data):
             return [_tool_row(rejected(stable_id(topic_id, prefix="toolset-"), str(data)),
@@ -128,8 +128,9 @@ class ToolsStage(Stage[ToolsConfig]):
             resp = await self.ctx.llm.complete_one(dataclasses.replace(request, sample_index=1))
             err = response_error(resp)
         if err:
-            return [_tool_row(rejected(stable_id(str(row["id"]), prefix="toolset-"), err),
-                              topic_id=str(row["id"]), topic=row.get("topic"), lang=row.get("lang"))]
+            view = cols.TopicRow.of(row)
+            return [_tool_row(rejected(stable_id(view.id, prefix="toolset-"), err),
+                              topic_id=view.id, topic=view.topic, lang=view.lang)]
         return self.parse(row, resp.text or "", resp.choices[0].reasoning)
 
 
@@ -142,6 +143,7 @@ class ToolsDedupStage(Stage[ToolsDedupConfig]):
     """Keep one tool per signature (smallest id wins); reject the others as ``duplicate_of``."""
 
     kind = "fc.tools_dedup"
+    prompt_templates: ClassVar[tuple[Any, ...]] = ()  # renders no prompt
     reads = cols.TOOL_READS
     writes = cols.TOOL
     global_stage: ClassVar[bool] = True
@@ -149,17 +151,18 @@ class ToolsDedupStage(Stage[ToolsDedupConfig]):
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:
         keeper: dict[str, str] = {}
         for row in rows:  # pass 1: one entry per signature
-            sig, rid = row.get("signature"), str(row["id"])
-            if sig and (sig not in keeper or rid < keeper[sig]):
-                keeper[sig] = rid
+            tool = cols.ToolSignatureRow.of(row)
+            if tool.signature and (tool.signature not in keeper or tool.id < keeper[tool.signature]):
+                keeper[tool.signature] = tool.id
         chunk: list[Row] = []
         for row in self.input_rows():  # pass 2: stream the verdicts
-            base = {k: row.get(k) for k in TOOL_COLUMNS}
-            winner = keeper.get(row.get("signature") or "")
-            if winner is None or winner == row["id"]:
-                chunk.append(ok(str(row["id"]), **base))
+            base = carry(row, TOOL_COLUMNS)
+            tool = cols.ToolSignatureRow.of(row)
+            winner = keeper.get(tool.signature or "")
+            if winner is None or winner == tool.id:
+                chunk.append(ok(tool.id, **base))
             else:
-                chunk.append(rejected(str(row["id"]), f"duplicate_of: {winner}", **base))
+                chunk.append(rejected(tool.id, f"duplicate_of: {winner}", **base))
             if len(chunk) >= self.config.chunk_size:
                 yield chunk
                 chunk = []

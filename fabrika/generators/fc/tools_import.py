@@ -36,14 +36,15 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, ClassVar, Iterator, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf, ValidationError, model_validator
 
 import fabrika.generators.fc.columns as cols
 from fabrika.errors import InputError
 from fabrika.generators.fc import tools_translate as tr
 from fabrika.generators.fc.common import language_ok, parse_tool, response_error, signature
+from fabrika.generators.fc.prompts import CATALOGUE as FC_PROMPTS
 from fabrika.generators.fc.tool_sources import Candidate, candidates_from, duplicate_names, load_document, mcp_list_tools, snake_name
 from fabrika.generators.fc.tools import TOOL_COLUMNS
 from fabrika.inputs import resolve_data_path
@@ -52,6 +53,7 @@ from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.fc import N_TIERS
 from fabrika.schemas.ids import stable_id
+from fabrika.schemas.rows import RowModel
 from fabrika.schemas.tools import Tool, ToolCall
 from fabrika.store import atomic_write_json
 from fabrika.textutil.answers import extract_json, is_failure
@@ -257,22 +259,7 @@ def describe_parameters(schema: dict[str, Any], descriptions: Any, wanted: list[
 
 
 # -- tiers ------------------------------------------------------------------------------------------
-PROMPTS = {
-    "en": (
-        "You write descriptions of one API tool for a function-calling dataset: {n} tiers, from terse (0) "
-        "to detailed ({last}); every tier is strictly longer than the one before and is written in English.\n"
-        "Tiers already given must be copied unchanged; write the missing tiers {missing}.\n"
-        "Also describe in a few words each parameter listed in missing_parameter_descriptions.\n"
-        "Answer with JSON only: {{\"tiers\": [tier 0, tier 1, tier 2, tier 3], "
-        "\"parameters\": {{\"<parameter>\": \"<description>\"}}}}.\n\n```json\n{task}\n```"),
-    "ru": (
-        "Ты пишешь описания одного инструмента API для датасета вызова функций: {n} уровня, от самого краткого (0) "
-        "до подробного ({last}); каждый следующий уровень строго длиннее предыдущего, всё по-русски.\n"
-        "Уже данные уровни перепиши без изменений; напиши недостающие уровни {missing}.\n"
-        "Ещё опиши в нескольких словах каждый параметр из missing_parameter_descriptions.\n"
-        "Ответь только JSON: {{\"tiers\": [уровень 0, уровень 1, уровень 2, уровень 3], "
-        "\"parameters\": {{\"<параметр>\": \"<описание>\"}}}}.\n\n```json\n{task}\n```"),
-}
+#: the tiers prompt is ``tiers`` of the ``fc`` catalogue (fabrika/generators/fc/prompts_ru.yaml, prompts_en.yaml)
 
 
 def given_tiers(cand: Candidate) -> dict[int, str]:
@@ -294,8 +281,8 @@ def tiers_request(name: str, parameters: dict[str, Any], given: dict[int, str], 
     task = {"name": name, "topic": topic, "lang": lang, "parameters": parameters,
             "given_tiers": {str(i): t for i, t in sorted(given.items())}, "missing_tiers": missing,
             "missing_parameter_descriptions": list(undescribed_params)}
-    content = PROMPTS[lang].format(n=N_TIERS, last=N_TIERS - 1, missing=missing,
-                                   task=json.dumps(task, ensure_ascii=False, indent=1))
+    content = FC_PROMPTS.text("tiers", lang, n=N_TIERS, last=N_TIERS - 1, missing=missing,
+                              task=json.dumps(task, ensure_ascii=False, indent=1))
     return ChatRequest(messages=({"role": "user", "content": content},), temperature=cfg.temperature,
                        max_tokens=cfg.max_tokens, tag=TAG)
 
@@ -511,11 +498,21 @@ def _language_issue(cands: list[Candidate], lang: str, where: str) -> tuple[str,
     return None
 
 
+class ImportItem(RowModel):
+    """One item of ``fc.tools_import`` (its own input rows: a tool candidate read from a source file)."""
+
+    id: str
+    label: str
+    candidate: InstanceOf[Candidate]
+    duplicate_of: str | None = None
+
+
 @register_stage
 class ToolsImportStage(Stage[ToolsImportConfig]):
     """Source stage: one row per imported tool (ok, or rejected with its reason)."""
 
     kind = "fc.tools_import"
+    prompt_templates: ClassVar[tuple[Any, ...]] = (tr.CATALOGUE.select("translate"), FC_PROMPTS.select("tiers"))
     reads = ()  # tools files and MCP servers
     writes = cols.TOOL_IMPORT
     input_files = (cols.TOOL_SOURCES,)
@@ -628,10 +625,11 @@ class ToolsImportStage(Stage[ToolsImportConfig]):
 
     async def process(self, row: Row) -> list[Row]:
         cfg = self.config
-        cand: Candidate = copy.deepcopy(row["candidate"])
+        item = ImportItem.of(row)
+        cand: Candidate = copy.deepcopy(item.candidate)
         lang = cfg.lang
-        topic_id = stable_id(row["label"], cand.topic, prefix="topic-")
-        bad_id = stable_id(row["id"], prefix="tool-bad-")
+        topic_id = stable_id(item.label, cand.topic, prefix="topic-")
+        bad_id = stable_id(item.id, prefix="tool-bad-")
 
         def refuse(reason: str) -> list[Row]:
             return [_row(rejected(bad_id, reason), cand, lang, topic_id)]
@@ -642,8 +640,8 @@ class ToolsImportStage(Stage[ToolsImportConfig]):
             return refuse("deprecated: the operation is marked deprecated (include_deprecated: true imports it)")
         if not cand.name:
             return refuse("invalid_name: the tool has no name")
-        if row["duplicate_of"]:
-            return refuse(f"duplicate_name: {cand.name} is already taken by {row['duplicate_of']}")
+        if item.duplicate_of:
+            return refuse(f"duplicate_name: {cand.name} is already taken by {item.duplicate_of}")
         name = cand.name
         problem = name_problem(name, cfg.target_api)
         if problem:

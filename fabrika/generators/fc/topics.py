@@ -22,6 +22,7 @@ import fabrika.generators.fc.columns as cols
 from fabrika.embeddings import EmbedderConfig, build_embedder, cached_embed
 from fabrika.errors import ConfigError, InputError
 from fabrika.generators.fc import topics_prompts as prompts
+from fabrika.generators.fc.prompts import CATALOGUE as FC_PROMPTS
 from fabrika.generators.fc.topics_text import NearDuplicateIndex, keyword_tokens, language_ok
 from fabrika.inputs import iter_records, resolve_data_path, where
 from fabrika.llm.rejections import answer_problem
@@ -104,6 +105,7 @@ class TopicsStage(Stage[TopicsConfig]):
     """Builds the topic pool; a global stage (clustering needs the whole corpus)."""
 
     kind = "fc.topics"
+    prompt_templates: ClassVar[tuple[Any, ...]] = (FC_PROMPTS.select("label", "expand"),)
     reads = ()  # the corpus files
     writes = cols.TOPIC
     input_files = (cols.CORPUS,)
@@ -128,9 +130,9 @@ class TopicsStage(Stage[TopicsConfig]):
 
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:
         by_lang: dict[str, list[str]] = {lang: [] for lang in self.config.languages}
-        for rec in rows:
-            if rec["lang"] in by_lang:
-                by_lang[rec["lang"]].append(rec["text"])
+        for rec in map(cols.CorpusRow.of, rows):
+            if rec.lang in by_lang:
+                by_lang[rec.lang].append(rec.text)
         for lang in self.config.languages:
             texts = sorted(set(by_lang[lang]))  # order-independent input
             clusters = self._cluster(lang, texts) if texts else []

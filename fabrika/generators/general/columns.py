@@ -8,6 +8,7 @@ from fabrika.filters.teacher_rm import TEACHER_SCORES
 from fabrika.pipeline.columns import SAMPLE_COLUMNS, Column, columns
 from fabrika.pipeline.preflight import InputFile
 from fabrika.schemas import Message
+from fabrika.schemas.rows import RowModel
 
 PROMPT = Column("prompt", list[Message], doc="the prompt as chat messages")
 TEMPLATE = (Column("template_id", str, required=False), Column("template_rank", int, required=False))
@@ -49,3 +50,12 @@ SAMPLES = columns(SAMPLE_COLUMNS, Column("teacher_rm_score", float), Column("tea
 GRPO = columns(SAMPLE_COLUMNS, REF_LENGTH, Column("length_unit", str), Column("rm_id", str, required=False),
                Column("teacher_rm_mean", float, required=False), Column("teacher_usable", int), *TEMPLATE)
 RM_HINT = "a general.rm stage (scorer) on the same general.teacher table"
+
+
+class PoolRow(RowModel):
+    """What ``general.prompts`` reads of its own normalised pool rows to cluster templates (POOL)."""
+
+    id: str
+    prompt: list[dict[str, Any]]
+    service: str | None = None
+    task: str | None = None

@@ -110,10 +110,10 @@ class GeneralPromptsStage(Stage[GeneralPromptsConfig]):
         for row in self._normalised():  # pass 1: template views of the usable prompts
             if _REJECT in row:
                 continue
-            ids.append(row["id"])
-            views.append(template_view(json.loads(row["prompt"]), self.config.template_head_words,
-                                       self.config.template_tail_words))
-            keys.append(f"{row['service'] or ''}/{row['task']}" if row["task"] else None)
+            pool = cols.PoolRow.of(row)
+            ids.append(pool.id)
+            views.append(template_view(pool.prompt, self.config.template_head_words, self.config.template_tail_words))
+            keys.append(f"{pool.service or ''}/{pool.task}" if pool.task else None)
         clusters = template_clusters(ids, views, keys, threshold=self.config.template_threshold, seed=self.config.seed)
         del ids, views, keys
         for row in self._normalised():  # pass 2: the rows, with their template
@@ -124,5 +124,5 @@ class GeneralPromptsStage(Stage[GeneralPromptsConfig]):
     async def process(self, row: Row) -> list[Row]:
         columns = {k: v for k, v in row.items() if k not in ("id", _REJECT)}
         if _REJECT in row:
-            return [rejected(row["id"], row[_REJECT], **columns)]
-        return [ok(row["id"], **columns)]
+            return [rejected(self.item_id(row), row[_REJECT], **columns)]
+        return [ok(self.item_id(row), **columns)]

@@ -56,8 +56,9 @@ class GeneralRMStage(Stage[GeneralRMConfig]):
 
     async def process(self, row: Row) -> list[Row]:
         from fabrika.filters.difficulty import wire_messages
+        from fabrika.filters.text import SampleRow
 
-        prompt = wire_messages(row.get("prompt"))
+        prompt = wire_messages(SampleRow.of(row).prompt)
         t = TeacherAnswersRow.of(row)
         answers = t.teacher_answers
         usable = [a for a in answers if a.usable]

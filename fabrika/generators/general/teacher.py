@@ -106,7 +106,8 @@ class GeneralTeacherStage(Stage[GeneralTeacherConfig]):
         cfg = self.config
         return ChatRequest(messages=tuple(messages), model=cfg.model, temperature=cfg.temperature,
                            max_tokens=cfg.max_tokens, n=n, sample_index=index,
-                           seed=self.ctx.rng(row["id"], index).randrange(2**31), tag=TAG, meta={"id": row["id"]})
+                           seed=self.ctx.rng(self.item_id(row), index).randrange(2**31), tag=TAG,
+                           meta={"id": self.item_id(row)})
 
     async def _answers(self, row: Row, messages: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
         k = self.config.k

@@ -29,8 +29,9 @@ from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.columns import Column
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.preflight import InputFile
-from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
+from fabrika.pipeline.stage import Row, Stage, StageConfig, carry, ok, register_stage, rejected
 from fabrika.schemas import Constraint, from_row, stable_id, to_row
+from fabrika.schemas.instruct import IFConstraintRow
 from fabrika.textutil.answers import is_failure, parse_constraint_list
 from fabrika.textutil.lang import check_russian
 
@@ -213,20 +214,21 @@ class DedupStage(Stage[DedupConfig]):
     async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:
         cfg = self.config
         keep_cols = ("id", "text", "lang", "source", "parent_id", "family", "params")
-        data: list[dict[str, Any]] = [{k: r.get(k) for k in keep_cols} for r in rows]
+        # the typed view decides, the stored columns travel unchanged
+        data = [(IFConstraintRow.of(r), carry(r, keep_cols)) for r in rows]
         # seeds first, then by id: the kept member of a group never depends on input order
-        data.sort(key=lambda r: (r["source"] == "llm", r["id"]))
+        data.sort(key=lambda d: (d[0].source == "llm", d[0].id))
         first_of: dict[str, str] = {}
         exact: dict[str, str] = {}
-        for r in data:
-            key = normalise(r["text"])
+        for v, _ in data:
+            key = normalise(v.text)
             if key in first_of:
-                exact[r["id"]] = first_of[key]
+                exact[v.id] = first_of[key]
             else:
-                first_of[key] = r["id"]
-        uniq = [r for r in data if r["id"] not in exact]
-        rank = {r["id"]: i for i, r in enumerate(uniq)}
-        clusters = near_duplicate_clusters([r["id"] for r in uniq], [r["text"] for r in uniq],
+                first_of[key] = v.id
+        uniq = [v for v, _ in data if v.id not in exact]
+        rank = {v.id: i for i, v in enumerate(uniq)}
+        clusters = near_duplicate_clusters([v.id for v in uniq], [v.text for v in uniq],
                                            cfg.threshold, cfg.num_perm, cfg.shingle)
         best: dict[str, str] = {}
         for c in clusters:
@@ -235,11 +237,11 @@ class DedupStage(Stage[DedupConfig]):
                 best[c["dup_cluster"]] = c["id"]
         near = {c["id"]: best[c["dup_cluster"]] for c in clusters if best[c["dup_cluster"]] != c["id"]}
         chunk: list[Row] = []
-        for r in data:
-            if r["id"] in exact:
-                chunk.append(rejected(**{**r, "reason": f"duplicate_of: {exact[r['id']]}"}))
-            elif r["id"] in near:
-                chunk.append(rejected(**{**r, "reason": f"near_duplicate_of: {near[r['id']]}"}))
+        for v, r in data:
+            if v.id in exact:
+                chunk.append(rejected(**{**r, "reason": f"duplicate_of: {exact[v.id]}"}))
+            elif v.id in near:
+                chunk.append(rejected(**{**r, "reason": f"near_duplicate_of: {near[v.id]}"}))
             else:
                 chunk.append(ok(**r))
             if len(chunk) >= cfg.chunk_size:
