@@ -34,10 +34,12 @@
   it spills — only while the fleet is saturated (its in-flight ÷ capacity is at
   least ``saturation``: a spill would only move the request from one queue to
   another and lose its prefix cache); it never waits for a home that is down, and
-  placement after the wait obeys the same bound. A spill moves the whole
-  episode: the key's new server becomes its home (sticky, kept for the last
-  ``sticky_keys`` keys), so the next turns meet the prefix the spilled turn
-  left there instead of going back to a server whose copy is one turn stale.
+  placement after the wait obeys the same bound; a key seen for the first time
+  never waits (no server holds its prefix yet). A spill moves the whole
+  episode: the policy remembers where each key's last request went (the last
+  ``sticky_keys`` keys) and that server is its home from then on, so the next
+  turns meet the prefix the spilled turn left there instead of going back to a
+  server whose copy is one turn stale.
   The sticky table is per process; since the items of one episode are handled
   by one worker, an episode still sees one home.
 """
@@ -226,15 +228,15 @@ class AffinityPolicy:
     #: and loses its prefix); a request waits for its home (``home_wait_s``) only while the whole fleet is
     #: at least this loaded. 0: the plain bound, and waits at any load
     saturation: float = 0.0
-    #: how many re-homed keys (episodes that spilled) are remembered, least recently used dropped first
+    #: how many keys' servers are remembered (least recently used dropped first); 0: none, a spill moves one turn
     sticky_keys: int = 65_536
     fallback: CapacityPolicy = field(default_factory=CapacityPolicy)
     _ring: list[int] = field(default_factory=list)
     _owners: list[str] = field(default_factory=list)
     _built_for: tuple[str, ...] = ()
     _all: list[Endpoint] = field(default_factory=list)
-    #: key -> base URL of the server it spilled to (its home from then on)
-    _sticky: "OrderedDict[str, str]" = field(default_factory=OrderedDict)
+    #: key -> base URL of the server its last request went to (its home from then on: its prefix is there)
+    _sticky: "OrderedDict[int, str]" = field(default_factory=OrderedDict)  # by the key's 64-bit hash
     #: requests that went to their key's home / further along the ring / to the fallback; ``rehomed``: of the
     #: spills and fallbacks, those that moved their key's home (each spill of a keyed episode does)
     stats: dict[str, int] = field(default_factory=lambda: {"home": 0, "spill": 0, "fallback": 0, "rehomed": 0})
@@ -276,19 +278,19 @@ class AffinityPolicy:
         if not self._ring:
             return None
         by_url = {ep.base_url: ep for ep in self._all}
-        for url in self._order(routing_key_of(request)):
+        for url in self._order(_hash64(routing_key_of(request))):
             ep = by_url.get(url)
             if ep is not None and ep.breaker.available(now):
                 return ep
         return None
 
-    def _order(self, key: str) -> Iterator[str]:
+    def _order(self, key: int) -> Iterator[str]:
         """The endpoints' URLs in the key's order of preference, each once: its sticky home (where it was
         re-homed by a spill), then clockwise from the key on the ring."""
         sticky = self._sticky.get(key)
         if sticky is not None:
             yield sticky
-        start = bisect.bisect_left(self._ring, _hash64(key))
+        start = bisect.bisect_left(self._ring, key)
         seen: set[str] = {sticky} if sticky is not None else set()
         n = len(self._ring)
         for step in range(n):
@@ -311,6 +313,8 @@ class AffinityPolicy:
         fleet) and for how long at most, or None: go ahead and place."""
         if self.home_wait_s <= 0 or len(self._all) < 2:
             return None
+        if _hash64(routing_key_of(request)) not in self._sticky:
+            return None  # a key seen for the first time has no prefix anywhere: nothing to wait for
         ep = self.home(request, now)
         if ep is None:
             return None
@@ -329,27 +333,25 @@ class AffinityPolicy:
             self.bind(candidates)
         by_url = {ep.base_url: ep for ep in candidates}
         weight = sequences_of(request)
-        key = routing_key_of(request)
+        key = _hash64(routing_key_of(request))
         first: str | None = None
         for rank, url in enumerate(self._order(key)):
             first = url if rank == 0 else first
             ep = by_url.get(url)
             if ep is not None and ep.in_flight + weight <= self.bound(ep, weight):
                 self.stats["home" if rank == 0 else "spill"] += 1
-                if rank > 0:
-                    self._rehome(key, url)
-                elif key in self._sticky:
-                    self._sticky.move_to_end(key)
+                self._remember(key, url, moved=rank > 0)
                 return ep
         self.stats["fallback"] += 1
         chosen = self.fallback.pick(candidates, request)
-        if chosen.base_url != first:
-            self._rehome(key, chosen.base_url)
+        self._remember(key, chosen.base_url, moved=chosen.base_url != first)
         return chosen
 
-    def _rehome(self, key: str, url: str) -> None:
-        """The key's later requests go to ``url`` first: the whole episode moves with its spilled turn."""
-        self.stats["rehomed"] += 1
+    def _remember(self, key: int, url: str, moved: bool) -> None:
+        """The key's later requests go to ``url`` first; ``moved``: away from its home (the whole episode
+        moves with its spilled turn)."""
+        if moved:
+            self.stats["rehomed"] += 1
         self._sticky[key] = url
         self._sticky.move_to_end(key)
         while len(self._sticky) > self.sticky_keys:

@@ -312,7 +312,9 @@ async def test_the_sticky_table_is_bounded() -> None:
         b, _ = await pool.acquire(req(f"k{k}"))  # spills: re-homes k
         pool.release(a, None, False)
         pool.release(b, None, False)
-    assert policy.stats["rehomed"] == 10 and list(policy._sticky) == ["k7", "k8", "k9"]
+    from fabrika.llm.routing import _hash64
+
+    assert policy.stats["rehomed"] == 10 and list(policy._sticky) == [_hash64(f"k{k}") for k in (7, 8, 9)]
 
 
 async def test_home_wait_only_while_the_fleet_is_saturated() -> None:
@@ -349,3 +351,19 @@ def test_config_default_waits_for_the_home_in_a_saturated_fleet() -> None:
     policy = routing_policy(cfg)
     assert isinstance(policy, AffinityPolicy)
     assert policy.home_wait_s == cfg.routing_home_wait_s > 0 and policy.saturation == cfg.routing_saturation == 0.5
+
+
+async def test_a_key_seen_for_the_first_time_never_waits() -> None:
+    """No server holds a new key's prefix: in a saturated fleet with its home full it goes to a free server at
+    once (and that server becomes its home), so distinct prompts fill every endpoint to its limit."""
+    eps = endpoints(2, cap=2)
+    policy = AffinityPolicy(epsilon=0.0, home_wait_s=5.0, saturation=0.5)
+    pool = EndpointPool(eps, policy)
+    full = eps[0]
+    full.in_flight = 2  # saturated fleet (2 of 4), one endpoint full
+    fresh = next(f"new{i}" for i in range(1000) if policy.home(req(f"new{i}"), time.monotonic()) is full)
+    ep, _ = await asyncio.wait_for(pool.acquire(req(fresh)), 1.0)
+    assert ep is eps[1] and policy.wait_stats["waited"] == 0
+    # its second request now has a home (eps[1]) with room: it goes there
+    ep2, _ = await asyncio.wait_for(pool.acquire(req(fresh)), 1.0)
+    assert ep2 is eps[1]
