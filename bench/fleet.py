@@ -352,10 +352,10 @@ class AffinityProbe:
         self._cls.__post_init__ = post_init  # type: ignore[method-assign]
 
     def counts(self) -> dict[str, int]:
-        out = {"home": 0, "spill": 0, "fallback": 0, "waited": 0, "waited_then_spilled": 0}
+        out = {"home": 0, "spill": 0, "fallback": 0, "rehomed": 0, "waited": 0, "waited_then_spilled": 0}
         for p in self.policies:
             for k, v in {**p.stats, **p.wait_stats}.items():
-                out[k] += v
+                out[k] = out.get(k, 0) + v
         self.policies.clear()
         return out
 

@@ -141,10 +141,20 @@ class LLMConfig(_Strict):
     routing_epsilon: float = Field(default=0.25, ge=0.0, description="Affinity's load bound: no endpoint takes a "
                                    "request past (1 + epsilon) x its share of the mean in-flight (larger: more "
                                    "cache reuse, less balance).")
-    routing_home_wait_s: float = Field(default=0.0, ge=0.0, description="Affinity: seconds a request whose "
-                                       "key's home server is past the load bound waits for that server to "
-                                       "finish a request before it goes to the next one on the ring (0: spill "
-                                       "at once). Never waits for a server that is down.")
+    routing_home_wait_s: float = Field(default=2.0, ge=0.0, description="Affinity: seconds a request whose "
+                                       "key's home server is full or past the load bound waits for that server "
+                                       "to finish a request before it goes to the next one on the ring, while "
+                                       "the fleet is saturated (see routing_saturation); 0: spill at once. "
+                                       "Never waits for a server that is down. A spill moves the whole "
+                                       "episode: the new server stays its home.")
+    routing_saturation: float = Field(default=0.5, ge=0.0, le=1.0, description="Affinity: the load "
+                                      "(requests in flight / max_concurrency) from which a server counts as "
+                                      "saturated. Below it a server always takes its keys' requests, whatever "
+                                      "the load bound (with max_concurrency at 2x vLLM's max_num_seqs, 0.5 is "
+                                      "the server's own batch: the request starts at once, moving it would only "
+                                      "lose its prefix cache); a request waits for its home "
+                                      "(routing_home_wait_s) only while the whole fleet is this loaded, and "
+                                      "spills at once below. 0: the plain load bound, waits at any load.")
     group_samples: bool = Field(default=True, description="Send repeated samples of one prompt (requests equal "
                                 "but for sample_index) as one request with n=K where the backend supports it "
                                 "(openai-compatible): one prefill instead of K. Each sample keeps its own cache "

@@ -21,7 +21,8 @@ def routing_policy(config: LLMConfig) -> Any:
 
     mode = config.routing or ("affinity" if len(config.endpoints) > 1 else "least_loaded")
     if mode == "affinity":
-        return AffinityPolicy(epsilon=config.routing_epsilon, home_wait_s=config.routing_home_wait_s)
+        return AffinityPolicy(epsilon=config.routing_epsilon, home_wait_s=config.routing_home_wait_s,
+                              saturation=config.routing_saturation)
     return CapacityPolicy()
 
 

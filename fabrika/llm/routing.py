@@ -31,8 +31,17 @@
   next endpoint on the ring and come back when it recovers. With ``home_wait_s``
   a request whose healthy home is past the bound waits up to that long for the
   home to finish a request (woken by its releases, not by other servers') before
-  it spills; it never waits for a home that is down, and placement after the wait
-  obeys the same bound.
+  it spills — only while the fleet is saturated (its in-flight ÷ capacity is at
+  least ``saturation``: a spill would only move the request from one queue to
+  another and lose its prefix cache); it never waits for a home that is down, and
+  placement after the wait obeys the same bound; a key seen for the first time
+  never waits (no server holds its prefix yet). A spill moves the whole
+  episode: the policy remembers where each key's last request went (the last
+  ``sticky_keys`` keys) and that server is its home from then on, so the next
+  turns meet the prefix the spilled turn left there instead of going back to a
+  server whose copy is one turn stale.
+  The sticky table is per process; since the items of one episode are handled
+  by one worker, an episode still sees one home.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ import hashlib
 import json
 import math
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Protocol, Sequence
 
@@ -198,9 +207,12 @@ def routing_key_of(request: ChatRequest) -> str:
 class AffinityPolicy:
     """Consistent hashing with bounded load (Mirrokni et al., 2018), capacity-aware.
 
-    An endpoint ``e`` may take the request while ``in_flight(e) + 1 <= ceil((1 + epsilon) *
-    (total_in_flight + 1) * max_concurrency(e) / total_capacity)``: with equal servers no
-    endpoint goes above ``(1 + epsilon)`` × the mean in-flight. ``epsilon`` trades cache
+    An endpoint ``e`` may take the request while ``in_flight(e) + 1 <= max(ceil((1 + epsilon) *
+    (total_in_flight + 1) * max_concurrency(e) / total_capacity), floor(saturation *
+    max_concurrency(e)))``: with equal servers no endpoint goes above ``(1 + epsilon)`` × the
+    mean in-flight, or above ``saturation`` × its own limit where that is more (with
+    ``max_concurrency`` at 2× the server's sequence slots and ``saturation`` 0.5, a server
+    that would start the request at once keeps it; the bound bites where it would queue). ``epsilon`` trades cache
     reuse (large) against balance (small). ``vnodes`` virtual nodes per endpoint even out
     the key ranges: with 64, the largest of four servers' shares of the keys was up to 1.22×
     the mean (next to a 1.25 bound: spills, and one server's queue while others idle); with
@@ -211,13 +223,23 @@ class AffinityPolicy:
     vnodes: int = 256
     #: seconds a request may wait for its key's home (healthy but past the bound) before spilling; 0: never
     home_wait_s: float = 0.0
+    #: the load (in-flight ÷ ``max_concurrency``) from which a server counts as saturated: below it an endpoint
+    #: always takes a request, whatever the bound (a request it would start at once gains nothing by moving
+    #: and loses its prefix); a request waits for its home (``home_wait_s``) only while the whole fleet is
+    #: at least this loaded. 0: the plain bound, and waits at any load
+    saturation: float = 0.0
+    #: how many keys' servers are remembered (least recently used dropped first); 0: none, a spill moves one turn
+    sticky_keys: int = 65_536
     fallback: CapacityPolicy = field(default_factory=CapacityPolicy)
     _ring: list[int] = field(default_factory=list)
     _owners: list[str] = field(default_factory=list)
     _built_for: tuple[str, ...] = ()
     _all: list[Endpoint] = field(default_factory=list)
-    #: requests that went to their key's first choice / further along the ring / to the fallback
-    stats: dict[str, int] = field(default_factory=lambda: {"home": 0, "spill": 0, "fallback": 0})
+    #: key -> base URL of the server its last request went to (its home from then on: its prefix is there)
+    _sticky: "OrderedDict[int, str]" = field(default_factory=OrderedDict)  # by the key's 64-bit hash
+    #: requests that went to their key's home / further along the ring / to the fallback; ``rehomed``: of the
+    #: spills and fallbacks, those that moved their key's home (each spill of a keyed episode does)
+    stats: dict[str, int] = field(default_factory=lambda: {"home": 0, "spill": 0, "fallback": 0, "rehomed": 0})
     #: requests that waited for their home (``home_wait_s``), and those of them that spilled all the same
     wait_stats: dict[str, int] = field(default_factory=lambda: {"waited": 0, "waited_then_spilled": 0})
 
@@ -226,6 +248,8 @@ class AffinityPolicy:
             raise ValueError(f"llm.routing_epsilon must be >= 0, got {self.epsilon}")
         if self.home_wait_s < 0:
             raise ValueError(f"llm.routing_home_wait_s must be >= 0, got {self.home_wait_s}")
+        if not 0.0 <= self.saturation <= 1.0:
+            raise ValueError(f"llm.routing_saturation must be within [0, 1], got {self.saturation}")
 
     def bind(self, endpoints: Sequence[Endpoint]) -> None:
         """Build the ring over *all* endpoints of the pool (not only those free now), so a key's
@@ -236,31 +260,38 @@ class AffinityPolicy:
         self._ring = [h for h, _ in points]
         self._owners = [u for _, u in points]
         self._built_for = urls
+        self._sticky = OrderedDict((k, u) for k, u in self._sticky.items() if u in urls)
 
     def bound(self, ep: Endpoint, weight: int = 1) -> int:
         """The most sequences ``ep`` may hold once the next request (``weight`` sequences) is placed."""
         eps = self._all
         total = sum(e.in_flight for e in eps) + weight
         cap = sum(e.max_concurrency for e in eps)
-        # at least the request itself: an idle endpoint never sends its own key's request away
-        return max(weight, math.ceil((1.0 + self.epsilon) * total * ep.max_concurrency / cap))
+        # at least the request itself: an idle endpoint never sends its own key's request away; and an endpoint
+        # below ``saturation`` takes it whatever the others hold
+        return max(weight, math.ceil((1.0 + self.epsilon) * total * ep.max_concurrency / cap),
+                   math.floor(self.saturation * ep.max_concurrency))
 
     def home(self, request: ChatRequest, now: float) -> Endpoint | None:
-        """The key's home among the endpoints whose breaker lets a request through now (the first such
-        endpoint clockwise on the ring), or None before :meth:`bind`."""
+        """The key's home among the endpoints whose breaker lets a request through now (the server it was
+        re-homed to, else the first such endpoint clockwise on the ring), or None before :meth:`bind`."""
         if not self._ring:
             return None
         by_url = {ep.base_url: ep for ep in self._all}
-        for url in self._walk(request):
+        for url in self._order(_hash64(routing_key_of(request))):
             ep = by_url.get(url)
             if ep is not None and ep.breaker.available(now):
                 return ep
         return None
 
-    def _walk(self, request: ChatRequest) -> Iterator[str]:
-        """The endpoints' URLs clockwise from the request's key on the ring, each once."""
-        start = bisect.bisect_left(self._ring, _hash64(routing_key_of(request)))
-        seen: set[str] = set()
+    def _order(self, key: int) -> Iterator[str]:
+        """The endpoints' URLs in the key's order of preference, each once: its sticky home (where it was
+        re-homed by a spill), then clockwise from the key on the ring."""
+        sticky = self._sticky.get(key)
+        if sticky is not None:
+            yield sticky
+        start = bisect.bisect_left(self._ring, key)
+        seen: set[str] = {sticky} if sticky is not None else set()
         n = len(self._ring)
         for step in range(n):
             url = self._owners[(start + step) % n]
@@ -271,17 +302,27 @@ class AffinityPolicy:
             if len(seen) == len(self._built_for):
                 return
 
+    def saturated(self, now: float) -> bool:
+        """Whether the healthy endpoints' in-flight ÷ capacity is at least :attr:`saturation`."""
+        healthy = [ep for ep in self._all if ep.breaker.available(now)]
+        cap = sum(ep.max_concurrency for ep in healthy)
+        return cap > 0 and sum(ep.in_flight for ep in healthy) >= self.saturation * cap
+
     def should_wait(self, request: ChatRequest, now: float) -> tuple[Endpoint, float] | None:
-        """``(home, seconds)``: the home to wait for (healthy, but full or past the bound) and for how long
-        at most, or None: go ahead and place."""
+        """``(home, seconds)``: the home to wait for (healthy, but full or past the bound, in a saturated
+        fleet) and for how long at most, or None: go ahead and place."""
         if self.home_wait_s <= 0 or len(self._all) < 2:
             return None
+        if _hash64(routing_key_of(request)) not in self._sticky:
+            return None  # a key seen for the first time has no prefix anywhere: nothing to wait for
         ep = self.home(request, now)
         if ep is None:
             return None
         weight = sequences_of(request)
         fits = ep.in_flight < ep.max_concurrency and ep.in_flight + weight <= self.bound(ep, weight)
-        return None if fits else (ep, self.home_wait_s)
+        if fits or not self.saturated(now):
+            return None
+        return ep, self.home_wait_s
 
     def note_wait(self, spilled: bool) -> None:
         """Count a request that started waiting for its home (``spilled=False``), or one that spilled after the wait."""
@@ -292,13 +333,29 @@ class AffinityPolicy:
             self.bind(candidates)
         by_url = {ep.base_url: ep for ep in candidates}
         weight = sequences_of(request)
-        for rank, url in enumerate(self._walk(request)):
+        key = _hash64(routing_key_of(request))
+        first: str | None = None
+        for rank, url in enumerate(self._order(key)):
+            first = url if rank == 0 else first
             ep = by_url.get(url)
             if ep is not None and ep.in_flight + weight <= self.bound(ep, weight):
                 self.stats["home" if rank == 0 else "spill"] += 1
+                self._remember(key, url, moved=rank > 0)
                 return ep
         self.stats["fallback"] += 1
-        return self.fallback.pick(candidates, request)
+        chosen = self.fallback.pick(candidates, request)
+        self._remember(key, chosen.base_url, moved=chosen.base_url != first)
+        return chosen
+
+    def _remember(self, key: int, url: str, moved: bool) -> None:
+        """The key's later requests go to ``url`` first; ``moved``: away from its home (the whole episode
+        moves with its spilled turn)."""
+        if moved:
+            self.stats["rehomed"] += 1
+        self._sticky[key] = url
+        self._sticky.move_to_end(key)
+        while len(self._sticky) > self.sticky_keys:
+            self._sticky.popitem(last=False)
 
 
 @dataclass
@@ -356,7 +413,9 @@ class EndpointPool:
                     if callable(note_wait):
                         note_wait(True)
             if free:
-                ep = free[0] if len(free) == 1 else self.policy.pick(free, request)
+                # the policy decides even with one free endpoint: a turn that goes elsewhere because its home is
+                # full is a spill (affinity then moves the episode), not a placement it never heard of
+                ep = self.policy.pick(free, request)
                 ep.in_flight += weight
                 return ep, ep.breaker.on_dispatch(now)
             if all(ep.breaker.hung and ep.breaker.state != "closed" for ep in self.endpoints):

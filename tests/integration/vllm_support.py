@@ -150,6 +150,24 @@ def free_port() -> int:
 @contextlib.contextmanager
 def vllm_server(python: Path, model_dir: Path, log: Path, startup_timeout_s: float = 240) -> Iterator[str]:
     """Start ``vllm.entrypoints.openai.api_server`` and yield its base URL (``http://127.0.0.1:PORT/v1``)."""
+    with vllm_servers(python, model_dir, [log], startup_timeout_s) as [url]:
+        yield url
+
+
+@contextlib.contextmanager
+def vllm_servers(python: Path, model_dir: Path, logs: list[Path], startup_timeout_s: float = 900) -> Iterator[list[str]]:
+    """Start one server per log file at once (their start-ups overlap) and yield their base URLs;
+    every one is stopped on exit, also when another failed to start."""
+    with contextlib.ExitStack() as stack:
+        procs = [stack.enter_context(_server_process(python, model_dir, log)) for log in logs]
+        deadline = time.monotonic() + startup_timeout_s
+        for proc, base, log in procs:
+            _wait_healthy(proc, base, log, deadline, startup_timeout_s)
+        yield [base + "/v1" for _, base, _ in procs]
+
+
+@contextlib.contextmanager
+def _server_process(python: Path, model_dir: Path, log: Path) -> Iterator[tuple[subprocess.Popen, str, Path]]:
     port = free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "OMP_NUM_THREADS": "1"}
@@ -162,22 +180,7 @@ def vllm_server(python: Path, model_dir: Path, log: Path, startup_timeout_s: flo
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + startup_timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vLLM server exited {proc.returncode} during startup:\n"
-                                   f"{log.read_text(errors='replace')[-3000:]}")
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"vLLM server not healthy after {startup_timeout_s}s:\n"
-                                   f"{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(1)
-        yield base + "/v1"
+        yield proc, base, log
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, 15)
@@ -187,3 +190,20 @@ def vllm_server(python: Path, model_dir: Path, log: Path, startup_timeout_s: flo
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, 9)
             proc.wait()
+
+
+def _wait_healthy(proc: subprocess.Popen, base: str, log: Path, deadline: float, timeout_s: float) -> None:
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vLLM server exited {proc.returncode} during startup:\n"
+                               f"{log.read_text(errors='replace')[-3000:]}")
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"vLLM server not healthy after {timeout_s}s:\n"
+                               f"{log.read_text(errors='replace')[-3000:]}")
+        time.sleep(1)

@@ -278,3 +278,92 @@ async def test_bounded_load_holds_with_home_wait(epsilon: float) -> None:
 
     await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(300))), 30)
     assert violations == [] and [e.in_flight for e in eps] == [0, 0, 0, 0]
+
+
+async def test_a_spill_moves_the_whole_episode_and_its_new_home_sticks() -> None:
+    """Once a turn spills, the episode's later turns go to the server that turn left its prefix on, even
+    after the original home is free again (a single-turn spill would come back to a stale copy)."""
+    eps = endpoints(2)
+    policy = AffinityPolicy(epsilon=0.0)
+    pool = EndpointPool(eps, policy)
+    first, _ = await pool.acquire(req("ep-7"))
+    other = next(e for e in eps if e is not first)
+    spilled, _ = await pool.acquire(req("ep-7"))  # home holds 1 of 1 allowed: the turn spills
+    assert spilled is other and policy.stats["spill"] == 1 and policy.stats["rehomed"] == 1
+    pool.release(first, None, False)
+    pool.release(spilled, None, False)
+    for _ in range(3):  # the fleet is idle again: every later turn goes to the new home
+        ep, _ = await pool.acquire(req("ep-7"))
+        assert ep is other
+        pool.release(ep, None, False)
+    assert policy.stats["home"] == 4 and policy.stats["rehomed"] == 1
+    # a new home that goes down hands the key on along the ring (its original home), not to the fallback
+    other.breaker.state, other.breaker.open_until = "open", time.monotonic() + 60
+    ep, _ = await pool.acquire(req("ep-7"))
+    assert ep is first
+
+
+async def test_the_sticky_table_is_bounded() -> None:
+    eps = endpoints(2)
+    policy = AffinityPolicy(epsilon=0.0, sticky_keys=3)
+    pool = EndpointPool(eps, policy)
+    for k in range(10):
+        a, _ = await pool.acquire(req(f"k{k}"))
+        b, _ = await pool.acquire(req(f"k{k}"))  # spills: re-homes k
+        pool.release(a, None, False)
+        pool.release(b, None, False)
+    from fabrika.llm.routing import _hash64
+
+    assert policy.stats["rehomed"] == 10 and list(policy._sticky) == [_hash64(f"k{k}") for k in (7, 8, 9)]
+
+
+async def test_home_wait_only_while_the_fleet_is_saturated() -> None:
+    """Below ``saturation`` a request past its home's bound spills at once (a server has room); at or above it
+    the request waits for its home."""
+    eps = endpoints(2, cap=4)
+    policy = AffinityPolicy(epsilon=0.0, home_wait_s=5.0, saturation=0.5)
+    pool = EndpointPool(eps, policy)
+    home, _ = await pool.acquire(req("a"))
+    other = next(e for e in eps if e is not home)
+    # below saturation (2 of 4) the home keeps its key although 2 > the plain bound ceil(2 / 2)
+    again, _ = await pool.acquire(req("a"))
+    assert again is home and policy.stats["spill"] == 0
+    # load 2/8 < 0.5: the third request of "a" (past both) spills without waiting, and "a" moves
+    ep, _ = await asyncio.wait_for(pool.acquire(req("a")), 1.0)
+    assert ep is other and policy.wait_stats["waited"] == 0 and policy.stats["rehomed"] == 1
+    pool.release(home, None, False)
+    pool.release(home, None, False)
+    pool.release(other, None, False)
+    # 4 of 8 in flight (saturated), the new home past its bound (3 + 1 > ceil(5 / 2)): the turn waits
+    home.in_flight, other.in_flight = 1, 3
+    waiter = asyncio.create_task(pool.acquire(req("a")))
+    await asyncio.sleep(0.05)
+    assert not waiter.done() and policy.wait_stats["waited"] == 1
+    # the home finishes one: 3 of 8, no longer saturated, and it is still past its bound: the turn spills now
+    pool.release(other, None, False)
+    ep, _ = await asyncio.wait_for(waiter, 1.0)
+    assert ep is home and policy.wait_stats["waited_then_spilled"] == 0
+
+
+def test_config_default_waits_for_the_home_in_a_saturated_fleet() -> None:
+    cfg = LLMConfig(backend="openai", model="m", endpoints=[{"base_url": "http://127.0.0.1:1/v1"},
+                                                             {"base_url": "http://127.0.0.1:2/v1"}])
+    policy = routing_policy(cfg)
+    assert isinstance(policy, AffinityPolicy)
+    assert policy.home_wait_s == cfg.routing_home_wait_s > 0 and policy.saturation == cfg.routing_saturation == 0.5
+
+
+async def test_a_key_seen_for_the_first_time_never_waits() -> None:
+    """No server holds a new key's prefix: in a saturated fleet with its home full it goes to a free server at
+    once (and that server becomes its home), so distinct prompts fill every endpoint to its limit."""
+    eps = endpoints(2, cap=2)
+    policy = AffinityPolicy(epsilon=0.0, home_wait_s=5.0, saturation=0.5)
+    pool = EndpointPool(eps, policy)
+    full = eps[0]
+    full.in_flight = 2  # saturated fleet (2 of 4), one endpoint full
+    fresh = next(f"new{i}" for i in range(1000) if policy.home(req(f"new{i}"), time.monotonic()) is full)
+    ep, _ = await asyncio.wait_for(pool.acquire(req(fresh)), 1.0)
+    assert ep is eps[1] and policy.wait_stats["waited"] == 0
+    # its second request now has a home (eps[1]) with room: it goes there
+    ep2, _ = await asyncio.wait_for(pool.acquire(req(fresh)), 1.0)
+    assert ep2 is eps[1]

@@ -1,0 +1,101 @@
+"""The step-level simulated vLLM (fabrika.testing.sim_vllm.StepEngine / StepFleet): what vLLM's scheduler does
+that the arrival-time model cannot — batch-dependent decode, chunked prefill sharing a step, blocks held only
+by running sequences, preemption with recompute, vLLM's prefix-cache counters."""
+
+from __future__ import annotations
+
+from fabrika.testing.multiturn import hit_rate, parse_prefix_cache_counters
+from fabrika.testing.sim_vllm import StepEngine, StepEngineConfig, StepFleet
+
+CFG = StepEngineConfig(max_num_seqs=4, max_num_batched_tokens=64, block_size=4, num_blocks=64, step_s=0.01,
+                       decode_s_per_seq=0.002, prefill_s_per_token=0.001, request_overhead_s=0.0)
+
+
+def run(cfg: StepEngineConfig, requests: list[tuple[float, list[int], int]]) -> tuple[list[float], StepEngine]:
+    """``(arrival, prompt ids, output tokens)`` on one server; returns each request's finish time."""
+    engine = StepEngine(cfg)
+    fleet = StepFleet([engine])
+    done = [0.0] * len(requests)
+    for i, (t, prompt, out) in enumerate(requests):
+        fleet.submit(0, t, prompt, out, lambda t_done, _i=i: done.__setitem__(_i, t_done))
+    fleet.run()
+    return done, engine
+
+
+def prompt(start: int, n: int) -> list[int]:
+    return list(range(start, start + n))
+
+
+def test_a_lone_request_decodes_faster_than_one_in_a_full_batch() -> None:
+    [alone], _ = run(CFG, [(0.0, prompt(0, 3), 20)])
+    batch, _ = run(CFG, [(0.0, prompt(100 * i, 3), 20) for i in range(4)])
+    # one step prefills the 3 tokens and samples the first token, then 19 decode steps
+    assert abs(alone - (0.01 + 0.003 + 19 * 0.012)) < 1e-9
+    assert min(batch) > alone and abs(max(batch) - (0.01 + 0.012 + 19 * (0.01 + 4 * 0.002))) < 1e-9
+
+
+def test_a_long_prefill_shares_the_step_in_chunks_and_slows_the_decodes() -> None:
+    [short_alone], _ = run(CFG, [(0.0, prompt(0, 3), 10)])
+    (short, _long), engine = run(CFG, [(0.0, prompt(0, 3), 10), (0.02, prompt(1000, 200), 1)])
+    assert short > short_alone  # the decode steps that carried prefill chunks took longer
+    # 200 prompt tokens with 64-token budgets: at least four steps carried chunks of it
+    assert engine.stats["prefill_tokens"] == 203 and engine.stats["steps"] >= 4 + 1
+
+
+def test_requests_beyond_max_num_seqs_queue() -> None:
+    done, _ = run(CFG, [(0.0, prompt(100 * i, 3), 5) for i in range(5)])
+    assert sorted(done)[-1] > 1.5 * sorted(done)[3]  # the fifth starts when one of the first four finishes
+
+
+def test_the_prefix_cache_counts_like_vllm_and_only_full_blocks_hit() -> None:
+    base = prompt(0, 10)  # two full blocks of 4 and a partial one
+    _, engine = run(CFG, [(0.0, base, 2), (1.0, base + [77, 78], 2)])
+    # the second prompt (12 tokens) finds the first two blocks (8 tokens); the third block was partial
+    assert engine.stats["queries"] == 22 and engine.stats["hits"] == 8
+    # the same prompt again: at most prompt - 1 tokens come from the cache (the last one is computed)
+    _, engine = run(CFG, [(0.0, prompt(0, 8), 1), (1.0, prompt(0, 8), 1)])
+    assert engine.stats["hits"] == 4
+
+
+def test_generated_blocks_are_cached_when_the_caller_gives_their_ids() -> None:
+    engine = StepEngine(CFG)
+    fleet = StepFleet([engine])
+    fleet.submit(0, 0.0, prompt(0, 4), 4, lambda t: None, output=[50, 51, 52, 53])
+    fleet.run()
+    fleet.submit(0, fleet.now + 1, prompt(0, 4) + [50, 51, 52, 53, 9], 1, lambda t: None)
+    fleet.run()
+    # the prompt block and the block of generated tokens 50..52 + ... : the output's KV exists up to its last
+    # token but one, so the second block (50-53) is complete only without the final token: one block hits
+    assert engine.stats["hits"] == 4
+    engine2 = StepEngine(CFG)
+    fleet2 = StepFleet([engine2])
+    fleet2.submit(0, 0.0, prompt(0, 4), 5, lambda t: None, output=[50, 51, 52, 53, 54])
+    fleet2.run()
+    fleet2.submit(0, fleet2.now + 1, prompt(0, 4) + [50, 51, 52, 53, 9], 1, lambda t: None)
+    fleet2.run()
+    assert engine2.stats["hits"] == 8  # five generated: the KV of 50..53 exists, a full block
+
+
+def test_only_running_sequences_hold_blocks_and_a_full_kv_preempts() -> None:
+    small = StepEngineConfig(max_num_seqs=4, max_num_batched_tokens=64, block_size=4, num_blocks=10, step_s=0.01,
+                             decode_s_per_seq=0.0, prefill_s_per_token=0.0, request_overhead_s=0.0)
+    # four sequences growing to 4 + 12 tokens (4 blocks each) cannot all fit in 10 blocks: one is preempted
+    done, engine = run(small, [(0.0, prompt(100 * i, 4), 12) for i in range(4)])
+    assert engine.stats["preemptions"] >= 1 and len(done) == 4 and min(done) > 0
+    # nothing runs any more: every block is free again (cached ones are evictable)
+    assert len(engine._free) == small.num_blocks and not engine.running and not engine.waiting
+    # a queued request holds nothing: one running at a time, the three queued ones take no blocks
+    one = StepEngineConfig(**{**{k: getattr(small, k) for k in small.__dataclass_fields__}, "max_num_seqs": 1})
+    done, engine = run(one, [(0.0, prompt(100 * i, 4), 12) for i in range(4)])
+    assert engine.stats["preemptions"] == 0 and len(set(done)) == 4
+
+
+def test_prefix_cache_counters_from_vllm_metrics_text() -> None:
+    text = """# HELP vllm:prefix_cache_queries Prefix cache queries
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1200.0
+vllm:prefix_cache_queries_created{engine="0",model_name="m"} 1.79e+09
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 384.0
+vllm:external_prefix_cache_hits_total{engine="0",model_name="m"} 99.0
+"""
+    assert parse_prefix_cache_counters(text) == (1200.0, 384.0)
+    assert hit_rate([(100.0, 0.0), (0.0, 0.0)], [(300.0, 50.0), (200.0, 150.0)]) == 0.5
