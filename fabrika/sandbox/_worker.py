@@ -489,17 +489,19 @@ def _child(go_fd: int, wfd: int, uid: int | None) -> None:
         except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as exc:
             send(_err("C", "syntax", _describe(exc)))
             os._exit(0)
-        begin = 0
+        begin, ran = 0, False
         for length in segments:  # one call of the pool each: a fresh module state for every one
             end, first = begin + length, max(start, begin)
             begin = end
             if end <= start:
                 continue
+            if ran:
+                gc.collect()  # nothing of the last call's module state outlives it (cycles included)
             fn = _load(compiled, guard, send)
             for response in responses[first:end]:
                 send(_call(fn, response))
             del fn
-            gc.collect()  # nothing of this call's module state outlives it (cycles included)
+            ran = True
     except BaseException:  # noqa: BLE001 - whatever happens, the zygote sees EOF and says "crash"
         pass
     os._exit(0)

@@ -6,7 +6,10 @@ millisecond, a call a few microseconds. So each worker is a long-lived zygote
 (see ``_worker.py``) that preloads the libraries once and forks a fresh child
 for every request (one verifier, compiled once, and a batch of its responses).
 State a verifier changes dies with its child: no verifier can change the
-verdicts of another.
+verdicts of another. Calls of the SAME verifier code that wait for a worker together
+share one batch (``SandboxConfig.group_calls``), each call a segment whose module body
+the child runs afresh, so their verdicts are those of separate calls; ``run_probed``
+puts a one-response probe and the rest in one batch the same way.
 
 The zygote owns the per-response clock: ``timeout_s`` seconds of the verifier's own
 CPU time (the child is killed, the remaining responses go to a new child), so a
