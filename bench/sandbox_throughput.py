@@ -23,15 +23,28 @@ Modes, all on the same Russian IF-style verifier and responses:
                     (responses/s) of the pool (concurrent calls on all workers) against unsafe
                     exec per batch (exec once, B calls), and the fixed cost of one isolated
                     batch (intercept of ms per batch over B, one worker, back to back).
+* ``cpu``         — the fixed cost of one isolated batch in CPU time, which host load does not
+                    inflate the way it inflates wall time: the CPU seconds of this process and of
+                    every sandbox process (zygote, its children, bwrap; read from /proc, children
+                    counted once reaped) per batch, one worker back to back, at 1 and 30 responses;
+                    the fixed cost is the intercept.
 * ``mix``         — the IF demo's real mix of sandbox calls (recorded from an in-process run of
-                    configs/if_demo.yaml), replayed as the pipeline issues them (concurrently)
-                    against unsafe exec per call.
+                    configs/if_demo.yaml, or loaded with ``--load-mix``), replayed stage by stage in
+                    the recorded order with at most ``--window`` calls in flight (the pipeline's
+                    ``max_in_flight``), against unsafe exec per call. A probed call (``if.consistency``:
+                    one case first) runs as ``run_probed`` where the pool has it, else as the two calls
+                    the stage made before (a one-case probe, then the rest unless fatal).
+
+``--only cpu,sizes,mix`` runs just those parts (the default runs everything but ``mix`` unless
+``--mix``). Run the same script with ``PYTHONPATH`` pointing at another checkout (``git archive``
+of an older commit) to measure that tree side by side: it uses only the pool's public API.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import site
 import subprocess
@@ -138,14 +151,17 @@ def bench_exec_batches(items: list[str], size: int) -> float:
 
 
 async def bench_pool_sizes(sizes: list[int], workers: int, n_calls: int) -> dict[int, float]:
-    """Responses per second of the pool with ``n_calls`` concurrent calls of each batch size."""
+    """Responses per second of the pool with ``n_calls`` concurrent calls of each batch size, each call
+    of its own verifier (so each is one isolated batch: what grouping saves is measured by ``mix``)."""
     out = {}
     async with SandboxPool(SandboxConfig(workers=workers)) as pool:
         await asyncio.gather(*(pool.run(CODE, ["прогрев"]) for _ in range(workers)))
         for size in sizes:
             items = responses(size * n_calls)
             t0 = time.perf_counter()
-            await asyncio.gather(*(pool.run(CODE, items[i:i + size]) for i in range(0, len(items), size)))
+            # a distinct verifier per call (as in a pipeline): the pool cannot group these calls
+            await asyncio.gather(*(pool.run(CODE + f"# call {i}\n", items[i:i + size])
+                                   for i in range(0, len(items), size)))
             out[size] = len(items) / (time.perf_counter() - t0)
     return out
 
@@ -166,40 +182,90 @@ def fixed_cost(sizes: list[int], n: int) -> dict[int, float]:
     return out
 
 
-def record_mix(config: Path) -> list[tuple[str, list]]:
-    """Every ``(code, responses)`` the pipeline's sandbox pools ran during an in-process run of ``config``."""
+Call = tuple[str, str, list, bool]  # (stage, code, responses, probed)
+
+
+def record_mix(config: Path) -> list[Call]:
+    """Every ``(stage, code, responses, probed)`` the pipeline's sandbox pools ran during an in-process
+    run of ``config``, in order."""
     from fabrika.pipeline.config import load_config
     from fabrika.pipeline.runner import run_pipeline
 
-    calls: list[tuple[str, list]] = []
-    real_run = SandboxPool.run
+    calls: list[Call] = []
+    real_run, real_probed = SandboxPool.run, getattr(SandboxPool, "run_probed", None)
+
+    def stage_name() -> str:
+        import inspect
+
+        for frame in inspect.stack()[2:8]:
+            stage = frame.frame.f_locals.get("self")
+            if stage is not None and hasattr(stage, "kind"):
+                return str(stage.kind)
+        return "?"
 
     async def recording_run(self, code, resp):  # type: ignore[no-untyped-def]
-        calls.append((code, list(resp)))
+        calls.append((stage_name(), code, list(resp), False))
         return await real_run(self, code, resp)
 
+    async def recording_probed(self, code, resp):  # type: ignore[no-untyped-def]
+        calls.append((stage_name(), code, list(resp), True))
+        return await real_probed(self, code, resp)
+
     SandboxPool.run = recording_run  # type: ignore[method-assign]
+    if real_probed is not None:
+        SandboxPool.run_probed = recording_probed  # type: ignore[attr-defined]
     try:
         with tempfile.TemporaryDirectory(prefix="fabrika-mix-") as tmp:
             cfg = load_config(config, [f"run_dir={tmp}/run"])
             run_pipeline(cfg, resume=False, progress=False)
     finally:
         SandboxPool.run = real_run  # type: ignore[method-assign]
+        if real_probed is not None:
+            SandboxPool.run_probed = real_probed  # type: ignore[attr-defined]
     return calls
 
 
-async def replay_pool(calls: list[tuple[str, list]], workers: int) -> float:
+PROBE_FATAL = {"precheck", "syntax", "no_function", "memory", "crash"}
+
+
+async def _one_call(pool: SandboxPool, code: str, resp: list, probed: bool) -> list:
+    if not probed:
+        return await pool.run(code, resp)
+    if hasattr(pool, "run_probed"):
+        return await pool.run_probed(code, resp)
+    first = await pool.run(code, resp[:1])  # what if.consistency did before run_probed
+    if first[0].status == "timeout" or first[0].error_kind in PROBE_FATAL or len(resp) == 1:
+        return first * len(resp)
+    return first + await pool.run(code, resp[1:])
+
+
+async def replay_pool(calls: list[Call], workers: int, window: int) -> tuple[float, list, int]:
+    """Responses per second over the whole mix, the verdicts, and the isolated batches it took."""
     async with SandboxPool(SandboxConfig(workers=workers)) as pool:
         await asyncio.gather(*(pool.run(CODE, ["прогрев"]) for _ in range(workers)))
+        before = pool.stats.get("batches", 0)
+        gate = asyncio.Semaphore(window)
+        out: list = [None] * len(calls)
+
+        async def one(i: int, call: Call) -> None:
+            async with gate:
+                out[i] = [v.status for v in await _one_call(pool, call[1], call[2], call[3])]
+
         t0 = time.perf_counter()
-        await asyncio.gather(*(pool.run(code, resp) for code, resp in calls))
-        return sum(len(r) for _, r in calls) / (time.perf_counter() - t0)
+        stages = list(dict.fromkeys(c[0] for c in calls))
+        for stage in stages:  # stage by stage, as the pipeline runs them
+            await asyncio.gather(*(one(i, c) for i, c in enumerate(calls) if c[0] == stage))
+        rate = sum(len(c[2]) for c in calls) / (time.perf_counter() - t0)
+        return rate, out, pool.stats.get("batches", 0) - before
 
 
-def replay_exec(calls: list[tuple[str, list]]) -> float:
-    """Unsafe: exec each call's verifier once, then evaluate its responses (exceptions swallowed)."""
+def replay_exec(calls: list[Call], verdicts: list) -> float:
+    """Unsafe: exec each call's verifier once, then evaluate its responses (exceptions swallowed).
+    Calls the pool timed out on are skipped (in-process they would hang the bench): generous to exec."""
     t0 = time.perf_counter()
-    for code, resp in calls:
+    for (_, code, resp, _), seen in zip(calls, verdicts):
+        if "timeout" in seen:
+            continue
         ns: dict = {}
         try:
             exec(code, ns)  # noqa: S102 - the unsafe baseline
@@ -210,7 +276,61 @@ def replay_exec(calls: list[tuple[str, list]]) -> float:
                 ns["evaluate"](r)
             except Exception:  # noqa: BLE001
                 pass
-    return sum(len(r) for _, r in calls) / (time.perf_counter() - t0)
+    return sum(len(c[2]) for c in calls) / (time.perf_counter() - t0)
+
+
+TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_table() -> dict[int, tuple[int, float]]:
+    """pid -> (ppid, CPU seconds of the process and of its reaped children) for every process."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rindex(b")") + 2:].split()
+        table[int(name)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / TCK)
+    return table
+
+
+def sandbox_cpu(pool: SandboxPool) -> float:
+    """CPU seconds so far of every process under the pool's workers (each counted once: a live
+    process by itself, a reaped one in its parent's children's time)."""
+    table = _proc_table()
+    kids: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        kids.setdefault(ppid, []).append(pid)
+    frontier = [w.proc.pid for w in pool._workers if w.proc is not None]  # noqa: SLF001 - a bench
+    total, seen = 0.0, set()
+    while frontier:
+        pid = frontier.pop()
+        if pid in seen or pid not in table:
+            continue
+        seen.add(pid)
+        total += table[pid][1]
+        frontier += kids.get(pid, [])
+    return total
+
+
+def cpu_cost(sizes: tuple[int, ...], n: int) -> dict[int, float]:
+    """CPU milliseconds (this process + the sandbox's) per isolated batch of each size, one worker,
+    back to back, over ``n`` batches (clock ticks are 10 ms: n of a few hundred keeps the error ~1 %)."""
+    out = {}
+    with SandboxPool(SandboxConfig(workers=1)) as pool:
+        pool.run_sync(CODE, ["прогрев"])
+        for size in sizes:
+            items = responses(size)
+            c0, p0 = sandbox_cpu(pool), time.process_time()
+            for _ in range(n):
+                pool.run_sync(CODE, items)
+            time.sleep(0.2)  # the last children are reaped: their CPU is in the zygote's figure
+            out[size] = ((sandbox_cpu(pool) - c0) + (time.process_time() - p0)) / n * 1000
+    return out
 
 
 def tmp_venv_python() -> str:
@@ -241,10 +361,60 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256, help="responses per pool.run call")
     parser.add_argument("--fresh", type=int, default=30, help="calls measured for the fresh-interpreter mode")
     parser.add_argument("--batches", type=int, default=200, help="one-response batches timed for the batch cost")
+    parser.add_argument("--cpu-batches", type=int, default=400, help="batches per size for the CPU cost")
+    parser.add_argument("--only", default="", help="comma-separated parts to run: throughput, cpu, sizes, mix")
+    parser.add_argument("--window", type=int, default=256, help="mix replay: calls in flight (max_in_flight)")
+    parser.add_argument("--save-mix", type=Path, default=None, help="write the recorded mix here (JSON)")
+    parser.add_argument("--load-mix", type=Path, default=None, help="replay this recorded mix instead of recording")
     args = parser.parse_args()
+    parts = set(args.only.split(",")) if args.only else {"throughput", "cpu", "sizes"} | ({"mix"} if args.mix else set())
+    print(f"python={sys.executable} prefix={sys.prefix} load={os.getloadavg()[0]:.1f}")
+    if "cpu" in parts:
+        cpu = cpu_cost((1, 30), args.cpu_batches)
+        per = (cpu[30] - cpu[1]) / 29
+        print(f"CPU per isolated batch (this process + every sandbox process), 1 worker back to back, "
+              f"{args.cpu_batches} batches: 1 response {cpu[1]:.2f} ms, 30 responses {cpu[30]:.2f} ms -> "
+              f"fixed cost {cpu[1] - per:.2f} ms of CPU (goal <= 3 ms), {per * 1000:.0f} µs per response")
+    if "mix" in parts:
+        mix(args)
+    if not parts & {"throughput", "sizes"}:
+        return
+    throughput(args, parts)
+
+
+def mix(args: argparse.Namespace) -> None:
+    if args.load_mix:
+        calls = [tuple(c) for c in json.loads(args.load_mix.read_text(encoding="utf-8"))]
+    else:
+        calls = record_mix(args.mix_config)
+        if args.save_mix:
+            args.save_mix.write_text(json.dumps(calls, ensure_ascii=False), encoding="utf-8")
+    sizes_seen = sorted(len(c[2]) for c in calls)
+    by_stage: dict[str, int] = {}
+    for c in calls:
+        by_stage[c[0]] = by_stage.get(c[0], 0) + 1
+    pool_rate, verdicts, batches = asyncio.run(replay_pool(calls, args.workers, args.window))  # type: ignore[arg-type]
+    exec_rate = replay_exec(calls, verdicts)  # type: ignore[arg-type]
+    digest = __import__("hashlib").sha256(json.dumps(verdicts).encode()).hexdigest()[:16]
+    print(f"\nreal mix ({args.load_mix or args.mix_config.name}): {len(calls)} sandbox calls {by_stage}, "
+          f"{sum(sizes_seen)} responses, median call {sizes_seen[len(sizes_seen) // 2]}, max {sizes_seen[-1]}; "
+          f"window {args.window}, {args.workers} workers")
+    timeouts = sum(v.count("timeout") for v in verdicts)
+    print(f"pool {pool_rate:,.0f} calls/s in {batches or '?'} isolated batches, exec {exec_rate:,.0f} calls/s, "
+          f"pool/exec = {pool_rate / exec_rate:.3f}x; {timeouts} timeout verdicts; verdicts digest {digest}")
+    # a timeout costs timeout_s of CPU in any sandbox: without those calls the mix shows what isolation costs
+    clean = [c for c, v in zip(calls, verdicts) if "timeout" not in v]
+    rate, _, batches = asyncio.run(replay_pool(clean, args.workers, args.window))  # type: ignore[arg-type]
+    print(f"without the {len(calls) - len(clean)} calls that time out: {len(clean)} calls, "
+          f"{sum(len(c[2]) for c in clean)} responses: pool {rate:,.0f} calls/s in {batches or '?'} isolated batches")
+
+
+def throughput(args: argparse.Namespace, parts: set[str]) -> None:
     items = responses(args.responses)
     sizes = [int(x) for x in args.sizes.split(",")]
-    print(f"python={sys.executable} prefix={sys.prefix}")
+    if "throughput" not in parts:
+        sizes_table(args, sizes)
+        return
 
     pool_rate, pool_out, isolation, spawned = asyncio.run(bench_pool(items, args.workers, args.batch))
     exec_rate, exec_out = bench_exec_per_call(items)
@@ -264,7 +434,11 @@ def main() -> None:
     print(f"cost per verifier batch  = {one_ms:.2f} ms back to back, {idle_ms:.2f} ms with 20 ms idle between "
           "(1 response: round trip + fork + uid/rlimits + compile, one worker)")
     print(f"256-response batch       = {full_ms:.2f} ms  ({full_ms / 256 * 1000:.0f} µs per response incl. its share of the fork)")
+    if "sizes" in parts:
+        sizes_table(args, sizes)
 
+
+def sizes_table(args: argparse.Namespace, sizes: list[int]) -> None:
     pool_by_size = asyncio.run(bench_pool_sizes(sizes, args.workers, args.size_calls))
     ms_by_size = fixed_cost(sizes, max(20, args.batches // 4))
     lo, hi = min(sizes), max(sizes)
@@ -276,15 +450,6 @@ def main() -> None:
         print(f"{size:>6}{pool_by_size[size]:>14,.0f}{ex:>14,.0f}{pool_by_size[size] / ex:>10.3f}x{ms_by_size[size]:>21.2f}")
     print(f"fixed cost of one isolated batch = {fixed:.2f} ms (intercept over sizes {lo}..{hi}; goal <= 3 ms), "
           f"{per_response * 1000:.0f} µs per response")
-
-    if args.mix:
-        calls = record_mix(args.mix_config)
-        sizes_seen = sorted(len(r) for _, r in calls)
-        pool_rate = asyncio.run(replay_pool(calls, args.workers))
-        exec_rate = replay_exec(calls)
-        print(f"\nreal mix ({args.mix_config.name}): {len(calls)} sandbox calls, {sum(sizes_seen)} responses, "
-              f"median batch {sizes_seen[len(sizes_seen) // 2]}, max {sizes_seen[-1]}")
-        print(f"pool {pool_rate:,.0f} calls/s, exec {exec_rate:,.0f} calls/s, pool/exec = {pool_rate / exec_rate:.3f}x")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ Public API (stable; other packages code against exactly this)::
 
     with SandboxPool(SandboxConfig(timeout_s=1.0)) as pool:      # or: async with
         verdicts = pool.run_sync(code, responses)                 # or: await pool.run(...)
+        verdicts = pool.run_probed_sync(code, responses)          # or: await pool.run_probed(...):
+                  # the first response's fatal verdict (timeout, no_function, memory, crash…) answers all
     pool.isolation        # "bwrap" | "rlimits" -> manifest field sandbox.isolation
     verdict.status        # "true" | "false" | "error" | "timeout"  (timeout: CPU time, not wall time)
     verdict.error_kind    # "precheck" | "syntax" | "no_function" | "exception" | "non_bool"
@@ -18,7 +20,8 @@ Public API (stable; other packages code against exactly this)::
     isolation_problem(settings, backend)        # FAIL_CLOSED_MESSAGE when bwrap is needed but cannot run
 
 The code must define ``evaluate(response) -> bool``; only a real ``bool`` counts.
-Bad code never raises in the caller: it becomes an error verdict. Every request runs
+Bad code never raises in the caller: it becomes an error verdict. Concurrent calls of one
+verifier may share a batch, each with a module state of its own. Every batch runs
 in a fresh process forked from a preloaded zygote, under bwrap in a mount and IPC
 namespace of its own with a fresh inode-capped tmpfs ``/tmp``: no verifier sees
 another's state, files, IPC objects or inputs.

@@ -17,8 +17,11 @@ zygote's copy, which no verifier has touched.
 Protocol (why so small: millions of calls, the parent parses every reply):
 
 * parent -> zygote, fd 0: a header, 4-byte big-endian length + JSON ``{"nonce": str, "n":
-  int, "lazy": [module]}``, then the body, 4-byte length + JSON ``{"code": str, "responses":
-  [...], "guard": bool}``. The zygote decodes only the header; the body it reads into a
+  int, "lazy": [module], "segments": [int], "probes": [int]}``, then the body, 4-byte length +
+  JSON ``{"code": str, "responses": [...], "guard": bool, "segments": [int]}``. A batch holds
+  one or more *segments* (calls of the pool, of the same verifier): each runs the module body
+  afresh, so a verifier's module state never crosses from one call to another; a probe
+  segment's fatal verdict also answers the next segment. The zygote decodes only the header; the body it reads into a
   buffer of its own, hands to the child and zeroes, and the child's reply lines it checks
   and relays from another such buffer, never as Python objects: nothing of an earlier
   batch's code, responses or messages is left in the heap the next spare is forked from;
@@ -30,7 +33,7 @@ Protocol (why so small: millions of calls, the parent parses every reply):
   nonce is fresh per batch and the child never holds the parent's pipe, so nothing a
   verifier writes can pass for a reply.
 * child -> zygote, on a pipe of its own, every line prefixed with the child's CPU seconds
-  so far (``"0.0123 "``): ``R`` once it is set up and warmed up (before it is given a
+  so far (``"0.0123 "``): ``R`` once it is set up (before it is given a
   request: off the batch's critical path), ``K`` once the module body ran,
   then ``T``, ``F`` or ``E{...}`` per response; ``C{...}`` instead of ``K`` when the code
   cannot load. The zygote checks every line; anything else is a ``protocol`` verdict.
@@ -59,7 +62,6 @@ import builtins
 import gc
 import json
 import os
-import random
 import re
 import resource
 import select
@@ -81,6 +83,9 @@ MAX_LINE = 64 * 1024
 SCRATCH = CONFIG.get("scratch")
 NAMESPACES = bool(CONFIG.get("namespaces"))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+#: rlimits with a uid per child: after each batch the zygote removes what its children left in the
+#: host's SysV IPC tables and world-writable directories (bwrap: their namespaces take it all along).
+CLEAN_AFTER_BATCH = not NAMESPACES and CONFIG.get("uid_base") is not None and os.getuid() == 0
 
 # Heavy libraries load on first use, in the zygote (trusted, before any fork).
 LAZY = frozenset({"pymorphy3"})
@@ -120,15 +125,45 @@ if "collections" in ALLOWED:
     import collections.abc  # noqa: F401 - present before the views are built
 
 
-_LIBC: list = []
+class _Libc:
+    """libc entry points the zygote and its children call, looked up and typed once, in the zygote:
+    a child that built them itself (ctypes attribute lookups, a ``Structure`` class for capset) paid
+    ~0.4 ms of CPU and ~80 copied pages per batch for it."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        self.ctypes = ctypes
+        lib = ctypes.CDLL(None, use_errno=True)
+        self.prctl = lib.prctl
+        self.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+        self.unshare = lib.unshare
+        self.unshare.argtypes = [ctypes.c_int]
+        self.mount = lib.mount
+        self.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+        self.shmctl, self.semctl, self.msgctl = lib.shmctl, lib.semctl, lib.msgctl
+        self.capset = lib.capset
+        self.capset.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+
+        class CapHeader(ctypes.Structure):
+            _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+        self.cap_header = CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+        self.cap_data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2: all empty
+        self.cap_args = (ctypes.addressof(self.cap_header), ctypes.addressof(self.cap_data))
+
+    def check(self, result: int, what: str) -> None:
+        if result != 0:
+            err = self.ctypes.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+_LIBC = _Libc() if sys.platform.startswith("linux") else None
 
 
 def _prctl(option: int, value: int) -> None:
-    if not _LIBC:
-        import ctypes
-
-        _LIBC.append(ctypes.CDLL(None, use_errno=True))
-    _LIBC[0].prctl(option, value, 0, 0, 0)
+    if _LIBC is not None:
+        _LIBC.prctl(option, value, 0, 0, 0)
 
 
 def _proc_stat(pid: int) -> tuple[str, float]:
@@ -234,7 +269,7 @@ def _child_uid() -> int | None:
     """The uid this child drops to (one per child: no peer to signal), or None when it keeps its own."""
     uid_base, uid_span = CONFIG.get("uid_base"), CONFIG.get("uid_span")
     if uid_base is not None and os.getuid() == 0:
-        return uid_base + random.SystemRandom().randrange(uid_span)
+        return uid_base + int.from_bytes(os.urandom(4), "little") % uid_span
     return None
 
 
@@ -243,62 +278,57 @@ MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_RDONLY = 2, 4, 8, 1
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 
 
-def _libc():
-    if not _LIBC:
-        import ctypes
+def _ipc_limit_writes(max_bytes: int) -> tuple[tuple[str, bytes], ...]:
+    """Small SysV limits for each fresh IPC namespace: segments are not charged to RLIMIT_AS, so they
+    get the scratch tmpfs's size in all."""
+    return tuple((f"/proc/sys/kernel/{name}", str(value).encode()) for name, value in (
+        ("shmmax", max_bytes), ("shmall", max(1, max_bytes // 4096)), ("shmmni", 16), ("msgmni", 16),
+        ("sem", "250 1024 32 16")))
 
-        _LIBC.append(ctypes.CDLL(None, use_errno=True))
-    return _LIBC[0]
 
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        import ctypes
-
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+_IPC_LIMITS = _ipc_limit_writes(SCRATCH["bytes"]) if NAMESPACES else ()
+_SCRATCH_OPTS = (f"size={SCRATCH['bytes']},nr_inodes={SCRATCH['inodes']},mode=1777" if NAMESPACES else "")
 
 
 def _private_namespaces(uid: int | None) -> None:
     """A mount and an IPC namespace of this child's own, with a fresh tmpfs scratch (bwrap only)."""
-    libc = _libc()
-    _check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare")
-    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
-    _ipc_limits(SCRATCH["bytes"])
-    path = SCRATCH["path"]
+    libc = _LIBC
+    assert libc is not None
+    libc.check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare")
+    libc.check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    _ipc_limits()
     owner = uid if uid is not None else os.getuid()
-    opts = f"size={SCRATCH['bytes']},nr_inodes={SCRATCH['inodes']},mode=1777,uid={owner},gid={owner}"
-    _check(libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts.encode()), "mount scratch")
+    opts = f"{_SCRATCH_OPTS},uid={owner},gid={owner}".encode()
+    libc.check(libc.mount(b"tmpfs", SCRATCH["path"].encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mount scratch")
     for stash, target in SCRATCH.get("rebind", ()):  # an interpreter under /tmp: back, read-only
         os.makedirs(target, mode=0o755, exist_ok=True)
-        _check(libc.mount(stash.encode(), target.encode(), None, MS_BIND | MS_REC, None), f"bind {target}")
-        _check(libc.mount(b"none", target.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
-                          None), f"remount {target} read-only")
+        libc.check(libc.mount(stash.encode(), target.encode(), None, MS_BIND | MS_REC, None), f"bind {target}")
+        libc.check(libc.mount(b"none", target.encode(), None,
+                              MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
+                   f"remount {target} read-only")
 
 
-def _ipc_limits(max_bytes: int) -> None:
-    """Small SysV limits in the fresh IPC namespace: segments are not charged to RLIMIT_AS, so they
-    get the scratch tmpfs's size in all. Best effort (a read-only /proc/sys keeps the defaults; the
-    namespace still dies with the child)."""
-    for name, value in (("shmmax", max_bytes), ("shmall", max(1, max_bytes // 4096)), ("shmmni", 16),
-                        ("msgmni", 16), ("sem", "250 1024 32 16")):
+def _ipc_limits() -> None:
+    """Write :data:`_IPC_LIMITS` into this child's IPC namespace (plain ``os`` calls: no file objects).
+    Best effort (a read-only /proc/sys keeps the defaults; the namespace still dies with the child)."""
+    for path, value in _IPC_LIMITS:
         try:
-            with open(f"/proc/sys/kernel/{name}", "w") as f:
-                f.write(str(value))
+            fd = os.open(path, os.O_WRONLY)
+        except OSError:
+            continue
+        try:
+            os.write(fd, value)
         except OSError:
             pass
+        finally:
+            os.close(fd)
 
 
 def _drop_caps() -> None:
     """No capability left in this child (capset with empty sets; a non-root bwrap zygote keeps
     CAP_SYS_ADMIN in its user namespace only to give each child its own namespaces)."""
-    import ctypes
-
-    class Header(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    data = (ctypes.c_uint32 * 6)()
-    _check(_libc().capset(ctypes.byref(Header(0x20080522, 0)), data), "capset")
+    assert _LIBC is not None
+    _LIBC.check(_LIBC.capset(*_LIBC.cap_args), "capset")
 
 
 def _private_dir(uid: int | None) -> str:
@@ -310,10 +340,10 @@ def _private_dir(uid: int | None) -> str:
     return path
 
 
-def _child_setup() -> str | None:
-    """What a spare child does before it sees any request: namespaces or scratch dir, uid, caps,
-    rlimits (all but RLIMIT_CPU, which depends on the request). Returns the scratch dir."""
-    uid = _child_uid()
+def _child_setup(uid: int | None) -> str | None:
+    """What a spare child does before it sees any request: namespaces or scratch dir, uid (picked by
+    the zygote, which cleans up after it), caps, rlimits (all but RLIMIT_CPU, which depends on the
+    request). Returns the scratch dir."""
     scratch = None
     if NAMESPACES:
         _private_namespaces(uid)
@@ -350,25 +380,65 @@ def _cpu_limit(responses_left: int) -> int:
     return int(time.process_time() + TIMEOUT_S * (responses_left + 1)) + 2
 
 
-#: Trusted warm-up a spare child runs while it waits: a fork shares the zygote's heap, and the
-#: first compile/exec in a child copies many of its pages (reference counts); doing that here
-#: takes it off the verifier's clock.
+#: Trusted warm-up the ZYGOTE runs before it forks any child (never a child: that cost would be on
+#: every batch). Python 3.11 counts calls into a code object and rewrites ("quickens") its bytecode
+#: in place after a few of them: a code object the zygote ran only once or twice is written to by
+#: the first call in every child, which copies its page (copy on write). Running the paths every
+#: verifier takes (guarded import, compile, the regex compiler on varied patterns, json, str
+#: methods, the reply helpers) a dozen times here quickens them once for all children: measured in
+#: bwrap, a child's compile + module body + first call fell from 2.05 ms of CPU (309 page faults)
+#: to 0.28 ms (72), and the spare's own warm-up (2.2 ms a batch) is gone (bench/RESULTS.md).
 WARM_UP = (
-    "import re, json\n"
+    "import re, json, math, string, unicodedata\n"
+    "from collections import Counter\n"
+    "from typing import List\n"
     "WORD = re.compile(r'[а-яёa-z]+', re.IGNORECASE)\n"
+    "PATTERN = re.compile(r'^(?:\\s*[-*\\d]+[.)]?\\s+\\S.*)$', re.MULTILINE)\n"
+    "def _words(text: str) -> List[str]:\n"
+    "    return WORD.findall(text.lower())\n"
     "def evaluate(response):\n"
-    "    words = WORD.findall(response.lower())\n"
-    "    return len(words) > 1 and json.loads(json.dumps({'n': len(words)}))['n'] == len(words)\n"
+    "    words = _words(response)\n"
+    "    counts = Counter(words)\n"
+    "    lines = [line.strip() for line in response.splitlines() if line.strip()]\n"
+    "    sentences = [s for s in re.split(r'(?<=[.!?…])\\s+', response.strip()) if s]\n"
+    "    bullets = PATTERN.findall(response)\n"
+    "    upper = sum(1 for ch in response if ch.isupper())\n"
+    "    data = json.loads(json.dumps({'n': len(words), 'top': counts.most_common(2)}, ensure_ascii=False))\n"
+    "    cats = {unicodedata.category(ch) for ch in response[:50]}\n"
+    "    if re.search(r'\\d{2,}', response) and string.punctuation and math.isfinite(len(lines)):\n"
+    "        pass\n"
+    "    return len(words) > 1 and data['n'] == len(words) and len(sentences) >= 0 and upper >= 0 \\\n"
+    "        and len(bullets) >= 0 and bool(cats) and response.endswith(('.', '!', '?', 'ы'))\n"
+    "if __name__ == '__main__':\n"
+    "    print(evaluate('x'))\n"
 )
+WARM_UP_TEXTS = ("Пример ответа, в котором есть слова. Второе предложение!", "ещё один пример: 1. пункт\n2. пункт",
+                 "", "Short English answer, 42 words?", 7)
+#: Regex shapes verifiers write (classes, groups, quantifiers, alternation, anchors, lookarounds),
+#: compiled with varied literals so the regex compiler's code, not re's cache, is what warms up.
+WARM_UP_PATTERNS = (r"\b[А-ЯЁ][а-яё]{%d,}\b", r"^(?:да|нет|%d)$", r"(\w+)\s+\1{%d}", r"[.!?]\s*$|\d{%d}",
+                    r"(?i)(?<!\w)пример(?:ы|ов)?(?=\W)|x{%d}", r"^\s*[-*•]\s+.{1,%d}$")
 
 
 def _warm_up() -> None:
-    namespace: dict[str, object] = {"__name__": "verifier", "__builtins__": _SAFE_BUILTINS}
-    exec(compile(WARM_UP, "<warm-up>", "exec"), namespace)  # noqa: S102 - our own code
-    for text in ("Пример ответа, в котором есть слова.", "ещё один пример"):
+    """Run :data:`WARM_UP` through a child's own path, enough times to quicken it (see above)."""
+    request = json.dumps({"code": WARM_UP, "responses": list(WARM_UP_TEXTS), "guard": True})
+    for round_ in range(12):
+        data = json.loads(request)
+        namespace: dict[str, object] = {"__name__": "verifier", "__builtins__": _SAFE_BUILTINS}
+        exec(compile(data["code"], "<warm-up>", "exec"), namespace)  # noqa: S102 - our own code
         evaluate = namespace["evaluate"]
-        if callable(evaluate):
-            evaluate(text)
+        for text in data["responses"]:
+            _call(evaluate, text)
+        _call(_warm_up_raises, round_)
+        _err("E", "exception", _describe(ValueError("warm-up")))
+        for pattern in WARM_UP_PATTERNS:
+            re.compile(pattern % (round_ + 1)).search("Пример ответа 1234.\n- пункт")
+    re.purge()  # the warm-up's patterns need not sit in the children's cache
+
+
+def _warm_up_raises(value: object) -> bool:
+    raise ValueError(f"warm-up {value}")
 
 
 def _read_fd(fd: int, n: int) -> bytes:
@@ -382,10 +452,10 @@ def _read_fd(fd: int, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def _child(go_fd: int, wfd: int) -> None:
+def _child(go_fd: int, wfd: int, uid: int | None) -> None:
     """Body of a forked child; never returns (``os._exit``: no atexit, no thread joins).
 
-    As a spare it sets itself up (namespaces, uid, limits) and warms up, then waits for its
+    As a spare it sets itself up (namespaces, uid, limits), then waits for its
     request (``>II`` body length and first response index, then the request JSON) from the
     zygote, and only then runs the verifier. Every line it sends starts with its CPU seconds."""
     write = os.write
@@ -398,23 +468,20 @@ def _child(go_fd: int, wfd: int) -> None:
 
     try:
         try:
-            scratch = _child_setup()
+            scratch = _child_setup(uid)
         except BaseException as exc:  # noqa: BLE001 - the zygote turns this into an infrastructure line
             view = memoryview(b"0 Z" + json.dumps({"m": _describe(exc)}).encode()[:MSG_MAX] + b"\n")
             while view:
                 view = view[write(wfd, view):]
             os._exit(0)
-        try:
-            _warm_up()
-        except BaseException:  # noqa: BLE001 - a warm-up problem must not cost a verdict
-            pass
         send(b"R\n")  # ready: the module body's CPU clock starts at this line's figure
         size, start = struct.unpack(">II", _read_fd(go_fd, 8))
         request = json.loads(_read_fd(go_fd, size))
         os.close(go_fd)
         code, responses, guard = request["code"], request["responses"], bool(request.get("guard", True))
+        segments = [int(k) for k in request.get("segments") or [len(responses)]]
         del request
-        _set_limit(resource.RLIMIT_CPU, _cpu_limit(len(responses) - start))
+        _set_limit(resource.RLIMIT_CPU, _cpu_limit(len(responses) - start + len(segments)))
         if scratch:
             os.chdir(scratch)
         try:
@@ -422,25 +489,42 @@ def _child(go_fd: int, wfd: int) -> None:
         except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as exc:
             send(_err("C", "syntax", _describe(exc)))
             os._exit(0)
-        namespace = {"__name__": "verifier", "__builtins__": _SAFE_BUILTINS if guard else builtins}
-        try:
-            exec(compiled, namespace)  # noqa: S102 - this is the sandbox
-        except MemoryError as exc:
-            send(_err("C", "memory", _describe(exc)))
-            os._exit(0)
-        except BaseException as exc:  # noqa: BLE001 - untrusted module body
-            send(_err("C", "exception", "module body: " + _describe(exc)))
-            os._exit(0)
-        fn = namespace.get("evaluate")
-        if not callable(fn):
-            send(_err("C", "no_function", "the code defines no callable `evaluate(response)`"))
-            os._exit(0)
-        send(b"K\n")
-        for response in responses[start:]:
-            send(_call(fn, response))
+        begin, ran = 0, False
+        for length in segments:  # one call of the pool each: a fresh module state for every one
+            end, first = begin + length, max(start, begin)
+            begin = end
+            if end <= start:
+                continue
+            if ran:
+                gc.collect()  # nothing of the last call's module state outlives it (cycles included)
+            fn = _load(compiled, guard, send)
+            for response in responses[first:end]:
+                send(_call(fn, response))
+            del fn
+            ran = True
     except BaseException:  # noqa: BLE001 - whatever happens, the zygote sees EOF and says "crash"
         pass
     os._exit(0)
+
+
+def _load(compiled: types.CodeType, guard: bool, send) -> object:
+    """Run the module body in a fresh namespace and return its ``evaluate`` (``K`` sent); on failure
+    send the ``C`` line and exit: the zygote answers the rest of this call and goes on in a new child."""
+    namespace = {"__name__": "verifier", "__builtins__": _SAFE_BUILTINS if guard else builtins}
+    try:
+        exec(compiled, namespace)  # noqa: S102 - this is the sandbox
+    except MemoryError as exc:
+        send(_err("C", "memory", _describe(exc)))
+        os._exit(0)
+    except BaseException as exc:  # noqa: BLE001 - untrusted module body
+        send(_err("C", "exception", "module body: " + _describe(exc)))
+        os._exit(0)
+    fn = namespace.get("evaluate")
+    if not callable(fn):
+        send(_err("C", "no_function", "the code defines no callable `evaluate(response)`"))
+        os._exit(0)
+    send(b"K\n")
+    return fn
 
 
 def _call(fn, response) -> bytes:
@@ -482,6 +566,10 @@ _ERROR_LINE = re.compile(rb'[EC]\{"k": "([a-z_]+)", "m": "(?:[^"\\\x00-\x1f\x7f-
 _KINDS_B = frozenset(k.encode() for k in ERROR_KINDS)
 
 
+#: Wiped output buffers of reaped children, reused by the next ones (at most four kept).
+_FREE_BUFFERS: list[bytearray] = []
+
+
 class _ChildOutput:
     """The zygote's end of one child's pipe: ``(cpu, line)`` pairs, each within a CPU budget.
 
@@ -492,13 +580,24 @@ class _ChildOutput:
 
     def __init__(self, fd: int, pid: int) -> None:
         self.fd, self.pid = fd, pid
-        self.buf = bytearray(self.SIZE)
+        # a wiped (all-zero) buffer of an earlier child when there is one: a fresh 128 KiB one per
+        # batch cost the zygote ~0.1-0.4 ms of page faults
+        self.buf = _FREE_BUFFERS.pop() if _FREE_BUFFERS else bytearray(self.SIZE)
         self.view = memoryview(self.buf)
         self.start = self.end = 0
 
     def wipe(self) -> None:
+        """Zero what was read (the rest of the buffer is zero already: see :meth:`line`)."""
         self.view[:self.end] = bytes(self.end)
         self.start = self.end = 0
+
+    def release(self) -> None:
+        """Wipe and hand the buffer to the next child's output (the child is reaped: nothing more comes)."""
+        self.wipe()
+        if len(_FREE_BUFFERS) < 4:
+            _FREE_BUFFERS.append(self.buf)
+        self.buf = bytearray()
+        self.view = memoryview(self.buf)
 
     def line(self, mark: float, budget: float = TIMEOUT_S) -> tuple[float, memoryview]:
         """Next line; ``mark`` is the child's CPU seconds when the awaited work began. Raises
@@ -546,18 +645,19 @@ class _ChildOutput:
 
 
 class _Child:
-    """One forked child (started as a spare that sets itself up and warms up) and the zygote's ends of its pipes."""
+    """One forked child (started as a spare that sets itself up) and the zygote's ends of its pipes."""
 
     def __init__(self) -> None:
         go_r, go_w = os.pipe()
         rfd, wfd = os.pipe()
+        uid = self.uid = _child_uid()
         pid = os.fork()
         if pid == 0:  # child: keep 0-2 (/dev/null), its request pipe's read end and its reply pipe's write end
             low, high = sorted((go_r, wfd))
             os.closerange(3, low)
             os.closerange(low + 1, high)
             os.closerange(high + 1, 1 << 20)
-            _child(go_r, wfd)
+            _child(go_r, wfd, uid)
         os.close(go_r)
         os.close(wfd)
         self.pid, self.go_w, self.out = pid, go_w, _ChildOutput(rfd, pid)
@@ -613,6 +713,7 @@ class _Child:
                 self.kill()
                 _, status, usage = os.wait4(self.pid, 0)
         os.close(self.out.fd)
+        self.out.release()
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
             self.cpu_killed = sig == signal.SIGKILL and not self.killed and \
@@ -623,14 +724,18 @@ class _Child:
                 self.how = f"signal {sig}"
         else:
             self.how = f"exit code {os.WEXITSTATUS(status)}"
-        _after_child(self.pid)
+        _after_child(self.pid, self.uid)
         return self.how
 
 
-def _after_child(pid: int) -> None:
-    """rlimits only: remove the child's scratch directory (bwrap: its namespace is gone already)."""
+def _after_child(pid: int, uid: int | None) -> None:
+    """rlimits only (bwrap: the child's namespaces are gone already): remove the child's scratch
+    directory and, when it ran under a uid of its own, what it left in the host's shared places."""
     if NAMESPACES or SCRATCH is None:
         return
+    if uid is not None:
+        _remove_ipc_of(uid)
+        _remove_files_of(uid)
     path = os.path.join(SCRATCH["base"], f"c{pid}")
     try:
         os.rmdir(path)
@@ -642,14 +747,69 @@ def _after_child(pid: int) -> None:
     _remove_later(path)
 
 
+#: /proc/sysvipc table -> (column of the id, column of the creator's uid, IPC_RMID call)
+_SYSV_TABLES = (("shm", 1, 9), ("sem", 1, 6), ("msg", 1, 9))
+IPC_RMID = 0
+#: World-writable places of the host a verifier under rlimits can leave entries in.
+SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _remove_ipc_of(uid: int) -> None:
+    """Remove every SysV shared-memory segment, semaphore set and message queue the child created
+    (creator uid: its own, which it cannot change; the owner uid it can). rlimits has no IPC
+    namespace: without this a later verifier attaches to what an earlier one left, and segments
+    outlive the pool. Run after the child is dead, before the next batch's verifier starts."""
+    if _LIBC is None:
+        return
+    for table, id_col, cuid_col in _SYSV_TABLES:
+        try:
+            with open(f"/proc/sysvipc/{table}", "rb") as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > cuid_col and int(fields[cuid_col]) == uid:
+                ident = int(fields[id_col])
+                if table == "shm":
+                    _LIBC.shmctl(ident, IPC_RMID, None)
+                elif table == "sem":
+                    _LIBC.semctl(ident, 0, IPC_RMID)
+                else:
+                    _LIBC.msgctl(ident, IPC_RMID, None)
+
+
+def _remove_files_of(uid: int) -> None:
+    """Entries the child made in the host's world-writable directories (its own uid owns them), moved
+    out of sight at once and deleted by a detached process: an inode flood is gone before the next
+    verifier starts, and its deletion runs on nobody's clock."""
+    for top in SHARED_DIRS:
+        try:
+            entries = [e for e in os.scandir(top) if e.stat(follow_symlinks=False).st_uid == uid]
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                _remove_later(entry.path)
+            else:
+                try:
+                    os.unlink(entry.path)
+                except OSError:
+                    pass
+
+
+_TRASH_SEQ = [0]
+
+
 def _remove_later(path: str) -> None:
     """A non-empty scratch dir is renamed away and removed by a detached grandchild: the zygote
     (and so the next verifier) does not wait for a flood of files to be deleted."""
-    trash = os.path.join(SCRATCH["base"], "trash-" + os.path.basename(path))
+    _TRASH_SEQ[0] += 1
+    trash = os.path.join(SCRATCH["base"], f"trash-{os.getpid()}-{_TRASH_SEQ[0]}-" + os.path.basename(path))
     try:
         os.rename(path, trash)
-    except OSError:
-        return
+    except OSError:  # another filesystem (/dev/shm): delete it in the detached process where it is
+        trash = path
     pid = os.fork()
     if pid == 0:
         try:
@@ -668,13 +828,18 @@ def _remove_later(path: str) -> None:
     os.waitpid(pid, 0)
 
 
-def _checked_error(line: memoryview) -> list | None:
-    """The pieces to relay for an E/C line from a child (``[b"E", payload view]``), or None when
-    malformed. Checked in place: the message never becomes an object of the zygote."""
+def _checked_error(line: memoryview) -> tuple[list, bytes] | None:
+    """The pieces to relay for an E/C line from a child (``[b"E", payload view]``) and its kind, or
+    None when malformed. Checked in place: the message never becomes an object of the zygote."""
     m = _ERROR_LINE.fullmatch(line)
     if m is None or m.group(1) not in _KINDS_B:
         return None
-    return [b"E", line[1:]]
+    return [b"E", line[1:]], bytes(m.group(1))
+
+
+#: A probe call's first verdict that answers the whole call (see ``SandboxPool.run_probed``): the
+#: code cannot load or run at all, so every other response would only cost a timeout or a crash.
+_FATAL_KINDS = frozenset({b"syntax", b"no_function", b"memory", b"crash"})
 
 
 def _error(kind: str, message: str) -> bytes:
@@ -695,7 +860,7 @@ def _is(line: memoryview, tag: bytes) -> bool:
 
 
 def _ready(child: "_Child") -> float:
-    """Wait for the child's ``R`` line (set up and warmed up; usually there already, written while the
+    """Wait for the child's ``R`` line (set up; usually there already, written while the
     zygote waited for the request) and return its CPU figure: where the module body's budget starts."""
     try:
         cpu, line = child.out.line(0.0, budget=float("inf"))  # trusted setup: only the wall ceiling applies
@@ -710,11 +875,22 @@ def _ready(child: "_Child") -> float:
     return cpu
 
 
-def _run_batch(body: memoryview, n: int, spare: "_Child | None", emit) -> None:
-    """Verdict lines for every response of the request ``body`` (``n`` responses), the first
-    child being the warmed-up ``spare``; a crash, timeout or protocol breach of the verifier costs
-    one verdict (all of them when it happens before the module body finished). Raises
-    :class:`_Infrastructure` when the host kept a verdict from being reached."""
+def _run_batch(body: memoryview, n: int, spare: "_Child | None", emit, segments: list | None = None,
+               probes: frozenset = frozenset()) -> None:
+    """Verdict lines for every response of the request ``body`` (``n`` responses in ``segments``,
+    one per pool call, each with a fresh module state), the first child being the spare. A crash,
+    timeout or protocol breach of the verifier costs one verdict (the rest of its call's when it
+    happens before the module body finished). ``probes``: indices of segments whose single verdict,
+    when fatal, also answers the next segment (which is then not run). Raises :class:`_Infrastructure`
+    when the host kept a verdict from being reached."""
+    seg_end: list[int] = []  # end (exclusive) of the segment of each response
+    probe_ends = set()
+    begin = 0
+    for index, length in enumerate(segments or [n]):
+        seg_end.extend([begin + length] * length)
+        begin += length
+        if index in probes:
+            probe_ends.add(begin)
     i = 0
     while i < n:
         _reap_dying(block=len(_DYING) > 32)
@@ -731,46 +907,47 @@ def _run_batch(body: memoryview, n: int, spare: "_Child | None", emit) -> None:
         started = False
         try:
             while i < n:
-                count = 1 if started else n - i
+                count = 1 if started else seg_end[i] - i
+                fatal = stop = True
                 try:
                     cpu, line = child.out.line(mark)
                     mark = cpu
                 except _ChildTimeout as exc:
-                    emit([[_timeout("evaluate" if started else "module body", str(exc))]] * count)
-                    i += count
-                    break
+                    pieces = [_timeout("evaluate" if started else "module body", str(exc))]
                 except _HostStall as exc:
                     raise _Infrastructure(str(exc)) from exc
                 except _ChildGone as exc:
                     if str(exc).startswith("protocol"):
-                        emit([[_error("protocol", str(exc))]] * count)
+                        pieces, fatal = [_error("protocol", str(exc))], False
                     else:
                         how = child.reap(grace_s=0.5)
                         if child.cpu_killed:
-                            emit([[_timeout("evaluate" if started else "module body", "hit RLIMIT_CPU")]] * count)
+                            pieces = [_timeout("evaluate" if started else "module body", "hit RLIMIT_CPU")]
                         else:
-                            emit([[_error("crash", f"worker died ({how})")]] * count)
-                    i += count
-                    break
-                tag = bytes(line[:1])
-                if not started and _is(line, b"K"):
-                    started = True
-                elif not started and tag == b"C" and (pieces := _checked_error(line)) is not None:
-                    emit([pieces] * count)
-                    i += count
-                    break
-                elif started and _is(line, b"T"):
-                    emit([[b"T"]])
-                    i += 1
-                elif started and _is(line, b"F"):
-                    emit([[b"F"]])
-                    i += 1
-                elif started and tag == b"E" and (pieces := _checked_error(line)) is not None:
-                    emit([pieces])
-                    i += 1
+                            pieces = [_error("crash", f"worker died ({how})")]
                 else:
-                    emit([[_error("protocol", f"unexpected reply with tag {tag!r} ({len(line)} bytes)")]] * count)
-                    i += count
+                    tag = bytes(line[:1])
+                    checked = _checked_error(line) if tag in (b"C", b"E") else None
+                    if not started and _is(line, b"K"):
+                        started = True
+                        continue
+                    if not started and tag == b"C" and checked is not None:
+                        pieces, fatal = checked[0], checked[1] in _FATAL_KINDS
+                    elif started and (_is(line, b"T") or _is(line, b"F")):
+                        pieces, fatal, stop = [tag], False, False
+                    elif started and tag == b"E" and checked is not None:
+                        pieces, fatal, stop = checked[0], checked[1] in _FATAL_KINDS, False
+                    else:
+                        pieces, fatal = [_error("protocol", f"unexpected reply with tag {tag!r} ({len(line)} bytes)")], False
+                emit([pieces] * count)
+                i += count
+                if i == seg_end[i - 1]:  # this call is answered: the next one starts with a fresh module
+                    started = False
+                    if i in probe_ends and i < n and fatal:
+                        skip = seg_end[i] - i
+                        emit([pieces] * skip)
+                        i, stop = i + skip, True
+                if stop:
                     break
         finally:
             child.kill()
@@ -837,6 +1014,11 @@ def main() -> None:
     for name in sorted(ALLOWED):
         if name in sys.modules:
             _view(sys.modules[name])
+    try:
+        _warm_up()
+    except Exception:  # noqa: BLE001 - a warm-up problem costs speed, never a verdict
+        pass
+    gc.collect()
     gc.freeze()  # children share the preloaded heap; the collector need not touch (and copy) it
     body_buf = bytearray(1 << 16)  # the request body: passed on to the child, zeroed after the batch
     spare: _Child | None = _Child()
@@ -869,16 +1051,22 @@ def main() -> None:
         def emit(lines: list, nonce: bytes = nonce) -> None:
             _writev([piece for pieces in lines for piece in (nonce, *pieces, b"\n")])
 
+        segments = [int(k) for k in request.get("segments") or [n]]
+        probes = frozenset(int(k) for k in request.get("probes") or ())
+        if sum(segments) != n or min(segments) < 1:
+            segments = [n]
         try:
-            _run_batch(body, n, spare, emit)
+            _run_batch(body, n, spare, emit, segments, probes)
         except _Infrastructure as exc:
             emit([[b"I" + json.dumps({"m": str(exc)[:MSG_MAX]}).encode()]])
         body[:] = bytes(size)  # no later spare is forked with this batch's inputs in its memory
         del body
         _write(nonce + b"D\n")
-        _reap_dying()
+        # rlimits under uids of their own: the batch's children are reaped (and what they left in the
+        # host's IPC tables and shared directories removed) before the next verifier can start
+        _reap_dying(block=CLEAN_AFTER_BATCH)
         try:
-            spare = _Child()  # sets itself up and warms up while the parent reads the verdicts
+            spare = _Child()  # sets itself up while the parent reads the verdicts
         except OSError:
             spare = None
 

@@ -75,6 +75,13 @@ class SandboxConfig(BaseModel):
         default=256, ge=1,
         description="A `run` with more responses is split into batches of this size, run on several workers at once.",
     )
+    group_calls: bool = Field(
+        default=True,
+        description="Calls of the same verifier code that wait for a worker together run in one isolated "
+        "batch (up to batch_size responses), each call with a module state of its own (its module body run "
+        "afresh), so the verdicts are those of separate calls whatever the grouping. Off with precheck=False: "
+        "without the lint a verifier can reach process state that outlives its module.",
+    )
     precheck: bool = Field(
         default=True,
         description="Static pre-check plus guarded builtins. TEST-ONLY switch: False proves that the "

@@ -19,14 +19,17 @@ adds a user namespace and the child drops every capability with ``capset``.
 The rlimits-only mode runs the same zygote as a plain process with the same limits
 and per-child uid drop (when the pool runs as root), and gives each child a fresh
 private scratch directory (its cwd, inside a pool directory nobody else can list),
-removed after the batch by a detached process, off every verifier's clock. It does
-NOT contain: the host's filesystem view (world-readable files, world-writable
-directories such as /tmp; and, when the pool does not run as root, every file of the
-invoking user, who then keeps their uid), the number of files a verifier creates
-(no inode cap without a tmpfs of its own: only its CPU budget bounds a flood), SysV
-and POSIX IPC objects (the host's IPC namespace is shared), the host's network
-including loopback services, and — without a uid drop — signals to the invoking
-user's processes (the pipeline itself).
+removed after the batch by a detached process, off every verifier's clock. As root
+(a uid per child) the zygote also removes, after each batch and before the next
+verifier starts, the SysV IPC objects its children created (by creator uid) and the
+entries they made in /tmp, /var/tmp and /dev/shm. It does NOT contain: the host's
+filesystem view (world-readable files; and, when the pool does not run as root, every
+file of the invoking user, who then keeps their uid), the number of files a verifier
+creates while it runs (no inode cap without a tmpfs of its own: only its CPU budget
+bounds a flood), SysV segments while they exist (not charged to RLIMIT_AS), the host's
+network including loopback services, and — without a uid drop — what a verifier leaves
+in /tmp, /dev/shm and the IPC tables (it carries the pipeline's own uid) and signals to
+the invoking user's processes (the pipeline itself).
 """
 
 from __future__ import annotations

@@ -6,7 +6,10 @@ millisecond, a call a few microseconds. So each worker is a long-lived zygote
 (see ``_worker.py``) that preloads the libraries once and forks a fresh child
 for every request (one verifier, compiled once, and a batch of its responses).
 State a verifier changes dies with its child: no verifier can change the
-verdicts of another.
+verdicts of another. Calls of the SAME verifier code that wait for a worker together
+share one batch (``SandboxConfig.group_calls``), each call a segment whose module body
+the child runs afresh, so their verdicts are those of separate calls; ``run_probed``
+puts a one-response probe and the rest in one batch the same way.
 
 The zygote owns the per-response clock: ``timeout_s`` seconds of the verifier's own
 CPU time (the child is killed, the remaining responses go to a new child), so a
@@ -33,6 +36,7 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import json
 import logging
@@ -161,17 +165,20 @@ class _Worker:
             os.close(self.rfd)
         self.rfd, self.proc, self.buf, self.pos = -1, None, b"", 0
 
-    def send(self, code: str, responses: list[Any], guard: bool, nonce: str) -> None:
+    def send(self, code: str, responses: list[Any], guard: bool, nonce: str, segments: list[int],
+             probes: list[int]) -> None:
         self.buf, self.pos = b"", 0  # nothing read for an earlier batch survives into this one
         if select.select([self.rfd], [], [], 0)[0]:  # late bytes (or EOF) since the last end marker
             raise _WorkerGone("bytes (or end of file) between batches")
         try:
-            body = json.dumps({"code": code, "responses": responses, "guard": guard}, ensure_ascii=False).encode()
+            body = json.dumps({"code": code, "responses": responses, "guard": guard, "segments": segments},
+                              ensure_ascii=False).encode()
         except (TypeError, ValueError) as exc:
             raise SandboxError(f"responses must be JSON-serialisable (str, numbers, lists, dicts): {exc}") from exc
         # The header is all the zygote decodes; the body (code and responses) it only passes on, from a
         # buffer it zeroes after the batch: no later verifier finds this one's inputs in its memory.
-        header = json.dumps({"nonce": nonce, "n": len(responses), "lazy": [m for m in LAZY_MODULES if m in code]}).encode()
+        header = json.dumps({"nonce": nonce, "n": len(responses), "lazy": [m for m in LAZY_MODULES if m in code],
+                             "segments": segments, "probes": probes}).encode()
         assert self.proc is not None and self.proc.stdin is not None
         try:
             self.proc.stdin.write(struct.pack(">I", len(header)) + header + struct.pack(">I", len(body)) + body)
@@ -214,6 +221,44 @@ class _Worker:
             return True
         self.eof = True
         return False
+
+
+class _Unit:
+    """One queued call (or one ``batch_size`` slice of it): a segment (two for a probed call) of a batch."""
+
+    __slots__ = ("code", "responses", "segments", "probe", "future", "taken")
+
+    def __init__(self, code: str, responses: list[Any], segments: list[int], probe: bool) -> None:
+        self.code, self.responses, self.segments, self.probe = code, responses, segments, probe
+        self.future: Future[list[Verdict]] = Future()
+        self.taken = False
+
+
+#: First verdicts of a probed call that answer the whole call (see ``SandboxPool.run_probed``).
+PROBE_FATAL_KINDS = frozenset({"precheck", "syntax", "no_function", "memory", "crash"})
+
+
+def _is_fatal(verdict: Verdict) -> bool:
+    return verdict.status == "timeout" or (verdict.status == "error" and verdict.error_kind in PROBE_FATAL_KINDS)
+
+
+def _gather_into(done: Future[list[Verdict]], futures: list[Future[list[Verdict]]]) -> None:
+    """Set ``done`` to the concatenated results of ``futures`` once all are done (or to the first error)."""
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one(_: Future[list[Verdict]]) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        try:
+            done.set_result([v for future in futures for v in future.result()])
+        except BaseException as exc:  # noqa: BLE001 - the caller gets it
+            done.set_exception(exc)
+
+    for future in futures:
+        future.add_done_callback(one)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -293,6 +338,11 @@ class SandboxPool:
         for worker in self._workers:
             self._idle.put(worker)
         self._executor = ThreadPoolExecutor(max_workers=self.config.workers, thread_name_prefix="sandbox")
+        # calls waiting for a worker, oldest first, and the same per verifier code (see ``_take``)
+        self._queue: collections.deque[_Unit] = collections.deque()
+        self._by_code: dict[str, collections.deque[_Unit]] = {}
+        self._queue_lock = threading.Lock()
+        self._batches_run = 0
         self._closed = False
         self._lock = threading.Lock()
         self._self_test()
@@ -329,7 +379,8 @@ class SandboxPool:
         return [v for future in futures for v in future.result()]
 
     async def run(self, code: str, responses: Sequence[Any]) -> list[Verdict]:
-        """Async :meth:`run_sync`; concurrent calls spread over the workers."""
+        """Async :meth:`run_sync`; concurrent calls spread over the workers (and calls of the same
+        verifier that wait together share one isolated batch, each with a module state of its own)."""
         early = self._early_verdicts(code, responses)
         if early is not None:
             return early
@@ -337,13 +388,30 @@ class SandboxPool:
         results = await asyncio.gather(*futures)
         return [v for batch in results for v in batch]
 
+    async def run_probed(self, code: str, responses: Sequence[Any]) -> list[Verdict]:
+        """Like :meth:`run`, but when the FIRST response's verdict says the code cannot run at all
+        (a timeout, or an error of kind precheck, syntax, no_function, memory or crash) every response
+        gets that verdict and the others are not run: a hanging verifier costs one timeout, not one
+        per response. The same verdicts as a one-response call followed (when not fatal) by a call
+        with the rest, in one isolated batch instead of two."""
+        return await asyncio.wrap_future(self._submit_probed(code, responses))
+
+    def run_probed_sync(self, code: str, responses: Sequence[Any]) -> list[Verdict]:
+        """Blocking :meth:`run_probed`."""
+        return self._submit_probed(code, responses).result()
+
     def close(self) -> None:
         """Stop every worker. Idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+        with self._queue_lock:
+            left, self._queue, self._by_code = list(self._queue), collections.deque(), {}
         self._executor.shutdown(wait=True, cancel_futures=True)
+        for unit in left:
+            if not unit.future.done():
+                unit.future.set_exception(SandboxError("SandboxPool was closed before this call ran"))
         for worker in self._workers:
             if worker.proc is not None:
                 worker.kill()
@@ -352,8 +420,10 @@ class SandboxPool:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Worker starts so far (first starts + respawns after kill/recycle)."""
-        return {"spawned": sum(w.spawned for w in self._workers), "workers": len(self._workers)}
+        """Worker starts so far (first starts + respawns after kill/recycle) and isolated batches run
+        for callers (several calls of one verifier may share one, see ``SandboxConfig.group_calls``)."""
+        return {"spawned": sum(w.spawned for w in self._workers), "workers": len(self._workers),
+                "batches": self._batches_run}
 
     def __enter__(self) -> SandboxPool:
         return self
@@ -383,22 +453,107 @@ class SandboxPool:
         items = list(responses)
         return [items[i:i + size] for i in range(0, len(items), size)]
 
-    def _submit(self, code: str, batch: list[Any]) -> Future[list[Verdict]]:
-        return self._executor.submit(self._run_on_idle_worker, code, batch)
+    def _submit(self, code: str, batch: list[Any], probe: bool = False) -> Future[list[Verdict]]:
+        """Queue one call's batch; a worker thread picks it up, with other queued calls of the same code."""
+        probe = probe and len(batch) > 1
+        unit = _Unit(code, batch, [1, len(batch) - 1] if probe else [len(batch)], probe)
+        with self._queue_lock:
+            if self._closed:
+                raise SandboxError("SandboxPool is closed; create a new one")
+            self._queue.append(unit)
+            self._by_code.setdefault(code, collections.deque()).append(unit)
+        self._executor.submit(self._drain)
+        return unit.future
 
-    def _run_on_idle_worker(self, code: str, batch: list[Any]) -> list[Verdict]:
+    def _submit_probed(self, code: str, responses: Sequence[Any]) -> Future[list[Verdict]]:
+        early = self._early_verdicts(code, responses)
+        if early is not None:
+            done: Future[list[Verdict]] = Future()
+            done.set_result(early)
+            return done
+        items = list(responses)
+        if len(items) <= self.config.batch_size:
+            return self._submit(code, items, probe=True)
+        done = Future()  # rare: more than one batch; the probe first, then (when not fatal) the rest
+        first = self._submit(code, items[:1])
+
+        def rest(future: Future[list[Verdict]]) -> None:
+            try:
+                verdict = future.result()[0]
+                if _is_fatal(verdict):
+                    done.set_result([verdict] * len(items))
+                    return
+                futures = [self._submit(code, batch) for batch in self._batches(items[1:])]
+            except BaseException as exc:  # noqa: BLE001 - the caller gets it
+                done.set_exception(exc)
+                return
+            _gather_into(done, [future, *futures])
+
+        first.add_done_callback(rest)
+        return done
+
+    def _take(self) -> list[_Unit]:
+        """The oldest queued call and, when grouping is on, later queued calls of the same code, up
+        to ``batch_size`` responses in all (the caller holds ``_queue_lock``)."""
+        while self._queue and self._queue[0].taken:
+            self._queue.popleft()
+        if not self._queue:
+            return []
+        head = self._queue.popleft()
+        same = self._by_code[head.code]
+        group = self.config.group_calls and self.config.precheck
+        units: list[_Unit] = []
+        size = 0
+        while same and (not units or group):
+            unit = same[0]
+            if units and size + len(unit.responses) > self.config.batch_size:
+                break
+            same.popleft()
+            unit.taken = True
+            units.append(unit)
+            size += len(unit.responses)
+        if not same:
+            del self._by_code[head.code]
+        return units
+
+    def _drain(self) -> None:
+        """One worker thread's turn: an idle worker runs the calls :meth:`_take` groups into one batch."""
         worker = self._idle.get()
         try:
-            return self._run_batch(worker, code, batch)
+            with self._queue_lock:
+                units = self._take()
+            if not units:
+                return
+            responses = [r for unit in units for r in unit.responses]
+            segments: list[int] = []
+            probes: list[int] = []
+            for unit in units:
+                if unit.probe:
+                    probes.append(len(segments))
+                segments.extend(unit.segments)
+            try:
+                verdicts = self._run_batch(worker, units[0].code, responses, segments, probes)
+            except BaseException as exc:  # noqa: BLE001 - every caller of the batch gets it
+                for unit in units:
+                    unit.future.set_exception(exc)
+                return
+            self._batches_run += 1
+            pos = 0
+            for unit in units:
+                unit.future.set_result(verdicts[pos:pos + len(unit.responses)])
+                pos += len(unit.responses)
         finally:
             self._idle.put(worker)
 
-    def _run_batch(self, worker: _Worker, code: str, responses: list[Any]) -> list[Verdict]:
-        """Verdicts of one batch; an infrastructure failure is retried on a fresh worker, then raised."""
+    def _run_batch(self, worker: _Worker, code: str, responses: list[Any], segments: list[int] | None = None,
+                   probes: Sequence[int] = ()) -> list[Verdict]:
+        """Verdicts of one batch (``segments``: the sizes of the calls in it, each run with a fresh
+        module state; ``probes``: the segments that answer the next one when fatal, see
+        :meth:`run_probed`); an infrastructure failure is retried on a fresh worker, then raised."""
         problems: list[str] = []
         for _ in range(INFRA_ATTEMPTS):
             try:
-                verdicts = self._attempt(worker, code, responses)
+                verdicts = self._attempt(worker, code, responses, segments or [len(responses)], list(probes))
             except _WorkerGone as exc:
                 how = worker.kill(grace_s=0.2)
                 problems.append(f"{exc} (worker {how})" if str(exc) == "eof" and how else str(exc))
@@ -410,7 +565,8 @@ class SandboxPool:
             f"sandbox ({self.isolation}) gave no verdict in {INFRA_ATTEMPTS} tries on fresh workers: "
             + "; ".join(dict.fromkeys(problems)))
 
-    def _attempt(self, worker: _Worker, code: str, responses: list[Any]) -> list[Verdict]:
+    def _attempt(self, worker: _Worker, code: str, responses: list[Any], segments: list[int],
+                 probes: list[int]) -> list[Verdict]:
         """One try of a batch on ``worker`` (started when needed); raises _WorkerGone on any
         infrastructure problem, which leaves nothing of this try trusted."""
         if not worker.alive:
@@ -419,11 +575,11 @@ class SandboxPool:
             worker.spawn()
         nonce = secrets.token_hex(8)
         try:
-            worker.send(code, responses, self.config.precheck, nonce)
+            worker.send(code, responses, self.config.precheck, nonce, segments, probes)
         except _WorkerGone:  # it died (or finished cleanly) since its last batch: a fresh one
             worker.kill()
             worker.spawn()
-            worker.send(code, responses, self.config.precheck, nonce)
+            worker.send(code, responses, self.config.precheck, nonce, segments, probes)
         tag = nonce.encode()
         wait = _wall_ceiling(self.config) + BACKSTOP_S
         verdicts: list[Verdict] = []

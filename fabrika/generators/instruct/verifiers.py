@@ -183,7 +183,13 @@ class ConsistencyStage(Stage[ConsistencyConfig]):
             report("sandbox_isolation", getattr(self.pool, "isolation", "unknown"))
 
     async def _run(self, code: str, responses: list[str]) -> list[Any]:
-        """Probe one case first: code that hangs or cannot load fails every case without costing a timeout each."""
+        """Probe one case first: code that hangs or cannot load fails every case without costing a timeout each.
+
+        ``run_probed`` does it in one isolated batch (the probe and the rest each with a fresh module
+        state: the same verdicts as the two calls below); a pool without it (a remote one) gets two calls."""
+        probed = getattr(self.pool, "run_probed", None)
+        if probed is not None:
+            return list(await probed(code, responses))
         first = await self.pool.run(code, responses[:1])
         fatal = first[0].status == "timeout" or (first[0].status == "error" and first[0].error_kind in _FATAL)
         if fatal or len(responses) == 1:
