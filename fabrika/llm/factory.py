@@ -14,12 +14,14 @@ from fabrika.llm.config import LLMConfig
 from fabrika.llm.engine import LLMEngine
 
 
-def routing_policy(config: LLMConfig) -> Any:
+def routing_policy(config: LLMConfig, count: int | None = None) -> Any:
     """The :class:`~fabrika.llm.routing.RoutingPolicy` ``llm.routing`` names (affinity by default
-    when more than one endpoint is listed)."""
+    when more than one endpoint, or ``count`` engine replicas, serve the run). HTTP endpoints and
+    Ray engine actors get the same policy, home wait and saturation floor included."""
     from fabrika.llm.routing import AffinityPolicy, CapacityPolicy
 
-    mode = config.routing or ("affinity" if len(config.endpoints) > 1 else "least_loaded")
+    servers = len(config.endpoints) if count is None else count
+    mode = config.routing or ("affinity" if servers > 1 else "least_loaded")
     if mode == "affinity":
         return AffinityPolicy(epsilon=config.routing_epsilon, home_wait_s=config.routing_home_wait_s,
                               saturation=config.routing_saturation)

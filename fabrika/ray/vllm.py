@@ -85,11 +85,10 @@ class EngineActor:
 
 def engine_routing(llm: "LLMConfig", count: int) -> Any:
     """The :class:`~fabrika.llm.routing.RoutingPolicy` for ``count`` engine actors: ``llm.routing`` as for
-    HTTP endpoints (affinity by default with more than one engine, with ``llm.routing_epsilon``)."""
-    from fabrika.llm.routing import AffinityPolicy, CapacityPolicy
+    HTTP endpoints (affinity by default with more than one engine, with the same epsilon, home wait and saturation)."""
+    from fabrika.llm.factory import routing_policy
 
-    mode = llm.routing or ("affinity" if count > 1 else "least_loaded")
-    return AffinityPolicy(epsilon=llm.routing_epsilon) if mode == "affinity" else CapacityPolicy()
+    return routing_policy(llm, count)
 
 
 def engine_slots(count: int, per_engine: int, policy: Any) -> "EndpointPool":

@@ -367,3 +367,15 @@ async def test_a_key_seen_for_the_first_time_never_waits() -> None:
     # its second request now has a home (eps[1]) with room: it goes there
     ep2, _ = await asyncio.wait_for(pool.acquire(req(fresh)), 1.0)
     assert ep2 is eps[1]
+
+
+def test_ray_engine_actors_get_the_configured_affinity_policy():
+    """Ray engine replicas are placed by the same policy as HTTP endpoints: the home wait and the
+    saturation floor of the config reach them, not only epsilon."""
+    from fabrika.ray.vllm import engine_routing
+
+    llm = LLMConfig(routing_epsilon=0.5, routing_home_wait_s=1.5, routing_saturation=0.25)
+    policy = engine_routing(llm, 3)
+    assert isinstance(policy, AffinityPolicy)
+    assert (policy.epsilon, policy.home_wait_s, policy.saturation) == (0.5, 1.5, 0.25)
+    assert isinstance(engine_routing(llm, 1), CapacityPolicy)
