@@ -88,10 +88,31 @@ def serve(port: int, latency_ms: float) -> None:
     threading.Event().wait()
 
 
-def overrides(scale: float, port: int, run_dir: Path, concurrency: int) -> list[str]:
-    return [f"run_dir={run_dir}", f"stages.fc.topics.target_size.ru={max(1, round(FULL_TOPICS * scale))}",
-            f'llm.endpoints=[{{"base_url": "http://127.0.0.1:{port}/v1", "api_key": "x", '
-            f'"max_concurrency": {concurrency}}}]', "llm.model=fake", "llm.cache.enabled=false"]
+NOUNS = ["Доставка", "Бронирование", "Ремонт", "Аренда", "Запись", "Оплата", "Обучение", "Страхование"]
+
+
+def topics_file(run_dir: Path, n: int) -> Path:
+    """``n`` synthetic Russian topics (as bench/fc_scale.py writes them): the demo corpus gives the sim's
+    topic expansion only ~60 topics, whatever ``target_size`` asks, so a scaled job needs its own pool."""
+    path = run_dir.parent / f"{run_dir.name}.topics.jsonl"
+    if not path.exists():
+        with path.open("w", encoding="utf-8") as f:
+            for i in range(n):
+                noun = NOUNS[i % len(NOUNS)]
+                f.write(json.dumps({"id": f"topic-{i}", "topic": f"{noun} номер {i}", "lang": "ru",
+                                    "description": f"{noun}: услуги и заказы, раздел {i}",
+                                    "keywords": [f"{noun.lower()}{i}"]}, ensure_ascii=False) + "\n")
+    return path
+
+
+def overrides(scale: float, port: int, run_dir: Path, concurrency: int, synthetic: bool = False) -> list[str]:
+    n = max(1, round(FULL_TOPICS * scale))
+    out = [f"run_dir={run_dir}", f"stages.fc.topics.target_size.ru={n}",
+           f'llm.endpoints=[{{"base_url": "http://127.0.0.1:{port}/v1", "api_key": "x", '
+           f'"max_concurrency": {concurrency}}}]', "llm.model=fake", "llm.cache.enabled=false"]
+    if synthetic:  # fc.tools reads the synthetic pool; fc.topics still runs (on the demo corpus), unused
+        out += [f"stages.fc.tools.topics_file={topics_file(run_dir, n)}", "stages.fc.tools.input=null"]
+    return out
 
 
 def _proc_cpu(pid: int) -> float:
@@ -123,7 +144,7 @@ def segment(args: argparse.Namespace) -> dict[str, Any]:
     server = start_server(args.port, args.latency_ms)
     try:
         cmd = ["nice", "-n", str(args.nice), sys.executable, "-m", "fabrika", "run", str(CONFIG), "--no-progress",
-               *sum((["--set", s] for s in overrides(args.scale, args.port, run_dir, args.concurrency)), [])]
+               *sum((["--set", s] for s in overrides(args.scale, args.port, run_dir, args.concurrency, args.synthetic_topics)), [])]
         t = time.monotonic()
         child = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)},
                                  stdout=open(run_dir / "run.log", "a", encoding="utf-8"), stderr=subprocess.STDOUT)
@@ -188,7 +209,7 @@ def estimate(args: argparse.Namespace) -> dict[str, Any]:
     run_dir = args.run_dir.resolve()
     server = start_server(args.port, args.latency_ms)
     try:
-        cfg, issues = validate_file(CONFIG, overrides(args.scale, args.port, run_dir, args.concurrency))
+        cfg, issues = validate_file(CONFIG, overrides(args.scale, args.port, run_dir, args.concurrency, args.synthetic_topics))
         if cfg is None:
             raise SystemExit("; ".join(str(i) for i in issues))
         t = time.monotonic()
@@ -211,6 +232,8 @@ def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--nice", type=int, default=10)
+    ap.add_argument("--synthetic-topics", action="store_true", help="fc.tools reads 25K x scale synthetic topics "
+                    "instead of the topic pool fc.topics grows from the demo corpus (which stops near 60 topics).")
     ap.add_argument("--report", action="store_true", help="Print the totals so far; run nothing.")
     ap.add_argument("--estimate", default=None, help="Run `fabrika estimate --pilot X` on the same config instead.")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)

@@ -95,3 +95,19 @@ def test_a_server_that_dies_leaves_its_items_pending_not_rejected(tmp_path: Path
 def test_a_server_that_cannot_start_stops_the_stage_with_the_command(tmp_path: Path):
     with pytest.raises(StageConfigError, match="no_such_server.py"):
         _run(tmp_path, ROWS[:1], **{"command": [sys.executable, str(tmp_path / "no_such_server.py")], "timeout_s": 20})
+
+
+def test_validate_checks_the_stage_reads_sample_completions():
+    import yaml
+
+    from fabrika.pipeline.config import validate_data
+
+    root = Path(__file__).parents[2] / "configs"
+    data = yaml.safe_load((root / "fc_demo.yaml").read_text("utf-8"))
+    data["stages"].append({"kind": "fc.live_calls", "name": "fc_live", "input": "fc.samples", "command": SERVER})
+    data["filters"] = {**(data.get("filters") or {}), "live_calls": {"max_rejected": 0}}
+    cfg, issues = validate_data(data, str(root / "fc_demo.yaml"), root)
+    assert cfg is not None, [str(i) for i in issues]
+    data["stages"][-1]["input"] = "fc.plans"  # plans have no completion
+    cfg, issues = validate_data(data, str(root / "fc_demo.yaml"), root)
+    assert cfg is None and any("completion" in str(i) for i in issues), [str(i) for i in issues]
