@@ -37,10 +37,11 @@ import asyncio
 import math
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from fabrika.errors import StoreError
 from fabrika.gates import gate_lazy
@@ -57,7 +58,7 @@ from fabrika.pipeline.estimate_model import (
 )
 from fabrika.pipeline.lifecycle import build_engine_for
 from fabrika.pipeline.llm_wrap import ITEM_STATE
-from fabrika.pipeline.stage import STAGES, Stage, StageConfig
+from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig
 from fabrika.store import RunStore
 
 #: Marks a directory as an estimate's scratch run (only such a directory is emptied).
@@ -253,8 +254,8 @@ def _input_count(store: RunStore, config: PipelineConfig, cfg: StageConfig) -> i
     return total if cfg.max_items is None else min(total, cfg.max_items)
 
 
-def count_items(config: PipelineConfig, cfg: StageConfig, store: RunStore) -> tuple[int, dict[str, int] | None]:
-    """How many items a cut stage will read at full size (its own ``input_rows`` over what ran above it),
+def count_items(config: PipelineConfig, cfg: StageConfig, store: RunStore) -> tuple[list[str], dict[str, int] | None]:
+    """The items a cut stage will read at full size, in order (its own ``input_rows`` over what ran above it),
     and, for an :class:`~fabrika.pipeline.llm_stage.LLMStage`, item id -> how many requests ``requests(row)``
     builds for each (``None`` when it is not one, has more than :data:`DRY_COUNT_LIMIT` items, or cannot
     build requests without its setup)."""
@@ -265,13 +266,16 @@ def count_items(config: PipelineConfig, cfg: StageConfig, store: RunStore) -> tu
         stage = cls(cfg, _fake_ctx(config, cfg, None if cfg.input is None else store))
         rows = stage.input_rows()
     except Exception:  # noqa: BLE001 - its items need its setup: count its input's gated rows instead
-        return (_source_count(config, cfg) if cfg.input is None else _input_count(store, config, cfg)), None
+        n = _source_count(config, cfg) if cfg.input is None else _input_count(store, config, cfg)
+        return [f"#{i}" for i in range(n)], None
     dry: dict[str, int] | None = {} if issubclass(cls, LLMStage) else None
     n = 0
+    ids: list[str] = []
     for row in rows:
         if cfg.max_items is not None and n >= cfg.max_items:
             break
         n += 1
+        ids.append(stage.item_id(row))
         if dry is None:
             continue
         if len(dry) >= DRY_COUNT_LIMIT:
@@ -282,7 +286,41 @@ def count_items(config: PipelineConfig, cfg: StageConfig, store: RunStore) -> tu
             dry[stage.item_id(row)] = len(stage.requests(row))
         except Exception:  # noqa: BLE001 - a stage that needs its setup to build requests: extrapolate instead
             dry = None
-    return n, dry
+    return ids, dry
+
+
+def stride_sample(ids: list[str], n: int) -> set[str]:
+    """``n`` ids spread evenly over the input order (systematic sampling): the first 20% of a table is
+    often not like the rest (``if.dedup`` writes its LLM-written candidates before the library's seeds)."""
+    if n >= len(ids):
+        return set(ids)
+    return {ids[min(len(ids) - 1, int((i + 0.5) * len(ids) / n))] for i in range(n)}
+
+
+@contextmanager
+def sampled_inputs(config: PipelineConfig, picks: dict[str, set[str]]) -> Iterator[None]:
+    """While the pilot runs, the cut stages read only the picked items of their input (a subclass of each
+    cut stage's class filters its ``input_rows``; the registry is restored afterwards)."""
+    kinds = {s.kind for s in config.stages if s.stage_name in picks}
+    saved = {kind: STAGES[kind] for kind in kinds}
+
+    def sampling(base: type[Stage[Any]]) -> type[Stage[Any]]:
+        class Sampled(base):  # type: ignore[valid-type,misc]
+            def input_rows(self) -> Iterator[Row]:
+                keep = picks.get(self.name)
+                for row in base.input_rows(self):
+                    if keep is None or self.item_id(row) in keep:
+                        yield row
+
+        Sampled.__name__, Sampled.__qualname__, Sampled.__module__ = base.__name__, base.__qualname__, base.__module__
+        return Sampled
+
+    try:
+        for kind, cls in saved.items():
+            STAGES[kind] = sampling(cls)
+        yield
+    finally:
+        STAGES.update(saved)
 
 
 def _with_stage_updates(config: PipelineConfig, updates: dict[str, dict[str, Any]], run_dir: Path) -> PipelineConfig:
@@ -378,8 +416,10 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
             RunStore(work_dir).reset()
         store = RunStore(work_dir)
         dry: dict[str, dict[str, int]] = {}
+        order: dict[str, list[str]] = {}
         for name in cuts:
-            full_in[name], counted = count_items(base, by_name[name], store)
+            order[name], counted = count_items(base, by_name[name], store)
+            full_in[name] = len(order[name])
             if counted is not None:
                 dry[name] = counted
         updates = {name: {"max_items": pilot.size(n)} for name, n in full_in.items()}
@@ -390,7 +430,9 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
             manifest = store.read_manifest()
             manifest["config_hash"] = config_hash(piloted)
             store.write_manifest(manifest)
-        result = await arun_pipeline(piloted, resume=True, progress=progress, engine=engine)
+        picks = {n: stride_sample(order[n], updates[n]["max_items"]) for n in cuts if not order[n][:1] == ["#0"]}
+        with sampled_inputs(config, picks):
+            result = await arun_pipeline(piloted, resume=True, progress=progress, engine=engine)
     finally:
         if hasattr(engine, "aclose"):
             await engine.aclose()
