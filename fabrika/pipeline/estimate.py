@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 from fabrika.errors import StoreError
 from fabrika.gates import gate_lazy
@@ -305,15 +305,14 @@ def sampled_inputs(config: PipelineConfig, picks: dict[str, set[str]]) -> Iterat
     saved = {kind: STAGES[kind] for kind in kinds}
 
     def sampling(base: type[Stage[Any]]) -> type[Stage[Any]]:
-        class Sampled(base):  # type: ignore[valid-type,misc]
-            def input_rows(self) -> Iterator[Row]:
-                keep = picks.get(self.name)
-                for row in base.input_rows(self):
-                    if keep is None or self.item_id(row) in keep:
-                        yield row
+        def input_rows(self: Stage[Any]) -> Iterator[Row]:
+            keep = picks.get(self.name)
+            for row in base.input_rows(self):
+                if keep is None or self.item_id(row) in keep:
+                    yield row
 
-        Sampled.__name__, Sampled.__qualname__, Sampled.__module__ = base.__name__, base.__qualname__, base.__module__
-        return Sampled
+        return cast("type[Stage[Any]]", type(base.__name__, (base,), {
+            "input_rows": input_rows, "__module__": base.__module__, "__qualname__": base.__qualname__}))
 
     try:
         for kind, cls in saved.items():

@@ -357,8 +357,16 @@ def _transport_failure(exc: BaseException) -> bool:
     from mcp.shared import exceptions
 
     # the SDK's JSON-RPC error type: MCPError (McpError in older releases)
-    protocol_error: type[BaseException] = getattr(exceptions, "MCPError", None) or getattr(exceptions, "McpError", Exception)
-    return not isinstance(exc, protocol_error)
+    protocol_error = getattr(exceptions, "MCPError", None) or getattr(exceptions, "McpError", Exception)
+    if not isinstance(exc, protocol_error if isinstance(protocol_error, type) else Exception):
+        return True
+    # the SDK reports a closed stream as a JSON-RPC error too (CONNECTION_CLOSED, -32000)
+    code = getattr(getattr(exc, "error", None), "code", None)
+    return code == CONNECTION_CLOSED or "connection closed" in str(exc).lower()
+
+
+#: JSON-RPC code the MCP SDK gives a call whose connection closed (``mcp.types.CONNECTION_CLOSED``).
+CONNECTION_CLOSED = -32000
 
 
 async def mcp_call_tools(command: list[str], calls: list[tuple[str, dict[str, Any]]], env: dict[str, str] | None = None,
