@@ -629,8 +629,8 @@ def assumptions(config: PipelineConfig, est: Estimate, above: list[str], priced:
     if above:
         out.append(f"ran in full in the pilot, so exact: {', '.join(above)}")
     out.append(f"range: point ± ({Z:g} standard errors of the per-item means + {MARGIN:.0%}) per stage, summed "
-               f"over stages for the total; time ± a further {TIME_MARGIN:.0%}. The pilot takes the first items, "
-               "not a random sample, and dedup usually removes more at scale")
+               f"over stages for the total; time ± a further {TIME_MARGIN:.0%}. The pilot is a stride sample of the "
+               "cut stages' items in their input order, not a random one, and dedup usually removes more at scale")
     out.append("wall time: on sim, the pilot's stage time x its request scale (CPU-bound); on an endpoint, calls "
                "within an item one after another at the measured mean latency, items in flight = max_in_flight, "
                "requests at once = the endpoints' max_concurrency (llm.max_in_flight caps it); stages are "

@@ -22,8 +22,8 @@ fixed number of calls over the first seeds, so the first 20% of the seeds hold a
 them: scaling by items was 5× off).
 
 The range is ``point ± (Z · sd + MARGIN · point)``: ``Z`` standard errors, plus a
-systematic margin for what the sampling error does not see — the pilot takes the *first*
-items, not a random sample, and dedup and gates may keep another share at scale.
+systematic margin for what the sampling error does not see — the pilot is a stride sample
+in input order, not a random one, and dedup and gates may keep another share at scale.
 """
 
 from __future__ import annotations
