@@ -3,8 +3,9 @@
 The pilot runs the whole pipeline on the configured backend, in a scratch run
 directory with its own cache, but cuts the *first per-item stages* (those with no
 per-item stage above them) to a fraction (``--pilot 0.2``) or a count
-(``--pilot 50``) of their input, and never below :data:`MIN_PILOT_ITEMS` items (a mean
-over two items says nothing). Everything below them follows naturally. A first
+(``--pilot 50``) of their input, picked by stride over the input order
+(:func:`stride_sample`), and never below :data:`MIN_PILOT_ITEMS` items (a mean over two
+items says nothing). Everything below them follows naturally. A first
 per-item stage that feeds a pool-wide stage (``if.expand`` → ``if.dedup``,
 ``fc.tools`` → ``fc.tools_dedup``) runs in full instead, and the cut moves below the
 pool (:func:`full_stages`): deduplication does not scale linearly.
