@@ -14,16 +14,24 @@ def estimate_table(doc: dict[str, Any]) -> Table:
 
     sim = " — SIM BACKEND, not a real model's numbers" if doc.get("sim") else ""
     t = Table(title=f"estimate for {doc.get('config')} (backend {doc.get('backend')}){sim}")
-    for col in ("stage", "scale", "items", "requests", "prompt tok", "compl tok", "cost", "latency", "time"):
+    for col in ("stage", "items", "requests (range)", "tokens", "rows (range)", "cost", "time (range)"):
         t.add_column(col, justify="left" if col == "stage" else "right")
+
+    def span(r: dict[str, Any], fmt: Any = human) -> str:
+        if r["low"] == r["high"]:
+            return f"{fmt(r['point'])} exact"
+        return f"{fmt(r['point'])} ({fmt(r['low'])}–{fmt(r['high'])})"
+
     for name, s in doc["stages"].items():
         cost = "-" if s["cost"] is None else f"${s['cost']:.2f}"
-        t.add_row(name, f"x{s['scale']:g}", human(s["items"]), human(s["requests"]), human(s["prompt_tokens"]),
-                  human(s["completion_tokens"]), cost, f"{s['latency_ms']:g} ms", duration(s["seconds"]))
+        rng = s["range"]
+        t.add_row(name, human(s["items"]), span(rng["requests"]), human(s["prompt_tokens"] + s["completion_tokens"]),
+                  span(rng["rows"]), cost, span(rng["seconds"], duration))
     tot = doc["total"]
     cost = "-" if tot["cost"] is None else f"${tot['cost']:.2f}"
-    t.add_row("[b]total[/b]", "", "", human(tot["requests"]), human(tot["prompt_tokens"]),
-              human(tot["completion_tokens"]), cost, "", duration(tot["seconds"]))
+    rng = tot["range"]
+    t.add_row("[b]total[/b]", "", span(rng["requests"]), human(tot["prompt_tokens"] + tot["completion_tokens"]),
+              "", cost, span(rng["seconds"], duration))
     return t
 
 
@@ -40,6 +48,8 @@ def register(app: typer.Typer) -> None:
         work_dir: Annotated[Optional[Path], typer.Option("--work-dir", help="Scratch run directory of the pilot "
                                                          "(default RUN/.estimate-pilot; emptied first).")] = None,
         set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a config key: KEY=VALUE.")] = None,
+        progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Live per-stage progress of "
+                                               "the pilot.")] = True,
     ) -> None:
         """Run a small pilot on the configured backend and extrapolate requests, tokens, cost, time and yield."""
         from fabrika.cli.app import fail, out
@@ -59,14 +69,17 @@ def register(app: typer.Typer) -> None:
         run_dir = cfg.resolved_run_dir
         work = work_dir or run_dir / ".estimate-pilot"
         try:
-            est = run_estimate(cfg, share, work, config_name=str(config))
+            est = run_estimate(cfg, share, work, config_name=str(config), progress=progress,
+                               note=lambda line: out.print(line, highlight=False))
         except (ConfigError, InputError, StoreError) as exc:
             fail(str(exc))
         doc = est.as_dict()
         out.print(estimate_table(doc))
         tot = doc["total"]
-        out.print(f"yield: {tot['yield_per_input']:g} dataset rows per input item -> about {tot['dataset_rows']} "
-                  f"rows from {tot['inputs']} inputs; about {tot['hours']:g} h of wall time")
+        rows = tot["range"]["dataset_rows"]
+        out.print(f"dataset rows: about {tot['dataset_rows']} ({rows['low']:.0f}–{rows['high']:.0f}) from "
+                  f"{tot['inputs']} inputs ({tot['yield_per_input']:g} per input item); about {tot['hours']:g} h "
+                  "of stage time", highlight=False)
         out.print("assumptions:")
         for line in doc["assumptions"]:
             out.print(f"  - {line}", highlight=False, soft_wrap=True)

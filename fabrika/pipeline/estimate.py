@@ -3,17 +3,33 @@
 The pilot runs the whole pipeline on the configured backend, in a scratch run
 directory with its own cache, but cuts the *first per-item stages* (those with no
 per-item stage above them) to a fraction (``--pilot 0.2``) or a count
-(``--pilot 50``) of their input. Everything below them follows naturally. Then,
-per stage, the pilot's LLM requests, tokens and cost are scaled by how much of
-its input the pilot saw (a stage inherits the largest scale of its cut
-ancestors). Wall time uses the measured mean latency per request and the
-configured concurrency, see :func:`stage_seconds`. Yield is dataset rows per
-input item of the cut stages.
+(``--pilot 50``) of their input, picked by stride over the input order
+(:func:`stride_sample`), and never below :data:`MIN_PILOT_ITEMS` items (a mean over two
+items says nothing). Everything below them follows naturally. A first
+per-item stage that feeds a pool-wide stage (``if.expand`` → ``if.dedup``,
+``fc.tools`` → ``fc.tools_dedup``) runs in full instead, and the cut moves below the
+pool (:func:`full_stages`): deduplication does not scale linearly.
 
-What this cannot know is listed in the estimate's ``assumptions``: outputs scale
-linearly with inputs (dedup may remove more at scale), global stages above the
-cut run in full in the pilot and are counted once, the sim backend's numbers say
-nothing about a real model's lengths or refusals.
+Then every stage gets a point and a range for its items, requests, tokens, rows and
+time, by the per-stage fan-out model of :mod:`fabrika.pipeline.estimate_model`:
+
+* a stage's full input is known for the cut stages and for stages that make their own
+  items (``if.multi.prompts``' slots, ``if.dialogues``' target count); every other
+  stage's is predicted from the rows its inputs are predicted to write, times the share
+  of them it read in the pilot (gates included);
+* per item, the pilot's requests and tokens (counted per item by :class:`TimedEngine`)
+  and rows (grouped by ``input_id``) give a mean and a spread;
+* a cut :class:`~fabrika.pipeline.llm_stage.LLMStage` has its requests counted without
+  calling the LLM (``requests(row)`` on every input row), so a stage that spreads a
+  fixed number of calls over its first items (``if.expand``) is predicted exactly;
+* global stages (dedup, clustering) keep their pilot's output/input ratio;
+* dataset rows are each dataset stage's predicted rows times the share its gates kept
+  in the pilot's materialised version.
+
+Wall time: on the ``sim`` backend (CPU-bound) the pilot's stage time scales with its
+requests (or items); on a real endpoint :func:`stage_seconds` uses the measured mean
+latency and the configured concurrency. What this cannot know is listed in the
+estimate's ``assumptions``.
 """
 
 from __future__ import annotations
@@ -22,44 +38,85 @@ import asyncio
 import math
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable, Iterator, cast
 
 from fabrika.errors import StoreError
 from fabrika.gates import gate_lazy
 from fabrika.pipeline.config import PipelineConfig, config_hash, execution_order, inputs_of, stage_dependencies
+from fabrika.pipeline.estimate_model import (
+    MARGIN,
+    Figure,
+    Moments,
+    Z,
+    extrapolate,
+    extrapolate_fit,
+    fit_line,
+    ratio_figure,
+)
 from fabrika.pipeline.lifecycle import build_engine_for
-from fabrika.pipeline.stage import STAGES, StageConfig
+from fabrika.pipeline.llm_wrap import ITEM_STATE
+from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig
 from fabrika.store import RunStore
 
 #: Marks a directory as an estimate's scratch run (only such a directory is emptied).
 MARKER = ".fabrika-estimate"
+#: The pilot runs at least this many items of a cut stage (all of them when it has fewer).
+MIN_PILOT_ITEMS = 5
+#: Cut stages with more input rows than this are not dry-counted (their requests are extrapolated).
+DRY_COUNT_LIMIT = 200_000
+#: Margin of the time range on each side (latency and load vary more than counts).
+TIME_MARGIN = 0.35
+
+Note = Callable[[str], None]
 
 
 class TimedEngine:
-    """Delegates to an engine and records the latency of each call per stage (``request.meta["stage"]``)."""
+    """Delegates to an engine; records per stage (``request.meta["stage"]``) each call's latency and,
+    per item (the runner's per-item :data:`~fabrika.pipeline.llm_wrap.ITEM_STATE`), its requests and tokens."""
 
     def __init__(self, engine: Any) -> None:
         self._engine = engine
         self.latency: dict[str, list[float]] = {}
+        #: stage -> per item [requests, prompt tokens, completion tokens]
+        self.per_item: dict[str, dict[int, list[int]]] = {}
+        self._keep: list[Any] = []  # the item states, kept alive so that their ids stay unique
 
-    def _record(self, requests: Any, seconds: float) -> None:
-        for r in requests:
-            self.latency.setdefault(str(r.meta.get("stage", "?")), []).append(seconds)
+    def _record(self, requests: Any, responses: Any, seconds: float) -> None:
+        state = ITEM_STATE.get()
+        if state is not None:
+            self._keep.append(state)
+        for r, resp in zip(requests, responses):
+            stage = str(r.meta.get("stage", "?"))
+            self.latency.setdefault(stage, []).append(seconds)
+            if state is None:
+                continue
+            cell = self.per_item.setdefault(stage, {}).setdefault(id(state), [0, 0, 0])
+            usage = getattr(resp, "usage", None)
+            cell[0] += 1
+            cell[1] += int(getattr(usage, "prompt_tokens", 0) or 0)
+            cell[2] += int(getattr(usage, "completion_tokens", 0) or 0)
 
     async def complete(self, requests: Any) -> Any:
         t = time.monotonic()
         out = await self._engine.complete(requests)
-        self._record(requests, time.monotonic() - t)
+        self._record(requests, out, time.monotonic() - t)
         return out
 
     async def complete_one(self, request: Any) -> Any:
         t = time.monotonic()
         out = await self._engine.complete_one(request)
-        self._record([request], time.monotonic() - t)
+        self._record([request], [out], time.monotonic() - t)
         return out
+
+    def moments(self, stage: str, items: int) -> tuple[Moments, Moments, Moments]:
+        """Per-item requests, prompt and completion tokens of ``stage`` over ``items`` items (zeros included)."""
+        cells = list(self.per_item.get(stage, {}).values())
+        req, ptok, ctok = (Moments.of([float(c[j]) for c in cells], items) for j in range(3))
+        return req, ptok, ctok
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
@@ -83,7 +140,7 @@ class Pilot:
 
     def size(self, full: int) -> int:
         if self.fraction is not None:
-            return max(1, math.ceil(full * self.fraction))
+            return min(full, max(math.ceil(full * self.fraction), MIN_PILOT_ITEMS))
         return min(full, self.items or full)
 
 
@@ -107,20 +164,87 @@ class Estimate:
                 "stages": self.stages, "total": self.total, "assumptions": self.assumptions}
 
 
-def cut_stages(config: PipelineConfig) -> list[str]:
-    """Per-item stages with no per-item stage among their ancestors: where the pilot is cut."""
+def first_per_item(config: PipelineConfig, full: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """Per-item stages not in ``full`` whose per-item ancestors are all in ``full``."""
     deps = stage_dependencies(config)
     per_item = {s.stage_name for s in config.stages if not STAGES[s.kind].global_stage}
-    return [s.stage_name for s in execution_order(config)
-            if s.stage_name in per_item and not (_ancestors(deps, s.stage_name) & per_item)]
+    return [s.stage_name for s in execution_order(config) if s.stage_name in per_item - full
+            and not ((_ancestors(deps, s.stage_name) & per_item) - full)]
+
+
+def full_stages(config: PipelineConfig) -> set[str]:
+    """The first per-item stages that feed a pool-wide stage (a global stage that is not a scorer: ``if.dedup``,
+    ``fc.tools_dedup``), with nothing per-item between them: the pilot runs these in full.
+
+    What such a stage keeps does not scale linearly (a deduplicated pool of 13 topics' tools keeps a far
+    larger share than the pool of 63: 3.7x too many plans were predicted), so the pilot cuts below it.
+    They are usually cheap (one request per topic or per seed) next to what follows them.
+    """
+    first = set(first_per_item(config))
+    by_name = {s.stage_name: s for s in config.stages}
+    consumers: dict[str, list[str]] = {}
+    for s in config.stages:
+        for u in inputs_of(s):
+            consumers.setdefault(u, []).append(s.stage_name)
+    out: set[str] = set()
+    for name in first:
+        todo, seen = list(consumers.get(name, [])), set()
+        while todo:
+            c = todo.pop()
+            if c in seen:
+                continue
+            seen.add(c)
+            cls = STAGES[by_name[c].kind]
+            if cls.global_stage and not cls.annotates:
+                out.add(name)
+                break
+            if cls.global_stage:  # a scorer over the pool: look further down
+                todo.extend(consumers.get(c, []))
+    return out
+
+
+def cut_stages(config: PipelineConfig) -> list[str]:
+    """Where the pilot is cut: the first per-item stages below those that run in full (:func:`full_stages`)."""
+    return first_per_item(config, full_stages(config))
+
+
+def _item_rng(seed: int, stage: str, *parts: Any) -> Any:
+    from fabrika.pipeline.context import item_rng
+
+    return item_rng(seed, stage, *parts)
+
+
+def _fake_ctx(config: PipelineConfig, cfg: StageConfig, store: RunStore | None = None) -> Any:
+    """A context good enough for ``input_rows`` and ``requests`` (no LLM, no setup)."""
+    if store is not None:
+        from fabrika.pipeline.context import RunContext
+
+        annotators = {u: store.annotators_of(u) for u in inputs_of(cfg)}
+        return RunContext(cfg.stage_name, store=store, pipeline=config, llm=None, backend_name="estimate",
+                          report={}, resources={}, annotators=annotators)
+    return SimpleNamespace(pipeline=config, seed=config.seed, llm=None, run_dir=config.resolved_run_dir,
+                           backend_name="estimate", stage_name=cfg.stage_name,
+                           rng=lambda *parts: _item_rng(config.seed, cfg.stage_name, *parts))
 
 
 def _source_count(config: PipelineConfig, cfg: StageConfig) -> int:
-    """Items a source stage would read (its ``input_rows`` need only the pipeline)."""
-    ctx = SimpleNamespace(pipeline=config, seed=config.seed, llm=None, run_dir=config.resolved_run_dir,
-                          backend_name="estimate")
-    n = sum(1 for _ in STAGES[cfg.kind](cfg, ctx).input_rows())
+    """Items a stage with its own ``input_rows`` would read (they need only the pipeline)."""
+    n = sum(1 for _ in STAGES[cfg.kind](cfg, _fake_ctx(config, cfg)).input_rows())
     return n if cfg.max_items is None else min(n, cfg.max_items)
+
+
+def _own_count(config: PipelineConfig, cfg: StageConfig) -> int | None:
+    """How many items a stage makes itself, when that needs only the config (``None``: it reads upstream rows)."""
+    try:
+        return _source_count(config, cfg)
+    except Exception:  # noqa: BLE001 - its items come from upstream tables: predicted from them instead
+        return None
+
+
+def _own_items(cfg: StageConfig) -> bool:
+    """A per-item stage that makes its own items (slots, a target count) instead of reading its input's rows."""
+    cls = STAGES[cfg.kind]
+    return not cls.global_stage and cls.input_rows is not Stage.input_rows
 
 
 def _input_count(store: RunStore, config: PipelineConfig, cfg: StageConfig) -> int:
@@ -129,6 +253,74 @@ def _input_count(store: RunStore, config: PipelineConfig, cfg: StageConfig) -> i
     for src in inputs_of(cfg):
         total += store.count_rows(src, store.annotators_of(src), lambda lf: gate_lazy(lf, filters))
     return total if cfg.max_items is None else min(total, cfg.max_items)
+
+
+def count_items(config: PipelineConfig, cfg: StageConfig, store: RunStore) -> tuple[list[str], dict[str, int] | None]:
+    """The items a cut stage will read at full size, in order (its own ``input_rows`` over what ran above it),
+    and, for an :class:`~fabrika.pipeline.llm_stage.LLMStage`, item id -> how many requests ``requests(row)``
+    builds for each (``None`` when it is not one, has more than :data:`DRY_COUNT_LIMIT` items, or cannot
+    build requests without its setup)."""
+    from fabrika.pipeline.llm_stage import LLMStage
+
+    cls = STAGES[cfg.kind]
+    try:
+        stage = cls(cfg, _fake_ctx(config, cfg, None if cfg.input is None else store))
+        rows = stage.input_rows()
+    except Exception:  # noqa: BLE001 - its items need its setup: count its input's gated rows instead
+        n = _source_count(config, cfg) if cfg.input is None else _input_count(store, config, cfg)
+        return [f"#{i}" for i in range(n)], None
+    dry: dict[str, int] | None = {} if issubclass(cls, LLMStage) else None
+    n = 0
+    ids: list[str] = []
+    for row in rows:
+        if cfg.max_items is not None and n >= cfg.max_items:
+            break
+        n += 1
+        ids.append(stage.item_id(row))
+        if dry is None:
+            continue
+        if len(dry) >= DRY_COUNT_LIMIT:
+            dry = None
+            continue
+        try:
+            assert isinstance(stage, LLMStage)
+            dry[stage.item_id(row)] = len(stage.requests(row))
+        except Exception:  # noqa: BLE001 - a stage that needs its setup to build requests: extrapolate instead
+            dry = None
+    return ids, dry
+
+
+def stride_sample(ids: list[str], n: int) -> set[str]:
+    """``n`` ids spread evenly over the input order (systematic sampling): the first 20% of a table is
+    often not like the rest (``if.dedup`` writes its LLM-written candidates before the library's seeds)."""
+    if n >= len(ids):
+        return set(ids)
+    return {ids[min(len(ids) - 1, int((i + 0.5) * len(ids) / n))] for i in range(n)}
+
+
+@contextmanager
+def sampled_inputs(config: PipelineConfig, picks: dict[str, set[str]]) -> Iterator[None]:
+    """While the pilot runs, the cut stages read only the picked items of their input (a subclass of each
+    cut stage's class filters its ``input_rows``; the registry is restored afterwards)."""
+    kinds = {s.kind for s in config.stages if s.stage_name in picks}
+    saved = {kind: STAGES[kind] for kind in kinds}
+
+    def sampling(base: type[Stage[Any]]) -> type[Stage[Any]]:
+        def input_rows(self: Stage[Any]) -> Iterator[Row]:
+            keep = picks.get(self.name)
+            for row in base.input_rows(self):
+                if keep is None or self.item_id(row) in keep:
+                    yield row
+
+        return cast("type[Stage[Any]]", type(base.__name__, (base,), {
+            "input_rows": input_rows, "__module__": base.__module__, "__qualname__": base.__qualname__}))
+
+    try:
+        for kind, cls in saved.items():
+            STAGES[kind] = sampling(cls)
+        yield
+    finally:
+        STAGES.update(saved)
 
 
 def _with_stage_updates(config: PipelineConfig, updates: dict[str, dict[str, Any]], run_dir: Path) -> PipelineConfig:
@@ -153,7 +345,7 @@ def _concurrency(config: PipelineConfig, cfg: StageConfig) -> tuple[int, int | N
 
 def stage_seconds(items: float, requests: float, latency_s: float, pilot_items: int, pilot_requests: int,
                   item_slots: int, request_slots: int | None, pilot_seconds: float, global_stage: bool) -> float:
-    """Wall time of one stage at full size.
+    """Wall time of one stage at full size on a real endpoint.
 
     Per-item stages: an item makes ``pilot_requests / pilot_items`` calls, assumed one after
     another (dialogues are turn by turn), so an item takes ``calls × latency``; ``item_slots``
@@ -168,9 +360,37 @@ def stage_seconds(items: float, requests: float, latency_s: float, pilot_items: 
     return max(by_items, by_requests)
 
 
-async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, config_name: str = "") -> Estimate:
-    """Run the pilot in ``work_dir`` (emptied first) and extrapolate; see module docs."""
+def rows_per_item(store: RunStore, name: str) -> tuple[dict[str, tuple[int, int]], int, int]:
+    """(rows, ok rows) each item wrote (by ``input_id``), all rows and ok rows of the stage's own table."""
+    import polars as pl
+
+    lf = store.scan_raw(name)
+    if lf is None:
+        return {}, 0, 0
+    cols = lf.collect_schema().names()
+    has_status = "status" in cols
+    if "input_id" not in cols:
+        n = int(lf.select(pl.len()).collect().item())
+        ok = int(lf.filter(pl.col("status") == "ok").select(pl.len()).collect().item()) if has_status else n
+        return {}, n, ok
+    df = lf.select(pl.col("input_id").cast(pl.Utf8), (pl.col("status") == "ok") if has_status
+                   else pl.lit(True).alias("status")).collect()
+    grouped = df.group_by("input_id").agg(pl.len().alias("n"), pl.col("status").sum().alias("ok"))
+    per = {str(k): (int(v), int(o)) for k, v, o in grouped.iter_rows() if k is not None}
+    return per, df.height, int(df["status"].sum())
+
+
+async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, config_name: str = "",
+                        progress: bool = False, note: Note | None = None) -> Estimate:
+    """Run the pilot in ``work_dir`` (emptied first) and extrapolate; see module docs.
+
+    ``progress`` shows the runner's live per-stage progress; ``note`` gets one line per step.
+    """
     from fabrika.pipeline.runner import arun_pipeline
+
+    def say(line: str) -> None:
+        if note is not None:
+            note(line)
 
     marker = work_dir / MARKER
     if work_dir.exists() and any(work_dir.iterdir()) and not marker.exists():
@@ -184,97 +404,210 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
     by_name = {s.stage_name: s for s in config.stages}
     base = _with_stage_updates(config, {}, work_dir)
     engine = TimedEngine(build_engine_for(base, work_dir, cache_only=False))
+    t0 = time.monotonic()
     try:
         full_in: dict[str, int] = {}
         above = sorted({d for c in cuts for d in deps[c]})
         first: dict[str, Any] = {}
-        if above:  # global stages above the cut run in full first, so the cut stages' input can be counted
-            first = (await arun_pipeline(base, resume=False, progress=False, engine=engine, until=above)).manifest
+        if above:  # stages above the cut run in full first, so the cut stages' input can be counted
+            say(f"estimate 1/3: stages above the cut run in full: {', '.join(sorted(_ancestors(deps, *cuts)))}")
+            first = (await arun_pipeline(base, resume=False, progress=progress, engine=engine, until=above)).manifest
         elif work_dir.exists():
             RunStore(work_dir).reset()
         store = RunStore(work_dir)
+        dry: dict[str, dict[str, int]] = {}
+        order: dict[str, list[str]] = {}
         for name in cuts:
-            cfg = by_name[name]
-            full_in[name] = _source_count(config, cfg) if cfg.input is None else _input_count(store, base, cfg)
+            order[name], counted = count_items(base, by_name[name], store)
+            full_in[name] = len(order[name])
+            if counted is not None:
+                dry[name] = counted
         updates = {name: {"max_items": pilot.size(n)} for name, n in full_in.items()}
+        say("estimate 2/3: pilot of " + ", ".join(f"{n} ({updates[n]['max_items']}/{full_in[n]} items)" for n in cuts)
+            + (f"; requests counted without the LLM: {', '.join(sorted(dry))}" if dry else ""))
         piloted = _with_stage_updates(config, updates, work_dir)
         if above:  # the cut changed only max_items: the scratch run resumes without a "config changed" warning
             manifest = store.read_manifest()
             manifest["config_hash"] = config_hash(piloted)
             store.write_manifest(manifest)
-        result = await arun_pipeline(piloted, resume=True, progress=False, engine=engine)
+        picks = {n: stride_sample(order[n], updates[n]["max_items"]) for n in cuts if not order[n][:1] == ["#0"]}
+        with sampled_inputs(config, picks):
+            result = await arun_pipeline(piloted, resume=True, progress=progress, engine=engine)
     finally:
         if hasattr(engine, "aclose"):
             await engine.aclose()
+    say(f"estimate 3/3: extrapolating (the pilot took {time.monotonic() - t0:.0f} s)")
     manifest = result.manifest
     for name, entry in (first.get("stages") or {}).items():  # the second invocation only resumed these
         manifest.setdefault("stages", {})[name] = entry
-    backend = str(manifest.get("backend") or getattr(engine, "backend_name", "?"))
-    scale: dict[str, float] = {}
-    for s in execution_order(config):
-        name = s.stage_name
-        seen = int((manifest.get("stages") or {}).get(name, {}).get("seen") or 0)
-        if name in full_in:
-            scale[name] = full_in[name] / seen if seen else 1.0
-        else:
-            scale[name] = max((scale[d] for d in deps[name]), default=1.0)
+    est = Estimate(config=config_name, backend=str(manifest.get("backend") or getattr(engine, "backend_name", "?")),
+                   pilot={"fraction": pilot.fraction, "items": pilot.items, "cut_stages": cuts,
+                          "full_inputs": full_in, "dry_counted": sorted(dry), "work_dir": str(work_dir),
+                          "min_items": MIN_PILOT_ITEMS})
+    extrapolate_pilot(est, config, manifest, store, engine, full_in, dry, result.version)
+    return est
+
+
+def _costs(manifest: dict[str, Any]) -> tuple[dict[str, float], bool]:
     costs: dict[str, float] = {}
     priced = False
     for row in (manifest.get("accounting") or {}).get("rows") or []:
         if row.get("cost") is not None:
             priced = True
             costs[str(row.get("stage"))] = costs.get(str(row.get("stage")), 0.0) + float(row["cost"])
-    est = Estimate(config=config_name, backend=backend,
-                   pilot={"fraction": pilot.fraction, "items": pilot.items, "cut_stages": cuts,
-                          "full_inputs": full_in, "work_dir": str(work_dir)})
-    totals: dict[str, Any] = {"requests": 0.0, "prompt_tokens": 0.0, "completion_tokens": 0.0,
-                              "cost": 0.0 if priced else None, "seconds": 0.0}
+    return costs, priced
+
+
+def extrapolate_pilot(est: Estimate, config: PipelineConfig, manifest: dict[str, Any], store: RunStore,
+                      engine: TimedEngine, full_in: dict[str, int], dry: dict[str, dict[str, int]],
+                      version: Any) -> None:
+    """Fill ``est.stages`` and ``est.total`` from the pilot's manifest, store and per-item counts."""
+    info_of = manifest.get("stages") or {}
+    costs, priced = _costs(manifest)
+    rows_fig: dict[str, Figure] = {}
+    ok_fig: dict[str, Figure] = {}
+    pilot_ok: dict[str, int] = {}
+    exact: dict[str, bool] = {}
     for s in execution_order(config):
-        name = s.stage_name
-        info = (manifest.get("stages") or {}).get(name, {})
+        name, cls = s.stage_name, STAGES[s.kind]
+        info = info_of.get(name, {})
+        n = int(info.get("seen") or 0)
+        ins = [u for u in inputs_of(s) if u in ok_fig]
+        # ---- the stage's full input: known, made by the stage itself, or predicted from its inputs' rows
+        own = _own_count(config, s) if _own_items(s) else None
+        if name in full_in:
+            items, is_exact = Figure(float(full_in[name])), n >= full_in[name]
+        elif own is not None:  # slots: the count is known, what they draw from upstream may not be
+            items, is_exact = Figure(float(own)), n >= own and all(exact[u] for u in ins)
+        elif not ins:
+            items, is_exact = Figure(float(n)), True
+        else:
+            pilot_up = sum(pilot_ok[u] for u in ins)  # it reads their gated ok rows: the pilot's share of them
+            items = sum((ok_fig[u] for u in ins), Figure(0.0)).scaled(n / pilot_up if pilot_up else 0.0)
+            is_exact = all(exact[u] for u in ins)
+        if s.max_items is not None and items.point > s.max_items:
+            items = Figure(float(s.max_items))
+        scale = items.point / n if n else 1.0
+        # ---- requests, tokens, rows
         llm = info.get("llm") or {}
-        k = scale[name]
-        lat = engine.latency.get(name) or []
-        latency = sum(lat) / len(lat) if lat else 0.0
-        items_slots, request_slots = _concurrency(config, s)
-        seen = int(info.get("seen") or 0)
-        requests = int(llm.get("requests") or 0)
-        global_stage = STAGES[s.kind].global_stage
-        factor = k
-        seconds = stage_seconds(seen * factor, requests * factor, latency, seen, requests, items_slots,
-                                request_slots, float(info.get("seconds") or 0.0), global_stage)
-        entry = {
-            "scale": round(factor, 4), "pilot_items": seen, "items": round(seen * factor),
-            "pilot_requests": requests, "requests": round(requests * factor),
-            "prompt_tokens": round(int(llm.get("prompt_tokens") or 0) * factor),
-            "completion_tokens": round(int(llm.get("completion_tokens") or 0) * factor),
-            "cost": round(costs[name] * factor, 4) if name in costs else (0.0 if priced else None),
-            "latency_ms": round(latency * 1000, 1), "item_slots": items_slots, "request_slots": request_slots,
-            "seconds": round(seconds, 2), "ok_rows": round(int(info.get("ok") or 0) * factor),
-        }
-        est.stages[name] = entry
-        for key in ("requests", "prompt_tokens", "completion_tokens", "seconds"):
-            totals[key] += entry[key]
-        if priced and entry["cost"] is not None:
-            totals["cost"] += entry["cost"]
-    rows = result.version.rows if result.version is not None else 0
-    pilot_in = sum(int((manifest.get("stages") or {}).get(c, {}).get("seen") or 0) for c in cuts)
-    full_total_in = sum(full_in.values())
-    yield_per_input = rows / pilot_in if pilot_in else 0.0
-    counts = ("requests", "prompt_tokens", "completion_tokens")
-    est.total = {**{k: (round(v) if k in counts else round(v, 4) if isinstance(v, float) else v)
-                    for k, v in totals.items()},
-                 "hours": round(totals["seconds"] / 3600, 3),
-                 "pilot_dataset_rows": rows, "dataset_rows": round(yield_per_input * full_total_in),
-                 "yield_per_input": round(yield_per_input, 4), "inputs": full_total_in}
-    est.assumptions = assumptions(config, est, above=[n for n in est.stages if est.stages[n]["scale"] == 1.0
+        pilot_req = int(llm.get("requests") or 0)
+        pilot_ptok, pilot_ctok = int(llm.get("prompt_tokens") or 0), int(llm.get("completion_tokens") or 0)
+        per_item, all_rows, ok_rows = rows_per_item(store, name)
+        pilot_ok[name] = ok_rows
+        ids = dry.get(name)
+        if cls.global_stage:
+            req = Figure(pilot_req * scale, 0.0 if is_exact else (0.1 * pilot_req * scale) ** 2)
+            ptok, ctok = Figure(pilot_ptok * scale), Figure(pilot_ctok * scale)
+            rows = ratio_figure(all_rows, n, items) if n else Figure(float(all_rows))
+            ok = ratio_figure(ok_rows, n, items) if n else Figure(float(ok_rows))
+        elif ids is not None:  # requests counted without the LLM; rows fitted on them per item
+            pilot_ids = list(per_item) or list(ids)[:n]
+            dry_pilot = sum(ids.get(i, 0) for i in pilot_ids)
+            x_total = float(sum(ids.values()))
+            req = Figure(x_total * (pilot_req / dry_pilot if dry_pilot else 0.0))
+            k = req.point / pilot_req if pilot_req else 0.0
+            ptok, ctok = Figure(pilot_ptok * k), Figure(pilot_ctok * k)
+            xs = [float(ids.get(i, 0)) for i in pilot_ids]
+            rows, ok = (extrapolate_fit(fit_line(xs, [float(per_item.get(i, (0, 0))[j]) for i in pilot_ids]),
+                                        round(items.point), x_total) for j in (0, 1))
+        else:
+            mreq, mptok, mctok = engine.moments(name, n)
+            if not mreq.total and pilot_req:  # requests made outside items: no per-item spread known
+                mreq, mptok, mctok = (Moments(n, float(v), float(v) ** 2 / max(1, n))
+                                      for v in (pilot_req, pilot_ptok, pilot_ctok))
+            req, ptok, ctok = extrapolate(mreq, items), extrapolate(mptok, items), extrapolate(mctok, items)
+            if per_item:
+                rows, ok = (extrapolate(Moments.of([float(v[j]) for v in per_item.values()], n), items)
+                            for j in (0, 1))
+            else:
+                rows, ok = Figure(all_rows * scale), Figure(ok_rows * scale)
+        if is_exact:  # ran in full on exact inputs: the pilot's own figures
+            req, ptok, ctok, rows, ok = (Figure(float(v)) for v in (pilot_req, pilot_ptok, pilot_ctok, all_rows,
+                                                                     ok_rows))
+        exact[name] = is_exact
+        rows_fig[name], ok_fig[name] = rows, ok
+        est.stages[name] = _entry(config, s, info, engine, n, items, req, ptok, ctok, rows, ok, costs, priced,
+                                  is_exact, est.sim)
+    _totals(est, config, version, ok_fig, pilot_ok, exact, priced)
+    est.assumptions = assumptions(config, est, above=[n for n, e in est.stages.items() if e["exact"]
                                                       and n not in full_in], priced=priced)
-    return est
 
 
-def _ancestors(deps: dict[str, set[str]], name: str) -> set[str]:
+def _entry(config: PipelineConfig, s: StageConfig, info: dict[str, Any], engine: TimedEngine, n: int,
+           items: Figure, req: Figure, ptok: Figure, ctok: Figure, rows: Figure, ok: Figure,
+           costs: dict[str, float], priced: bool, is_exact: bool, sim: bool) -> dict[str, Any]:
+    """One stage's line of the estimate: points (the old keys) and ``range``."""
+    name = s.stage_name
+    pilot_req = int((info.get("llm") or {}).get("requests") or 0)
+    scale = items.point / n if n else 1.0
+    req_scale = req.point / pilot_req if pilot_req else scale
+    latency = _mean(engine.latency.get(name) or [])
+    item_slots, request_slots = _concurrency(config, s)
+    pilot_seconds = float(info.get("seconds") or 0.0)
+    if sim or pilot_req == 0:
+        seconds = pilot_seconds * req_scale
+    else:
+        seconds = stage_seconds(items.point, req.point, latency, n, pilot_req, item_slots, request_slots,
+                                pilot_seconds, STAGES[s.kind].global_stage)
+    rel = req.sd / req.point if req.point else (items.sd / items.point if items.point else 0.0)
+    secs = Figure(seconds, (rel * seconds) ** 2)
+    return {
+        "scale": round(scale, 4), "pilot_items": n, "items": round(items.point),
+        "pilot_requests": pilot_req, "requests": round(req.point),
+        "prompt_tokens": round(ptok.point), "completion_tokens": round(ctok.point),
+        "cost": round(costs[name] * req_scale, 4) if name in costs else (0.0 if priced else None),
+        "latency_ms": round(latency * 1000, 1), "item_slots": item_slots, "request_slots": request_slots,
+        "seconds": round(seconds, 2), "rows": round(rows.point), "ok_rows": round(ok.point), "exact": is_exact,
+        "range": {"items": items.as_dict(is_exact), "requests": req.as_dict(is_exact),
+                  "prompt_tokens": ptok.as_dict(is_exact), "completion_tokens": ctok.as_dict(is_exact),
+                  "rows": rows.as_dict(is_exact), "ok_rows": ok.as_dict(is_exact),
+                  "seconds": {"point": round(seconds, 2), "low": round(secs.low(TIME_MARGIN), 2),
+                              "high": round(secs.high(TIME_MARGIN), 2)}},
+    }
+
+
+def _totals(est: Estimate, config: PipelineConfig, version: Any, ok_fig: dict[str, Figure],
+            pilot_ok: dict[str, int], exact: dict[str, bool], priced: bool) -> None:
+    stages = est.stages
+    total: dict[str, Any] = {}
+    ranges: dict[str, dict[str, float]] = {}
+    for key in ("requests", "prompt_tokens", "completion_tokens", "seconds"):
+        value = sum(e[key] for e in stages.values())
+        total[key] = round(value, 2) if key == "seconds" else round(value)
+        # the stages' errors are correlated through their shared inputs: the total's range is the sum of theirs
+        ranges[key] = {b: round(sum(e["range"][key][b] for e in stages.values()), 1) for b in ("point", "low", "high")}
+    total["cost"] = round(sum(e["cost"] or 0.0 for e in stages.values()), 4) if priced else None
+    total["hours"] = round(total["seconds"] / 3600, 3)
+    gates = dict((version.funnel or {}).get("gates") or {}) if version is not None else {}
+    by_stage: dict[str, dict[str, float]] = {}
+    point = low = high = 0.0
+    for name in config.dataset.stages:
+        g = gates.get(name) or {}
+        kept, seen = int(g.get("out") or 0), pilot_ok.get(name, 0)
+        # the version keeps "out" of the stage's ok rows in the pilot (rejections never reach it)
+        d = ok_fig.get(name, Figure(0.0)).scaled(kept / seen if seen else 0.0).as_dict(exact.get(name, False))
+        by_stage[name] = d
+        point, low, high = point + d["point"], low + d["low"], high + d["high"]
+    rows = version.rows if version is not None else 0
+    cuts = est.pilot["cut_stages"]
+    pilot_in = sum(int(stages[c]["pilot_items"]) for c in cuts if c in stages)
+    full_total_in = sum(est.pilot["full_inputs"].values())
+    total.update({"pilot_dataset_rows": rows, "dataset_rows": round(point),
+                  "yield_per_input": round(point / full_total_in, 4) if full_total_in else 0.0,
+                  "pilot_yield_per_input": round(rows / pilot_in, 4) if pilot_in else 0.0,
+                  "inputs": full_total_in, "dataset_rows_by_stage": by_stage})
+    ranges["dataset_rows"] = {"point": round(point, 1), "low": round(low, 1), "high": round(high, 1)}
+    total["range"] = ranges
+    est.total = total
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _ancestors(deps: dict[str, set[str]], *names: str) -> set[str]:
     seen: set[str] = set()
-    todo = list(deps[name])
+    todo = [d for n in names for d in deps[n]]
     while todo:
         n = todo.pop()
         if n not in seen:
@@ -290,18 +623,24 @@ def assumptions(config: PipelineConfig, est: Estimate, above: list[str], priced:
                    "are the sim's, not a real model's; run the estimate against your endpoint for real numbers")
     cut = ", ".join(f"{n} ({est.pilot['full_inputs'][n]} inputs)" for n in est.pilot["cut_stages"])
     share = f"{est.pilot['fraction']:.0%}" if est.pilot.get("fraction") else f"{est.pilot.get('items')} items"
-    out.append(f"pilot: {share} of the input of {cut}; every stage below scales with it linearly")
+    out.append(f"pilot: {share} (at least {MIN_PILOT_ITEMS} items) of the input of {cut}; each stage below "
+               "scales with the rows its inputs are predicted to write, per item (requests, tokens, rows)")
+    if est.pilot.get("dry_counted"):
+        out.append(f"requests counted exactly without the LLM: {', '.join(est.pilot['dry_counted'])}")
     if above:
-        out.append(f"ran in full in the pilot and counted once: {', '.join(above)}")
-    out.append("rejection and dedup rates stay as in the pilot (dedup usually removes more at scale)")
-    out.append("wall time: calls within an item one after another at the measured mean latency; items in flight "
-               "= max_in_flight; requests at once = the endpoints' max_concurrency (llm.max_in_flight caps it); "
-               "stages without LLM calls take their pilot time x scale (one-off setup such as loading a model "
-               "is scaled too, so that is an upper bound); stages are summed as if they ran one after another")
+        out.append(f"ran in full in the pilot, so exact: {', '.join(above)}")
+    out.append(f"range: point ± ({Z:g} standard errors of the per-item means + {MARGIN:.0%}) per stage, summed "
+               f"over stages for the total; time ± a further {TIME_MARGIN:.0%}. The pilot is a stride sample of the "
+               "cut stages' items in their input order, not a random one, and dedup usually removes more at scale")
+    out.append("wall time: on sim, the pilot's stage time x its request scale (CPU-bound); on an endpoint, calls "
+               "within an item one after another at the measured mean latency, items in flight = max_in_flight, "
+               "requests at once = the endpoints' max_concurrency (llm.max_in_flight caps it); stages are "
+               "summed as if they ran one after another")
     if not priced:
         out.append("cost: no llm.price_per_1m for the model, so no cost")
     return out
 
 
-def run_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, config_name: str = "") -> Estimate:
-    return asyncio.run(arun_estimate(config, pilot, work_dir, config_name))
+def run_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, config_name: str = "",
+                 progress: bool = False, note: Note | None = None) -> Estimate:
+    return asyncio.run(arun_estimate(config, pilot, work_dir, config_name, progress=progress, note=note))

@@ -7,6 +7,17 @@ responder when imported; this module only imports them, and is listed in
 
 from __future__ import annotations
 
-from fabrika.generators.fc import answer_judge, dialogues, irrelevance, plans, samples, sim_responders, target_judge, tools
+from fabrika.generators.fc import (
+    answer_judge,
+    dialogues,
+    irrelevance,
+    live_calls,
+    plans,
+    samples,
+    sim_responders,
+    target_judge,
+    tools,
+)
 
-__all__ = ["answer_judge", "dialogues", "irrelevance", "plans", "samples", "sim_responders", "target_judge", "tools"]
+__all__ = ["answer_judge", "dialogues", "irrelevance", "live_calls", "plans", "samples", "sim_responders",
+           "target_judge", "tools"]

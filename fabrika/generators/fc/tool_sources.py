@@ -41,7 +41,7 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from fabrika.errors import InputError
+from fabrika.errors import InputError, TransientError
 
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 #: OpenAPI keys that are documentation, not argument constraints.
@@ -243,42 +243,143 @@ class CallVerdict:
     detail: str
 
 
+class McpSession:
+    """One stdio session with an MCP server, kept open for many calls (``fc.live_calls``, :func:`mcp_call_tools`).
+
+    The SDK's client lives in one background task (its anyio scopes must be entered and left
+    in the same task); :meth:`call` hands it one call at a time and awaits the verdict. A
+    JSON-RPC error or ``isError`` is the server's *verdict* on the call; a server that died,
+    or a call with no answer within ``timeout_s``, raises :class:`~fabrika.errors.TransientError`
+    (nothing was learned about the call). :meth:`start` raises :class:`InputError` naming the
+    command when the SDK is missing or the server does not start.
+    """
+
+    def __init__(self, command: list[str], env: dict[str, str] | None = None, cwd: Path | None = None,
+                 timeout_s: float = 30.0) -> None:
+        self.command = list(command)
+        self.env = env
+        self.cwd = cwd
+        self.timeout_s = timeout_s
+        self._queue: asyncio.Queue[tuple[str, dict[str, Any], asyncio.Future[CallVerdict]] | None] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[None] | None = None
+
+    @property
+    def label(self) -> str:
+        return " ".join(self.command)
+
+    async def start(self) -> "McpSession":
+        try:
+            from mcp import ClientSession, StdioServerParameters
+            from mcp.client.stdio import stdio_client
+        except ImportError as exc:
+            raise InputError("calling an MCP server needs the mcp SDK: pip install 'fabrika[mcp]'") from exc
+        params = StdioServerParameters(command=self.command[0], args=self.command[1:], env=self.env or None,
+                                       cwd=str(self.cwd) if self.cwd else None)
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ready = ready
+
+        async def serve() -> None:
+            try:
+                async with stdio_client(params) as (read, write):
+                    async with ClientSession(read, write) as session:
+                        await session.initialize()
+                        ready.set_result(None)
+                        while (job := await self._queue.get()) is not None:
+                            name, arguments, fut = job
+                            try:
+                                result = await session.call_tool(name, arguments)
+                            except Exception as exc:  # noqa: BLE001 - a JSON-RPC error is the server's verdict
+                                if _transport_failure(exc):
+                                    raise
+                                fut.set_result(CallVerdict(name, False, f"{type(exc).__name__}: {exc}"[:300]))
+                                continue
+                            text = " ".join(getattr(c, "text", "") for c in result.content or [])[:300]
+                            fut.set_result(CallVerdict(name, not result.is_error, text))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits: start() or the calls
+                if not ready.done():
+                    ready.set_exception(exc)
+                self._fail_pending(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+
+        self._task = asyncio.create_task(serve(), name=f"mcp:{self.label}")
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), self.timeout_s)
+        except TimeoutError as exc:
+            await self.close()
+            raise InputError(f"MCP server {self.label!r} did not start within {self.timeout_s:g} s") from exc
+        except Exception as exc:  # noqa: BLE001 - any failure of a user's server is an input problem
+            await self.close()
+            raise InputError(f"MCP server {self.label!r} failed: {type(exc).__name__}: {exc}") from exc
+        return self
+
+    def _fail_pending(self, exc: BaseException) -> None:
+        while not self._queue.empty():
+            job = self._queue.get_nowait()
+            if job is not None and not job[2].done():
+                job[2].set_exception(TransientError(f"MCP server {self.label!r} stopped: {type(exc).__name__}"))
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> CallVerdict:
+        """Execute one call; the server's verdict (see the class docs for what raises)."""
+        if self._task is None or self._task.done():
+            raise TransientError(f"MCP server {self.label!r} is not running")
+        fut: asyncio.Future[CallVerdict] = asyncio.get_running_loop().create_future()
+        await self._queue.put((name, arguments, fut))
+        task = self._task
+        waiting: set[asyncio.Future[Any]] = {fut, task}
+        done, _ = await asyncio.wait(waiting, timeout=self.timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if fut in done:
+            return fut.result()
+        if task in done:
+            raise TransientError(f"MCP server {self.label!r} stopped during a call to {name!r}")
+        raise TransientError(f"MCP server {self.label!r} did not answer a call to {name!r} within {self.timeout_s:g} s")
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        await self._queue.put(None)
+        try:
+            await asyncio.wait_for(task, self.timeout_s)
+        except BaseException:  # noqa: BLE001 - a server that does not stop is cancelled; nothing to report
+            task.cancel()
+
+    async def __aenter__(self) -> "McpSession":
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _transport_failure(exc: BaseException) -> bool:
+    """The stream to the server broke (as opposed to the server refusing a call with a JSON-RPC error)."""
+    from mcp.shared import exceptions
+
+    # the SDK's JSON-RPC error type: MCPError (McpError in older releases)
+    protocol_error = getattr(exceptions, "MCPError", None) or getattr(exceptions, "McpError", Exception)
+    if not isinstance(exc, protocol_error if isinstance(protocol_error, type) else Exception):
+        return True
+    # the SDK reports a closed stream as a JSON-RPC error too (CONNECTION_CLOSED, -32000)
+    code = getattr(getattr(exc, "error", None), "code", None)
+    return code == CONNECTION_CLOSED or "connection closed" in str(exc).lower()
+
+
+#: JSON-RPC code the MCP SDK gives a call whose connection closed (``mcp.types.CONNECTION_CLOSED``).
+CONNECTION_CLOSED = -32000
+
+
 async def mcp_call_tools(command: list[str], calls: list[tuple[str, dict[str, Any]]], env: dict[str, str] | None = None,
                          timeout_s: float = 30.0) -> list[CallVerdict]:
     """Execute ``(name, arguments)`` calls on an MCP server over stdio, one session, in order.
 
     For checking generated calls against the user's own server (a call it rejects is one the data
-    should not teach). The calls really run: point it at a test instance, not production. Raises
-    :class:`InputError` when the server cannot be started or does not answer within ``timeout_s``.
+    should not teach; the ``fc.live_calls`` stage does this for a run's samples). The calls really
+    run: point it at a test instance, not production. Raises :class:`InputError` when the server
+    cannot be started, :class:`~fabrika.errors.TransientError` when it stops answering.
     """
-    try:
-        from mcp import ClientSession, StdioServerParameters
-        from mcp.client.stdio import stdio_client
-    except ImportError as exc:
-        raise InputError("calling an MCP server needs the mcp SDK: pip install 'fabrika[mcp]'") from exc
-    params = StdioServerParameters(command=command[0], args=list(command[1:]), env=env or None)
-
-    async def run() -> list[CallVerdict]:
-        out: list[CallVerdict] = []
-        async with stdio_client(params) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                for name, arguments in calls:
-                    try:
-                        result = await session.call_tool(name, arguments)
-                    except Exception as exc:  # noqa: BLE001 - a JSON-RPC error is the server's verdict
-                        out.append(CallVerdict(name, False, f"{type(exc).__name__}: {exc}"[:300]))
-                        continue
-                    text = " ".join(getattr(c, "text", "") for c in result.content or [])[:300]
-                    out.append(CallVerdict(name, not result.is_error, text))
-        return out
-
-    try:
-        return await asyncio.wait_for(run(), timeout_s)
-    except TimeoutError as exc:
-        raise InputError(f"MCP server {' '.join(command)!r} did not answer the calls within {timeout_s:g} s") from exc
-    except Exception as exc:  # noqa: BLE001 - any failure of a user's server is an input problem
-        raise InputError(f"MCP server {' '.join(command)!r} failed: {type(exc).__name__}: {exc}") from exc
+    async with McpSession(command, env=env, timeout_s=timeout_s) as session:
+        return [await session.call(name, arguments) for name, arguments in calls]
 
 
 # -- $ref resolution ------------------------------------------------------------------------
