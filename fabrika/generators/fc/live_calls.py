@@ -85,6 +85,8 @@ class LiveCallsStage(Stage[LiveCallsConfig]):
     kind = "fc.live_calls"
     annotates: ClassVar[bool] = True
     calls_llm: ClassVar[bool] = False
+    #: renders no prompt (the tool-name mapping it imports sits beside the import prompts)
+    prompt_templates: ClassVar[tuple[Any, ...]] = ()
     reads = (Column("completion", list[Message]),)
     writes = (Column("live_calls", int, required=False), Column("live_rejected", int, required=False),
               Column("live_errors", list[str], required=False))
@@ -113,13 +115,13 @@ class LiveCallsStage(Stage[LiveCallsConfig]):
     async def process(self, row: Row) -> list[Row]:
         calls = restore_call_names(sample_calls(row, self.config.history), self.mapping)
         if not calls:
-            return [ok(str(row["id"]), **_NO_SCORE)]
+            return [ok(self.item_id(row), **_NO_SCORE)]
         verdicts: list[CallVerdict] = []
         async with self.lock:  # one call at a time: the server's state follows one order
             for call in calls:
                 verdicts.append(await self.session.call(call.name, dict(call.arguments)))
         refused = [v for v in verdicts if not v.ok]
-        return [ok(str(row["id"]), live_calls=len(verdicts), live_rejected=len(refused),
+        return [ok(self.item_id(row), live_calls=len(verdicts), live_rejected=len(refused),
                    live_errors=json.dumps([f"{v.name}: {v.detail}" for v in refused], ensure_ascii=False))]
 
 
