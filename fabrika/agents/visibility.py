@@ -27,6 +27,7 @@ from fabrika.agents.spoken import spoken_card
 from fabrika.schemas.fc import GoalCard, Persona, Plan, goal_card
 from fabrika.schemas.messages import Message
 from fabrika.schemas.tools import Tool, ToolCall
+from fabrika.textutil.jsontext import dumps_indent1
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class ToolView:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=1)
+    return dumps_indent1(value)
 
 
 def _loads(text: str) -> Any:
@@ -74,15 +75,18 @@ def _loads(text: str) -> Any:
         return text
 
 
-def user_view(state: EpisodeState) -> UserView:
+def user_view(state: EpisodeState, *, leaks: list[str] | None = None) -> UserView:
     """Persona, goal card and the plain text of the conversation (no calls, no tool output).
+
+    ``leaks`` is :func:`plan_leaks` of this state when the caller already has it (it depends on the
+    plan and the step only, so an episode that asks the user agent again reuses it).
 
     Raises:
         PlanLeak: the step's texts or the persona give away a withheld value, a tool
             or a parameter name, or a value a later step first needs.
     """
-    plan = state.plan
-    leaks = user_facing_leaks(plan.steps, plan.tools, plan.lang, state.step, plan.persona)
+    if leaks is None:
+        leaks = plan_leaks(state)
     if leaks:
         raise PlanLeak(leaks[0])
     text_turns = tuple(
@@ -98,9 +102,16 @@ def user_view(state: EpisodeState) -> UserView:
     )
 
 
+def plan_leaks(state: EpisodeState) -> list[str]:
+    """What the current step's user-facing text and the persona give away (:func:`user_facing_leaks`)."""
+    plan = state.plan
+    return user_facing_leaks(plan.steps, plan.tools, plan.lang, state.step, plan.persona)
+
+
 def assistant_view(state: EpisodeState) -> AssistantView:
     """System prompt, tier-k tools and the whole dialogue, without hidden reasoning and without the plan."""
-    msgs = tuple(m.model_copy(update={"reasoning": None}) for m in state.messages if m.role != "system")
+    msgs = tuple(m if m.reasoning is None else m.model_copy(update={"reasoning": None})
+                 for m in state.messages if m.role != "system")
     return AssistantView(
         lang=state.plan.lang,
         system=assistant_system(state.plan.lang, state.plan.id),
@@ -144,10 +155,29 @@ def render_user_prompt(view: UserView) -> list[dict[str, Any]]:
     return [{"role": "system", "content": system}, {"role": "user", "content": body}]
 
 
+_RENDERED: dict[int, tuple[Any, Any]] = {}  # id(object) → (object, its chat form); the object pins its id
+_RENDERED_MAX = 16384
+
+
+def _rendered(obj: Message | Tool) -> Any:
+    """``obj.to_chat()`` / ``obj.to_openai()``, rendered once per object.
+
+    An episode re-sends its whole history every turn; its messages are appended, never edited, and
+    tools are frozen, so each one's chat form is built once (the dicts are shared: nothing edits them)."""
+    hit = _RENDERED.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    out = obj.to_chat() if isinstance(obj, Message) else obj.to_openai()
+    if len(_RENDERED) >= _RENDERED_MAX:
+        _RENDERED.clear()
+    _RENDERED[id(obj)] = (obj, out)
+    return out
+
+
 def render_assistant_request(view: AssistantView) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(messages, tools) for an OpenAI tool-calling request."""
-    messages = [{"role": "system", "content": view.system}] + [m.to_chat() for m in view.messages]
-    return messages, [t.to_openai() for t in view.tools]
+    messages = [{"role": "system", "content": view.system}] + [_rendered(m) for m in view.messages]
+    return messages, [_rendered(t) for t in view.tools]
 
 
 def render_tool_prompt(view: ToolView) -> list[dict[str, Any]]:
