@@ -43,7 +43,7 @@ def test_edge_values(value: Any) -> None:
 
 def test_what_it_does_not_handle_goes_to_the_stdlib() -> None:
     # non-string keys, dict subclasses and deep nesting: the stdlib's text, exactly
-    for value in ({1: "a", True: "b", None: "c"}, OrderedDict(b=1, a=2), {"x": [{"y": 1}] * 2},
+    for value in ({2: "a", True: "b", None: "c", 1.5: "d"}, OrderedDict(b=1, a=2), {"x": [{"y": 1}] * 2},
                   _nested(300)):
         assert dumps_indent1(value) == _std(value)
     circular: list[Any] = []
