@@ -14,6 +14,15 @@ the child's high-water mark after the last FC stage; the store's dataset
 materialisation that follows is reported apart (``materialise``).
 
     .venv/bin/python bench/fc_scale.py --training-turns 30000 300000 --concurrency 256 --latency-ms 20
+
+Client CPU (issue 30): each child reports its own CPU seconds (user + system, ``time.process_time``)
+per stage run, and so client CPU per request and per training turn (the FC stages, without the
+dataset materialisation; the fake server's CPU is reported apart). ``--baseline REV`` exports the
+``fabrika`` package of commit REV (``git archive``) and runs every size with it and with this tree,
+alternated, against the same server, so before/after are measured in one run; the two dataset
+hashes (``bench/determinism.py``'s content hash) must be equal:
+
+    .venv/bin/python bench/fc_scale.py --training-turns 3000 --baseline 0808ae8 --repeat 3
 """
 
 from __future__ import annotations
