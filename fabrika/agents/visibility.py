@@ -155,29 +155,10 @@ def render_user_prompt(view: UserView) -> list[dict[str, Any]]:
     return [{"role": "system", "content": system}, {"role": "user", "content": body}]
 
 
-_RENDERED: dict[int, tuple[Any, Any]] = {}  # id(object) → (object, its chat form); the object pins its id
-_RENDERED_MAX = 16384
-
-
-def _rendered(obj: Message | Tool) -> Any:
-    """``obj.to_chat()`` / ``obj.to_openai()``, rendered once per object.
-
-    An episode re-sends its whole history every turn; its messages are appended, never edited, and
-    tools are frozen, so each one's chat form is built once (the dicts are shared: nothing edits them)."""
-    hit = _RENDERED.get(id(obj))
-    if hit is not None and hit[0] is obj:
-        return hit[1]
-    out = obj.to_chat() if isinstance(obj, Message) else obj.to_openai()
-    if len(_RENDERED) >= _RENDERED_MAX:
-        _RENDERED.clear()
-    _RENDERED[id(obj)] = (obj, out)
-    return out
-
-
 def render_assistant_request(view: AssistantView) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(messages, tools) for an OpenAI tool-calling request."""
-    messages = [{"role": "system", "content": view.system}] + [_rendered(m) for m in view.messages]
-    return messages, [_rendered(t) for t in view.tools]
+    messages = [{"role": "system", "content": view.system}] + [m.to_chat() for m in view.messages]
+    return messages, [t.to_openai() for t in view.tools]
 
 
 def render_tool_prompt(view: ToolView) -> list[dict[str, Any]]:

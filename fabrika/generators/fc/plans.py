@@ -17,7 +17,7 @@ import json
 import random
 import re
 import zlib
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any, Iterator
 
 from pydantic import Field, ValidationError
@@ -147,7 +147,6 @@ class PlansStage(Stage[PlansConfig]):
         return out
 
     @staticmethod
-    @lru_cache(maxsize=1024)  # bounded (the pool stays compressed); a hit costs one lookup
     def _spec(blob: bytes) -> ToolSpec:
         return ToolSpec.model_validate_json(zlib.decompress(blob))
 
