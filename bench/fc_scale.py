@@ -14,6 +14,15 @@ the child's high-water mark after the last FC stage; the store's dataset
 materialisation that follows is reported apart (``materialise``).
 
     .venv/bin/python bench/fc_scale.py --training-turns 30000 300000 --concurrency 256 --latency-ms 20
+
+Client CPU (issue 30): each child reports its own CPU seconds (user + system, ``time.process_time``)
+per stage run, and so client CPU per request and per training turn (the FC stages, without the
+dataset materialisation; the fake server's CPU is reported apart). ``--baseline REV`` exports the
+``fabrika`` package of commit REV (``git archive``) and runs every size with it and with this tree,
+alternated, against the same server, so before/after are measured in one run; the two dataset
+hashes (``bench/determinism.py``'s content hash) must be equal:
+
+    .venv/bin/python bench/fc_scale.py --training-turns 3000 --baseline 0808ae8 --repeat 3
 """
 
 from __future__ import annotations
@@ -21,8 +30,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,7 +42,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# ``--code DIR`` (the child of ``--baseline``) imports fabrika from an exported tree of another commit
+CODE = Path(sys.argv[sys.argv.index("--code") + 1]) if "--code" in sys.argv else ROOT
+sys.path.insert(0, str(CODE))
+sys.path.insert(1, str(ROOT / "bench"))
 
 # measured on the FC demo (bench/fc_sim_profiles.py): ~2.3 samples per accepted episode, ~0.9 of plans
 # accepted as episodes; only used to size the topic pool
@@ -94,7 +108,9 @@ def child(turns: int, port: int, concurrency: int, workdir: Path) -> dict:
         "stages": [
             {"kind": "fc.tools", "topics_file": str(topics), "tools_per_topic": 3},
             {"kind": "fc.tools_dedup", "input": "fc.tools"},
-            {"kind": "fc.plans", "input": "fc.tools_dedup", "plans_per_topic": PLANS_PER_TOPIC},
+            # fc.plans reads fc.tools, not fc.tools_dedup: the sim catalogue has a few tools per domain,
+            # so dedup keeps a handful of tools for the whole bench and leaves most topics without plans
+            {"kind": "fc.plans", "input": "fc.tools", "plans_per_topic": PLANS_PER_TOPIC},
             {"kind": "fc.dialogues", "input": "fc.plans", "sim_error_rate": 0.1},
             {"kind": "fc.samples", "input": "fc.dialogues"},
             {"kind": "fc.irrelevance", "input": "fc.dialogues", "share": 0.3},
@@ -106,6 +122,7 @@ def child(turns: int, port: int, concurrency: int, workdir: Path) -> dict:
     # monotone peak RSS after each run tells which stage raised it.
     stats: dict = {}
     rss_after: dict[str, float] = {}
+    cpu_s: dict[str, float] = {}  # this process's CPU seconds (user + system) per stage run
     t0 = time.perf_counter()
     # The last run only materialises the dataset version (the store's step, measured apart).
     for k in range(1, len(doc["stages"]) + 2):
@@ -116,8 +133,10 @@ def child(turns: int, port: int, concurrency: int, workdir: Path) -> dict:
             raise SystemExit("\n".join(str(i) for i in issues))
         if last:
             wall = time.perf_counter() - t0
+        c0 = time.process_time()
         result = run_pipeline(config, resume=True, progress=False)
         name = "materialise" if last else doc["stages"][k - 1]["kind"]
+        cpu_s[name] = time.process_time() - c0
         if not last:
             stats[name] = result.stats[name]
         rss_after[name] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -130,15 +149,72 @@ def child(turns: int, port: int, concurrency: int, workdir: Path) -> dict:
     samples = store.scan_raw("fc.samples").filter(pl.col("status") == "ok").select(pl.len()).collect().item()
     derived = store.scan_raw("fc.irrelevance").filter(pl.col("status") == "ok").select(pl.len()).collect().item()
     training = samples + derived
+    requests = sum(s["requests"] for s in stages.values())
+    client_cpu = sum(v for k, v in cpu_s.items() if k != "materialise")
+    from determinism import dataset_hash
+
+    digest, dataset_rows = dataset_hash(workdir / "run")
     return {
         "target_training_turns": turns, "topics": n_topics, "episodes": dialogues.height, "episodes_ok": ok.height,
         "messages": n_messages, "training_turns": training, "samples": samples, "irrelevance": derived,
         "wall_s": round(wall, 1), "training_turns_per_s": round(training / wall, 1),
         "messages_per_s": round(n_messages / wall, 1),
-        "requests": sum(s["requests"] for s in stages.values()),
+        "requests": requests,
+        "client_cpu_s": round(client_cpu, 3),
+        "client_cpu_ms_per_request": round(1000 * client_cpu / max(1, requests), 3),
+        "client_cpu_ms_per_training_turn": round(1000 * client_cpu / max(1, training), 3),
+        "cpu_s_per_stage": {k: round(v, 3) for k, v in cpu_s.items()},
+        "dataset_hash": digest, "dataset_rows": dataset_rows,
         "peak_rss_mb": rss_after["fc.answer_judge"],  # the pipeline's stages, without materialise
         "concurrency": concurrency, "peak_rss_mb_after_stage": rss_after, "stages": stages,
     }
+
+
+def export_tree(rev: str) -> Path:
+    """The ``fabrika`` package of commit ``rev`` exported (``git archive``) into a fresh temporary directory."""
+    dest = Path(tempfile.mkdtemp(prefix="fc_scale_base_"))
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "fabrika"],  # noqa: S603, S607
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)  # noqa: S603, S607
+    return dest
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def print_cpu(results: list[dict]) -> None:
+    """Client CPU per request and per training turn, by code and size (median over repeats), by stage."""
+    groups: dict[tuple[int, str], list[dict]] = {}
+    for r in results:
+        groups.setdefault((r["target_training_turns"], r["code"]), []).append(r)
+    print("\nclient CPU (the pipeline child: user + system, FC stages without materialise; median of repeats)")
+    print(f"{'code':>14} {'turns':>7} {'requests':>9} {'ms/request':>11} {'ms/train turn':>14} {'server ms/req':>14} "
+          f"{'dataset hash':>17}")
+    medians: dict[tuple[int, str], dict] = {}
+    for key, rs in groups.items():
+        rs = sorted(rs, key=lambda r: r["client_cpu_ms_per_request"])
+        med = medians[key] = rs[len(rs) // 2]
+        hashes = ",".join(sorted({r["dataset_hash"] for r in rs}))
+        print(f"{key[1]:>14} {med['training_turns']:>7} {med['requests']:>9} {med['client_cpu_ms_per_request']:>11} "
+              f"{med['client_cpu_ms_per_training_turn']:>14} {med['server_cpu_ms_per_request']:>14} {hashes:>17}")
+    print("\nCPU seconds per request by stage (stage CPU ÷ all FC requests of the run, so the rows add up)")
+    stage_names = list(results[0]["cpu_s_per_stage"])
+    print(f"{'code':>14} {'turns':>7} " + " ".join(f"{n.removeprefix('fc.'):>13}" for n in stage_names))
+    for key, med in medians.items():
+        per = [1000 * med["cpu_s_per_stage"][n] / max(1, med["requests"]) for n in stage_names]
+        print(f"{key[1]:>14} {key[0]:>7} " + " ".join(f"{v:>11.3f}ms" for v in per))
+    for turns in sorted({k[0] for k in medians}):
+        base = [v for k, v in medians.items() if k[0] == turns and k[1] != "this tree"]
+        mine = medians.get((turns, "this tree"))
+        if base and mine:
+            b = base[0]
+            same = "identical" if b["dataset_hash"] == mine["dataset_hash"] else "DIFFERENT"
+            print(f"{turns} turns: this tree ÷ base = {mine['client_cpu_ms_per_request'] / b['client_cpu_ms_per_request']:.2f}x "
+                  f"client CPU per request ({b['client_cpu_ms_per_request']} → {mine['client_cpu_ms_per_request']} ms); "
+                  f"datasets {same} ({b['dataset_hash']} / {mine['dataset_hash']})")
 
 
 def main() -> None:
@@ -147,6 +223,11 @@ def main() -> None:
                     help="Sizes to run, in training turns (samples), not messages.")
     ap.add_argument("--concurrency", type=int, default=256, help="Engine and endpoint in-flight limit.")
     ap.add_argument("--latency-ms", type=float, default=20.0, help="Fake server latency per request.")
+    ap.add_argument("--baseline", default=None, metavar="REV",
+                    help="Also run each size with the fabrika package of commit REV (git archive), alternated "
+                         "with this tree against the same server: client CPU before/after in one run.")
+    ap.add_argument("--repeat", type=int, default=1, help="Runs per size and code (the median is reported).")
+    ap.add_argument("--code", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -158,6 +239,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="fc_scale_") as tmp:
             print(json.dumps(child(args.training_turns[0], args.port, args.concurrency, Path(tmp))), flush=True)
         return
+    base_tree = export_tree(args.baseline) if args.baseline else None
     server = subprocess.Popen([sys.executable, __file__, "--serve", "--latency-ms", str(args.latency_ms)],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -165,24 +247,37 @@ def main() -> None:
         if not line.startswith("READY"):
             raise SystemExit(f"fake server did not start: {line!r}")
         port = int(line.split()[1])
+        codes: list[tuple[str, Path | None]] = [("this tree", None)]
+        if base_tree is not None:
+            codes = [(f"base {args.baseline}", base_tree), *codes]
         results = []
         for turns in args.training_turns:
-            out = subprocess.run([sys.executable, __file__, "--child", "--training-turns", str(turns), "--port", str(port),
-                                  "--concurrency", str(args.concurrency)],
-                                 capture_output=True, text=True, check=False)
-            if out.returncode != 0:
-                raise SystemExit(f"child for {turns} turns failed:\n{out.stderr[-3000:]}")
-            res = json.loads(out.stdout.strip().splitlines()[-1])
-            results.append(res)
-            print(json.dumps(res, ensure_ascii=False), flush=True)
+            for _ in range(args.repeat):
+                for label, tree in codes:  # alternated, so load on the shared box hits both alike
+                    cmd = [sys.executable, __file__, "--child", "--training-turns", str(turns), "--port", str(port),
+                           "--concurrency", str(args.concurrency)]
+                    if tree is not None:
+                        cmd += ["--code", str(tree)]
+                    server_cpu0 = proc_cpu_s(server.pid)
+                    out = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
+                    if out.returncode != 0:
+                        raise SystemExit(f"child ({label}) for {turns} turns failed:\n{out.stderr[-3000:]}")
+                    res = json.loads(out.stdout.strip().splitlines()[-1])
+                    res["code"] = label
+                    res["server_cpu_ms_per_request"] = round(
+                        1000 * (proc_cpu_s(server.pid) - server_cpu0) / max(1, res["requests"]), 3)
+                    results.append(res)
+                    print(json.dumps(res, ensure_ascii=False), flush=True)
         print(f"\nlatency {args.latency_ms} ms, concurrency {args.concurrency}")
-        print(f"{'training turns':>15} {'messages':>9} {'episodes':>9} {'wall s':>8} {'train/s':>8} "
+        print(f"{'code':>14} {'training turns':>15} {'messages':>9} {'requests':>9} {'wall s':>8} {'train/s':>8} "
               f"{'peak RSS MB':>12} {'+ materialise':>14}")
         for r in results:
-            print(f"{r['training_turns']:>15} {r['messages']:>9} {r['episodes']:>9} {r['wall_s']:>8} "
+            print(f"{r['code']:>14} {r['training_turns']:>15} {r['messages']:>9} {r['requests']:>9} {r['wall_s']:>8} "
                   f"{r['training_turns_per_s']:>8} {r['peak_rss_mb']:>12} {r['peak_rss_mb_after_stage']['materialise']:>14}")
-        if len(results) > 1:
-            first, last = results[0], results[-1]
+        print_cpu(results)
+        mine = [r for r in results if r["code"] == "this tree"]
+        if len(mine) > 1 and mine[0]["training_turns"] != mine[-1]["training_turns"]:
+            first, last = mine[0], mine[-1]
             print(f"RSS growth {first['training_turns']} → {last['training_turns']} training turns: "
                   f"{last['peak_rss_mb'] / first['peak_rss_mb']:.2f}x (FC stages), "
                   f"{last['peak_rss_mb_after_stage']['materialise'] / first['peak_rss_mb_after_stage']['materialise']:.2f}x "
@@ -190,6 +285,8 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=10)
+        if base_tree is not None:
+            shutil.rmtree(base_tree.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":

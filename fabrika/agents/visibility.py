@@ -27,6 +27,7 @@ from fabrika.agents.spoken import spoken_card
 from fabrika.schemas.fc import GoalCard, Persona, Plan, goal_card
 from fabrika.schemas.messages import Message
 from fabrika.schemas.tools import Tool, ToolCall
+from fabrika.textutil.jsontext import dumps_indent1
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class ToolView:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=1)
+    return dumps_indent1(value)
 
 
 def _loads(text: str) -> Any:
@@ -74,15 +75,18 @@ def _loads(text: str) -> Any:
         return text
 
 
-def user_view(state: EpisodeState) -> UserView:
+def user_view(state: EpisodeState, *, leaks: list[str] | None = None) -> UserView:
     """Persona, goal card and the plain text of the conversation (no calls, no tool output).
+
+    ``leaks`` is :func:`plan_leaks` of this state when the caller already has it (it depends on the
+    plan and the step only, so an episode that asks the user agent again reuses it).
 
     Raises:
         PlanLeak: the step's texts or the persona give away a withheld value, a tool
             or a parameter name, or a value a later step first needs.
     """
-    plan = state.plan
-    leaks = user_facing_leaks(plan.steps, plan.tools, plan.lang, state.step, plan.persona)
+    if leaks is None:
+        leaks = plan_leaks(state)
     if leaks:
         raise PlanLeak(leaks[0])
     text_turns = tuple(
@@ -98,9 +102,16 @@ def user_view(state: EpisodeState) -> UserView:
     )
 
 
+def plan_leaks(state: EpisodeState) -> list[str]:
+    """What the current step's user-facing text and the persona give away (:func:`user_facing_leaks`)."""
+    plan = state.plan
+    return user_facing_leaks(plan.steps, plan.tools, plan.lang, state.step, plan.persona)
+
+
 def assistant_view(state: EpisodeState) -> AssistantView:
     """System prompt, tier-k tools and the whole dialogue, without hidden reasoning and without the plan."""
-    msgs = tuple(m.model_copy(update={"reasoning": None}) for m in state.messages if m.role != "system")
+    msgs = tuple(m if m.reasoning is None else m.model_copy(update={"reasoning": None})
+                 for m in state.messages if m.role != "system")
     return AssistantView(
         lang=state.plan.lang,
         system=assistant_system(state.plan.lang, state.plan.id),

@@ -10,8 +10,9 @@ e.g. vLLM's ``guided_json`` / ``chat_template_kwargs``) pass through.
 Two transports send the same JSON and share one error mapping
 (:func:`fabrika.llm.retry.map_http_error`):
 
-* ``aiohttp`` (default): a lean ``aiohttp`` client — one ``POST``, one
-  ``json.loads``; the fast path that keeps the engine near raw-socket throughput.
+* ``aiohttp`` (default): a lean ``aiohttp`` client — one ``POST`` of an orjson body
+  to a URL parsed once, one orjson parse of the answer (the stdlib for what orjson
+  refuses); the fast path that keeps the engine near raw-socket throughput.
 * ``openai_sdk``: the official ``openai.AsyncOpenAI`` over its aiohttp transport
   (``DefaultAioHttpClient``), SDK retries off (``max_retries=0``: tenacity in the
   engine owns retries), reading the raw JSON to skip pydantic parsing.
@@ -33,6 +34,8 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from fabrika.errors import LLMError
 from fabrika.llm.retry import map_exception, map_http_error
 from fabrika.llm.routing import CapacityPolicy, CircuitBreaker, Endpoint, EndpointPool, RoutingPolicy, sequences_of
@@ -42,6 +45,23 @@ if TYPE_CHECKING:
     from fabrika.llm.config import LLMConfig
 
 BACKEND_NAME = "openai"
+
+
+def _body_bytes(body: dict[str, Any]) -> bytes:
+    """The request body as UTF-8 JSON: orjson (~10x the stdlib), the stdlib where orjson refuses
+    (integers beyond 64 bits, non-string keys). The server parses the same values either way."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return json.dumps(body, ensure_ascii=False).encode("utf-8")
+
+
+def _loads(raw: bytes) -> Any:
+    """The answer's JSON: orjson, else the stdlib (which also takes NaN, big integers, lone surrogates)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
 
 
 def build_body(request: ChatRequest, model: str) -> dict[str, Any]:
@@ -190,6 +210,7 @@ class OpenAICompatBackend:
         #: requests this backend can have in flight; the engine sizes its worker pool by it
         self.capacity = self.pool.capacity
         self._session: Any = None
+        self._urls: dict[str, Any] = {}  # endpoint URL → its yarl.URL, parsed once instead of per request
 
     def endpoint_load(self) -> list[int]:
         """Sequences in flight per endpoint (an n=K request counts K; for progress displays and tests)."""
@@ -242,12 +263,17 @@ class OpenAICompatBackend:
 
     async def _send_aiohttp(self, ep: Endpoint, request: ChatRequest) -> ChatResponse:
         session = self._get_session()
-        payload = json.dumps(build_body(request, self.model), ensure_ascii=False).encode("utf-8")
+        url = self._urls.get(ep.url)
+        if url is None:
+            from yarl import URL
+
+            url = self._urls[ep.url] = URL(ep.url)
+        payload = _body_bytes(build_body(request, self.model))
         headers = ep.headers if request.tag == "default" else {**ep.headers, "x-fabrika-tag": _ascii(request.tag)}
         if request.routing_key is not None:
             headers = {**headers, "x-fabrika-routing-key": _ascii(request.routing_key)}
         try:
-            async with session.post(ep.url, data=payload, headers=headers, proxy=ep.proxy) as resp:
+            async with session.post(url, data=payload, headers=headers, proxy=ep.proxy) as resp:
                 raw = await resp.read()
                 status = resp.status
                 if status != 200:
@@ -257,7 +283,7 @@ class OpenAICompatBackend:
         except Exception as exc:
             raise map_exception(exc) from exc
         try:
-            data = json.loads(raw)
+            data = _loads(raw)
         except ValueError as exc:
             raise LLMError("server", f"response is not JSON: {raw[:200]!r}") from exc
         return parse_completion(data, self.name)

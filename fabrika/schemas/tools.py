@@ -8,6 +8,7 @@ import re
 from typing import Any, Literal
 
 import jsonschema
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
@@ -44,16 +45,46 @@ def check_parameters_schema(parameters: dict[str, Any]) -> list[str]:
     Memoised on the schema's canonical JSON: the meta-schema check costs ~5 ms and
     every Tool built from a row (samples, episodes) would otherwise repeat it.
     """
-    try:
-        key = json.dumps(parameters, sort_keys=True, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return _check_parameters_schema(parameters)
+    key: str | bytes | None = _schema_key(parameters, sort=True)
+    if key is None:
+        try:
+            key = json.dumps(parameters, sort_keys=True, ensure_ascii=False)
+        except (TypeError, ValueError):
+            return _check_parameters_schema(parameters)
     return list(_check_parameters_cached(key))
 
 
+def _schema_key(schema: dict[str, Any], *, sort: bool) -> bytes | None:
+    """``schema`` as JSON bytes for a memo key (orjson: ~10x the stdlib's speed); ``None`` where orjson
+    would not keep it apart (non-string keys, integers beyond 64 bits, and ``null``: orjson writes NaN
+    and infinities as ``null`` too) — the caller then keys on the stdlib's JSON or checks uncached."""
+    try:
+        key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS if sort else 0)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return None
+    return None if b"null" in key else key
+
+
 @functools.lru_cache(maxsize=8192)
-def _check_parameters_cached(key: str) -> tuple[str, ...]:
+def _check_parameters_cached(key: str | bytes) -> tuple[str, ...]:
     return tuple(_check_parameters_schema(json.loads(key)))
+
+
+_VALIDATORS: dict[bytes, jsonschema.Draft202012Validator] = {}
+
+
+def _arguments_validator(parameters: dict[str, Any]) -> jsonschema.Draft202012Validator:
+    """One compiled validator per distinct parameters schema, keyed on its JSON in insertion order (the
+    order the validator walks keywords in, and so the order of equal-path errors)."""
+    key = _schema_key(parameters, sort=False)
+    if key is None:
+        return jsonschema.Draft202012Validator(parameters)
+    validator = _VALIDATORS.get(key)
+    if validator is None:
+        if len(_VALIDATORS) >= 8192:
+            _VALIDATORS.clear()
+        validator = _VALIDATORS[key] = jsonschema.Draft202012Validator(json.loads(key))
+    return validator
 
 
 def _check_parameters_schema(parameters: dict[str, Any]) -> list[str]:
@@ -129,7 +160,7 @@ class Tool(BaseModel):
 
     def validate_arguments(self, arguments: dict[str, Any]) -> list[str]:
         """Problems with ``arguments`` against this tool's schema (empty list = valid)."""
-        validator = jsonschema.Draft202012Validator(self.function.parameters)
+        validator = _arguments_validator(self.function.parameters)
         return [
             f"{'/'.join(str(p) for p in err.absolute_path) or '<root>'}: {err.message}"
             for err in sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))

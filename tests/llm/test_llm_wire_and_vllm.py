@@ -190,3 +190,17 @@ async def test_vllm_adapter_guided_json_and_bad_extra_body(monkeypatch: pytest.M
     assert ok.ok and seen["params"]["structured_outputs"] == ("structured", {"type": "array"})
     assert seen["params"]["top_k"] == 5 and "guided_json" not in seen["params"]
     assert bad.error.kind == "bad_request" and "bogus" in bad.error.message and bad.attempts == 1
+
+
+async def test_what_orjson_refuses_goes_over_the_wire_with_the_stdlib(
+        server: FakeOpenAIServer, make_engine: Callable[..., LLMEngine]) -> None:
+    # the body is written with orjson, but an integer beyond 64 bits (which orjson refuses) still
+    # reaches the server as the same value; an answer orjson cannot read (NaN) is read by the stdlib
+    from fabrika.llm.openai_compat import _body_bytes, _loads
+
+    big = {"guided_json": {"type": "integer", "maximum": 10 ** 30}}
+    async with make_engine(server) as eng:
+        (resp,) = await eng.complete([req("большое", extra_body=big)])
+    assert resp.ok and server.requests[-1]["guided_json"] == big["guided_json"]
+    assert _loads(b'{"x": NaN, "y": [1, 2.5, "\\u0416"]}')["y"] == [1, 2.5, "Ж"]
+    assert _body_bytes({"a": "Ж", "b": 1.0}) == '{"a":"Ж","b":1.0}'.encode()

@@ -45,6 +45,7 @@ from fabrika.agents.prompts import ASSISTANT_KEYS, CATALOGUE, TOOL_KEYS, USER_KE
 from fabrika.agents.visibility import (
     EpisodeState,
     assistant_view,
+    plan_leaks,
     render_assistant_request,
     render_tool_prompt,
     render_user_prompt,
@@ -153,6 +154,7 @@ class Episode:
         self.asked: set[str] = set()  # parameters a trained clarification already asked for
         self.tools = {t.name: t for t in plan.tools_at_tier()}
         self.answered: dict[int, set[str]] = {}
+        self._leaks: dict[int, list[str]] = {}  # step → plan_leaks (the plan does not change in an episode)
 
     def state(self, step: int) -> EpisodeState:
         return EpisodeState(plan=self.plan, messages=tuple(self.messages), step=step)
@@ -170,8 +172,12 @@ class Episode:
         return resp.choices[0]
 
     async def user_turn(self, step: int) -> None:
+        state = self.state(step)
+        leaks = self._leaks.get(step)
+        if leaks is None:
+            leaks = self._leaks[step] = plan_leaks(state)
         try:
-            view = user_view(self.state(step))
+            view = user_view(state, leaks=leaks)
         except PlanLeak as exc:
             raise EpisodeRejected(f"plan_leak: {exc}") from None
         req = ChatRequest(messages=tuple(render_user_prompt(view)),

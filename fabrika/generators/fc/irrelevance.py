@@ -18,7 +18,6 @@ same samples.
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 
 from pydantic import Field, ValidationError
@@ -36,6 +35,7 @@ from fabrika.schemas.messages import Dialogue, Message
 from fabrika.schemas.records import Sample
 from fabrika.schemas.rows import from_row, to_row
 from fabrika.textutil.answers import extract_json, is_failure
+from fabrika.textutil.jsontext import dumps_indent1
 from fabrika.textutil.reasoning import split_reasoning
 
 
@@ -128,8 +128,8 @@ class IrrelevanceStage(LLMStage[IrrelevanceConfig]):
         if self.ctx.rng(sample.id).random() >= self.config.share:
             return rejected(out_id, f"not_sampled: share={self.config.share}", source_id=sample.id, lang=sample.lang)
         tools = [t for t in sample.tools if t.name not in removed]
-        task = json.dumps({"conversation": conversation_view(sample.prompt),
-                           "tools": [t.to_openai()["function"] for t in tools]}, ensure_ascii=False, indent=1)
+        task = dumps_indent1({"conversation": conversation_view(sample.prompt),
+                              "tools": [t.to_openai()["function"] for t in tools]})
         return removed, task
 
     def requests(self, row: Row) -> list[ChatRequest]:

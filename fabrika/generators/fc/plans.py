@@ -41,6 +41,7 @@ from fabrika.schemas.fc import (
 )
 from fabrika.schemas.ids import stable_id
 from fabrika.textutil.answers import extract_json, is_failure
+from fabrika.textutil.jsontext import dumps_indent1
 
 DEFAULT_TYPES: dict[SampleType, float] = {
     "single": 0.25, "parallel": 0.12, "multi_step": 0.12, "multi_turn": 0.16,
@@ -202,7 +203,7 @@ class PlansStage(Stage[PlansConfig]):
         sample_type, group, persona, tier = self.sample_setup(item)
         lang = persona.lang
         task = self._task(sample_type, group, persona, self._tools(item["topic_id"]))
-        task_json = json.dumps(task, ensure_ascii=False, indent=1)
+        task_json = dumps_indent1(task)
         first = {"role": "user", "content": prompt_text("planner", lang).format(task=task_json)}
         convo: list[dict[str, Any]] = [first]
         rounds: list[PlanRound] = []
@@ -238,7 +239,7 @@ class PlansStage(Stage[PlansConfig]):
                                                              ensure_ascii=False)
             convo = [first, {"role": "assistant", "content": last_plan},
                      {"role": "user", "content": prompt_text("planner_revise", lang).format(
-                         issues=json.dumps(issues or ["-"], ensure_ascii=False, indent=1))}]
+                         issues=dumps_indent1(issues or ["-"]))}]
         last = rounds[-1]
         why = "plan_invalid" if last.problems else "judge_rejected"
         detail = (last.problems or (last.verdict.issues if last.verdict else []) or ["-"])[0]
@@ -251,7 +252,7 @@ class PlansStage(Stage[PlansConfig]):
                 "plan": {"steps": [s.model_dump() for s in steps]}}
         resp = await self.ctx.llm.complete_one(ChatRequest(
             messages=({"role": "user", "content": prompt_text("judge", lang).format(
-                task=json.dumps(task, ensure_ascii=False, indent=1))},),
+                task=dumps_indent1(task))},),
             temperature=0.0, max_tokens=cfg.max_tokens, tag="fc.judge", response_format=response_format("fc_judge"),
             routing_key=routing_key))  # the plan's id: its revision rounds find their prefix on one server
         return parse_verdict(resp.text if resp.ok and not response_error(resp) else None)

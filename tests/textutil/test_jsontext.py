@@ -1,0 +1,61 @@
+"""dumps_indent1 writes exactly the stdlib's ``json.dumps(..., ensure_ascii=False, indent=1)``."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fabrika.textutil.jsontext import dumps_indent1
+
+
+def _std(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=1)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON)
+def test_same_text_as_the_stdlib(value: Any) -> None:
+    assert dumps_indent1(value) == _std(value)
+
+
+@pytest.mark.parametrize("value", [
+    {"город": "Санкт-Петербург", "q": 'кавычки " и \\ и\nперевод\tстроки \x01 \u2028 ё'},
+    {"a": [], "b": {}, "c": [[]], "d": [{}], "e": (1, "x"), "f": -0.0, "g": 1e16, "h": 1e-7, "i": 10 ** 30},
+    {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")},
+    [True, False, None, 0, 1.5],
+    "строка", 3, None,
+])
+def test_edge_values(value: Any) -> None:
+    assert dumps_indent1(value) == _std(value)
+
+
+def test_what_it_does_not_handle_goes_to_the_stdlib() -> None:
+    # non-string keys, dict subclasses and deep nesting: the stdlib's text, exactly
+    for value in ({2: "a", True: "b", None: "c", 1.5: "d"}, OrderedDict(b=1, a=2), {"x": [{"y": 1}] * 2},
+                  _nested(300)):
+        assert dumps_indent1(value) == _std(value)
+    circular: list[Any] = []
+    circular.append(circular)
+    with pytest.raises(ValueError, match="Circular"):
+        dumps_indent1(circular)
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        dumps_indent1({"x": object()})
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"k": [value]}
+    return value
