@@ -71,6 +71,12 @@ class PipelineConfig(BaseModel):
         "of a Ray cluster; needs pip install 'fabrika[ray]'; see docs/RAY.md). LLM calls stay in the driver.")
     ray: RaySettings = Field(default_factory=RaySettings, description="Ray cluster, workers and vLLM engine actors "
                              "(used when executor: ray).")
+    llm_workers: int = Field(
+        default=1, ge=1, description="Processes that run each per-item LLM-calling stage: its items are split by a "
+        "stable hash of their id over this many workers (local subprocesses, or Ray actors with executor: ray), "
+        "each with its own engine client and journal, and every concurrency limit (endpoints' max_concurrency, "
+        "llm.max_in_flight, max_in_flight) divided among them. The dataset is the same for any value "
+        "(docs/ARCHITECTURE.md).")
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _source: str = PrivateAttr(default="<config>")
@@ -362,6 +368,11 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
     if config is not None and config.executor == "ray" and (missing := ray_missing()):
         err("executor", missing)
     if config is not None:
+        from fabrika.pipeline.partition import llm_workers_problems
+
+        for where, msg in llm_workers_problems(config):
+            err(where, msg)
+    if config is not None:
         known = {s.stage_name for s in config.stages} | {s.kind for s in config.stages}
         for i, name in enumerate(config.ray.driver_stages):
             if name not in known:
@@ -444,7 +455,8 @@ def configured_backend(config: PipelineConfig) -> str:
 
 
 #: Keys that do not change what a run produces; left out of :func:`config_hash`.
-HASH_EXCLUDED_TOP = ("run_dir", "max_in_flight", "max_parallel_stages", "overlap", "sandbox", "executor", "ray")
+HASH_EXCLUDED_TOP = ("run_dir", "max_in_flight", "max_parallel_stages", "overlap", "sandbox", "executor", "ray",
+                     "llm_workers")
 HASH_EXCLUDED_STAGE = ("chunk_size", "max_in_flight")
 
 
