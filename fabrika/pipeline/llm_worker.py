@@ -1,7 +1,8 @@
 """One LLM worker: the items of one partition of an LLM-calling stage, in a process of its own.
 
-:func:`run_partition` is the whole job, the same in a local subprocess (:func:`main`,
-started by :mod:`fabrika.pipeline.llm_workers`) and in
+:func:`run_partition` is the whole job, the same in a local worker subprocess (:func:`main`:
+one per partition index for the whole run, serving the jobs of every split stage; started by
+:mod:`fabrika.pipeline.llm_workers`) and in
 a Ray actor (:mod:`fabrika.ray.llm_workers`): load the stage modules, build this worker's own
 engine (its own connections, retries and breakers; the run's sqlite cache, which is safe for
 several processes: WAL and a busy timeout), set the stage up and run
@@ -19,12 +20,14 @@ finished items are in its journal and shards, and the driver retries the partiti
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import pickle
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -39,13 +42,14 @@ from fabrika.pipeline.progress import RunProgress
 from fabrika.pipeline.stage import STAGES, Stage
 from fabrika.pipeline.taxonomy import classify, stage_failure
 from fabrika.store.run import RunStore
-from fabrika.store.shards import atomic_write_bytes
 
 if TYPE_CHECKING:
     from fabrika.pipeline.config import PipelineConfig
 
-#: Prefix of the progress lines a worker subprocess prints on stdout (anything else there is ignored).
-LIVE_PREFIX = "fabrika-llm-worker-live "
+#: Prefix of the protocol lines a worker subprocess prints on stdout (anything else there is ignored).
+PREFIX = b"fabrika-llm-worker "
+#: Longest protocol line (an outcome with its reports).
+LINE_LIMIT = 1 << 26
 #: A worker reports its counters at most this often.
 LIVE_EVERY_S = 0.5
 
@@ -160,30 +164,70 @@ def _die_with_parent(parent: int | None) -> None:
         os._exit(1)
 
 
-async def _main(job: WorkerJob) -> WorkerOutcome:
+def encode(message: Any) -> bytes:
+    """One protocol line: a pickled message, base64 (no newline inside)."""
+    return base64.b64encode(pickle.dumps(message)) + b"\n"
+
+
+def decode(line: bytes) -> Any:
+    return pickle.loads(base64.b64decode(line))  # noqa: S301 - between this run's driver and its own workers
+
+
+def _send(kind: str, job_id: int, payload: Any) -> None:
+    sys.stdout.buffer.write(PREFIX + encode((kind, job_id, payload)))
+    sys.stdout.buffer.flush()
+
+
+def _forget(tasks: dict[int, Any], job_id: int, _task: Any) -> None:
+    tasks.pop(job_id, None)
+
+
+async def serve() -> None:
+    """The worker's loop: ``("run", id, job)`` starts a job, ``("cancel", id)`` stops it (it saves what
+    finished), ``("exit",)`` or the end of stdin ends the process. Replies on stdout, one line each:
+    ``("live", id, counters)`` and ``("done", id, outcome)``, after :data:`PREFIX`."""
     loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    loop.add_signal_handler(signal.SIGTERM, task.cancel)  # stop like the runner: finished items are saved
+    main = asyncio.current_task()
+    assert main is not None
+    loop.add_signal_handler(signal.SIGTERM, main.cancel)  # stop like the runner: finished items are saved
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the driver, which cancels its jobs here
+    reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    tasks: dict[int, asyncio.Task[None]] = {}
 
-    def report(counters: dict[str, Any]) -> None:
-        import json
+    async def one(job_id: int, job: WorkerJob) -> None:
+        try:
+            outcome = await run_partition(job, lambda counters: _send("live", job_id, counters))
+        except asyncio.CancelledError:
+            _send("cancelled", job_id, None)
+            raise
+        _send("done", job_id, outcome)
 
-        sys.stdout.write(LIVE_PREFIX + json.dumps(counters) + "\n")
-        sys.stdout.flush()
-
-    return await run_partition(job, report)
+    try:
+        while True:
+            line = await reader.readline()
+            if not line:
+                break
+            message = decode(line)
+            if message[0] == "run":
+                job_id = message[1]
+                task = tasks[job_id] = asyncio.create_task(one(job_id, message[2]))
+                task.add_done_callback(partial(_forget, tasks, job_id))
+            elif message[0] == "cancel" and message[1] in tasks:
+                tasks[message[1]].cancel()
+            elif message[0] == "exit":
+                break
+    finally:
+        for task in list(tasks.values()):
+            task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
 
 
 def main(argv: list[str]) -> int:
-    """The subprocess entry (``JOB RESULT``): run the pickled job, pickle the outcome."""
-    job_path, result_path = Path(argv[0]), Path(argv[1])
-    job: WorkerJob = pickle.loads(job_path.read_bytes())  # noqa: S301 - written by this run's driver
-    _die_with_parent(job.parent_pid)
+    """The subprocess entry (argv: the driver's pid): serve jobs until told to exit."""
+    _die_with_parent(int(argv[0]) if argv else None)
     try:
-        outcome = asyncio.run(_main(job))
+        asyncio.run(serve())
     except (KeyboardInterrupt, asyncio.CancelledError):
         return 130
-    atomic_write_bytes(result_path, pickle.dumps(outcome))
     return 0
-

@@ -29,11 +29,8 @@ The driver, per stage:
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import pickle
 import sys
-import uuid
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -44,12 +41,11 @@ from rich.console import Console
 import fabrika.pipeline.execute as execute
 from fabrika.errors import ConfigError, StageFailure
 from fabrika.pipeline.execute import TRANSIENT_BACKOFF_S, TRANSIENT_ROUNDS, StageServices, item_total, new_items, prepare_resume
-from fabrika.pipeline.llm_worker import LIVE_PREFIX, WorkerJob, WorkerOutcome
+from fabrika.pipeline.llm_worker import LINE_LIMIT, PREFIX, WorkerJob, WorkerOutcome, decode, encode
 from fabrika.pipeline.outcome import StageStats
 from fabrika.pipeline.partition import Partition, merge_stats, partition_of, worker_config
 from fabrika.pipeline.stage import Stage
 from fabrika.store.journal import partition_journal
-from fabrika.store.shards import atomic_write_bytes
 
 if TYPE_CHECKING:
     from fabrika.pipeline.config import PipelineConfig
@@ -58,6 +54,8 @@ console = Console(stderr=True)
 #: The subprocess's program: ``main`` imported by its module name, so the outcome it pickles names
 #: ``fabrika.pipeline.llm_worker`` classes (``python -m`` would make them ``__main__``'s).
 WORKER_ENTRY = "import sys; from fabrika.pipeline.llm_worker import main; sys.exit(main(sys.argv[1:]))"
+#: The run-wide resource (``PipelineRun.resources``) holding the run's launcher and its worker processes.
+LLM_LAUNCHER = "llm-workers:launcher"
 #: Seconds a worker gets to save what it finished after SIGTERM before it is killed.
 STOP_WAIT_S = 30.0
 
@@ -78,60 +76,118 @@ class LLMLauncher(Protocol):
         ...
 
 
-class SubprocessLauncher:
-    """Workers as local subprocesses running :func:`fabrika.pipeline.llm_worker.main` on ``JOB RESULT``.
+class _Process:
+    """One worker subprocess and the jobs it is running (by job number)."""
 
-    The job and the outcome travel as pickles in ``<run_dir>/.llm-workers/``; progress comes on the
-    child's stdout (:data:`~fabrika.pipeline.llm_worker.LIVE_PREFIX` lines); its stderr is the driver's.
-    A child dies with the driver (``PR_SET_PDEATHSIG``), and a cancelled driver stops its children
-    with SIGTERM, so they save their finished items, then SIGKILL after :data:`STOP_WAIT_S`.
+    def __init__(self, index: int, proc: asyncio.subprocess.Process) -> None:
+        self.index = index
+        self.proc = proc
+        self.jobs: dict[int, tuple[asyncio.Future[WorkerOutcome | Died], Callable[[dict[str, Any]], None]]] = {}
+        self.reader = asyncio.create_task(self._read(), name=f"llm worker {index} reader")
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.returncode is None and not self.reader.done()
+
+    def send(self, message: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(encode(message))
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        try:
+            while True:
+                line = await self.proc.stdout.readline()
+                if not line:
+                    break
+                if not line.startswith(PREFIX):
+                    continue  # stage code printing to stdout: not ours
+                kind, job_id, payload = decode(line[len(PREFIX):])
+                entry = self.jobs.get(job_id)
+                if entry is None:
+                    continue
+                if kind == "live":
+                    entry[1](payload)
+                elif kind in ("done", "cancelled"):
+                    self.jobs.pop(job_id, None)
+                    if not entry[0].done():
+                        entry[0].set_result(payload if kind == "done" else Died("was cancelled"))
+        finally:
+            rc = await self.proc.wait()
+            why = f"was killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
+            for fut, _ in self.jobs.values():
+                if not fut.done():
+                    fut.set_result(Died(why))
+            self.jobs.clear()
+
+
+class SubprocessLauncher:
+    """Workers as local subprocesses (:func:`fabrika.pipeline.llm_worker.main`), one per partition index,
+    started at the first split stage and kept for the run (a run-wide resource, closed at its end), so a
+    worker imports fabrika once, not once per stage. Jobs and outcomes travel as pickled lines on the
+    child's stdin and stdout; its stderr is the driver's. A child dies with the driver
+    (``PR_SET_PDEATHSIG``); a cancelled job is stopped like Ctrl-C (it saves what it finished), and a
+    worker that does not answer within :data:`STOP_WAIT_S` is killed. A dead worker is replaced by a
+    fresh process for the next job of its index.
     """
 
     name = "local subprocesses"
 
+    def __init__(self) -> None:
+        self.workers: dict[int, _Process] = {}
+        self._jobs = 0
+        self._lock = asyncio.Lock()
+
+    async def _worker(self, index: int) -> _Process:
+        async with self._lock:
+            worker = self.workers.get(index)
+            if worker is None or not worker.alive:
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-c", WORKER_ENTRY, str(os.getpid()), stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE, limit=LINE_LIMIT)
+                worker = self.workers[index] = _Process(index, proc)
+            return worker
+
     async def run(self, job: WorkerJob, on_live: Callable[[dict[str, Any]], None]) -> WorkerOutcome | Died:
-        where = Path(job.run_dir) / ".llm-workers"
-        where.mkdir(parents=True, exist_ok=True)
-        tag = f"{job.stage}-w{job.partition.index}-{uuid.uuid4().hex[:8]}"
-        job_file, result_file = where / f"{tag}.job", where / f"{tag}.result"
-        atomic_write_bytes(job_file, pickle.dumps(job))
+        worker = await self._worker(job.partition.index)
+        self._jobs += 1
+        job_id = self._jobs
+        fut: asyncio.Future[WorkerOutcome | Died] = asyncio.get_running_loop().create_future()
+        worker.jobs[job_id] = (fut, on_live)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", WORKER_ENTRY, str(job_file), str(result_file),
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE)
+            worker.send(("run", job_id, job))
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            worker.jobs.pop(job_id, None)
+            return Died(f"could not be reached ({type(exc).__name__})")
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:  # stop it like Ctrl-C, so it saves what it finished
+            if worker.alive:
+                try:
+                    worker.send(("cancel", job_id))
+                    await asyncio.wait_for(asyncio.shield(fut), STOP_WAIT_S)
+                except (TimeoutError, BrokenPipeError, ConnectionResetError):
+                    worker.proc.kill()
+            raise
+
+    async def aclose(self) -> None:
+        """End every worker process (run end)."""
+        for worker in self.workers.values():
+            if worker.alive:
+                try:
+                    worker.send(("exit",))
+                    assert worker.proc.stdin is not None
+                    worker.proc.stdin.close()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+        for worker in self.workers.values():
             try:
-                assert proc.stdout is not None
-                async for line in proc.stdout:
-                    text = line.decode("utf-8", errors="replace")
-                    if text.startswith(LIVE_PREFIX):
-                        try:
-                            on_live(json.loads(text[len(LIVE_PREFIX):]))
-                        except ValueError:
-                            pass
-                rc = await proc.wait()
-            except BaseException:  # cancelled: stop it like Ctrl-C, so it saves what it finished
-                await _stop(proc)
-                raise
-            if result_file.is_file():
-                outcome: WorkerOutcome = pickle.loads(result_file.read_bytes())  # noqa: S301 - our own child
-                return outcome
-            return Died(f"was killed by signal {-rc}" if rc < 0 else f"exited with code {rc} and no result")
-        finally:
-            job_file.unlink(missing_ok=True)
-            result_file.unlink(missing_ok=True)
-
-
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is not None:
-        return
-    try:
-        proc.terminate()
-        await asyncio.wait_for(asyncio.shield(proc.wait()), STOP_WAIT_S)
-    except (TimeoutError, asyncio.CancelledError):
-        proc.kill()
-        await proc.wait()
-    except ProcessLookupError:
-        pass
+                await asyncio.wait_for(worker.proc.wait(), STOP_WAIT_S)
+            except TimeoutError:
+                worker.proc.kill()
+                await worker.proc.wait()
+            await asyncio.gather(worker.reader, return_exceptions=True)
+        self.workers.clear()
 
 
 def uses_llm_workers(config: "PipelineConfig", stage: Stage) -> bool:
@@ -296,5 +352,5 @@ def _add(into: dict[str, Any], row: Mapping[str, Any]) -> None:
                 sub[k] = sub.get(k, 0) + v if isinstance(v, (int, float)) else v
 
 
-__all__ = ["Died", "LLMLauncher", "STOP_WAIT_S", "SubprocessLauncher", "merge_accounting", "run_llm_workers",
+__all__ = ["LLM_LAUNCHER", "Died", "LLMLauncher", "STOP_WAIT_S", "SubprocessLauncher", "merge_accounting", "run_llm_workers",
            "unfinished", "uses_llm_workers"]

@@ -59,7 +59,14 @@ from fabrika.pipeline.executors import executor_for
 from fabrika.pipeline.fingerprint import changed_fields, stage_fingerprints
 from fabrika.pipeline.lifecycle import backend_of, build_engine_for, close_resources, first_error, probe_llm
 from fabrika.pipeline.lineage import row_readers
-from fabrika.pipeline.llm_workers import LLMLauncher, SubprocessLauncher, merge_accounting, run_llm_workers, uses_llm_workers
+from fabrika.pipeline.llm_workers import (
+    LLM_LAUNCHER,
+    LLMLauncher,
+    SubprocessLauncher,
+    merge_accounting,
+    run_llm_workers,
+    uses_llm_workers,
+)
 from fabrika.pipeline.llm_wrap import StageLLM
 from fabrika.pipeline.outcome import StageStats, run_problems, run_warnings
 from fabrika.pipeline.overlap import ReadRecord, UpstreamTail, load_record, streaming_inputs, verify_read
@@ -172,8 +179,10 @@ class PipelineRun:
 
     def llm_launcher(self) -> LLMLauncher:
         """Where LLM workers run: the executor's launcher (Ray actors), else local subprocesses."""
-        make = getattr(self.executor, "llm_launcher", None)
-        launcher: LLMLauncher = make() if callable(make) else SubprocessLauncher()
+        launcher: LLMLauncher | None = self.resources.get(LLM_LAUNCHER)
+        if launcher is None:  # one per run: its worker processes serve every split stage, closed at the end
+            make = getattr(self.executor, "llm_launcher", None)
+            launcher = self.resources[LLM_LAUNCHER] = make() if callable(make) else SubprocessLauncher()
         return launcher
 
     @property
