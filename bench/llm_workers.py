@@ -1,14 +1,15 @@
 """Requests per second with 1 and 2 LLM workers (``llm_workers``) on the FC pipeline, same dataset.
 
 The fake OpenAI server runs in its own process (``bench/fc_scale.py --serve``: every FC role answered
-by the sim responders, a fixed latency). The FC pipeline of ``bench/fc_scale.py`` (fc.tools →
-fc.tools_dedup → fc.plans → fc.dialogues → fc.samples → fc.irrelevance → fc.answer_judge, cache off,
-so every run really asks) runs once per worker count through ``fabrika run --llm-workers N``, each
-into a fresh run directory. Printed per run: wall seconds, LLM requests, requests/s over the whole
-run and over the LLM stages' own seconds, the CPU seconds the run's processes used (driver and
-workers, from ``RUSAGE_CHILDREN``), and the dataset hash of ``bench/determinism.py``; then the
-speed-up and whether every hash is equal. The box's load average is printed before and after (the
-box is shared: a loaded box caps what a second process can add).
+by the sim responders, a fixed latency). The FC pipeline of ``bench/fc_scale.py`` without its
+``fc.tools_dedup`` (the fake server's tool sets of different topics are near-duplicates, so dedup would
+keep about 1 % of them and leave a few hundred requests): fc.tools → fc.plans → fc.dialogues →
+fc.samples → fc.irrelevance → fc.answer_judge, cache off, so every run really asks. It runs once
+per worker count through ``fabrika run --llm-workers N``, each into a fresh run directory. Printed
+per run: wall seconds, LLM requests, requests/s over the whole run and over the LLM stages' own
+seconds, the CPU seconds the run's processes used (driver and workers, from ``RUSAGE_CHILDREN``), and
+the dataset hash of ``bench/determinism.py``; then the speed-up and whether every hash is equal. The
+box's load average is printed before and after (the box is shared: a loaded box caps what a second process can add).
 
     .venv/bin/python bench/llm_workers.py [--training-turns 3000] [--workers 1 2] [--latency-ms 20]
         [--concurrency 256]
@@ -53,15 +54,14 @@ def write_config(workdir: Path, turns: int, port: int, concurrency: int, workers
                                     "keywords": [f"{noun.lower()}{i}"]}, ensure_ascii=False) + "\n")
     doc = {
         "name": "llm_workers_bench", "seed": 1, "run_dir": str(workdir / f"run-{workers}"),
-        "max_in_flight": concurrency, "llm_workers": workers,
+        "max_in_flight": concurrency,
         "plugins": ["fabrika.generators.fc.stages"],
         "llm": {"backend": "openai", "model": "fake", "max_in_flight": concurrency, "max_retries": 2,
                 "endpoints": [{"base_url": f"http://127.0.0.1:{port}/v1", "max_concurrency": concurrency}],
                 "cache": {"enabled": False}},
         "stages": [
             {"kind": "fc.tools", "topics_file": str(topics), "tools_per_topic": 3},
-            {"kind": "fc.tools_dedup", "input": "fc.tools"},
-            {"kind": "fc.plans", "input": "fc.tools_dedup", "plans_per_topic": PLANS_PER_TOPIC},
+            {"kind": "fc.plans", "input": "fc.tools", "plans_per_topic": PLANS_PER_TOPIC},
             {"kind": "fc.dialogues", "input": "fc.plans", "sim_error_rate": 0.1},
             {"kind": "fc.samples", "input": "fc.dialogues"},
             {"kind": "fc.irrelevance", "input": "fc.dialogues", "share": 0.3},
@@ -74,10 +74,11 @@ def write_config(workdir: Path, turns: int, port: int, concurrency: int, workers
     return path
 
 
-def one_run(config: Path, run_dir: Path) -> dict:
+def one_run(config: Path, run_dir: Path, workers: int) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "fabrika", "run", str(config), "--no-resume", "--no-progress"],  # noqa: S603
+    out = subprocess.run([sys.executable, "-m", "fabrika", "run", str(config), "--no-resume", "--no-progress",  # noqa: S603
+                          "--llm-workers", str(workers)],
                          capture_output=True, text=True, check=False, cwd=ROOT)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -117,7 +118,7 @@ def main() -> int:
               flush=True)
         for n in args.workers:
             config = write_config(workdir, args.training_turns, port, args.concurrency, n)
-            res = results[n] = one_run(config, workdir / f"run-{n}")
+            res = results[n] = one_run(config, workdir / f"run-{n}", n)
             print(f"llm_workers={n}: " + json.dumps(res), flush=True)
         print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     finally:

@@ -41,7 +41,7 @@ from typing import Any, Callable, Sequence
 
 from rich.console import Console
 
-from fabrika.errors import ConfigError, StoreError
+from fabrika.errors import ConfigError, InputError, StageFailure, StoreError
 from fabrika.llm.redact import redact
 from fabrika.pipeline.config import (
     PipelineConfig,
@@ -72,7 +72,7 @@ from fabrika.pipeline.outcome import StageStats, run_problems, run_warnings
 from fabrika.pipeline.overlap import ReadRecord, UpstreamTail, load_record, streaming_inputs, verify_read
 from fabrika.pipeline.progress import RunProgress
 from fabrika.pipeline.stage import STAGES, Stage, StageConfig
-from fabrika.pipeline.taxonomy import stage_failure
+from fabrika.pipeline.taxonomy import classify, stage_failure
 from fabrika.schemas.ids import stable_id
 from fabrika.store.lock import hold_run_dir
 from fabrika.store.manifest import RunManifest, base_manifest
@@ -305,7 +305,7 @@ class PipelineRun:
                     stats.seen = stats.skipped = int(before.get("seen", 0))  # done in an earlier invocation
                     skip_global(self.services, stage, stats)
                 else:
-                    await run_global(self.services, stage, stats)
+                    await self._run_global(stage, stats)
             elif split:
                 if name in self.streams:
                     await self.finished[self.streams[name]].wait()  # workers read finished tables only
@@ -326,6 +326,26 @@ class PipelineRun:
         if dups:
             console.print(f"[bold red]{name}: {dups} output id(s) written more than once — ids must be unique per stage "
                           "(derive them from the inputs that make the item distinct)")
+
+    async def _run_global(self, stage: Stage, stats: StageStats) -> None:
+        """``run_all`` from scratch; an infrastructure fault escaping it (a sandbox worker death, a
+        timeout, an outage the stage did not record) leaves the stage *pending* like any other: the
+        stage counts as not finished, stages not started yet are skipped (they would read a partial
+        table), the run exits 3 and the next run redoes it (:mod:`fabrika.pipeline.taxonomy`)."""
+        try:
+            await run_global(self.services, stage, stats)
+        except Exception as exc:
+            if isinstance(exc, (StageFailure, StoreError, ConfigError, InputError)):
+                raise
+            failure = classify(exc, stage)
+            if failure.kind != "transient":
+                raise
+            stats.transient += 1
+            stats.last_transient = failure.error
+            stats.pending = max(1, stats.seen)
+            stats.stopped_early = True
+            console.print(f"[bold yellow]{stage.name}:[/] an infrastructure fault stopped run_all ({failure.error}); "
+                          "the stage is left pending and redone by the next run")
 
     async def _run_items(self, stage: Stage, ctx: RunContext, stats: StageStats) -> None:
         """A per-item stage in this process; with overlap it follows its upstream as it grows."""
