@@ -44,3 +44,39 @@ def test_ray_actors_make_the_local_dataset_even_when_one_is_killed(ray_cluster: 
     assert ws.dataset_digest(on_ray.resolved_run_dir) == ws.dataset_digest(local.resolved_run_dir)
     pids = {pid for pid, _ in ws.calls(tmp_path / "ray.log")}
     assert os.getpid() not in pids and len(pids) == 3  # two actors, and the one that replaced the killed one
+
+
+def test_transient_faults_on_ray_workers_get_in_run_retry_rounds(ray_cluster: str, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """As locally: an item that met an infrastructure fault on a worker is re-sent after a backoff
+    (TRANSIENT_ROUNDS at most); it is neither a row nor, when a round succeeds, pending."""
+    waits: list[float] = []
+
+    async def clock(seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(execute, "transient_wait", clock)
+
+    def run(name: str, fails: int):  # noqa: ANN202
+        (tmp_path / name).mkdir()
+        doc = {"name": "f", "run_dir": str(tmp_path / name / "run"), "executor": "ray",
+               "ray": {"address": ray_cluster}, "llm": {"backend": "sim"},
+               "plugins": ["tests.pipeline.llm_worker_stages", "tests.ray.flaky_stage"],
+               "stages": [{"kind": "test.numbers", "n": 12},
+                          {"kind": "test.flaky_cpu", "input": "test.numbers", "flaky_on": [3, 7], "fails": fails,
+                           "marker_dir": str(tmp_path / name)}],
+               "dataset": {"stages": ["test.flaky_cpu"]}}
+        config, issues = validate_data(doc, "f.yaml", tmp_path)
+        assert config is not None, issues
+        return run_pipeline(config, resume=False, progress=False)
+
+    healed = run("healed", fails=1)
+    st = healed.stats["test.flaky_cpu"]
+    assert healed.complete, healed.problems
+    assert (st.processed, st.pending, st.transient) == (12, 0, 2) and waits == [execute.TRANSIENT_BACKOFF_S[0]]
+    waits.clear()
+    stuck = run("stuck", fails=99)
+    st = stuck.stats["test.flaky_cpu"]
+    assert not stuck.complete and st.pending == 2 and st.processed == 10
+    assert st.transient == 2 * (execute.TRANSIENT_ROUNDS + 1) and len(waits) == execute.TRANSIENT_ROUNDS
+    assert any("sandbox worker died" in p for p in stuck.problems)
