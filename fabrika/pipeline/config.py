@@ -368,8 +368,6 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
     if config is not None and config.executor == "ray" and (missing := ray_missing()):
         err("executor", missing)
     if config is not None:
-        from fabrika.pipeline.partition import llm_workers_problems
-
         for where, msg in llm_workers_problems(config):
             err(where, msg)
     if config is not None:
@@ -454,6 +452,23 @@ def configured_backend(config: PipelineConfig) -> str:
     return str(getattr(value, "name", value) or "unknown")
 
 
+def llm_workers_problems(config: PipelineConfig) -> list[tuple[str, str]]:
+    """``(field, message)`` for an ``llm_workers`` that cannot be honoured (``fabrika validate``)."""
+    n = config.llm_workers
+    if n <= 1:
+        return []
+    out = []
+    if config.llm.backend == "vllm":
+        out.append(("llm_workers", f"llm_workers={n} with llm.backend 'vllm' would load the model once per "
+                    "worker process; serve it (vllm serve) and use backend 'openai', or set llm_workers: 1"))
+    for i, ep in enumerate(config.llm.endpoints):
+        if ep.max_concurrency < n:
+            out.append((f"llm.endpoints[{i}].max_concurrency",
+                        f"{ep.max_concurrency} cannot be divided among llm_workers={n} processes without "
+                        f"passing it; raise it to at least {n} or lower llm_workers"))
+    return out
+
+
 #: Keys that do not change what a run produces; left out of :func:`config_hash`.
 HASH_EXCLUDED_TOP = ("run_dir", "max_in_flight", "max_parallel_stages", "overlap", "sandbox", "executor", "ray",
                      "llm_workers")
@@ -478,6 +493,7 @@ __all__ = [
     "stage_dependencies",
     "stage_layout",
     "inputs_of",
+    "llm_workers_problems",
     "load_config",
     "sandbox_problem",
     "uses_sandbox",

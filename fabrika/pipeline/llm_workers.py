@@ -296,7 +296,7 @@ async def run_llm_workers(services: StageServices, stage: Stage, stats: StageSta
                     if accounting is not None and out.accounting:
                         accounting.append(out.accounting)
                     continue
-                why = out.why if isinstance(out, Died) else f"met an infrastructure fault: {out.error[1]}"  # type: ignore[index]
+                why = out.why if isinstance(out, Died) else f"met an infrastructure fault: {(out.error or ('', ''))[1]}"
                 died.append(k)
                 deaths.append(f"worker {k}: {why}")
                 stats.transient += 1

@@ -63,23 +63,6 @@ def worker_config(config: "PipelineConfig", count: int) -> "PipelineConfig":
                                      "stages": stages})
 
 
-def llm_workers_problems(config: "PipelineConfig") -> list[tuple[str, str]]:
-    """``(field, message)`` for an ``llm_workers`` that cannot be honoured (``fabrika validate``)."""
-    n = config.llm_workers
-    if n <= 1:
-        return []
-    out = []
-    if config.llm.backend == "vllm":
-        out.append(("llm_workers", f"llm_workers={n} with llm.backend 'vllm' would load the model once per "
-                    "worker process; serve it (vllm serve) and use backend 'openai', or set llm_workers: 1"))
-    for i, ep in enumerate(config.llm.endpoints):
-        if ep.max_concurrency < n:
-            out.append((f"llm.endpoints[{i}].max_concurrency",
-                        f"{ep.max_concurrency} cannot be divided among llm_workers={n} processes without "
-                        f"passing it; raise it to at least {n} or lower llm_workers"))
-    return out
-
-
 #: StageStats counters that add up across workers.
 SUMMED = ("seen", "processed", "skipped", "cache_miss", "internal_errors", "transient", "rejected", "passed_over",
           "shards", "rows_written", "pending", "llm_failed", "ok_rows", "recovered")
@@ -116,5 +99,5 @@ def live_counters(stats: "StageStats") -> dict[str, Any]:
     return out
 
 
-__all__ = ["LIVE_FIELDS", "Partition", "live_counters", "llm_workers_problems", "merge_stats", "partition_of",
+__all__ = ["LIVE_FIELDS", "Partition", "live_counters", "merge_stats", "partition_of",
            "share", "worker_config"]
