@@ -126,12 +126,15 @@ def run(
                                              help="Seconds between plain progress lines when stdout is not a terminal.")] = 30.0,
     executor: Annotated[Optional[str], typer.Option("--executor", help="local | ray: where per-item CPU stages run "
                                                     "(overrides the config's executor; see docs/RAY.md).")] = None,
+    llm_workers: Annotated[Optional[int], typer.Option("--llm-workers", min=1, help="Processes per LLM-calling "
+                                                       "stage (overrides the config's llm_workers).")] = None,
 ) -> None:
     """Run a pipeline (validated first; nothing is written on a bad config) and materialise its dataset."""
     from fabrika.pipeline.config import validate_file
     from fabrika.pipeline.runner import run_pipeline
 
-    cfg, issues = validate_file(config, [*(set_ or []), *([f"executor={executor}"] if executor else [])])
+    cfg, issues = validate_file(config, [*(set_ or []), *([f"executor={executor}"] if executor else []),
+                                         *([f"llm_workers={llm_workers}"] if llm_workers else [])])
     errors = [str(i) for i in issues if i.level == "error"]
     if cfg is None:
         fail("\n".join(errors))

@@ -71,6 +71,12 @@ class PipelineConfig(BaseModel):
         "of a Ray cluster; needs pip install 'fabrika[ray]'; see docs/RAY.md). LLM calls stay in the driver.")
     ray: RaySettings = Field(default_factory=RaySettings, description="Ray cluster, workers and vLLM engine actors "
                              "(used when executor: ray).")
+    llm_workers: int = Field(
+        default=1, ge=1, description="Processes that run each per-item LLM-calling stage: its items are split by a "
+        "stable hash of their id over this many workers (local subprocesses, or Ray actors with executor: ray), "
+        "each with its own engine client and journal, and every concurrency limit (endpoints' max_concurrency, "
+        "llm.max_in_flight, max_in_flight) divided among them. The dataset is the same for any value "
+        "(docs/ARCHITECTURE.md).")
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _source: str = PrivateAttr(default="<config>")
@@ -362,6 +368,9 @@ def validate_data(data: Any, file: str, base_dir: Path) -> tuple[PipelineConfig 
     if config is not None and config.executor == "ray" and (missing := ray_missing()):
         err("executor", missing)
     if config is not None:
+        for where, msg in llm_workers_problems(config):
+            err(where, msg)
+    if config is not None:
         known = {s.stage_name for s in config.stages} | {s.kind for s in config.stages}
         for i, name in enumerate(config.ray.driver_stages):
             if name not in known:
@@ -443,8 +452,26 @@ def configured_backend(config: PipelineConfig) -> str:
     return str(getattr(value, "name", value) or "unknown")
 
 
+def llm_workers_problems(config: PipelineConfig) -> list[tuple[str, str]]:
+    """``(field, message)`` for an ``llm_workers`` that cannot be honoured (``fabrika validate``)."""
+    n = config.llm_workers
+    if n <= 1:
+        return []
+    out = []
+    if config.llm.backend == "vllm":
+        out.append(("llm_workers", f"llm_workers={n} with llm.backend 'vllm' would load the model once per "
+                    "worker process; serve it (vllm serve) and use backend 'openai', or set llm_workers: 1"))
+    for i, ep in enumerate(config.llm.endpoints):
+        if ep.max_concurrency < n:
+            out.append((f"llm.endpoints[{i}].max_concurrency",
+                        f"{ep.max_concurrency} cannot be divided among llm_workers={n} processes without "
+                        f"passing it; raise it to at least {n} or lower llm_workers"))
+    return out
+
+
 #: Keys that do not change what a run produces; left out of :func:`config_hash`.
-HASH_EXCLUDED_TOP = ("run_dir", "max_in_flight", "max_parallel_stages", "overlap", "sandbox", "executor", "ray")
+HASH_EXCLUDED_TOP = ("run_dir", "max_in_flight", "max_parallel_stages", "overlap", "sandbox", "executor", "ray",
+                     "llm_workers")
 HASH_EXCLUDED_STAGE = ("chunk_size", "max_in_flight")
 
 
@@ -466,6 +493,7 @@ __all__ = [
     "stage_dependencies",
     "stage_layout",
     "inputs_of",
+    "llm_workers_problems",
     "load_config",
     "sandbox_problem",
     "uses_sandbox",

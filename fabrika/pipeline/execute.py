@@ -47,10 +47,11 @@ from rich.console import Console
 from fabrika.pipeline.config import inputs_of
 from fabrika.pipeline.llm_wrap import ITEM_LAST_ANSWER, ITEM_STATE, ItemState
 from fabrika.pipeline.outcome import MIN_ITEMS_FOR_RATE, StageStats
+from fabrika.pipeline.partition import Partition
 from fabrika.pipeline.stage import Row, Stage, is_rejection, rejected
 from fabrika.pipeline.taxonomy import Failure, InputRow, classify, stop
 from fabrika.store.done_ids import DoneIds
-from fabrika.store.journal import StageJournal
+from fabrika.store.journal import JOURNAL, StageJournal
 
 if TYPE_CHECKING:
     from fabrika.pipeline.config import PipelineConfig
@@ -94,23 +95,29 @@ def finish_rows(out: Any, item_id: str | None, backend_name: str, backends: set[
 
 
 def new_items(stage: Stage, rows: Iterator[Any], done: Any, stats: StageStats,
-              on_skip: Callable[[], None]) -> Iterator[Any]:
+              on_skip: Callable[[], None], owns: Callable[[str], bool] | None = None) -> Iterator[Any]:
     """``(item_id, row)`` for each input item not yet written, up to the stage's ``max_items``.
 
     Counts ``seen`` and ``skipped`` in ``stats`` and adds each yielded id to ``done``, so
     a resumed stage never processes an id twice (contract 1); ``on_skip`` is called for
     each already written item (the progress line). :data:`STARVED` from ``rows`` is passed on.
+    ``owns``: only the items it accepts (an LLM worker's partition); ``max_items`` still counts
+    every input row, so the worker takes its share of the same first ``max_items`` items.
     """
     max_items = stage.config.max_items
-    while max_items is None or stats.seen < max_items:
+    read = 0
+    while max_items is None or read < max_items:
         row = next(rows, None)
         if row is None:
             return
         if row is STARVED:
             yield STARVED
             continue
-        stats.seen += 1
+        read += 1
         item_id = stage.item_id(row)
+        if owns is not None and not owns(item_id):
+            continue
+        stats.seen += 1
         if item_id in done:
             stats.skipped += 1
             on_skip()
@@ -205,6 +212,8 @@ class StageServices:
     fleet_down: Callable[[], bool] | None = None
     #: the wait before a transient round; None: :func:`transient_wait` (tests inject a clock here)
     sleep: Callable[[float], Awaitable[None]] | None = None
+    #: ``--cache-only``: engines built for this run's LLM workers answer from the cache only
+    cache_only: bool = False
 
 
 def item_total(stage: Stage, count_rows: Callable[[str], int] | None) -> int | None:
@@ -266,19 +275,11 @@ def fleet_outage(state: ItemState) -> bool:
     return state.pending is not None and state.pending.kind in ("timeout", "connection", "server", "unavailable")
 
 
-async def run_items(services: StageServices, stage: Stage, stats: StageStats,
-                    count_rows: Callable[[str], int] | None = None, rows: Iterator[Any] | None = None) -> None:
-    """Process every not-yet-written item of a per-item stage in this process (see module docs).
-
-    ``rows`` replaces ``stage.input_rows()`` (an upstream followed as it grows; it may yield
-    :data:`STARVED`); ``count_rows`` gives the progress total (``None``: unknown). Raises
-    :class:`~fabrika.errors.StageFailure` when an item hits a bug or a configuration problem.
-    """
-    cfg = stage.config
-    name = stage.name
+def prepare_resume(services: StageServices, stage: Stage, stats: StageStats) -> DoneIds:
+    """The ids already written, after whole items left in the stage's journals (its own and its LLM
+    workers') became a shard, and rows of an older fabrika that recorded exceptions were dropped."""
     store = services.store
-    progress = services.progress
-    limit = cfg.max_in_flight or services.pipeline.max_in_flight
+    name = stage.name
     done = store.done_ids(name) if services.resume else DoneIds()
     stats.recovered = store.recover_journal(name, done)
     if stats.recovered:
@@ -290,11 +291,34 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
         stats.reprocessed.append(f"{legacy} legacy internal_error row(s)")
         stats.recovered = 0
         done = DoneIds()
+    return done
+
+
+async def run_items(services: StageServices, stage: Stage, stats: StageStats,
+                    count_rows: Callable[[str], int] | None = None, rows: Iterator[Any] | None = None,
+                    partition: Partition | None = None) -> None:
+    """Process every not-yet-written item of a per-item stage in this process (see module docs).
+
+    ``rows`` replaces ``stage.input_rows()`` (an upstream followed as it grows; it may yield
+    :data:`STARVED`); ``count_rows`` gives the progress total (``None``: unknown). ``partition``:
+    this process is one of the stage's LLM workers (:mod:`fabrika.pipeline.llm_workers`): only the
+    items it owns, its own journal, and no journal recovery (the driver did that before starting
+    the workers). Raises :class:`~fabrika.errors.StageFailure` when an item hits a bug or a
+    configuration problem.
+    """
+    cfg = stage.config
+    name = stage.name
+    store = services.store
+    progress = services.progress
+    limit = cfg.max_in_flight or services.pipeline.max_in_flight
+    done = prepare_resume(services, stage, stats) if partition is None else store.done_ids(name)
     task = progress.add(name, item_total(stage, count_rows))
     feed = iter(stage.input_rows()) if rows is None else rows
-    items = new_items(stage, feed, done, stats, lambda: progress.advance(task, stats))
+    items = new_items(stage, feed, done, stats, lambda: progress.advance(task, stats),
+                      owns=None if partition is None else partition.owns)
     pending: list[list[Row]] = []  # finished items' rows, not yet in a shard (they are in the journal)
-    journal = StageJournal(store.stage_dir(name), DURABLE_SECONDS / 2)  # + the wait below: <= ~1 s
+    journal = StageJournal(store.stage_dir(name), DURABLE_SECONDS / 2,  # + the wait below: <= ~1 s
+                           JOURNAL if partition is None else partition.journal)
     last_flush = time.monotonic()
     in_flight: dict[asyncio.Task, tuple[str, Row]] = {}
     exhausted = False
@@ -446,5 +470,5 @@ def skip_global(services: StageServices, stage: Stage, stats: StageStats) -> Non
 
 __all__ = ["DURABLE_SECONDS", "FLUSH_SECONDS", "LEGACY_INTERNAL_ERROR", "STARVED", "TRANSIENT_BACKOFF_S",
            "TRANSIENT_QUEUE", "TRANSIENT_ROUNDS", "ItemResult", "StageServices", "drop_legacy_internal_errors",
-           "finish_rows", "fleet_outage", "item_total", "new_items", "process_item", "run_global", "run_items",
-           "skip_global", "transient_wait"]
+           "finish_rows", "fleet_outage", "item_total", "new_items", "prepare_resume", "process_item", "run_global",
+           "run_items", "skip_global", "transient_wait"]

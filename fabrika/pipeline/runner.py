@@ -37,11 +37,11 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rich.console import Console
 
-from fabrika.errors import ConfigError, StoreError
+from fabrika.errors import ConfigError, InputError, StageFailure, StoreError
 from fabrika.llm.redact import redact
 from fabrika.pipeline.config import (
     PipelineConfig,
@@ -59,12 +59,20 @@ from fabrika.pipeline.executors import executor_for
 from fabrika.pipeline.fingerprint import changed_fields, stage_fingerprints
 from fabrika.pipeline.lifecycle import backend_of, build_engine_for, close_resources, first_error, probe_llm
 from fabrika.pipeline.lineage import row_readers
+from fabrika.pipeline.llm_workers import (
+    LLM_LAUNCHER,
+    LLMLauncher,
+    SubprocessLauncher,
+    merge_accounting,
+    run_llm_workers,
+    uses_llm_workers,
+)
 from fabrika.pipeline.llm_wrap import StageLLM
 from fabrika.pipeline.outcome import StageStats, run_problems, run_warnings
 from fabrika.pipeline.overlap import ReadRecord, UpstreamTail, load_record, streaming_inputs, verify_read
 from fabrika.pipeline.progress import RunProgress
 from fabrika.pipeline.stage import STAGES, Stage, StageConfig
-from fabrika.pipeline.taxonomy import stage_failure
+from fabrika.pipeline.taxonomy import classify, stage_failure
 from fabrika.schemas.ids import stable_id
 from fabrika.store.lock import hold_run_dir
 from fabrika.store.manifest import RunManifest, base_manifest
@@ -122,7 +130,7 @@ class PipelineRun:
     """
 
     def __init__(self, config: PipelineConfig, engine: Any, resume: bool, progress: bool,
-                 until: Sequence[str] | None = None, log_every: float = 30.0) -> None:
+                 until: Sequence[str] | None = None, log_every: float = 30.0, cache_only: bool = False) -> None:
         self.config = config
         self.engine = engine
         self.resume = resume
@@ -142,7 +150,9 @@ class PipelineRun:
         self.resources: dict[str, Any] = {}
         self.stats: dict[str, StageStats] = {}
         snapshot = getattr(getattr(engine, "accounting", None), "snapshot", None)
-        accounting = snapshot if callable(snapshot) else None
+        #: accounting snapshots of the LLM worker processes' engines (``llm_workers``), added to the driver's
+        self.worker_accounting: list[dict[str, Any]] = []
+        accounting = self._accounting(snapshot) if callable(snapshot) else None
         self.progress = RunProgress(enabled=progress, log_every=log_every, expected_stages=len(self.stages),
                                     accounting=accounting)
         self.manifest = RunManifest(self.store, accounting)
@@ -157,7 +167,23 @@ class PipelineRun:
         fleet_down = getattr(engine, "fleet_down", None)
         self.services = StageServices(store=self.store, pipeline=config, resume=resume, progress=self.progress,
                                       backend_name=self.backend_name, max_failure_rate=self.max_failure_rate,
-                                      live=self.live, fleet_down=fleet_down if callable(fleet_down) else None)
+                                      live=self.live, fleet_down=fleet_down if callable(fleet_down) else None,
+                                      cache_only=cache_only)
+
+    def _accounting(self, snapshot: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+        def combined() -> dict[str, Any]:
+            if not self.worker_accounting:
+                return snapshot()
+            return merge_accounting([snapshot(), *self.worker_accounting])
+        return combined
+
+    def llm_launcher(self) -> LLMLauncher:
+        """Where LLM workers run: the executor's launcher (Ray actors), else local subprocesses."""
+        launcher: LLMLauncher | None = self.resources.get(LLM_LAUNCHER)
+        if launcher is None:  # one per run: its worker processes serve every split stage, closed at the end
+            make = getattr(self.executor, "llm_launcher", None)
+            launcher = self.resources[LLM_LAUNCHER] = make() if callable(make) else SubprocessLauncher()
+        return launcher
 
     @property
     def halted(self) -> str | None:
@@ -267,7 +293,8 @@ class PipelineRun:
             self.manifest.stage_settings(name, self.fingerprints[name][0], redact(self.fingerprints[name][1]))
         ready.set()  # from here on its shards are only appended: a streaming consumer may read them
         started = time.monotonic()
-        remote = self.executor.takes(stage)  # its items run on workers, which set the stage up themselves
+        split = uses_llm_workers(self.config, stage)  # in llm_workers processes, which set the stage up themselves
+        remote = split or self.executor.takes(stage)  # its items run on workers, which set the stage up themselves
         if not remote:
             await stage.setup()
         try:
@@ -278,7 +305,12 @@ class PipelineRun:
                     stats.seen = stats.skipped = int(before.get("seen", 0))  # done in an earlier invocation
                     skip_global(self.services, stage, stats)
                 else:
-                    await run_global(self.services, stage, stats)
+                    await self._run_global(stage, stats)
+            elif split:
+                if name in self.streams:
+                    await self.finished[self.streams[name]].wait()  # workers read finished tables only
+                await run_llm_workers(self.services, stage, stats, self.llm_launcher(), ctx.annotators,
+                                      ctx.count_rows, self.worker_accounting)
             elif remote:
                 if name in self.streams:
                     await self.finished[self.streams[name]].wait()  # workers read finished tables only
@@ -294,6 +326,26 @@ class PipelineRun:
         if dups:
             console.print(f"[bold red]{name}: {dups} output id(s) written more than once — ids must be unique per stage "
                           "(derive them from the inputs that make the item distinct)")
+
+    async def _run_global(self, stage: Stage, stats: StageStats) -> None:
+        """``run_all`` from scratch; an infrastructure fault escaping it (a sandbox worker death, a
+        timeout, an outage the stage did not record) leaves the stage *pending* like any other: the
+        stage counts as not finished, stages not started yet are skipped (they would read a partial
+        table), the run exits 3 and the next run redoes it (:mod:`fabrika.pipeline.taxonomy`)."""
+        try:
+            await run_global(self.services, stage, stats)
+        except Exception as exc:
+            if isinstance(exc, (StageFailure, StoreError, ConfigError, InputError)):
+                raise
+            failure = classify(exc, stage)
+            if failure.kind != "transient":
+                raise
+            stats.transient += 1
+            stats.last_transient = failure.error
+            stats.pending = max(1, stats.seen)
+            stats.stopped_early = True
+            console.print(f"[bold yellow]{stage.name}:[/] an infrastructure fault stopped run_all ({failure.error}); "
+                          "the stage is left pending and redone by the next run")
 
     async def _run_items(self, stage: Stage, ctx: RunContext, stats: StageStats) -> None:
         """A per-item stage in this process; with overlap it follows its upstream as it grows."""
@@ -382,17 +434,17 @@ async def arun_pipeline(
         if own_engine:
             engine = build_engine_for(config, run_dir, cache_only)
         return await _run_locked(config, run_dir, resume, progress, engine, own_engine, version, until,
-                                 allow_partial, log_every)
+                                 allow_partial, log_every, cache_only)
 
 
 async def _run_locked(config: PipelineConfig, run_dir: Path, resume: bool, progress: bool, engine: Any,
                       own_engine: bool, version: str | None, until: Sequence[str] | None,
-                      allow_partial: bool, log_every: float) -> RunResult:
+                      allow_partial: bool, log_every: float, cache_only: bool = False) -> RunResult:
     store = RunStore(run_dir)
     if not resume:
         store.reset()
     run_dir.mkdir(parents=True, exist_ok=True)
-    run = PipelineRun(config, engine, resume, progress, until, log_every)
+    run = PipelineRun(config, engine, resume, progress, until, log_every, cache_only)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None  # a coroutine awaited by asyncio.run always runs in a task

@@ -77,6 +77,12 @@ class RayExecutor:
 
         ctx.cpu_mapper = RayCpuMapper(pool, self.settings, ctx.report_map)
 
+    def llm_launcher(self) -> Any:
+        """LLM workers (``llm_workers > 1``) as Ray actors (:mod:`fabrika.ray.llm_workers`)."""
+        from fabrika.ray.llm_workers import RayLLMLauncher
+
+        return RayLLMLauncher(self.ray, self.settings)
+
     async def run_items(self, run: "StageServices", stage: Stage, stats: "StageStats") -> None:
         from fabrika.ray.items import run_items_on_ray
 

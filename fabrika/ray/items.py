@@ -36,15 +36,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, NoReturn, Sequence
 
+from rich.console import Console
+
+import fabrika.pipeline.execute as execute
 from fabrika.errors import ConfigError, StageFailure
 from fabrika.pipeline.config import stage_dependencies
 from fabrika.pipeline.context import RunContext
-from fabrika.pipeline.execute import drop_legacy_internal_errors, item_total, new_items, process_item
+from fabrika.pipeline.execute import (
+    TRANSIENT_BACKOFF_S,
+    TRANSIENT_QUEUE,
+    TRANSIENT_ROUNDS,
+    drop_legacy_internal_errors,
+    item_total,
+    new_items,
+    process_item,
+)
 from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig
 from fabrika.store.done_ids import DoneIds
 from fabrika.store.run import RunStore
 from fabrika.store.shards import atomic_write_bytes, next_seq, write_shard
 
+console = Console(stderr=True)
 OWNER_FILE = ".executor-owner"
 #: The run-wide resource (``ctx.resource``) holding the driver's :class:`WorkerPool`.
 POOL_RESOURCE = "ray:item-workers"
@@ -196,13 +208,14 @@ class ItemWorker:
             # temp file + fsync + rename, off the event loop: the other batch keeps feeding the sandbox meanwhile
             await asyncio.to_thread(write_shard, stage_dir, rows, seq=seq)
         items_out = []
-        for res in results:
+        for res in results:  # (id, ok rows or None: pending, rejected rows, cache miss, internal, transient fault)
             if res.rows is None:
                 items_out.append((res.item_id, None, 0, res.state.pending is not None
-                                  and res.state.pending.kind == "cache_miss", False))
+                                  and res.state.pending.kind == "cache_miss", False,
+                                  None if res.transient is None else res.transient.error))
             else:
                 ok = sum(r["status"] == "ok" for r in res.rows)
-                items_out.append((res.item_id, ok, len(res.rows) - ok, False, False))
+                items_out.append((res.item_id, ok, len(res.rows) - ok, False, False, None))
         return {"items": items_out, "rows": len(rows), "shard": bool(rows), "report": dict(hosted.ctx.reported),
                 "seconds": seconds,
                 "pid": os.getpid(), "node": os.uname().nodename, "restarted": self.restarted}
@@ -413,8 +426,13 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
                    annotators=dict(getattr(stage.ctx, "annotators", {}) or {}),
                    readable=readable_stages(run.pipeline, name))
     in_flight: dict[asyncio.Future, int] = {}
-    items = new_items(stage, iter(stage.input_rows()), done, stats, lambda: run.progress.advance(task, stats))
+    sent: dict[asyncio.Future, dict[str, tuple[str, Row]]] = {}  # each batch's items, for a transient round
+    items: Iterator[Any] = new_items(stage, iter(stage.input_rows()), done, stats,
+                                     lambda: run.progress.advance(task, stats))
     exhausted = False
+    #: items that met an infrastructure fault on a worker, re-sent in the next transient round (as locally)
+    again: list[tuple[str, Row]] = []
+    rounds = 0
     stats.report["executor"] = f"ray ({_worker_count(ray, settings)} worker(s))"
     pids: set[tuple[str, int]] = set()  # (node, pid) of every worker process that returned this stage's batches
     restarted: set[tuple[str, int]] = set()  # ... of those, restarted actors first seen during this stage
@@ -449,13 +467,26 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
                 pool.load[w] += 1
                 ref = pool.actors[w].process_batch.remote(job, seq, batch)
                 seq += 1
-                in_flight[asyncio.ensure_future(ref)] = w  # an ObjectRef is awaitable
+                fut = asyncio.ensure_future(ref)  # an ObjectRef is awaitable
+                in_flight[fut] = w
+                sent[fut] = {item[0]: item for item in batch}
             if not in_flight:
+                if again:  # a bounded transient round, as a local run does (fabrika.pipeline.execute)
+                    wait = TRANSIENT_BACKOFF_S[min(rounds, len(TRANSIENT_BACKOFF_S) - 1)]
+                    console.print(f"[yellow]{name}:[/] {len(again)} item(s) met an infrastructure fault on a "
+                                  f"worker ({stats.last_transient}); retrying them in {wait:g} s "
+                                  f"(round {rounds + 1} of {TRANSIENT_ROUNDS})")
+                    await (run.sleep or execute.transient_wait)(wait)
+                    rounds += 1
+                    items, again = iter(list(again)), []
+                    exhausted = False
+                    continue
                 break
             finished, _ = await asyncio.wait(list(in_flight), return_when=asyncio.FIRST_COMPLETED)
             assert pool is not None  # batches are in flight only once it is up
             for fut in finished:
                 pool.load[in_flight.pop(fut)] -= 1
+                batch_items = sent.pop(fut)
                 result = fut.result()  # a batch that failed past max_retries fails the stage (rows written stay)
                 if result.get("failure"):  # the same stop as a local run (fabrika.pipeline.taxonomy)
                     item_id, kind, error, fix = result["failure"]
@@ -473,7 +504,13 @@ async def run_items_on_ray(run: "StageServices", stage: Stage, stats: "StageStat
                 pool.processes.add(proc)
                 stats.shards += result["shard"]
                 stats.rows_written += result["rows"]
-                for _item_id, ok, rej, miss, internal in result["items"]:
+                for item_id, ok, rej, miss, internal, transient in result["items"]:
+                    if transient is not None:
+                        stats.transient += 1
+                        stats.last_transient = transient
+                        if rounds < TRANSIENT_ROUNDS and len(again) < TRANSIENT_QUEUE:
+                            again.append(batch_items[item_id])  # counted once it is final
+                            continue
                     if ok is None:
                         stats.pending += 1
                         stats.cache_miss += miss

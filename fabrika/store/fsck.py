@@ -119,9 +119,11 @@ def _layout(run_dir: Path, report: FsckReport) -> dict[str, Any]:
 
 
 def _check_journal(stage_dir: Path, report: FsckReport, quarantine: _Quarantine | None) -> None:
-    path = stage_dir / journal.JOURNAL
-    if not path.is_file():
-        return
+    for name in journal.journal_names(stage_dir):  # the stage's own and its LLM workers' journals
+        _check_journal_file(stage_dir / name, report, quarantine)
+
+
+def _check_journal_file(path: Path, report: FsckReport, quarantine: _Quarantine | None) -> None:
     report.journals += 1
     found = journal.scan(path)
     report.rows += found.rows

@@ -43,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -53,6 +54,8 @@ import fabrika.store.shards as shards
 from fabrika.errors import JournalCorruptError, StorageError
 
 JOURNAL = "journal.jsonl"
+#: The journal of LLM worker ``k`` of a stage split over processes (``llm_workers``): ``journal-w<k>.jsonl``.
+PARTITION_JOURNAL = "journal-w{index}.jsonl"
 MAGIC = b"fj2 "
 #: The one call that puts journal bytes on disk (tests inject a full disk here).
 _write = os.write
@@ -210,10 +213,23 @@ def scan(path: Path) -> JournalScan:
     return result
 
 
-def read_items(stage_dir: Path) -> JournalScan:
-    """The intact items of a stage's journal; a damaged record before the tail raises
+def partition_journal(index: int) -> str:
+    """The journal file name of LLM worker ``index`` (each worker process appends only to its own)."""
+    return PARTITION_JOURNAL.format(index=index)
+
+
+def journal_names(stage_dir: Path) -> list[str]:
+    """The journals a stage directory holds: the stage's own and those of its LLM workers, sorted."""
+    if not stage_dir.is_dir():
+        return []
+    return sorted(p.name for p in stage_dir.iterdir()
+                  if p.is_file() and (p.name == JOURNAL or re.fullmatch(r"journal-w\d+\.jsonl", p.name)))
+
+
+def read_items(stage_dir: Path, name: str = JOURNAL) -> JournalScan:
+    """The intact items of a stage's journal ``name``; a damaged record before the tail raises
     :class:`~fabrika.errors.JournalCorruptError` (loud: the data changed on disk)."""
-    result = scan(stage_dir / JOURNAL)
+    result = scan(stage_dir / name)
     result.raise_if_corrupt()
     return result
 
@@ -225,8 +241,9 @@ def read_rows(stage_dir: Path) -> list[dict[str, Any]]:
 
 def count_rows(stage_dir: Path) -> int:
     """Rows of the intact items a journal holds (for ``fabrika status`` on a live or killed run).
-    Damage is not raised here: ``status`` reports what is there, ``run`` and ``fsck`` judge it."""
-    return scan(stage_dir / JOURNAL).rows
+    Damage is not raised here: ``status`` reports what is there, ``run`` and ``fsck`` judge it.
+    The journals of LLM workers (:func:`partition_journal`) count too."""
+    return sum(scan(stage_dir / name).rows for name in journal_names(stage_dir))
 
 
 class StageJournal:
@@ -241,9 +258,9 @@ class StageJournal:
     raises the same error; :meth:`rewrite` starts it afresh).
     """
 
-    def __init__(self, stage_dir: Path, sync_s: float = 1.0) -> None:
+    def __init__(self, stage_dir: Path, sync_s: float = 1.0, name: str = JOURNAL) -> None:
         self.dir = stage_dir
-        self.path = stage_dir / JOURNAL
+        self.path = stage_dir / name
         self.sync_s = sync_s
         self._fd: int | None = None
         self._size = 0

@@ -242,14 +242,21 @@ class RunStore:
         shards.collect_checked(self.shards(stage), lambda: done.extend(ids()))
         return done
 
-    def recover_journal(self, stage: str, done: DoneIds) -> int:
-        """Whole items a crashed writer left in the stage's journal become a shard (see
+    def recover_journal(self, stage: str, done: DoneIds, names: Sequence[str] | None = None) -> int:
+        """Whole items a crashed writer left in the stage's journals become a shard (see
         :mod:`fabrika.store.journal`); their input ids join ``done``. A torn tail is dropped
         (those items are redone); a damaged record before it raises
         :class:`~fabrika.errors.JournalCorruptError` and leaves the journal as it is.
-        Returns how many rows were recovered."""
+        ``names``: the journal files to recover (default every journal of the stage: its own and
+        its LLM workers'). Returns how many rows were recovered."""
         d = self.stage_dir(stage)
-        found = journal.read_items(d)
+        total = 0
+        for name in journal.journal_names(d) if names is None else names:
+            total += self._recover_one(stage, d, name, done)
+        return total
+
+    def _recover_one(self, stage: str, d: Path, name: str, done: DoneIds) -> int:
+        found = journal.read_items(d, name)
         if found.torn:
             sys.stderr.write(f"{stage}: dropped {len(found.torn)} cut record(s) at the end of {found.path} "
                              "(a write stopped by a crash, kill or full disk); those items are redone\n")
@@ -265,7 +272,7 @@ class RunStore:
                 done.add(key)
         if rows:
             shards.write_shard(d, rows)
-        (d / journal.JOURNAL).unlink(missing_ok=True)
+        (d / name).unlink(missing_ok=True)
         return len(rows)
 
     def journal_rows(self, stage: str) -> int:
