@@ -328,7 +328,9 @@ def _with_stage_updates(config: PipelineConfig, updates: dict[str, dict[str, Any
     llm = config.llm
     if llm.cache.path is not None:  # the pilot must not read a real run's cache
         llm = llm.model_copy(update={"cache": llm.cache.model_copy(update={"path": run_dir / "cache.sqlite"})})
-    return config.model_copy(update={"stages": stages, "run_dir": run_dir, "llm": llm})
+    # One process: the pilot's sampling subclasses and per-item counters live in this process's registry and
+    # runner, which ``llm_workers`` subprocesses or Ray actors would not see.
+    return config.model_copy(update={"stages": stages, "run_dir": run_dir, "llm": llm, "llm_workers": 1})
 
 
 def _concurrency(config: PipelineConfig, cfg: StageConfig) -> tuple[int, int | None]:

@@ -128,3 +128,25 @@ def test_estimate_never_empties_a_directory_it_did_not_make(tmp_path: Path):
     res = CliRunner().invoke(app, ["estimate", str(DEMO), "--pilot", "0.2", "--work-dir", str(precious)])
     assert res.exit_code == 2 and "not an estimate's scratch directory" in res.output
     assert (precious / "manifest.json").read_text("utf-8") == "{}"
+
+
+
+def test_the_pilot_runs_in_one_process_whatever_llm_workers_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The pilot's sampling and per-item counters live in this process: every pipeline run of an estimate
+    of an ``llm_workers: 2`` config runs with one process (worker subprocesses would run unsampled stages)."""
+    import fabrika.pipeline.runner as runner
+
+    seen: list[int] = []
+    real = runner.arun_pipeline
+
+    async def spy(config, *args, **kwargs):
+        seen.append(config.llm_workers)
+        return await real(config, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "arun_pipeline", spy)
+    doc = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text("utf-8")) | {"run_dir": str(tmp_path / "r"),
+                                                                                   "llm_workers": 2}
+    cfg, issues = validate_data(doc, str(ROOT / "configs" / "smoke.yaml"), ROOT / "configs")
+    assert cfg is not None and cfg.llm_workers == 2, issues
+    run_estimate(cfg, Pilot.parse("50"), tmp_path / "pilot", "smoke")
+    assert seen and set(seen) == {1}
