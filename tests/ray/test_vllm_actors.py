@@ -122,10 +122,13 @@ def test_one_episode_s_turns_land_on_one_engine(ray_cluster, tmp_path):
 
 
 def test_bounded_load_sends_a_hot_key_s_overflow_to_the_other_engine(ray_cluster, tmp_path):
-    """40 slow requests of one routing key at once: its home engine holds no more than the bound
-    ``ceil((1 + epsilon) x mean)``, the rest spill to the other engine (n counted as n sequences)."""
+    """40 slow requests of one routing key at once: with the plain bound (no saturation floor, no home
+    wait) its home engine holds no more than ``ceil((1 + epsilon) x mean)``, the rest spill to the other
+    engine (n counted as n sequences). With the defaults the same key stays home while its engine is
+    below ``routing_saturation`` (the next test)."""
     eps = 0.25
-    engine = build_engine_for(_config(tmp_path, {"routing_epsilon": eps}, engines=2), tmp_path / "run",
+    engine = build_engine_for(_config(tmp_path, {"routing_epsilon": eps, "routing_saturation": 0.0,
+                                                 "routing_home_wait_s": 0.0}, engines=2), tmp_path / "run",
                               cache_only=False)
     total = 40
 
@@ -145,6 +148,27 @@ def test_bounded_load_sends_a_hot_key_s_overflow_to_the_other_engine(ray_cluster
     assert peaks[1] <= bound and peaks[0] >= total - bound  # the home engine is capped, the other took the rest
     assert sum(sum(s["ns"]) for s in stats) == total  # the n=8 request went out once, as 8 sequences
     assert engine.backend.policy.stats["spill"] > 0
+
+
+def test_a_hot_key_stays_home_while_its_engine_is_below_saturation(ray_cluster, tmp_path):
+    """The configured routing reaches engine actors: with the default saturation floor (0.5) a key
+    whose engine runs below half its slots keeps every request at home (moving gains nothing, loses
+    the prefix), where the plain bound above spills."""
+    engine = build_engine_for(_config(tmp_path, {}, engines=2), tmp_path / "run", cache_only=False)
+    slots = engine.backend.slots.endpoints[0].max_concurrency
+    total = min(24, slots // 2 - 1)  # below half its slots (24 would spill under the plain bound: 15 cap)
+
+    async def go():
+        try:
+            out = await engine.complete(_requests(total, "slow", routing_key="hot"))
+            return out, _stats(engine)
+        finally:
+            await engine.aclose()
+
+    out, stats = asyncio.run(go())
+    assert all(r.ok for r in out)
+    assert sorted(sum(s["ns"]) for s in stats) == [0, total]  # one engine took them all
+    assert engine.backend.policy.stats["spill"] == 0
 
 
 def test_n_samples_through_an_actor_equal_single_requests(ray_cluster, tmp_path):
