@@ -54,6 +54,18 @@ PLANS_PER_TOPIC = 10
 NOUNS = ["Доставка", "Бронирование", "Ремонт", "Аренда", "Запись", "Оплата", "Обучение", "Страхование"]
 
 
+def write_topics(path: Path, n: int) -> Path:
+    """``n`` synthetic Russian topics (the sim's topic expansion on the demo corpus stops near 60); kept if present."""
+    if not path.exists():
+        with path.open("w", encoding="utf-8") as f:
+            for i in range(n):
+                noun = NOUNS[i % len(NOUNS)]
+                f.write(json.dumps({"id": f"topic-{i}", "topic": f"{noun} номер {i}", "lang": "ru",
+                                    "description": f"{noun}: услуги и заказы, раздел {i}",
+                                    "keywords": [f"{noun.lower()}{i}"]}, ensure_ascii=False) + "\n")
+    return path
+
+
 def serve(latency_ms: float) -> None:
     """Child: the fake server, every FC tag answered by the sim responders."""
     from fabrika.generators.fc import sim_responders as sr
@@ -92,13 +104,7 @@ def child(turns: int, port: int, concurrency: int, workdir: Path) -> dict:
     from fabrika.store.run import RunStore
 
     n_topics = max(1, math.ceil(turns / (TRAINING_TURNS_PER_PLAN * PLANS_PER_TOPIC)))
-    topics = workdir / "topics.jsonl"
-    with topics.open("w", encoding="utf-8") as f:
-        for i in range(n_topics):
-            noun = NOUNS[i % len(NOUNS)]
-            f.write(json.dumps({"id": f"topic-{i}", "topic": f"{noun} номер {i}", "lang": "ru",
-                                "description": f"{noun}: услуги и заказы, раздел {i}",
-                                "keywords": [f"{noun.lower()}{i}"]}, ensure_ascii=False) + "\n")
+    topics = write_topics(workdir / "topics.jsonl", n_topics)
     doc = {
         "name": "fc_scale", "seed": 1, "run_dir": str(workdir / "run"), "max_in_flight": concurrency,
         "plugins": ["fabrika.generators.fc.stages"],

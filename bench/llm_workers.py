@@ -37,21 +37,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from determinism import dataset_hash  # noqa: E402
-from fc_scale import NOUNS, PLANS_PER_TOPIC, TRAINING_TURNS_PER_PLAN  # noqa: E402
+from fc_scale import PLANS_PER_TOPIC, TRAINING_TURNS_PER_PLAN, write_topics  # noqa: E402
 
 LLM_STAGES = ("fc.tools", "fc.plans", "fc.dialogues", "fc.irrelevance", "fc.answer_judge")
 
 
 def write_config(workdir: Path, turns: int, port: int, concurrency: int, workers: int) -> Path:
     n_topics = max(1, math.ceil(turns / (TRAINING_TURNS_PER_PLAN * PLANS_PER_TOPIC)))
-    topics = workdir / "topics.jsonl"
-    if not topics.exists():
-        with topics.open("w", encoding="utf-8") as f:
-            for i in range(n_topics):
-                noun = NOUNS[i % len(NOUNS)]
-                f.write(json.dumps({"id": f"topic-{i}", "topic": f"{noun} номер {i}", "lang": "ru",
-                                    "description": f"{noun}: услуги и заказы, раздел {i}",
-                                    "keywords": [f"{noun.lower()}{i}"]}, ensure_ascii=False) + "\n")
+    topics = write_topics(workdir / "topics.jsonl", n_topics)
     doc = {
         "name": "llm_workers_bench", "seed": 1, "run_dir": str(workdir / f"run-{workers}"),
         "max_in_flight": concurrency,

@@ -38,6 +38,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 CONFIG = ROOT / "configs" / "fc_ru_300k.yaml"
 FULL_TOPICS = 25_000
 
@@ -88,21 +89,12 @@ def serve(port: int, latency_ms: float) -> None:
     threading.Event().wait()
 
 
-NOUNS = ["Доставка", "Бронирование", "Ремонт", "Аренда", "Запись", "Оплата", "Обучение", "Страхование"]
-
-
 def topics_file(run_dir: Path, n: int) -> Path:
     """``n`` synthetic Russian topics (as bench/fc_scale.py writes them): the demo corpus gives the sim's
     topic expansion only ~60 topics, whatever ``target_size`` asks, so a scaled job needs its own pool."""
-    path = run_dir.parent / f"{run_dir.name}.topics.jsonl"
-    if not path.exists():
-        with path.open("w", encoding="utf-8") as f:
-            for i in range(n):
-                noun = NOUNS[i % len(NOUNS)]
-                f.write(json.dumps({"id": f"topic-{i}", "topic": f"{noun} номер {i}", "lang": "ru",
-                                    "description": f"{noun}: услуги и заказы, раздел {i}",
-                                    "keywords": [f"{noun.lower()}{i}"]}, ensure_ascii=False) + "\n")
-    return path
+    from fc_scale import write_topics
+
+    return write_topics(run_dir.parent / f"{run_dir.name}.topics.jsonl", n)
 
 
 def overrides(scale: float, port: int, run_dir: Path, concurrency: int, synthetic: bool = False) -> list[str]:
