@@ -362,7 +362,8 @@ class AffinityProbe:
 
 def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint: int, items: int, workdir: Path,
            epsilon: float = 0.25, overlap: tuple[str, object] | None = None,
-           sample_types: dict[str, float] | None = None, chunk_size: int = 256, home_wait: float = 0.0) -> str:
+           sample_types: dict[str, float] | None = None, chunk_size: int = 256, home_wait: float = 0.0,
+           saturation: float = 0.0) -> str:
     """The FC pipeline against ``urls``; returns a hash of the dataset's content (order-independent)."""
     from fabrika.pipeline.config import validate_data
     from fabrika.pipeline.runner import run_pipeline
@@ -380,6 +381,9 @@ def fc_run(urls: list[str], routing: str, topics: int, plans: int, per_endpoint:
         "plugins": ["fabrika.generators.fc.stages"],
         "llm": {"backend": "openai", "model": "fake", "max_in_flight": per_endpoint * len(urls), "max_retries": 2,
                 "routing": routing, "routing_epsilon": epsilon, "routing_home_wait_s": home_wait,
+                # the bench's own baseline is the plain bound (saturation 0: the figures before the
+                # routing_saturation default); --variant NAME:saturation=0.5 measures the config default
+                "routing_saturation": saturation,
                 "timeout_s": 600.0, "probe": False,
                 "endpoints": [{"base_url": u, "max_concurrency": per_endpoint} for u in urls],
                 "cache": {"enabled": False}},
@@ -496,7 +500,7 @@ def main() -> None:
                          "e.g. lookahead_shards:0:8")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
                     help="an extra affinity configuration (overlapping stages when the pipeline has them), "
-                         "e.g. wait:home_wait=0.25 or eps1:epsilon=1.0 (keys: epsilon, home_wait in wall "
+                         "e.g. wait:home_wait=0.25 or eps1:epsilon=1.0 (keys: epsilon, saturation, home_wait in wall "
                          "seconds); repeatable")
     ap.add_argument("--series", help="write per-second busy slots and requests in the servers here (JSON)")
     ap.add_argument("--turns", type=int, default=0,
@@ -535,11 +539,12 @@ def main() -> None:
     for spec in [] if args.skip_fc else args.variant:
         label, _, kvs = spec.partition(":")
         opts = {k: v for k, v in (p.split("=", 1) for p in kvs.split(",") if p)}
-        unknown = set(opts) - {"epsilon", "home_wait"}
+        unknown = set(opts) - {"epsilon", "home_wait", "saturation"}
         if unknown:
-            raise SystemExit(f"--variant {spec!r}: unknown keys {sorted(unknown)}; use epsilon, home_wait")
+            raise SystemExit(f"--variant {spec!r}: unknown keys {sorted(unknown)}; use epsilon, home_wait, saturation")
         name = f"FC affinity, {label}" + (f", overlap ({overlap[0]}={overlap[2]})" if overlap else "")
-        extra[name] = {"epsilon": float(opts.get("epsilon", args.epsilon)), "home_wait": float(opts.get("home_wait", 0.0))}
+        extra[name] = {"epsilon": float(opts.get("epsilon", args.epsilon)), "home_wait": float(opts.get("home_wait", 0.0)),
+                       "saturation": float(opts.get("saturation", 0.0))}
         runs.append((name, "affinity", (overlap[0], overlap[2]) if overlap else None))
     for name, routing, setting in runs:
         knobs = extra.get(name, {"epsilon": args.epsilon})
