@@ -66,6 +66,33 @@ def write_topics(path: Path, n: int) -> Path:
     return path
 
 
+def fc_bench_doc(workdir: Path, turns: int, port: int, concurrency: int, *, name: str, run_dir: Path,
+                 dedup: bool = True) -> dict:
+    """The FC pipeline config the client benches run against the fake server on ``port`` (cache off).
+    ``dedup=False`` leaves out ``fc.tools_dedup`` (plans read ``fc.tools`` either way)."""
+    n_topics = max(1, math.ceil(turns / (TRAINING_TURNS_PER_PLAN * PLANS_PER_TOPIC)))
+    topics = write_topics(workdir / "topics.jsonl", n_topics)
+    return {
+        "name": name, "seed": 1, "run_dir": str(run_dir), "max_in_flight": concurrency,
+        "plugins": ["fabrika.generators.fc.stages"],
+        "llm": {"backend": "openai", "model": "fake", "max_in_flight": concurrency, "max_retries": 2,
+                "endpoints": [{"base_url": f"http://127.0.0.1:{port}/v1", "max_concurrency": concurrency}],
+                "cache": {"enabled": False}},
+        "stages": [
+            {"kind": "fc.tools", "topics_file": str(topics), "tools_per_topic": 3},
+            *([{"kind": "fc.tools_dedup", "input": "fc.tools"}] if dedup else []),
+            # fc.plans reads fc.tools, not fc.tools_dedup: the sim catalogue has a few tools per domain,
+            # so dedup keeps a handful of tools for the whole bench and leaves most topics without plans
+            {"kind": "fc.plans", "input": "fc.tools", "plans_per_topic": PLANS_PER_TOPIC},
+            {"kind": "fc.dialogues", "input": "fc.plans", "sim_error_rate": 0.1},
+            {"kind": "fc.samples", "input": "fc.dialogues"},
+            {"kind": "fc.irrelevance", "input": "fc.dialogues", "share": 0.3},
+            {"kind": "fc.answer_judge", "input": "fc.samples"},
+        ],
+        "dataset": {"stages": ["fc.samples", "fc.irrelevance"]},
+    }
+
+
 def serve(latency_ms: float) -> None:
     """Child: the fake server, every FC tag answered by the sim responders."""
     from fabrika.generators.fc import sim_responders as sr
@@ -103,27 +130,7 @@ def child(turns: int, port: int, concurrency: int, workdir: Path) -> dict:
     from fabrika.pipeline.runner import run_pipeline
     from fabrika.store.run import RunStore
 
-    n_topics = max(1, math.ceil(turns / (TRAINING_TURNS_PER_PLAN * PLANS_PER_TOPIC)))
-    topics = write_topics(workdir / "topics.jsonl", n_topics)
-    doc = {
-        "name": "fc_scale", "seed": 1, "run_dir": str(workdir / "run"), "max_in_flight": concurrency,
-        "plugins": ["fabrika.generators.fc.stages"],
-        "llm": {"backend": "openai", "model": "fake", "max_in_flight": concurrency, "max_retries": 2,
-                "endpoints": [{"base_url": f"http://127.0.0.1:{port}/v1", "max_concurrency": concurrency}],
-                "cache": {"enabled": False}},
-        "stages": [
-            {"kind": "fc.tools", "topics_file": str(topics), "tools_per_topic": 3},
-            {"kind": "fc.tools_dedup", "input": "fc.tools"},
-            # fc.plans reads fc.tools, not fc.tools_dedup: the sim catalogue has a few tools per domain,
-            # so dedup keeps a handful of tools for the whole bench and leaves most topics without plans
-            {"kind": "fc.plans", "input": "fc.tools", "plans_per_topic": PLANS_PER_TOPIC},
-            {"kind": "fc.dialogues", "input": "fc.plans", "sim_error_rate": 0.1},
-            {"kind": "fc.samples", "input": "fc.dialogues"},
-            {"kind": "fc.irrelevance", "input": "fc.dialogues", "share": 0.3},
-            {"kind": "fc.answer_judge", "input": "fc.samples"},
-        ],
-        "dataset": {"stages": ["fc.samples", "fc.irrelevance"]},
-    }
+    doc = fc_bench_doc(workdir, turns, port, concurrency, name="fc_scale", run_dir=workdir / "run")
     # Run the stage list growing one stage at a time (resume skips finished stages), so the
     # monotone peak RSS after each run tells which stage raised it.
     stats: dict = {}
@@ -160,6 +167,7 @@ def child(turns: int, port: int, concurrency: int, workdir: Path) -> dict:
     from determinism import dataset_hash
 
     digest, dataset_rows = dataset_hash(workdir / "run")
+    n_topics = len((workdir / "topics.jsonl").read_text(encoding="utf-8").splitlines())
     return {
         "target_training_turns": turns, "topics": n_topics, "episodes": dialogues.height, "episodes_ok": ok.height,
         "messages": n_messages, "training_turns": training, "samples": samples, "irrelevance": derived,

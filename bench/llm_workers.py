@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import subprocess
@@ -37,31 +36,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from determinism import dataset_hash  # noqa: E402
-from fc_scale import PLANS_PER_TOPIC, TRAINING_TURNS_PER_PLAN, write_topics  # noqa: E402
+from fc_scale import fc_bench_doc  # noqa: E402
 
 LLM_STAGES = ("fc.tools", "fc.plans", "fc.dialogues", "fc.irrelevance", "fc.answer_judge")
 
 
 def write_config(workdir: Path, turns: int, port: int, concurrency: int, workers: int) -> Path:
-    n_topics = max(1, math.ceil(turns / (TRAINING_TURNS_PER_PLAN * PLANS_PER_TOPIC)))
-    topics = write_topics(workdir / "topics.jsonl", n_topics)
-    doc = {
-        "name": "llm_workers_bench", "seed": 1, "run_dir": str(workdir / f"run-{workers}"),
-        "max_in_flight": concurrency,
-        "plugins": ["fabrika.generators.fc.stages"],
-        "llm": {"backend": "openai", "model": "fake", "max_in_flight": concurrency, "max_retries": 2,
-                "endpoints": [{"base_url": f"http://127.0.0.1:{port}/v1", "max_concurrency": concurrency}],
-                "cache": {"enabled": False}},
-        "stages": [
-            {"kind": "fc.tools", "topics_file": str(topics), "tools_per_topic": 3},
-            {"kind": "fc.plans", "input": "fc.tools", "plans_per_topic": PLANS_PER_TOPIC},
-            {"kind": "fc.dialogues", "input": "fc.plans", "sim_error_rate": 0.1},
-            {"kind": "fc.samples", "input": "fc.dialogues"},
-            {"kind": "fc.irrelevance", "input": "fc.dialogues", "share": 0.3},
-            {"kind": "fc.answer_judge", "input": "fc.samples"},
-        ],
-        "dataset": {"stages": ["fc.samples", "fc.irrelevance"]},
-    }
+    doc = fc_bench_doc(workdir, turns, port, concurrency, name="llm_workers_bench",
+                       run_dir=workdir / f"run-{workers}", dedup=False)
     path = workdir / f"bench-{workers}.yaml"
     path.write_text(yaml.safe_dump(doc, allow_unicode=True, sort_keys=False), encoding="utf-8")
     return path
