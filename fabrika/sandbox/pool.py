@@ -58,6 +58,7 @@ from fabrika.errors import SandboxError, SandboxInfrastructureError
 from fabrika.sandbox.config import ERROR_KINDS, FALSE, TRUE, SandboxConfig, Verdict
 from fabrika.sandbox.isolation import WORKER_ENV, resolve_isolation, worker_command, worker_config
 from fabrika.sandbox.precheck import is_syntax_error, precheck
+from fabrika.sandbox.reuse import ignores_response
 from fabrika.sandbox.verdict_text import clean_message
 
 log = logging.getLogger(__name__)
@@ -343,6 +344,11 @@ class SandboxPool:
         self._by_code: dict[str, collections.deque[_Unit]] = {}
         self._queue_lock = threading.Lock()
         self._batches_run = 0
+        # the first verdict of a call of code that never reads its response (``reuse.ignores_response``):
+        # the same for every call, so a fatal one is learnt once per pool (see ``_known_verdicts``)
+        self._first: dict[str, Verdict] = {}
+        self._first_pending: dict[str, Future[list[Verdict]]] = {}
+        self._first_lock = threading.Lock()
         self._closed = False
         self._lock = threading.Lock()
         self._self_test()
@@ -439,14 +445,49 @@ class SandboxPool:
 
     # -- internals ------------------------------------------------------------------
 
-    def _early_verdicts(self, code: str, responses: Sequence[Any]) -> list[Verdict] | None:
+    def _early_verdicts(self, code: str, responses: Sequence[Any], probed: bool = False) -> list[Verdict] | None:
         if self._closed:
             raise SandboxError("SandboxPool is closed; create a new one")
         if not responses:
             return []
         verdict = _static_verdict(code, self.config.precheck) if isinstance(code, str) else \
             Verdict.error("precheck", f"code must be a str, got {type(code).__name__}")
+        if verdict is None:
+            verdict = self._known_verdict(code, probed)
         return None if verdict is None else [verdict] * len(responses)
+
+    def _reusable(self, code: str) -> bool:
+        """The first verdict of any call of ``code`` is the same (``reuse.ignores_response``; sound only
+        with the pre-check and guarded builtins on)."""
+        return self.config.precheck and ignores_response(code)
+
+    def _known_verdict(self, code: str, probed: bool) -> Verdict | None:
+        """The verdict of every response of a call of ``code``, when it is already known without running it.
+
+        Only for code whose first verdict does not depend on the response (:meth:`_reusable`), once a call
+        of it has given that verdict: a probed call is answered by a fatal first verdict (as
+        :meth:`run_probed` does after its probe); a plain call by a timeout, because after a timeout the
+        zygote runs the next response in a fresh child, module body first, so every response of the call
+        is again a first verdict. The same verdicts as running the call, in no isolated batch at all."""
+        if not self._reusable(code):
+            return None
+        known = self._first.get(code)
+        if known is None:
+            return None
+        if known.status == "timeout" or (probed and _is_fatal(known)):
+            return known
+        return None
+
+    def _learn_first(self, units: list[_Unit], verdicts: list[Verdict]) -> None:
+        """Remember the first verdict of each call of reusable code in a finished batch (each call's
+        segment started with a fresh module, so its first verdict is the code's first verdict)."""
+        pos = 0
+        for unit in units:
+            if unit.responses and self._reusable(unit.code) and unit.code not in self._first:
+                with self._first_lock:
+                    if len(self._first) < 4096:
+                        self._first.setdefault(unit.code, verdicts[pos])
+            pos += len(unit.responses)
 
     def _batches(self, responses: Sequence[Any]) -> list[list[Any]]:
         size = self.config.batch_size
@@ -466,15 +507,44 @@ class SandboxPool:
         return unit.future
 
     def _submit_probed(self, code: str, responses: Sequence[Any]) -> Future[list[Verdict]]:
-        early = self._early_verdicts(code, responses)
+        early = self._early_verdicts(code, responses, probed=True)
         if early is not None:
             done: Future[list[Verdict]] = Future()
             done.set_result(early)
             return done
         items = list(responses)
+        if not self._reusable(code):
+            return self._submit_probed_items(code, items)
+        # code whose first verdict is the same for every call: while one probed call of it runs, the
+        # others wait for its verdict (a fatal one answers them too) instead of each costing a timeout
+        with self._first_lock:
+            pending = self._first_pending.get(code)
+            if pending is None:
+                mine = self._submit_probed_items(code, items)
+                self._first_pending[code] = mine
+                mine.add_done_callback(lambda _: self._first_pending.pop(code, None))
+                return mine
+        done = Future()
+
+        def after(_: Future[list[Verdict]]) -> None:
+            try:
+                early = self._early_verdicts(code, items, probed=True)
+                if early is not None:
+                    done.set_result(early)
+                    return
+                inner = self._submit_probed_items(code, items)
+            except BaseException as exc:  # noqa: BLE001 - the caller gets it (a closed pool)
+                done.set_exception(exc)
+                return
+            _gather_into(done, [inner])
+
+        pending.add_done_callback(after)
+        return done
+
+    def _submit_probed_items(self, code: str, items: list[Any]) -> Future[list[Verdict]]:
         if len(items) <= self.config.batch_size:
             return self._submit(code, items, probe=True)
-        done = Future()  # rare: more than one batch; the probe first, then (when not fatal) the rest
+        done: Future[list[Verdict]] = Future()  # rare: more than one batch; the probe first, then (when not fatal) the rest
         first = self._submit(code, items[:1])
 
         def rest(future: Future[list[Verdict]]) -> None:
@@ -538,6 +608,7 @@ class SandboxPool:
                     unit.future.set_exception(exc)
                 return
             self._batches_run += 1
+            self._learn_first(units, verdicts)
             pos = 0
             for unit in units:
                 unit.future.set_result(verdicts[pos:pos + len(unit.responses)])
