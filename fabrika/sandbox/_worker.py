@@ -287,6 +287,11 @@ def _ipc_limit_writes(max_bytes: int) -> tuple[tuple[str, bytes], ...]:
 
 
 _IPC_LIMITS = _ipc_limit_writes(SCRATCH["bytes"]) if NAMESPACES else ()
+#: bwrap's /dev is one tmpfs per zygote: as root a child (its own uid) cannot write its /dev/shm, but as a
+#: non-root user the children own it, so a POSIX shm file one verifier made was seen by the next
+#: (tests/sandbox/test_non_root.py). Each child mounts an empty read-only tmpfs there (it has no
+#: capability left to remount it).
+_SHM_DIR = b"/dev/shm" if NAMESPACES and os.path.isdir("/dev/shm") else None
 _SCRATCH_OPTS = (f"size={SCRATCH['bytes']},nr_inodes={SCRATCH['inodes']},mode=1777" if NAMESPACES else "")
 
 
@@ -300,6 +305,9 @@ def _private_namespaces(uid: int | None) -> None:
     owner = uid if uid is not None else os.getuid()
     opts = f"{_SCRATCH_OPTS},uid={owner},gid={owner}".encode()
     libc.check(libc.mount(b"tmpfs", SCRATCH["path"].encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mount scratch")
+    if _SHM_DIR is not None:  # an empty, read-only /dev/shm of this child's own (see _SHM_DIR)
+        libc.check(libc.mount(b"tmpfs", _SHM_DIR, b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                              b"size=4k,nr_inodes=2,mode=0755"), "mount /dev/shm")
     for stash, target in SCRATCH.get("rebind", ()):  # an interpreter under /tmp: back, read-only
         os.makedirs(target, mode=0o755, exist_ok=True)
         libc.check(libc.mount(stash.encode(), target.encode(), None, MS_BIND | MS_REC, None), f"bind {target}")
@@ -653,6 +661,8 @@ class _Child:
         uid = self.uid = _child_uid()
         pid = os.fork()
         if pid == 0:  # child: keep 0-2 (/dev/null), its request pipe's read end and its reply pipe's write end
+            for view in _INPUT:  # forked during a batch (the next spare): its copy of that batch's input goes
+                view[:] = bytes(len(view))
             low, high = sorted((go_r, wfd))
             os.closerange(3, low)
             os.closerange(low + 1, high)
@@ -904,6 +914,13 @@ def _run_batch(body: memoryview, n: int, spare: "_Child | None", emit, segments:
             child = _Child()
             mark = _ready(child)
             child.go(body, i)
+        if _NEXT[0] is None:
+            # the next batch's spare, forked while this child runs the verifier: the fork is off the
+            # critical path (the zygote would otherwise fork it after the end marker)
+            try:
+                _NEXT[0] = _Child()
+            except OSError:
+                pass
         started = False
         try:
             while i < n:
@@ -954,6 +971,12 @@ def _run_batch(body: memoryview, n: int, spare: "_Child | None", emit, segments:
             child.out.wipe()
             _DYING.append(child)
 
+
+#: The spare forked during a batch for the next one, and the current batch's request body: a child
+#: forked during the batch zeroes its copy of that body before anything else (nothing of an earlier
+#: batch's inputs is in a verifier's memory).
+_NEXT: list["_Child | None"] = [None]
+_INPUT: list[memoryview] = []
 
 #: Children killed at the end of a batch, reaped without waiting: their teardown (a namespace, a
 #: tmpfs full of files) runs in the kernel on the dead child's account, on no verifier's clock.
@@ -1055,20 +1078,24 @@ def main() -> None:
         probes = frozenset(int(k) for k in request.get("probes") or ())
         if sum(segments) != n or min(segments) < 1:
             segments = [n]
+        _INPUT[:] = [body]
         try:
             _run_batch(body, n, spare, emit, segments, probes)
         except _Infrastructure as exc:
             emit([[b"I" + json.dumps({"m": str(exc)[:MSG_MAX]}).encode()]])
         body[:] = bytes(size)  # no later spare is forked with this batch's inputs in its memory
+        _INPUT.clear()
         del body
         _write(nonce + b"D\n")
         # rlimits under uids of their own: the batch's children are reaped (and what they left in the
         # host's IPC tables and shared directories removed) before the next verifier can start
         _reap_dying(block=CLEAN_AFTER_BATCH)
-        try:
-            spare = _Child()  # sets itself up while the parent reads the verdicts
-        except OSError:
-            spare = None
+        spare, _NEXT[0] = _NEXT[0], None
+        if spare is None:
+            try:
+                spare = _Child()  # sets itself up while the parent reads the verdicts
+            except OSError:
+                spare = None
 
 
 if __name__ == "__main__":

@@ -15,8 +15,10 @@ Existing corpora (test_sandbox_hostile, test_contamination) are not repeated her
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -61,6 +63,8 @@ def _run_dir() -> Path:
 
 
 RUN = _run_dir()
+# removed at exit too: a process that imports the corpus without running it (test_non_root, its child)
+atexit.register(shutil.rmtree, RUN, True)
 #: The fork storm's ``sleep`` argument, unique to this test process: other test runs on a shared host
 #: spawn the same attack, and their sleepers are not ours to count (or kill).
 SLEEP_ARG = f"30.{os.getpid()}"
@@ -160,6 +164,9 @@ GAPS_NON_ROOT: dict[tuple[str, str], str] = {
     ("sysv_shared_memory", "rlimits"): NON_ROOT + "the host's IPC tables (no IPC namespace)",
     ("posix_shared_memory", "rlimits"): NON_ROOT + "the host's /dev/shm",
     ("earlier_batch_inputs", "rlimits"): NON_ROOT + "the host's /tmp",
+    # found by test_non_root.py: the verifier runs under the pipeline's own uid, so it may signal it
+    ("signal_the_pipeline", "rlimits"): "rlimits as a non-root user: children keep the invoking uid and can "
+                                        "signal the pipeline's processes",
 }
 GAPS = {**GAPS_ANY_USER, **({} if os.getuid() == 0 else GAPS_NON_ROOT)}
 
@@ -238,38 +245,57 @@ def test_the_lint_form_is_refused(name, cls, lint, raw, allowed):
     assert precheck(lint), (cls, name)
 
 
+def containment_problems(pool, name: str, raw: str, allowed: set[str], urg: list[int]) -> list[str]:
+    """What the raw form of attack ``name`` got past ``pool`` (empty: contained). ``urg``: the SIGURGs
+    this process received (a handler appends to it). Used by the test below and, as a non-root user,
+    by ``_non_root_child.py``."""
+    problems: list[str] = []
+
+    def check(ok: bool, what: str) -> None:
+        if not ok:
+            problems.append(what)
+
+    urg.clear()
+    _cleanup()
+    try:
+        before = set(os.listdir(tempfile.gettempdir()))
+        verdicts = pool.run_sync(raw, ["секрет", "{}"])
+        got = {status(v) for v in verdicts}
+        stored = _first_error(list(verdicts)) or ""
+        # what the consistency rows would store carries no host data, whatever the raw message says
+        for leak in ("root:x:0", "sk-w3secret", "/etc/passwd", str(RUN), "OPENAI"):
+            check(leak not in stored, f"the stored message carries {leak!r}: {stored!r}")
+        if name in LEAK_PROBES:
+            check(pool.run_sync(LEAK_PROBES[name], ["x"])[0].status != "true", "a later verifier saw it")
+        try:
+            assert_honest_unchanged(pool)
+        except AssertionError as exc:
+            problems.append(f"an honest verifier's verdicts changed: {exc}")
+        check(not PLANTED.exists(), "a file was planted in the host's /tmp")
+        check(not FLOOD.exists(), "the inode flood reached the host's /tmp")
+        check(not POSIX_SHM.exists(), "a POSIX shared-memory segment reached the host")
+        check(not SEEN.exists(), "a batch's input was left in the host's /tmp")
+        check(not _stray_sleepers(), "spawned processes outlived the verifier")
+        check(not urg, "the verifier signalled the pipeline process")
+        new = {n for n in set(os.listdir(tempfile.gettempdir())) - before if _sandbox_made(n)}
+        check(not new, f"new entries in the host's /tmp: {sorted(new)[:5]}")
+        check(got <= allowed, f"verdicts {[(status(v), v.message) for v in verdicts]}")
+        if name == "pymorphy3_json_read_cache":
+            check("true" not in got, "the run's cache.sqlite was read")
+    finally:
+        for proc in _stray_sleepers():
+            proc.kill()
+        _cleanup()
+    return problems
+
+
 @pytest.mark.parametrize(("name", "cls", "lint", "raw", "allowed"), ATTACKS, ids=[a[0] for a in ATTACKS])
 def test_the_raw_form_is_contained(raw_pool, urg_count, request, name, cls, lint, raw, allowed):
     mode = raw_pool.isolation
     if (name, mode) in GAPS:
         request.applymarker(pytest.mark.xfail(strict=False, reason=f"{mode}: {GAPS[name, mode]}"))
-    _cleanup()
-    try:
-        before = set(os.listdir(tempfile.gettempdir()))
-        verdicts = raw_pool.run_sync(raw, ["секрет", "{}"])
-        got = {status(v) for v in verdicts}
-        stored = _first_error(list(verdicts)) or ""
-        # what the consistency rows would store carries no host data, whatever the raw message says
-        for leak in ("root:x:0", "sk-w3secret", "/etc/passwd", str(RUN), "OPENAI"):
-            assert leak not in stored, (leak, stored)
-        if name in LEAK_PROBES:
-            assert raw_pool.run_sync(LEAK_PROBES[name], ["x"])[0].status != "true", "a later verifier saw it"
-        assert_honest_unchanged(raw_pool)
-        assert not PLANTED.exists(), "a file was planted in the host's /tmp"
-        assert not FLOOD.exists(), "the inode flood reached the host's /tmp"
-        assert not POSIX_SHM.exists(), "a POSIX shared-memory segment reached the host"
-        assert not SEEN.exists(), "a batch's input was left in the host's /tmp"
-        assert not _stray_sleepers(), "spawned processes outlived the verifier"
-        assert not urg_count, "the verifier signalled the pipeline process"
-        new = {n for n in set(os.listdir(tempfile.gettempdir())) - before if _sandbox_made(n)}
-        assert not new, f"new entries in the host's /tmp: {sorted(new)[:5]}"
-        assert got <= allowed, (name, [(status(v), v.message) for v in verdicts])
-        if name == "pymorphy3_json_read_cache":
-            assert "true" not in got, "the run's cache.sqlite was read"
-    finally:
-        for proc in _stray_sleepers():
-            proc.kill()
-        _cleanup()
+    problems = containment_problems(raw_pool, name, raw, allowed, urg_count)
+    assert not problems, (name, cls, problems)
 
 
 @pytest.mark.parametrize("mode", ["bwrap", "rlimits"])
