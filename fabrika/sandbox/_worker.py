@@ -24,7 +24,9 @@ Protocol (why so small: millions of calls, the parent parses every reply):
   segment's fatal verdict also answers the next segment. The zygote decodes only the header; the body it reads into a
   buffer of its own, hands to the child and zeroes, and the child's reply lines it checks
   and relays from another such buffer, never as Python objects: nothing of an earlier
-  batch's code, responses or messages is left in the heap the next spare is forked from;
+  batch's code, responses or messages is left in the heap the next spare is forked from (the
+  next spare is forked while the current child runs, so its first act is to zero its copy of
+  the body);
 * zygote -> parent, on ``reply_fd``: for each response, in order, one line
   ``<nonce>T`` (True), ``<nonce>F`` (False), ``<nonce>E{"k": kind, "m": message}``
   (error) or ``<nonce>X{"m": message}`` (timeout), then ``<nonce>D`` (done); or, when
