@@ -42,13 +42,18 @@ async def _process(pool: Any) -> dict[str, Any]:
 
 
 async def test_one_batch_per_function_and_the_rows_of_the_two_call_path():
-    with SandboxPool(SandboxConfig(workers=1, timeout_s=0.3, isolation="rlimits")) as pool:
+    config = SandboxConfig(workers=1, timeout_s=0.3, isolation="rlimits")
+    with SandboxPool(config) as pool:
         two_calls = await _process(TwoCallPool(pool))
-        before = pool.stats["batches"]
+    with SandboxPool(config) as pool:
         probed = await _process(pool)
-        batches = pool.stats["batches"] - before
-    assert probed == two_calls
+        batches = pool.stats["batches"]
+        # the same row again: HANGS never reads its response, so its timeout is known and costs no batch
+        again = await _process(pool)
+        batches_again = pool.stats["batches"] - batches
+    assert probed == two_calls == again
     funcs = {f["sample_index"]: f for f in json.loads(probed["functions"])}
     assert funcs[0]["accuracy"] == 1.0 and funcs[2]["error"] == "timeout"
     assert funcs[1]["accuracy"] < 1.0  # the stateful one: "Аб" passes as its call's first case
     assert batches == 3, "one isolated batch per function (the two-call path needs two for each runnable one)"
+    assert batches_again == 2
