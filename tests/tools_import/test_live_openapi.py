@@ -348,3 +348,50 @@ def test_the_config_takes_exactly_one_server_and_suggests_misspelt_keys(tmp_path
     assert any("exactly one of 'mock: true'" in i for i in issues({"openapi": {"mock": True,
                                                                                "base_url": "http://127.0.0.1:1"}}))
     assert any("http://" in i for i in issues({"openapi": {"base_url": "127.0.0.1:8080"}}))
+
+
+def test_russian_tools_from_an_english_spec_still_call_the_api_s_own_names_and_enums(tmp_path: Path):
+    """``translate_descriptions: ru``: the whole FC pipeline on the sim, then ``fc.live_calls`` on the mock.
+    Descriptions are Russian, but every executed call names an operationId byte for byte and the enum values
+    the translated schemas carry are the spec's (the mock accepts them)."""
+    from fabrika.generators.fc.common import cyrillic_share
+    from fabrika.pipeline.config import validate_data
+    from fabrika.pipeline.runner import run_pipeline
+    from fabrika.schemas.fc import ToolSpec
+    from fabrika.store import RunStore
+
+    doc = {"name": "ru", "run_dir": str(tmp_path / "run"), "seed": 7, "llm": {"backend": "sim", "sim": {"seed": 7}},
+           "stages": [{"kind": "fc.tools_import", "translate_descriptions": "ru", "sources": [{"path": str(PETSTORE)}]},
+                      {"kind": "fc.plans", "input": "fc.tools_import", "plans_per_topic": 8},
+                      {"kind": "fc.dialogues", "input": "fc.plans"},
+                      {"kind": "fc.samples", "input": "fc.dialogues"},
+                      {"kind": "fc.live_calls", "input": "fc.samples", "history": True, "openapi": {"mock": True}}],
+           "dataset": {"stages": ["fc.samples"]}, "filters": {"live_calls": {"max_rejected": 0}}}
+    cfg, issues = validate_data(doc, str(tmp_path / "t.yaml"), tmp_path)
+    assert cfg is not None, [str(i) for i in issues]
+    result = run_pipeline(cfg, resume=False, progress=False)
+    store = RunStore(result.run_dir)
+    live = store.scan_raw("fc.live_calls").collect().to_dicts()
+    assert live and sum(r["live_calls"] or 0 for r in live) > 0
+    errors = [e for r in live if r["live_errors"] for e in json.loads(r["live_errors"])]
+    assert not [e for e in errors if "unknown tool" in e], errors  # every name reached its operation
+    spec_ids = {op["operationId"] for item in json.loads(PETSTORE.read_text("utf-8"))["paths"].values()
+                for op in item.values()}
+    tools = [ToolSpec.model_validate_json(r["spec"]) for r in store.scan_raw("fc.tools_import").collect()
+             .filter(status="ok").to_dicts()]
+    assert tools and {t.name for t in tools} <= spec_ids
+    assert all(cyrillic_share(t.tool.function.description) > 0.5 for t in tools)
+    # a call per translated tool, its values from the translated schema (enums included), on the same run's mock
+    rows = [_sample(f"t{i}", (t.name, example_value(t.tool.function.parameters))) for i, t in enumerate(tools)]
+    status_call = next(json.loads(r["completion"])[0]["tool_calls"][0]["arguments"] for r in rows
+                       if json.loads(r["completion"])[0]["tool_calls"][0]["name"] == "findPetsByStatus")
+    assert status_call == {"status": ["available"]}  # the spec's enum value, byte for byte
+    config = LiveCallsConfig(input="fc.samples", openapi={"mock": True}, timeout_s=20)
+
+    async def go() -> Any:
+        async with stage_context(rows={"fc.samples": rows}, run_dir=Path(result.run_dir)) as ctx:
+            return await run_stage(LiveCallsStage, config, ctx, strict=False)
+
+    run = asyncio.run(go())
+    refused = {r["id"]: r["live_errors"] for r in run.rows if r["live_rejected"]}
+    assert len(run.rows) == len(tools) and refused == {}, refused
