@@ -81,12 +81,16 @@ def run(path: Path, lang: str, translate: bool, work: Path) -> list[dict[str, An
 
 
 def planned_calls(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
-    """Every ``(name, arguments)`` of every planner round kept in ``fc.plans``' ``rounds`` column."""
+    """Every ``(name, arguments)`` of every planner round kept in ``fc.plans`` (its ``rounds`` column, or the
+    ``plan`` of one accepted in its first round)."""
     frame = RunStore(run_dir).scan_raw("fc.plans")
     out: list[tuple[str, dict[str, Any]]] = []
     for row in frame.collect().to_dicts() if frame is not None else []:
-        for rnd in json.loads(row["rounds"] or "[]"):
-            for step in ((rnd.get("plan") or {}).get("steps") or []):
+        plans = [rnd.get("plan") or {} for rnd in json.loads(row.get("rounds") or "[]")]
+        if not plans and row.get("plan"):  # accepted in its first round: only the plan is kept
+            plans = [json.loads(row["plan"])]
+        for plan in plans:
+            for step in plan.get("steps") or []:
                 for group in step.get("rounds") or []:
                     out += [(c["name"], c.get("arguments") or {}) for c in group if isinstance(c, dict) and "name" in c]
     return out
@@ -189,8 +193,10 @@ def main() -> None:
     for name, counts in planned_rows:
         print(f"| {name} | " + " | ".join(map(str, counts)) + " |")
         sums = [a + b for a, b in zip(sums, counts)]
-    print(f"| **all {len(planned_rows)}** | " + " | ".join(map(str, sums)) + f" |  (mock refused "
-          f"{sums[2] / max(sums[0], 1):.0%})")
+    cells = [str(v) for v in sums]
+    cells[1] += f" ({sums[1] / max(sums[0], 1):.0%})"
+    cells[2] += f" ({sums[2] / max(sums[0], 1):.0%})"
+    print(f"| **all {len(planned_rows)}** | " + " | ".join(cells) + " |")
     if args.reasons:
         for reason in all_reasons:
             print(f"- {reason[:200]}")
