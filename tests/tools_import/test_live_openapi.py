@@ -294,17 +294,53 @@ def test_an_unreachable_base_url_stops_the_stage_naming_it(tmp_path: Path):
 
 
 def test_a_spec_that_cannot_be_served_stops_the_stage_naming_it(tmp_path: Path):
-    broken = tmp_path / "broken.json"
-    broken.write_text(json.dumps({"openapi": "3.0.0", "info": {"title": "t", "version": "1"},
-                                  "paths": {"/x": {"get": {"operationId": "getX", "responses": "nope"}}}}))
-    with pytest.raises(StageConfigError, match="cannot be served"):
-        _run(tmp_path, [_sample("a", ("getX", {}))], {"mock": True, "spec": str(broken)}, write_ops=False)
+    no_ops = tmp_path / "empty.json"
+    no_ops.write_text(json.dumps({"openapi": "3.0.0", "info": {"title": "t", "version": "1"}, "paths": {}}))
+    ops = {"getX": {"method": "get", "path": "/x", "params": {}, "body": None, "media": None, "spec": str(no_ops)}}
+    (tmp_path / "run" / "stages" / "imp").mkdir(parents=True)
+    (tmp_path / "run" / "stages" / "imp" / OPERATIONS_FILE).write_text(json.dumps(ops))
+    with pytest.raises(StageConfigError, match=r"empty.json: the OpenAPI document cannot be served: .*no operations"):
+        _run(tmp_path, [_sample("a", ("getX", {}))], {"mock": True}, write_ops=False)
     not_spec = tmp_path / "tools.json"
     not_spec.write_text("[]")
     with pytest.raises(StageConfigError, match="cannot be served"):
         _run(tmp_path, [_sample("a", ("getX", {}))], {"mock": True, "spec": str(not_spec)}, write_ops=False)
+    gone = dict(ops, getX={**ops["getX"], "spec": str(tmp_path / "gone.json")})
+    (tmp_path / "run" / "stages" / "imp" / OPERATIONS_FILE).write_text(json.dumps(gone))
+    with pytest.raises(StageConfigError, match="gone.json cannot be served: the file is gone"):
+        _run(tmp_path, [_sample("a", ("getX", {}))], {"mock": True}, write_ops=False)
     with pytest.raises(StageConfigError, match="no OpenAPI operations"):
         _run(tmp_path / "empty", ROWS[:1], {"mock": True}, write_ops=False)
+
+
+def test_a_sloppy_spec_is_served_and_an_operation_it_cannot_check_stops_the_stage(tmp_path: Path):
+    """The shipped demo spec breaks the OpenAPI schema on purpose (a string default of a boolean, a ``$ref`` to a
+    parameter that does not exist): the mock serves it; a call reaching the broken operation is a config stop
+    naming it, never a pending item retried forever."""
+    import yaml
+
+    spec_path = Path(__file__).parents[2] / "fabrika" / "data" / "fc" / "openapi_demo.yaml"
+
+    async def go() -> tuple[list[str], Any, Any]:
+        ops = {c.name: Operation.from_dict(c.operation) for c in import_tools(spec_path) if c.name and c.operation}
+        assert "listFines" not in ops  # the import refuses it (unresolved_ref); given a spec of its own, a call may come
+        ops["listFines"] = Operation("get", "/fines", {}, spec=str(spec_path.resolve()))
+        async with MockedOpenApi(ops) as ex:
+            problems = [p for m in ex.mocks.values() for p in m.spec_problems]
+            ok = await ex.call("searchBooks", {"query": "Толстой", "available_only": True, "genre": "роман"})
+            bad = await ex.call("searchBooks", {"query": "Толстой", "genre": "комикс"})
+            try:
+                await ex.call("listFines", {})
+            except StageConfigError as exc:
+                return problems, (ok, bad), exc
+        return problems, (ok, bad), None
+
+    assert "listFines" in {op.get("operationId") for item in yaml.safe_load(spec_path.read_text("utf-8"))["paths"]
+                           .values() for op in item.values() if isinstance(op, dict)}
+    problems, (ok, bad), stop = asyncio.run(go())
+    assert problems and "'false' is not of type 'boolean'" in problems[0]
+    assert ok.ok and not bad.ok and "'комикс' is not one of" in bad.detail
+    assert stop is not None and "GET /fines cannot be checked" in str(stop) and "ReaderId" in str(stop)
 
 
 def test_a_server_that_dies_mid_run_leaves_the_items_pending(tmp_path: Path):
@@ -329,25 +365,62 @@ def test_a_server_that_dies_mid_run_leaves_the_items_pending(tmp_path: Path):
 
 
 def test_the_config_takes_exactly_one_server_and_suggests_misspelt_keys(tmp_path: Path):
+    import yaml
+
     from fabrika.pipeline.config import validate_data
 
     root = Path(__file__).parents[2] / "configs"
-    import yaml
 
-    data = yaml.safe_load((root / "fc_demo.yaml").read_text("utf-8"))
-
-    def issues(stage: dict[str, Any]) -> list[str]:
-        d = copy.deepcopy(data)
+    def issues(config: str, stage: dict[str, Any]) -> list[str]:
+        d = yaml.safe_load((root / config).read_text("utf-8"))
         d["stages"].append({"kind": "fc.live_calls", "name": "fc_live", "input": "fc.samples", **stage})
-        cfg, found = validate_data(d, str(root / "fc_demo.yaml"), root)
+        cfg, found = validate_data(d, str(root / config), root)
         return [str(i) for i in found if i.level == "error"]
 
-    assert issues({"openapi": {"mock": True}}) == []
-    assert any("did you mean 'mock'" in i for i in issues({"openapi": {"mokc": True}}))
-    assert any("exactly one of 'command'" in i for i in issues({"openapi": {"mock": True}, "command": ["x"]}))
-    assert any("exactly one of 'mock: true'" in i for i in issues({"openapi": {"mock": True,
-                                                                               "base_url": "http://127.0.0.1:1"}}))
-    assert any("http://" in i for i in issues({"openapi": {"base_url": "127.0.0.1:8080"}}))
+    assert issues("fc_import_demo.yaml", {"openapi": {"mock": True}}) == []  # it imports an OpenAPI document
+    assert issues("fc_demo.yaml", {"openapi": {"mock": True, "spec": str(PETSTORE)}}) == []
+    # LLM-written tools have no operations: refused at validate, before any LLM call
+    assert any("no fc.tools_import stage of this pipeline reads an OpenAPI document" in i
+               for i in issues("fc_demo.yaml", {"openapi": {"mock": True}}))
+    assert any("is not an OpenAPI 3.0/3.1 document" in i for i in issues(
+        "fc_demo.yaml", {"openapi": {"mock": True, "spec": str(DATA.parent / "openai" / "restaurant_tools.json")}}))
+    assert any("did you mean 'mock'" in i for i in issues("fc_import_demo.yaml", {"openapi": {"mokc": True}}))
+    assert any("exactly one of 'command'" in i for i in issues("fc_import_demo.yaml", {"openapi": {"mock": True},
+                                                                                       "command": ["x"]}))
+    assert any("exactly one of 'mock: true'" in i for i in issues(
+        "fc_import_demo.yaml", {"openapi": {"mock": True, "base_url": "http://127.0.0.1:1"}}))
+    assert any("http://" in i for i in issues("fc_import_demo.yaml", {"openapi": {"base_url": "127.0.0.1:8080"}}))
+
+
+def test_the_shipped_import_demo_runs_its_openapi_calls_on_the_mock_and_leaves_mcp_tools_alone(tmp_path: Path):
+    """configs/fc_import_demo.yaml imports an OpenAPI document and an MCP tools/list: the mock executes the calls
+    to the OpenAPI tools; calls to the MCP file's tools have no HTTP operation and are not executed (not refused)."""
+    import yaml
+
+    from fabrika.pipeline.config import validate_data
+    from fabrika.pipeline.runner import run_pipeline
+    from fabrika.schemas import Sample, from_row
+    from fabrika.store import RunStore
+
+    root = Path(__file__).parents[2] / "configs"
+    d = yaml.safe_load((root / "fc_import_demo.yaml").read_text("utf-8"))
+    d["run_dir"] = str(tmp_path / "run")
+    d["stages"].append({"kind": "fc.live_calls", "input": "fc.samples", "openapi": {"mock": True}})
+    cfg, found = validate_data(d, str(root / "fc_import_demo.yaml"), root)
+    assert cfg is not None, [str(i) for i in found]
+    result = run_pipeline(cfg, resume=False, progress=False)
+    store = RunStore(result.run_dir)
+    ops = json.loads((Path(result.run_dir) / "stages" / "fc.tools_import" / OPERATIONS_FILE).read_text("utf-8"))
+    http = {n for n, op in ops.items() if op}
+    assert http and {n for n, op in ops.items() if op is None}  # both kinds of source
+    samples = {r["id"]: from_row(Sample, r) for r in store.scan_raw("fc.samples").collect().filter(status="ok")
+               .iter_rows(named=True)}
+    live = {r["id"]: r for r in store.scan_raw("fc.live_calls").collect().to_dicts()}
+    expected = {sid: sum(c.name in http for m in s.completion for c in m.tool_calls or []) for sid, s in samples.items()}
+    assert {sid: live[sid]["live_calls"] or 0 for sid in samples} == expected
+    assert sum(expected.values()) > 0
+    errors = [e for r in live.values() if r["live_errors"] for e in json.loads(r["live_errors"])]
+    assert not [e for e in errors if "unknown tool" in e], errors
 
 
 def test_russian_tools_from_an_english_spec_still_call_the_api_s_own_names_and_enums(tmp_path: Path):

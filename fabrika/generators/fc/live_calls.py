@@ -12,7 +12,8 @@ renamed tools put back through the run's ``tool_names.json``, through one
   loopback mock built from the spec that validates the request
   (:mod:`fabrika.generators.fc.openapi_mock`); ``openapi: {base_url: ...}``: the same requests
   against a real server (:mod:`fabrika.generators.fc.live_openapi`). The operations come from the
-  ``operations.json`` the run's ``fc.tools_import`` wrote, or from ``openapi.spec``.
+  ``operations.json`` the run's ``fc.tools_import`` wrote, or from ``openapi.spec``; calls to tools the
+  import took from an MCP or OpenAI source (``null`` there) have no request and are not executed.
 
 It writes
 
@@ -47,8 +48,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from fabrika.errors import InputError, StageConfigError
 from fabrika.gates import GatePredicate, register_gate_group
 from fabrika.generators.fc.call_executor import CallExecutor, CallVerdict
-from fabrika.generators.fc.tool_sources import McpSession, Operation, candidates_from, load_document
+from fabrika.generators.fc.tool_sources import McpSession, Operation, candidates_from, detect_format, load_document
 from fabrika.generators.fc.tools_import import restore_call_names, run_name_mappings, run_operations
+from fabrika.inputs import resolve_data_path
 from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 from fabrika.schemas.messages import Message
@@ -139,8 +141,38 @@ class LiveCallsStage(Stage[LiveCallsConfig]):
         reads = (Column("prompt", list[Message]), *cls.reads) if config.history else cls.reads
         return Contract(reads=reads, writes=cls.writes)
 
+    @classmethod
+    def check_config(cls, config: LiveCallsConfig, pipeline: Any) -> list[tuple[str, str]]:
+        """Before any LLM call: the mock's library is installed and there are OpenAPI operations to call."""
+        o = config.openapi
+        if o is None:
+            return []
+        issues: list[tuple[str, str]] = []
+        if o.mock:
+            try:
+                import openapi_core  # noqa: F401
+            except ImportError:
+                issues.append(("openapi.mock", "the OpenAPI mock needs openapi-core: pip install 'fabrika[openapi]'"))
+        resolve = getattr(pipeline, "resolve_path", None)
+        if o.spec is not None:
+            path = resolve(o.spec) if resolve is not None else Path(o.spec)
+            if path.is_file() and not _is_openapi(path):
+                issues.append(("openapi.spec", f"{path} is not an OpenAPI 3.0/3.1 document"))
+            return issues
+        stages = getattr(pipeline, "stages", None)
+        if stages is None:  # validated without a whole pipeline: nothing to look at
+            return issues
+        sources = [resolve_data_path(src.path, resolve) for st in stages if st.kind == "fc.tools_import"
+                   for src in getattr(st, "sources", []) if src.path is not None]
+        if not any(_is_openapi(path) for path in sources):
+            issues.append(("openapi", "no fc.tools_import stage of this pipeline reads an OpenAPI document, so no "
+                           "operation will be recorded to call; import the tools from an OpenAPI spec or set "
+                           "openapi.spec"))
+        return issues
+
     async def setup(self) -> None:
         self.mapping = run_name_mappings(self.ctx.run_dir)
+        self.not_http: set[str] = set()
         self.lock = asyncio.Lock()
         self.executor: CallExecutor = self._executor()
         try:
@@ -170,14 +202,15 @@ class LiveCallsStage(Stage[LiveCallsConfig]):
             except InputError as exc:
                 raise StageConfigError(f"{where}.spec: the OpenAPI document cannot be served: {exc}",
                                        fix=f"point {where}.spec at an OpenAPI 3.0/3.1 file") from exc
-            raw = {c.name: c.operation for c in cands if c.name and c.operation}
+            raw: dict[str, dict[str, Any] | None] = {c.name: c.operation for c in cands if c.name and c.operation}
         else:
             raw = run_operations(self.ctx.run_dir)
-        if not raw:
+        self.not_http = {name for name, op in raw.items() if op is None}  # imported from MCP/OpenAI sources
+        if not any(raw.values()):
             raise StageConfigError(f"{where}: no OpenAPI operations to call (this run's fc.tools_import recorded "
                                    "none: its sources are not OpenAPI documents)",
                                    fix=f"import the tools from an OpenAPI spec in this run, or set {where}.spec")
-        return {name: Operation.from_dict(op) for name, op in raw.items()}
+        return {name: Operation.from_dict(op) for name, op in raw.items() if op is not None}
 
     def _start_fix(self) -> str:
         cfg, name = self.config, self.name
@@ -196,6 +229,7 @@ class LiveCallsStage(Stage[LiveCallsConfig]):
 
     async def process(self, row: Row) -> list[Row]:
         calls = restore_call_names(sample_calls(row, self.config.history), self.mapping)
+        calls = [c for c in calls if c.name not in self.not_http]  # tools of an MCP/OpenAI source: no request
         if not calls:
             return [ok(self.item_id(row), **_NO_SCORE)]
         verdicts: list[CallVerdict] = []
@@ -205,6 +239,13 @@ class LiveCallsStage(Stage[LiveCallsConfig]):
         refused = [v for v in verdicts if not v.ok]
         return [ok(self.item_id(row), live_calls=len(verdicts), live_rejected=len(refused),
                    live_errors=json.dumps([f"{v.name}: {v.detail}" for v in refused], ensure_ascii=False))]
+
+
+def _is_openapi(path: Path) -> bool:
+    try:
+        return path.is_file() and detect_format(load_document(path)) == "openapi"
+    except InputError:
+        return False
 
 
 class LiveCallsGate(BaseModel):

@@ -33,7 +33,7 @@ from urllib.parse import quote
 import aiohttp
 
 from fabrika.errors import InputError, StageConfigError, TransientError
-from fabrika.generators.fc.openapi_mock import Fault, OpenApiMock
+from fabrika.generators.fc.openapi_mock import SPEC_ERROR_HEADER, Fault, OpenApiMock
 from fabrika.generators.fc.tool_sources import CallVerdict, Operation
 
 #: Statuses that are the server's load or mood, not a verdict on the call.
@@ -177,9 +177,13 @@ class OpenApiExecutor:
                                           **http.request_kwargs()) as resp:
                 status = resp.status
                 text = await resp.text(errors="replace")
+                spec_error = resp.headers.get(SPEC_ERROR_HEADER) == "spec-error"
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise TransientError(f"{self.what} {self.base_url}: {where} failed ({type(exc).__name__}: "
                                  f"{str(exc)[:120]})") from exc
+        if spec_error:  # the mock cannot check this operation: the spec's problem, the same on every rerun
+            raise StageConfigError(f"{self.what} {self.base_url}: {_detail(status, text)}",
+                                   fix="fix that operation in the OpenAPI document, or leave it out of the import")
         if status >= 500 or status in TRANSIENT_STATUSES:
             raise TransientError(f"{self.what} {self.base_url} answered {status} to {where}")
         if status in AUTH_STATUSES:

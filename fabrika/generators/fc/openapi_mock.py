@@ -11,6 +11,12 @@ lacks ``405``. A valid one gets the operation's first 2xx response: its ``exampl
 ``examples``, the schema's example, or a value generated from the response schema
 (:func:`example_value`).
 
+A document with mistakes no request touches (a string ``default`` of a boolean, a dangling ``$ref``
+in one operation) is served all the same (:attr:`OpenApiMock.spec_problems` says what
+openapi-spec-validator found); a call that reaches an operation the mock cannot check gets a 500
+marked with :data:`SPEC_ERROR_HEADER`, which the executor turns into a configuration stop naming the
+operation. A file that is not OpenAPI 3.0/3.1 or has no operations cannot be served at all.
+
 What it does not check, on purpose: security requirements (a model never learns the user's
 credentials) and header or cookie parameters the import left out of the tool's schema (the model
 cannot fill them: the mock treats them as optional). Servers of the document are replaced by the
@@ -32,6 +38,8 @@ from fabrika.generators.fc.tool_sources import METHODS, _registry, load_document
 
 #: ``(method, path) -> status`` to answer instead of serving (tests inject 5xx with it); ``None`` serves.
 Fault = Callable[[str, str], "int | None"]
+#: Set on the 500 the mock answers when an operation of the spec cannot be checked (a spec problem, exit 2).
+SPEC_ERROR_HEADER = "X-Fabrika-Mock"
 JSON_TYPES = re.compile(r"^application/(.+\+)?json(;.*)?$")
 _FORMATS = {"date-time": "2026-01-15T10:00:00Z", "date": "2026-01-15", "time": "10:00:00Z",
             "email": "user@example.com", "uri": "https://example.com/", "url": "https://example.com/",
@@ -195,6 +203,8 @@ class OpenApiMock:
         self.base_uri = base_uri
         self.fault = fault
         self.requests: list[dict[str, Any]] = []
+        #: what openapi-spec-validator found wrong with the document (it is served all the same)
+        self.spec_problems: list[str] = []
         self.base_url = ""
         self._runner: web.AppRunner | None = None
         version = str(spec.get("openapi", ""))
@@ -225,7 +235,7 @@ class OpenApiMock:
         doc = _relax_hidden_parameters(self.doc)
         doc["servers"] = [{"url": self.base_url}]
         try:
-            api = self._openapi_cls.from_dict(doc, base_uri=self.base_uri)
+            api = self._build(doc)
         except Exception as exc:  # noqa: BLE001 - a spec openapi-core cannot read cannot be served
             await self.close()
             raise InputError(f"the OpenAPI document cannot be served: {type(exc).__name__}: {str(exc)[:200]}") from exc
@@ -234,6 +244,22 @@ class OpenApiMock:
 
         self._no_body = MissingRequestBody  # an optional body left out: not an error (the body validator says it is)
         return self
+
+    def _build(self, doc: dict[str, Any]) -> Any:
+        """openapi-core's view of ``doc``. A document that breaks the OpenAPI schema only in places no request
+        touches (a string ``default`` of a boolean, a dangling ``$ref`` in one operation) is still served, the
+        problem kept in :attr:`spec_problems`: each operation is checked when a call reaches it."""
+        paths = doc.get("paths")
+        items = list(paths.values()) if isinstance(paths, dict) else []
+        if not any(isinstance(item, dict) and any(isinstance(item.get(m), dict) for m in METHODS) for item in items):
+            raise InputError("it has no operations under 'paths'")
+        from openapi_core import Config
+
+        try:
+            return self._openapi_cls.from_dict(doc, base_uri=self.base_uri)
+        except Exception as exc:  # noqa: BLE001 - openapi-spec-validator's verdict; served anyway, see above
+            self.spec_problems.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+        return self._openapi_cls.from_dict(doc, base_uri=self.base_uri, config=Config(spec_validator_cls=None))  # type: ignore[arg-type]
 
     async def close(self) -> None:
         runner, self._runner = self._runner, None
@@ -270,7 +296,12 @@ class OpenApiMock:
             return web.json_response({"error": f"{what} {request.method} {request.path}"}, status=found)
         template, op = found
         req = _Request(request, body or None, self.base_url)
-        errors = [_reason(e) for v in self._validators for e in v.iter_errors(req) if type(e) is not self._no_body]
+        try:
+            errors = [_reason(e) for v in self._validators for e in v.iter_errors(req) if type(e) is not self._no_body]
+        except Exception as exc:  # noqa: BLE001 - the operation itself is broken (a dangling $ref): not the call's fault
+            return web.json_response({"error": f"the spec's {request.method} {template} cannot be checked: "
+                                      f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"},
+                                     status=500, headers={SPEC_ERROR_HEADER: "spec-error"})
         if errors:
             return web.json_response({"error": "; ".join(errors), "errors": errors}, status=400)
         return self._answer(op)

@@ -67,8 +67,9 @@ NAME_RULES = {"openai": re.compile(r"^[a-zA-Z0-9_-]{1,64}$"), "anthropic": re.co
               "gemini": re.compile(r"^[a-zA-Z_][a-zA-Z0-9_.-]{0,63}$")}
 FABRIKA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")  # fabrika.schemas.tools.FunctionSpec.name
 MAPPING_FILE = "tool_names.json"
-#: OpenAPI tools: the source's tool name -> its HTTP operation (method, path, parameter locations, body, spec file),
-#: for ``fc.live_calls`` to execute calls as the requests the spec defines; the tool schemas stay as they are.
+#: The source's tool name -> its HTTP operation (method, path, parameter locations, body, spec file; ``null`` for a
+#: tool from an MCP or OpenAI source), written when a source is an OpenAPI document, for ``fc.live_calls`` to
+#: execute calls as the requests the spec defines; the tool schemas stay as they are.
 OPERATIONS_FILE = "operations.json"
 
 
@@ -483,9 +484,10 @@ def run_name_mappings(run_dir: str | Path) -> dict[str, str]:
     return merged
 
 
-def run_operations(run_dir: str | Path) -> dict[str, dict[str, Any]]:
-    """Every ``operations.json`` of a run's stages merged (the source's tool name -> its HTTP operation)."""
-    merged: dict[str, dict[str, Any]] = {}
+def run_operations(run_dir: str | Path) -> dict[str, dict[str, Any] | None]:
+    """Every ``operations.json`` of a run's stages merged (the source's tool name -> its HTTP operation, or
+    ``None`` for an imported tool that is not one)."""
+    merged: dict[str, dict[str, Any] | None] = {}
     for path in sorted(Path(run_dir).glob(f"stages/*/{OPERATIONS_FILE}")):
         merged.update(json.loads(path.read_text(encoding="utf-8")))
     return merged
@@ -574,9 +576,9 @@ class ToolsImportStage(Stage[ToolsImportConfig]):
         path = self.ctx.stage_dir(self.name) / MAPPING_FILE
         if mapping or path.exists():
             atomic_write_json(path, dict(sorted(mapping.items())))
-        ops = {c.name: c.operation for c in cands if c.name and c.operation and not c.error}
+        ops = {c.name: c.operation for c in cands if c.name and not c.error}  # null: not an HTTP operation
         path = self.ctx.stage_dir(self.name) / OPERATIONS_FILE
-        if ops or path.exists():
+        if any(ops.values()) or path.exists():
             atomic_write_json(path, dict(sorted(ops.items())))
 
     def _candidates(self) -> Iterator[tuple[str, Candidate]]:
