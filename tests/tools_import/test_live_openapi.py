@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from fabrika.errors import StageConfigError
 from fabrika.gates import gate_lazy
-from fabrika.generators.fc.live_calls import LiveCallsConfig, LiveCallsStage
+from fabrika.generators.fc.live_calls import SPEC_PROBLEMS_FILE, LiveCallsConfig, LiveCallsStage
 from fabrika.generators.fc.live_openapi import HttpCall, MockedOpenApi, OpenApiExecutor
 from fabrika.generators.fc.openapi_mock import OpenApiMock, example_value
 from fabrika.generators.fc.tool_sources import Candidate, Operation
@@ -421,6 +421,9 @@ def test_the_shipped_import_demo_runs_its_openapi_calls_on_the_mock_and_leaves_m
     assert sum(expected.values()) > 0
     errors = [e for r in live.values() if r["live_errors"] for e in json.loads(r["live_errors"])]
     assert not [e for e in errors if "unknown tool" in e], errors
+    # the demo spec breaks the OpenAPI schema on purpose: served, and the validator's verdict is kept beside the shards
+    problems = json.loads((Path(result.run_dir) / "stages" / "fc.live_calls" / SPEC_PROBLEMS_FILE).read_text("utf-8"))
+    assert [Path(k).name for k in problems] == ["openapi_demo.yaml"]
 
 
 def test_russian_tools_from_an_english_spec_still_call_the_api_s_own_names_and_enums(tmp_path: Path):

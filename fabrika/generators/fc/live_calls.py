@@ -55,7 +55,10 @@ from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 from fabrika.schemas.messages import Message
 from fabrika.schemas.tools import ToolCall
+from fabrika.store import atomic_write_json
 
+#: Beside the stage's shards: what openapi-spec-validator found wrong with each mocked spec (served anyway).
+SPEC_PROBLEMS_FILE = "openapi_spec_problems.json"
 _NO_SCORE: dict[str, Any] = {"live_calls": None, "live_rejected": None, "live_errors": None}
 
 
@@ -179,6 +182,9 @@ class LiveCallsStage(Stage[LiveCallsConfig]):
             await self.executor.start()
         except InputError as exc:
             raise StageConfigError(str(exc), fix=self._start_fix()) from exc
+        problems = {spec: m.spec_problems for spec, m in getattr(self.executor, "mocks", {}).items() if m.spec_problems}
+        if problems:  # served all the same; the report and the user can see why a spec validator would not
+            atomic_write_json(self.ctx.stage_dir(self.name) / SPEC_PROBLEMS_FILE, problems)
 
     def _executor(self) -> CallExecutor:
         cfg = self.config
