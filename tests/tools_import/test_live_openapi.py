@@ -471,3 +471,57 @@ def test_russian_tools_from_an_english_spec_still_call_the_api_s_own_names_and_e
     run = asyncio.run(go())
     refused = {r["id"]: r["live_errors"] for r in run.rows if r["live_rejected"]}
     assert len(run.rows) == len(tools) and refused == {}, refused
+
+
+STYLED = {"openapi": "3.0.3", "info": {"title": "styles", "version": "1"}, "paths": {
+    "/reports/{ids}/{period}": {"get": {"operationId": "getReports", "parameters": [
+        {"name": "ids", "in": "path", "required": True, "schema": {"type": "array", "items": {"type": "integer"}}},
+        {"name": "period", "in": "path", "required": True, "style": "simple", "explode": False,
+         "schema": {"type": "array", "items": {"type": "string", "enum": ["2025", "2026"]}}},
+        {"name": "filter", "in": "query", "style": "deepObject", "explode": True, "schema": {
+            "type": "object", "properties": {"city": {"type": "string"}, "min": {"type": "integer"}}}},
+        {"name": "tags", "in": "query", "explode": False, "schema": {"type": "array", "items": {"type": "string"}}},
+        {"name": "levels", "in": "query", "style": "pipeDelimited", "explode": False,
+         "schema": {"type": "array", "items": {"type": "integer", "maximum": 5}}}],
+        "responses": {"200": {"description": "ok", "content": {"application/json": {
+            "schema": {"type": "object", "required": ["total"], "properties": {"total": {"type": "integer"}}}}}}}}}}}
+
+
+def test_label_and_matrix_path_styles():
+    from fabrika.generators.fc.live_openapi import _simple
+
+    assert _simple(["a", "b"], "label") == ".a,b" and _simple(["a", "b"], "label", True) == ".a.b"
+    assert _simple(["a", "b"], "matrix", False, "id") == ";id=a,b"
+    assert _simple(["a", "b"], "matrix", True, "id") == ";id=a;id=b"
+    assert _simple({"x": 1, "y": 2}, "matrix", True, "id") == ";x=1;y=2"
+    assert _simple({"x": 1}, "simple") == "x,1" and _simple({"x": 1}, "simple", True) == "x=1"
+    assert _simple(True) == "true"
+
+
+def test_parameters_follow_their_style_and_explode_and_the_mock_reads_them_back(tmp_path: Path):
+    spec = tmp_path / "styles.json"
+    spec.write_text(json.dumps(STYLED), encoding="utf-8")
+    (cand,) = import_tools(spec)
+    op = Operation.from_dict(cand.operation or {})
+    assert op.styles == {"period": ["simple", False], "filter": ["deepObject", True], "tags": ["form", False],
+                         "levels": ["pipeDelimited", False]}
+    good = {"ids": [3, 4], "period": ["2025", "2026"], "filter": {"city": "Казань", "min": 2}, "tags": ["a", "b"],
+            "levels": [1, 5]}
+    call = HttpCall(op, good)
+    assert call.path == "/reports/3,4/2025,2026"
+    assert call.query == [("filter[city]", "Казань"), ("filter[min]", "2"), ("tags", "a,b"), ("levels", "1|5")]
+
+    async def go() -> list[Any]:
+        async with MockedOpenApi({"getReports": op}) as ex:
+            verdicts = [await ex.call("getReports", good),
+                        await ex.call("getReports", {**good, "levels": [1, 9]}),
+                        await ex.call("getReports", {**good, "filter": {"min": "много"}}),
+                        await ex.call("getReports", {**good, "period": ["1999"]})]
+            return verdicts + [ex.mocks[str(spec.resolve())].requests[1]]  # [0]: the start-up probe, GET /
+
+    ok, too_big, not_int, bad_period, seen = asyncio.run(go())
+    assert ok.ok and json.loads(ok.detail) == {"total": 1}, ok.detail  # generated from the response schema
+    assert not too_big.ok and "levels" in too_big.detail and "9 is greater than the maximum of 5" in too_big.detail
+    assert not not_int.ok and "filter" in not_int.detail
+    assert not bad_period.ok and "'1999' is not one of" in bad_period.detail
+    assert seen["path"] == "/reports/3,4/2025,2026" and ["filter[city]", "Казань"] in seen["query"]

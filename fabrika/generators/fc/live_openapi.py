@@ -1,8 +1,10 @@
 """Generated calls to OpenAPI tools executed as the HTTP requests their operations define.
 
 :class:`OpenApiExecutor` turns a call ``(name, arguments)`` into ``METHOD base_url + path``: path
-parameters substituted (percent-encoded), query parameters as ``form``/``explode`` pairs (arrays
-repeat the key, booleans are ``true``/``false``), header parameters as headers, and the rest as the
+parameters substituted (percent-encoded); query, path and header parameters serialised by their
+``style``/``explode`` (the query's default ``form`` + explode repeats the key for arrays;
+``deepObject`` gives ``name[key]=v``; ``pipeDelimited``, ``spaceDelimited``, ``label`` and
+``matrix`` too; booleans are ``true``/``false``); cookie parameters as cookies; and the rest as the
 request body — the arguments that are the body's properties (``merged``) or the ``body`` argument
 (``wrapped``), JSON or form-encoded as the operation's media type says. Where each argument goes
 comes from the :class:`~fabrika.generators.fc.tool_sources.Operation` that ``fc.tools_import``
@@ -51,14 +53,44 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _query_pairs(name: str, value: Any) -> list[tuple[str, str]]:
+def _query_pairs(name: str, value: Any, style: str = "form", explode: bool = True) -> list[tuple[str, str]]:
+    """A query parameter as ``(key, value)`` pairs, by its ``style``/``explode`` (OpenAPI 3 "Style Values")."""
     if value is None:
         return []
+    if isinstance(value, dict):
+        items = [(k, v) for k, v in value.items() if v is not None]
+        if style == "deepObject":
+            return [(f"{name}[{k}]", _text(v)) for k, v in items]
+        if explode:  # form + explode: each property is its own pair
+            return [(k, _text(v)) for k, v in items]
+        return [(name, ",".join(f"{k},{_text(v)}" for k, v in items))]
     if isinstance(value, list):
-        return [(name, _text(v)) for v in value if v is not None]
-    if isinstance(value, dict):  # form + explode: each property is its own pair
-        return [(k, _text(v)) for k, v in value.items() if v is not None]
+        values = [_text(v) for v in value if v is not None]
+        if explode:
+            return [(name, v) for v in values]
+        sep = {"spaceDelimited": " ", "pipeDelimited": "|"}.get(style, ",")
+        return [(name, sep.join(values))]
     return [(name, _text(value))]
+
+
+def _simple(value: Any, style: str = "simple", explode: bool = False, name: str = "") -> str:
+    """A path or header parameter's text by its style: ``simple`` (``a,b``; ``k,v`` or ``k=v`` exploded),
+    ``label`` (``.a.b``), ``matrix`` (``;name=a,b``)."""
+    if isinstance(value, dict):
+        parts = [f"{k}={_text(v)}" if explode else f"{k},{_text(v)}" for k, v in value.items()]
+    elif isinstance(value, list):
+        parts = [_text(v) for v in value]
+    else:
+        parts = [_text(value)]
+    if style == "label":
+        return "." + ("." if explode else ",").join(parts)
+    if style == "matrix":
+        if not explode:
+            return f";{name}=" + ",".join(parts)
+        if isinstance(value, dict):
+            return "".join(f";{p}" for p in parts)
+        return "".join(f";{name}={p}" for p in parts)
+    return ",".join(parts)
 
 
 class HttpCall:
@@ -75,17 +107,19 @@ class HttpCall:
         path = op.path
         rest = dict(arguments)
         for name, where in op.params.items():
+            style, explode = (op.styles.get(name) or [None, None])[:2]
             if where == "path":
                 if rest.get(name) is None:
                     self.problem = f"path parameter {name!r} missing ({self.method} {op.path})"
                     return
-                path = path.replace("{" + name + "}", quote(_text(rest.pop(name)), safe=""))
+                text = _simple(rest.pop(name), style or "simple", bool(explode), name)
+                path = path.replace("{" + name + "}", quote(text, safe=",;=." if style else ","))
             elif name in rest:
                 value = rest.pop(name)
                 if where == "query":
-                    self.query += _query_pairs(name, value)
+                    self.query += _query_pairs(name, value, style or "form", True if explode is None else bool(explode))
                 elif value is not None and where == "header":
-                    self.headers[name] = _text(value)
+                    self.headers[name] = _simple(value, "simple", bool(explode))
                 elif value is not None:
                     self.cookies[name] = _text(value)
         self.path = path

@@ -44,6 +44,8 @@ from referencing.jsonschema import DRAFT202012
 from fabrika.errors import InputError, TransientError
 
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
+#: OpenAPI's default ``style`` per parameter location (``explode`` defaults to true for ``form`` only).
+DEFAULT_STYLES = {"path": "simple", "query": "form", "header": "simple", "cookie": "form"}
 #: OpenAPI keys that are documentation, not argument constraints.
 DROPPED_KEYS = ("example", "examples", "xml", "externalDocs", "discriminator")
 #: Schema keywords whose values map names (of parameters, definitions) to schemas: keys there are names.
@@ -87,15 +89,19 @@ class Operation:
     body: str | None = None
     media: str | None = None
     spec: str | None = None  # the OpenAPI document it came from (an absolute path), for the mock
+    #: parameters serialised other than by their location's default (``[style, explode]``), e.g. deepObject
+    styles: dict[str, list[Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "path": self.path, "params": dict(self.params), "body": self.body,
-                "media": self.media, "spec": self.spec}
+        out = {"method": self.method, "path": self.path, "params": dict(self.params), "body": self.body,
+               "media": self.media, "spec": self.spec}
+        return {**out, "styles": dict(self.styles)} if self.styles else out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Operation":
         return cls(method=str(data["method"]), path=str(data["path"]), params=dict(data.get("params") or {}),
-                   body=data.get("body"), media=data.get("media"), spec=data.get("spec"))
+                   body=data.get("body"), media=data.get("media"), spec=data.get("spec"),
+                   styles=dict(data.get("styles") or {}))
 
 
 def drop_vendor_keys(schema: Any, dropped: set[str] | None = None) -> Any:
@@ -540,6 +546,9 @@ def _operation(doc: dict[str, Any], path: str, method: str, item: dict[str, Any]
     props: dict[str, Any] = {}
     required: list[str] = []
     locations = {name: where for (name, where) in params}
+    styles = {name: [p.get("style", DEFAULT_STYLES[where]), p.get("explode", p.get("style", DEFAULT_STYLES[where])
+                                                                  == "form")]
+              for (name, where), p in params.items() if "style" in p or "explode" in p}
     body_kind: str | None = None
     media: str | None = None
     for (name, where), p in params.items():
@@ -584,7 +593,7 @@ def _operation(doc: dict[str, Any], path: str, method: str, item: dict[str, Any]
                     required.append("body")
     cand.parameters = {"type": "object", "properties": props, **({"required": required} if required else {})}
     cand.operation = Operation(method=method, path=path, params=locations, body=body_kind,
-                               media=media if body_kind else None, spec=spec_file).to_dict()
+                               media=media if body_kind else None, spec=spec_file, styles=styles).to_dict()
     return _clean(cand)
 
 
