@@ -364,6 +364,19 @@ def test_a_server_that_dies_mid_run_leaves_the_items_pending(tmp_path: Path):
     assert first.ok and isinstance(exc, TransientError)
 
 
+def test_validate_names_the_extra_when_openapi_core_is_missing(monkeypatch: pytest.MonkeyPatch):
+    import importlib.util
+
+    from fabrika.generators.fc import live_calls
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(live_calls.importlib.util, "find_spec", lambda name, *a: None if name == "openapi_core"
+                        else real(name, *a))
+    cfg = LiveCallsConfig(input="fc.samples", openapi={"mock": True, "spec": str(PETSTORE)})
+    assert LiveCallsStage.check_config(cfg, None) == [
+        ("openapi.mock", "the OpenAPI mock needs openapi-core: pip install 'fabrika[openapi]'")]
+
+
 def test_the_config_takes_exactly_one_server_and_suggests_misspelt_keys(tmp_path: Path):
     import yaml
 

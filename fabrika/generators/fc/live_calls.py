@@ -38,6 +38,7 @@ time, so a stateful server's verdicts follow the order in which items run.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any, ClassVar
@@ -151,11 +152,8 @@ class LiveCallsStage(Stage[LiveCallsConfig]):
         if o is None:
             return []
         issues: list[tuple[str, str]] = []
-        if o.mock:
-            try:
-                import openapi_core  # noqa: F401
-            except ImportError:
-                issues.append(("openapi.mock", "the OpenAPI mock needs openapi-core: pip install 'fabrika[openapi]'"))
+        if o.mock and importlib.util.find_spec("openapi_core") is None:
+            issues.append(("openapi.mock", "the OpenAPI mock needs openapi-core: pip install 'fabrika[openapi]'"))
         resolve = getattr(pipeline, "resolve_path", None)
         if o.spec is not None:
             path = resolve(o.spec) if resolve is not None else Path(o.spec)
