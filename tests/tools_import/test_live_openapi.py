@@ -538,3 +538,39 @@ def test_parameters_follow_their_style_and_explode_and_the_mock_reads_them_back(
     assert not not_int.ok and "filter" in not_int.detail
     assert not bad_period.ok and "'1999' is not one of" in bad_period.detail
     assert seen["path"] == "/reports/3,4/2025,2026" and ["filter[city]", "Казань"] in seen["query"]
+
+
+def test_a_server_that_does_not_answer_in_time_leaves_the_call_unjudged():
+    from aiohttp import web
+
+    from fabrika.errors import TransientError
+
+    async def go() -> BaseException | None:
+        release = asyncio.Event()
+
+        async def handler(request: web.Request) -> web.Response:
+            if request.path != "/":
+                await release.wait()  # never answers within the executor's timeout
+            return web.json_response({})
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        ops = {"getPetById": Operation("get", "/pet/{petId}", {"petId": "path"})}
+        ex = await OpenApiExecutor(ops, f"http://{host}:{port}", timeout_s=0.3).start()
+        try:
+            await ex.call("getPetById", {"petId": 1})
+        except BaseException as exc:  # noqa: BLE001 - the test looks at its type
+            return exc
+        finally:
+            release.set()
+            await ex.close()
+            await runner.cleanup()
+        return None
+
+    exc = asyncio.run(go())
+    assert isinstance(exc, TransientError) and "GET /pet/1 failed" in str(exc)
