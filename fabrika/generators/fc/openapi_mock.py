@@ -259,7 +259,8 @@ class OpenApiMock:
             return self._openapi_cls.from_dict(doc, base_uri=self.base_uri)
         except Exception as exc:  # noqa: BLE001 - openapi-spec-validator's verdict; served anyway, see above
             self.spec_problems.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
-        return self._openapi_cls.from_dict(doc, base_uri=self.base_uri, config=Config(spec_validator_cls=None))  # type: ignore[arg-type]
+        unchecked: dict[str, Any] = {"spec_validator_cls": None}  # openapi-core's "skip the spec check"
+        return self._openapi_cls.from_dict(doc, base_uri=self.base_uri, config=Config(**unchecked))
 
     async def close(self) -> None:
         runner, self._runner = self._runner, None
