@@ -574,3 +574,44 @@ def test_a_server_that_does_not_answer_in_time_leaves_the_call_unjudged():
 
     exc = asyncio.run(go())
     assert isinstance(exc, TransientError) and "GET /pet/1 failed" in str(exc)
+
+
+def test_the_sim_s_trained_calls_on_all_specs_pass_the_mock_and_its_broken_history_calls_do_not(tmp_path: Path):
+    """One FC pipeline over all 13 specs on the sim. The trained calls (completions) all pass their spec's mock;
+    with ``history: true`` the mock also refuses the calls the sim breaks on purpose in error-recovery dialogues
+    (a misspelt tool, a missing argument), and only calls the dialogue's tool answered with an error."""
+    from fabrika.pipeline.config import validate_data
+    from fabrika.pipeline.runner import run_pipeline
+    from fabrika.store import RunStore
+
+    doc = {"name": "all", "run_dir": str(tmp_path / "run"), "seed": 7, "llm": {"backend": "sim", "sim": {"seed": 7}},
+           "stages": [{"kind": "fc.tools_import", "sources": [{"path": str(p)} for p in SPECS]},
+                      {"kind": "fc.plans", "input": "fc.tools_import", "plans_per_topic": 4},
+                      {"kind": "fc.dialogues", "input": "fc.plans"}, {"kind": "fc.samples", "input": "fc.dialogues"},
+                      {"kind": "fc.live_calls", "input": "fc.samples", "openapi": {"mock": True}}],
+           "dataset": {"stages": ["fc.samples"]}}
+    cfg, issues = validate_data(doc, str(tmp_path / "t.yaml"), tmp_path)
+    assert cfg is not None, [str(i) for i in issues]
+    result = run_pipeline(cfg, resume=False, progress=False)
+    ops = json.loads((Path(result.run_dir) / "stages" / "fc.tools_import" / OPERATIONS_FILE).read_text("utf-8"))
+    assert ops["addPet"]["spec"].endswith("petstore-3.0.json")  # the first of a name wins, as in the import
+    store = RunStore(result.run_dir)
+    live = store.scan_raw("fc.live_calls").collect().to_dicts()
+    assert sum(r["live_calls"] or 0 for r in live) >= 20
+    assert {r["id"]: r["live_errors"] for r in live if r["live_rejected"]} == {}
+    samples = store.scan_raw("fc.samples").collect().filter(status="ok").to_dicts()
+    config = LiveCallsConfig(input="fc.samples", history=True, openapi={"mock": True}, timeout_s=20)
+
+    async def go() -> Any:
+        async with stage_context(rows={"fc.samples": samples}, run_dir=Path(result.run_dir)) as ctx:
+            return await run_stage(LiveCallsStage, config, ctx, strict=False)
+
+    run = asyncio.run(go())
+    refused = {r["id"]: json.loads(r["live_errors"]) for r in run.rows if r["live_rejected"]}
+    assert refused  # the sim's error-recovery dialogues break calls on purpose
+    by_id = {s["id"]: s for s in samples}
+    for sid, errors in refused.items():
+        messages = json.loads(by_id[sid]["prompt"])
+        answered = {m.get("tool_call_id"): m.get("content") or "" for m in messages if m["role"] == "tool"}
+        broken = {c["name"] for m in messages for c in m.get("tool_calls") or [] if "error" in answered.get(c["id"], "")}
+        assert {e.split(":")[0] for e in errors} <= broken, (sid, errors)

@@ -576,7 +576,10 @@ class ToolsImportStage(Stage[ToolsImportConfig]):
         path = self.ctx.stage_dir(self.name) / MAPPING_FILE
         if mapping or path.exists():
             atomic_write_json(path, dict(sorted(mapping.items())))
-        ops = {c.name: c.operation for c in cands if c.name and not c.error}  # null: not an HTTP operation
+        ops: dict[str, Any] = {}
+        for c in cands:  # the first of a name wins, as in the import (later ones are duplicate_name refusals)
+            if c.name and not c.error:
+                ops.setdefault(c.name, c.operation)  # null: not an HTTP operation (an MCP or OpenAI source)
         path = self.ctx.stage_dir(self.name) / OPERATIONS_FILE
         if any(ops.values()) or path.exists():
             atomic_write_json(path, dict(sorted(ops.items())))
