@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,6 +39,8 @@ from fabrika.generators.fc.tool_sources import METHODS, _registry, load_document
 
 #: ``(method, path) -> status`` to answer instead of serving (tests inject 5xx with it); ``None`` serves.
 Fault = Callable[[str, str], "int | None"]
+#: How many received requests :attr:`OpenApiMock.requests` keeps.
+KEPT_REQUESTS = 1000
 #: Set on the 500 the mock answers when an operation of the spec cannot be checked (a spec problem, exit 2).
 SPEC_ERROR_HEADER = "X-Fabrika-Mock"
 JSON_TYPES = re.compile(r"^application/(.+\+)?json(;.*)?$")
@@ -192,7 +195,8 @@ def _reason(exc: BaseException) -> str:
 class OpenApiMock:
     """A loopback HTTP server for one OpenAPI document (see the module docs); ``async with`` starts and stops it.
 
-    ``requests`` keeps what it received (``method``, ``path``, ``query``, ``body``) for tests and reports.
+    ``requests`` keeps the last requests it received (``method``, ``path``, ``query``, ``body``) for tests
+    and reports.
     """
 
     def __init__(self, spec: Path | dict[str, Any], *, base_uri: str = "", fault: Fault | None = None) -> None:
@@ -202,7 +206,8 @@ class OpenApiMock:
         self.doc = spec
         self.base_uri = base_uri
         self.fault = fault
-        self.requests: list[dict[str, Any]] = []
+        #: the last :data:`KEPT_REQUESTS` requests (bounded: a long run must not grow the mock's memory)
+        self.requests: deque[dict[str, Any]] = deque(maxlen=KEPT_REQUESTS)
         #: what openapi-spec-validator found wrong with the document (it is served all the same)
         self.spec_problems: list[str] = []
         self.base_url = ""
