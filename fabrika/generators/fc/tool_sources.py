@@ -44,6 +44,8 @@ from referencing.jsonschema import DRAFT202012
 from fabrika.errors import InputError, TransientError
 
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
+#: OpenAPI's default ``style`` per parameter location (``explode`` defaults to true for ``form`` only).
+DEFAULT_STYLES = {"path": "simple", "query": "form", "header": "simple", "cookie": "form"}
 #: OpenAPI keys that are documentation, not argument constraints.
 DROPPED_KEYS = ("example", "examples", "xml", "externalDocs", "discriminator")
 #: Schema keywords whose values map names (of parameters, definitions) to schemas: keys there are names.
@@ -66,6 +68,40 @@ class Candidate:
     warnings: list[str] = field(default_factory=list)
     deprecated: bool = False
     topic_description: str = ""
+    #: OpenAPI: how a call becomes the HTTP request (:class:`Operation` as a dict), for ``fc.live_calls``;
+    #: never part of the schema shown to models.
+    operation: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Operation:
+    """What an imported OpenAPI tool's call is on the wire: ``method path``, where each argument goes.
+
+    ``params`` maps a parameter name to its location (``path``, ``query``, ``header``, ``cookie``;
+    header and cookie parameters are not in the tool's schema, the model never fills them);
+    ``body`` is ``merged`` (the body's properties are top-level arguments), ``wrapped`` (the body
+    is the ``body`` argument) or ``None`` (no body); ``media`` the request body's media type.
+    """
+
+    method: str
+    path: str
+    params: dict[str, str]
+    body: str | None = None
+    media: str | None = None
+    spec: str | None = None  # the OpenAPI document it came from (an absolute path), for the mock
+    #: parameters serialised other than by their location's default (``[style, explode]``), e.g. deepObject
+    styles: dict[str, list[Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"method": self.method, "path": self.path, "params": dict(self.params), "body": self.body,
+               "media": self.media, "spec": self.spec}
+        return {**out, "styles": dict(self.styles)} if self.styles else out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Operation":
+        return cls(method=str(data["method"]), path=str(data["path"]), params=dict(data.get("params") or {}),
+                   body=data.get("body"), media=data.get("media"), spec=data.get("spec"),
+                   styles=dict(data.get("styles") or {}))
 
 
 def drop_vendor_keys(schema: Any, dropped: set[str] | None = None) -> Any:
@@ -466,23 +502,24 @@ def snake_name(text: str) -> str:
     return text[:64].rstrip("_")
 
 
-def _media_schema(body: dict[str, Any], warnings: list[str]) -> tuple[Any, str | None]:
+def _media_schema(body: dict[str, Any], warnings: list[str]) -> tuple[Any, str | None, str | None]:
+    """``(schema, problem, media type)`` of a request body: JSON first, then form fields."""
     content = body.get("content") or {}
     if not isinstance(content, dict) or not content:
-        return None, "request body has no content"
+        return None, "request body has no content", None
     for media, spec in content.items():
         if JSON_MEDIA.match(str(media)) and isinstance(spec, dict) and "schema" in spec:
-            return spec["schema"], None
+            return spec["schema"], None, str(media)
     for media, spec in content.items():
         if isinstance(spec, dict) and "schema" in spec and str(media) in (
                 "application/x-www-form-urlencoded", "multipart/form-data"):
             warnings.append(f"request body {media} taken as JSON fields")
-            return spec["schema"], None
-    return None, f"unsupported request body media type(s): {', '.join(map(str, content))}"
+            return spec["schema"], None, str(media)
+    return None, f"unsupported request body media type(s): {', '.join(map(str, content))}", None
 
 
 def _operation(doc: dict[str, Any], path: str, method: str, item: dict[str, Any], op: dict[str, Any],
-               registry: Registry, base_uri: str, version: str, topic: str) -> Candidate:
+               registry: Registry, base_uri: str, version: str, topic: str, spec_file: str | None = None) -> Candidate:
     key = f"openapi:{method.upper()} {path}"
     op_id = oid if isinstance(oid := op.get("operationId"), str) and oid else None
     name = op_id or snake_name(f"{method} {path}")
@@ -508,6 +545,12 @@ def _operation(doc: dict[str, Any], path: str, method: str, item: dict[str, Any]
         params[(p["name"], p["in"])] = p
     props: dict[str, Any] = {}
     required: list[str] = []
+    locations = {name: where for (name, where) in params}
+    styles = {name: [p.get("style", DEFAULT_STYLES[where]), p.get("explode", p.get("style", DEFAULT_STYLES[where])
+                                                                  == "form")]
+              for (name, where), p in params.items() if "style" in p or "explode" in p}
+    body_kind: str | None = None
+    media: str | None = None
     for (name, where), p in params.items():
         if where in ("header", "cookie"):
             cand.warnings.append(f"{where} parameter {name!r} left out")
@@ -525,7 +568,7 @@ def _operation(doc: dict[str, Any], path: str, method: str, item: dict[str, Any]
         if p.get("required") is True or where == "path":
             required.append(name)
     if body is not None:
-        schema, problem = _media_schema(body, cand.warnings)
+        schema, problem, media = _media_schema(body, cand.warnings)
         if problem:
             if body.get("required") is True:
                 cand.error = f"unsupported_body: {problem}"
@@ -537,16 +580,20 @@ def _operation(doc: dict[str, Any], path: str, method: str, item: dict[str, Any]
             mergeable = (isinstance(body_props, dict) and isinstance(schema, dict)
                          and schema.get("type", "object") == "object" and not (set(body_props) & set(props)))
             if mergeable and isinstance(body_props, dict) and isinstance(schema, dict):
+                body_kind = "merged"
                 props.update(body_props)
                 if body.get("required") is True:
                     required += [r for r in schema.get("required") or [] if r in body_props]
             else:
                 if isinstance(body_props, dict) and set(body_props) & set(props):
                     cand.warnings.append("body fields clash with parameters: body kept under 'body'")
+                body_kind = "wrapped"
                 props["body"] = schema
                 if body.get("required") is True:
                     required.append("body")
     cand.parameters = {"type": "object", "properties": props, **({"required": required} if required else {})}
+    cand.operation = Operation(method=method, path=path, params=locations, body=body_kind,
+                               media=media if body_kind else None, spec=spec_file, styles=styles).to_dict()
     return _clean(cand)
 
 
@@ -561,6 +608,7 @@ def openapi_candidates(doc: dict[str, Any], source_name: str, group_by: str = "t
     tag_docs = {t.get("name"): _text(t.get("description")) for t in doc.get("tags") or [] if isinstance(t, dict)}
     base_uri = uri or "urn:fabrika:openapi"
     registry = _registry(doc, base_uri, base_dir)
+    spec_file = _file_of(uri)
     out: list[Candidate] = []
     for path, item in (doc.get("paths") or {}).items():
         if not isinstance(item, dict):
@@ -577,10 +625,19 @@ def openapi_candidates(doc: dict[str, Any], source_name: str, group_by: str = "t
                 continue
             tags = [t for t in op.get("tags") or [] if isinstance(t, str)]
             topic = tags[0] if tags and group_by == "tag" else title
-            cand = _operation(doc, path, method, item, op, registry, base_uri, version, topic)
+            cand = _operation(doc, path, method, item, op, registry, base_uri, version, topic, spec_file)
             cand.topic_description = tag_docs.get(topic, "") or _text(info.get("description"))
             out.append(cand)
     return out
+
+
+def _file_of(uri: str | None) -> str | None:
+    """The local path of a ``file:`` URI (where the spec lives, recorded for the mock), else ``None``."""
+    if not uri or not uri.startswith("file:"):
+        return None
+    from urllib.parse import unquote, urlparse
+
+    return str(Path(unquote(urlparse(uri).path)))
 
 
 def candidates_from(doc: Any, fmt: str, source_name: str, *, group_by: str = "tag", base_dir: Path | None = None,

@@ -67,6 +67,10 @@ NAME_RULES = {"openai": re.compile(r"^[a-zA-Z0-9_-]{1,64}$"), "anthropic": re.co
               "gemini": re.compile(r"^[a-zA-Z_][a-zA-Z0-9_.-]{0,63}$")}
 FABRIKA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")  # fabrika.schemas.tools.FunctionSpec.name
 MAPPING_FILE = "tool_names.json"
+#: The source's tool name -> its HTTP operation (method, path, parameter locations, body, spec file; ``null`` for a
+#: tool from an MCP or OpenAI source), written when a source is an OpenAPI document, for ``fc.live_calls`` to
+#: execute calls as the requests the spec defines; the tool schemas stay as they are.
+OPERATIONS_FILE = "operations.json"
 
 
 class ToolSourceConfig(BaseModel):
@@ -480,6 +484,15 @@ def run_name_mappings(run_dir: str | Path) -> dict[str, str]:
     return merged
 
 
+def run_operations(run_dir: str | Path) -> dict[str, dict[str, Any] | None]:
+    """Every ``operations.json`` of a run's stages merged (the source's tool name -> its HTTP operation, or
+    ``None`` for an imported tool that is not one)."""
+    merged: dict[str, dict[str, Any] | None] = {}
+    for path in sorted(Path(run_dir).glob(f"stages/*/{OPERATIONS_FILE}")):
+        merged.update(json.loads(path.read_text(encoding="utf-8")))
+    return merged
+
+
 # -- the stage ----------------------------------------------------------------------------------
 def _row(status_row: Row, cand: Candidate, lang: str, topic_id: str, **cols: Any) -> Row:
     base = {c: cols.get(c) for c in TOOL_COLUMNS}
@@ -558,10 +571,18 @@ class ToolsImportStage(Stage[ToolsImportConfig]):
                     candidates_from(self._live[i], "mcp", "mcp"), cfg.lang, f"sources[{i}].command")
                 if issue:
                     raise InputError(f"{self.name}.{issue[0]}: {issue[1]}")
-        mapping = renames([c for _, c in self._candidates()], cfg) if cfg.rename else {}
+        cands = [c for _, c in self._candidates()]
+        mapping = renames(cands, cfg) if cfg.rename else {}
         path = self.ctx.stage_dir(self.name) / MAPPING_FILE
         if mapping or path.exists():
             atomic_write_json(path, dict(sorted(mapping.items())))
+        ops: dict[str, Any] = {}
+        for c in cands:  # the first of a name wins, as in the import (later ones are duplicate_name refusals)
+            if c.name and not c.error:
+                ops.setdefault(c.name, c.operation)  # null: not an HTTP operation (an MCP or OpenAI source)
+        path = self.ctx.stage_dir(self.name) / OPERATIONS_FILE
+        if any(ops.values()) or path.exists():
+            atomic_write_json(path, dict(sorted(ops.items())))
 
     def _candidates(self) -> Iterator[tuple[str, Candidate]]:
         cfg = self.config
