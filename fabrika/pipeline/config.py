@@ -75,8 +75,9 @@ class PipelineConfig(BaseModel):
         default=1, ge=1, description="Processes that run each per-item LLM-calling stage: its items are split by a "
         "stable hash of their id over this many workers (local subprocesses, or Ray actors with executor: ray), "
         "each with its own engine client and journal, and every concurrency limit (endpoints' max_concurrency, "
-        "llm.max_in_flight, max_in_flight) divided among them. The dataset is the same for any value "
-        "(docs/ARCHITECTURE.md).")
+        "llm.max_in_flight, max_in_flight) divided among every engine that may send at once (these workers, for "
+        "each split stage that can run alongside another, and the driver when a global LLM stage may run next to "
+        "one). The dataset is the same for any value (docs/ARCHITECTURE.md).")
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _source: str = PrivateAttr(default="<config>")
@@ -461,11 +462,17 @@ def llm_workers_problems(config: PipelineConfig) -> list[tuple[str, str]]:
     if config.llm.backend == "vllm":
         out.append(("llm_workers", f"llm_workers={n} with llm.backend 'vllm' would load the model once per "
                     "worker process; serve it (vllm serve) and use backend 'openai', or set llm_workers: 1"))
+    from fabrika.pipeline.partition import limit_shares
+
+    engines, driver = limit_shares(config)
+    who = f"llm_workers={n} processes" if engines == n else (
+        f"{engines} engine clients ({engines - int(driver)} llm_workers of split stages that may run at once"
+        f"{' + the driver, whose LLM stage may run next to one' if driver else ''})")
     for i, ep in enumerate(config.llm.endpoints):
-        if ep.max_concurrency < n:
+        if ep.max_concurrency < engines:
             out.append((f"llm.endpoints[{i}].max_concurrency",
-                        f"{ep.max_concurrency} cannot be divided among llm_workers={n} processes without "
-                        f"passing it; raise it to at least {n} or lower llm_workers"))
+                        f"{ep.max_concurrency} cannot be divided among {who} without passing it; raise it to at "
+                        f"least {engines} or lower llm_workers"))
     return out
 
 
