@@ -7,7 +7,7 @@ their ids and their rows whatever worker makes them, so the dataset does not dep
 (DESIGN contract 7).
 
 Each worker runs its own engine client, so the limits that protect the fleet are divided among
-every engine that can be sending at once (:func:`limit_shares`): the ``n`` workers of each split
+every engine that can be sending at once (:func:`fabrika.pipeline.config.limit_shares`): the ``n`` workers of each split
 stage that may run alongside another split stage, and the driver's engine when an LLM stage it runs
 (a global stage) may run alongside a split one. An endpoint's ``max_concurrency``, the engine's
 ``llm.max_in_flight`` and the stages' ``max_in_flight`` become ``limit // engines`` (at least 1) in
@@ -60,69 +60,6 @@ def share(limit: int, count: int) -> int:
     return max(1, limit // count)
 
 
-def _ancestors(deps: dict[str, set[str]]) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-
-    def visit(name: str) -> set[str]:
-        if name not in out:
-            out[name] = set()
-            for d in deps.get(name, ()):
-                out[name] |= {d} | visit(d)
-        return out[name]
-
-    for name in deps:
-        visit(name)
-    return out
-
-
-def _largest_antichain(names: list[str], before: dict[str, set[str]]) -> int:
-    """The most of ``names`` that can run at once: no one waits for another (Dilworth: ``len - matching``)."""
-    match: dict[str, str] = {}  # later stage -> the earlier stage its chain comes from
-
-    def augment(a: str, seen: set[str]) -> bool:
-        for b in names:
-            if a in before.get(b, ()) and b not in seen:
-                seen.add(b)
-                if b not in match or augment(match[b], seen):
-                    match[b] = a
-                    return True
-        return False
-
-    return len(names) - sum(augment(a, set()) for a in names)
-
-
-def limit_shares(config: "PipelineConfig") -> tuple[int, bool]:
-    """``(engines, driver_overlaps)``: how many engine clients may send at once while a split stage runs
-    (each split stage's ``llm_workers`` workers, times the most split stages that can run together, plus
-    one for the driver when ``driver_overlaps``: an LLM stage it runs may run next to a split stage).
-
-    A stage is split when it calls the LLM per item (:func:`fabrika.pipeline.llm_workers.uses_llm_workers`);
-    an LLM-calling global stage runs in the driver. Two stages overlap unless one depends on the other
-    (directly or through others: a dependent starts after, and a streaming consumer finishes after, its
-    upstream), and not at all with ``max_parallel_stages: 1``.
-    """
-    from fabrika.pipeline.config import stage_dependencies
-    from fabrika.pipeline.stage import STAGES
-
-    n = config.llm_workers
-    if n <= 1:
-        return 1, False
-    split: list[str] = []
-    driver: list[str] = []
-    for s in config.stages:
-        cls = STAGES.get(s.kind)
-        if cls is None or not getattr(cls, "calls_llm", True):
-            continue
-        (driver if cls.global_stage else split).append(s.stage_name)
-    if not split:
-        return n, False
-    before = _ancestors(stage_dependencies(config))
-    parallel = config.max_parallel_stages > 1
-    together = min(_largest_antichain(split, before), config.max_parallel_stages) if parallel else 1
-    overlaps = parallel and any(d not in before.get(x, ()) and x not in before.get(d, ()) for d in driver for x in split)
-    return n * together + int(overlaps), overlaps
-
-
 def _divided(config: "PipelineConfig", count: int) -> "PipelineConfig":
     llm = config.llm
     endpoints = [ep.model_copy(update={"max_concurrency": share(ep.max_concurrency, count)}) for ep in llm.endpoints]
@@ -136,6 +73,8 @@ def _divided(config: "PipelineConfig", count: int) -> "PipelineConfig":
 def worker_config(config: "PipelineConfig", count: int) -> "PipelineConfig":
     """The pipeline as one of ``count`` LLM workers sees it: every concurrency limit divided (:func:`share`)
     by the engines that may send at once (:func:`limit_shares`; ``count`` when only one split stage runs)."""
+    from fabrika.pipeline.config import limit_shares
+
     engines = limit_shares(config)[0] if config.llm_workers == count else count
     return _divided(config, max(count, engines))
 
@@ -143,6 +82,8 @@ def worker_config(config: "PipelineConfig", count: int) -> "PipelineConfig":
 def driver_config(config: "PipelineConfig") -> "PipelineConfig":
     """The pipeline as the driver's engine sees it: undivided, unless one of its LLM stages may run next to a
     split stage (:func:`limit_shares`); then it takes one share, like each worker."""
+    from fabrika.pipeline.config import limit_shares
+
     engines, overlaps = limit_shares(config)
     return _divided(config, engines) if overlaps else config
 
@@ -183,5 +124,5 @@ def live_counters(stats: "StageStats") -> dict[str, Any]:
     return out
 
 
-__all__ = ["LIVE_FIELDS", "Partition", "driver_config", "limit_shares", "live_counters", "merge_stats",
-           "partition_of", "share", "worker_config"]
+__all__ = ["LIVE_FIELDS", "Partition", "driver_config", "live_counters", "merge_stats", "partition_of",
+           "share", "worker_config"]

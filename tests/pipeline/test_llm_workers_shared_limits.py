@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fabrika.pipeline.config import PipelineConfig, validate_data
-from fabrika.pipeline.partition import driver_config, limit_shares, worker_config
+from fabrika.pipeline.config import PipelineConfig, limit_shares, validate_data
+from fabrika.pipeline.partition import driver_config, worker_config
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.testing import FakeOpenAIServer
 from tests.pipeline import llm_worker_stages as ws
