@@ -5,7 +5,8 @@
 Runs the multi-constraint part of ``configs/if_demo.yaml`` (if.expand target 60, k=6 verifiers, as
 tests/instruct/test_multi_demo.py) once with ``composition: stored_cases`` (the old check) and once with
 ``witness``; prints refusal reasons by kind, and kept prompts whose members demand two different openings or
-endings, disjoint word bounds, or stack redundant word bounds (read by fabrika.constraints.compose).
+endings, disjoint word bounds, stack redundant word bounds, or hold an unmapped text speaking of a facet another
+member fixes (read by fabrika.constraints.compose, the structured map).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
-from fabrika.constraints.compose import Member, facet_conflict, library_facets, parse_facets, redundant_bound
+from fabrika.constraints.compose import facet_conflict, library_member, redundant_bound, text_member, unverifiable
 from fabrika.pipeline.config import load_config
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.store.run import RunStore
@@ -47,22 +48,21 @@ def run(mode: str, tmp: Path) -> tuple[Counter[str], int, int, int]:
     df = RunStore(tmp / mode).scan_raw(name).collect()
     reasons = Counter(str(r).split(":", 1)[0] for r in df["reason"].drop_nulls())
     kept = df.filter(pl.col("status") == "ok")
-    conflicts = redundant = 0
+    conflicts = redundant = unread = 0
     for row in kept.iter_rows(named=True):
-        members = []
-        for c in json.loads(row["constraints"]):
-            f = library_facets(c["library_id"], c["params"]) if c.get("library_id") else parse_facets(c["text"])
-            members.append(Member(c["id"], c["text"], f))
+        members = [library_member(c["library_id"], c["params"], id=c["id"]) if c.get("library_id")
+                   else text_member(c["id"], c["text"]) for c in json.loads(row["constraints"])]
         conflicts += facet_conflict(members) is not None
         redundant += redundant_bound(members) is not None
-    return reasons, kept.height, conflicts, redundant
+        unread += unverifiable(members) is not None
+    return reasons, kept.height, conflicts, redundant, unread
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         for mode in ("stored_cases", "witness"):
-            reasons, kept, conflicts, redundant = run(mode, Path(d))
-            print(f"| {mode} | {kept} | {conflicts} | {redundant} | {dict(sorted(reasons.items()))} |")
+            reasons, kept, conflicts, redundant, unread = run(mode, Path(d))
+            print(f"| {mode} | {kept} | {conflicts} | {redundant} | {unread} | {dict(sorted(reasons.items()))} |")
 
 
 if __name__ == "__main__":

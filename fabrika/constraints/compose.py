@@ -16,8 +16,11 @@ library's own (its conflict table and parameter rules, the facets below), and a 
 mapped constraints' trusted verifiers. A phrasing that maps to nothing and brings no verifier of its
 own is refused as ``cannot_verify`` — never accepted on the strength of a parser that did not read it.
 
-:func:`parse_facets` (a lenient reading of the same forms) is kept for callers that pair a text with
-its own sandboxed verifier (``if.multi.prompts``): there the verifier, not the parse, decides.
+An unmapped phrasing that brings its own verifier (``if.multi.prompts``: an LLM-written constraint with
+sandboxed verifiers) takes part as an opaque member: no facets, its verifier judges the witness. It is still
+refused as ``cannot_verify`` when it speaks of a facet (opening, ending, word count: :func:`mentions`) that
+another member fixes — its verifier may check less than its text demands, so the pair could demand two
+openings or stack two bounds while every verifier passes.
 
 Witness texts (:func:`witness_candidates`) are built from the members' positive cases
 (alone and joined), given the required opening and ending, and padded with neutral
@@ -33,52 +36,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabrika.constraints.structure import Structured, structure
+from fabrika.constraints.structure import Structured, mentions, structure
 from fabrika.textutil.segment import prose_words
 
 WordBounds = tuple[int, int | None]
-
-_N = r"(\d+)"
-_WORD = r"(?:слов[а-я]*|words?)"
-_Q = r"[«\"“„']([^»\"”“']+)[»\"”“']"
-_LO = [
-    rf"(?:не\s+менее|не\s+меньше|минимум|как\s+минимум|хотя\s+бы|по\s+меньшей\s+мере|не\s+короче|более\s+чем|"
-    rf"at\s+least|no\s+fewer\s+than|no\s+less\s+than|a\s+minimum\s+of|minimum\s+of)\s+{_N}\s+{_WORD}",
-    rf"{_N}\s+(?:или\s+более|и\s+более|или\s+больше|и\s+больше|or\s+more)\s+{_WORD}",
-    rf"(?:объ[её]мом|длиной)\s+от\s+{_N}\s+{_WORD}",
-    rf"{_WORD}\s*(?:—|-|:)?\s*(?:не\s+менее|минимум|at\s+least)\s+{_N}",
-]
-_HI = [
-    rf"(?:не\s+более|не\s+больше|максимум|не\s+длиннее|не\s+(?:долж[а-я]+\s+)?превыша[а-я]*|в\s+пределах|до|уложи[а-я]*\s+в|"
-    rf"at\s+most|no\s+more\s+than|a\s+maximum\s+of|maximum\s+of|up\s+to|within)\s+{_N}\s+{_WORD}",
-    rf"{_WORD}\s*(?:—|-|:)?\s*(?:не\s+более|максимум|at\s+most)\s+{_N}",
-]
-_LT = [rf"(?:менее|меньше|короче|fewer\s+than|less\s+than|under)\s+{_N}\s+{_WORD}"]
-_GT = [rf"(?:более|больше|длиннее|more\s+than|over)\s+{_N}\s+{_WORD}"]
-_RANGE = [
-    rf"от\s+{_N}\s+до\s+{_N}\s+{_WORD}",
-    rf"(?:between|from)\s+{_N}\s+(?:and|to)\s+{_N}\s+{_WORD}",
-    rf"{_N}\s*[-–—]\s*{_N}\s+{_WORD}",
-    rf"не\s+менее\s+{_N}\s+и\s+не\s+более\s+{_N}\s+{_WORD}",
-]
-_EXACT = [rf"(?:ровно|exactly)\s+{_N}\s+{_WORD}"]
-_START = [
-    rf"(?:начн[её]т[её]?|начни|начинайте|начинай|начина[а-я]*ся|начат[а-я]*|перв[а-я]+\s+слов[а-я]*|"
-    rf"begin|start|open)[^«\"“„]{{0,60}}?{_Q}",
-]
-_END = [
-    rf"(?:законч[а-я]*|заверш[а-я]*|заканчива[а-я]*|оконч[а-я]*|последн[а-я]+\s+(?:слов[а-я]*|фраз[а-я]*|"
-    rf"строк[а-я]*)|end|finish|close|conclude)[^«\"“„]{{0,60}}?{_Q}",
-]
-
-
-def _find(patterns: list[str], text: str) -> list[tuple[int, ...]]:
-    out = []
-    for pat in patterns:
-        for m in re.finditer(pat, text, flags=re.IGNORECASE):
-            out.append(tuple(int(g) for g in m.groups()))
-    return out
-
 
 @dataclass(frozen=True)
 class Facets:
@@ -87,38 +48,6 @@ class Facets:
     words: WordBounds | None = None
     start: str | None = None
     end: str | None = None
-
-
-def parse_facets(text: str) -> Facets:
-    """Facets stated in an instruction text (Russian or English); several bounds intersect."""
-    lo, hi = 0, None
-    found = False
-
-    def tighten(new_lo: int, new_hi: int | None) -> None:
-        nonlocal lo, hi, found
-        found = True
-        lo = max(lo, new_lo)
-        hi = new_hi if hi is None else (hi if new_hi is None else min(hi, new_hi))
-
-    ranged = _find(_RANGE, text)
-    for a, b in ranged:
-        tighten(min(a, b), max(a, b))
-    if not ranged:
-        for (n,) in _find(_EXACT, text):
-            tighten(n, n)
-        for (n,) in _find(_LO, text):
-            tighten(n, None)
-        for (n,) in _find(_HI, text):
-            tighten(0, n)
-        lo_hi_seen = found
-        if not lo_hi_seen:
-            for (n,) in _find(_LT, text):
-                tighten(0, max(n - 1, 0))
-            for (n,) in _find(_GT, text):
-                tighten(n + 1, None)
-    start = next((m.group(1) for p in _START for m in [re.search(p, text, re.IGNORECASE)] if m), None)
-    end = next((m.group(1) for p in _END for m in [re.search(p, text, re.IGNORECASE)] if m), None)
-    return Facets((lo, hi) if found else None, start, end)
 
 
 def library_facets(cid: str, params: Mapping[str, Any]) -> Facets:
@@ -372,6 +301,49 @@ def local_check(members: Sequence[Member], texts: Sequence[str]) -> list[bool]:
     return [all(m.verify(t) if m.verify is not None else facet_check(m, t) for m in members) for t in texts]
 
 
+#: library constraints that fix a facet without a :class:`Facets` value (a P.S. closes the answer, a last word)
+_FIXES: dict[str, str] = {"ru.startend.last_word": "end", "ru.format.postscript": "end", "ru.repeat.request_first": "start"}
+_FACET_NAMES = {"start": "opening", "end": "ending", "words": "word count"}
+
+
+def fixed_facets(member: Member) -> frozenset[str]:
+    """The facets (``start``, ``end``, ``words``) ``member`` fixes, or speaks of when it is unmapped."""
+    f = member.facets
+    kinds = {k for k, v in (("words", f.words), ("start", f.start), ("end", f.end)) if v}
+    kinds |= {_FIXES[cid] for cid, _ in member.structured or () if cid in _FIXES}
+    if member.structured is None:
+        kinds |= mentions(member.text)
+    return frozenset(kinds)
+
+
+def unverifiable(members: Sequence[Member]) -> str | None:
+    """An unmapped member that speaks of a facet another member fixes: nothing here reads what it demands there."""
+    for m in members:
+        said = mentions(m.text) if m.structured is None else frozenset()
+        for other in members:
+            shared = said & fixed_facets(other) if other is not m else frozenset()
+            if shared:
+                names = ", ".join(_FACET_NAMES[k] for k in sorted(shared))
+                return (f"cannot verify compatibility: «{m.text}» ({m.id}) maps to no structured constraint and "
+                        f"speaks of the {names} that {other.id} fixes")
+    return None
+
+
+def refusal(members: Sequence[Member], *, refuse_redundant: bool = True) -> Decision | None:
+    """The structured part of :func:`decide`: a conflict, a redundant bound or ``cannot_verify``, else None.
+
+    Callers that judge witnesses elsewhere (``if.multi.prompts`` runs LLM-written verifiers in the sandbox)
+    take this and :func:`witness_candidates` instead of :func:`decide`.
+    """
+    if (why := facet_conflict(members) or structured_conflict(members)) is not None:
+        return Decision("conflict", why)
+    if refuse_redundant and (why := redundant_bound(members)) is not None:
+        return Decision("redundant", why)
+    if (why := unverifiable(members)) is not None:
+        return Decision("cannot_verify", why)
+    return None
+
+
 def decide(
     members: Sequence[Member],
     check: Callable[[Sequence[str]], list[bool]] | None = None,
@@ -393,10 +365,8 @@ def decide(
             m = blind[0]
             return Decision("cannot_verify", f"cannot verify compatibility: «{m.text}» ({m.id}) maps to no structured "
                             "constraint and has no verifier")
-    if (why := facet_conflict(members) or structured_conflict(members)) is not None:
-        return Decision("conflict", why)
-    if refuse_redundant and (why := redundant_bound(members)) is not None:
-        return Decision("redundant", why)
+    if (refused := refusal(members, refuse_redundant=refuse_redundant)) is not None:
+        return refused
     if table_ok is False:
         return Decision("conflict", "the library conflict table forbids this pair")
     texts = witness_candidates(members)

@@ -18,6 +18,10 @@ conservative, because a wrong map turns into a wrong acceptance:
   so an answer that passes the mapped constraint passes the text.
 
 Nothing here is a parser of meaning: it recognises a closed set of forms and says "unknown" for the rest.
+
+:func:`mentions` is the other half of "unknown": which facets (opening, ending, word count) an unmapped text
+*speaks of*, by vocabulary alone. It yields no values, so it can only refuse (``cannot_verify`` next to a member
+that fixes the same facet), never shape a witness or accept.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["NEUTRAL", "Structured", "structure"]
+__all__ = ["NEUTRAL", "Structured", "mentions", "structure"]
 
 Structured = tuple[tuple[str, dict[str, Any]], ...]
 
@@ -170,3 +174,24 @@ def structure(text: str) -> Structured | None:
         else:
             out.append(("ru.startend.end_phrase", {"phrase": w}))
     return tuple(out) or None
+
+
+#: Vocabulary of each facet (over the lowercased text with quotes masked as ``q<i>``): an unmapped text using it
+#: may state that facet in a form :func:`structure` does not know. Broad on purpose — it only refuses.
+_MENTIONS: dict[str, str] = {
+    "start": r"\bнач(?:ин|н|ал|ат|ни)[а-я]*|\bперв(?:ое|ая|ые|ой|ым|ыми|ую|ого)\s+(?:слов|фраз|предлож|строк|абзац)"
+             r"|\bоткр(?:ой|ыв)[а-я]*|\bсначала\b|\bвступлен|\bbegin|\bstart|\bopen|\bfirst\s+(?:word|sentence|line)",
+    "end": r"\bзаверш|\bзаканч|\bзакончи|\bоконч|\bв\s+(?:самом\s+)?конце\b|\bпоследн|\bконец\b|\bконцовк"
+           r"|\bend\b|\bending|\bfinish|\bconclu|\bclose|\blast\s+(?:word|sentence|line)|\bp\.?\s*s\b|постскриптум",
+    "words": r"\bслов[а-я]*\b(?!\s*q\d)|\bwords?\b(?!\s*q\d)|\bдлин|\bобъ[её]м|\bкратк|\bкоротк|\bлаконич"
+             r"|\bразв[её]рнут|\bподробн|\blength|\blong\b|\bshort|\bbrief|\bconcise|\bdetailed",
+}
+
+
+def mentions(text: str) -> frozenset[str]:
+    """The facets (``start``, ``end``, ``words``) whose vocabulary ``text`` uses; a quoted word is not vocabulary.
+
+    «Слово «модель» должно встретиться дважды» speaks of no word count; «Ответ не длиннее двадцати слов» does.
+    """
+    low = _norm(_quotes(text)[0])
+    return frozenset(k for k, pattern in _MENTIONS.items() if re.search(pattern, low))

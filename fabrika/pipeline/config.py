@@ -75,8 +75,9 @@ class PipelineConfig(BaseModel):
         default=1, ge=1, description="Processes that run each per-item LLM-calling stage: its items are split by a "
         "stable hash of their id over this many workers (local subprocesses, or Ray actors with executor: ray), "
         "each with its own engine client and journal, and every concurrency limit (endpoints' max_concurrency, "
-        "llm.max_in_flight, max_in_flight) divided among them. The dataset is the same for any value "
-        "(docs/ARCHITECTURE.md).")
+        "llm.max_in_flight, max_in_flight) divided among every engine that may send at once (these workers, for "
+        "each split stage that can run alongside another, and the driver when a global LLM stage may run next to "
+        "one). The dataset is the same for any value (docs/ARCHITECTURE.md).")
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _source: str = PrivateAttr(default="<config>")
@@ -452,6 +453,66 @@ def configured_backend(config: PipelineConfig) -> str:
     return str(getattr(value, "name", value) or "unknown")
 
 
+def _ancestors(deps: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+
+    def visit(name: str) -> set[str]:
+        if name not in out:
+            out[name] = set()
+            for d in deps.get(name, ()):
+                out[name] |= {d} | visit(d)
+        return out[name]
+
+    for name in deps:
+        visit(name)
+    return out
+
+
+def _largest_antichain(names: list[str], before: dict[str, set[str]]) -> int:
+    """The most of ``names`` that can run at once: no one waits for another (Dilworth: ``len - matching``)."""
+    match: dict[str, str] = {}  # later stage -> the earlier stage its chain comes from
+
+    def augment(a: str, seen: set[str]) -> bool:
+        for b in names:
+            if a in before.get(b, ()) and b not in seen:
+                seen.add(b)
+                if b not in match or augment(match[b], seen):
+                    match[b] = a
+                    return True
+        return False
+
+    return len(names) - sum(augment(a, set()) for a in names)
+
+
+def limit_shares(config: PipelineConfig) -> tuple[int, bool]:
+    """``(engines, driver_overlaps)``: how many engine clients may send at once while a split stage runs
+    (each split stage's ``llm_workers`` workers, times the most split stages that can run together, plus
+    one for the driver when ``driver_overlaps``: an LLM stage it runs may run next to a split stage).
+
+    A stage is split when it calls the LLM per item (:func:`fabrika.pipeline.llm_workers.uses_llm_workers`);
+    an LLM-calling global stage runs in the driver. Two stages overlap unless one depends on the other
+    (directly or through others: a dependent starts after, and a streaming consumer finishes after, its
+    upstream), and not at all with ``max_parallel_stages: 1``.
+    """
+    n = config.llm_workers
+    if n <= 1:
+        return 1, False
+    split: list[str] = []
+    driver: list[str] = []
+    for s in config.stages:
+        cls = STAGES.get(s.kind)
+        if cls is None or not getattr(cls, "calls_llm", True):
+            continue
+        (driver if cls.global_stage else split).append(s.stage_name)
+    if not split:
+        return n, False
+    before = _ancestors(stage_dependencies(config))
+    parallel = config.max_parallel_stages > 1
+    together = min(_largest_antichain(split, before), config.max_parallel_stages) if parallel else 1
+    overlaps = parallel and any(d not in before.get(x, ()) and x not in before.get(d, ()) for d in driver for x in split)
+    return n * together + int(overlaps), overlaps
+
+
 def llm_workers_problems(config: PipelineConfig) -> list[tuple[str, str]]:
     """``(field, message)`` for an ``llm_workers`` that cannot be honoured (``fabrika validate``)."""
     n = config.llm_workers
@@ -461,11 +522,15 @@ def llm_workers_problems(config: PipelineConfig) -> list[tuple[str, str]]:
     if config.llm.backend == "vllm":
         out.append(("llm_workers", f"llm_workers={n} with llm.backend 'vllm' would load the model once per "
                     "worker process; serve it (vllm serve) and use backend 'openai', or set llm_workers: 1"))
+    engines, driver = limit_shares(config)
+    who = f"llm_workers={n} processes" if engines == n else (
+        f"{engines} engine clients ({engines - int(driver)} llm_workers of split stages that may run at once"
+        f"{' + the driver, whose LLM stage may run next to one' if driver else ''})")
     for i, ep in enumerate(config.llm.endpoints):
-        if ep.max_concurrency < n:
+        if ep.max_concurrency < engines:
             out.append((f"llm.endpoints[{i}].max_concurrency",
-                        f"{ep.max_concurrency} cannot be divided among llm_workers={n} processes without "
-                        f"passing it; raise it to at least {n} or lower llm_workers"))
+                        f"{ep.max_concurrency} cannot be divided among {who} without passing it; raise it to at "
+                        f"least {engines} or lower llm_workers"))
     return out
 
 
@@ -493,6 +558,7 @@ __all__ = [
     "stage_dependencies",
     "stage_layout",
     "inputs_of",
+    "limit_shares",
     "llm_workers_problems",
     "load_config",
     "sandbox_problem",

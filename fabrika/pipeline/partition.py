@@ -7,10 +7,18 @@ their ids and their rows whatever worker makes them, so the dataset does not dep
 (DESIGN contract 7).
 
 Each worker runs its own engine client, so the limits that protect the fleet are divided among
-them (:func:`worker_config`): an endpoint's ``max_concurrency``, the engine's ``llm.max_in_flight``
-and the stages' ``max_in_flight`` become ``limit // n`` (at least 1). Routing stays a pure function
-of the routing key: the affinity ring is built from the endpoints' URLs only, which the division
-leaves as they are, so an episode's home server is the same from any worker.
+every engine that can be sending at once (:func:`fabrika.pipeline.config.limit_shares`): the ``n`` workers of each split
+stage that may run alongside another split stage, and the driver's engine when an LLM stage it runs
+(a global stage) may run alongside a split one. An endpoint's ``max_concurrency``, the engine's
+``llm.max_in_flight`` and the stages' ``max_in_flight`` become ``limit // engines`` (at least 1) in
+each worker (:func:`worker_config`) and, when it may overlap, in the driver (:func:`driver_config`),
+so the sum over every process never passes the limit. Which stages may overlap is read from the
+dependency graph (two stages overlap unless one waits, directly or not, for the other) and
+``max_parallel_stages``; the division is fixed for the run (no cross-process limiter), so a stage
+that runs alone in a pipeline with overlapping branches gets only its share.
+Routing stays a pure function of the routing key: the affinity ring is built from the endpoints'
+URLs only, which the division leaves as they are, so an episode's home server is the same from any
+worker.
 """
 
 from __future__ import annotations
@@ -52,8 +60,7 @@ def share(limit: int, count: int) -> int:
     return max(1, limit // count)
 
 
-def worker_config(config: "PipelineConfig", count: int) -> "PipelineConfig":
-    """The pipeline as one of ``count`` LLM workers sees it: every concurrency limit divided (:func:`share`)."""
+def _divided(config: "PipelineConfig", count: int) -> "PipelineConfig":
     llm = config.llm
     endpoints = [ep.model_copy(update={"max_concurrency": share(ep.max_concurrency, count)}) for ep in llm.endpoints]
     llm = llm.model_copy(update={"endpoints": endpoints, "max_in_flight": share(llm.max_in_flight, count)})
@@ -61,6 +68,24 @@ def worker_config(config: "PipelineConfig", count: int) -> "PipelineConfig":
               for s in config.stages]
     return config.model_copy(update={"llm": llm, "max_in_flight": share(config.max_in_flight, count),
                                      "stages": stages})
+
+
+def worker_config(config: "PipelineConfig", count: int) -> "PipelineConfig":
+    """The pipeline as one of ``count`` LLM workers sees it: every concurrency limit divided (:func:`share`)
+    by the engines that may send at once (:func:`limit_shares`; ``count`` when only one split stage runs)."""
+    from fabrika.pipeline.config import limit_shares
+
+    engines = limit_shares(config)[0] if config.llm_workers == count else count
+    return _divided(config, max(count, engines))
+
+
+def driver_config(config: "PipelineConfig") -> "PipelineConfig":
+    """The pipeline as the driver's engine sees it: undivided, unless one of its LLM stages may run next to a
+    split stage (:func:`limit_shares`); then it takes one share, like each worker."""
+    from fabrika.pipeline.config import limit_shares
+
+    engines, overlaps = limit_shares(config)
+    return _divided(config, engines) if overlaps else config
 
 
 #: StageStats counters that add up across workers.
@@ -99,5 +124,5 @@ def live_counters(stats: "StageStats") -> dict[str, Any]:
     return out
 
 
-__all__ = ["LIVE_FIELDS", "Partition", "live_counters", "merge_stats", "partition_of",
+__all__ = ["LIVE_FIELDS", "Partition", "driver_config", "live_counters", "merge_stats", "partition_of",
            "share", "worker_config"]

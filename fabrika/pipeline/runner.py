@@ -431,8 +431,10 @@ async def arun_pipeline(
         own_engine = engine is None
         if own_engine and not cache_only:
             await probe_llm(config)  # an unreachable endpoint or an unknown model stops here, before any work
-        if own_engine:
-            engine = build_engine_for(config, run_dir, cache_only)
+        if own_engine:  # its limits are one share when its LLM stages may run next to llm_workers' (partition.py)
+            from fabrika.pipeline.partition import driver_config
+
+            engine = build_engine_for(driver_config(config), run_dir, cache_only)
         return await _run_locked(config, run_dir, resume, progress, engine, own_engine, version, until,
                                  allow_partial, log_every, cache_only)
 

@@ -202,9 +202,13 @@ class ItemWorker:
         rows = [r for res in results if res.rows for r in res.rows]
         if rows:
             stage_dir = hosted.ctx.stage_dir(stage.name)
-            current = (stage_dir / OWNER_FILE).read_text(encoding="utf-8") if (stage_dir / OWNER_FILE).exists() else ""
-            if current != job.owner:
-                raise StaleDriver(f"stage {stage.name!r} was taken over by another driver; batch {seq} dropped")
+            owner_file = stage_dir / OWNER_FILE
+            current = owner_file.read_text(encoding="utf-8") if owner_file.exists() else None
+            if current != job.owner:  # say which: a missing file is a removed run dir, not a second driver
+                why = (f"its owner file {owner_file} is gone (the run directory was removed or reset under the run)"
+                       if current is None else f"was taken over by another driver (token {current[:8]} in "
+                       f"{owner_file}, this batch's driver {job.owner[:8]})")
+                raise StaleDriver(f"stage {stage.name!r} {why}; batch {seq} dropped")
             # temp file + fsync + rename, off the event loop: the other batch keeps feeding the sandbox meanwhile
             await asyncio.to_thread(write_shard, stage_dir, rows, seq=seq)
         items_out = []

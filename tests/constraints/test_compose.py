@@ -16,7 +16,6 @@ from fabrika.constraints.compose import (
     local_check,
     member_from_spec,
     pair_decision,
-    parse_facets,
     text_member,
 )
 
@@ -36,8 +35,8 @@ HELDOUT = Path(__file__).parent / "data" / "pairs_ru_heldout.jsonl"
     ('End your answer with "Thanks!"', Facets(end="Thanks!")),
     ("Используйте хотя бы одну метафору.", Facets()),
 ])
-def test_facets_are_parsed_from_russian_and_english_text(text: str, facets: Facets) -> None:
-    assert parse_facets(text) == facets
+def test_facets_are_read_from_the_structured_map_of_russian_and_english_text(text: str, facets: Facets) -> None:
+    assert text_member("a", text).facets == facets  # an unmapped text has none (there is no second parser)
 
 
 def test_a_long_answer_with_a_fixed_ending_is_composed() -> None:

@@ -56,13 +56,36 @@ def no_conflict(req: dict) -> str:
     return '{"reason": "нет", "conflict": false, "pairs": []}'
 
 
+def passes(code_answers: list[str], text: str) -> bool:
+    """Every LLM-written verifier of the test data passes ``text`` (run here: it is this file's own code)."""
+    out = True
+    for raw in code_answers:
+        scope: dict = {}
+        exec(json.loads(raw)["func"], scope)  # noqa: S102 - the test's own verifier strings
+        out = out and bool(scope["evaluate"](text))
+    return out
+
+
 def test_compatible_pairs_are_kept_and_conflicts_refused_with_a_witness(tmp_path: Path) -> None:
+    from fabrika.constraints.compose import text_member
+
     run_dir, _ = _run(tmp_path, no_conflict, 24, SEEDS, VERIFIERS)
     prompts = RunStore(run_dir).scan_raw("if.multi.prompts").collect()
-    kept = [{c["id"] for c in json.loads(r["constraints"])}
-            for r in prompts.filter(pl.col("status") == "ok").iter_rows(named=True)]
+    rows = list(prompts.filter(pl.col("status") == "ok").iter_rows(named=True))
+    kept = [{c["id"] for c in json.loads(r["constraints"])} for r in rows]
     reasons = list(prompts["reason"].drop_nulls())
     assert any({"c-long", "c-end"} <= ids for ids in kept), (kept, reasons)  # refused by the stored-case check
+    # each kept prompt stores its joint answer; it passes every LLM-written verifier and the mapped library ones
+    for ids, row in zip(kept, rows, strict=True):
+        witness = row["witness"]
+        assert witness, row
+        for cid in ids:
+            text = SEEDS[cid]
+            assert passes(VERIFIERS[text], witness), (cid, witness)
+            member = text_member(cid, text)
+            assert member.structured and member.verify and member.verify(witness), (cid, witness)
+    pair = next(r["witness"] for r, ids in zip(rows, kept, strict=True) if ids == {"c-long", "c-end"})
+    assert pair.endswith("Вот и всё.") and len(pair.split()) >= 55
     assert not any({"c-itak", "c-first"} <= ids or {"c-long", "c-long2"} <= ids for ids in kept)
     openings = [r for r in reasons if r.startswith("composition_conflict:")]
     assert openings and all("two different openings" in r and {"c-itak", "c-first"} <= set(re.findall(r"c-\w+", r))
@@ -88,3 +111,31 @@ def test_library_and_llm_written_openings_are_composed_too(tmp_path: Path) -> No
             assert phrases <= {"Итак,"}, members
     refused = [r for r in prompts["reason"].drop_nulls() if r.startswith("composition_conflict:")]
     assert any("ru.startend.start_phrase" in r and "c-itak" in r for r in refused), refused
+
+
+GREET = "Начинайте ответ с приветствия."  # an opening in a form the structured map does not know
+VERIFIERS_GREET = {GREET: [  # lenient verifiers: a greeting anywhere passes («Итак, привет …» too)
+    answer("return 'привет' in response.lower()", [("Привет, друг.", True), ("Добрый день.", False),
+                                                   ("Привет всем!", True)]),
+    answer("return response.lower().count('привет') > 0", [("Привет! Рад помочь.", True), ("Ну.", False),
+                                                            ("И вам привет.", True)]),
+    answer("return 'привет' in response.casefold()", [("Привет, это я.", True), ("Пока.", False),
+                                                      ("Всем привет.", True)])]}
+
+
+def test_an_unmapped_phrasing_next_to_a_fixed_opening_is_cannot_verify(tmp_path: Path) -> None:
+    """«Начинайте ответ с приветствия» maps to nothing; its verifiers pass «Итак, привет …», so the old lenient
+    path kept it next to «Начните ответ с фразы «Итак,»» — a prompt demanding two openings. Now it is refused
+    as cannot_verify, naming both; next to a word bound (a facet it does not speak of) it is still kept."""
+    seeds = {"c-greet": GREET, "c-itak": ITAK, "c-long": LONG}
+    verifiers = {**VERIFIERS_GREET, ITAK: VERIFIERS[ITAK], LONG: VERIFIERS[LONG]}
+    run_dir, _ = _run(tmp_path, no_conflict, 24, seeds, verifiers, {"count_weights": {2: 1}})
+    prompts = RunStore(run_dir).scan_raw("if.multi.prompts").collect()
+    kept = [{c["id"] for c in json.loads(r["constraints"])}
+            for r in prompts.filter(pl.col("status") == "ok").iter_rows(named=True)]
+    reasons = list(prompts["reason"].drop_nulls())
+    assert not any({"c-greet", "c-itak"} <= ids for ids in kept), kept
+    unread = [r for r in reasons if r.startswith("cannot_verify:")]
+    assert unread and all({"c-greet", "c-itak"} <= set(re.findall(r"c-\w+", r)) and "opening" in r
+                          for r in unread), reasons
+    assert any({"c-greet", "c-long"} <= ids for ids in kept), (kept, reasons)

@@ -2,17 +2,20 @@
 
 ``test.numbers`` is a source that never calls the LLM (it stays in the driver); ``test.wask`` asks the
 LLM once per row and can kill its own process (``kill -9``) or raise (a bug) on chosen items, logging
-every ``process`` call with its pid so a test can see which items were done twice.
+every ``process`` call with its pid so a test can see which items were done twice. ``test.wask_global``
+is a global stage (so it runs in the driver) that asks the LLM once per row, all at once, optionally
+after a file appears (so that it overlaps a split stage for sure).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import signal
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, AsyncIterator, Iterator
 
 import polars as pl
 from pydantic import Field
@@ -85,6 +88,36 @@ class WorkerAskStage(Stage[WorkerAskConfig]):
         if not resp.ok:
             return [rejected(stable_id(row["id"], "wask"), f"llm_error: {resp.error.kind}")]
         return [ok(stable_id(row["id"], "wask"), i=i, answer=resp.text)]
+
+
+class GlobalAskConfig(StageConfig):
+    wait_for: str | None = Field(default=None, description="Start asking once this file has `wait_lines` lines "
+                                "(60 s at most).")
+    wait_lines: int = Field(default=1, ge=1, description="Lines `wait_for` must have.")
+
+
+@register_stage
+class GlobalAskStage(Stage[GlobalAskConfig]):
+    """A global stage: every row's question in one ``complete`` call, from the driver's engine."""
+
+    kind = "test.wask_global"
+    Config = GlobalAskConfig
+    global_stage = True
+
+    async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:
+        items = list(rows)
+        if self.config.wait_for is not None:
+            for _ in range(1200):  # a bounded poll: the test's split stage has started its items
+                path = Path(self.config.wait_for)
+                if path.exists() and len(path.read_text().splitlines()) >= self.config.wait_lines:
+                    break
+                await asyncio.sleep(0.05)
+        answers = await self.ctx.llm.complete([ChatRequest(messages=({"role": "user", "content": r["text"]},),
+                                                           tag="test.wask_global", routing_key=str(r["id"]))
+                                               for r in items])
+        yield [ok(stable_id(r["id"], "global"), i=r["i"], answer=a.text) if a.ok
+               else rejected(stable_id(r["id"], "global"), f"llm_error: {a.error.kind}")
+               for r, a in zip(items, answers, strict=True)]
 
 
 def dataset_digest(run_dir: Path, version: str = "v1") -> tuple[str, int]:

@@ -55,7 +55,22 @@ def test_a_replaced_driver_s_worker_writes_nothing(tmp_path):
         finally:
             await worker.close()
 
-    with pytest.raises(StaleDriver):
+    with pytest.raises(StaleDriver, match="taken over by another driver"):
+        asyncio.run(go())
+    assert shard_files(stage_dir) == []
+
+
+def test_a_batch_whose_owner_file_is_gone_writes_nothing_and_says_so(tmp_path):
+    """A removed or reset run directory is not a second driver: the StaleDriver line says which it is."""
+    worker, job, stage_dir = _worker(tmp_path, "me")
+
+    async def go():
+        try:
+            await worker.process_batch(job, 0, [("c1", ROW)])
+        finally:
+            await worker.close()
+
+    with pytest.raises(StaleDriver, match="owner file .* is gone"):
         asyncio.run(go())
     assert shard_files(stage_dir) == []
 

@@ -84,6 +84,8 @@ MULTI_PROMPT = (
     Column("n_constraints", int),
     Column("n_llm_constraints", int),
     Column("n_constraints_wanted", int, required=False),
+    Column("witness", str, required=False, doc="a composed joint answer that passes every verifier of the composed "
+           "members (None: library members only, which the conflict table decides)"),
 )
 
 # -- responses ----------------------------------------------------------------------------------
@@ -107,7 +109,7 @@ MULTI_SCORES = (
 CONSTRAINT_RESULTS = Column("constraint_results", list[dict[str, Any]], doc="per-constraint strict/loose verdicts")
 MULTI_RESPONSES = columns(
     RESPONSE, Column("sample_index", int), Column("prompt_id", str),
-    *(c.optional() for c in MULTI_PROMPT if c.name not in ("constraint_id", "constraint_text", "n_constraints_wanted")),
+    *(c.optional() for c in MULTI_PROMPT if c.name not in ("constraint_id", "constraint_text", "n_constraints_wanted", "witness")),
     CONSTRAINT_RESULTS, MULTI_SCORES,
 )
 

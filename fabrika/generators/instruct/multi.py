@@ -18,14 +18,18 @@ scores joined: their verifiers and stored test cases). A candidate is refused wh
   LLM-written constraint (``conflict_judge: …``) — library pairs are the table's job.
 
 * with ``composition: witness`` (the default), the set is not **composable by construction**
-  (:mod:`fabrika.constraints.compose`): the members' facets exclude each other — two different
-  required openings or endings, disjoint word bounds — (``composition_conflict: …``, naming the
-  phrases or bounds), two word bounds where one implies the other, also when an LLM-written text
-  states it (``redundant_bound: …``), or no composed joint answer (stored positive cases given the
-  required opening/ending, padded or cut to the word bounds) passes every verifier of the set
-  (``no_joint_answer: …``; LLM-written verifiers run in the sandbox). A pair whose stored cases hold
-  no joint answer is kept when a composed one passes (``verifier_contradiction`` only when none does).
-  This covers library × LLM-written pairs too; the judge is the second opinion.
+  (:mod:`fabrika.constraints.compose`, the one parser: :func:`fabrika.constraints.structure.structure`
+  maps an LLM-written text, whole, to library constraints or to nothing). Mapped members take the
+  library's facets, rules and verifiers; the set is refused when they exclude each other — two different
+  required openings or endings, disjoint word bounds, a library rule — (``composition_conflict: …``,
+  naming the phrases, bounds or rule), when one word bound implies another (``redundant_bound: …``), when
+  an unmapped text speaks of a facet (opening, ending, word count) another member fixes
+  (``cannot_verify: …``: nothing reads what it demands there, and its verifier may check less than its
+  text), or when no composed joint answer (stored positive cases given the required opening/ending, padded
+  or cut to the word bounds) passes every verifier of the set (``no_joint_answer: …``; LLM-written
+  verifiers run in the sandbox). A kept prompt stores that joint answer (``witness``). A pair whose stored
+  cases hold no joint answer is kept when a composed one passes (``verifier_contradiction`` only when none
+  does). This covers library × LLM-written pairs too; the judge is the second opinion.
 
 An LLM-written pair whose verifiers agree on every stored case (paraphrases of one rule that
 dedup did not catch) is refused as ``redundant: …``. Library members without facets (JSON, lists, case …)
@@ -42,7 +46,7 @@ from __future__ import annotations
 import asyncio
 import random
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Literal
 
 from pydantic import Field, field_validator
 
@@ -60,6 +64,9 @@ from fabrika.schemas.instruct import IFConstraintRow
 from fabrika.schemas.rows import dumps
 from fabrika.textutil.answers import ParseFailure, answer_int, extract_json, is_failure
 from fabrika.textutil.reasoning import answer_text as strip_reasoning
+
+if TYPE_CHECKING:
+    from fabrika.constraints.compose import Member
 
 TAG_CONFLICT = "if.multi.conflict"
 
@@ -211,7 +218,8 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
         self.pool = self._llm_pool() if cfg.input else []
         self.sandbox = get_sandbox(self.ctx, cfg.timeout_s) if self.pool else None
         self.pairs: dict[tuple[str, str], asyncio.Future[tuple[int, int, bool]] | tuple[int, int, bool]] = {}
-        self.composed: dict[tuple[str, ...], tuple[bool, int]] = {}  # member ids -> (joint answer found, tried)
+        self.composed: dict[tuple[str, ...], tuple[str | None, int]] = {}  # member ids -> (joint answer, tried)
+        self.mapped: dict[str, Member] = {}  # LLM-written constraint id -> its compose.Member (mapped once)
 
     def _llm_pool(self) -> list[dict[str, Any]]:
         """Surviving LLM-written constraints: text, best verifiers, supported positive cases (sorted by id)."""
@@ -303,53 +311,65 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
             return await self._composition(combo, cand)
         return None
 
+    def _members(self, combo: list[dict[str, Any]]) -> tuple[list[Member], list[Member]]:
+        """Structured members of ``combo`` (:mod:`fabrika.constraints.compose`): every member, for the library's
+        rules, and those a joint answer is composed for (library members without facets — a P.S., JSON, letter
+        case — stay out of it: the conflict table and the judge cover them)."""
+        from fabrika.constraints.compose import library_member, text_member
+
+        every: list[Member] = []
+        composed: list[Member] = []
+        for c in combo:
+            if c["source"] == "library":
+                m = library_member(c["library_id"], c["params"], id=c["id"])
+                if m.facets.words or m.facets.start or m.facets.end:
+                    composed.append(m)
+            else:  # mapped: the library's facets and verifiers, plus its own (sandbox); unmapped: opaque
+                known = self.mapped.get(c["id"])
+                m = known or self.mapped.setdefault(c["id"], text_member(c["id"], c["text"], c["_pool"]["positives"]))
+                composed.append(m)
+            every.append(m)
+        return every, composed
+
     async def _composition(self, combo: list[dict[str, Any]], cand: dict[str, Any], *,
                            facets_only: bool = False) -> str | None:
         """Satisfiability by construction (:mod:`fabrika.constraints.compose`) of ``combo`` + ``cand``.
 
-        Refuses with a witness of the conflict (two openings, two endings, disjoint word bounds),
-        a redundant word bound, or — unless ``facets_only`` — when no composed answer passes every
-        verifier (library ones here, LLM-written ones in the sandbox). Library members without facets
-        (JSON, lists …) stay out of the joint answer: the conflict table and the judge cover them.
+        Refuses with a witness of the conflict (two openings, two endings, disjoint word bounds, a library
+        rule between mapped constraints), a redundant word bound, ``cannot_verify`` (an unmapped phrasing that
+        speaks of a facet another member fixes), or — unless ``facets_only`` — when no composed answer passes
+        every verifier (library and mapped ones here, LLM-written ones in the sandbox).
         """
-        from fabrika.constraints.compose import (
-            Member,
-            facet_conflict,
-            library_member,
-            parse_facets,
-            redundant_bound,
-            witness_candidates,
-        )
+        from fabrika.constraints.compose import refusal
 
-        members: list[Member] = []
-        for c in [*combo, cand]:
-            if c["source"] == "library":
-                m = library_member(c["library_id"], c["params"], id=c["id"])
-                if m.facets.words or m.facets.start or m.facets.end:
-                    members.append(m)
-                elif c is cand:
-                    facets_only = True  # a P.S. or a JSON answer is not composed here: table and judge
-            else:
-                members.append(Member(c["id"], c["text"], parse_facets(c["text"]), tuple(c["_pool"]["positives"])))
-        if (why := facet_conflict(members)) is not None:
-            return f"composition_conflict: {cand['id']}: {why}"
-        if (why := redundant_bound(members)) is not None:
-            return f"redundant_bound: {cand['id']}: {why}"
-        llm = [c for c in [*combo, cand] if c["source"] != "library"]
-        if facets_only or not llm:
+        every, composed = self._members([*combo, cand])
+        if cand["source"] == "library" and not any(m is every[-1] for m in composed):
+            facets_only = True  # a P.S. or a JSON answer is not composed here: table and judge
+        if (refused := refusal(every)) is not None:
+            kind = {"conflict": "composition_conflict", "redundant": "redundant_bound"}.get(refused.verdict,
+                                                                                           refused.verdict)
+            return f"{kind}: {cand['id']}: {refused.reason}"
+        if facets_only or not any(c["source"] != "library" for c in [*combo, cand]):
             return None
-        key = tuple(m.id for m in members)  # ordered: the composed answers depend on the order (deterministic)
-        if key not in self.composed:
-            texts = witness_candidates(members)
-            local = [all(m.verify is None or m.verify(t) for m in members) for t in texts]
-            texts = [t for t, ok_ in zip(texts, local, strict=True) if ok_]
-            passed = await self._passes_all([code for c in llm for code in c["verifier_code"]], texts)
-            self.composed[key] = (any(passed), len(texts))
-        found, n = self.composed[key]
-        if found:
+        witness, n = await self._witness([*combo, cand], composed)
+        if witness is not None:
             return None
         return (f"no_joint_answer: {cand['id']} × {', '.join(c['id'] for c in combo)}: none of {n} composed "
                 f"answers passes every verifier")
+
+    async def _witness(self, combo: list[dict[str, Any]], composed: list[Member]) -> tuple[str | None, int]:
+        """The first composed joint answer that passes every verifier of ``composed`` and every LLM-written
+        verifier of ``combo`` (sandbox), and how many were tried; cached per ordered member ids."""
+        from fabrika.constraints.compose import witness_candidates
+
+        key = tuple(m.id for m in composed)  # ordered: the composed answers depend on the order (deterministic)
+        if key not in self.composed:
+            texts = witness_candidates(composed)
+            texts = [t for t in texts if all(m.verify is None or m.verify(t) for m in composed)]
+            passed = await self._passes_all([code for c in combo if c["source"] != "library"
+                                             for code in c["verifier_code"]], texts)
+            self.composed[key] = (next((t for t, p in zip(texts, passed, strict=True) if p), None), len(texts))
+        return self.composed[key]
 
     def _library_candidate(self, rng: random.Random) -> dict[str, Any]:
         from fabrika.constraints import REGISTRY, to_constraint_record
@@ -402,7 +422,14 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
         if len(combo) < need:
             return [*out, rejected(stable_id(slot, prefix="ifm-"), f"too_few_constraints: {len(combo)} compatible "
                                    f"of {k} wanted", slot_id=slot, constraints=dumps([_public(c) for c in combo]))]
-        return [*out, self._prompt_row(slot, rng, combo, k)]
+        witness = None
+        if cfg.composition == "witness" and any(c["source"] != "library" for c in combo):
+            witness, n = await self._witness(combo, self._members(combo)[1])  # cached unless the judge dropped one
+            if witness is None:
+                return [*out, rejected(stable_id(slot, prefix="ifm-"), f"no_joint_answer: none of {n} composed "
+                                       "answers passes every verifier of the set", slot_id=slot,
+                                       constraints=dumps([_public(c) for c in combo]))]
+        return [*out, self._prompt_row(slot, rng, combo, k, witness)]
 
     async def _judge(self, combo: list[dict[str, Any]], refuse: Any) -> str | None:
         """Drop LLM-written members the judge pairs in a conflict; a reason when the slot must be rejected."""
@@ -434,7 +461,8 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
                 return None
         return "conflict_judge_unresolved: still flagged after judge_rounds"
 
-    def _prompt_row(self, slot: str, rng: random.Random, combo: list[dict[str, Any]], k: int) -> Row:
+    def _prompt_row(self, slot: str, rng: random.Random, combo: list[dict[str, Any]], k: int,
+                    witness: str | None) -> Row:
         qid, query = rng.choice(self.queries)
         placement = "system" if rng.random() < self.config.system_share else "user"
         instructions = render_instructions([c["text"] for c in combo])
@@ -449,7 +477,8 @@ class MultiPromptsStage(Stage[MultiPromptsConfig]):
         return ok(stable_id(slot, [c["id"] for c in combo], qid, placement, prefix="ifm-"), slot_id=slot,
                   query_id=qid, query=query, placement=placement, lang="ru", messages=dumps(messages),
                   constraints=dumps(public), library_constraints=dumps(library), n_constraints=len(combo),
-                  n_llm_constraints=sum(c["source"] != "library" for c in combo), n_constraints_wanted=k)
+                  n_llm_constraints=sum(c["source"] != "library" for c in combo), n_constraints_wanted=k,
+                  witness=witness)
 
 
 def _public(c: dict[str, Any]) -> dict[str, Any]:
