@@ -43,7 +43,8 @@ from typing import Any, Callable
 from fabrika.errors import InputError
 from fabrika.eval.bfcl_multi import parse_call_args
 
-__all__ = ["INSTALL", "MULTI_TURN_CLASSES", "BfclNotInstalled", "SimSession", "World", "function_docs",
+__all__ = ["INSTALL", "MULTI_TURN_CLASSES", "BfclNotInstalled", "SimSession", "World", "bfcl_constants",
+           "function_docs",
            "is_long_context", "require_bfcl_eval", "session_factory"]
 
 #: the one command that makes BFCL's multi-turn categories runnable (also in the Makefile's dev install)
@@ -117,6 +118,14 @@ class World:
     @property
     def stateless(self) -> list[str]:
         return list(self._config.STATELESS_CLASSES)
+
+
+def bfcl_constants() -> tuple[int, str]:
+    """BFCL's inference constants: ``MAXIMUM_STEP_LIMIT`` (steps with calls per turn before a force-quit) and
+    ``DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC`` (the user message of a turn that adds held-out functions)."""
+    require_bfcl_eval()
+    prompts = importlib.import_module("bfcl_eval.constants.default_prompts")
+    return int(prompts.MAXIMUM_STEP_LIMIT), str(prompts.DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC)
 
 
 def function_docs(cls: str) -> list[dict[str, Any]]:
