@@ -454,6 +454,10 @@ def fc(
             from fabrika.eval.bfcl_score import score_bfcl
 
             settings["checker"] = "bfcl"
+            if any(it.get("kind") == "multi_turn" for it in bfcl_items):  # the simulators are part of the run
+                from importlib.metadata import version
+
+                settings["bfcl_eval"] = version("bfcl-eval")
             items = [{**it, "mode": mode} for it in bfcl_items]
             score = score_bfcl
             runner = run_fc_items

@@ -167,6 +167,8 @@ def test_eval_fc_runs_bfcl_multi_turn_files_end_to_end(server, tmp_path: Path) -
     last = mine[-1]["messages"]
     tools = [m for m in last if m["role"] == "tool"]
     assert tools and all(m["tool_call_id"] for m in tools)
+    settings = json.loads((out / "settings.json").read_text(encoding="utf-8"))
+    assert settings["checker"] == "bfcl" and settings["bfcl_eval"] == "2026.3.23"
     # a rerun resumes: nothing is asked again
     served = server.served
     res = runner.invoke(app, ["eval", "fc", "--out", str(out), "--bfcl", str(tmp_path / "data"), "--checker", "bfcl",
@@ -227,3 +229,21 @@ def test_a_turn_whose_ground_truth_is_empty_is_not_checked_as_in_bfcl() -> None:
         assert (verdict.valid, verdict.error_type) == bfcl_verdict(case, answer, f"empty_{case['id']}")
         checked += 1
     assert checked >= 10
+
+
+def test_a_data_directory_mixes_single_and_multi_turn_categories(server, tmp_path: Path) -> None:
+    import shutil
+
+    cases = _write_data(tmp_path / "data", per_category=1)
+    single = Path(__file__).parent / "data" / "bfcl" / "checker" / "BFCL_v4_irrelevance.json"
+    shutil.copy(single, tmp_path / "data" / single.name)
+    n_single = sum(1 for line in single.read_text(encoding="utf-8").splitlines() if line.strip())
+    server.script(tag="eval.fc.multi", responder=_transcript(cases, set(), []))
+    server.script(tag="eval.fc", responder=lambda req: "Не знаю, такой функции нет.")
+    out = tmp_path / "fc"
+    res = runner.invoke(app, ["eval", "fc", "--out", str(out), "--bfcl", str(tmp_path / "data"), "--checker", "bfcl",
+                              *llm_flags(server)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert {c: (s["n"], s["accuracy"]) for c, s in doc["per_category"].items()} == {
+        "irrelevance": (n_single, 1.0), **{c: (1, 1.0) for c in CATEGORIES}}
