@@ -1,6 +1,6 @@
-"""Multi-turn state-based checking, as BFCL v3/v4 checks its multi-turn categories, on fabrika's own backends.
+"""Multi-turn state-based checking, as BFCL v3/v4's ``multi_turn_checker`` checks its multi-turn categories.
 
-A case (fabrika's format, shaped like BFCL's multi-turn entries)::
+A case (BFCL's multi-turn entries, or fabrika's own in the same shape)::
 
     {"id": "fs_0", "involved_classes": ["FileSystem"],
      "initial_config": {"FileSystem": {"root": {...}, "cwd": "/home"}},
@@ -11,21 +11,22 @@ The model's answer is one entry per turn: the calls it made in that turn, as Pyt
 (``"cd(folder='docs')"``, as BFCL writes them) or as ``{name: {param: value}}`` dicts; a turn may
 also be a list of steps, each a list of calls (flattened in order).
 
-:func:`check_multi_turn` executes the model's calls on one fresh set of backends
-(:mod:`fabrika.eval.bfcl_backends`) and the ground truth on another, turn by turn, keeping both
-states across turns, and after **each** turn applies BFCL's checks in BFCL's order:
+:func:`check_multi_turn` executes the model's calls on one fresh set of instances and the ground truth
+on another, turn by turn, keeping both states across turns — BFCL's simulators
+(:mod:`fabrika.eval.bfcl_sim`, ``new_session=session_factory()``) or fabrika's own backends
+(:mod:`fabrika.eval.bfcl_backends`, the default). A turn whose ground truth calls nothing is not checked
+(the model's calls there still change the state); after every other turn, BFCL's checks in BFCL's order:
 
-1. **empty turn** — the ground truth calls something and the model called nothing:
-   ``multi_turn:empty_turn_model_response``;
-2. **state** — every involved backend's public attributes must be equal:
+1. **empty turn** — the model called nothing: ``multi_turn:empty_turn_model_response``;
+2. **state** — every instance's public attributes (the ground truth's) must be equal:
    ``multi_turn:instance_state_mismatch`` (the differing attributes are named);
 3. **response (instance subset)** — every result the ground-truth calls returned in this turn must be
-   among the results the model's calls returned in this turn (unordered, each used once):
+   among the results the model's calls returned **in all turns so far** (unordered, each used once):
    ``multi_turn:execution_response_mismatch``. Extra model calls that change nothing pass.
 
-A turn count other than the ground truth's is ``multi_turn:turn_count_mismatch``. A call string that is
-not a plain call with literal arguments, or names no tool of the involved backends, executes as an error
-result (as a failing call does in BFCL), never as code.
+Fewer (or more) turns than the ground truth is ``multi_turn:force_terminated`` (BFCL's runner: the model
+was force-quit). A call string that is not a plain call with literal arguments, or names no tool of the
+involved instances, executes as an error result (as a failing call does in BFCL), never as code.
 """
 
 from __future__ import annotations
