@@ -393,7 +393,12 @@ def fc(
                 found, skipped = data_dir_pairs(q)
                 pairs += found
                 if skipped:
+                    from fabrika.eval.bfcl_data import NEEDS_BFCL_EVAL
+                    from fabrika.eval.bfcl_sim import INSTALL
+
                     _print(f"--checker bfcl skips {len(skipped)} categories it does not score: {', '.join(skipped)}")
+                    if any(s.endswith(NEEDS_BFCL_EVAL) for s in skipped):
+                        _print(f"BFCL's multi-turn categories run on BFCL's simulators; install them with: {INSTALL}")
                 continue
             if q.is_dir():  # a BFCL data directory: every category file with its possible_answer twin
                 files = sorted(q.glob("BFCL_v*_*.json"))

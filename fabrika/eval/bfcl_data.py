@@ -24,6 +24,8 @@ from fabrika.errors import InputError
 from fabrika.eval.bfcl_checker import is_relevance, language
 from fabrika.eval.fc_cases import _bfcl_expected, _tools, bfcl_category, bfcl_questions, read_possible_answers
 
+#: how a skipped multi-turn category is named when ``bfcl-eval`` is not installed
+NEEDS_BFCL_EVAL = "(needs bfcl-eval)"
 #: category names (from ``BFCL_v<N>_<category>.json``) this checker does not score
 NOT_SINGLE_TURN = re.compile(r"^(multi_turn|memory|web_search|format_sensitivity|agentic)")
 
@@ -46,8 +48,8 @@ def data_dir_pairs(root: Path) -> tuple[list[tuple[Path, Path | None]], list[str
         if category in MULTI_TURN:  # run on BFCL's simulators when its package is installed
             try:
                 require_bfcl_eval()
-            except BfclNotInstalled as exc:
-                skipped.append(f"{category} ({str(exc).rsplit('; ', 1)[-1]})")
+            except BfclNotInstalled:
+                skipped.append(f"{category} {NEEDS_BFCL_EVAL}")
                 continue
         elif NOT_SINGLE_TURN.match(category):
             skipped.append(category)
