@@ -77,7 +77,17 @@ class MultiTurnRun:
     truncated: bool = False
 
 
-def _read(choice: Any, known: set[str]) -> tuple[list[dict[str, Any]], str | None]:
+def _read(choice: Any, known: set[str], *, strict_json: bool = False) -> tuple[list[dict[str, Any]], str | None]:
+    """The step's calls and, when they cannot be read, why. ``strict_json``: as BFCL's decoder, API
+    arguments must be a JSON text (an empty string is not one: BFCL's ``json.loads`` fails and the turn ends)."""
+    if strict_json:
+        for c in choice.tool_calls:
+            args = c.get("arguments")
+            if isinstance(args, str):
+                try:
+                    json.loads(args)
+                except ValueError:
+                    return [], f"malformed_call: arguments of {c.get('name')} are not JSON: {args[:40]!r}"
     read = read_calls({"content": choice.content, "reasoning_content": choice.reasoning,
                        "tool_calls": [{"name": c.get("name"), "arguments": c.get("arguments")}
                                       for c in choice.tool_calls]}, tools=known)
@@ -87,11 +97,11 @@ def _read(choice: Any, known: set[str]) -> tuple[list[dict[str, Any]], str | Non
 
 
 async def _episode(case_id: Any, question: list[list[dict[str, Any]]], session: Any, llm: Any,
-                   tools_at: Callable[[int], tuple[dict[str, Any], ...]], *, max_steps: int, bfcl_limit: bool,
+                   tools_at: Callable[[int], tuple[dict[str, Any], ...]], *, max_steps: int, bfcl_rules: bool,
                    temperature: float, max_tokens: int | None,
                    turn_messages: Callable[[int, list[dict[str, Any]]], list[dict[str, Any]]] | None = None
                    ) -> MultiTurnRun:
-    """The turn loop. ``bfcl_limit``: BFCL's rule (a turn may make ``max_steps`` steps with calls; one more
+    """The turn loop. ``bfcl_rules``: BFCL's rule (a turn may make ``max_steps`` steps with calls; one more
     force-quits the case), else at most ``max_steps`` requests per turn."""
     messages: list[dict[str, Any]] = []
     run = MultiTurnRun()
@@ -102,7 +112,7 @@ async def _episode(case_id: Any, question: list[list[dict[str, Any]]], session: 
         steps: list[list[dict[str, Any]]] = []
         run.turns.append(steps)
         requests = 0
-        while bfcl_limit or requests < max_steps:
+        while bfcl_rules or requests < max_steps:
             (resp,) = await llm.complete([ChatRequest(messages=tuple(messages), tools=tools or None,
                                                       tool_choice="auto" if tools else None,
                                                       temperature=temperature, max_tokens=max_tokens,
@@ -114,7 +124,7 @@ async def _episode(case_id: Any, question: list[list[dict[str, Any]]], session: 
                 return run
             choice = resp.choices[0]
             run.truncated = run.truncated or bool(choice.truncated)
-            calls, malformed = _read(choice, known)
+            calls, malformed = _read(choice, known, strict_json=bfcl_rules)
             if malformed is not None:
                 run.malformed.append(malformed)
             if not calls:
@@ -130,7 +140,7 @@ async def _episode(case_id: Any, question: list[list[dict[str, Any]]], session: 
                 for i, c in zip(ids, calls, strict=True)]})
             for i, result in zip(ids, session.run(calls), strict=True):
                 messages.append({"role": "tool", "tool_call_id": i, "content": result})
-            if bfcl_limit and len(steps) > max_steps:
+            if bfcl_rules and len(steps) > max_steps:
                 run.force_quit = True
                 return run
     return run
@@ -144,7 +154,7 @@ async def answer_case(case: dict[str, Any], llm: Any, *, max_steps: int = 8, tem
     session = Session(involved, case.get("initial_config") or {})
     tools = tuple(backend_tools(involved))
     return await _episode(case.get("id"), case["question"], session, llm, lambda t: tools, max_steps=max_steps,
-                          bfcl_limit=False, temperature=temperature, max_tokens=max_tokens)
+                          bfcl_rules=False, temperature=temperature, max_tokens=max_tokens)
 
 
 async def answer_bfcl_case(item: dict[str, Any], llm: Any, *, max_steps: int | None = None,
@@ -172,5 +182,5 @@ async def answer_bfcl_case(item: dict[str, Any], llm: Any, *, max_steps: int | N
         return turn
 
     return await _episode(item["id"], item["question"], session, llm, lambda t: per_turn[t],
-                          max_steps=step_limit if max_steps is None else max_steps, bfcl_limit=True,
+                          max_steps=step_limit if max_steps is None else max_steps, bfcl_rules=True,
                           temperature=temperature, max_tokens=max_tokens, turn_messages=turn_messages)

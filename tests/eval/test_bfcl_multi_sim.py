@@ -247,3 +247,20 @@ def test_a_data_directory_mixes_single_and_multi_turn_categories(server, tmp_pat
     doc = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert {c: (s["n"], s["accuracy"]) for c, s in doc["per_category"].items()} == {
         "irrelevance": (n_single, 1.0), **{c: (1, 1.0) for c in CATEGORIES}}
+
+
+async def test_bfcls_decoder_rules_end_a_turn_on_arguments_that_are_not_json(tmp_path: Path) -> None:
+    from fabrika.eval.bfcl_multi_data import read_multi_items
+    from fabrika.eval.bfcl_multi_run import answer_bfcl_case
+    from fabrika.testing import ScriptedLLM
+
+    root = tmp_path / "data"
+    _write_data(root, per_category=1)
+    (item,) = read_multi_items(root / "BFCL_v4_multi_turn_base.json",
+                               root / "possible_answer" / "BFCL_v4_multi_turn_base.json")
+    answers = iter([{"content": None, "tool_calls": [{"name": "pwd", "arguments": ""}]},  # BFCL: json.loads fails
+                    {"content": None, "tool_calls": [{"name": "no_such_tool", "arguments": "{}"}]}, "ok"])
+    run = await answer_bfcl_case(item, ScriptedLLM(lambda request: next(answers, "ok")))
+    assert run.error is None and run.malformed and "not JSON" in run.malformed[0]
+    # turn 0 ended at once; turn 1: an unknown name is executed as BFCL executes it, an error result
+    assert run.turns[0] == [] and run.turns[1] == [[{"no_such_tool": {}}]]
