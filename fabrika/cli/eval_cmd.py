@@ -383,6 +383,9 @@ def fc(
     answers = list(answers or [])
     if bfcl and answers and len(answers) != len(bfcl):
         _fail(f"--answers must be given once per --bfcl ({len(bfcl)}), got {len(answers)}; use '-' for none")
+    from fabrika.eval.bfcl_multi_data import is_multi_turn
+    from fabrika.eval.fc_cases import bfcl_category
+
     try:
         cases = []
         pairs: list[tuple[Path, Path | None]] = []
@@ -404,9 +407,6 @@ def fc(
                 files = sorted(q.glob("BFCL_v*_*.json"))
                 if not files:
                     raise InputError(f"--bfcl {q}: no BFCL_v*_<category>.json files in this directory")
-                from fabrika.eval.bfcl_multi_data import is_multi_turn
-                from fabrika.eval.fc_cases import bfcl_category
-
                 multi = [f for f in files if is_multi_turn(bfcl_category("", f))]
                 if multi:
                     _print(f"the fabrika checker skips {len(multi)} multi-turn categories (they need --checker bfcl): "
@@ -420,9 +420,6 @@ def fc(
             pairs.append((q, None if a is None or str(a) == "-" else a))
         bfcl_items: list[dict[str, Any]] = []
         for q, a in pairs:
-            from fabrika.eval.bfcl_multi_data import is_multi_turn
-            from fabrika.eval.fc_cases import bfcl_category
-
             multi_turn = is_multi_turn(bfcl_category("", q))
             if multi_turn and checker != "bfcl":
                 raise InputError(f"--bfcl {q}: multi-turn categories are scored with --checker bfcl (BFCL's "
