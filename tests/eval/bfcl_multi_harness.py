@@ -3,8 +3,9 @@
 Both read the data that ships in the installed ``bfcl-eval`` package (never copied into the repo). For every
 case, model answers are made from its ground truth: the ground truth itself (every call in one step per turn,
 and one call per step) and systematic perturbations of one turn (the first and the last turn whose ground truth
-calls something): a dropped call, a wrong argument value, an extra state-changing call, an empty turn, two
-dependent calls swapped, a call fed a wrong earlier result, and the last turn missing (the model force-quit).
+calls something): a dropped call, a wrong argument value, an extra state-changing call, an empty turn, a call
+to an unknown function, the previous turn's calls repeated, two dependent calls swapped, a call fed a wrong
+earlier result, and the last turn missing (the model force-quit).
 
 An answer is what a model emits: per turn, steps of ``{name: {param: value}}`` calls (the ground truth's
 positional arguments bound to their parameter names). fabrika's checker gets these; BFCL's checker gets them
@@ -104,6 +105,9 @@ def perturbations(case: dict[str, Any]) -> Iterator[tuple[str, Answer]]:
         extra = EXTRA[case["involved_classes"][0]]
         yield f"extra state-changing call ({where})", _with(turns, t, [*calls, extra])
         yield f"empty turn ({where})", _with(turns, t, [])
+        yield f"unknown function called ({where})", _with(turns, t, [*calls, {"no_such_function": {"x": 1}}])
+        if t > 0:  # the turn also redoes the previous turn's calls (results of earlier turns count in BFCL)
+            yield f"previous turn's calls repeated ({where})", _with(turns, t, [*turns[t - 1], *calls])
         if len(calls) >= 2:
             yield f"dependent calls swapped ({where})", _with(turns, t, [calls[1], calls[0], *calls[2:]])
             fed = copy.deepcopy(calls)
