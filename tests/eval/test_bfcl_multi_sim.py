@@ -42,6 +42,8 @@ def test_fabrika_and_bfcl_checkers_agree_on_ground_truth_and_perturbations() -> 
             assert kinds[kind][1] == 0, (category, kind)  # BFCL fails every one of these
         assert kinds["wrong argument value"][1] < kinds["wrong argument value"][0] / 2
         assert 0 < kinds["extra state-changing call"][1] < kinds["extra state-changing call"][0]
+        # an unknown function is an error result: it changes nothing, so BFCL passes the answer
+        assert kinds["unknown function called"][1] == kinds["unknown function called"][0] > 0
 
 
 def test_the_simulators_are_bfcl_classes_imported_not_copied() -> None:
