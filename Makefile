@@ -18,6 +18,7 @@ $(VENV)/.core: $(PY) pyproject.toml
 
 $(VENV)/.dev: $(PY) pyproject.toml
 	$(PIP) install -q -e ".[dev,embed,train]"
+	$(PIP) install -q --no-deps bfcl-eval==2026.3.23 mpmath
 	touch $@ $(VENV)/.core
 
 DEMO_RUN ?= runs/demo

@@ -68,13 +68,15 @@ def _llm(base_url: str | None, model: str | None, api_key_env: str | None, llm_c
 
 
 def _run(out_dir: Path, settings: dict[str, Any], llm, items: list[dict[str, Any]], make_requests: Callable,
-         finish: Callable, report: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> dict[str, Any]:
-    """Run the items (resuming), write report.json when all finished; exit 1 (partial report) otherwise."""
+         finish: Callable, report: Callable[[list[dict[str, Any]]], dict[str, Any]],
+         runner: Callable | None = None) -> dict[str, Any]:
+    """Run the items (resuming), write report.json when all finished; exit 1 (partial report) otherwise.
+    ``runner`` (default :func:`fabrika.eval.runstore.run_items`) has run_items' signature."""
     from fabrika.eval.runstore import REPORT, ResultStore, run_items, write_json_atomic
 
     store = ResultStore(out_dir, settings)
     try:
-        outcome = asyncio.run(run_items(store, llm, items, make_requests, finish))
+        outcome = asyncio.run((runner or run_items)(store, llm, items, make_requests, finish))
     except KeyboardInterrupt:
         store.close()
         _fail("interrupted: finished items are saved; rerun the same command to resume", code=130)
@@ -358,7 +360,8 @@ def fc(
     strings: Annotated[str, typer.Option("--strings", help="exact (as the FC reward) | bfcl (BFCL's lenient "
                                          "case/punctuation-insensitive string match)")] = "exact",
     checker: Annotated[str, typer.Option("--checker", help="fabrika (the FC reward's matcher) | bfcl (BFCL's AST "
-                                         "checker semantics, single-turn BFCL files only; --strings is ignored)")] = "fabrika",
+                                         "checker semantics on BFCL files; --strings is ignored; multi-turn "
+                                         "categories run on BFCL's simulators from the bfcl-eval package)")] = "fabrika",
     base_url: BaseUrl = None, model: Model = None, api_key_env: ApiKeyEnv = None, llm_config: LLMFile = None,
     max_retries: Retries = None,
 ) -> None:
@@ -380,6 +383,9 @@ def fc(
     answers = list(answers or [])
     if bfcl and answers and len(answers) != len(bfcl):
         _fail(f"--answers must be given once per --bfcl ({len(bfcl)}), got {len(answers)}; use '-' for none")
+    from fabrika.eval.bfcl_multi_data import is_multi_turn
+    from fabrika.eval.fc_cases import bfcl_category
+
     try:
         cases = []
         pairs: list[tuple[Path, Path | None]] = []
@@ -390,21 +396,41 @@ def fc(
                 found, skipped = data_dir_pairs(q)
                 pairs += found
                 if skipped:
+                    from fabrika.eval.bfcl_data import NEEDS_BFCL_EVAL
+                    from fabrika.eval.bfcl_sim import INSTALL
+
                     _print(f"--checker bfcl skips {len(skipped)} categories it does not score: {', '.join(skipped)}")
+                    if any(s.endswith(NEEDS_BFCL_EVAL) for s in skipped):
+                        _print(f"BFCL's multi-turn categories run on BFCL's simulators; install them with: {INSTALL}")
                 continue
             if q.is_dir():  # a BFCL data directory: every category file with its possible_answer twin
                 files = sorted(q.glob("BFCL_v*_*.json"))
                 if not files:
                     raise InputError(f"--bfcl {q}: no BFCL_v*_<category>.json files in this directory")
+                multi = [f for f in files if is_multi_turn(bfcl_category("", f))]
+                if multi:
+                    _print(f"the fabrika checker skips {len(multi)} multi-turn categories (they need --checker bfcl): "
+                           f"{', '.join(bfcl_category('', f) for f in multi)}")
                 for f in files:
                     twin = q / "possible_answer" / f.name
-                    pairs.append((f, twin if twin.is_file() else None))
+                    if f not in multi:
+                        pairs.append((f, twin if twin.is_file() else None))
                 continue
             a = answers[i] if i < len(answers) else None
             pairs.append((q, None if a is None or str(a) == "-" else a))
         bfcl_items: list[dict[str, Any]] = []
         for q, a in pairs:
-            if checker == "bfcl":
+            multi_turn = is_multi_turn(bfcl_category("", q))
+            if multi_turn and checker != "bfcl":
+                raise InputError(f"--bfcl {q}: multi-turn categories are scored with --checker bfcl (BFCL's "
+                                 f"state-based checking on its own API simulators)")
+            if multi_turn and mode != "fc":
+                raise InputError(f"--bfcl {q}: multi-turn categories run with --mode fc only (tools through the API)")
+            if multi_turn:
+                from fabrika.eval.bfcl_multi_data import read_multi_items
+
+                bfcl_items += read_multi_items(q, a)
+            elif checker == "bfcl":
                 from fabrika.eval.bfcl_data import read_items
 
                 bfcl_items += read_items(q, a)
@@ -424,13 +450,21 @@ def fc(
                     "mode": mode}
         items = [{**c.as_item(), "strings": strings, "mode": mode} for c in cases]
         score = score_case
+        runner = None
         if checker == "bfcl":
+            from fabrika.eval.bfcl_multi_eval import run_fc_items
             from fabrika.eval.bfcl_score import score_bfcl
 
             settings["checker"] = "bfcl"
+            if any(it.get("kind") == "multi_turn" for it in bfcl_items):  # the simulators are part of the run
+                from importlib.metadata import version
+
+                settings["bfcl_eval"] = version("bfcl-eval")
             items = [{**it, "mode": mode} for it in bfcl_items]
             score = score_bfcl
-        doc = _run(out, settings, llm, items, fc_requests, lambda item, resps: score(item, resps[0]), fc_report)
+            runner = run_fc_items
+        doc = _run(out, settings, llm, items, fc_requests, lambda item, resps: score(item, resps[0]), fc_report,
+                   runner=runner)
     except (ConfigError, InputError, StoreError) as exc:
         _fail(str(exc))
     table = Table(title=f"FC: {doc['model']} on {doc['finished']} cases")

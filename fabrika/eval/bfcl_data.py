@@ -7,10 +7,10 @@ both. The request follows BFCL's function-calling mode: in Java and JavaScript c
 every parameter is sent as a string (its declared type and element type named in its
 description), because BFCL asks for values as source text there.
 
-Only single-turn AST categories are read: ``simple_*``, ``multiple``, ``parallel``,
+:func:`read_items` reads the single-turn AST categories: ``simple_*``, ``multiple``, ``parallel``,
 ``parallel_multiple``, their ``live_*`` twins, ``irrelevance``, ``live_irrelevance`` and
-``live_relevance``. A data directory's other files (multi-turn, memory, web search,
-format sensitivity) are skipped and named; a multi-turn file given by name is refused.
+``live_relevance``; the multi-turn categories are read by :mod:`fabrika.eval.bfcl_multi_data`. A data
+directory's other files (memory, web search, format sensitivity) are skipped and named.
 """
 
 from __future__ import annotations
@@ -24,20 +24,34 @@ from fabrika.errors import InputError
 from fabrika.eval.bfcl_checker import is_relevance, language
 from fabrika.eval.fc_cases import _bfcl_expected, _tools, bfcl_category, bfcl_questions, read_possible_answers
 
+#: how a skipped multi-turn category is named when ``bfcl-eval`` is not installed
+NEEDS_BFCL_EVAL = "(needs bfcl-eval)"
 #: category names (from ``BFCL_v<N>_<category>.json``) this checker does not score
 NOT_SINGLE_TURN = re.compile(r"^(multi_turn|memory|web_search|format_sensitivity|agentic)")
 
 
 def data_dir_pairs(root: Path) -> tuple[list[tuple[Path, Path | None]], list[str]]:
-    """(question file, possible-answer file or None) for each scorable category; and the skipped ones."""
+    """(question file, possible-answer file or None) for each scorable category; and the skipped ones.
+
+    The multi-turn categories (:data:`fabrika.eval.bfcl_multi_data.MULTI_TURN`) are scorable when
+    ``bfcl-eval`` is installed, else skipped with the install command named."""
     files = sorted(root.glob("BFCL_v*_*.json"))
     if not files:
         raise InputError(f"--bfcl {root}: no BFCL_v*_<category>.json files in this directory")
+    from fabrika.eval.bfcl_multi_data import MULTI_TURN
+    from fabrika.eval.bfcl_sim import BfclNotInstalled, require_bfcl_eval
+
     pairs: list[tuple[Path, Path | None]] = []
     skipped: list[str] = []
     for f in files:
         category = bfcl_category("", f)
-        if NOT_SINGLE_TURN.match(category):
+        if category in MULTI_TURN:  # run on BFCL's simulators when its package is installed
+            try:
+                require_bfcl_eval()
+            except BfclNotInstalled:
+                skipped.append(f"{category} {NEEDS_BFCL_EVAL}")
+                continue
+        elif NOT_SINGLE_TURN.match(category):
             skipped.append(category)
             continue
         twin = root / "possible_answer" / f.name
@@ -77,9 +91,9 @@ def read_items(questions: Path, answers: Path | None) -> list[dict[str, Any]]:
     for where, cid, q, fns in bfcl_questions(questions):
         category = bfcl_category(cid, questions)
         if len(q) > 1 or NOT_SINGLE_TURN.match(category):
-            raise InputError(f"{where}: {cid} is a multi-turn case; --checker bfcl scores single-turn AST "
-                             f"categories only (BFCL's multi-turn cases need BFCL's API simulators; fabrika's "
-                             f"state-based checker runs on its own backends: fabrika.eval.bfcl_multi)")
+            raise InputError(f"{where}: {cid} is a multi-turn case; name its file BFCL_v<N>_multi_turn_<category>.json "
+                             f"(multi-turn files are read by fabrika.eval.bfcl_multi_data), or evaluate "
+                             f"single-turn categories")
         turn = q[0] if isinstance(q[0], list) else [q[0]]
         messages = [m for m in turn if isinstance(m, dict) and "role" in m and "content" in m]
         if not messages:

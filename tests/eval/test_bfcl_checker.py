@@ -119,8 +119,9 @@ def test_loader_keeps_bfcl_docs_and_sends_java_parameters_as_strings(tmp_path: P
                                  "function": []}) + "\n", encoding="utf-8")
     with pytest.raises(InputError, match="multi-turn"):
         read_items(multi, None)
-    pairs, skipped = data_dir_pairs(tmp_path)
-    assert pairs == [] and skipped == ["multi_turn_base"]
+    (tmp_path / "BFCL_v4_memory.json").write_text("", encoding="utf-8")
+    pairs, skipped = data_dir_pairs(tmp_path)  # multi-turn runs on BFCL's simulators (tests/eval/test_bfcl_multi_sim.py)
+    assert pairs == [(multi, None)] and skipped == ["memory"]
 
 
 def _wire(case: dict[str, Any], names: dict[str, str]) -> Any:

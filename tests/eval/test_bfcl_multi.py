@@ -21,7 +21,7 @@ ANSWERS = [(case, answer) for case in CASES for answer in case["answers"]]
 def test_the_cases_cover_every_verdict() -> None:
     kinds = {a["expected"].get("error_type") for _, a in ANSWERS}
     assert kinds == {None, "multi_turn:instance_state_mismatch", "multi_turn:execution_response_mismatch",
-                     "multi_turn:empty_turn_model_response", "multi_turn:turn_count_mismatch"}
+                     "multi_turn:empty_turn_model_response", "multi_turn:force_terminated"}
     assert len(CASES) >= 3 and len(ANSWERS) >= 20
     assert all(len(c["question"]) == len(c["ground_truth"]) for c in CASES)
 
