@@ -582,9 +582,9 @@ def extrapolate_pilot(est: Estimate, config: PipelineConfig, manifest: dict[str,
                                                                      ok_rows))
         exact[name] = is_exact
         rows_fig[name], ok_fig[name] = rows, ok
-        fixed = split_fixed((clocks or {}).get(name), float(info.get("seconds") or 0.0), cls.global_stage)
+        fixed, own_s = split_fixed((clocks or {}).get(name), float(info.get("seconds") or 0.0), cls.global_stage)
         est.stages[name] = _entry(config, s, info, engine, n, items, req, ptok, ctok, rows, ok, costs, priced,
-                                  is_exact, est.sim, fixed)
+                                  is_exact, est.sim, fixed, own_s)
     _totals(est, config, store, version, ok_fig, pilot_ok, exact, subset, pilot_n, items_fig, priced)
     est.assumptions = assumptions(config, est, above=[n for n, e in est.stages.items() if e["exact"]
                                                       and n not in full_in], priced=priced)
@@ -627,7 +627,8 @@ def _tokens_per_request(engine: TimedEngine, name: str, j: int, requests: float,
 
 def _entry(config: PipelineConfig, s: StageConfig, info: dict[str, Any], engine: TimedEngine, n: int,
            items: Figure, req: Figure, ptok: Figure, ctok: Figure, rows: Figure, ok: Figure,
-           costs: dict[str, float], priced: bool, is_exact: bool, sim: bool, fixed: float = 0.0) -> dict[str, Any]:
+           costs: dict[str, float], priced: bool, is_exact: bool, sim: bool, fixed: float = 0.0,
+           own_seconds: float | None = None) -> dict[str, Any]:
     """One stage's line of the estimate: points (the old keys) and ``range``."""
     name = s.stage_name
     pilot_req = int((info.get("llm") or {}).get("requests") or 0)
@@ -635,7 +636,8 @@ def _entry(config: PipelineConfig, s: StageConfig, info: dict[str, Any], engine:
     req_scale = req.point / pilot_req if pilot_req else scale
     latency = _mean(engine.latency.get(name) or [])
     item_slots, request_slots = _concurrency(config, s)
-    pilot_seconds = float(info.get("seconds") or 0.0)
+    # the stage's own seconds in the pilot (less its warm re-run, :mod:`fabrika.pipeline.estimate_time`)
+    pilot_seconds = float(info.get("seconds") or 0.0) if own_seconds is None else own_seconds
     if is_exact:
         seconds = pilot_seconds
     elif sim or pilot_req == 0:  # CPU-bound: the part per item scales with the requests (or the items)
@@ -745,7 +747,8 @@ def assumptions(config: PipelineConfig, est: Estimate, above: list[str], priced:
                f"{TIME_MARGIN:.0%}. The pilot is a stride sample of the cut stages' items in their input order, "
                "not a random one, and dedup usually removes more at scale")
     out.append("wall time: the pilot runs one stage at a time; each stage's seconds are a fixed part (up to the end "
-               "of its first item, which runs alone: setup, model and pool loading) paid once, plus the rest scaled "
+               "of its first item, which runs alone: setup, model and pool loading; for a stage without LLM calls, "
+               "what a warm re-run of a few of its items leaves over) paid once, plus the rest scaled "
                "(on sim by its requests; on an endpoint, calls within an item one after another at the measured "
                "mean latency, items in flight = max_in_flight, requests at once = the endpoints' max_concurrency); "
                "stages are summed as if they ran one after another, plus the pilot's time outside its stages")
