@@ -5,7 +5,9 @@ directory with its own cache, but cuts the *first per-item stages* (those with n
 per-item stage above them) to a fraction (``--pilot 0.2``) or a count
 (``--pilot 50``) of their input, picked by stride over the input order
 (:func:`stride_sample`), and never below :data:`MIN_PILOT_ITEMS` items (a mean over two
-items says nothing). Everything below them follows naturally. A first
+items says nothing). A cut stage whose pilot would be at least :data:`FULL_SHARE` of its
+input runs in full (11 imported tools: a 5-tool pilot predicted 3.4x the rows).
+Everything below them follows naturally. A first
 per-item stage that feeds a pool-wide stage (``if.expand`` → ``if.dedup``,
 ``fc.tools`` → ``fc.tools_dedup``) runs in full instead, and the cut moves below the
 pool (:func:`full_stages`): deduplication does not scale linearly.
@@ -16,7 +18,8 @@ time, by the per-stage fan-out model of :mod:`fabrika.pipeline.estimate_model`:
 * a stage's full input is known for the cut stages and for stages that make their own
   items (``if.multi.prompts``' slots, ``if.dialogues``' target count); every other
   stage's is predicted from the rows its inputs are predicted to write, times the share
-  of them it read in the pilot (gates included);
+  of them it read in the pilot (gates included), that share with its own error
+  (:mod:`fabrika.pipeline.estimate_shares`);
 * per item, the pilot's requests and tokens (counted per item by :class:`TimedEngine`)
   and rows (grouped by ``input_id``) give a mean and a spread;
 * a cut :class:`~fabrika.pipeline.llm_stage.LLMStage` has its requests counted without
@@ -24,12 +27,13 @@ time, by the per-stage fan-out model of :mod:`fabrika.pipeline.estimate_model`:
   fixed number of calls over its first items (``if.expand``) is predicted exactly;
 * global stages (dedup, clustering) keep their pilot's output/input ratio;
 * dataset rows are each dataset stage's predicted rows times the share its gates kept
-  in the pilot's materialised version.
+  in the pilot's materialised version (with that share's error).
 
-Wall time: on the ``sim`` backend (CPU-bound) the pilot's stage time scales with its
-requests (or items); on a real endpoint :func:`stage_seconds` uses the measured mean
-latency and the configured concurrency. What this cannot know is listed in the
-estimate's ``assumptions``.
+Wall time: the pilot runs one stage at a time without overlap, and each stage's time is
+split into a fixed part, paid once, and the rest (:mod:`fabrika.pipeline.estimate_time`);
+on the ``sim`` backend (CPU-bound) the rest scales with its requests (or items); on a real
+endpoint :func:`stage_seconds` uses the measured mean latency and the configured
+concurrency. What this cannot know is listed in the estimate's ``assumptions``.
 """
 
 from __future__ import annotations
@@ -56,7 +60,11 @@ from fabrika.pipeline.estimate_model import (
     extrapolate_fit,
     fit_line,
     ratio_figure,
+    ratio_var,
+    times_share,
 )
+from fabrika.pipeline.estimate_shares import gated_per_item, share_variance, version_per_item
+from fabrika.pipeline.estimate_time import Clocks, clocked, full_seconds, split_fixed
 from fabrika.pipeline.lifecycle import build_engine_for
 from fabrika.pipeline.llm_wrap import ITEM_STATE
 from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig
@@ -66,6 +74,10 @@ from fabrika.store import RunStore
 MARKER = ".fabrika-estimate"
 #: The pilot runs at least this many items of a cut stage (all of them when it has fewer).
 MIN_PILOT_ITEMS = 5
+#: A cut stage whose pilot would read at least this share of its input runs in full: a 5-item pilot of
+#: 11 imported tools predicted 3.4x the rows (the tools' yields differ a lot), and the whole input
+#: costs at most 1 / FULL_SHARE times the pilot.
+FULL_SHARE = 0.4
 #: Cut stages with more input rows than this are not dry-counted (their requests are extrapolated).
 DRY_COUNT_LIMIT = 200_000
 #: Margin of the time range on each side (latency and load vary more than counts).
@@ -329,8 +341,11 @@ def _with_stage_updates(config: PipelineConfig, updates: dict[str, dict[str, Any
     if llm.cache.path is not None:  # the pilot must not read a real run's cache
         llm = llm.model_copy(update={"cache": llm.cache.model_copy(update={"path": run_dir / "cache.sqlite"})})
     # One process: the pilot's sampling subclasses and per-item counters live in this process's registry and
-    # runner, which ``llm_workers`` subprocesses or Ray actors would not see.
-    return config.model_copy(update={"stages": stages, "run_dir": run_dir, "llm": llm, "llm_workers": 1})
+    # runner, which ``llm_workers`` subprocesses or Ray actors would not see. One stage at a time, without
+    # overlap: each stage's seconds are its own, not time spent waiting for a stage beside or above it
+    # (neither setting is part of the config hash or changes an output).
+    return config.model_copy(update={"stages": stages, "run_dir": run_dir, "llm": llm, "llm_workers": 1,
+                                     "max_parallel_stages": 1, "overlap": False})
 
 
 def _concurrency(config: PipelineConfig, cfg: StageConfig) -> tuple[int, int | None]:
@@ -346,20 +361,23 @@ def _concurrency(config: PipelineConfig, cfg: StageConfig) -> tuple[int, int | N
 
 
 def stage_seconds(items: float, requests: float, latency_s: float, pilot_items: int, pilot_requests: int,
-                  item_slots: int, request_slots: int | None, pilot_seconds: float, global_stage: bool) -> float:
+                  item_slots: int, request_slots: int | None, pilot_seconds: float, global_stage: bool,
+                  fixed: float = 0.0) -> float:
     """Wall time of one stage at full size on a real endpoint.
 
     Per-item stages: an item makes ``pilot_requests / pilot_items`` calls, assumed one after
     another (dialogues are turn by turn), so an item takes ``calls × latency``; ``item_slots``
     items run at once, and the endpoints serve at most ``request_slots`` calls at once —
-    the slower of the two bounds wins. Global and LLM-free stages scale their pilot time linearly.
+    the slower of the two bounds wins, after the ``fixed`` seconds the stage pays once
+    (:mod:`fabrika.pipeline.estimate_time`). Global and LLM-free stages scale the rest of their pilot time
+    linearly.
     """
     if global_stage or pilot_requests == 0 or latency_s <= 0:
-        return pilot_seconds * (items / pilot_items if pilot_items else 1.0)
+        return full_seconds(pilot_seconds, fixed, items / pilot_items if pilot_items else 1.0)
     per_item = pilot_requests / max(1, pilot_items) * latency_s
     by_items = math.ceil(items / item_slots) * per_item
     by_requests = requests * latency_s / request_slots if request_slots else 0.0
-    return max(by_items, by_requests)
+    return fixed + max(by_items, by_requests)
 
 
 def rows_per_item(store: RunStore, name: str) -> tuple[dict[str, tuple[int, int]], int, int]:
@@ -406,6 +424,10 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
     by_name = {s.stage_name: s for s in config.stages}
     base = _with_stage_updates(config, {}, work_dir)
     engine = TimedEngine(build_engine_for(base, work_dir, cache_only=False))
+    kinds = {s.kind for s in config.stages}
+    clocks: Clocks = {}
+    clocks_above: Clocks = {}
+    walls: list[tuple[float, dict[str, Any]]] = []  # each pipeline invocation's wall time and manifest
     t0 = time.monotonic()
     try:
         full_in: dict[str, int] = {}
@@ -413,7 +435,11 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
         first: dict[str, Any] = {}
         if above:  # stages above the cut run in full first, so the cut stages' input can be counted
             say(f"estimate 1/3: stages above the cut run in full: {', '.join(sorted(_ancestors(deps, *cuts)))}")
-            first = (await arun_pipeline(base, resume=False, progress=progress, engine=engine, until=above)).manifest
+            t1 = time.monotonic()
+            with clocked(kinds, clocks_above):
+                first = (await arun_pipeline(base, resume=False, progress=progress, engine=engine,
+                                             until=above)).manifest
+            walls.append((time.monotonic() - t1, first))
         elif work_dir.exists():
             RunStore(work_dir).reset()
         store = RunStore(work_dir)
@@ -424,17 +450,24 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
             full_in[name] = len(order[name])
             if counted is not None:
                 dry[name] = counted
-        updates = {name: {"max_items": pilot.size(n)} for name, n in full_in.items()}
-        say("estimate 2/3: pilot of " + ", ".join(f"{n} ({updates[n]['max_items']}/{full_in[n]} items)" for n in cuts)
+        sizes = {name: pilot.size(n) for name, n in full_in.items()}
+        in_full = sorted(name for name, n in full_in.items() if sizes[name] >= FULL_SHARE * n)
+        sizes.update({name: full_in[name] for name in in_full})
+        updates = {name: {"max_items": sizes[name]} for name in full_in if name not in in_full}
+        say("estimate 2/3: pilot of " + ", ".join(f"{n} ({sizes[n]}/{full_in[n]} items"
+                                                  + (", in full: a pilot would be most of it" if n in in_full else "")
+                                                  + ")" for n in cuts)
             + (f"; requests counted without the LLM: {', '.join(sorted(dry))}" if dry else ""))
         piloted = _with_stage_updates(config, updates, work_dir)
         if above:  # the cut changed only max_items: the scratch run resumes without a "config changed" warning
             manifest = store.read_manifest()
             manifest["config_hash"] = config_hash(piloted)
             store.write_manifest(manifest)
-        picks = {n: stride_sample(order[n], updates[n]["max_items"]) for n in cuts if not order[n][:1] == ["#0"]}
-        with sampled_inputs(config, picks):
+        picks = {n: stride_sample(order[n], sizes[n]) for n in updates if not order[n][:1] == ["#0"]}
+        t1 = time.monotonic()
+        with sampled_inputs(config, picks), clocked(kinds, clocks):
             result = await arun_pipeline(piloted, resume=True, progress=progress, engine=engine)
+        walls.append((time.monotonic() - t1, result.manifest))
     finally:
         if hasattr(engine, "aclose"):
             await engine.aclose()
@@ -442,11 +475,18 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
     manifest = result.manifest
     for name, entry in (first.get("stages") or {}).items():  # the second invocation only resumed these
         manifest.setdefault("stages", {})[name] = entry
+        if name in clocks_above:
+            clocks[name] = clocks_above[name]
     est = Estimate(config=config_name, backend=str(manifest.get("backend") or getattr(engine, "backend_name", "?")),
                    pilot={"fraction": pilot.fraction, "items": pilot.items, "cut_stages": cuts,
                           "full_inputs": full_in, "dry_counted": sorted(dry), "work_dir": str(work_dir),
-                          "min_items": MIN_PILOT_ITEMS})
-    extrapolate_pilot(est, config, manifest, store, engine, full_in, dry, result.version)
+                          "min_items": MIN_PILOT_ITEMS, "run_in_full": in_full})
+    # what the invocations spent outside their stages (start-up, checks, materialising): paid once
+    overhead = sum(max(0.0, wall - sum(float(e.get("seconds") or 0.0) for e in (m.get("stages") or {}).values()
+                                       if e.get("seen") or e.get("seconds")))
+                   for wall, m in walls) if walls else 0.0
+    est.pilot["overhead_seconds"] = round(overhead, 2)
+    extrapolate_pilot(est, config, manifest, store, engine, full_in, dry, result.version, clocks)
     return est
 
 
@@ -462,33 +502,45 @@ def _costs(manifest: dict[str, Any]) -> tuple[dict[str, float], bool]:
 
 def extrapolate_pilot(est: Estimate, config: PipelineConfig, manifest: dict[str, Any], store: RunStore,
                       engine: TimedEngine, full_in: dict[str, int], dry: dict[str, dict[str, int]],
-                      version: Any) -> None:
+                      version: Any, clocks: Clocks | None = None) -> None:
     """Fill ``est.stages`` and ``est.total`` from the pilot's manifest, store and per-item counts."""
     info_of = manifest.get("stages") or {}
     costs, priced = _costs(manifest)
     rows_fig: dict[str, Figure] = {}
     ok_fig: dict[str, Figure] = {}
+    items_fig: dict[str, Figure] = {}
     pilot_ok: dict[str, int] = {}
+    pilot_n: dict[str, int] = {}
     exact: dict[str, bool] = {}
+    #: the pilot's items of the stage are among the full run's (same ids): the finite-population correction holds
+    subset: dict[str, bool] = {}
     for s in execution_order(config):
         name, cls = s.stage_name, STAGES[s.kind]
         info = info_of.get(name, {})
-        n = int(info.get("seen") or 0)
+        n = pilot_n[name] = int(info.get("seen") or 0)
         ins = [u for u in inputs_of(s) if u in ok_fig]
         # ---- the stage's full input: known, made by the stage itself, or predicted from its inputs' rows
         own = _own_count(config, s) if _own_items(s) else None
         if name in full_in:
             items, is_exact = Figure(float(full_in[name])), n >= full_in[name]
+            sub = True
         elif own is not None:  # slots: the count is known, what they draw from upstream may not be
-            items, is_exact = Figure(float(own)), n >= own and all(exact[u] for u in ins)
+            is_exact = n >= own and all(exact[u] for u in ins)
+            items, sub = Figure(float(own)), is_exact
         elif not ins:
-            items, is_exact = Figure(float(n)), True
+            items, is_exact, sub = Figure(float(n)), True, True
         else:
             pilot_up = sum(pilot_ok[u] for u in ins)  # it reads their gated ok rows: the pilot's share of them
-            items = sum((ok_fig[u] for u in ins), Figure(0.0)).scaled(n / pilot_up if pilot_up else 0.0)
+            share = n / pilot_up if pilot_up else 0.0
             is_exact = all(exact[u] for u in ins)
+            sub = not cls.global_stage and all(subset[u] for u in ins)
+            up = sum((ok_fig[u] for u in ins), Figure(0.0))
+            var = 0.0 if is_exact else _input_share_variance(store, config, ins, share, exact, subset, pilot_n,
+                                                             items_fig)
+            items = times_share(up, share, var)
         if s.max_items is not None and items.point > s.max_items:
             items = Figure(float(s.max_items))
+        items_fig[name], subset[name] = items, sub or is_exact
         scale = items.point / n if n else 1.0
         # ---- requests, tokens, rows
         llm = info.get("llm") or {}
@@ -507,8 +559,9 @@ def extrapolate_pilot(est: Estimate, config: PipelineConfig, manifest: dict[str,
             dry_pilot = sum(ids.get(i, 0) for i in pilot_ids)
             x_total = float(sum(ids.values()))
             req = Figure(x_total * (pilot_req / dry_pilot if dry_pilot else 0.0))
-            k = req.point / pilot_req if pilot_req else 0.0
-            ptok, ctok = Figure(pilot_ptok * k), Figure(pilot_ctok * k)
+            f = min(1.0, n / items.point) if items.point and subset[name] else 0.0
+            ptok, ctok = (_tokens_per_request(engine, name, j, req.point, total, pilot_req, f)
+                          for j, total in ((1, pilot_ptok), (2, pilot_ctok)))
             xs = [float(ids.get(i, 0)) for i in pilot_ids]
             rows, ok = (extrapolate_fit(fit_line(xs, [float(per_item.get(i, (0, 0))[j]) for i in pilot_ids]),
                                         round(items.point), x_total) for j in (0, 1))
@@ -517,9 +570,10 @@ def extrapolate_pilot(est: Estimate, config: PipelineConfig, manifest: dict[str,
             if not mreq.total and pilot_req:  # requests made outside items: no per-item spread known
                 mreq, mptok, mctok = (Moments(n, float(v), float(v) ** 2 / max(1, n))
                                       for v in (pilot_req, pilot_ptok, pilot_ctok))
-            req, ptok, ctok = extrapolate(mreq, items), extrapolate(mptok, items), extrapolate(mctok, items)
+            sub = subset[name]
+            req, ptok, ctok = (extrapolate(m, items, sub) for m in (mreq, mptok, mctok))
             if per_item:
-                rows, ok = (extrapolate(Moments.of([float(v[j]) for v in per_item.values()], n), items)
+                rows, ok = (extrapolate(Moments.of([float(v[j]) for v in per_item.values()], n), items, sub)
                             for j in (0, 1))
             else:
                 rows, ok = Figure(all_rows * scale), Figure(ok_rows * scale)
@@ -528,16 +582,53 @@ def extrapolate_pilot(est: Estimate, config: PipelineConfig, manifest: dict[str,
                                                                      ok_rows))
         exact[name] = is_exact
         rows_fig[name], ok_fig[name] = rows, ok
+        fixed, own_s = split_fixed((clocks or {}).get(name), float(info.get("seconds") or 0.0), cls.global_stage)
         est.stages[name] = _entry(config, s, info, engine, n, items, req, ptok, ctok, rows, ok, costs, priced,
-                                  is_exact, est.sim)
-    _totals(est, config, version, ok_fig, pilot_ok, exact, priced)
+                                  is_exact, est.sim, fixed, own_s)
+    _totals(est, config, store, version, ok_fig, pilot_ok, exact, subset, pilot_n, items_fig, priced)
     est.assumptions = assumptions(config, est, above=[n for n, e in est.stages.items() if e["exact"]
                                                       and n not in full_in], priced=priced)
 
 
+def _upstream_f(name: str, subset: dict[str, bool], pilot_n: dict[str, int], items_fig: dict[str, Figure]) -> float:
+    """The share of ``name``'s full-run items its pilot saw (0 when they are not the same items)."""
+    full = items_fig[name].point
+    return min(1.0, pilot_n[name] / full) if subset[name] and full > 0 else 0.0
+
+
+def _input_share_variance(store: RunStore, config: PipelineConfig, ins: list[str], share: float,
+                          exact: dict[str, bool], subset: dict[str, bool], pilot_n: dict[str, int],
+                          items_fig: dict[str, Figure]) -> float:
+    """Variance of the share of its inputs' ok rows a stage read in the pilot (the gates between them),
+    over the inexact inputs' items (:mod:`fabrika.pipeline.estimate_shares`)."""
+    per: dict[str, tuple[float, float]] = {}
+    kept = seen = 0.0
+    f = 1.0
+    for u in ins:
+        if exact[u]:
+            continue
+        per_u, ok_u, kept_u = gated_per_item(store, u, config.filters)
+        kept, seen = kept + kept_u, seen + ok_u
+        f = min(f, _upstream_f(u, subset, pilot_n, items_fig))
+        if per_u is not None:
+            per.update({f"{u}/{k}": v for k, v in per_u.items()})
+    return share_variance(per or None, kept, seen, share, f)
+
+
+def _tokens_per_request(engine: TimedEngine, name: str, j: int, requests: float, pilot_total: int,
+                        pilot_req: int, f: float) -> Figure:
+    """Tokens of a stage whose requests were counted: tokens per request of the pilot (a ratio over its items,
+    with that ratio's error) times the counted requests."""
+    if not pilot_req:
+        return Figure(0.0)
+    pairs = [(float(c[0]), float(c[j])) for c in engine.per_item.get(name, {}).values()]
+    return Figure(requests * pilot_total / pilot_req, requests ** 2 * ratio_var(pairs, f))
+
+
 def _entry(config: PipelineConfig, s: StageConfig, info: dict[str, Any], engine: TimedEngine, n: int,
            items: Figure, req: Figure, ptok: Figure, ctok: Figure, rows: Figure, ok: Figure,
-           costs: dict[str, float], priced: bool, is_exact: bool, sim: bool) -> dict[str, Any]:
+           costs: dict[str, float], priced: bool, is_exact: bool, sim: bool, fixed: float = 0.0,
+           own_seconds: float | None = None) -> dict[str, Any]:
     """One stage's line of the estimate: points (the old keys) and ``range``."""
     name = s.stage_name
     pilot_req = int((info.get("llm") or {}).get("requests") or 0)
@@ -545,21 +636,25 @@ def _entry(config: PipelineConfig, s: StageConfig, info: dict[str, Any], engine:
     req_scale = req.point / pilot_req if pilot_req else scale
     latency = _mean(engine.latency.get(name) or [])
     item_slots, request_slots = _concurrency(config, s)
-    pilot_seconds = float(info.get("seconds") or 0.0)
-    if sim or pilot_req == 0:
-        seconds = pilot_seconds * req_scale
+    # the stage's own seconds in the pilot (less its warm re-run, :mod:`fabrika.pipeline.estimate_time`)
+    pilot_seconds = float(info.get("seconds") or 0.0) if own_seconds is None else own_seconds
+    if is_exact:
+        seconds = pilot_seconds
+    elif sim or pilot_req == 0:  # CPU-bound: the part per item scales with the requests (or the items)
+        seconds = full_seconds(pilot_seconds, fixed, req_scale)
     else:
         seconds = stage_seconds(items.point, req.point, latency, n, pilot_req, item_slots, request_slots,
-                                pilot_seconds, STAGES[s.kind].global_stage)
+                                pilot_seconds, STAGES[s.kind].global_stage, fixed)
     rel = req.sd / req.point if req.point else (items.sd / items.point if items.point else 0.0)
-    secs = Figure(seconds, (rel * seconds) ** 2)
+    secs = Figure(seconds, (rel * max(0.0, seconds - fixed)) ** 2)
     return {
         "scale": round(scale, 4), "pilot_items": n, "items": round(items.point),
         "pilot_requests": pilot_req, "requests": round(req.point),
         "prompt_tokens": round(ptok.point), "completion_tokens": round(ctok.point),
         "cost": round(costs[name] * req_scale, 4) if name in costs else (0.0 if priced else None),
         "latency_ms": round(latency * 1000, 1), "item_slots": item_slots, "request_slots": request_slots,
-        "seconds": round(seconds, 2), "rows": round(rows.point), "ok_rows": round(ok.point), "exact": is_exact,
+        "seconds": round(seconds, 2), "fixed_seconds": round(fixed, 2),
+        "rows": round(rows.point), "ok_rows": round(ok.point), "exact": is_exact,
         "range": {"items": items.as_dict(is_exact), "requests": req.as_dict(is_exact),
                   "prompt_tokens": ptok.as_dict(is_exact), "completion_tokens": ctok.as_dict(is_exact),
                   "rows": rows.as_dict(is_exact), "ok_rows": ok.as_dict(is_exact),
@@ -568,8 +663,9 @@ def _entry(config: PipelineConfig, s: StageConfig, info: dict[str, Any], engine:
     }
 
 
-def _totals(est: Estimate, config: PipelineConfig, version: Any, ok_fig: dict[str, Figure],
-            pilot_ok: dict[str, int], exact: dict[str, bool], priced: bool) -> None:
+def _totals(est: Estimate, config: PipelineConfig, store: RunStore, version: Any, ok_fig: dict[str, Figure],
+            pilot_ok: dict[str, int], exact: dict[str, bool], subset: dict[str, bool], pilot_n: dict[str, int],
+            items_fig: dict[str, Figure], priced: bool) -> None:
     stages = est.stages
     total: dict[str, Any] = {}
     ranges: dict[str, dict[str, float]] = {}
@@ -578,6 +674,11 @@ def _totals(est: Estimate, config: PipelineConfig, version: Any, ok_fig: dict[st
         total[key] = round(value, 2) if key == "seconds" else round(value)
         # the stages' errors are correlated through their shared inputs: the total's range is the sum of theirs
         ranges[key] = {b: round(sum(e["range"][key][b] for e in stages.values()), 1) for b in ("point", "low", "high")}
+    overhead = float(est.pilot.get("overhead_seconds") or 0.0)  # outside the stages, paid once
+    total["seconds"] = round(total["seconds"] + overhead, 2)
+    ranges["seconds"] = {"point": round(ranges["seconds"]["point"] + overhead, 1),
+                         "low": round(ranges["seconds"]["low"] + overhead * (1 - TIME_MARGIN), 1),
+                         "high": round(ranges["seconds"]["high"] + overhead * (1 + TIME_MARGIN), 1)}
     total["cost"] = round(sum(e["cost"] or 0.0 for e in stages.values()), 4) if priced else None
     total["hours"] = round(total["seconds"] / 3600, 3)
     gates = dict((version.funnel or {}).get("gates") or {}) if version is not None else {}
@@ -586,8 +687,14 @@ def _totals(est: Estimate, config: PipelineConfig, version: Any, ok_fig: dict[st
     for name in config.dataset.stages:
         g = gates.get(name) or {}
         kept, seen = int(g.get("out") or 0), pilot_ok.get(name, 0)
-        # the version keeps "out" of the stage's ok rows in the pilot (rejections never reach it)
-        d = ok_fig.get(name, Figure(0.0)).scaled(kept / seen if seen else 0.0).as_dict(exact.get(name, False))
+        # the version keeps "out" of the stage's ok rows in the pilot (rejections never reach it), a share
+        # measured on the pilot's items with its own error
+        share = kept / seen if seen else 0.0
+        var = 0.0
+        if seen and not exact.get(name, False) and version is not None:
+            var = share_variance(version_per_item(store, Path(version.path), name), kept, seen, share,
+                                 _upstream_f(name, subset, pilot_n, items_fig))
+        d = times_share(ok_fig.get(name, Figure(0.0)), share, var).as_dict(exact.get(name, False))
         by_stage[name] = d
         point, low, high = point + d["point"], low + d["low"], high + d["high"]
     rows = version.rows if version is not None else 0
@@ -627,17 +734,24 @@ def assumptions(config: PipelineConfig, est: Estimate, above: list[str], priced:
     share = f"{est.pilot['fraction']:.0%}" if est.pilot.get("fraction") else f"{est.pilot.get('items')} items"
     out.append(f"pilot: {share} (at least {MIN_PILOT_ITEMS} items) of the input of {cut}; each stage below "
                "scales with the rows its inputs are predicted to write, per item (requests, tokens, rows)")
+    if est.pilot.get("run_in_full"):
+        out.append(f"run in full, since a pilot would have been at least {FULL_SHARE:.0%} of their input: "
+                   f"{', '.join(est.pilot['run_in_full'])}")
     if est.pilot.get("dry_counted"):
         out.append(f"requests counted exactly without the LLM: {', '.join(est.pilot['dry_counted'])}")
     if above:
         out.append(f"ran in full in the pilot, so exact: {', '.join(above)}")
-    out.append(f"range: point ± ({Z:g} standard errors of the per-item means + {MARGIN:.0%}) per stage, summed "
-               f"over stages for the total; time ± a further {TIME_MARGIN:.0%}. The pilot is a stride sample of the "
-               "cut stages' items in their input order, not a random one, and dedup usually removes more at scale")
-    out.append("wall time: on sim, the pilot's stage time x its request scale (CPU-bound); on an endpoint, calls "
-               "within an item one after another at the measured mean latency, items in flight = max_in_flight, "
-               "requests at once = the endpoints' max_concurrency (llm.max_in_flight caps it); stages are "
-               "summed as if they ran one after another")
+    out.append(f"range: point ± ({Z:g} standard errors + {MARGIN:.0%}) per stage, summed over stages for the total; "
+               "a standard error is widened to Student's t for the items it was measured on, and the shares the "
+               "gates kept in the pilot carry their own error (over items, not rows); time ± a further "
+               f"{TIME_MARGIN:.0%}. The pilot is a stride sample of the cut stages' items in their input order, "
+               "not a random one, and dedup usually removes more at scale")
+    out.append("wall time: the pilot runs one stage at a time; each stage's seconds are a fixed part (up to the end "
+               "of its first item, which runs alone: setup, model and pool loading; for a stage without LLM calls, "
+               "what a warm re-run of a few of its items leaves over) paid once, plus the rest scaled "
+               "(on sim by its requests; on an endpoint, calls within an item one after another at the measured "
+               "mean latency, items in flight = max_in_flight, requests at once = the endpoints' max_concurrency); "
+               "stages are summed as if they ran one after another, plus the pilot's time outside its stages")
     if not priced:
         out.append("cost: no llm.price_per_1m for the model, so no cost")
     return out

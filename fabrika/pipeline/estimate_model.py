@@ -21,9 +21,17 @@ least-squares fit ``rows_i = a + b · x_i`` over the pilot's items (``if.expand`
 fixed number of calls over the first seeds, so the first 20% of the seeds hold all of
 them: scaling by items was 5× off).
 
+A share measured in the pilot — the gated rows a stage reads of its input's rows, the rows
+a dataset keeps of a stage's rows — is a ratio estimate with its own error
+(:func:`ratio_var`: over the upstream items as clusters when rows are grouped by item,
+binomial otherwise); it is carried into the count it scales, so a 36% gate measured on 20
+constraints is a wide range, not the pilot's 25% ± nothing.
+
 The range is ``point ± (Z · sd + MARGIN · point)``: ``Z`` standard errors, plus a
 systematic margin for what the sampling error does not see — the pilot is a stride sample
 in input order, not a random one, and dedup and gates may keep another share at scale.
+A variance measured on ``n`` items is widened by ``(t(n-1) / z)²`` (:func:`small_sample`):
+a spread measured on 5 items is itself uncertain, and Student's t says by how much.
 """
 
 from __future__ import annotations
@@ -35,6 +43,31 @@ from dataclasses import dataclass
 Z = 2.0
 #: Systematic margin (share of the point) on each side: first-items pilot, nonlinear dedup and gates.
 MARGIN = 0.12
+
+
+#: Two-sided 95% normal quantile; :func:`t_quantile` tends to it as the degrees of freedom grow.
+Z95 = 1.959964
+
+
+def t_quantile(dof: int) -> float:
+    """Student's t 97.5% quantile (Cornish-Fisher expansion in ``1/dof``; within 0.3% of the exact value
+    from 4 degrees of freedom up, exact enough for a range). ``dof < 1`` counts as 1."""
+    if dof < 1:
+        dof = 1
+    if dof == 1:
+        return 12.706
+    if dof == 2:
+        return 4.303
+    if dof == 3:
+        return 3.182
+    z = Z95
+    return (z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * dof ** 3))
+
+
+def small_sample(n: int) -> float:
+    """Factor on a variance measured on ``n`` items so that ``Z`` standard errors span a t interval."""
+    return (t_quantile(n - 1) / Z95) ** 2 if n >= 2 else 1.0
 
 
 @dataclass(frozen=True)
@@ -95,14 +128,55 @@ class Moments:
         return max(0.0, (self.sumsq - self.n * self.mean ** 2) / (self.n - 1))
 
 
-def extrapolate(m: Moments, full: Figure) -> Figure:
-    """Total over ``full.point`` items of a quantity measured per item on ``m.n`` of them."""
+def extrapolate(m: Moments, full: Figure, subset: bool = True) -> Figure:
+    """Total over ``full.point`` items of a quantity measured per item on ``m.n`` of them.
+
+    ``subset``: the pilot's items are among the full run's (the same ids), so the finite-population
+    correction applies; when they are not (a stage whose inputs were sampled above it reads other
+    items at full size, even when it saw as many in the pilot) the mean is one of a sample of items.
+    """
     N = full.point
     if m.n == 0:
         return Figure(0.0, 0.0)
-    f = min(1.0, m.n / N) if N > 0 else 1.0
-    sampling = (1.0 - f) * N * N * m.var / m.n
+    f = min(1.0, m.n / N) if N > 0 and subset else 0.0
+    sampling = (1.0 - f) * N * N * m.var / m.n * small_sample(m.n)
     return Figure(N * m.mean, sampling + m.mean ** 2 * full.var)
+
+
+def ratio_var(pairs: list[tuple[float, float]], f: float = 0.0) -> float:
+    """Variance of ``R = Σy / Σx`` over items ``(x_i, y_i)`` sampled from a population (the ratio
+    estimator's linearised variance, ``(1 - f) · Σ(y_i - R x_i)² / ((n - 1) · n · x̄²)``, widened for
+    small ``n``); 0 with fewer than two items or no ``x``."""
+    n = len(pairs)
+    sx = sum(x for x, _ in pairs)
+    if n < 2 or sx <= 0:
+        return 0.0
+    r = sum(y for _, y in pairs) / sx
+    resid = sum((y - r * x) ** 2 for x, y in pairs) / (n - 1)
+    return max(0.0, 1.0 - f) * resid / (n * (sx / n) ** 2) * small_sample(n)
+
+
+def share_var(kept: float, seen: float, f: float = 0.0) -> float:
+    """Variance of a share ``kept / seen`` of rows taken independently (binomial; a fan-out above 1 is
+    Poisson-like), widened for small samples: the fallback of :func:`ratio_var` when rows are not grouped
+    by item. Never below :func:`floor_var` of ``seen``: 0 kept of 5 is not "surely none"."""
+    if seen <= 0:
+        return 0.0
+    p = kept / seen
+    spread = p * (1.0 - p) if p <= 1 else p
+    return max(max(0.0, 1.0 - f) * spread / seen * small_sample(round(seen)), floor_var(seen, f))
+
+
+def floor_var(n: float, f: float = 0.0) -> float:
+    """The least doubt about a share seen on ``n`` units: none of ``n`` passing still allows up to about
+    ``3 / n`` (the rule of three), i.e. a standard error of ``1.5 / n`` at ``Z`` = 2."""
+    return max(0.0, 1.0 - f) * (1.5 / n) ** 2 if n > 0 else 0.0
+
+
+def times_share(fig: Figure, share: float, share_variance: float) -> Figure:
+    """``fig · share`` where the share is itself an estimate with ``share_variance``."""
+    return Figure(fig.point * share, fig.var * share * share + fig.point ** 2 * share_variance
+                  + fig.var * share_variance)
 
 
 def ratio_figure(pilot_out: float, pilot_in: float, full: Figure) -> Figure:
@@ -113,8 +187,7 @@ def ratio_figure(pilot_out: float, pilot_in: float, full: Figure) -> Figure:
     p = pilot_out / pilot_in
     N = full.point
     f = min(1.0, pilot_in / N) if N > 0 else 1.0
-    keep = p * (1.0 - p) if p <= 1 else p  # a share kept, or a fan-out (Poisson-like)
-    return Figure(N * p, (1.0 - f) * N * keep * N / max(pilot_in, 1.0) + p * p * full.var)
+    return times_share(full, p, share_var(pilot_out, pilot_in, f))
 
 
 @dataclass(frozen=True)
@@ -149,7 +222,8 @@ def extrapolate_fit(fit: Fit, items: int, x_total: float) -> Figure:
     if fit.n == 0:
         return Figure(0.0, 0.0)
     f = min(1.0, fit.n / items) if items > 0 else 1.0
-    return Figure(fit.a * items + fit.b * x_total, (1.0 - f) * items * items * fit.resid_var / fit.n)
+    return Figure(fit.a * items + fit.b * x_total,
+                  (1.0 - f) * items * items * fit.resid_var / fit.n * small_sample(fit.n - 1))
 
 
 def inside(value: float, fig: dict[str, float]) -> bool:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from fabrika.cli.app import app
 from fabrika.pipeline.config import validate_data
-from fabrika.pipeline.estimate import MIN_PILOT_ITEMS, Pilot, cut_stages, full_stages, run_estimate, stage_seconds
+from fabrika.pipeline.estimate import FULL_SHARE, MIN_PILOT_ITEMS, Pilot, cut_stages, full_stages, run_estimate, stage_seconds
 from fabrika.pipeline.estimate_model import inside
 from fabrika.pipeline.runner import run_pipeline
 
@@ -144,9 +144,65 @@ def test_the_pilot_runs_in_one_process_whatever_llm_workers_says(tmp_path: Path,
         return await real(config, *args, **kwargs)
 
     monkeypatch.setattr(runner, "arun_pipeline", spy)
+    orders: list[tuple[int, bool]] = []
+
+    async def spy_order(config, *args, **kwargs):
+        orders.append((config.max_parallel_stages, config.overlap))
+        return await spy(config, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "arun_pipeline", spy_order)
     doc = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text("utf-8")) | {"run_dir": str(tmp_path / "r"),
                                                                                    "llm_workers": 2}
     cfg, issues = validate_data(doc, str(ROOT / "configs" / "smoke.yaml"), ROOT / "configs")
     assert cfg is not None and cfg.llm_workers == 2, issues
     run_estimate(cfg, Pilot.parse("50"), tmp_path / "pilot", "smoke")
     assert seen and set(seen) == {1}
+    # one stage at a time and no overlap, so that each stage's seconds are its own
+    assert set(orders) == {(1, False)}
+
+
+def _config(name: str, run_dir: Path):
+    path = ROOT / "configs" / f"{name}.yaml"
+    cfg, issues = validate_data(yaml.safe_load(path.read_text("utf-8")) | {"run_dir": str(run_dir)}, str(path),
+                                ROOT / "configs")
+    assert cfg is not None, issues
+    return cfg
+
+
+def test_a_cut_stage_whose_pilot_would_be_most_of_it_runs_in_full(tmp_path: Path):
+    """fc_import_demo imports 11 tools: a 20% pilot is 5 of them (the minimum), and the 5 tools' yields
+    predicted 3.4x the dataset rows. A pilot of at least FULL_SHARE of the input runs the input in full, so
+    the whole estimate is exact and equals the run."""
+    cfg = _config("fc_import_demo", tmp_path / "full")
+    lines: list[str] = []
+    est = run_estimate(cfg, Pilot.parse("0.2"), tmp_path / "pilot", "fc_import_demo", note=lines.append).as_dict()
+    n = est["pilot"]["full_inputs"]["fc.tools_import"]
+    assert Pilot.parse("0.2").size(n) >= FULL_SHARE * n  # what the rule is for
+    assert est["pilot"]["run_in_full"] == ["fc.tools_import"]
+    assert any(f"fc.tools_import ({n}/{n} items, in full" in line for line in lines), lines
+    assert all(e["exact"] for e in est["stages"].values())
+    full = run_pipeline(cfg, resume=False, progress=False)
+    assert est["total"]["requests"] == sum(s.llm.requests for s in full.stats.values())
+    assert est["total"]["dataset_rows"] == full.version.rows
+    assert est["total"]["range"]["dataset_rows"]["low"] == est["total"]["range"]["dataset_rows"]["high"]
+    # a large input is still sampled
+    assert Pilot.parse("0.2").size(100) < FULL_SHARE * 100
+
+
+def test_a_gate_s_share_measured_on_few_items_widens_the_range_below_it(tmp_path: Path):
+    """general_demo: the teacher reads the prompts that pass the language/dedup/decontamination gates; the
+    pilot measured that share on 10 of 50 prompts (8 of 10, the run has 46 of 50). The share's own error
+    is carried into the teacher's range, which then holds the run's 46 (the old 35-45 did not)."""
+    cfg = _config("general_demo", tmp_path / "full")
+    est = run_estimate(cfg, Pilot.parse("0.2"), tmp_path / "pilot", "general_demo").as_dict()
+    full = run_pipeline(cfg, resume=False, progress=False)
+    teacher = est["stages"]["general_teacher"]
+    rng = teacher["range"]["items"]
+    assert not teacher["exact"] and rng["high"] - rng["point"] > 0.12 * rng["point"] + 1  # more than the margin
+    assert inside(full.stats["general_teacher"].llm.requests, teacher["range"]["requests"])
+    total = est["total"]
+    assert inside(sum(s.llm.requests for s in full.stats.values()), total["range"]["requests"])
+    assert inside(full.version.rows, total["range"]["dataset_rows"]), (total["range"]["dataset_rows"],
+                                                                       full.version.rows)
+    for name, e in est["stages"].items():  # time: a fixed part, never more than the stage's pilot seconds
+        assert 0.0 <= e["fixed_seconds"] <= e["seconds"] + 1e-9, name
