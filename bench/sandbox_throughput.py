@@ -35,6 +35,14 @@ Modes, all on the same Russian IF-style verifier and responses:
                     one case first) runs as ``run_probed`` where the pool has it, else as the two calls
                     the stage made before (a one-case probe, then the rest unless fatal).
 
+* ``phases``      — where the CPU of one isolated batch goes: the pool's zygote, its children and this
+                    process split from /proc (CPU and minor page faults per batch), and inside a child
+                    the CPU and page faults of each step (fork return, setup in fresh namespaces, the
+                    request, compile, module body, the call), from ``time.process_time`` and
+                    ``getrusage`` checkpoints in an instrumented copy of the worker (a temporary copy
+                    of the package; the checkpoints go out on a debug fd the copy keeps open). Not
+                    part of the default run.
+
 ``--only cpu,sizes,mix`` runs just those parts (the default runs everything but ``mix`` unless
 ``--mix``). Run the same script with ``PYTHONPATH`` pointing at another checkout (``git archive``
 of an older commit) to measure that tree side by side: it uses only the pool's public API.
@@ -335,6 +343,144 @@ def cpu_cost(sizes: tuple[int, ...], n: int) -> tuple[dict[int, float], dict[int
     return cpu, wall
 
 
+#: Checkpoints patched into a copy of the worker for ``--only phases``: (anchor, replacement) pairs,
+#: each anchor must occur once (the bench fails loudly when the worker changed under it).
+PHASE_PATCHES = (
+    ('_REP = os.dup(CONFIG["reply_fd"])\n', '_REP = os.dup(CONFIG["reply_fd"])\n_DBG = os.dup(2)\n'),
+    ("def _child(go_fd: int, wfd: int, uid: int | None) -> None:",
+     "_CP = []\n"
+     "def _cp(tag):\n"
+     "    _CP.append((tag, time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt))\n"
+     "def _cp_dump():\n"
+     "    _cp('exit')\n"
+     "    out = [f'fork return:{_CP[0][1]}:{_CP[0][2]}']\n"
+     "    out += [f'{t1}:{c1 - c0}:{f1 - f0}' for (_, c0, f0), (t1, c1, f1) in zip(_CP, _CP[1:])]\n"
+     "    os.write(_DBG, ('\\t'.join(out) + '\\n').encode())\n"
+     "def _child(go_fd: int, wfd: int, uid: int | None) -> None:"),
+    ("        if pid == 0:  # child: keep 0-2 (/dev/null), its request pipe's read end and its reply pipe's write end\n",
+     "        if pid == 0:  # child: keep 0-2 (/dev/null), its request pipe's read end and its reply pipe's write end\n"
+     "            _cp('fork return')\n"),
+    ("            low, high = sorted((go_r, wfd))\n"
+     "            os.closerange(3, low)\n"
+     "            os.closerange(low + 1, high)\n"
+     "            os.closerange(high + 1, 1 << 20)\n",
+     "            prev = 2\n"
+     "            for keep in sorted({go_r, wfd, _DBG}):\n"
+     "                os.closerange(prev + 1, keep)\n"
+     "                prev = keep\n"
+     "            os.closerange(prev + 1, 1 << 20)\n"
+     "            _cp('wipe input, close fds')\n"),
+    ('    libc.check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare")\n',
+     "    _cp('enter setup')\n"
+     '    libc.check(libc.unshare(CLONE_NEWNS), "unshare")\n'
+     "    _cp('unshare mount ns')\n"
+     '    libc.check(libc.unshare(CLONE_NEWIPC), "unshare")\n'
+     "    _cp('unshare IPC ns')\n"),
+    ("    _ipc_limits()\n", "    _cp('make mounts private')\n    _ipc_limits()\n    _cp('IPC sysctls')\n"),
+    ("    if _SHM_DIR is not None:  # an empty", "    _cp('mount /tmp')\n    if _SHM_DIR is not None:  # an empty"),
+    ("        _private_namespaces(uid)\n", "        _private_namespaces(uid)\n        _cp('mount /dev/shm (+ rebinds)')\n"),
+    ("    if NAMESPACES and os.getuid() != 0:\n        _drop_caps()\n",
+     "    if NAMESPACES and os.getuid() != 0:\n        _drop_caps()\n    _cp('uid, caps')\n"),
+    ('        send(b"R\\n")  # ready', "        _cp('prctl, rlimits')\n        send(b\"R\\n\")  # ready"),
+    ("        del request\n", "        del request\n        _cp('(wait), read + decode request')\n"),
+    ('            compiled = compile(code, "<verifier>", "exec")\n',
+     '            compiled = compile(code, "<verifier>", "exec")\n            _cp("compile")\n'),
+    ("            fn = _load(compiled, guard, send)\n", "            fn = _load(compiled, guard, send)\n            _cp('module body')\n"),
+    ("                send(_call(fn, response))\n",
+     "                _r = _call(fn, response)\n                _cp('evaluate')\n"
+     "                send(_r)\n                _cp('send verdict')\n"),
+    ("        pass\n    os._exit(0)\n\n\ndef _load(", "        pass\n    _cp_dump()\n    os._exit(0)\n\n\ndef _load("),
+)
+
+
+def instrumented_copy(dest: Path) -> Path:
+    """A copy of the imported ``fabrika`` package under ``dest`` whose worker writes its checkpoints
+    to the zygote's stderr, which the copy's pool sends to a file; returns that file."""
+    import shutil
+
+    import fabrika
+
+    shutil.copytree(Path(fabrika.__file__).parent, dest / "fabrika", ignore=shutil.ignore_patterns("__pycache__"))
+    log = dest / "phases.log"
+    worker = dest / "fabrika" / "sandbox" / "_worker.py"
+    text = worker.read_text()
+    for old, new in PHASE_PATCHES:
+        if text.count(old) != 1:
+            raise SystemExit(f"--only phases: the worker changed, cannot place a checkpoint at {old.strip()[:60]!r}")
+        text = text.replace(old, new)
+    worker.write_text(text)
+    pool = dest / "fabrika" / "sandbox" / "pool.py"
+    old = "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,"
+    if old not in pool.read_text():
+        raise SystemExit("--only phases: the pool changed, cannot keep the zygote's stderr")
+    pool.write_text(pool.read_text().replace(old, f"stdout=subprocess.DEVNULL, stderr=open({str(log)!r}, 'ab'),"))
+    return log
+
+
+def _stat(pid: int) -> tuple[int, int, float, float]:
+    """minflt, cminflt, own CPU s, reaped children's CPU s of ``pid``."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read()
+    fields = data[data.rindex(b")") + 2:].split()
+    return (int(fields[7]), int(fields[8]), (int(fields[11]) + int(fields[12])) / TCK,
+            (int(fields[13]) + int(fields[14])) / TCK)
+
+
+def phases_child(n: int) -> None:
+    """Run by ``--only phases`` in a subprocess whose ``fabrika`` is the instrumented copy."""
+    with SandboxPool(SandboxConfig(workers=1)) as pool:
+        pool.run_sync(CODE, ["прогрев"])
+        table = _proc_table()
+        frontier, zygote = [w.proc.pid for w in pool._workers if w.proc is not None], None  # noqa: SLF001 - a bench
+        while frontier:  # the zygote: the first python under the worker's bwrap processes
+            pid = frontier.pop()
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().startswith("python"):
+                    zygote = pid
+                    break
+            frontier += [p for p, (ppid, _) in table.items() if ppid == pid]
+        assert zygote is not None, "no zygote found"
+        items = responses(1)
+        s0, p0 = _stat(zygote), time.process_time()
+        for _ in range(n):
+            pool.run_sync(CODE, items)
+        parent = (time.process_time() - p0) / n * 1000
+        time.sleep(0.3)
+        s1 = _stat(zygote)
+    print(json.dumps({"parent_ms": parent, "zygote_ms": (s1[2] - s0[2]) / n * 1000,
+                      "children_ms": (s1[3] - s0[3]) / n * 1000, "zygote_faults": (s1[0] - s0[0]) / n,
+                      "children_faults": (s1[1] - s0[1]) / n}))
+
+
+def phases(n: int) -> None:
+    """Where one isolated batch's CPU goes (see the module docstring, ``phases``)."""
+    with tempfile.TemporaryDirectory(prefix="fabrika-phases-") as tmp:
+        log = instrumented_copy(Path(tmp))
+        env = {**os.environ, "PYTHONPATH": tmp}
+        out = subprocess.run([sys.executable, __file__, "--phases-child", str(n)], env=env, check=True,
+                             capture_output=True, text=True).stdout
+        split = json.loads(out.strip().splitlines()[-1])
+        rows = [line.split("\t") for line in log.read_text().splitlines() if line]
+    steps: dict[str, list[tuple[float, float]]] = {}
+    for row in rows:
+        for cell in row:
+            name, cpu, faults = cell.rsplit(":", 2)
+            steps.setdefault(name, []).append((float(cpu), float(faults)))
+    print(f"CPU per one-response batch ({n} batches, 1 worker): this process {split['parent_ms']:.2f} ms, zygote "
+          f"{split['zygote_ms']:.2f} ms ({split['zygote_faults']:.0f} minor faults), children "
+          f"{split['children_ms']:.2f} ms ({split['children_faults']:.0f} minor faults, exit included)")
+    print(f"inside a child ({len(rows)} children that reached their last checkpoint before the zygote's SIGKILL):")
+    print("| step (ends at) | CPU µs, mean | CPU µs, median | minor faults |\n|---|---:|---:|---:|")
+    total = [0.0, 0.0]
+    for name, values in steps.items():
+        cpus = sorted(v[0] * 1e6 for v in values)
+        mean, faults = sum(cpus) / len(cpus), sum(v[1] for v in values) / len(values)
+        total[0] += mean
+        total[1] += faults
+        print(f"| {name} | {mean:.0f} | {cpus[len(cpus) // 2]:.0f} | {faults:.0f} |")
+    print(f"| all checkpointed steps | {total[0]:.0f} | | {total[1]:.0f} |")
+
+
 def tmp_venv_python() -> str:
     """A venv under /tmp with this interpreter's site-packages linked in (``.pth``)."""
     root = Path(tempfile.mkdtemp(prefix="fabrika-bench-venv-", dir="/tmp")) / ".venv"
@@ -345,6 +491,9 @@ def tmp_venv_python() -> str:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--phases-child"]:
+        phases_child(int(sys.argv[2]))
+        return
     if "--tmp-venv" in sys.argv:
         python = tmp_venv_python()
         argv = [a for a in sys.argv if a != "--tmp-venv"]
@@ -364,6 +513,7 @@ def main() -> None:
     parser.add_argument("--fresh", type=int, default=30, help="calls measured for the fresh-interpreter mode")
     parser.add_argument("--batches", type=int, default=200, help="one-response batches timed for the batch cost")
     parser.add_argument("--cpu-batches", type=int, default=400, help="batches per size for the CPU cost")
+    parser.add_argument("--phase-batches", type=int, default=300, help="one-response batches for --only phases")
     parser.add_argument("--only", default="", help="comma-separated parts to run: throughput, cpu, sizes, mix")
     parser.add_argument("--window", type=int, default=256, help="mix replay: calls in flight (max_in_flight)")
     parser.add_argument("--save-mix", type=Path, default=None, help="write the recorded mix here (JSON)")
@@ -371,6 +521,8 @@ def main() -> None:
     args = parser.parse_args()
     parts = set(args.only.split(",")) if args.only else {"throughput", "cpu", "sizes"} | ({"mix"} if args.mix else set())
     print(f"python={sys.executable} prefix={sys.prefix} load={os.getloadavg()[0]:.1f}")
+    if "phases" in parts:
+        phases(args.phase_batches)
     if "cpu" in parts:
         cpu, wall = cpu_cost((1, 30), args.cpu_batches)
         per = (cpu[30] - cpu[1]) / 29
