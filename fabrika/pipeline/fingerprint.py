@@ -56,7 +56,9 @@ def stage_fingerprints(config: PipelineConfig) -> dict[str, tuple[str, dict[str,
         cls = STAGES.get(stage.kind)
         if cls is not None:
             fields.update(stage_lineage(cls, sim))
-            fields["files"] = input_file_digests(stage, cls.input_files, config)
+            files = input_file_digests(stage, cls.input_files, config)
+            if files:  # a stage that reads no file keeps the fingerprint it had before files were digested
+                fields["files"] = files
         out[stage.stage_name] = (stable_id(fields), fields)
     return out
 
