@@ -192,3 +192,24 @@ def test_an_input_file_key_names_list_items(tmp_path: Path) -> None:
     files = input_file_digests({"seed_files": ["s1.jsonl", "s2.jsonl"]}, (spec,), cfg)
     assert list(files) == ["seed_files[0]", "seed_files[1]"]
     assert files["seed_files[0]"]["digest"] != files["seed_files[1]"]["digest"]
+
+
+def test_an_edited_if_seed_file_is_named_by_its_list_key(tmp_path: Path) -> None:
+    """``if.expand``'s ``seed_files[]``: the change is named ``input file seed_files[1] (<path>)``."""
+    from fabrika.pipeline.fingerprint import changed_fields, reason_kind
+
+    seeds = [tmp_path / "s1.jsonl", tmp_path / "s2.jsonl"]
+    for i, path in enumerate(seeds):
+        path.write_text(json.dumps({"text": f"Ответь ровно {i + 2} предложениями."}, ensure_ascii=False) + "\n",
+                        "utf-8")
+    write_prompts(tmp_path / "a.jsonl", ["Привет"])
+    write_prompts(tmp_path / "b.jsonl", ["Пока"])
+    cfg = make_config(tmp_path)
+    cls = STAGES["if.expand"]
+    stage = cls.Config.model_validate({"kind": "if.expand", "name": "x", "seed_files": [str(p) for p in seeds]})
+    before = {"files": input_file_digests(stage, cls.input_files, cfg)}
+    assert set(before["files"]) == {"seed_files[0]", "seed_files[1]"}
+    seeds[1].write_text(json.dumps({"text": "Ответь одним словом."}, ensure_ascii=False) + "\n", "utf-8")
+    after = {"files": input_file_digests(stage, cls.input_files, cfg)}
+    assert changed_fields(before, after) == [f"input file seed_files[1] ({seeds[1]})"]
+    assert reason_kind(changed_fields(before, after)[0]) == "input file changed"
