@@ -80,10 +80,11 @@ def changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             if was.get(key) != now.get(key):
                 names.append(f"{label} {key}")
     was_files, now_files = old.get("files") or {}, new.get("files") or {}
+    first = " — not digested when its rows were written" if old and "files" not in old else ""
     for key in sorted(set(was_files) | set(now_files)):
         was, now = was_files.get(key) or {}, now_files.get(key) or {}
         if was.get("digest") != now.get("digest"):
-            names.append(f"input file {key} ({now.get('path') or was.get('path')})")
+            names.append(f"input file {key} ({now.get('path') or was.get('path')}){first}")
     for src, fp in (new.get("inputs") or {}).items():
         if (old.get("inputs") or {}).get(src) != fp:
             names.append(f"input {src}")

@@ -213,3 +213,11 @@ def test_an_edited_if_seed_file_is_named_by_its_list_key(tmp_path: Path) -> None
     after = {"files": input_file_digests(stage, cls.input_files, cfg)}
     assert changed_fields(before, after) == [f"input file seed_files[1] ({seeds[1]})"]
     assert reason_kind(changed_fields(before, after)[0]) == "input file changed"
+
+
+def test_rows_written_before_files_were_digested_say_so() -> None:
+    from fabrika.pipeline.fingerprint import changed_fields
+
+    old = {"stage": {"path": "b.jsonl"}, "seed": 0}
+    new = {**old, "files": {"path": {"path": "b.jsonl", "digest": "d1"}}}
+    assert changed_fields(old, new) == ["input file path (b.jsonl) — not digested when its rows were written"]
