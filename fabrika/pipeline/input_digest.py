@@ -24,8 +24,8 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from fabrika.inputs import DATA_DIR, PACKAGE_PREFIX, resolve_data_path
-from fabrika.pipeline.preflight import InputFile, locate
+from fabrika.inputs import DATA_DIR, PACKAGE_PREFIX
+from fabrika.pipeline.preflight import InputFile, resolved_files
 
 #: Files of a directory input up to this size are hashed by content; bigger ones by size and mtime_ns.
 SMALL_FILE_BYTES = 32 << 20
@@ -96,15 +96,8 @@ def _shown(value: Any) -> str:
 
 def input_file_digests(stage: Any, specs: Sequence[InputFile], pipeline: Any) -> dict[str, dict[str, str]]:
     """``{key path: {"path": as configured, "digest": …}}`` of every input file a configured stage names."""
-    resolve = getattr(pipeline, "resolve_path", None)
-    out: dict[str, dict[str, str]] = {}
-    for spec in specs:
-        for key, raw, _owner in locate(stage, spec):
-            value = raw if raw is not None else spec.default
-            if value is None:
-                continue
-            out[key] = {"path": _shown(value), "digest": path_digest(resolve_data_path(str(value), resolve))}
-    return out
+    return {key: {"path": _shown(value), "digest": path_digest(path)}
+            for key, value, path, _spec, _owner in resolved_files(stage, specs, pipeline)}
 
 
 def clear_cache() -> None:
