@@ -82,6 +82,10 @@ def stage_reward_model(config: RMChoiceConfig, ctx: Any) -> RewardModel:
     return get_reward_model(config.rm_spec(getattr(ctx, "pipeline", None)))
 
 
+#: A local RM directory (``rm``) is an input file of every stage that scores with it (its config and weights).
+RM_DIR = InputFile("rm", "reward model directory", format="directory")
+
+
 class TeacherScoresConfig(RMChoiceConfig):
     """``rm.teacher_scores``: the teacher's K answers per prompt, scored by the training RM."""
 
@@ -127,7 +131,7 @@ class TeacherScoresStage(Stage[TeacherScoresConfig]):
     kind = "rm.teacher_scores"
     reads = (Column("messages", list[Message], alternatives=("prompt",), doc="the prompt (if.queries) or a Sample's"),)
     writes = TEACHER_SCORES
-    input_files = (InputFile("rm", "reward model directory", format="directory"),)
+    input_files = (RM_DIR,)
     annotates: ClassVar[bool] = True
 
     async def setup(self) -> None:

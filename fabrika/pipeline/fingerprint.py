@@ -6,15 +6,19 @@ fast, not what), the LLM settings that change answers (backend, model,
 default sampling parameters, ``extra_body``, the ``sim`` seed), the pipeline
 seed, its lineage (:mod:`fabrika.pipeline.lineage`: the code of the stage's
 modules, the prompt templates it renders and, on ``backend: sim``, the sim
-responders it may reach) and the fingerprints of the stages it reads — so a
-changed upstream stage re-processes its consumers too (their unchanged
-requests are cache hits). Gate thresholds are left out on purpose: they decide
+responders it may reach), the contents of the input files it declares
+(``Stage.input_files``: seed files, corpora, pools, tools specs, model and
+tokenizer directories; :mod:`fabrika.pipeline.input_digest`) and the
+fingerprints of the stages it reads — so an edited input file or a changed
+upstream stage re-processes its consumers too (their unchanged requests are
+cache hits). Gate thresholds are left out on purpose: they decide
 *which* rows a stage reads, and a stage processes newly passing rows without
 redoing the others (docs/ARCHITECTURE.md, "what a refilter can change").
 
 :func:`changed_fields` names what differs between two recorded ``fields``
 (``prompt instruct/expand``, ``code fabrika.generators.instruct.expand``,
-``sim responder if.expand``, ``input if_dedup``, ``llm.model``, ``max_tokens``);
+``sim responder if.expand``, ``input file seed_files[0] (seeds.jsonl)``,
+``input if_dedup``, ``llm.model``, ``max_tokens``);
 :func:`reason_kind` sorts such a name into the kinds ``fabrika status`` shows.
 """
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from fabrika.pipeline.config import PipelineConfig, execution_order, inputs_of
+from fabrika.pipeline.input_digest import input_file_digests
 from fabrika.pipeline.lineage import stage_lineage
 from fabrika.pipeline.stage import STAGES
 from fabrika.schemas.ids import stable_id
@@ -51,6 +56,9 @@ def stage_fingerprints(config: PipelineConfig) -> dict[str, tuple[str, dict[str,
         cls = STAGES.get(stage.kind)
         if cls is not None:
             fields.update(stage_lineage(cls, sim))
+            files = input_file_digests(stage, cls.input_files, config)
+            if files:  # a stage that reads no file keeps the fingerprint it had before files were digested
+                fields["files"] = files
         out[stage.stage_name] = (stable_id(fields), fields)
     return out
 
@@ -71,6 +79,12 @@ def changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         for key in sorted(set(was) | set(now)):
             if was.get(key) != now.get(key):
                 names.append(f"{label} {key}")
+    was_files, now_files = old.get("files") or {}, new.get("files") or {}
+    first = " — not digested when its rows were written" if old and "files" not in old else ""
+    for key in sorted(set(was_files) | set(now_files)):
+        was, now = was_files.get(key) or {}, now_files.get(key) or {}
+        if was.get("digest") != now.get("digest"):
+            names.append(f"input file {key} ({now.get('path') or was.get('path')}){first}")
     for src, fp in (new.get("inputs") or {}).items():
         if (old.get("inputs") or {}).get(src) != fp:
             names.append(f"input {src}")
@@ -80,13 +94,15 @@ def changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 #: The lineage parts of ``fields`` and how :func:`changed_fields` names a change in them.
 LINEAGE_PARTS = (("code", "code"), ("prompts", "prompt"), ("sim", "sim responder"))
 #: What :func:`reason_kind` returns, in the order ``fabrika status`` lists them.
-REASON_KINDS = ("code changed", "prompt changed", "sim responder changed", "config changed", "upstream changed")
+REASON_KINDS = ("code changed", "prompt changed", "sim responder changed", "input file changed", "config changed",
+                "upstream changed")
 
 
 def reason_kind(name: str) -> str:
-    """The kind of one :func:`changed_fields` name: code, prompt, sim responder, upstream or config."""
+    """The kind of one :func:`changed_fields` name: code, prompt, sim responder, input file, upstream or config."""
     for prefix, kind in (("code ", "code changed"), ("prompt ", "prompt changed"),
-                         ("sim responder ", "sim responder changed"), ("input ", "upstream changed")):
+                         ("sim responder ", "sim responder changed"), ("input file ", "input file changed"),
+                         ("input ", "upstream changed")):
         if name.startswith(prefix):
             return kind
     return "config changed"
@@ -100,6 +116,8 @@ def stale_reasons(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[st
         what = name.split(" ", 2)[-1] if kind != "config changed" else name
         if kind == "sim responder changed":
             what = name[len("sim responder "):]
+        elif kind == "input file changed":
+            what = name[len("input file "):]
         grouped.setdefault(kind, []).append(what)
     return {k: grouped[k] for k in REASON_KINDS if k in grouped}
 

@@ -152,20 +152,26 @@ def check_file(path: Path, spec: InputFile, owner: Any = None) -> str | None:
     return None
 
 
-def preflight(stage: Any, specs: Sequence[InputFile], pipeline: Any) -> list[tuple[str, str]]:
-    """``(key path, message)`` per bad input file of one configured stage (its class's ``input_files``)."""
+def resolved_files(stage: Any, specs: Sequence[InputFile], pipeline: Any
+                   ) -> Iterator[tuple[str, str, Path, InputFile, Any]]:
+    """``(key path, value as configured, resolved path, spec, owner)`` of every input file a configured stage
+    names: the config value, or the spec's default where the key is unset (preflight and the fingerprint)."""
     resolve = getattr(pipeline, "resolve_path", None)
-    problems: list[tuple[str, str]] = []
     for spec in specs:
         for key, raw, owner in locate(stage, spec):
             value = raw if raw is not None else spec.default
-            if value is None:
-                continue
-            path = resolve_data_path(str(value), resolve)
-            problem = check_file(path, spec, owner)
-            if problem is not None:
-                problems.append((key, problem))
+            if value is not None:
+                yield key, str(value), resolve_data_path(str(value), resolve), spec, owner
+
+
+def preflight(stage: Any, specs: Sequence[InputFile], pipeline: Any) -> list[tuple[str, str]]:
+    """``(key path, message)`` per bad input file of one configured stage (its class's ``input_files``)."""
+    problems: list[tuple[str, str]] = []
+    for key, _value, path, spec, owner in resolved_files(stage, specs, pipeline):
+        problem = check_file(path, spec, owner)
+        if problem is not None:
+            problems.append((key, problem))
     return problems
 
 
-__all__ = ["HEAD_RECORDS", "InputFile", "check_file", "locate", "preflight"]
+__all__ = ["HEAD_RECORDS", "InputFile", "check_file", "locate", "preflight", "resolved_files"]

@@ -53,6 +53,7 @@ from fabrika.generators.fc.tool_sources import McpSession, Operation, candidates
 from fabrika.generators.fc.tools_import import restore_call_names, run_name_mappings, run_operations
 from fabrika.inputs import resolve_data_path
 from fabrika.pipeline.columns import Column, Contract
+from fabrika.pipeline.preflight import InputFile
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage
 from fabrika.schemas.messages import Message
 from fabrika.schemas.tools import ToolCall
@@ -134,6 +135,10 @@ class LiveCallsStage(Stage[LiveCallsConfig]):
     kind = "fc.live_calls"
     annotates: ClassVar[bool] = True
     calls_llm: ClassVar[bool] = False
+    #: ``openapi.spec`` (an MCP ``command`` is a program, not a file; without a spec the operations come from
+    #: the run's ``fc.tools_import``, whose sources are its own input files)
+    input_files = (InputFile("openapi.spec", "OpenAPI document", format="document",
+                             fix="point openapi.spec at an OpenAPI 3.0/3.1 JSON/YAML file"),)
     #: renders no prompt (the tool-name mapping it imports sits beside the import prompts)
     prompt_templates: ClassVar[tuple[Any, ...]] = ()
     reads = (Column("completion", list[Message]),)

@@ -94,8 +94,17 @@ def _legacy_step(fns: list[dict], lang: str, rng: random.Random, polite: str, jo
 
 
 def _legacy_clarify(fn: dict[str, Any], lang: str, rng: random.Random, polite: str) -> list[dict[str, Any]]:
+    """A request missing one required argument, the question, the user's answer and the call.
+
+    A tool with no required argument (an imported ``GET /items`` with only optional or no
+    parameters) leaves nothing to ask for — the sim assistant asks only for a missing required
+    value — so the request is answered without a clarification: one ``tool_call`` step (a
+    ``clarification`` plan built on it fails its shape check and is rejected as a plan, not a crash).
+    """
     call, slots = _legacy_call(fn, lang, rng)
     required = [k for k in fn["parameters"].get("required", []) if k in call["arguments"]]
+    if not required:
+        return [_legacy_step([fn], lang, rng, polite, "", False)]
     hidden = rng.choice(required)
     first = polite + _legacy_say(fn, call["arguments"], skip=hidden)
     desc = fn["parameters"]["properties"][hidden]["description"]

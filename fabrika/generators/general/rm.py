@@ -28,7 +28,7 @@ import math
 from typing import ClassVar
 
 import fabrika.generators.general.columns as cols
-from fabrika.filters.teacher_rm import RMChoiceConfig, stage_reward_model, summarise
+from fabrika.filters.teacher_rm import RM_DIR, RMChoiceConfig, stage_reward_model, summarise
 from fabrika.pipeline.stage import Row, Stage, ok, register_stage, rejected
 from fabrika.rewards.rm_service import SIM_RM_ID, RMEndpoint, sim_scores
 from fabrika.schemas.general import TeacherAnswersRow
@@ -47,6 +47,7 @@ class GeneralRMStage(Stage[GeneralRMConfig]):
     kind = "general.rm"
     reads = (cols.PROMPT, cols.ANSWERS)
     writes = cols.RM
+    input_files = (RM_DIR,)
     calls_llm: ClassVar[bool] = False
     annotates: ClassVar[bool] = True
 

@@ -109,6 +109,8 @@ class DialoguesConfig(StageConfig):
 #: The user agent, its tactics and the rules' opening, both languages in one file (beside this module).
 DIALOGUE = PromptCatalogue.nested("instruct.dialogue", Path(__file__).resolve().parent / "prompts_dialogue.yaml")
 #: The rubric judge's prompts (rendered by :mod:`fabrika.rewards.rubric`; here for the stage's fingerprint).
+#: The shipped personas/topics (``seeds_file: null``).
+DEFAULT_SEEDS = DATA_DIR / "instruct" / "dialogue_seeds.yaml"
 RUBRIC = PromptCatalogue.nested("rubric", DATA_DIR / "instruct" / "prompts_rubric.yaml")
 
 
@@ -157,7 +159,7 @@ def clean_user_text(text: str | None) -> str:
 
 
 def _load_seeds(path: Path | None) -> dict[str, Any]:
-    with open(path or DATA_DIR / "instruct" / "dialogue_seeds.yaml", encoding="utf-8") as fh:
+    with open(path or DEFAULT_SEEDS, encoding="utf-8") as fh:
         data = yaml.safe_load(fh)
     for key in ("personas", "topics"):
         for lang in ("ru", "en"):
@@ -181,7 +183,7 @@ class DialoguesStage(Stage[DialoguesConfig]):
     reads = ()  # seeds file (personas, topics) and the constraint library
     writes = cols.DIALOGUE
     input_files = (InputFile("seeds_file", "IF dialogue seeds file", format="document",
-                             fix="a YAML mapping with personas/topics per language"),)
+                             default=str(DEFAULT_SEEDS), fix="a YAML mapping with personas/topics per language"),)
 
     @classmethod
     def check_config(cls, config: DialoguesConfig, pipeline: Any) -> list[tuple[str, str]]:
