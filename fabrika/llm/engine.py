@@ -52,8 +52,8 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Sequence
 
+import fabrika.llm.gctune as gctune
 from fabrika.errors import CacheMissError, LLMError
-from fabrika.llm import gctune
 from fabrika.llm.accounting import Accounting
 from fabrika.llm.cache import CACHEABLE_FINISH, request_key
 from fabrika.llm.retry import RetryPolicy, call_with_retries, map_exception
