@@ -93,8 +93,9 @@ def fc_bench_doc(workdir: Path, turns: int, port: int, concurrency: int, *, name
     }
 
 
-def serve(latency_ms: float) -> None:
-    """Child: the fake server, every FC tag answered by the sim responders."""
+def serve(latency_ms: float, replay: bool = False) -> None:
+    """Child: the fake server, every FC tag answered by the sim responders (``replay``: recorded
+    until ``POST /v1/replay``, then served from the recorded bytes, :mod:`fabrika.testing.replay`)."""
     from fabrika.generators.fc import sim_responders as sr
     from fabrika.llm.types import ChatRequest, Choice
     from fabrika.schemas.ids import derive_seed
@@ -112,7 +113,7 @@ def serve(latency_ms: float) -> None:
             return out
         return responder
 
-    srv = FakeOpenAIServer(latency_ms=latency_ms)
+    srv = FakeOpenAIServer(latency_ms=latency_ms, replay=replay)
     for tag in ["fc.tools", "fc.planner", "fc.judge", "fc.user", "fc.tool", "fc.assistant",
                 "fc.irrelevance.answer", "fc.irrelevance.judge", "fc.answer_judge"]:
         fn = sr.RESPONDERS["fc.irrelevance" if tag.startswith("fc.irrelevance") else tag]
@@ -243,11 +244,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="Runs per size and code (the median is reported).")
     ap.add_argument("--code", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--replay", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
-        serve(args.latency_ms)
+        serve(args.latency_ms, args.replay)
         return
     if args.child:
         with tempfile.TemporaryDirectory(prefix="fc_scale_") as tmp:

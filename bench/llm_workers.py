@@ -5,14 +5,23 @@ by the sim responders, a fixed latency). The FC pipeline of ``bench/fc_scale.py`
 ``fc.tools_dedup`` (the fake server's tool sets of different topics are near-duplicates, so dedup would
 keep about 1 % of them and leave a few hundred requests): fc.tools → fc.plans → fc.dialogues →
 fc.samples → fc.irrelevance → fc.answer_judge, cache off, so every run really asks. It runs once
-per worker count through ``fabrika run --llm-workers N``, each into a fresh run directory. Printed
-per run: wall seconds, LLM requests, requests/s over the whole run and over the LLM stages' own
-seconds, the CPU seconds the run's processes used (driver and workers, from ``RUSAGE_CHILDREN``), and
-the dataset hash of ``bench/determinism.py``; then the speed-up and whether every hash is equal. The
-box's load average is printed before and after (the box is shared: a loaded box caps what a second process can add).
+per worker count through ``fabrika run --llm-workers N``, each into a fresh run directory.
+
+Replay (the default; ``--no-replay`` turns it off): answering with the sim responders costs the server
+about as much CPU per request as the client spends, so on a 2-core box client and server already
+fill the machine and a second client process has no core to use. So a first, untimed pass (one
+worker) runs against the server while it records every answer by request (tag and body bytes,
+:mod:`fabrika.testing.replay`); then the server is switched to replay and the timed runs are answered
+from those prebuilt bytes — the same answers the sim gave, a miss answered by the sim and counted.
+
+Printed per run: wall seconds, LLM requests, requests/s over the whole run and over the LLM stages'
+own seconds, the CPU seconds of the run's processes (driver and workers, ``RUSAGE_CHILDREN``) and of
+the server over the run, the replay hits and misses, and the dataset hash of ``bench/determinism.py``
+(the record pass's too); then the speed-up (medians over ``--repeat``, runs alternated) and whether
+every hash is equal. The box's load average is printed before and after.
 
     .venv/bin/python bench/llm_workers.py [--training-turns 3000] [--workers 1 2] [--latency-ms 20]
-        [--concurrency 256]
+        [--concurrency 256] [--repeat 1] [--no-replay]
 
 Exit 0 when the datasets are identical, 1 when not.
 """
@@ -27,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -36,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from determinism import dataset_hash  # noqa: E402
-from fc_scale import fc_bench_doc  # noqa: E402
+from fc_scale import fc_bench_doc, proc_cpu_s  # noqa: E402
 
 LLM_STAGES = ("fc.tools", "fc.plans", "fc.dialogues", "fc.irrelevance", "fc.answer_judge")
 
@@ -49,7 +59,17 @@ def write_config(workdir: Path, turns: int, port: int, concurrency: int, workers
     return path
 
 
-def one_run(config: Path, run_dir: Path, workers: int) -> dict:
+def replay_state(port: int, switch: bool = False) -> dict:
+    """The server's replay counters (``switch``: first turn recording into serving)."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/replay", data=b"{}" if switch else None,
+                                 method="POST" if switch else "GET")
+    with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - loopback
+        return json.loads(resp.read())
+
+
+def one_run(config: Path, run_dir: Path, workers: int, server_pid: int, port: int | None) -> dict:
+    replay0 = replay_state(port) if port is not None else None
+    server0 = proc_cpu_s(server_pid)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "fabrika", "run", str(config), "--no-resume", "--no-progress",  # noqa: S603
@@ -63,11 +83,17 @@ def one_run(config: Path, run_dir: Path, workers: int) -> dict:
     stages = manifest.get("stages", {})
     requests = sum(int((stages.get(s, {}).get("llm") or {}).get("requests", 0)) for s in LLM_STAGES)
     llm_seconds = sum(float(stages.get(s, {}).get("seconds", 0.0)) for s in LLM_STAGES)
+    server_cpu = proc_cpu_s(server_pid) - server0
     digest, rows = dataset_hash(run_dir)
-    return {"wall_s": round(wall, 1), "requests": requests, "llm_stage_s": round(llm_seconds, 1),
-            "rps_wall": round(requests / wall, 1), "rps_llm_stages": round(requests / llm_seconds, 1),
-            "cpu_s": round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 1),
-            "rows": rows, "hash": digest}
+    res = {"wall_s": round(wall, 1), "requests": requests, "llm_stage_s": round(llm_seconds, 1),
+           "rps_wall": round(requests / wall, 1), "rps_llm_stages": round(requests / llm_seconds, 1),
+           "cpu_s": round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 1),
+           "server_cpu_s": round(server_cpu, 1), "rows": rows, "hash": digest}
+    if replay0 is not None and port is not None:
+        replay1 = replay_state(port)
+        res["replay_hits"] = replay1["hits"] - replay0["hits"]
+        res["replay_misses"] = replay1["misses"] - replay0["misses"]
+    return res
 
 
 def main() -> int:
@@ -76,14 +102,20 @@ def main() -> int:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="llm_workers values to compare.")
     ap.add_argument("--latency-ms", type=float, default=20.0, help="Fake server latency per request.")
     ap.add_argument("--concurrency", type=int, default=256, help="Endpoint and engine in-flight limit (divided).")
+    ap.add_argument("--repeat", type=int, default=1, help="Timed runs per worker count, alternated (median).")
+    ap.add_argument("--no-replay", action="store_true",
+                    help="Answer every timed run with the sim responders (no record pass, no replay).")
     ap.add_argument("--keep", type=Path, default=None, help="Keep the run directories here.")
     args = ap.parse_args()
+    replay = not args.no_replay
     server = subprocess.Popen([sys.executable, str(ROOT / "bench" / "fc_scale.py"), "--serve",  # noqa: S603
-                               "--latency-ms", str(args.latency_ms)], stdout=subprocess.PIPE, text=True)
+                               "--latency-ms", str(args.latency_ms), *(["--replay"] if replay else [])],
+                              stdout=subprocess.PIPE, text=True)
     tmp = tempfile.TemporaryDirectory(prefix="llm_workers_")
     workdir = args.keep or Path(tmp.name)
     workdir.mkdir(parents=True, exist_ok=True)
-    results = {}
+    runs: dict[int, list[dict]] = {n: [] for n in args.workers}
+    hashes: set[str] = set()
     try:
         line = server.stdout.readline() if server.stdout else ""
         if not line.startswith("READY"):
@@ -91,27 +123,39 @@ def main() -> int:
         port = int(line.split()[1])
         print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs",
               flush=True)
-        for n in args.workers:
-            config = write_config(workdir, args.training_turns, port, args.concurrency, n)
-            res = results[n] = one_run(config, workdir / f"run-{n}", n)
-            print(f"llm_workers={n}: " + json.dumps(res), flush=True)
+        if replay:  # the untimed record pass: the sim answers every request once, the server keeps the bytes
+            config = write_config(workdir, args.training_turns, port, args.concurrency, 0)
+            rec = one_run(config, workdir / "run-0", 1, server.pid, None)
+            state = replay_state(port, switch=True)
+            hashes.add(rec["hash"])
+            print(f"record pass (1 worker, sim answers, untimed): {json.dumps(rec)}; server now replays "
+                  f"{state['recorded']} recorded answers", flush=True)
+        for rep in range(args.repeat):
+            for n in args.workers:
+                config = write_config(workdir, args.training_turns, port, args.concurrency, n)
+                res = one_run(config, workdir / f"run-{n}", n, server.pid, port if replay else None)
+                runs[n].append(res)
+                hashes.add(res["hash"])
+                print(f"llm_workers={n} (run {rep + 1}): " + json.dumps(res), flush=True)
         print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     finally:
         server.terminate()
         server.wait(timeout=10)
         tmp.cleanup()
-    base = results[args.workers[0]]
-    print(f"\n{'llm_workers':>11} {'wall s':>7} {'requests':>9} {'req/s':>7} {'req/s LLM stages':>17} "
-          f"{'CPU s':>6} {'rows':>6}  hash")
-    for n, r in results.items():
+    med = {n: sorted(rs, key=lambda r: r["rps_wall"])[len(rs) // 2] for n, rs in runs.items()}
+    base = med[args.workers[0]]
+    print(f"\nserver: {'replayed answers' if replay else 'sim responders'}; median of {args.repeat} run(s)")
+    print(f"{'llm_workers':>11} {'wall s':>7} {'requests':>9} {'req/s':>7} {'req/s LLM stages':>17} "
+          f"{'client CPU s':>13} {'server CPU s':>13} {'rows':>6}  hash")
+    for n, r in med.items():
         print(f"{n:>11} {r['wall_s']:>7} {r['requests']:>9} {r['rps_wall']:>7} {r['rps_llm_stages']:>17} "
-              f"{r['cpu_s']:>6} {r['rows']:>6}  {r['hash']}")
-    for n, r in results.items():
+              f"{r['cpu_s']:>13} {r['server_cpu_s']:>13} {r['rows']:>6}  {r['hash']}")
+    for n, r in med.items():
         if n != args.workers[0]:
             print(f"speed-up {n} vs {args.workers[0]} worker(s): {r['rps_wall'] / base['rps_wall']:.2f}x (whole run), "
                   f"{r['rps_llm_stages'] / base['rps_llm_stages']:.2f}x (LLM stages)")
-    same = len({r["hash"] for r in results.values()}) == 1
-    print("datasets identical: " + ("yes" if same else "NO") + f" ({', '.join(r['hash'] for r in results.values())})")
+    same = len(hashes) == 1
+    print("datasets identical: " + ("yes" if same else "NO") + f" ({', '.join(sorted(hashes))})")
     return 0 if same else 1
 
 

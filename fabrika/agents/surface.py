@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from datetime import date
+from functools import lru_cache
 from typing import Any
 
 from fabrika.textutil.morph import lemmas
@@ -27,8 +28,14 @@ __all__ = ["ALIASES", "dates_in", "mentions", "numbers_in", "skeleton", "surface
 _WORD_RE = re.compile(r"[\w-]+")
 
 
-def _lemma_seq(text: str) -> list[frozenset[str]]:
-    return [lemmas(w) if re.search(r"[А-Яа-яЁё]", w) else frozenset({w}) for w in _WORD_RE.findall(text.lower())]
+_CYRILLIC_RE = re.compile(r"[А-Яа-яЁё]")
+
+
+@lru_cache(maxsize=4096)
+def _lemma_seq(text: str) -> tuple[frozenset[str], ...]:
+    """Each word's lemmas; cached because a leak check asks one text about many values (profiled:
+    the user-facing text of a plan step is checked against every withheld form, tool and parameter)."""
+    return tuple(lemmas(w) if _CYRILLIC_RE.search(w) else frozenset({w}) for w in _WORD_RE.findall(text.lower()))
 
 
 def mentions(haystack: str, needle: str) -> bool:
@@ -45,7 +52,7 @@ def _contains(haystack: str, needle: str) -> bool:
             return True
     elif needle in haystack.lower():
         return True
-    if not re.search(r"[А-Яа-яЁё]", needle):
+    if not _CYRILLIC_RE.search(needle):
         return False
     # Russian: the same words in another case («Казань» in «в Казани») are the same value
     want, have = _lemma_seq(needle), _lemma_seq(haystack)

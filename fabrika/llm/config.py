@@ -117,9 +117,11 @@ class LLMConfig(_Strict):
     model: str = Field(default="sim", description="Model name sent to the server (or loaded by vLLM).")
     endpoints: list[EndpointConfig] = Field(default_factory=list,
                                             description="Servers for backend 'openai'; several are load-balanced.")
-    transport: Literal["aiohttp", "openai_sdk"] = Field(
-        default="aiohttp", description="'aiohttp': fabrika's lean HTTP client (fast); 'openai_sdk': the openai "
-        "SDK's AsyncOpenAI over its aiohttp transport (slower per request, same wire format and error mapping).")
+    transport: Literal["raw", "aiohttp", "openai_sdk"] = Field(
+        default="raw", description="'raw': fabrika's minimal keep-alive HTTP/1.1 client (fabrika.llm.rawhttp; the "
+        "least CPU per request; an endpoint behind a proxy uses 'aiohttp'); 'aiohttp': a lean aiohttp client; "
+        "'openai_sdk': the openai SDK's AsyncOpenAI over its aiohttp transport (slower per request). All three "
+        "send the same JSON and share one error mapping.")
     timeout_s: float = Field(default=120.0, gt=0, description="Per-attempt timeout in seconds (whole attempt). "
                              "It also bounds a hung endpoint: a timeout while the endpoint answered nothing "
                              "else marks it hung (its requests then fail at once, the run exits 3 after about "

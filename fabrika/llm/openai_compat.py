@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from fabrika.errors import LLMError
+from fabrika.llm.rawhttp import RawHttpClient, Target, request_head
 from fabrika.llm.retry import map_exception, map_http_error
 from fabrika.llm.routing import CapacityPolicy, CircuitBreaker, Endpoint, EndpointPool, RoutingPolicy, sequences_of
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
@@ -210,6 +211,8 @@ class OpenAICompatBackend:
         #: requests this backend can have in flight; the engine sizes its worker pool by it
         self.capacity = self.pool.capacity
         self._session: Any = None
+        self._raw: RawHttpClient | None = None
+        self._targets: dict[str, Target] = {}  # endpoint URL → parsed once (raw transport)
         self._urls: dict[str, Any] = {}  # endpoint URL → its yarl.URL, parsed once instead of per request
 
     def endpoint_load(self) -> list[int]:
@@ -228,7 +231,9 @@ class OpenAICompatBackend:
         ep, probe = await pool.acquire(request)
         served = ep.served  # unchanged when this request fails: the endpoint answered nothing meanwhile
         try:
-            if self.transport == "openai_sdk":
+            if self.transport == "raw" and ep.proxy is None:
+                resp = await self._send_raw(ep, request)
+            elif self.transport == "openai_sdk":
                 resp = await self._send_sdk(ep, request)
             else:
                 resp = await self._send_aiohttp(ep, request)
@@ -288,6 +293,33 @@ class OpenAICompatBackend:
             raise LLMError("server", f"response is not JSON: {raw[:200]!r}") from exc
         return parse_completion(data, self.name)
 
+    # -- raw (fabrika.llm.rawhttp) ------------------------------------------
+    async def _send_raw(self, ep: Endpoint, request: ChatRequest) -> ChatResponse:
+        client = self._raw
+        if client is None:
+            client = self._raw = RawHttpClient(timeout_s=self.timeout_s, connect_timeout_s=self.connect_timeout_s,
+                                               read_timeout_s=self.read_timeout_s)
+        target = self._targets.get(ep.url)
+        if target is None:
+            target = self._targets[ep.url] = Target.parse(ep.url)
+        payload = _body_bytes(build_body(request, self.model))
+        headers = ep.headers if request.tag == "default" else {**ep.headers, "x-fabrika-tag": _ascii(request.tag)}
+        if request.routing_key is not None:
+            headers = {**headers, "x-fabrika-routing-key": _ascii(request.routing_key)}
+        try:
+            status, resp_headers, raw = await client.post(target, request_head(target, headers, len(payload)), payload)
+        except LLMError:
+            raise
+        except Exception as exc:
+            raise map_exception(exc) from exc
+        if status != 200:
+            raise map_http_error(status, raw.decode("utf-8", "replace"), resp_headers)
+        try:
+            data = _loads(raw)
+        except ValueError as exc:
+            raise LLMError("server", f"response is not JSON: {raw[:200]!r}") from exc
+        return parse_completion(data, self.name)
+
     # -- openai SDK ----------------------------------------------------------
     def _sdk_client(self, ep: Endpoint) -> Any:
         if ep.sdk is None:
@@ -317,6 +349,9 @@ class OpenAICompatBackend:
         return parse_completion(data, self.name)
 
     async def aclose(self) -> None:
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -22,6 +22,7 @@ from fabrika.llm.schema_gen import generate_instance, response_format_schema, to
 from fabrika.llm.sim import generic_choice
 from fabrika.llm.types import ChatRequest
 from fabrika.testing.http import HttpReply, HttpRequest
+from fabrika.testing.replay import ReplayBook
 from fabrika.testing.sim_vllm import SimVLLM, SimVLLMConfig
 
 _log = logging.getLogger(__name__)
@@ -115,8 +116,10 @@ class FakeOpenAIApp:
     def __init__(self, *, latency_ms: float = 0.0, model: str = "fake", seed: int = 0,
                  hang_s: float = 30.0, retry_after: float = 0.05, record: int = 10_000,
                  models: Iterable[str] | None = None, vllm: SimVLLMConfig | None = None,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None, replay: bool = False) -> None:
         self.latency_ms = latency_ms
+        #: recorded answers served again as bytes (:mod:`fabrika.testing.replay`); None: off
+        self.replay: ReplayBook | None = ReplayBook() if replay else None
         #: the vLLM-like cost model (slots, prefix cache, simulated time); None: fixed latency_ms
         self.sim: SimVLLM | None = None
         if vllm is not None:
@@ -213,15 +216,25 @@ class FakeOpenAIApp:
             if http.method == "POST":
                 self.sim.reset()
             return HttpReply(200, json.dumps(self.sim.snapshot()).encode())
+        book = self.replay
+        if book is not None and path.endswith("/replay"):  # GET: counters; POST: record → serve
+            if http.method == "POST":
+                book.serving = True
+            return HttpReply(200, json.dumps(book.snapshot()).encode())
         if http.method != "POST" or not path.endswith("/chat/completions"):
             self._count("unknown_route", 404)
             return HttpReply(404, _error_body("not_found", f"no route {http.method} {http.path}"))
+        tag = http.headers.get("x-fabrika-tag", "")
+        if book is not None and book.serving:
+            answer = book.lookup(tag, http.body)
+            if answer is not None:  # a recorded sim answer: no parse, no responder, no serialisation
+                self._count("replay", 200)
+                return HttpReply(200, answer, delay_s=self.latency_ms / 1000.0)
         try:
             req = json.loads(http.body)
         except ValueError:
             self._count("bad_json", 400)
             return HttpReply(400, _error_body("invalid_request_error", "request body is not JSON"))
-        tag = http.headers.get("x-fabrika-tag", "")
         if len(self.requests) < self.record_limit:
             self.requests.append(req)
             self.request_tags.append(tag)
@@ -265,6 +278,8 @@ class FakeOpenAIApp:
         else:  # n > 1: each sample drawn as a lone request would get it (scripts advance per sample), as vLLM does
             reply = HttpReply(200, json.dumps(self._sim_completion(req, spec, script), ensure_ascii=False).encode())
         self._count(route, reply.status)
+        if book is not None and fault is None and reply.status == 200 and reply.hang_s <= 0:
+            book.record(tag, http.body, reply.body)
         if reply.hang_s <= 0:
             reply.delay_s = delay / 1000.0
         return reply

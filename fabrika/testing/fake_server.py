@@ -59,6 +59,12 @@ resets) reporting busy time, queue wait and prompt tokens prefilled vs served
 from the cache (see :mod:`fabrika.testing.sim_vllm` for the model and how it
 compares with a real vLLM).
 
+With ``replay=True`` it records every 200 answer by request (tag and body bytes) until
+``POST /v1/replay`` (or :meth:`FakeOpenAIServer.replay_serve`) switches it to serving them back as
+prebuilt bytes, without parsing or answering anew; ``GET /v1/replay`` reports recorded, hits and
+misses (see :mod:`fabrika.testing.replay`). For deterministic responders only (the sim's): a
+replayed request gets its first recorded answer, takes ``latency_ms`` and meets no faults.
+
 For benches run it as a process: ``python -m fabrika.testing.fake_server
 --port 0 --latency-ms 200`` prints ``READY <port>`` once listening.
 """
@@ -85,9 +91,9 @@ class FakeOpenAIServer:
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, latency_ms: float = 0.0,
                  model: str = "fake", seed: int = 0, hang_s: float = 30.0, retry_after: float = 0.05,
-                 models: list[str] | None = None, vllm: "SimVLLMConfig | None" = None) -> None:
+                 models: list[str] | None = None, vllm: "SimVLLMConfig | None" = None, replay: bool = False) -> None:
         self.app = FakeOpenAIApp(latency_ms=latency_ms, model=model, seed=seed, hang_s=hang_s, retry_after=retry_after,
-                                 models=models, vllm=vllm)
+                                 models=models, vllm=vllm, replay=replay)
         self.host = host
         self.port = port
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -138,6 +144,13 @@ class FakeOpenAIServer:
         if self.app.sim is None:
             raise RuntimeError("sim_stats() needs FakeOpenAIServer(vllm=SimVLLMConfig(...))")
         return self.app.sim.snapshot()
+
+    def replay_serve(self) -> dict[str, Any]:
+        """Switch the replay book from recording to serving (what ``POST /v1/replay`` does); its counters."""
+        if self.app.replay is None:
+            raise RuntimeError("replay_serve() needs FakeOpenAIServer(replay=True)")
+        self.app.replay.serving = True
+        return self.app.replay.snapshot()
 
     @property
     def errors(self) -> list[str]:
@@ -228,7 +241,7 @@ class FakeOpenAIServer:
 
 
 async def _serve_forever(args: argparse.Namespace) -> None:
-    app = FakeOpenAIApp(latency_ms=args.latency_ms, model=args.model, seed=args.seed)
+    app = FakeOpenAIApp(latency_ms=args.latency_ms, model=args.model, seed=args.seed, replay=args.replay)
     if args.fault_rate > 0:
         app.faults(rate=args.fault_rate, kinds=args.fault_kinds.split(","), seed=args.seed)
     app.record_limit = 0
@@ -251,6 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fault-rate", type=float, default=0.0)
     p.add_argument("--fault-kinds", default="rate_limit,server")
+    p.add_argument("--replay", action="store_true", help="record answers until POST /v1/replay, then replay them")
     args = p.parse_args(argv)
     try:
         asyncio.run(_serve_forever(args))

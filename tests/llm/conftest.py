@@ -22,7 +22,7 @@ def server() -> Iterator[FakeOpenAIServer]:
 def make_engine(tmp_path: Path) -> Callable[..., LLMEngine]:
     """``make_engine(server, transport=..., cache=True, **config_overrides)``."""
 
-    def factory(*servers: FakeOpenAIServer, transport: str = "aiohttp", cache: bool = False,
+    def factory(*servers: FakeOpenAIServer, transport: str = "raw", cache: bool = False,
                 run_dir: Path | None = None, **overrides: Any) -> LLMEngine:
         cfg = http_config(*servers, transport=transport, cache={"enabled": cache}, **overrides)
         return build_engine(cfg, run_dir or tmp_path)

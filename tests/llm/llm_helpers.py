@@ -10,7 +10,7 @@ from fabrika.testing import FakeOpenAIServer
 FAST_BACKOFF = {"backoff_initial_s": 0.001, "backoff_max_s": 0.01, "backoff_jitter_s": 0.0, "retry_after_max_s": 5.0}
 
 
-def http_config(*servers: FakeOpenAIServer, transport: str = "aiohttp", **overrides: Any) -> LLMConfig:
+def http_config(*servers: FakeOpenAIServer, transport: str = "raw", **overrides: Any) -> LLMConfig:
     fields: dict[str, Any] = {"backend": "openai", "model": "fake", "transport": transport,
                               "endpoints": [{"base_url": s.base_url, "api_key": "test"} for s in servers],
                               "timeout_s": 5.0, **FAST_BACKOFF}

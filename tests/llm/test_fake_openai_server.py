@@ -199,3 +199,38 @@ def test_large_bodies_arrive_whole(server: FakeOpenAIServer) -> None:
     big = "длинный текст " * 50_000  # ~1.4 MB of UTF-8, many TCP segments
     server.script(responder=lambda r: {"content": str(len(r["messages"][0]["content"]))})
     assert ask(server, big).choices[0].message.content == str(len(big))
+
+
+def test_replay_serves_recorded_bytes_without_the_responder() -> None:
+    import urllib.request
+
+    calls: list[str] = []
+
+    def responder(req: dict) -> str:
+        text = req["messages"][0]["content"]
+        calls.append(text)
+        return f"ответ на {text}"
+
+    def post(srv: FakeOpenAIServer, text: str, tag: str = "fc.user", path: str = "chat/completions") -> bytes:
+        body = json.dumps({"model": "fake", "messages": [{"role": "user", "content": text}]}).encode()
+        req = urllib.request.Request(f"{srv.base_url}/{path}", data=body, method="POST",
+                                     headers={"Content-Type": "application/json", "x-fabrika-tag": tag})
+        with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 - loopback
+            return resp.read()
+
+    with FakeOpenAIServer(replay=True) as srv:
+        srv.script(tag="fc.", responder=responder)
+        first = {t: post(srv, t) for t in ("а", "б")}
+        assert post(srv, "а", tag="fc.tool") != b""  # another tag is another request
+        assert calls == ["а", "б", "а"]
+        state = json.loads(post(srv, "", path="replay"))  # POST: recording → serving
+        assert state == {"serving": True, "recorded": 3, "hits": 0, "misses": 0}
+        assert post(srv, "а") == first["а"] and post(srv, "б") == first["б"]  # the recorded bytes, verbatim
+        assert calls == ["а", "б", "а"]  # the responder did not run for them
+        assert json.loads(post(srv, "в"))["choices"][0]["message"]["content"] == "ответ на в"  # a miss: answered anew
+        assert calls[-1] == "в"
+        assert srv.app.replay is not None and srv.app.replay.snapshot() == {
+            "serving": True, "recorded": 3, "hits": 2, "misses": 1}
+        assert srv.counts["routes"]["replay"] == 2
+    with FakeOpenAIServer() as plain, pytest.raises(RuntimeError, match="replay=True"):
+        plain.replay_serve()

@@ -11,7 +11,7 @@ from fabrika.llm import LLMEngine
 from fabrika.testing import FakeOpenAIServer
 from tests.llm.llm_helpers import req
 
-TRANSPORTS = ["aiohttp", "openai_sdk"]
+TRANSPORTS = ["raw", "aiohttp", "openai_sdk"]
 
 
 @pytest.fixture(params=TRANSPORTS)
@@ -63,7 +63,7 @@ async def test_terminal_errors_are_not_retried(server: FakeOpenAIServer, make_en
         resp = await eng.complete_one(req("q"))
     assert not resp.ok and resp.error.kind == kind and resp.attempts == 1 and resp.choices == ()
     assert server.served == 1
-    assert resp.error.__cause__ is not None or transport == "aiohttp"
+    assert resp.error.__cause__ is not None or transport in ("aiohttp", "raw")
     assert eng.accounting.totals()["failures"] == {kind: 1}
 
 

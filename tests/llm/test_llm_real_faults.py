@@ -17,7 +17,7 @@ from fabrika.testing import FakeOpenAIServer
 from tests.llm.llm_helpers import req
 
 
-@pytest.fixture(params=["aiohttp", "openai_sdk"])
+@pytest.fixture(params=["raw", "aiohttp", "openai_sdk"])
 def transport(request: pytest.FixtureRequest) -> str:
     return request.param
 

@@ -16,7 +16,7 @@ TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "ob
 FMT = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
 
 
-@pytest.mark.parametrize("transport", ["aiohttp", "openai_sdk"])
+@pytest.mark.parametrize("transport", ["raw", "aiohttp", "openai_sdk"])
 async def test_request_fields_reach_the_server(server: FakeOpenAIServer, make_engine: Callable[..., LLMEngine],
                                                transport: str) -> None:
     full = req("Привет", tools=(TOOL,), tool_choice="auto", temperature=0.3, top_p=0.9, max_tokens=64, n=2, seed=10,
