@@ -302,7 +302,7 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=10)
         if base_tree is not None:
-            shutil.rmtree(base_tree.parent, ignore_errors=True)
+            shutil.rmtree(base_tree, ignore_errors=True)  # the mkdtemp directory itself, never its parent
 
 
 if __name__ == "__main__":
