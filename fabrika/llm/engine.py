@@ -50,7 +50,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from fabrika.errors import CacheMissError, LLMError
 from fabrika.llm.accounting import Accounting
@@ -103,6 +103,9 @@ class LLMEngine:
         self._scope_of = scope if callable(scope) else None
         self._scope = backend.name
         self._group = bool(getattr(cfg, "group_samples", True)) and bool(getattr(backend, "supports_n", False))
+        #: called with ``(request, error)`` for each failed attempt that is retried (the runner's request log);
+        #: only failures reach it, so it costs nothing on the success path
+        self.on_retry: Callable[[ChatRequest, LLMError], None] | None = None
 
     @property
     def backend_name(self) -> str:
@@ -357,7 +360,12 @@ class LLMEngine:
 
     async def _retried(self, request: ChatRequest, akey: Any) -> tuple[ChatResponse, int]:
         acct = self.accounting
-        work = call_with_retries(lambda: self._attempt(request), self.policy, lambda _e: acct.record_retry(akey))
+        def retried(error: LLMError) -> None:
+            acct.record_retry(akey)
+            if self.on_retry is not None:
+                self.on_retry(request, error)
+
+        work = call_with_retries(lambda: self._attempt(request), self.policy, retried)
         if self.deadline_s is None:
             return await work
         try:

@@ -210,14 +210,52 @@ def content_tag(frame: pl.DataFrame) -> dict[str, str]:
     return {} if digest is None else {CONTENT_KEY: f"{pl.__version__}:{digest}"}
 
 
+#: A key of an item's first row (never a column) that carries the item's LLM request log to the shard
+#: writer, through the journal too: :func:`write_shard` moves it into the stage's ``requests/`` sidecar,
+#: under the shard's own name, *before* the shard is renamed into place (see :mod:`fabrika.store.requests`).
+REQUESTS_KEY = "__fabrika_requests__"
+#: The sidecar directory inside a stage directory.
+REQUESTS_DIR = "requests"
+
+
+def _split_requests(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """``rows`` without :data:`REQUESTS_KEY`, and ``(item id, request log JSON)`` of the items that carried one."""
+    side: list[tuple[str, str]] = []
+    out = rows
+    for i, row in enumerate(rows):
+        if REQUESTS_KEY not in row:
+            continue
+        if out is rows:
+            out = list(rows)
+        row = dict(row)
+        log = row.pop(REQUESTS_KEY)
+        out[i] = row
+        if log is not None:
+            text = log if isinstance(log, str) else json.dumps(log, ensure_ascii=False, sort_keys=True,
+                                                               separators=(",", ":"), default=str)
+            side.append((str(row.get("input_id") or row["id"]), clean_text(text)))
+    return out, side
+
+
 def write_shard(directory: Path, rows: list[dict[str, Any]], seq: int | None = None) -> Path:
     """Write ``rows`` (sorted by id) as the next shard of ``directory``, atomically, with the
-    checksum of its content in the footer (:data:`CONTENT_KEY`, checked by :func:`verify_shard`)."""
+    checksum of its content in the footer (:data:`CONTENT_KEY`, checked by :func:`verify_shard`).
+
+    Items whose first row carries :data:`REQUESTS_KEY` get their request log written first, to
+    ``requests/<the shard's name>`` (atomically too): a shard is never in place without the log of its
+    items, and a log whose shard never got there (a crash in between) is ignored by its readers."""
     directory.mkdir(parents=True, exist_ok=True)
+    rows, side = _split_requests(rows)
     frame = rows_to_frame(rows)
     seq = next_seq(directory) if seq is None else seq
     digest = stable_id(frame["id"].to_list())[:8]
     path = directory / f"part-{seq:06d}-{digest}.parquet"
+    if side:
+        side.sort()
+        log = pl.DataFrame({"item": [i for i, _ in side], "requests": [t for _, t in side]},
+                           schema={"item": pl.String, "requests": pl.String})
+        with atomic_file(directory / REQUESTS_DIR / path.name, suffix=".parquet") as fh:
+            log.write_parquet(fh)
     with atomic_file(path, suffix=".parquet") as fh:
         frame.write_parquet(fh, metadata=content_tag(frame) or None)
     return path
