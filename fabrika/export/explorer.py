@@ -30,16 +30,15 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
-import numpy as np
 import polars as pl
 
 import fabrika.store.shards as shards
 from fabrika import gates
 from fabrika.errors import StoreError
 from fabrika.export.explorer_requests import MAX_DEPTH, RequestView, locate, sidecar_steps
-from fabrika.pipeline.stage import PASSED_OVER_REASONS, is_rejection
+from fabrika.pipeline.reasons import PASSED_OVER_REASONS, is_rejection
 from fabrika.store import RunStore
 from fabrika.store.manifest import effective_status
 from fabrika.store.versions import UPSTREAM_GATE, list_versions, read_version, version_dir
@@ -91,21 +90,22 @@ class RunExplorer:
     """
 
     def __init__(self, run_dir: str | Path, version: str | None = None) -> None:
-        from fabrika.pipeline.registry import load_run_modules
-
         self.run_dir = Path(run_dir)
         self.store = RunStore(self.run_dir)
         self.manifest = self.store.read_manifest()
         if not self.manifest:
             raise StoreError(f"{self.run_dir}: not a run directory (no manifest.json)")
-        load_run_modules(self.manifest)
+        self._gates_loaded = False
         self.versions = list_versions(self.run_dir)
         self.version = version or self.manifest.get("latest_version") or (self.versions[-1] if self.versions else None)
         if self.version is not None and self.version not in self.versions:
             raise StoreError(f"version {self.version!r}: no such version; versions: {', '.join(self.versions) or '(none)'}")
         info = read_version(self.run_dir, self.version) if self.version else {}
-        self.thresholds: dict[str, Any] = info.get("thresholds") or gates.thresholds_dump(
-            gates.validate_thresholds(self.manifest.get("config", {}).get("filters", {})))
+        self.thresholds: dict[str, Any] = info.get("thresholds") or {}
+        if not self.thresholds:
+            self.load_gates()
+            self.thresholds = gates.thresholds_dump(
+                gates.validate_thresholds(self.manifest.get("config", {}).get("filters", {})))
         self.funnel: dict[str, Any] = info.get("funnel") or {}
         self.layout: dict[str, Any] = self.manifest.get("layout", {})
         self.order: list[str] = [s for s in (self.manifest.get("order") or list(self.layout))]
@@ -116,6 +116,34 @@ class RunExplorer:
         self._files: dict[str, list[Path]] = {}
         self._building: dict[str, threading.Lock] = {}
         self.requests = RequestView(self.run_dir, self.manifest)
+
+    def load_gates(self, columns: Iterable[str] | None = None) -> None:
+        """Register the gate groups that can act on a table with ``columns`` (``None``: every group of the run).
+
+        With the run's ``gate_modules``/``gate_columns`` (recorded at run time) only the modules defining
+        groups whose gates read one of ``columns`` are imported, plus the run's plugins; without them (an older
+        run), every module the registry names. Only stages outside the dataset need gates here: a dataset
+        stage's drops are in its version."""
+        from fabrika.pipeline.registry import load_modules, load_run_modules
+
+        if self._gates_loaded:
+            return
+        modules, wanted = self.manifest.get("gate_modules"), self.manifest.get("gate_columns")
+        if columns is None or not isinstance(modules, dict) or not isinstance(wanted, dict):
+            load_run_modules(self.manifest)
+            self._gates_loaded = True
+            return
+        have = set(columns)
+        groups = sorted(g for g, cols in wanted.items() if set(cols) & have and g not in gates.GATE_GROUPS)
+        plugins = list(self.manifest.get("config", {}).get("plugins", []))
+        failures = load_modules(sorted({str(modules[g]) for g in groups if modules.get(g)}) + plugins)
+        if failures or not set(groups) <= set(gates.GATE_GROUPS):
+            load_run_modules(self.manifest)
+            self._gates_loaded = True
+
+    def _known_thresholds(self) -> dict[str, Any]:
+        """This version's thresholds of the gate groups registered in this process."""
+        return {g: v for g, v in self.thresholds.items() if g in gates.GATE_GROUPS}
 
     # -- stages and counts --------------------------------------------------------
     def _shards(self, stage: str) -> list[Path]:
@@ -166,9 +194,11 @@ class RunExplorer:
         if ids is not None:  # only these rows (a first page before the index is built)
             lf = lf.filter(pl.col("id").cast(pl.String).is_in(ids.implode()))
         names = lf.collect_schema().names()
-        params = gates.validate_thresholds(self.thresholds)
+        self.load_gates(names)
+        thresholds = self._known_thresholds()
+        params = gates.validate_thresholds(thresholds)
         wanted = {"id"} | {c for p in gates.active_predicates(names, params) for c in p.columns}
-        marked, _ = gates.mark_dropped(lf.select([c for c in names if c in wanted]), self.thresholds, scoped=False)
+        marked, _ = gates.mark_dropped(lf.select([c for c in names if c in wanted]), thresholds, scoped=False)
         return (marked.filter(pl.col(gates.DROPPED_BY).is_not_null())
                 .select(pl.col("id").cast(pl.String), pl.col(gates.DROPPED_BY).alias("gate")).collect())
 
@@ -309,6 +339,8 @@ class RunExplorer:
     # -- search -------------------------------------------------------------------
     def _matches(self, idx: StageIndex, query: str) -> pl.Series:
         """A boolean per index row: some value of the row (not a key) contains ``query`` (case-insensitive)."""
+        import numpy as np
+
         needle = query.lower()
         if needle in idx.searches:
             return idx.searches[needle]
@@ -380,15 +412,14 @@ class RunExplorer:
         """The first ``n`` rows' index entries, read from the first shards only; ``None`` if they span more than
         ``max_shards`` or the stage holds fewer rows than its counts say (then the index decides)."""
         files = self._shards(stage)
-        take, rows = [], 0
-        for f in files[:max_shards]:
-            take.append(f)
-            rows += shards.shard_size(f)[0]
-            if rows >= n:
+        take = 1
+        while True:  # 1, 2, 4… shards until they hold n rows (no footer read first: one scan each try)
+            frame = _scan_positions(files[:take], {"id": pl.String, "status": pl.String, "reason": pl.String})
+            if frame.height >= n or take >= len(files):
                 break
-        if rows < n and len(take) < len(files):
-            return None
-        frame = _scan_positions(take, {"id": pl.String, "status": pl.String, "reason": pl.String})
+            if take >= max_shards:
+                return None
+            take = min(2 * take, max_shards, len(files))
         return self._label(stage, frame, whole=False).head(n)
 
     def rows(self, stage: str, part: pl.DataFrame, upstream: bool = False) -> list[dict[str, Any]]:
@@ -571,6 +602,8 @@ def _positions(files: list[Path], parts: list[tuple[list[Path], pl.LazyFrame]]) 
 
 def _place(files: list[Path], groups: list[list[Path]], frames: list[pl.DataFrame]) -> pl.DataFrame:
     """:func:`_positions` for frames already read: ``frames[i]`` holds the rows of ``groups[i]``'s shards in order."""
+    import numpy as np
+
     number = {f: i for i, f in enumerate(files)}
     out = []
     for group, frame in zip(groups, frames):
