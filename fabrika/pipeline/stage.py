@@ -73,7 +73,7 @@ from pydantic.fields import FieldInfo
 
 from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.preflight import InputFile
-from fabrika.pipeline.reasons import PASSED_OVER_REASONS, is_rejection
+from fabrika.pipeline.reasons import PASSED_OVER_REASONS, is_rejection  # noqa: F401 - re-exported (their home before)
 
 if TYPE_CHECKING:
     from fabrika.pipeline.context import StageContext

@@ -187,7 +187,7 @@ def test_every_kind_of_row_shows_the_llm_requests_behind_it(page_url: str, explo
             _wait(page, "")
             _set(page, lambda: page.select_option("#f-stage", "fc.samples"))
             for group in ("kept", "gate-dropped"):
-                _set(page, lambda: page.select_option("#f-group", group))
+                _set(page, lambda g=group: page.select_option("#f-group", g))
                 card = page.locator("#samples .card").first
                 assert card.get_attribute("data-group") == group
                 _open_requests(page, card, mode)
