@@ -330,7 +330,6 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
     store = services.store
     progress = services.progress
     limit = cfg.max_in_flight or services.pipeline.max_in_flight
-    bodies = request_bodies(store, stage)
     done = prepare_resume(services, stage, stats) if partition is None else store.done_ids(name)
     task = progress.add(name, item_total(stage, count_rows))
     feed = iter(stage.input_rows()) if rows is None else rows
@@ -389,6 +388,7 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
         progress.advance(task, stats)
 
     saved = False
+    bodies = request_bodies(store, stage)
     try:
         while True:
             starved = False
@@ -454,6 +454,8 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
         for t in in_flight:
             t.cancel()
         journal.close(remove=saved)
+        if bodies is not None:
+            bodies.release()
         progress.finish(task, stats)
 
 

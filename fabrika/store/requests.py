@@ -109,15 +109,29 @@ class RequestBodies:
         self._answers: dict[str, str] = {}
         #: keys and blob hashes already written by this process (bounded: cleared past a million)
         self._seen: set[str] = set()
+        self._users = 0
 
     @classmethod
     def for_run(cls, run_dir: Path) -> "RequestBodies":
+        """The process's instance for ``run_dir`` (shared by the stages running at once); pair with :meth:`release`."""
         path = (Path(run_dir) / BODIES_FILE).resolve()
         with cls._open_lock:
             got = cls._open.get(path)
             if got is None or not path.exists():
                 got = cls._open[path] = cls(path)
+            got._users += 1
             return got
+
+    def release(self) -> None:
+        """One stage is done with it: flushed, and closed when no other stage of the process uses it."""
+        with RequestBodies._open_lock:
+            self._users -= 1
+            if self._users > 0:
+                self.flush()
+                return
+            if RequestBodies._open.get(self.path) is self:
+                del RequestBodies._open[self.path]
+        self.close()
 
     # -- writing --------------------------------------------------------------------
     def _ref(self, value: Any) -> str:
