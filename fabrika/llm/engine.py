@@ -106,6 +106,9 @@ class LLMEngine:
         #: called with ``(request, error)`` for each failed attempt that is retried (the runner's request log);
         #: only failures reach it, so it costs nothing on the success path
         self.on_retry: Callable[[ChatRequest, LLMError], None] | None = None
+        #: called once per :meth:`complete` with the requests as sent (defaults filled) and their cache keys
+        #: (``""`` without a cache), so the request log needs no second hash: one check per call when unset
+        self.on_prepared: Callable[[list[ChatRequest], list[str]], None] | None = None
 
     @property
     def backend_name(self) -> str:
@@ -148,6 +151,8 @@ class LLMEngine:
         # The cache key hashes the whole prompt; without a cache nothing reads it (coalescing
         # is cache-only too), and on long dialogues hashing every request stalls the event loop.
         keys = [self._key(r) for r in prepared] if self.cache is not None else [""] * len(prepared)
+        if self.on_prepared is not None:
+            self.on_prepared(prepared, keys)
         out: list[ChatResponse | None] = [None] * len(prepared)
         acct = self.accounting
         todo: list[int]

@@ -104,11 +104,26 @@ def _note_retry(engine: Any, request: ChatRequest, error: LLMError) -> None:
         note_attempt_error(engine, item, request, error)
 
 
+#: The current ``complete`` call's cell for what the engine prepared: ``[(requests as sent, cache keys)]``.
+CALL_PREPARED: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("fabrika_call_prepared",
+                                                                                  default=None)
+
+
+def _note_prepared(prepared: list[ChatRequest], keys: list[str]) -> None:
+    """The engine's ``on_prepared`` hook: the requests of the current call as sent, and their cache keys."""
+    cell = CALL_PREPARED.get()
+    if cell is not None and not cell:
+        cell.append((prepared, keys))
+
+
 def watch_retries(engine: Any) -> None:
-    """Install :func:`_note_retry` as the engine's ``on_retry`` (an engine without the hook is left alone)."""
+    """Install :func:`_note_retry` and :func:`_note_prepared` as the engine's hooks (an engine without them
+    is left alone)."""
     real = real_engine(engine)
     if real is not None and getattr(real, "on_retry", False) is None:
         real.on_retry = functools.partial(_note_retry, real)
+    if real is not None and getattr(real, "on_prepared", False) is None:
+        real.on_prepared = _note_prepared
 
 
 class StageLLM:
@@ -166,13 +181,22 @@ class StageLLM:
         stamped = [self._stamp(r) for r in requests]
         item = ITEM_STATE.get()
         logging = item is not None and item.requests is not None
-        if logging:
-            watch_retries(self._engine)
-        responses = await self._engine.complete(stamped)
+        if not logging:
+            responses = await self._engine.complete(stamped)
+            self._observe(responses)
+            self._keep_answer(started, responses)
+            return responses
+        watch_retries(self._engine)
+        cell: list[Any] = []
+        token = CALL_PREPARED.set(cell)
+        try:
+            responses = await self._engine.complete(stamped)
+        finally:
+            CALL_PREPARED.reset(token)
         self._observe(responses)
         self._keep_answer(started, responses)
-        if logging and item is not None:
-            log_requests(self._engine, item, started, stamped, responses)
+        if item is not None:
+            log_requests(self._engine, item, started, stamped, responses, cell[0] if cell else None)
         return responses
 
     async def complete_one(self, request: ChatRequest) -> ChatResponse:
@@ -180,13 +204,22 @@ class StageLLM:
         stamped = self._stamp(request)
         item = ITEM_STATE.get()
         logging = item is not None and item.requests is not None
-        if logging:
-            watch_retries(self._engine)
-        response = await self._engine.complete_one(stamped)
+        if not logging:
+            response = await self._engine.complete_one(stamped)
+            self._observe([response])
+            self._keep_answer(started, [response])
+            return response
+        watch_retries(self._engine)
+        cell: list[Any] = []
+        token = CALL_PREPARED.set(cell)
+        try:
+            response = await self._engine.complete_one(stamped)
+        finally:
+            CALL_PREPARED.reset(token)
         self._observe([response])
         self._keep_answer(started, [response])
-        if logging and item is not None:
-            log_requests(self._engine, item, started, [stamped], [response])
+        if item is not None:
+            log_requests(self._engine, item, started, [stamped], [response], cell[0] if cell else None)
         return response
 
     def __getattr__(self, name: str) -> Any:

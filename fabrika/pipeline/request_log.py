@@ -63,13 +63,16 @@ def note_attempt_error(engine: Any, item: Any, request: "ChatRequest", error: "L
 
 
 def log_requests(engine: Any, item: Any, call: int, requests: Sequence["ChatRequest"],
-                 responses: Sequence["ChatResponse"]) -> None:
-    """Entries for one ``complete`` call of the item (``call``: its start number within the item)."""
+                 responses: Sequence["ChatResponse"],
+                 sent: "tuple[list[ChatRequest], list[str]] | None" = None) -> None:
+    """Entries for one ``complete`` call of the item (``call``: its start number within the item). ``sent``: the
+    requests as the engine sent them and their cache keys (its ``on_prepared`` hook), else they are recomputed."""
     assert item.requests is not None
     bodies = item.bodies
     keep_answer = getattr(real_engine(engine), "cache", None) is None
+    usable = sent is not None and len(sent[0]) == len(requests) and all(sent[1])
     for i, (request, response) in enumerate(zip(requests, responses)):
-        prepared, key = _key(engine, request)
+        prepared, key = (sent[0][i], sent[1][i]) if usable and sent is not None else _key(engine, request)
         failed = list((item.attempt_errors or {}).pop(key, ()))
         if response.error is not None:
             failed.append(_error_text(response.error))

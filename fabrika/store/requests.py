@@ -64,11 +64,6 @@ def read_item_requests(shard: Path, items: Collection[str]) -> dict[str, list[di
     return {item: json.loads(text) for item, text in frame.iter_rows()}
 
 
-def _blob(text: str) -> tuple[str, bytes]:
-    data = text.encode("utf-8")
-    return hashlib.blake2b(data, digest_size=16).hexdigest(), zlib.compress(data, 1)
-
-
 def _unblob(data: bytes) -> Any:
     return json.loads(zlib.decompress(data).decode("utf-8"))
 
@@ -110,6 +105,7 @@ class RequestBodies:
         #: keys and blob hashes already written by this process (bounded: cleared past a million)
         self._seen: set[str] = set()
         self._users = 0
+        self._memo: dict[int, tuple[Any, str]] = {}
 
     @classmethod
     def for_run(cls, run_dir: Path) -> "RequestBodies":
@@ -135,10 +131,20 @@ class RequestBodies:
 
     # -- writing --------------------------------------------------------------------
     def _ref(self, value: Any) -> str:
-        h, z = _blob(_dumps(value))
+        """The content hash of ``value`` (a message, a tool list), stored once. A value object met again (the
+        history of a dialogue is the same dicts turn after turn, a stage's tool list one tuple) is looked up
+        by identity; the memo holds the object, so its id cannot be reused while it is there."""
+        memo = self._memo.get(id(value))
+        if memo is not None and memo[0] is value:
+            return memo[1]
+        text = _dumps(value)
+        h = hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
         if h not in self._seen:
-            self._blobs[h] = z
+            self._blobs[h] = zlib.compress(text.encode("utf-8"), 1)
             self._seen.add(h)
+        if len(self._memo) > 8192:
+            self._memo.clear()
+        self._memo[id(value)] = (value, h)
         return h
 
     def put(self, key: str, request: "ChatRequest", answer: "ChatResponse | None" = None) -> None:
