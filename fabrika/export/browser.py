@@ -35,7 +35,7 @@ class BrowserLimits:
     per_reason: int = 4
     reasons_per_stage: int = 20
     #: full request bodies embedded in the page (characters of JSON, all requests together)
-    body_chars: int = 20_000_000
+    body_chars: int = 8_000_000
 
 
 def _sample(explorer: RunExplorer, stage: str, limits: BrowserLimits) -> pl.DataFrame:

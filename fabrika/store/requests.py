@@ -64,8 +64,12 @@ def read_item_requests(shard: Path, items: Collection[str]) -> dict[str, list[di
     return {item: json.loads(text) for item, text in frame.iter_rows()}
 
 
+#: Blobs longer than this (bytes of JSON) are stored zlib-compressed; JSON text never starts with zlib's 0x78.
+ZLIB_FROM = 512
+
+
 def _unblob(data: bytes) -> Any:
-    return json.loads(zlib.decompress(data).decode("utf-8"))
+    return json.loads((zlib.decompress(data) if data[:1] == b"x" else data).decode("utf-8"))
 
 
 class RequestBodies:
@@ -137,10 +141,10 @@ class RequestBodies:
         memo = self._memo.get(id(value))
         if memo is not None and memo[0] is value:
             return memo[1]
-        text = _dumps(value)
-        h = hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
-        if h not in self._seen:
-            self._blobs[h] = zlib.compress(text.encode("utf-8"), 1)
+        data = _dumps(value).encode("utf-8")
+        h = hashlib.blake2b(data, digest_size=16).hexdigest()
+        if h not in self._seen:  # small values stay as they are (compressing them costs more than it saves)
+            self._blobs[h] = zlib.compress(data, 1) if len(data) > ZLIB_FROM else data
             self._seen.add(h)
         if len(self._memo) > 8192:
             self._memo.clear()
