@@ -1,19 +1,25 @@
-"""`fabrika browse` at scale: time to the first page, and to later pages, on a 300K-row run.
+"""`fabrika browse` at scale: time from the command to the first page, and to later pages, on a 300K-row run.
 
 Builds a run whose dataset stage `fc.samples` holds N rows in shards of 256 rows (the
 default `chunk_size`), 10% rejected by the stage (with a raw-answer excerpt), plus a length
 scorer whose threshold drops about 5% of the rest, materialised as `v1` and refiltered as
-`v2` (a tighter threshold). Then, in a fresh child process, it starts the browse server on
-127.0.0.1 and measures over HTTP what the browser asks for:
+`v2` (a tighter threshold). Upstream of it, as in a real FC run, a stage outside the dataset,
+`fc.dialogues` (N/3 rows, first in pipeline order, so the page opens on it) with a length scorer
+of its own: its gate-dropped rows are decided at browse time, from the gate predicates the run's
+manifest names (`gate_modules`). Each row carries a request log (its item's LLM requests).
 
-* **first page**: `GET /` (the page with every count, which indexes every stage) and then
-  `GET /api/rows` for the first 50 rows — the first screen, cold;
-* a middle and the last page, the gate-dropped rows, the version diff, and a value search
-  (cold: it reads the string columns of every shard), warm;
+Measured, each in a fresh process:
+
+* **from the command**: `python -m fabrika browse RUN --port 0` started, then, as the browser
+  does, `GET /` (the page with every count) and `GET /api/rows` for the first 50 rows of the first
+  stage — process start to the first page's rows, what a user waits for;
+* in a child process that imports the server module itself: the first page split (server start,
+  `GET /`, first rows), then after the background index a middle and the last page of
+  `fc.samples`, the gate-dropped rows, the version diff, a value search (cold: it reads the string
+  columns of every shard), and one row's requests up its lineage;
 
 and, side by side, what loading the stage whole costs (`RunStore.scan(...).collect()`: what
-a browser that loads the run before showing it pays). Module imports (the run's stage modules,
-loaded to know its gates) are timed apart: they are paid once per process, whatever the run.
+a browser that loads the run before showing it pays).
 
     .venv/bin/python bench/browse.py --rows 300000
 """
@@ -42,23 +48,45 @@ def build(run: Path, n: int) -> None:
 
     from fabrika.pipeline.registry import load_run_modules
     from fabrika.store import RunStore
+    from fabrika.store.shards import REQUESTS_KEY
     from fabrika.store.versions import materialise
 
     store = RunStore(run)
     frame = make_rows(n)
     excerpt = ("<think>" + "рассуждение " * 100 + "</think> {\"name\": \"get_weather\"")[:1200]
-    manifest = {"name": "bench-browse", "backend": "sim", "order": ["fc.samples", "fc_length"],
+    manifest = {"name": "bench-browse", "backend": "sim",
+                "order": ["fc.dialogues", "fc_dlen", "fc.samples", "fc_length"],
                 "config": {"dataset": {"stages": ["fc.samples"]}, "filters": {"length": {"max_tokens": 995}}},
-                "layout": {"fc.samples": {"inputs": [], "annotates": False},
+                "layout": {"fc.dialogues": {"inputs": [], "annotates": False},
+                           "fc_dlen": {"inputs": ["fc.dialogues"], "annotates": True},
+                           "fc.samples": {"inputs": ["fc.dialogues"], "annotates": False},
                            "fc_length": {"inputs": ["fc.samples"], "annotates": True}},
-                "gate_groups": ["length"]}
+                "gate_groups": ["length"], "gate_modules": {"length": "fabrika.filters.length"},
+                "gate_columns": {"length": ["len_completion_tokens", "len_total_tokens"]}}
     load_run_modules(manifest)
+
+    def log(i: int) -> list[dict]:
+        return [{"key": f"{(i * 7919 + t) % (1 << 60):064x}", "call": t + 1, "i": 0, "tag": "fc.assistant",
+                 "model": "sim", "backend": "sim", "cached": False, "attempts": 1, "prompt_tokens": 300 + 40 * t,
+                 "completion_tokens": 30, "messages": 2 + 2 * t} for t in range(4)]
+
+    dialogues = n // 3
+    for start in range(0, dialogues, SHARD_ROWS):
+        rows, scores = [], []
+        for i in range(start, min(dialogues, start + SHARD_ROWS)):
+            rows.append({"id": f"dlg-{i:07d}", "input_id": f"plan-{i:07d}", "status": "ok", "reason": None,
+                         "dialogue": json.dumps({"messages": [{"role": "user", "content": f"диалог {i}"}]},
+                                                ensure_ascii=False), REQUESTS_KEY: log(i)})
+            scores.append({"id": f"dlg-{i:07d}", "status": "ok", "reason": None,
+                           "len_total_tokens": 900 + (i * 7919) % 100})
+        store.write("fc.dialogues", rows)
+        store.write("fc_dlen", scores)
     for start in range(0, n, SHARD_ROWS):
         part = frame.slice(start, SHARD_ROWS).to_dicts()
         scores = []
         for j, row in enumerate(part):
             i = start + j
-            row["input_id"] = row["id"]
+            row["input_id"] = f"dlg-{i % dialogues:07d}"
             row["reason"] = None
             if i % 10 == 3:
                 row["status"] = "rejected"
@@ -74,15 +102,43 @@ def build(run: Path, n: int) -> None:
     materialise(run, thresholds={"length": {"max_tokens": 990}}, name="v2", previous="v1")
 
 
+def command(run: Path) -> dict[str, float]:
+    """``python -m fabrika browse RUN --port 0`` from process start to the first page's rows."""
+    import os
+    import re
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "fabrika", "browse", str(run), "--port", "0"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(r"http://127\.0\.0\.1:\d+/", line)
+        if found is None:
+            sys.exit(f"fabrika browse did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
+        listening = time.perf_counter() - t0
+        with urllib.request.urlopen(found.group(0), timeout=600) as resp:
+            page = resp.read()
+        html = time.perf_counter() - t0
+        first = json.loads(page.split(b"id='fabrika-samples'>", 1)[1].split(b"</script>", 1)[0])["summary"]["browsable"][0]
+        with urllib.request.urlopen(found.group(0) + f"api/rows?stage={first}&limit=50", timeout=600) as resp:
+            rows = json.loads(resp.read())
+        done = time.perf_counter() - t0
+        assert len(rows["rows"]) == 50 and rows["rows"][0].get("_requests")
+        return {"listening_s": listening, "html_s": html, "first_page_s": done, "stage": first}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def child(run: Path) -> None:
     import threading
 
     t = time.perf_counter()
     import fabrika.export.explorer_server as srv
-    from fabrika.pipeline.registry import load_run_modules
     from fabrika.store import RunStore
 
-    load_run_modules(RunStore(run).read_manifest())
     imports = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -96,11 +152,12 @@ def child(run: Path) -> None:
     started = time.perf_counter() - t
     page_html = get("")
     html_s = time.perf_counter() - t - started
-    first = json.loads(get("api/rows?stage=fc.samples&limit=50"))
+    head = json.loads(get("api/rows?stage=fc.dialogues&limit=50"))
     first_page = time.perf_counter() - t
-    assert len(first["rows"]) == 50 and b"fabrika-samples" in page_html
+    assert len(head["rows"]) == 50 and b"fabrika-samples" in page_html
+    first = json.loads(get("api/rows?stage=fc.samples&limit=50"))
     out = {"imports_s": imports, "first_page_s": first_page, "total": first["total"], "start_s": started,
-           "html_s": html_s, "rows_s": first_page - started - html_s}
+           "html_s": html_s, "rows_s": first_page - started - html_s, "head_total": head["total"]}
     time.sleep(0.5)
     while not all(s in server.explorer._index for s in server.explorer.stages()) or \
             "fc_length" not in server.explorer._located:  # the background index
@@ -120,6 +177,10 @@ def child(run: Path) -> None:
     timed("diff_s", "api/rows?stage=fc.samples&group=removed&vs=v1&limit=50")
     timed("search_cold_s", "api/rows?stage=fc.samples&q=request%20123&limit=50")
     timed("search_warm_s", "api/rows?stage=fc.samples&q=request%20123&offset=50&limit=50")
+    t0 = time.perf_counter()
+    chain = json.loads(get(f"api/requests?stage=fc.samples&id={first['rows'][0]['id']}"))
+    out["chain_s"] = time.perf_counter() - t0
+    out["chain_rows"] = sum(len(s["requests"]) for s in chain["steps"])
     server.shutdown()
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -136,6 +197,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=300_000)
     ap.add_argument("--keep", type=Path, help="Build the run here and keep it (default: a temporary directory).")
+    ap.add_argument("--repeat", type=int, default=3, help="How many times the command is timed (fresh processes).")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -149,20 +211,26 @@ def main() -> None:
             build(run, args.rows)
         print(f"run of {args.rows} rows in {len(list((run / 'stages' / 'fc.samples').glob('*.parquet')))} shards "
               f"(built in {time.perf_counter() - t:.0f} s)")
+        for k in range(args.repeat):
+            cmd = command(run)
+            print(f"from the command (`python -m fabrika browse RUN`, run {k + 1}): listening at "
+                  f"{cmd['listening_s']:.2f} s, page with every count at {cmd['html_s']:.2f} s, first 50 rows of "
+                  f"{cmd['stage']} at **{cmd['first_page_s']:.2f} s**")
         proc = subprocess.run([sys.executable, __file__, "--child", str(run)], capture_output=True, text=True,
                               cwd=ROOT)
         if proc.returncode:
             sys.exit(proc.stderr)
         res = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f"imports (once per process): {res['imports_s']:.2f} s")
-        print(f"first page (GET / with every count, then 50 rows), cold: {res['first_page_s']:.2f} s "
-              f"({res['total']} rows in the stage): server start {res['start_s']:.2f} s, GET / {res['html_s']:.2f} s, "
-              f"first rows {res['rows_s']:.2f} s")
+        print(f"in a child process: importing the server module {res['imports_s']:.2f} s")
+        print(f"first page (GET / with every count, then 50 rows of fc.dialogues), cold: {res['first_page_s']:.2f} s "
+              f"({res['head_total']} rows in the stage): server start {res['start_s']:.2f} s, GET / "
+              f"{res['html_s']:.2f} s, first rows {res['rows_s']:.2f} s")
         print(f"every stage indexed in the background by {res['indexed_s']:.2f} s after start")
         for key, what in (("middle_page_s", "middle page"), ("last_page_s", "last page"),
                           ("gate_dropped_s", "gate-dropped rows"), ("diff_s", "removed by v2 vs v1"),
                           ("search_cold_s", "value search, cold"), ("search_warm_s", "same search, next page")):
             print(f"{what:<24} {res[key]:6.3f} s  ({res[key + '_rows']} rows match)")
+        print(f"{'one row up its lineage':<24} {res['chain_s']:6.3f} s  ({res['chain_rows']} requests)")
         print(f"loading the stage whole (scan + collect): {res['load_whole_s']:.2f} s = "
               f"{res['load_whole_s'] / res['first_page_s']:.1f}x the first page")
         print(f"peak RSS of the server process: {res['peak_mb']:.0f} MB")

@@ -34,6 +34,8 @@ class BrowserLimits:
     kept_per_stage: int = 30
     per_reason: int = 4
     reasons_per_stage: int = 20
+    #: full request bodies embedded in the page (characters of JSON, all requests together)
+    body_chars: int = 8_000_000
 
 
 def _sample(explorer: RunExplorer, stage: str, limits: BrowserLimits) -> pl.DataFrame:
@@ -69,7 +71,7 @@ def collect_samples(explorer: RunExplorer, limits: BrowserLimits = BrowserLimits
                 .sort(["_g", "gate", "_r"], maintain_order=True, nulls_last=True).drop("_g")
         else:
             chosen = _sample(explorer, stage, limits)
-        samples.extend(explorer.rows(stage, chosen))
+        samples.extend(explorer.rows(stage, chosen, upstream=True))
     diffs: dict[str, dict[str, dict[str, list[str]]]] = {}
     if complete and explorer.version:
         for other in explorer.versions:
@@ -77,7 +79,23 @@ def collect_samples(explorer: RunExplorer, limits: BrowserLimits = BrowserLimits
                 continue
             diffs[other] = {s: {g: explorer.select(s, g, vs=other)["id"].to_list() for g in ("added", "removed")}
                             for s in explorer.dataset_stages if s in stages}
-    return {"complete": complete, "samples": samples, "diffs": diffs}
+    return {"complete": complete, "samples": samples, "diffs": diffs, "bodies": _bodies(explorer, samples, limits)}
+
+
+def _bodies(explorer: RunExplorer, samples: list[dict[str, Any]], limits: BrowserLimits) -> dict[str, Any]:
+    """Full request bodies for the page's rows (each request once), up to ``limits.body_chars`` in all; the rest
+    show their excerpts only (``fabrika browse`` opens any of them)."""
+    keys = sorted({e["key"] for r in samples for step in r.get("_requests", ()) for e in step["requests"]
+                   if e.get("recorded")})
+    out: dict[str, Any] = {}
+    used = 0
+    for key, full in explorer.requests.full_many(keys).items():
+        size = len(json.dumps(full, ensure_ascii=False, default=str))
+        if used + size > limits.body_chars:
+            break
+        out[key] = full
+        used += size
+    return out
 
 
 def template(name: str) -> str:

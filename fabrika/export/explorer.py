@@ -30,15 +30,15 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
-import numpy as np
 import polars as pl
 
 import fabrika.store.shards as shards
 from fabrika import gates
 from fabrika.errors import StoreError
-from fabrika.pipeline.stage import PASSED_OVER_REASONS, is_rejection
+from fabrika.export.explorer_requests import MAX_DEPTH, RequestView, locate, sidecar_steps
+from fabrika.pipeline.reasons import PASSED_OVER_REASONS, is_rejection
 from fabrika.store import RunStore
 from fabrika.store.manifest import effective_status
 from fabrika.store.versions import UPSTREAM_GATE, list_versions, read_version, version_dir
@@ -90,21 +90,22 @@ class RunExplorer:
     """
 
     def __init__(self, run_dir: str | Path, version: str | None = None) -> None:
-        from fabrika.pipeline.registry import load_run_modules
-
         self.run_dir = Path(run_dir)
         self.store = RunStore(self.run_dir)
         self.manifest = self.store.read_manifest()
         if not self.manifest:
             raise StoreError(f"{self.run_dir}: not a run directory (no manifest.json)")
-        load_run_modules(self.manifest)
+        self._gates_loaded = False
         self.versions = list_versions(self.run_dir)
         self.version = version or self.manifest.get("latest_version") or (self.versions[-1] if self.versions else None)
         if self.version is not None and self.version not in self.versions:
             raise StoreError(f"version {self.version!r}: no such version; versions: {', '.join(self.versions) or '(none)'}")
         info = read_version(self.run_dir, self.version) if self.version else {}
-        self.thresholds: dict[str, Any] = info.get("thresholds") or gates.thresholds_dump(
-            gates.validate_thresholds(self.manifest.get("config", {}).get("filters", {})))
+        self.thresholds: dict[str, Any] = info.get("thresholds") or {}
+        if not self.thresholds:
+            self.load_gates()
+            self.thresholds = gates.thresholds_dump(
+                gates.validate_thresholds(self.manifest.get("config", {}).get("filters", {})))
         self.funnel: dict[str, Any] = info.get("funnel") or {}
         self.layout: dict[str, Any] = self.manifest.get("layout", {})
         self.order: list[str] = [s for s in (self.manifest.get("order") or list(self.layout))]
@@ -114,6 +115,35 @@ class RunExplorer:
         self._located: dict[str, pl.DataFrame] = {}
         self._files: dict[str, list[Path]] = {}
         self._building: dict[str, threading.Lock] = {}
+        self.requests = RequestView(self.run_dir, self.manifest)
+
+    def load_gates(self, columns: Iterable[str] | None = None) -> None:
+        """Register the gate groups that can act on a table with ``columns`` (``None``: every group of the run).
+
+        With the run's ``gate_modules``/``gate_columns`` (recorded at run time) only the modules defining
+        groups whose gates read one of ``columns`` are imported, plus the run's plugins; without them (an older
+        run), every module the registry names. Only stages outside the dataset need gates here: a dataset
+        stage's drops are in its version."""
+        from fabrika.pipeline.registry import load_modules, load_run_modules
+
+        if self._gates_loaded:
+            return
+        modules, wanted = self.manifest.get("gate_modules"), self.manifest.get("gate_columns")
+        if columns is None or not isinstance(modules, dict) or not isinstance(wanted, dict):
+            load_run_modules(self.manifest)
+            self._gates_loaded = True
+            return
+        have = set(columns)
+        groups = sorted(g for g, cols in wanted.items() if set(cols) & have and g not in gates.GATE_GROUPS)
+        plugins = list(self.manifest.get("config", {}).get("plugins", []))
+        failures = load_modules(sorted({str(modules[g]) for g in groups if modules.get(g)}) + plugins)
+        if failures or not set(groups) <= set(gates.GATE_GROUPS):
+            load_run_modules(self.manifest)
+            self._gates_loaded = True
+
+    def _known_thresholds(self) -> dict[str, Any]:
+        """This version's thresholds of the gate groups registered in this process."""
+        return {g: v for g, v in self.thresholds.items() if g in gates.GATE_GROUPS}
 
     # -- stages and counts --------------------------------------------------------
     def _shards(self, stage: str) -> list[Path]:
@@ -164,9 +194,11 @@ class RunExplorer:
         if ids is not None:  # only these rows (a first page before the index is built)
             lf = lf.filter(pl.col("id").cast(pl.String).is_in(ids.implode()))
         names = lf.collect_schema().names()
-        params = gates.validate_thresholds(self.thresholds)
+        self.load_gates(names)
+        thresholds = self._known_thresholds()
+        params = gates.validate_thresholds(thresholds)
         wanted = {"id"} | {c for p in gates.active_predicates(names, params) for c in p.columns}
-        marked, _ = gates.mark_dropped(lf.select([c for c in names if c in wanted]), self.thresholds, scoped=False)
+        marked, _ = gates.mark_dropped(lf.select([c for c in names if c in wanted]), thresholds, scoped=False)
         return (marked.filter(pl.col(gates.DROPPED_BY).is_not_null())
                 .select(pl.col("id").cast(pl.String), pl.col(gates.DROPPED_BY).alias("gate")).collect())
 
@@ -307,6 +339,8 @@ class RunExplorer:
     # -- search -------------------------------------------------------------------
     def _matches(self, idx: StageIndex, query: str) -> pl.Series:
         """A boolean per index row: some value of the row (not a key) contains ``query`` (case-insensitive)."""
+        import numpy as np
+
         needle = query.lower()
         if needle in idx.searches:
             return idx.searches[needle]
@@ -378,26 +412,30 @@ class RunExplorer:
         """The first ``n`` rows' index entries, read from the first shards only; ``None`` if they span more than
         ``max_shards`` or the stage holds fewer rows than its counts say (then the index decides)."""
         files = self._shards(stage)
-        take, rows = [], 0
-        for f in files[:max_shards]:
-            take.append(f)
-            rows += shards.shard_size(f)[0]
-            if rows >= n:
+        take = 1
+        while True:  # 1, 2, 4… shards until they hold n rows (no footer read first: one scan each try)
+            frame = _scan_positions(files[:take], {"id": pl.String, "status": pl.String, "reason": pl.String})
+            if frame.height >= n or take >= len(files):
                 break
-        if rows < n and len(take) < len(files):
-            return None
-        frame = _scan_positions(take, {"id": pl.String, "status": pl.String, "reason": pl.String})
+            if take >= max_shards:
+                return None
+            take = min(2 * take, max_shards, len(files))
         return self._label(stage, frame, whole=False).head(n)
 
-    def rows(self, stage: str, part: pl.DataFrame) -> list[dict[str, Any]]:
-        """Full rows for index rows ``part`` (read from their shards), labelled and with scores joined."""
+    def rows(self, stage: str, part: pl.DataFrame, upstream: bool = False) -> list[dict[str, Any]]:
+        """Full rows for index rows ``part`` (read from their shards), labelled, with scores joined and their
+        LLM requests (``_requests``: the row's own item's; with ``upstream`` also those of the rows it was
+        made from, else ``_lineage`` says there are rows to follow)."""
         files = self._shards(stage)
         found = _read_at(files, part)
         out = []
+        places: list[tuple[int, str]] = []
         for meta in part.iter_rows(named=True):
-            row = found.get((int(meta["_shard"]), int(meta["_off"])))
+            place = (int(meta["_shard"]), int(meta["_off"]))
+            row = found.get(place)
             if row is None:
                 continue
+            places.append((place[0], str(row.get("input_id") or row["id"])))
             row = {k: cut(v) for k, v in row.items() if v is not None and k not in SKIP_COLUMNS}
             gate = meta["gate"]
             out.append({"_stage": stage, "_group": meta["group"], "_reason": meta["_r"] if meta["_s"] != "ok" else "",
@@ -405,7 +443,72 @@ class RunExplorer:
                         **({"_scoped": meta["scoped"]} if meta.get("scoped") else {}), **row})
         self._join_scores(self.store.annotators_of(stage, self.manifest), out)
         self._attach_verdicts(out)
+        chains = self._chains(stage, [(r["id"], shard, item) for r, (shard, item) in zip(out, places)], upstream)
+        inputs = [u for u in (self.layout.get(stage) or {}).get("inputs") or [] if not self.annotating(u)]
+        for row, steps in zip(out, chains):
+            if steps:
+                row["_requests"] = steps
+            if inputs and not upstream:
+                row["_lineage"] = True
         return out
+
+    # -- LLM requests -------------------------------------------------------------
+    def _chains(self, stage: str, start: list[tuple[str, int, str]], upstream: bool) -> list[list[dict[str, Any]]]:
+        """Per ``(row id, shard, item)`` of ``stage``, the steps ``{stage, row, item, requests}`` of its own item
+        and (``upstream``) of the rows it was made from, batched per stage and shard."""
+        steps: list[list[dict[str, Any]]] = [[] for _ in start]
+        frontier = [(i, stage, rid, shard, item) for i, (rid, shard, item) in enumerate(start)]
+        seen: set[tuple[str, str]] = set()
+        for _ in range(MAX_DEPTH):
+            if not frontier:
+                break
+            nxt: list[tuple[int, str, str, int, str]] = []
+            for st in dict.fromkeys(f[1] for f in frontier):
+                group = [f for f in frontier if f[1] == st]
+                found = sidecar_steps(self._shards(st), [(f[3], f[4]) for f in group])
+                for i, _, rid, shard, item in group:
+                    if found.get((shard, item)):
+                        steps[i].append({"stage": st, "row": rid, "item": item, "requests": found[(shard, item)]})
+                if upstream:
+                    nxt.extend(self._parents(st, [f for f in group if (st, f[2]) not in seen]))
+                    seen.update((st, f[2]) for f in group)
+            frontier = nxt
+        entries = [e for row in steps for step in row for e in step["requests"]]
+        if entries:
+            shown = iter(self.requests.excerpts(entries, keep_order=True))
+            for row in steps:
+                for step in row:
+                    step["requests"] = self.requests.in_call_order([next(shown) for _ in step["requests"]])
+        return steps
+
+    def _parents(self, stage: str, group: list[tuple[int, str, str, int, str]]) -> list[tuple[int, str, str, int, str]]:
+        """The upstream rows ``group``'s items were made from: the row whose id is the item, in each input."""
+        out: list[tuple[int, str, str, int, str]] = []
+        for up in (self.layout.get(stage) or {}).get("inputs") or []:
+            if self.annotating(up) or not self._shards(up):
+                continue
+            where = locate(self.index(up).frame, sorted({f[4] for f in group}))
+            if not where:
+                continue
+            pos = pl.DataFrame({"_shard": [s for s, _ in where.values()], "_off": [o for _, o in where.values()]},
+                               schema={"_shard": pl.Int32, "_off": pl.Int32})
+            read = _read_at(self._shards(up), pos, ("id", "input_id"))
+            item_of = {str(r["id"]): (s, str(r.get("input_id") or r["id"])) for (s, _), r in read.items()}
+            for i, _, _, _, item in group:
+                if item in item_of:
+                    shard, parent = item_of[item]
+                    out.append((i, up, item, shard, parent))
+        return out
+
+    def request_chain(self, stage: str, row_id: str) -> list[dict[str, Any]]:
+        """The LLM requests of one row of ``stage`` and of the rows it was made from (``fabrika browse``'s
+        ``api/requests``)."""
+        where = locate(self.index(stage).frame, [row_id]).get(row_id)
+        if where is None:
+            raise StoreError(f"stage {stage!r}: no row {row_id!r}")
+        pos = pl.DataFrame({"_shard": [where[0]], "_off": [where[1]]}, schema={"_shard": pl.Int32, "_off": pl.Int32})
+        row = _read_at(self._shards(stage), pos, ("id", "input_id"))[where]
+        return self._chains(stage, [(row_id, where[0], str(row.get("input_id") or row["id"]))], True)[0]
 
     def _join_scores(self, annotators: list[str], rows: list[dict[str, Any]]) -> None:
         """Each scorer's columns of a row as ``_scores[scorer]``; a scorer's rejection names the gate that used it."""
@@ -499,6 +602,8 @@ def _positions(files: list[Path], parts: list[tuple[list[Path], pl.LazyFrame]]) 
 
 def _place(files: list[Path], groups: list[list[Path]], frames: list[pl.DataFrame]) -> pl.DataFrame:
     """:func:`_positions` for frames already read: ``frames[i]`` holds the rows of ``groups[i]``'s shards in order."""
+    import numpy as np
+
     number = {f: i for i, f in enumerate(files)}
     out = []
     for group, frame in zip(groups, frames):
@@ -514,8 +619,10 @@ def _place(files: list[Path], groups: list[list[Path]], frames: list[pl.DataFram
     return frame.sort(["_shard", "_off"], maintain_order=True) if len(out) > 1 else frame
 
 
-def _read_at(files: list[Path], where: pl.DataFrame) -> dict[tuple[int, int], dict[str, Any]]:
-    """The full rows at ``where``'s ``(_shard, _off)`` positions, reading only those shards."""
+def _read_at(files: list[Path], where: pl.DataFrame, columns: tuple[str, ...] = ()
+             ) -> dict[tuple[int, int], dict[str, Any]]:
+    """The full rows (or only ``columns`` of them) at ``where``'s ``(_shard, _off)`` positions, reading only
+    those shards."""
     wanted: dict[int, list[int]] = {}
     for shard, off in where.select("_shard", "_off").iter_rows():
         wanted.setdefault(int(shard), []).append(int(off))
@@ -523,6 +630,9 @@ def _read_at(files: list[Path], where: pl.DataFrame) -> dict[tuple[int, int], di
     for shard, offs in wanted.items():
         f = files[shard]
         lf = pl.scan_parquet(f).with_row_index("__off").filter(pl.col("__off").is_in(offs))
+        if columns:
+            have = set(lf.collect_schema().names())
+            lf = lf.select("__off", *[c for c in columns if c in have])
         for row in shards.collect_checked([f], lf.collect).iter_rows(named=True):
             found[(shard, int(row.pop("__off")))] = row
     return found

@@ -7,7 +7,11 @@ is browsed without loading it. Endpoints (JSON):
 * ``GET /`` — the page, with the run's counts (:meth:`RunExplorer.summary`) inline;
 * ``GET /api/summary`` — the counts alone;
 * ``GET /api/rows?stage=S&group=G&reason=R&q=TEXT&vs=V&offset=N&limit=M`` — one page
-  (:meth:`RunExplorer.page`): ``total`` rows the filter selects and up to ``limit`` (≤ 500) rows.
+  (:meth:`RunExplorer.page`): ``total`` rows the filter selects and up to ``limit`` (≤ 500) rows,
+  each with its own item's LLM requests (excerpts);
+* ``GET /api/requests?stage=S&id=ROW`` — the LLM requests of one row and of the rows it was made
+  from, up its lineage (:meth:`RunExplorer.request_chain`);
+* ``GET /api/request?key=K`` — one request whole: messages, tools and settings as sent, and the answer.
 
 The server only reads the run directory and binds loopback only; one explorer (its per-stage
 indexes) is shared by the request threads under a lock.
@@ -112,16 +116,31 @@ class _Handler(BaseHTTPRequestHandler):
             elif url.path == "/api/rows":
                 self._send(200, json.dumps(self._rows(query), ensure_ascii=False, default=str))
                 self.server.warm()
+            elif url.path == "/api/requests":
+                stage, row_id = self._stage(query), query.get("id") or ""
+                with self.server.lock:
+                    chain = self.server.explorer.request_chain(stage, row_id)
+                self._send(200, json.dumps({"stage": stage, "id": row_id, "steps": chain}, ensure_ascii=False,
+                                           default=str))
+            elif url.path == "/api/request":
+                with self.server.lock:
+                    body = self.server.explorer.requests.full(query.get("key") or "")
+                self._send(200, json.dumps(body, ensure_ascii=False, default=str))
             else:
                 self._send(404, json.dumps({"error": f"no such path {url.path}"}))
         except (StoreError, ValueError) as exc:
             self._send(400, json.dumps({"error": str(exc)}, ensure_ascii=False))
 
-    def _rows(self, query: dict[str, str]) -> dict[str, Any]:
+    def _stage(self, query: dict[str, str]) -> str:
         explorer = self.server.explorer
         stage = query.get("stage") or (explorer.stages() or [""])[0]
         if stage not in explorer.stages():
             raise ValueError(f"stage {stage!r}: not a browsable stage; stages: {', '.join(explorer.stages())}")
+        return stage
+
+    def _rows(self, query: dict[str, str]) -> dict[str, Any]:
+        explorer = self.server.explorer
+        stage = self._stage(query)
         offset = max(0, int(query.get("offset") or 0))
         limit = min(MAX_LIMIT, max(1, int(query.get("limit") or 50)))
         with self.server.lock:

@@ -50,7 +50,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import fabrika.llm.gctune as gctune
 from fabrika.errors import CacheMissError, LLMError
@@ -105,6 +105,12 @@ class LLMEngine:
         self._scope = backend.name
         self._group = bool(getattr(cfg, "group_samples", True)) and bool(getattr(backend, "supports_n", False))
         gctune.hold()  # fewer, cheaper GC passes while the engine runs (fabrika.llm.gctune); released by aclose
+        #: called with ``(request, error)`` for each failed attempt that is retried (the runner's request log);
+        #: only failures reach it, so it costs nothing on the success path
+        self.on_retry: Callable[[ChatRequest, LLMError], None] | None = None
+        #: called once per :meth:`complete` with the requests as sent (defaults filled) and their cache keys
+        #: (``""`` without a cache), so the request log needs no second hash: one check per call when unset
+        self.on_prepared: Callable[[list[ChatRequest], list[str]], None] | None = None
 
     @property
     def backend_name(self) -> str:
@@ -147,6 +153,8 @@ class LLMEngine:
         # The cache key hashes the whole prompt; without a cache nothing reads it (coalescing
         # is cache-only too), and on long dialogues hashing every request stalls the event loop.
         keys = [self._key(r) for r in prepared] if self.cache is not None else [""] * len(prepared)
+        if self.on_prepared is not None:
+            self.on_prepared(prepared, keys)
         out: list[ChatResponse | None] = [None] * len(prepared)
         acct = self.accounting
         todo: list[int]
@@ -359,7 +367,12 @@ class LLMEngine:
 
     async def _retried(self, request: ChatRequest, akey: Any) -> tuple[ChatResponse, int]:
         acct = self.accounting
-        work = call_with_retries(lambda: self._attempt(request), self.policy, lambda _e: acct.record_retry(akey))
+        def retried(error: LLMError) -> None:
+            acct.record_retry(akey)
+            if self.on_retry is not None:
+                self.on_retry(request, error)
+
+        work = call_with_retries(lambda: self._attempt(request), self.policy, retried)
         if self.deadline_s is None:
             return await work
         try:

@@ -48,6 +48,7 @@ from fabrika.pipeline.config import inputs_of
 from fabrika.pipeline.llm_wrap import ITEM_LAST_ANSWER, ITEM_STATE, ItemState
 from fabrika.pipeline.outcome import MIN_ITEMS_FOR_RATE, StageStats
 from fabrika.pipeline.partition import Partition
+from fabrika.pipeline.request_log import attach
 from fabrika.pipeline.stage import Row, Stage, is_rejection, rejected
 from fabrika.pipeline.taxonomy import Failure, InputRow, classify, stop
 from fabrika.store.done_ids import DoneIds
@@ -148,9 +149,14 @@ class ItemResult:
         return False
 
 
-async def process_item(stage: Stage, row: Row, item_id: str, backend_name: str) -> ItemResult:
-    """Run ``stage.process`` on one item; never raises except on cancellation (see module docs)."""
+async def process_item(stage: Stage, row: Row, item_id: str, backend_name: str, bodies: Any = None) -> ItemResult:
+    """Run ``stage.process`` on one item; never raises except on cancellation (see module docs).
+
+    ``bodies`` (a :class:`~fabrika.store.requests.RequestBodies`): record the item's LLM requests — the
+    entries ride on its first row into the stage's request-log sidecar, the bodies go there."""
     state = ItemState()
+    if bodies is not None:
+        state.requests, state.bodies = [], bodies
     ITEM_STATE.set(state)
     answer: list[Any] = [None, 0, 0]  # excerpt, calls started, start number of the excerpt's call
     ITEM_LAST_ANSWER.set(answer)
@@ -173,7 +179,20 @@ async def process_item(stage: Stage, row: Row, item_id: str, backend_name: str) 
         for r in out:
             if r["status"] != "ok" and is_rejection(r.get("reason")) and not r.get("raw_excerpt"):
                 r["raw_excerpt"] = answer[0]
-    return ItemResult(item_id, None if state.pending is not None else out, state)
+    if state.pending is not None:
+        return ItemResult(item_id, None, state)
+    attach(out, state)
+    return ItemResult(item_id, out, state)
+
+
+def request_bodies(store: "RunStore", stage: Stage) -> Any:
+    """Where the stage's request bodies go (:class:`~fabrika.store.requests.RequestBodies` of the run), or
+    ``None`` for a stage that declares it never calls the LLM."""
+    if not getattr(type(stage), "calls_llm", True):
+        return None
+    from fabrika.store.requests import RequestBodies
+
+    return RequestBodies.for_run(store.run_dir)
 
 
 def drop_legacy_internal_errors(store: "RunStore", name: str) -> int:
@@ -332,6 +351,8 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
         wrote = False
         while len(pending) >= cfg.chunk_size or (all_items and pending):
             rows = [r for item in pending[: cfg.chunk_size] for r in item]
+            if bodies is not None:
+                bodies.flush()
             store.write(name, rows)
             pending = pending[cfg.chunk_size :]  # only once written: a failed write keeps them (and the journal)
             stats.shards += 1
@@ -367,6 +388,7 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
         progress.advance(task, stats)
 
     saved = False
+    bodies = request_bodies(store, stage)
     try:
         while True:
             starved = False
@@ -378,7 +400,8 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
                 if item is STARVED:
                     starved = True
                     break
-                in_flight[asyncio.create_task(process_item(stage, item[1], item[0], services.backend_name))] = item
+                in_flight[asyncio.create_task(process_item(stage, item[1], item[0], services.backend_name,
+                                                           bodies))] = item
             if not in_flight:
                 if not starved:
                     if again and exhausted and not stats.stopped_early:  # a bounded transient round
@@ -400,6 +423,8 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
                 continue
             finished, _ = await asyncio.wait(in_flight, timeout=DURABLE_SECONDS / 2,
                                              return_when=asyncio.FIRST_COMPLETED)
+            if finished and bodies is not None:
+                bodies.flush()  # the bodies of what is journaled next are on disk first
             for t in sorted(finished, key=lambda t: in_flight[t][0]):  # one order however they finished
                 item = in_flight.pop(t)
                 result = t.result()
@@ -429,6 +454,8 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
         for t in in_flight:
             t.cancel()
         journal.close(remove=saved)
+        if bodies is not None:
+            bodies.release()
         progress.finish(task, stats)
 
 

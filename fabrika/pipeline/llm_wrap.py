@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -31,16 +32,24 @@ from typing import Any, Sequence
 from fabrika.errors import LLMError
 from fabrika.llm.failures import FailureTally, leaves_item_pending
 from fabrika.llm.types import ChatRequest, ChatResponse
+from fabrika.pipeline.request_log import log_requests, note_attempt_error, real_engine
 from fabrika.pipeline.stage import RAW_EXCERPT_CHARS
 
 
 @dataclass(slots=True)
 class ItemState:
-    """What the LLM answers of one item said (set by the runner per item task)."""
+    """What the LLM answers of one item said (set by the runner per item task).
+
+    ``requests`` (``None``: not recorded) collects the item's request log
+    (:mod:`fabrika.pipeline.request_log`), ``bodies`` is where their bodies go."""
 
     pending: LLMError | None = None
     terminal: LLMError | None = None
     backends: set[str] = field(default_factory=set)
+    requests: list[dict[str, Any]] | None = None
+    bodies: Any = None
+    #: request key -> errors of its failed attempts, noted by the engine's retry hook
+    attempt_errors: dict[str, list[str]] | None = None
 
 
 #: The current item's state; ``None`` outside an item (setup, global stages).
@@ -86,6 +95,35 @@ class LLMCounters:
                 "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                 "errors_by_kind": dict(self.errors_by_kind), "pending": self.pending,
                 "failures": self.failures.as_dict()}
+
+
+def _note_retry(engine: Any, request: ChatRequest, error: LLMError) -> None:
+    """The engine's retry hook: a failed attempt of the current item's request (before it is retried)."""
+    item = ITEM_STATE.get()
+    if item is not None and item.requests is not None:
+        note_attempt_error(engine, item, request, error)
+
+
+#: The current ``complete`` call's cell for what the engine prepared: ``[(requests as sent, cache keys)]``.
+CALL_PREPARED: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("fabrika_call_prepared",
+                                                                                  default=None)
+
+
+def _note_prepared(prepared: list[ChatRequest], keys: list[str]) -> None:
+    """The engine's ``on_prepared`` hook: the requests of the current call as sent, and their cache keys."""
+    cell = CALL_PREPARED.get()
+    if cell is not None and not cell:
+        cell.append((prepared, keys))
+
+
+def watch_retries(engine: Any) -> None:
+    """Install :func:`_note_retry` and :func:`_note_prepared` as the engine's hooks (an engine without them
+    is left alone)."""
+    real = real_engine(engine)
+    if real is not None and getattr(real, "on_retry", False) is None:
+        real.on_retry = functools.partial(_note_retry, real)
+    if real is not None and getattr(real, "on_prepared", False) is None:
+        real.on_prepared = _note_prepared
 
 
 class StageLLM:
@@ -140,16 +178,48 @@ class StageLLM:
 
     async def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResponse]:
         started = self._start()
-        responses = await self._engine.complete([self._stamp(r) for r in requests])
+        stamped = [self._stamp(r) for r in requests]
+        item = ITEM_STATE.get()
+        logging = item is not None and item.requests is not None
+        if not logging:
+            responses = await self._engine.complete(stamped)
+            self._observe(responses)
+            self._keep_answer(started, responses)
+            return responses
+        watch_retries(self._engine)
+        cell: list[Any] = []
+        token = CALL_PREPARED.set(cell)
+        try:
+            responses = await self._engine.complete(stamped)
+        finally:
+            CALL_PREPARED.reset(token)
         self._observe(responses)
         self._keep_answer(started, responses)
+        if item is not None:
+            log_requests(self._engine, item, started, stamped, responses, cell[0] if cell else None)
         return responses
 
     async def complete_one(self, request: ChatRequest) -> ChatResponse:
         started = self._start()
-        response = await self._engine.complete_one(self._stamp(request))
+        stamped = self._stamp(request)
+        item = ITEM_STATE.get()
+        logging = item is not None and item.requests is not None
+        if not logging:
+            response = await self._engine.complete_one(stamped)
+            self._observe([response])
+            self._keep_answer(started, [response])
+            return response
+        watch_retries(self._engine)
+        cell: list[Any] = []
+        token = CALL_PREPARED.set(cell)
+        try:
+            response = await self._engine.complete_one(stamped)
+        finally:
+            CALL_PREPARED.reset(token)
         self._observe([response])
         self._keep_answer(started, [response])
+        if item is not None:
+            log_requests(self._engine, item, started, [stamped], [response], cell[0] if cell else None)
         return response
 
     def __getattr__(self, name: str) -> Any:

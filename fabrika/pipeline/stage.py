@@ -73,6 +73,7 @@ from pydantic.fields import FieldInfo
 
 from fabrika.pipeline.columns import Column, Contract
 from fabrika.pipeline.preflight import InputFile
+from fabrika.pipeline.reasons import PASSED_OVER_REASONS, is_rejection  # noqa: F401 - re-exported (their home before)
 
 if TYPE_CHECKING:
     from fabrika.pipeline.context import StageContext
@@ -255,13 +256,5 @@ def rejected(id: str, reason: str, **columns: Any) -> Row:
     return {"id": id, "status": "rejected", "reason": reason, **columns}
 
 
-#: Reasons that pass an item over by design (a share was not drawn, the item does not apply), not a
-#: verdict on quality: stored like rejections, but progress and reports do not count them as rejected.
-PASSED_OVER_REASONS = frozenset({"not_sampled", "not_eligible"})
 #: Longest excerpt of a raw model answer stored on a rejection row (``raw_excerpt``).
 RAW_EXCERPT_CHARS = 2000
-
-
-def is_rejection(reason: str | None) -> bool:
-    """True unless ``reason``'s key (the part before ``:``) is in :data:`PASSED_OVER_REASONS`."""
-    return (reason or "").split(":", 1)[0].strip() not in PASSED_OVER_REASONS

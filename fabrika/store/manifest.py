@@ -26,7 +26,7 @@ import time
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from fabrika.gates import GATE_GROUPS
+from fabrika.gates import GATE_GROUPS, validate_thresholds
 from fabrika.llm.redact import redact
 
 if TYPE_CHECKING:
@@ -48,6 +48,23 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
+def gate_sources(filters: Any) -> dict[str, Any]:
+    """Per gate group, the module that defines its gates and the columns they read (at the run's thresholds
+    and at the defaults): ``gate_modules`` and ``gate_columns``, so a reader (``fabrika browse``) imports
+    only the modules whose gates can act on the table it shows. ``{}`` when the thresholds do not validate
+    (the run stops on them anyway)."""
+    try:
+        params = validate_thresholds(filters if isinstance(filters, Mapping) else None)
+        columns = {name: sorted({c for p in [*group.predicates(params[name]), *group.predicates(group.Params())]
+                                 for c in p.columns})
+                   for name, group in sorted(GATE_GROUPS.items())}
+    except Exception:  # noqa: BLE001 - only a speed-up for readers; they fall back to importing every module
+        return {}
+    return {"gate_modules": {name: getattr(group.predicates, "__module__", None) or group.Params.__module__
+                             for name, group in sorted(GATE_GROUPS.items())},
+            "gate_columns": columns}
+
+
 def base_manifest(name: str, config: Mapping[str, Any], config_file: str | None, config_hash: str, backend: str,
                   layout: Mapping[str, Mapping[str, Any]], order: Sequence[str]) -> dict[str, Any]:
     """A fresh manifest before any stage ran.
@@ -65,6 +82,7 @@ def base_manifest(name: str, config: Mapping[str, Any], config_file: str | None,
         "layout": {k: dict(v) for k, v in layout.items()},
         # what materialisation checks is loaded before it applies gates (store.versions.check_gate_groups)
         "gate_groups": sorted(GATE_GROUPS),
+        **gate_sources(config.get("filters")),
         "order": list(order),
         "stages": {},
         "versions": {},

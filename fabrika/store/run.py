@@ -21,14 +21,16 @@ import shutil
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import polars as pl
 
 import fabrika.store.journal as journal
 import fabrika.store.shards as shards
 from fabrika.errors import StoreError
-from fabrika.store.done_ids import DoneIds
+
+if TYPE_CHECKING:  # imported where used: numpy is not needed to read a run (``fabrika browse``)
+    from fabrika.store.done_ids import DoneIds
 
 MANIFEST = "manifest.json"
 #: A stage's output generation: a token that changes whenever its shards are dropped (see :meth:`RunStore.epoch`).
@@ -230,6 +232,8 @@ class RunStore:
 
     def done_ids(self, stage: str) -> DoneIds:
         """:meth:`done_input_ids` in bounded memory (:class:`~fabrika.store.done_ids.DoneIds`, ~16 B per id)."""
+        from fabrika.store.done_ids import DoneIds
+
         done = DoneIds()
         lf = self.scan_raw(stage)
         if lf is None or "input_id" not in lf.collect_schema().names():

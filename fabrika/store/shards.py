@@ -14,14 +14,13 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from fabrika.errors import ShardCorruptError, StorageError, StoreError
 from fabrika.schemas.ids import stable_id
@@ -210,14 +209,52 @@ def content_tag(frame: pl.DataFrame) -> dict[str, str]:
     return {} if digest is None else {CONTENT_KEY: f"{pl.__version__}:{digest}"}
 
 
+#: A key of an item's first row (never a column) that carries the item's LLM request log to the shard
+#: writer, through the journal too: :func:`write_shard` moves it into the stage's ``requests/`` sidecar,
+#: under the shard's own name, *before* the shard is renamed into place (see :mod:`fabrika.store.requests`).
+REQUESTS_KEY = "__fabrika_requests__"
+#: The sidecar directory inside a stage directory.
+REQUESTS_DIR = "requests"
+
+
+def _split_requests(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """``rows`` without :data:`REQUESTS_KEY`, and ``(item id, request log JSON)`` of the items that carried one."""
+    side: list[tuple[str, str]] = []
+    out = rows
+    for i, row in enumerate(rows):
+        if REQUESTS_KEY not in row:
+            continue
+        if out is rows:
+            out = list(rows)
+        row = dict(row)
+        log = row.pop(REQUESTS_KEY)
+        out[i] = row
+        if log is not None:
+            text = log if isinstance(log, str) else json.dumps(log, ensure_ascii=False, sort_keys=True,
+                                                               separators=(",", ":"), default=str)
+            side.append((str(row.get("input_id") or row["id"]), clean_text(text)))
+    return out, side
+
+
 def write_shard(directory: Path, rows: list[dict[str, Any]], seq: int | None = None) -> Path:
     """Write ``rows`` (sorted by id) as the next shard of ``directory``, atomically, with the
-    checksum of its content in the footer (:data:`CONTENT_KEY`, checked by :func:`verify_shard`)."""
+    checksum of its content in the footer (:data:`CONTENT_KEY`, checked by :func:`verify_shard`).
+
+    Items whose first row carries :data:`REQUESTS_KEY` get their request log written first, to
+    ``requests/<the shard's name>`` (atomically too): a shard is never in place without the log of its
+    items, and a log whose shard never got there (a crash in between) is ignored by its readers."""
     directory.mkdir(parents=True, exist_ok=True)
+    rows, side = _split_requests(rows)
     frame = rows_to_frame(rows)
     seq = next_seq(directory) if seq is None else seq
     digest = stable_id(frame["id"].to_list())[:8]
     path = directory / f"part-{seq:06d}-{digest}.parquet"
+    if side:
+        side.sort()
+        log = pl.DataFrame({"item": [i for i, _ in side], "requests": [t for _, t in side]},
+                           schema={"item": pl.String, "requests": pl.String})
+        with atomic_file(directory / REQUESTS_DIR / path.name, suffix=".parquet") as fh:
+            log.write_parquet(fh)
     with atomic_file(path, suffix=".parquet") as fh:
         frame.write_parquet(fh, metadata=content_tag(frame) or None)
     return path
@@ -284,10 +321,26 @@ def shard_error(path: Path, exc: BaseException) -> StorageError:
     return ShardCorruptError(path, f"damaged parquet shard ({_one_line(exc)})", repair_hint(path))
 
 
-#: What reading a damaged parquet file raises (polars, pyarrow, the OS). Polars' decoder may also
-#: *panic* on garbled pages: ``PanicException`` derives from ``BaseException``, not ``Exception``.
-READ_ERRORS: tuple[type[BaseException], ...] = (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError,
-                                                ValueError, pa.ArrowException)
+_READ_BASE: tuple[type[BaseException], ...] = (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError,
+                                               ValueError)
+
+
+def read_errors() -> tuple[type[BaseException], ...]:
+    """What reading a damaged parquet file raises (polars, pyarrow, the OS). Polars' decoder may also
+    *panic* on garbled pages: ``PanicException`` derives from ``BaseException``, not ``Exception``.
+    pyarrow is imported only by the reads that need it (footers), so a reader that never needs it (the first
+    page of ``fabrika browse``) does not pay for it; its ``ArrowException`` is included once it is loaded
+    (nothing else raises it)."""
+    pa = sys.modules.get("pyarrow")
+    return _READ_BASE + ((pa.ArrowException,) if pa is not None else ())
+
+
+def __getattr__(name: str) -> Any:  # ``READ_ERRORS``: the tuple above, with pyarrow's error
+    if name == "READ_ERRORS":
+        import pyarrow  # noqa: F401 - its error class belongs in the tuple
+
+        return read_errors()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_structure(path: Path) -> None:
@@ -321,6 +374,8 @@ def verify_shard(path: Path, full: bool = True, require_id: bool = True) -> int:
     polars version) — what ``fabrika fsck`` does; otherwise only the structure and the footer are
     read. Raises
     :class:`~fabrika.errors.StorageError` (:class:`ShardCorruptError` for a damaged file)."""
+    import pyarrow.parquet as pq
+
     check_structure(path)
     try:
         meta = pq.read_metadata(path)
@@ -337,7 +392,7 @@ def verify_shard(path: Path, full: bool = True, require_id: bool = True) -> int:
                 raise ValueError("content checksum mismatch: the rows changed on disk")
     except FileNotFoundError:
         raise
-    except READ_ERRORS as exc:
+    except read_errors() as exc:
         raise shard_error(path, exc) from exc
     return rows
 
@@ -347,7 +402,7 @@ def collect_checked(files: Iterable[Path], collect: Callable[[], Any]) -> Any:
     not read in full is named in a one-line :class:`StorageError` instead of polars' traceback."""
     try:
         return collect()
-    except READ_ERRORS as exc:
+    except read_errors() as exc:
         for f in files:
             try:
                 verify_shard(f, full=True)
@@ -383,7 +438,7 @@ def file_schema(path: Path) -> tuple[tuple[str, str], ...]:
             cached = tuple((k, str(v)) for k, v in pl.read_parquet_schema(path).items())
         except FileNotFoundError:
             raise
-        except READ_ERRORS as exc:
+        except read_errors() as exc:
             raise shard_error(path, exc) from exc
         if len(_SCHEMAS) > 100_000:
             _SCHEMAS.clear()
@@ -399,12 +454,14 @@ def shard_size(path: Path) -> tuple[int, int]:
     key = _stat_key(path)
     cached = _SIZES.get(key)
     if cached is None:
+        import pyarrow.parquet as pq
+
         check_structure(path)
         try:
             meta = pq.read_metadata(path)
         except FileNotFoundError:
             raise
-        except READ_ERRORS as exc:
+        except read_errors() as exc:
             raise shard_error(path, exc) from exc
         cached = (meta.num_rows, sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)))
         if len(_SIZES) > 100_000:

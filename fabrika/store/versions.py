@@ -56,7 +56,6 @@ from pathlib import Path
 from typing import Any, Collection, Mapping
 
 import polars as pl
-import pyarrow.parquet as pq
 
 import fabrika.store.shards as shards
 from fabrika import gates
@@ -356,6 +355,8 @@ def _write_kept(store: RunStore, stage: str, annotators: list[str], lf: pl.LazyF
         buckets = bounds.search_sorted(frame["id"], side="right")
         for (b,), part in frame.with_columns(buckets.alias("__bucket")).partition_by("__bucket", as_dict=True).items():
             part.drop("__bucket").write_parquet(spill / f"b{b:06d}-g{g:06d}.parquet")
+    import pyarrow.parquet as pq  # here: a reader of versions (`fabrika browse`) never needs pyarrow
+
     writer: pq.ParquetWriter | None = None
     with open(path, "wb") as fh:
         for b in range(len(bounds) + 1):

@@ -153,3 +153,65 @@ def test_a_plain_text_prompt_is_shown(tmp_path: Path):
             assert sorted(users) == [f"Объясни простыми словами, что такое фотосинтез ({i})." for i in range(3)]
         finally:
             browser.close()
+
+
+def _open_requests(page: Any, card: Any, mode: str) -> None:
+    """Open a card's LLM requests; in ``fabrika browse`` fetch those of the rows it was made from."""
+    card.locator("details.llm-requests > summary").click()
+    button = card.locator("details.llm-requests button.lineage")
+    if mode == "browse" and button.count():
+        button.click()
+        card.locator("details.llm-requests[data-lineage='loaded']").wait_for(timeout=60_000)
+
+
+def _requests_shown(card: Any) -> dict[str, Any]:
+    return card.evaluate("""c => ({
+        steps: Array.from(c.querySelectorAll('.llm-requests .step')).map(s => s.dataset.stage),
+        reqs: Array.from(c.querySelectorAll('.llm-requests tr.req')).map(r => ({key: r.dataset.key,
+              cached: r.dataset.cached, attempts: r.dataset.attempts})),
+        text: (c.querySelector('.llm-requests') || {innerText: ''}).innerText})""")
+
+
+def test_every_kind_of_row_shows_the_llm_requests_behind_it(page_url: str, explorer_run: Path):
+    """A kept and a gate-dropped sample show the requests of the dialogue they were cut from (and of its plan);
+    a rejected dialogue shows its own; one click opens a request whole: the messages sent and the answer."""
+    sync_playwright = _playwright()
+    mode = "report" if page_url.startswith("file:") else "browse"
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(page_url)
+            _wait(page, "")
+            _set(page, lambda: page.select_option("#f-stage", "fc.samples"))
+            for group in ("kept", "gate-dropped"):
+                _set(page, lambda g=group: page.select_option("#f-group", g))
+                card = page.locator("#samples .card").first
+                assert card.get_attribute("data-group") == group
+                _open_requests(page, card, mode)
+                shown = _requests_shown(card)
+                assert "fc.dialogues" in shown["steps"] and "fc.plans" in shown["steps"], shown["steps"]
+                assert len(shown["reqs"]) >= 3 and all(len(r["key"]) == 64 for r in shown["reqs"])
+                assert "made from row" in shown["text"] and "tokens" in shown["text"]
+                assert all(r["cached"] in ("cached", "fresh") and int(r["attempts"]) >= 0 for r in shown["reqs"])
+            # the full body of the dialogue's first request, one click away
+            card.locator("button.open-request").first.click()
+            full = card.locator(".full-request").first
+            full.wait_for(timeout=60_000)
+            assert full.locator(".msg").count() >= 2  # what was sent, and the answer
+            assert full.locator(".msg.target").count() >= 1
+            assert "messages sent" in full.inner_text()
+            # a rejected FC dialogue: its own requests, with the answer the rejection is about
+            _set(page, lambda: page.select_option("#f-stage", "fc.dialogues"))
+            _set(page, lambda: page.select_option("#f-group", "rejected"))
+            card = page.locator("#samples .card").first
+            assert card.get_attribute("data-group") == "rejected"
+            card.locator("details.llm-requests > summary").click()
+            shown = _requests_shown(card)
+            assert shown["steps"][0] == "fc.dialogues" and len(shown["reqs"]) >= 2
+            assert "answer ·" in shown["text"] and "sent ·" in shown["text"]
+        finally:
+            browser.close()
+    assert not errors, errors

@@ -8,7 +8,7 @@
   var list = document.getElementById("samples");
   var PAGE = data.page_size || 50;
   var SHOWN_FIELDS_SKIP = {
-    _stage: 1, _group: 1, _reason: 1, _gate: 1, _threshold: 1, _scores: 1, _scoped: 1,
+    _stage: 1, _group: 1, _reason: 1, _gate: 1, _threshold: 1, _scores: 1, _scoped: 1, _requests: 1, _lineage: 1,
     id: 1, status: 1, reason: 1, raw_excerpt: 1, dialogue: 1, prompt: 1,
     completion: 1, tools: 1, messages: 1, plan: 1, spec: 1, verifier_results: 1, library_results: 1,
     constraints: 1, library_constraints: 1, ground_truth: 1, response: 1, verifiers: 1, meta: 1
@@ -100,7 +100,8 @@
     wrap.appendChild(t);
     return wrap;
   }
-  var INTERNAL = {_stage: 1, _group: 1, _reason: 1, _gate: 1, _threshold: 1, _scores: 1, _scoped: 1};
+  var INTERNAL = {_stage: 1, _group: 1, _reason: 1, _gate: 1, _threshold: 1, _scores: 1, _scoped: 1, _requests: 1,
+                  _lineage: 1};
   function fieldsBlock(row, used) {
     var t = el("table", "fields");
     var n = 0;
@@ -134,6 +135,116 @@
     });
     wrap.appendChild(t);
     return wrap;
+  }
+  // ---- each row's LLM requests: its own item's, and (a click away) those of the rows it was made from ----
+  function getJSON(url) {
+    return fetch(url).then(function (r) {
+      if (!r.ok) return r.text().then(function (t) { throw new Error(t); });
+      return r.json();
+    });
+  }
+  function fullRequest(key) {
+    if (data.mode === "server") return getJSON("api/request?key=" + encodeURIComponent(key));
+    var got = (data.bodies || {})[key];
+    return Promise.resolve(got || {key: key, request: null, answer: null, missing: true});
+  }
+  function fullBlock(full) {
+    var box = el("div", "full-request");
+    if (full.missing) {
+      box.appendChild(el("div", "note", "the full body is not in this page (size limit): `fabrika browse RUN` opens it"));
+      return box;
+    }
+    var req = full.request;
+    if (!req) {
+      box.appendChild(el("div", "note", "the request's body was not recorded (answered from a cache another run filled, or a run before request logs)"));
+    } else {
+      box.appendChild(el("div", "head", "messages sent (" + req.messages.length + ")"));
+      box.appendChild(chat(req.messages, false));
+      add(box, toolsBlock(req.tools));
+      var settings = {};
+      Object.keys(req).forEach(function (k) { if (k !== "messages" && k !== "tools") settings[k] = req[k]; });
+      box.appendChild(jsonBlock("settings sent", settings, false));
+    }
+    var ans = full.answer;
+    if (ans && ans.choices) {
+      box.appendChild(el("div", "head", "answer" + (ans.choices.length > 1 ? "s (" + ans.choices.length + ")" : "")));
+      box.appendChild(chat(ans.choices.map(function (c) {
+        return {role: "assistant", content: c.content, tool_calls: c.tool_calls, reasoning: c.reasoning};
+      }), true));
+    } else {
+      box.appendChild(el("div", "note", "no stored answer (a failed request, or the cache no longer holds it)"));
+    }
+    return box;
+  }
+  function requestRow(t, e, n) {
+    var tr = el("tr", "req" + (e.error ? " failed" : ""));
+    tr.dataset.key = e.key;
+    tr.dataset.cached = e.cached ? "cached" : "fresh";
+    tr.dataset.attempts = e.attempts;
+    [String(n), e.tag, (e.model || "?") + " · " + (e.backend || "?"), e.cached ? "cache hit" : "fresh",
+     String(e.attempts), e.prompt_tokens + " / " + e.completion_tokens].forEach(function (v) { tr.appendChild(el("td", null, v)); });
+    t.appendChild(tr);
+    var more = el("tr", "req-detail");
+    var td = el("td");
+    td.colSpan = 6;
+    (e.errors || []).forEach(function (err, j) {
+      var last = e.error && j === e.errors.length - 1;
+      td.appendChild(el("div", "attempt-error", (last ? "final error: " : "attempt " + (j + 1) + " failed: ") + err));
+    });
+    if (e.sent) td.appendChild(el("div", "sent", "sent · " + e.sent));
+    if (e.answer) td.appendChild(el("div", "answer", "answer · " + e.answer));
+    if (e.recorded || data.mode === "server") {
+      var b = el("button", "open-request", "full request");
+      b.type = "button";
+      b.addEventListener("click", function () {
+        b.disabled = true;
+        fullRequest(e.key).then(function (full) { td.appendChild(fullBlock(full)); b.remove(); })
+          .catch(function (err) { td.appendChild(el("div", "note", "error: " + err.message)); });
+      });
+      td.appendChild(b);
+    }
+    more.appendChild(td);
+    t.appendChild(more);
+  }
+  function renderSteps(box, row, steps) {
+    while (box.firstChild) box.removeChild(box.firstChild);
+    if (!steps.length) box.appendChild(el("div", "note", "no LLM requests recorded for this row or the rows it was made from"));
+    steps.forEach(function (step) {
+      var s = el("div", "step");
+      s.dataset.stage = step.stage;
+      s.appendChild(el("div", "head", step.stage + (step.row !== row.id ? " · made from row " + step.row : "") +
+        " · item " + step.item + " · " + step.requests.length + " request(s)"));
+      var t = el("table", "reqs");
+      var h = el("tr");
+      ["#", "role", "model · backend", "cache", "attempts", "tokens (prompt / completion)"].forEach(function (x) { h.appendChild(el("th", null, x)); });
+      t.appendChild(h);
+      step.requests.forEach(function (e, j) { requestRow(t, e, j + 1); });
+      s.appendChild(t);
+      box.appendChild(s);
+    });
+  }
+  function requestsBlock(row) {
+    var steps = row._requests || [];
+    if (!steps.length && !row._lineage) return null;
+    var n = 0;
+    steps.forEach(function (s) { n += s.requests.length; });
+    var d = el("details", "llm-requests");
+    d.appendChild(el("summary", null, "LLM requests (" + n + (row._lineage ? "; the rows it was made from: one click" : "") + ")"));
+    var box = el("div", "steps");
+    renderSteps(box, row, steps);
+    d.appendChild(box);
+    if (row._lineage && data.mode === "server") {
+      var b = el("button", "lineage", "with the requests of the rows it was made from");
+      b.type = "button";
+      b.addEventListener("click", function () {
+        b.disabled = true;
+        getJSON("api/requests?stage=" + encodeURIComponent(row._stage) + "&id=" + encodeURIComponent(row.id))
+          .then(function (res) { renderSteps(box, row, res.steps); b.remove(); d.dataset.lineage = "loaded"; })
+          .catch(function (err) { box.appendChild(el("div", "note", "error: " + err.message)); });
+      });
+      d.insertBefore(b, box);
+    }
+    return d;
   }
   function add(parent, child) { if (child) parent.appendChild(child); }
   function isText(v) { return typeof v === "string" && v.length > 0; }
@@ -203,6 +314,7 @@
       if (row[k]) { use(k); add(c, jsonBlock(k === "spec" ? "tool" : k.replace("_", " "), parse(row[k]), false)); }
     });
     add(c, scoresBlock(row._scores));
+    add(c, requestsBlock(row));
     add(c, fieldsBlock(row, used));
     return c;
   }
