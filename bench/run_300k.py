@@ -134,6 +134,20 @@ def _proc_rss_mb(pid: int) -> dict[str, float]:
     return out
 
 
+def _wait(pid: int, max_rss_mb: float) -> tuple[int, Any, bool]:
+    """Wait for the pipeline child, polling its memory: past ``max_rss_mb`` it is killed (no swap on a shared box:
+    a run that outgrows memory is stopped, not left to the OOM killer's choice of victim). Rerun to resume."""
+    over = False
+    while True:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
+            return status, usage, over
+        if not over and _proc_rss_mb(pid).get("VmRSS", 0.0) > max_rss_mb:
+            over = True
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(2)
+
+
 def start_server(port: int, latency_ms: float, served_file: Path | None = None) -> subprocess.Popen[str]:
     extra = ["--served-file", str(served_file)] if served_file is not None else []
     server = subprocess.Popen([sys.executable, __file__, "--serve", "--port", str(port), "--latency-ms",
@@ -164,7 +178,7 @@ def segment(args: argparse.Namespace) -> dict[str, Any]:
         (run_dir / "run_300k.live.json").write_text(json.dumps(
             {"child_pid": child.pid, "server_pid": server.pid, "started": time.time(), "scale": args.scale}),
             encoding="utf-8")
-        _, status, usage = os.wait4(child.pid, 0)
+        status, usage, over = _wait(child.pid, args.max_rss_mb)
         wall = time.monotonic() - t
         server_cpu = _proc_cpu(server.pid)
     finally:
@@ -176,7 +190,8 @@ def segment(args: argparse.Namespace) -> dict[str, Any]:
     return {"started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() - wall)),
             "exit": os.waitstatus_to_exitcode(status), "wall_s": round(wall, 1),
             "cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
-            "server_cpu_s": round(server_cpu, 1), "served": served, "requests": requests_of(manifest)}
+            "server_cpu_s": round(server_cpu, 1), "served": served, "requests": requests_of(manifest),
+            **({"killed": f"RSS over {args.max_rss_mb} MB"} if over else {})}
 
 
 def report(run_dir: Path, scale: float) -> dict[str, Any]:
@@ -282,6 +297,8 @@ def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--nice", type=int, default=10)
+    ap.add_argument("--max-rss-mb", type=float, default=6144, help="Kill the pipeline child past this resident "
+                    "memory (resume with the same command).")
     ap.add_argument("--progress", action="store_true", help="Print a running segment's progress (rows so far, "
                     "requests served, CPU, RSS); run nothing.")
     ap.add_argument("--report", action="store_true", help="Print the totals so far; run nothing.")
