@@ -36,7 +36,7 @@ def test_each_service_names_its_own_domain_and_nothing_else_names_one():
             assert slug.isalpha() and slug.islower()
     for lang in ("ru", "en"):
         k = 0 if lang == "ru" else 1
-        others = [w for need in NEEDS[lang] for w in need] + [a[k] for a in AUDIENCES] + [c[1] for c in CITIES[lang]]
+        others = NEEDS[lang] + [a[k] for a in AUDIENCES] + [c[1] for c in CITIES[lang]]
         assert [t for t in others if ts.domain_of(t) is not None] == []
         # no phrase of a slot hides inside another's, so each reads back as itself
         assert [ts._find(c[1].lower(), [x[1] for x in CITIES[lang]]) for c in CITIES[lang]] == list(range(len(CITIES[lang])))
@@ -175,3 +175,20 @@ def test_a_request_for_another_service_of_the_domain_is_irrelevant_to_the_visibl
     req = ChatRequest(messages=({"role": "user", "content": "```json\n" + json.dumps(task, ensure_ascii=False)
                                  + "\n```"},), tag="fc.irrelevance.judge")
     assert json.loads(str(irrelevance_responder(req, random.Random(0))))["any_tool_fits"] is True
+
+
+def test_a_vague_seed_expands_into_every_domain_a_named_one_stays_in_its_own():
+    """A BERTopic cluster that names no domain («Пять десять вечер») gives the expander no direction: its topics
+    come from all domains (the 300K config's corpus clusters into two such seeds, which used to pin the whole
+    pool to two domains); a seed that names one keeps most of its topics there."""
+    from fabrika.generators.fc.topics_prompts import expand_messages
+
+    def answer(label: str, seed: int) -> list[str]:
+        req = ChatRequest(messages=expand_messages("ru", label, "Запросы пользователей.", [], 8), tag="fc.topics.expand",
+                          meta={"lang": "ru"})
+        return [t["label"] for t in json.loads(ts.expand_topic(req, random.Random(seed)))["topics"]]
+
+    vague = {ts.read_topic(label, "ru").domain for s in range(5) for label in answer("Пять десять вечер", s)}  # type: ignore[union-attr]
+    assert len(vague) >= 6
+    named = [ts.read_topic(label, "ru").domain for s in range(5) for label in answer("Прогноз погоды", s)]  # type: ignore[union-attr]
+    assert named.count("weather") >= 0.6 * len(named) and len(named) == 40

@@ -98,53 +98,20 @@ SERVICES: dict[str, list[tuple[str, str, str]]] = {
                 ("библиотека иностранной литературы", "foreign literature library", "foreign")],
 }
 
-# What the user wants from the service, and what that means (not part of a tool's identity: a service's tools
-# serve every need; the explanation gives each need words of its own, which keeps topics that differ in it apart).
-NEEDS: dict[str, list[tuple[str, str]]] = {
-    "ru": [
-        ("сравнение цен", "где выгоднее и какие тарифы дешевле"),
-        ("подбор вариантов", "что подойдёт под пожелания и бюджет"),
-        ("напоминания о сроках", "чтобы не пропустить важную дату"),
-        ("отмена и возврат денег", "как отказаться и получить деньги обратно"),
-        ("уведомления об изменениях", "сообщения, если что-то сдвинулось или отменилось"),
-        ("жалобы и обратная связь", "куда написать, если что-то пошло не так"),
-        ("скидки и бонусы", "акции, промокоды и накопленные баллы"),
-        ("семейный доступ", "общий аккаунт для родственников"),
-        ("поиск по расписанию", "ближайшие свободные окна и удобное время"),
-        ("оплата и чеки", "способы оплаты, квитанции и электронные чеки"),
-        ("лимиты и ограничения", "что разрешено и сколько раз в месяц"),
-        ("выгрузка отчётов", "сводка за месяц одним файлом"),
-        ("проверка статуса", "что сейчас происходит с обращением"),
-        ("продление подписки", "автоматическое продление и его отключение"),
-        ("оценка стоимости", "сколько всё обойдётся заранее"),
-        ("правила и условия", "мелкий шрифт договора простыми словами"),
-        ("срочные вопросы", "помощь сегодня, без долгого ожидания"),
-        ("настройка профиля", "личные данные, язык и способ связи"),
-        ("история обращений", "прошлые запросы и ответы на них"),
-        ("поддержка в выходные", "кто поможет в субботу и воскресенье"),
-    ],
-    "en": [
-        ("price comparison", "where it is cheaper and which plan pays off"),
-        ("option search", "what fits the wishes and the budget"),
-        ("deadline reminders", "so that an important date is never missed"),
-        ("cancellations and refunds", "how to back out and get the money back"),
-        ("change alerts", "a message when something moves or is called off"),
-        ("complaints and feedback", "where to write when something goes wrong"),
-        ("discounts and rewards", "offers, promo codes and collected points"),
-        ("family sharing", "one shared account for relatives"),
-        ("schedule search", "the nearest free slots at a convenient hour"),
-        ("payments and receipts", "ways to pay, invoices and e-receipts"),
-        ("limits and quotas", "what is allowed and how often per month"),
-        ("report export", "a monthly summary in one file"),
-        ("status checks", "what is happening with a request right now"),
-        ("subscription renewal", "automatic renewal and how to switch it off"),
-        ("cost estimates", "what it will all cost in advance"),
-        ("terms and conditions", "the fine print in plain words"),
-        ("urgent questions", "help today without a long wait"),
-        ("profile settings", "personal details, language and contact method"),
-        ("support history", "past requests and the answers to them"),
-        ("weekend support", "who helps on Saturday and Sunday"),
-    ],
+# What the user wants from the service (not part of a tool's identity: a service's tools serve every need). Only
+# the need's name goes into a topic: words shared by every topic of a need (an explanation of it) made the
+# near-duplicate index fold a third of the pool (bench/RESULTS.md, the 300K section).
+NEEDS: dict[str, list[str]] = {
+    "ru": ["сравнение цен", "подбор вариантов", "напоминания о сроках", "отмена и возврат денег",
+           "уведомления об изменениях", "жалобы и обратная связь", "скидки и бонусы", "семейный доступ",
+           "поиск по расписанию", "оплата и чеки", "лимиты и ограничения", "выгрузка отчётов", "проверка статуса",
+           "продление подписки", "оценка стоимости", "правила и условия", "срочные вопросы", "настройка профиля",
+           "история обращений", "поддержка в выходные"],
+    "en": ["price comparison", "option search", "deadline reminders", "cancellations and refunds", "change alerts",
+           "complaints and feedback", "discounts and rewards", "family sharing", "schedule search",
+           "payments and receipts", "limits and quotas", "report export", "status checks", "subscription renewal",
+           "cost estimates", "terms and conditions", "urgent questions", "profile settings", "support history",
+           "weekend support"],
 }
 
 # (ru, en, slug): whom the service is for.

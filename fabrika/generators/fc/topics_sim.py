@@ -73,14 +73,14 @@ class SimTopic:
     def label(self) -> str:
         service = SERVICES[self.domain][self.service][0 if self.lang == "ru" else 1]
         audience = AUDIENCES[self.audience][0 if self.lang == "ru" else 1]
-        text = f"{service} {CITIES[self.lang][self.city][1]}: {NEEDS[self.lang][self.need][0]} {audience}"
+        text = f"{service} {CITIES[self.lang][self.city][1]}: {NEEDS[self.lang][self.need]} {audience}"
         return text[:1].upper() + text[1:]
 
     def description(self) -> str:
         service = SERVICES[self.domain][self.service][0 if self.lang == "ru" else 1]
         audience = AUDIENCES[self.audience][0 if self.lang == "ru" else 1]
-        need, means = NEEDS[self.lang][self.need]
-        return f"{need[:1].upper()}{need[1:]} — {service}, {CITIES[self.lang][self.city][0]}, {audience}: {means}."
+        need = NEEDS[self.lang][self.need]
+        return f"{need[:1].upper()}{need[1:]} — {service}, {CITIES[self.lang][self.city][0]}, {audience}."
 
 
 def topic_digest(*parts: object) -> int:
@@ -131,10 +131,10 @@ def domain_of(text: str) -> str | None:
     return None if best == 0 else min(n for n, v in scores.items() if v == best)
 
 
-def compose(lang: str, domain: str, rng: random.Random, like: SimTopic | None = None) -> SimTopic:
-    """A topic of ``domain``; next to ``like`` (the seed, when it is a composed topic) it keeps the service half the
-    time and draws the city and the audience anew, as an expansion of a seed stays near it."""
-    if rng.random() < DRIFT:  # now and then an adjacent domain, as a model's expansions wander
+def compose(lang: str, domain: str | None, rng: random.Random, like: SimTopic | None = None) -> SimTopic:
+    """A topic of ``domain`` (``None``: any domain); next to ``like`` (the seed, when it is a composed topic) it keeps
+    the service half the time and draws the city and the audience anew, as an expansion of a seed stays near it."""
+    if domain is None or rng.random() < DRIFT:  # now and then an adjacent domain, as a model's expansions wander
         domain = DOMAIN_NAMES[rng.randrange(len(DOMAIN_NAMES))]
     keep = like is not None and like.domain == domain and rng.random() < 0.5
     service = like.service if keep and like is not None else rng.randrange(len(SERVICES[domain]))
@@ -143,7 +143,8 @@ def compose(lang: str, domain: str, rng: random.Random, like: SimTopic | None = 
 
 def expand_topic(request: ChatRequest, rng: random.Random) -> str:
     """``fc.topics.expand``: ``n`` new topics near the seed, in its domain (the seed's words pick the domain; a seed
-    that names none gets one by its label's hash), none repeating a topic the prompt lists as known."""
+    that names none, such as a vague BERTopic cluster, gives no direction: its topics come from every domain), none
+    repeating a topic the prompt lists as known."""
     lang = _lang(request)
     user = request.messages[-1]["content"]
     seed = user.splitlines()[0].split(":", 1)[-1].split(" — ")[0].strip()
@@ -154,7 +155,7 @@ def expand_topic(request: ChatRequest, rng: random.Random) -> str:
     except (json.JSONDecodeError, TypeError):
         known = set()
     parent = read_topic(seed, lang)
-    domain = parent.domain if parent is not None else (domain_of(seed) or DOMAIN_NAMES[topic_digest(seed) % len(DOMAIN_NAMES)])
+    domain = parent.domain if parent is not None else domain_of(seed)
     topics: list[dict[str, str]] = []
     seen = set(known)
     for _ in range(4 * n):
