@@ -16,10 +16,15 @@ totals are summed over segments. Run it in the background::
 
     nohup .venv/bin/python bench/run_300k.py --scale 0.1 --run-dir runs/fc_300k_s10 > runs/fc_300k_s10.log 2>&1 &
     .venv/bin/python bench/run_300k.py --scale 0.1 --run-dir runs/fc_300k_s10 --report      # figures so far
+    .venv/bin/python bench/run_300k.py --scale 0.1 --run-dir runs/fc_300k_s10 --progress    # a running segment
     .venv/bin/python bench/run_300k.py --scale 0.1 --run-dir runs/fc_300k_s10 --estimate 0.05
         # `fabrika estimate` on the same config and overrides (same fake server), compared with the run
 
-The full job is ``--scale 1`` (~1.3M requests by the config's sizing).
+The topic pool is the config's own: ``fc.topics`` clusters the demo corpus and the sim's
+expander composes topics in the seeds' domains up to ``target_size``
+(:mod:`fabrika.generators.fc.topics_sim`); the sim tool writer names each composed topic's
+tools after it, so ``fc.tools_dedup`` keeps the topics apart. The full job is ``--scale 1``
+(~1.3M requests by the config's sizing); ``--nice 19`` for a background run on a shared box.
 """
 
 from __future__ import annotations
@@ -43,8 +48,9 @@ CONFIG = ROOT / "configs" / "fc_ru_300k.yaml"
 FULL_TOPICS = 25_000
 
 
-def serve(port: int, latency_ms: float) -> None:
-    """Child: the fake server, each tag answered by the sim responder registered for it."""
+def serve(port: int, latency_ms: float, served_file: Path | None = None) -> None:
+    """Child: the fake server, each tag answered by the sim responder registered for it; every 10 s (and on
+    SIGTERM) it writes how many requests it has answered to ``served_file``."""
     from fabrika.llm.sim import find_sim_responder, generic_choice
     from fabrika.llm.types import ChatRequest, Choice
     from fabrika.pipeline.registry import load_modules
@@ -85,26 +91,26 @@ def serve(port: int, latency_ms: float) -> None:
     app.handle = tagged  # type: ignore[method-assign]
     app.record_limit = 0
     srv.start()
+    stop = threading.Event()
+
+    def write_served() -> None:
+        if served_file is not None:
+            tmp = served_file.with_suffix(".tmp")
+            tmp.write_text(str(srv.served), encoding="utf-8")
+            os.replace(tmp, served_file)
+
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(f"READY {srv.port}", flush=True)
-    threading.Event().wait()
+    while not stop.wait(10):
+        write_served()
+    write_served()
 
 
-def topics_file(run_dir: Path, n: int) -> Path:
-    """``n`` synthetic Russian topics (as bench/fc_scale.py writes them): the demo corpus gives the sim's
-    topic expansion only ~60 topics, whatever ``target_size`` asks, so a scaled job needs its own pool."""
-    from fc_scale import write_topics
-
-    return write_topics(run_dir.parent / f"{run_dir.name}.topics.jsonl", n)
-
-
-def overrides(scale: float, port: int, run_dir: Path, concurrency: int, synthetic: bool = False) -> list[str]:
+def overrides(scale: float, port: int, run_dir: Path, concurrency: int) -> list[str]:
     n = max(1, round(FULL_TOPICS * scale))
-    out = [f"run_dir={run_dir}", f"stages.fc.topics.target_size.ru={n}",
-           f'llm.endpoints=[{{"base_url": "http://127.0.0.1:{port}/v1", "api_key": "x", '
-           f'"max_concurrency": {concurrency}}}]', "llm.model=fake", "llm.cache.enabled=false"]
-    if synthetic:  # fc.tools reads the synthetic pool; fc.topics still runs (on the demo corpus), unused
-        out += [f"stages.fc.tools.topics_file={topics_file(run_dir, n)}", "stages.fc.tools.input=null"]
-    return out
+    return [f"run_dir={run_dir}", f"stages.fc.topics.target_size.ru={n}",
+            f'llm.endpoints=[{{"base_url": "http://127.0.0.1:{port}/v1", "api_key": "x", '
+            f'"max_concurrency": {concurrency}}}]', "llm.model=fake", "llm.cache.enabled=false"]
 
 
 def _proc_cpu(pid: int) -> float:
@@ -116,9 +122,36 @@ def _proc_cpu(pid: int) -> float:
         return 0.0
 
 
-def start_server(port: int, latency_ms: float) -> subprocess.Popen[str]:
+def _proc_rss_mb(pid: int) -> dict[str, float]:
+    """Current and peak resident memory of a running process (VmRSS, VmHWM from /proc), MB."""
+    out: dict[str, float] = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line.split(":")[0]] = round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return out
+
+
+def _wait(pid: int, max_rss_mb: float) -> tuple[int, Any, bool]:
+    """Wait for the pipeline child, polling its memory: past ``max_rss_mb`` it is killed (no swap on a shared box:
+    a run that outgrows memory is stopped, not left to the OOM killer's choice of victim). Rerun to resume."""
+    over = False
+    while True:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
+            return status, usage, over
+        if not over and _proc_rss_mb(pid).get("VmRSS", 0.0) > max_rss_mb:
+            over = True
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(2)
+
+
+def start_server(port: int, latency_ms: float, served_file: Path | None = None) -> subprocess.Popen[str]:
+    extra = ["--served-file", str(served_file)] if served_file is not None else []
     server = subprocess.Popen([sys.executable, __file__, "--serve", "--port", str(port), "--latency-ms",
-                               str(latency_ms)], stdout=subprocess.PIPE, text=True)
+                               str(latency_ms), *extra], stdout=subprocess.PIPE, text=True)
     line = server.stdout.readline() if server.stdout else ""
     if not line.startswith("READY"):
         raise SystemExit(f"fake server did not start: {line!r}")
@@ -133,24 +166,32 @@ def segment(args: argparse.Namespace) -> dict[str, Any]:
     """One invocation of ``fabrika run`` (resuming), measured."""
     run_dir = args.run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    server = start_server(args.port, args.latency_ms)
+    served_file = run_dir / "run_300k.served"
+    served_file.unlink(missing_ok=True)
+    server = start_server(args.port, args.latency_ms, served_file)
     try:
         cmd = ["nice", "-n", str(args.nice), sys.executable, "-m", "fabrika", "run", str(CONFIG), "--no-progress",
-               *sum((["--set", s] for s in overrides(args.scale, args.port, run_dir, args.concurrency, args.synthetic_topics)), [])]
+               *sum((["--set", s] for s in overrides(args.scale, args.port, run_dir, args.concurrency)), [])]
         t = time.monotonic()
         child = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)},
                                  stdout=open(run_dir / "run.log", "a", encoding="utf-8"), stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(child.pid, 0)
+        (run_dir / "run_300k.live.json").write_text(json.dumps(
+            {"child_pid": child.pid, "server_pid": server.pid, "started": time.time(), "scale": args.scale}),
+            encoding="utf-8")
+        status, usage, over = _wait(child.pid, args.max_rss_mb)
         wall = time.monotonic() - t
         server_cpu = _proc_cpu(server.pid)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
+        (run_dir / "run_300k.live.json").unlink(missing_ok=True)
+    served = int(served_file.read_text("utf-8")) if served_file.exists() else None
     manifest = json.loads((run_dir / "manifest.json").read_text("utf-8")) if (run_dir / "manifest.json").exists() else {}
     return {"started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() - wall)),
             "exit": os.waitstatus_to_exitcode(status), "wall_s": round(wall, 1),
             "cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
-            "server_cpu_s": round(server_cpu, 1), "requests": requests_of(manifest)}
+            "server_cpu_s": round(server_cpu, 1), "served": served, "requests": requests_of(manifest),
+            **({"killed": f"RSS over {args.max_rss_mb} MB"} if over else {})}
 
 
 def report(run_dir: Path, scale: float) -> dict[str, Any]:
@@ -185,12 +226,44 @@ def report(run_dir: Path, scale: float) -> dict[str, Any]:
             "wall_s": round(sum(s["wall_s"] for s in segs), 1), "client_cpu_s": round(cpu, 1),
             "server_cpu_s": round(sum(s["server_cpu_s"] for s in segs), 1),
             "peak_rss_mb": max(s["peak_rss_mb"] for s in segs), "requests": total_req,
+            "served": sum(int(s.get("served") or 0) for s in segs),
             "requests_by_stage": requests, "client_cpu_ms_per_request": round(1000 * cpu / total_req, 3) if total_req else None,
             "topics": topics, "plans_ok": plans, "episodes_ok": ok("fc.dialogues"), "samples_ok": ok("fc.samples"),
             "irrelevance_ok": ok("fc.irrelevance"), "dataset_rows": rows,
             "training_turns_per_plan": round(rows / plans, 3) if plans else None,
             "training_turns_per_topic": round(rows / topics, 3) if topics else None,
             "requests_per_training_turn": round(total_req / rows, 2) if rows else None}
+
+
+def progress(run_dir: Path) -> dict[str, Any]:
+    """A running segment, read from outside: ok rows per stage so far (shards written), requests the fake server has
+    answered (this segment; written every 10 s), the pipeline child's CPU and memory, and rates since it started."""
+    import polars as pl
+
+    from fabrika.store import RunStore
+
+    live_path = run_dir / "run_300k.live.json"
+    if not live_path.exists():
+        return {"running": False, "note": "no segment running; see --report"}
+    live = json.loads(live_path.read_text("utf-8"))
+    elapsed = time.time() - live["started"]
+    cpu = _proc_cpu(live["child_pid"])
+    served_file = run_dir / "run_300k.served"
+    served = int(served_file.read_text("utf-8")) if served_file.exists() else 0
+    store = RunStore(run_dir)
+    rows: dict[str, int] = {}
+    for stage in ("fc.topics", "fc.tools", "fc.plans", "fc.dialogues", "fc.samples", "fc.irrelevance"):
+        try:
+            lf = store.scan_raw(stage)
+            rows[stage] = 0 if lf is None else int(lf.filter(pl.col("status") == "ok").select(pl.len()).collect().item())
+        except Exception:  # noqa: BLE001 - a stage mid-write reads as unknown, not as an error
+            rows[stage] = -1
+    prior = json.loads((run_dir / "run_300k.json").read_text("utf-8"))["segments"] if (run_dir / "run_300k.json").exists() else []
+    return {"running": True, "scale": live.get("scale"), "elapsed_s": round(elapsed), "served_this_segment": served,
+            "served_before": sum(int(s.get("served") or 0) for s in prior), "requests_per_s": round(served / elapsed, 1),
+            "client_cpu_s": round(cpu, 1), "client_cpu_ms_per_request": round(1000 * cpu / served, 3) if served else None,
+            "server_cpu_s": round(_proc_cpu(live["server_pid"]), 1), **_proc_rss_mb(live["child_pid"]),
+            "ok_rows": rows, "note": "fc.samples + fc.irrelevance ok rows are training turns before the gates"}
 
 
 def estimate(args: argparse.Namespace) -> dict[str, Any]:
@@ -201,7 +274,7 @@ def estimate(args: argparse.Namespace) -> dict[str, Any]:
     run_dir = args.run_dir.resolve()
     server = start_server(args.port, args.latency_ms)
     try:
-        cfg, issues = validate_file(CONFIG, overrides(args.scale, args.port, run_dir, args.concurrency, args.synthetic_topics))
+        cfg, issues = validate_file(CONFIG, overrides(args.scale, args.port, run_dir, args.concurrency))
         if cfg is None:
             raise SystemExit("; ".join(str(i) for i in issues))
         t = time.monotonic()
@@ -224,17 +297,23 @@ def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--nice", type=int, default=10)
-    ap.add_argument("--synthetic-topics", action="store_true", help="fc.tools reads 25K x scale synthetic topics "
-                    "instead of the topic pool fc.topics grows from the demo corpus (which stops near 60 topics).")
+    ap.add_argument("--max-rss-mb", type=float, default=6144, help="Kill the pipeline child past this resident "
+                    "memory (resume with the same command).")
+    ap.add_argument("--progress", action="store_true", help="Print a running segment's progress (rows so far, "
+                    "requests served, CPU, RSS); run nothing.")
     ap.add_argument("--report", action="store_true", help="Print the totals so far; run nothing.")
     ap.add_argument("--estimate", default=None, help="Run `fabrika estimate --pilot X` on the same config instead.")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--served-file", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
-        serve(args.port, args.latency_ms)
+        serve(args.port, args.latency_ms, args.served_file)
         return
     run_dir = args.run_dir.resolve()
     record_path = run_dir / "run_300k.json"
+    if args.progress:
+        print(json.dumps(progress(run_dir), ensure_ascii=False, indent=1))
+        return
     if args.estimate is not None:
         est = estimate(args)
         rec = report(run_dir, args.scale) if record_path.exists() else {}

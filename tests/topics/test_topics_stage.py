@@ -59,8 +59,9 @@ def test_pool_reaches_target_per_language_without_duplicates(tmp_path):
         assert all(r["parent_id"] in {s["id"] for s in seeds} | {p["id"] for p in pool} for r in pool if r["parent_id"])
     ru_labels = [r["topic"] for r in good if r["lang"] == "ru"]
     assert all(any("а" <= ch.lower() <= "я" for ch in t) for t in ru_labels), "Russian pool is written in Russian"
-    # the sim expander repeats aspects across rounds: those are recorded, not silently dropped
-    assert any(r["reason"] and r["reason"].startswith("near_duplicate_of") for r in rows)
+    for lang in ("ru", "en"):  # what the pool kept is free of near-duplicates by the stage's own index
+        index = NearDuplicateIndex(lang, threshold=0.6)
+        assert all(index.add_if_new(r["id"], r["topic"], r["description"]) is None for r in good if r["lang"] == lang)
     # embeddings were precomputed once and kept on disk
     assert list((tmp_path / "stages" / "fc.topics" / "embeddings").glob("emb-*.npy"))
 
@@ -85,6 +86,19 @@ def test_bad_label_answers_are_recorded_rejections(tmp_path):
     assert by_status == [("ok", ""), ("rejected", "invalid_json"), ("rejected", "invalid_json"),
                          ("rejected", "wrong_language")]
     assert [r["topic"] for r in rows if r["status"] == "ok"] == ["Банковские переводы"]
+
+
+def test_repeated_expansions_are_recorded_as_near_duplicates(tmp_path):
+    """An expander that keeps proposing the same topic: each repeat is a recorded rejection, not a silent drop."""
+    same = '{"topics": [{"label": "Погода в Москве на выходные", "description": "Прогноз погоды в Москве."}]}'
+    llm = ScriptedLLM(lambda r: '{"label": "Прогноз погоды", "description": "Погода в городах."}'
+                      if r.tag == "fc.topics.label" else same)
+    cfg = _config(languages=["ru"], n_clusters=3, target_size={"ru": 10}, max_expand_rounds=3)
+    rows = asyncio.run(_run(TopicsStage(cfg, _ctx(tmp_path, llm))))
+    expanded = [r for r in rows if r["source"] == "llm_expansion"]
+    assert [r["status"] for r in expanded].count("ok") == 1
+    dups = [r for r in expanded if r["status"] == "rejected"]
+    assert dups and all(r["reason"].startswith("near_duplicate_of") for r in dups)
 
 
 def test_corpus_errors_name_the_file_and_line(tmp_path):

@@ -42,6 +42,16 @@ from fabrika.generators.fc.sim_legacy import (
     _legacy_step,
     read_value,
 )
+from fabrika.generators.fc.sim_variants import (
+    cue_sentence,
+    cues_needed,
+    passed_over,
+    said_topics,
+    tool_spec,
+    variant_tools,
+    variant_topic,
+)
+from fabrika.generators.fc.topics_sim import read_topic
 from fabrika.llm.sim import SimResponder
 from fabrika.llm.types import ChatRequest, Choice
 
@@ -60,7 +70,7 @@ def request_lang(request: ChatRequest) -> str:
 def _spec(fn: dict[str, Any]) -> dict[str, Any] | None:
     """The catalogue entry of a tool the sim wrote (its name, its description and its parameters are the catalogue's);
     ``None`` for anyone else's tool, even one that happens to share a name."""
-    spec = ph.TOOLS.get(str(fn.get("name")))
+    spec = tool_spec(str(fn.get("name")))
     if spec is None:
         return None
     props = (fn.get("parameters") or {}).get("properties") or {}
@@ -121,13 +131,18 @@ def tools_responder(request: ChatRequest, rng: random.Random) -> str:
     label = re.sub(r"[.?!]", "", str(topic.get("topic") or ("тема" if lang == "ru" else "topic"))).strip()
     words = WORDS[lang]
     tools = []
-    for spec in _domain(topic, rng)["tools"][:n]:
-        props = {k: _schema(k, lang, k not in spec["required"]) for k in spec["params"]}
-        t0 = spec[lang]
+    composed = read_topic(label, lang)  # a topic the sim's expander composed: tools named after its service
+    if composed is not None:
+        chosen = [(name, spec, params, f"{spec[lang]} {composed.cue()}.")
+                  for name, spec, params in variant_tools(composed, DOMAINS[composed.domain]["tools"][:n])]
+    else:
+        chosen = [(spec["name"], spec, spec["params"], spec[lang]) for spec in _domain(topic, rng)["tools"][:n]]
+    for name, spec, params, t0 in chosen:
+        props = {k: _schema(k, lang, k not in spec["required"]) for k in params}
         t1 = f"{t0} {words['works'].format(label)}"
         t2 = f"{t1} {words['params'].format(', '.join(p['description'] for p in props.values()))}"
         t3 = f"{t2} {topic.get('description') or ''} {words['returns']}".replace("  ", " ")
-        tools.append({"name": spec["name"], "parameters": {"type": "object", "properties": props,
+        tools.append({"name": name, "parameters": {"type": "object", "properties": props,
                                                            "required": list(spec["required"])},
                       "tiers": [t0, t1, t2, t3]})
     return json.dumps({"tools": tools}, ensure_ascii=False)
@@ -196,6 +211,12 @@ class _Planner:
     def __init__(self, task: dict[str, Any], lang: str, rng: random.Random, polite: str) -> None:
         self.lang, self.rng, self.polite, self.w = lang, rng, polite, WORDS[lang]
         self.tools = task["tools"]
+        self.names = [str(t.get("name")) for t in self.tools]
+
+    def cued(self, say: str, fns: list[dict[str, Any]]) -> str:
+        """``say`` with the service named for each tool of ``fns`` that another service's tool could be taken for."""
+        cues = cues_needed([str(fn.get("name")) for fn in fns], self.names)
+        return " ".join([say, *cues])
 
     def request_step(self, fns: list[dict[str, Any]], joiner: str | None, rounds_split: bool) -> dict[str, Any]:
         """One user turn asking for ``fns`` (one call each): alone, in parallel («а также») or chained («а затем»)."""
@@ -211,7 +232,7 @@ class _Planner:
         else:
             parts = _parts(pairs, self.lang, words)
             say = ph.sentence(self.w["need"] + (joiner or self.w["also"]).join(parts))
-        say = self.polite + say
+        say = self.cued(self.polite + say, fns)
         slots = {k: v for (s, c), wd in zip(pairs, words) for k, v in _slots(s, c["arguments"], self.lang, None, wd).items()}
         rounds = [[c] for c in calls] if rounds_split else [calls]
         return {"kind": "tool_call", "intent": say, "user_message": say, "slots": slots, "rounds": rounds,
@@ -226,7 +247,8 @@ class _Planner:
         required = [k for k in fn["parameters"].get("required", []) if k in call["arguments"]]
         hidden = self.rng.choice(required)
         words = _in_words(call["arguments"], self.rng)
-        first = self.polite + ph.framed(spec, call["arguments"], self.lang, self.rng, skip=hidden, words=words)
+        first = self.cued(self.polite + ph.framed(spec, call["arguments"], self.lang, self.rng, skip=hidden, words=words),
+                          [fn])
         value = call["arguments"][hidden]
         second = ph.say_answer(hidden, value, self.lang)
         return [{"kind": "clarification", "intent": first, "user_message": first, "withheld": [hidden],
@@ -253,7 +275,8 @@ class _Planner:
             if pool:
                 args = {**call["arguments"], arg: self.rng.choice(pool)}
                 result = ph.result_for(spec, args, self.rng, self.lang)
-                say = f"{self.rng.choice(self.w['correction'])} {ph.sentence(ph.request(spec, args, self.lang))}"
+                say = self.cued(f"{self.rng.choice(self.w['correction'])} {ph.sentence(ph.request(spec, args, self.lang))}",
+                                [fn])
                 return {"kind": "tool_call", "intent": say, "user_message": say, "slots": _slots(spec, args, self.lang),
                         "rounds": [[{**call, "arguments": args, "result": result}]],
                         "final_answer": _closings([(spec, result)], self.lang)}
@@ -261,14 +284,19 @@ class _Planner:
 
     def irrelevance(self, unavailable: list[str]) -> list[dict[str, Any]]:
         """A request for something only a tool the assistant does not have could do."""
-        want = next((t for text in unavailable for t in ph.TOOLS.values() if text.startswith(t[self.lang])), None)
-        if want is None:
+        found = next(((text, t) for text in unavailable for t in ph.TOOLS.values() if text.startswith(t[self.lang])), None)
+        if found is None:
             say = self.polite + (unavailable or [self.w["chat"][0]])[0]
         else:
+            text, want = found
             props = {k: _schema(k, self.lang, k not in want["required"]) for k in want["params"]}
             fn = {"name": want["name"], "parameters": {"properties": props, "required": want["required"]}}
             call = _world_call(fn, want, self.lang, self.rng)
             say = self.polite + ph.framed(want, call["arguments"], self.lang, self.rng)
+            own = read_topic(text, self.lang)  # the service asked for is named when a visible tool is another's of its domain
+            if own is not None and any(o is not None and o != own and o.domain == own.domain
+                                       for o in map(variant_topic, self.names)):
+                say = f"{say} {cue_sentence(own)}"
         return [{"kind": "irrelevance", "intent": say, "user_message": say, "final_answer": self.w["none"]}]
 
     def long_turns(self, turns: int) -> list[dict[str, Any]]:
@@ -286,7 +314,8 @@ class _Planner:
             calls = [_world_call(fn, s, self.lang, self.rng, world) for fn, s in zip(fns, specs) if s is not None]
             pairs = list(zip([s for s in specs if s is not None], calls))
             parts = _parts(pairs, self.lang)
-            say = (self.polite if t == 0 else "") + ph.sentence(self.w["need"] + self.w["then"].join(parts))
+            say = self.cued((self.polite if t == 0 else "") + ph.sentence(self.w["need"] + self.w["then"].join(parts)),
+                            fns)
             slots = {k: v for s, c in pairs for k, v in _slots(s, c["arguments"], self.lang).items()}
             steps.append({"kind": "tool_call", "intent": say, "user_message": say, "slots": slots,
                           "rounds": [[c] for c in calls],
@@ -364,7 +393,7 @@ def tool_responder(request: ChatRequest, rng: random.Random) -> str:
     if expected is not None:
         return json.dumps(expected, ensure_ascii=False)
     call = blocks[1] if len(blocks) > 1 else {}
-    spec = ph.TOOLS.get(str(call.get("name")))
+    spec = tool_spec(str(call.get("name")))
     if spec is not None:
         return json.dumps(ph.result_for(spec, call.get("arguments") or {}, rng, request_lang(request)), ensure_ascii=False)
     return json.dumps({"status": WORDS[request_lang(request)]["ok"], "id": rng.randint(100, 999)}, ensure_ascii=False)
@@ -391,9 +420,12 @@ def mentioned(fns: list[dict[str, Any]], text: str, lang: str) -> list[tuple[int
     how many of their required arguments the words hold, as a reader would.
     """
     low = text.lower()
+    said = said_topics(text, lang)  # a service the user named: other services of its domain are not meant
     found: dict[int, list[dict[str, Any]]] = {}
     for fn in fns:
         spec = _spec(fn)
+        if spec is not None and passed_over(str(fn.get("name")), said):
+            continue
         if spec is not None:
             for pos in ph.head_positions(spec, text, lang):
                 found.setdefault(pos, []).append(fn)
@@ -450,7 +482,7 @@ def _report(results: list[tuple[str, Any]], lang: str) -> str:
     """The closing answer: one sentence per result of this turn (the last two)."""
     texts = []
     for name, content in results[-2:]:
-        spec = ph.TOOLS.get(name)
+        spec = tool_spec(name)
         try:
             value = json.loads(content) if isinstance(content, str) else content
         except json.JSONDecodeError:
