@@ -122,17 +122,24 @@ class PlansStage(Stage[PlansConfig]):
 
     @cached_property
     def _similar(self) -> dict[str, list[str]]:
-        """topic id → other topics of its language, most similar first (Jaccard of the tools' words, MinHash LSH).
+        """topic id → up to ``similar_distractors`` other topics of its language, most similar first (Jaccard
+        of the tools' words, MinHash LSH; ties by id).
 
-        One index over the whole pool, built once: a query costs O(1) per topic, not O(pool).
+        One index over the whole pool, built once. The candidates' Jaccard estimates are one vectorised
+        comparison of signature rows per topic, and only the topics a plan can use are kept: with a large
+        pool of one domain (thousands of near topics each) a per-pair ``MinHash.jaccard`` and whole sorted
+        lists cost minutes and hundreds of MB.
         """
+        import numpy as np
         from datasketch import MinHash, MinHashLSH
 
+        keep = self.config.similar_distractors
         by_topic, by_lang = self._index
         out: dict[str, list[str]] = {}
         for topics in by_lang.values():
             lsh = MinHashLSH(threshold=0.15, num_perm=64)
             sigs: dict[str, MinHash] = {}
+            hashes = []
             for topic_id in topics:
                 words: set[str] = set()
                 for blob in by_topic[topic_id]:
@@ -142,10 +149,20 @@ class PlansStage(Stage[PlansConfig]):
                 for w in sorted(words):
                     m.update(w.encode("utf-8"))
                 sigs[topic_id] = m
+                hashes.append(m.hashvalues)
                 lsh.insert(topic_id, m)
+            table = np.stack(hashes) if hashes else np.zeros((0, 64), dtype=np.uint64)
+            rows = {topic_id: i for i, topic_id in enumerate(sigs)}
             for topic_id, m in sigs.items():
+                row = rows[topic_id]
                 near = [t for t in lsh.query(m) if t != topic_id]
-                out[topic_id] = sorted(near, key=lambda t: (-m.jaccard(sigs[t]), t))
+                if not near or keep == 0:
+                    out[topic_id] = []
+                    continue
+                same = np.count_nonzero(table[[rows[t] for t in near]] == table[row], axis=1)
+                # most equal hash slots first (= highest Jaccard estimate), then by id: a total order
+                order = sorted(range(len(near)), key=lambda i: (-int(same[i]), near[i]))[:keep]
+                out[topic_id] = [near[i] for i in order]
         return out
 
     @staticmethod
@@ -281,3 +298,4 @@ def parse_verdict(text: str | None) -> JudgeVerdict:
 
 def _dump(rounds: list[PlanRound]) -> str:
     return json.dumps([r.model_dump(mode="json") for r in rounds], ensure_ascii=False)
+
