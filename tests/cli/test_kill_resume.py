@@ -19,6 +19,7 @@ from fabrika.pipeline.config import load_config
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.store import RunStore
 from fabrika.store.manifest import effective_status
+from fabrika.store.shards import REQUESTS_DIR
 from fabrika.store.versions import scan_version
 
 N = 480
@@ -87,7 +88,11 @@ def test_kill_9_and_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
     assert got.equals(want)
     raw = RunStore(tmp_path / "killed").scan_raw("answers").collect()
     assert raw.height == N and raw["input_id"].n_unique() == N  # nothing duplicated, nothing lost
-    assert not [p for p in answers.iterdir() if not p.name.startswith("part-")]
+    # only shards, and the request-log sidecar holding a log per shard (no temp file left by a kill)
+    assert not [p for p in answers.iterdir() if not p.name.startswith("part-") and p.name != REQUESTS_DIR]
+    shards = {p.name for p in answers.iterdir() if p.name.startswith("part-")}
+    logs = {p.name for p in (answers / REQUESTS_DIR).iterdir()} if (answers / REQUESTS_DIR).exists() else set()
+    assert logs <= shards, sorted(logs - shards)
     assert os.path.exists(tmp_path / "killed" / "manifest.json")
 
 
