@@ -682,7 +682,8 @@ def _totals(est: Estimate, config: PipelineConfig, store: RunStore, version: Any
     # "seconds_sum": the stages one after another (as the pilot ran them); "seconds": the run's wall time,
     # the stages laid out by the runner's scheduling rules (:mod:`fabrika.pipeline.estimate_schedule`)
     total["seconds_sum"] = round(total["seconds"] + overhead, 2)
-    ranges["seconds_sum"] = {b: round(ranges["seconds"][b] + pad[b], 1) for b in ("point", "low", "high")}
+    ranges["seconds_sum"] = {b: round(sum(e["range"]["seconds"][b] for e in stages.values()) + pad[b], 1)
+                             for b in ("point", "low", "high")}  # unrounded sums: the same inputs as the wall's
     walls, plan = wall_seconds(config, stages, est.sim)
     total["seconds"] = round(walls["point"] + overhead, 2)
     ranges["seconds"] = {b: round(walls[b] + pad[b], 1) for b in ("point", "low", "high")}

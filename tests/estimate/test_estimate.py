@@ -174,6 +174,8 @@ def test_the_pilot_runs_in_one_process_whatever_llm_workers_says(tmp_path: Path,
     assert total["schedule"]["max_parallel_stages"] == cfg.max_parallel_stages
     assert set(total["schedule"]["stages"]) == set(est["stages"])
     assert total["seconds"] <= total["seconds_sum"] + 0.01
+    for b in ("point", "low", "high"):  # the schedule never takes longer than the stages one after another
+        assert total["range"]["seconds"][b] <= total["range"]["seconds_sum"][b], b
     assert total["range"]["seconds"]["low"] <= total["range"]["seconds"]["point"] <= total["range"]["seconds"]["high"]
 
 
