@@ -30,7 +30,7 @@ def estimate_table(doc: dict[str, Any]) -> Table:
     tot = doc["total"]
     cost = "-" if tot["cost"] is None else f"${tot['cost']:.2f}"
     rng = tot["range"]
-    t.add_row("[b]total[/b]", "", span(rng["requests"]), human(tot["prompt_tokens"] + tot["completion_tokens"]),
+    t.add_row("[b]total (wall)[/b]", "", span(rng["requests"]), human(tot["prompt_tokens"] + tot["completion_tokens"]),
               "", cost, span(rng["seconds"], duration))
     return t
 
@@ -78,8 +78,14 @@ def register(app: typer.Typer) -> None:
         tot = doc["total"]
         rows = tot["range"]["dataset_rows"]
         out.print(f"dataset rows: about {tot['dataset_rows']} ({rows['low']:.0f}–{rows['high']:.0f}) from "
-                  f"{tot['inputs']} inputs ({tot['yield_per_input']:g} per input item); about {tot['hours']:g} h "
-                  "of stage time", highlight=False)
+                  f"{tot['inputs']} inputs ({tot['yield_per_input']:g} per input item)", highlight=False)
+        if "seconds_sum" in tot:
+            from fabrika.pipeline.progress import duration
+            wall, summed = tot["range"]["seconds"], tot["range"]["seconds_sum"]
+            out.print(f"time: wall (overlapped) {duration(wall['point'])} ({duration(wall['low'])}–"
+                      f"{duration(wall['high'])}); sum of stages {duration(summed['point'])} "
+                      f"({duration(summed['low'])}–{duration(summed['high'])}); a point is within "
+                      f"max(25%, {tot['schedule']['resolution_s']:g} s)", highlight=False)
         out.print("assumptions:")
         for line in doc["assumptions"]:
             out.print(f"  - {line}", highlight=False, soft_wrap=True)

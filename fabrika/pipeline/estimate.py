@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import shutil
 import time
 from contextlib import contextmanager
@@ -63,10 +64,12 @@ from fabrika.pipeline.estimate_model import (
     ratio_var,
     times_share,
 )
+from fabrika.pipeline.estimate_schedule import TIME_RESOLUTION_S, Job, Schedule, simulate
 from fabrika.pipeline.estimate_shares import gated_per_item, share_variance, version_per_item
 from fabrika.pipeline.estimate_time import Clocks, clocked, full_seconds, split_fixed
 from fabrika.pipeline.lifecycle import build_engine_for
 from fabrika.pipeline.llm_wrap import ITEM_STATE
+from fabrika.pipeline.overlap import streaming_inputs
 from fabrika.pipeline.stage import STAGES, Row, Stage, StageConfig
 from fabrika.store import RunStore
 
@@ -675,10 +678,16 @@ def _totals(est: Estimate, config: PipelineConfig, store: RunStore, version: Any
         # the stages' errors are correlated through their shared inputs: the total's range is the sum of theirs
         ranges[key] = {b: round(sum(e["range"][key][b] for e in stages.values()), 1) for b in ("point", "low", "high")}
     overhead = float(est.pilot.get("overhead_seconds") or 0.0)  # outside the stages, paid once
-    total["seconds"] = round(total["seconds"] + overhead, 2)
-    ranges["seconds"] = {"point": round(ranges["seconds"]["point"] + overhead, 1),
-                         "low": round(ranges["seconds"]["low"] + overhead * (1 - TIME_MARGIN), 1),
-                         "high": round(ranges["seconds"]["high"] + overhead * (1 + TIME_MARGIN), 1)}
+    pad = {"point": overhead, "low": overhead * (1 - TIME_MARGIN), "high": overhead * (1 + TIME_MARGIN)}
+    # "seconds_sum": the stages one after another (as the pilot ran them); "seconds": the run's wall time,
+    # the stages laid out by the runner's scheduling rules (:mod:`fabrika.pipeline.estimate_schedule`)
+    total["seconds_sum"] = round(total["seconds"] + overhead, 2)
+    ranges["seconds_sum"] = {b: round(sum(e["range"]["seconds"][b] for e in stages.values()) + pad[b], 1)
+                             for b in ("point", "low", "high")}  # unrounded sums: the same inputs as the wall's
+    walls, plan = wall_seconds(config, stages, est.sim)
+    total["seconds"] = round(walls["point"] + overhead, 2)
+    ranges["seconds"] = {b: round(walls[b] + pad[b], 1) for b in ("point", "low", "high")}
+    total["schedule"] = plan
     total["cost"] = round(sum(e["cost"] or 0.0 for e in stages.values()), 4) if priced else None
     total["hours"] = round(total["seconds"] / 3600, 3)
     gates = dict((version.funnel or {}).get("gates") or {}) if version is not None else {}
@@ -708,6 +717,48 @@ def _totals(est: Estimate, config: PipelineConfig, store: RunStore, version: Any
     ranges["dataset_rows"] = {"point": round(point, 1), "low": round(low, 1), "high": round(high, 1)}
     total["range"] = ranges
     est.total = total
+
+
+def stage_pools(config: PipelineConfig, sim: bool) -> dict[str, str]:
+    """Where each stage's time goes in a real run (:data:`fabrika.pipeline.estimate_schedule.POOLS`)."""
+    out = {}
+    for s in config.stages:
+        cls = STAGES[s.kind]
+        if getattr(cls, "uses_sandbox", False) and not cls.calls_llm:
+            out[s.stage_name] = "workers"  # LLM-written code in sandbox worker processes
+        elif cls.calls_llm and not cls.global_stage and (config.llm_workers > 1 or config.executor == "ray"):
+            out[s.stage_name] = "workers" if sim else "wait"  # its items run in worker processes
+        elif sim or not cls.calls_llm:
+            out[s.stage_name] = "driver"  # CPU in this process (the sim answers in-process)
+        else:
+            out[s.stage_name] = "wait"  # waits on the endpoint
+    return out
+
+
+def wall_seconds(config: PipelineConfig, stages: dict[str, dict[str, Any]], sim: bool,
+                 cores: int | None = None) -> tuple[dict[str, float], dict[str, Any]]:
+    """The run's wall time (point, low, high) from the stages' predicted seconds, scheduled as the runner does
+    (``max_parallel_stages``, ``overlap``, dependencies, the CPUs), and the plan behind the point."""
+    deps = stage_dependencies(config)
+    streams = streaming_inputs(config, list(config.stages))
+    pools = stage_pools(config, sim)
+    cores = cores or os.cpu_count() or 1
+    walls: dict[str, float] = {}
+    point: Schedule | None = None
+    for bound in ("point", "low", "high"):
+        jobs = [Job(n, float(e["range"]["seconds"][bound]), frozenset(deps.get(n, set()) & set(stages)),
+                    streams.get(n) if streams.get(n) in stages else None, pools.get(n, "driver"))
+                for n, e in stages.items()]
+        sched = simulate(jobs, config.max_parallel_stages, cores)
+        walls[bound] = sched.wall
+        if bound == "point":
+            point = sched
+    assert point is not None
+    plan = {"cores": cores, "max_parallel_stages": config.max_parallel_stages, "overlap": config.overlap,
+            "streaming": {n: u for n, u in streams.items() if n in stages}, "resolution_s": TIME_RESOLUTION_S,
+            "stages": {n: {"pool": pools.get(n, "driver"), "start": round(point.start[n], 2),
+                           "end": round(point.end[n], 2)} for n in stages}}
+    return walls, plan
 
 
 def _mean(values: list[float]) -> float:
@@ -751,7 +802,12 @@ def assumptions(config: PipelineConfig, est: Estimate, above: list[str], priced:
                "what a warm re-run of a few of its items leaves over) paid once, plus the rest scaled "
                "(on sim by its requests; on an endpoint, calls within an item one after another at the measured "
                "mean latency, items in flight = max_in_flight, requests at once = the endpoints' max_concurrency); "
-               "stages are summed as if they ran one after another, plus the pilot's time outside its stages")
+               "the total is the run's wall time: the stages laid out by the runner's rules (dependencies, "
+               f"max_parallel_stages = {config.max_parallel_stages}, overlap = {str(config.overlap).lower()}) over "
+               f"{est.total.get('schedule', {}).get('cores', '?')} cores (stages in this process share one core, "
+               "sandbox workers use the others, stages waiting on an endpoint use none), plus the pilot's time "
+               "outside its stages; the sum of the stages is shown beside it. A time point is right within "
+               f"max(25%, {TIME_RESOLUTION_S:g} s): a run of a second or two is start-up and the box's load")
     if not priced:
         out.append("cost: no llm.price_per_1m for the model, so no cost")
     return out

@@ -12,7 +12,17 @@ from typer.testing import CliRunner
 
 from fabrika.cli.app import app
 from fabrika.pipeline.config import validate_data
-from fabrika.pipeline.estimate import FULL_SHARE, MIN_PILOT_ITEMS, Pilot, cut_stages, full_stages, run_estimate, stage_seconds
+from fabrika.pipeline.estimate import (
+    FULL_SHARE,
+    MIN_PILOT_ITEMS,
+    Pilot,
+    cut_stages,
+    full_stages,
+    run_estimate,
+    stage_pools,
+    stage_seconds,
+    wall_seconds,
+)
 from fabrika.pipeline.estimate_model import inside
 from fabrika.pipeline.runner import run_pipeline
 
@@ -155,10 +165,47 @@ def test_the_pilot_runs_in_one_process_whatever_llm_workers_says(tmp_path: Path,
                                                                                    "llm_workers": 2}
     cfg, issues = validate_data(doc, str(ROOT / "configs" / "smoke.yaml"), ROOT / "configs")
     assert cfg is not None and cfg.llm_workers == 2, issues
-    run_estimate(cfg, Pilot.parse("50"), tmp_path / "pilot", "smoke")
+    est = run_estimate(cfg, Pilot.parse("50"), tmp_path / "pilot", "smoke").as_dict()
     assert seen and set(seen) == {1}
     # one stage at a time and no overlap, so that each stage's seconds are its own
     assert set(orders) == {(1, False)}
+    # ... but the total is laid out as the real run schedules them, beside their sum
+    total = est["total"]
+    assert total["schedule"]["max_parallel_stages"] == cfg.max_parallel_stages
+    assert set(total["schedule"]["stages"]) == set(est["stages"])
+    assert total["seconds"] <= total["seconds_sum"] + 0.01
+    for b in ("point", "low", "high"):  # the schedule never takes longer than the stages one after another
+        assert total["range"]["seconds"][b] <= total["range"]["seconds_sum"][b], b
+    assert total["range"]["seconds"]["low"] <= total["range"]["seconds"]["point"] <= total["range"]["seconds"]["high"]
+
+
+def _timed(cfg, seconds: dict[str, float]) -> dict[str, dict]:
+    return {s.stage_name: {"range": {"seconds": {b: seconds.get(s.stage_name, 1.0) * f
+                                                 for b, f in (("point", 1.0), ("low", 0.5), ("high", 2.0))}}}
+            for s in cfg.stages}
+
+
+def test_the_wall_time_overlaps_the_sandbox_stage_with_the_independent_branch(tmp_path: Path):
+    """if_demo on sim: the if.dialogues branch depends on nothing else, so it runs beside the constraint
+    chain. if_consistency runs its checks in sandbox workers (its own core), so on two cores its 10 s are
+    hidden behind the in-process dialogue stages, which share one core with every other in-process stage;
+    on one core, or with max_parallel_stages 1, the wall time is the sum."""
+    cfg = _config("if_demo", tmp_path / "r")
+    dialogue = [s.stage_name for s in cfg.stages if s.stage_name.startswith("if_dialogue")]
+    stages = _timed(cfg, {"if_consistency": 10.0} | {n: 20.0 for n in dialogue})
+    total = sum(e["range"]["seconds"]["point"] for e in stages.values())
+    pools = stage_pools(cfg, sim=True)
+    assert pools["if_consistency"] == "workers" and pools["if_dialogues"] == pools["if_backtranslation"] == "driver"
+    walls, plan = wall_seconds(cfg, stages, sim=True, cores=2)
+    assert walls["point"] == pytest.approx(total - 10.0)  # the driver's work, never idle
+    assert walls["low"] == pytest.approx((total - 10.0) * 0.5) and walls["high"] == pytest.approx((total - 10.0) * 2)
+    assert plan["stages"]["if_dialogues"]["start"] == plan["stages"]["if_expand"]["start"] == 0.0
+    assert plan["stages"]["if_backtranslation"]["start"] == plan["stages"]["if_consistency"]["end"]
+    assert wall_seconds(cfg, stages, sim=True, cores=1)[0]["point"] == pytest.approx(total)
+    one = cfg.model_copy(update={"max_parallel_stages": 1})
+    assert wall_seconds(one, stages, sim=True, cores=2)[0]["point"] == pytest.approx(total)
+    # on an endpoint the LLM stages wait rather than compute: the branches' longest path, far below the sum
+    assert wall_seconds(cfg, stages, sim=False, cores=2)[0]["point"] < total - 10.0
 
 
 def _config(name: str, run_dir: Path):
