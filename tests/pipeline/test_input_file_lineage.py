@@ -221,3 +221,65 @@ def test_rows_written_before_files_were_digested_say_so() -> None:
     old = {"stage": {"path": "b.jsonl"}, "seed": 0}
     new = {**old, "files": {"path": {"path": "b.jsonl", "digest": "d1"}}}
     assert changed_fields(old, new) == ["input file path (b.jsonl) — not digested when its rows were written"]
+
+
+def _api_with_external_ref(tmp_path: Path) -> Path:
+    """An OpenAPI document whose request body lives in ``schemas/order.yaml``, which refers to ``common.yaml``."""
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / "order.yaml").write_text(
+        "Order:\n  type: object\n  required: [city]\n  properties:\n"
+        "    city: {type: string, description: Город доставки}\n"
+        "    size: {$ref: 'common.yaml#/Size'}\n", "utf-8")
+    (tmp_path / "schemas" / "common.yaml").write_text(
+        "Size: {type: string, enum: [S, M, L]}\nLoop: {$ref: 'order.yaml#/Order'}\n", "utf-8")
+    spec = tmp_path / "api.yaml"
+    spec.write_text(
+        "openapi: 3.0.0\ninfo: {title: Заказы, version: '1'}\npaths:\n  /orders:\n    post:\n"
+        "      operationId: createOrder\n      summary: Создать заказ\n      requestBody:\n"
+        "        required: true\n        content:\n          application/json:\n"
+        "            schema: {$ref: 'schemas/order.yaml#/Order'}\n"
+        "      responses: {'200': {description: ok}}\n"
+        "components:\n  schemas:\n    Local: {type: string}\n    Alias: {$ref: '#/components/schemas/Local'}\n", "utf-8")
+    return spec
+
+
+def test_a_document_digest_follows_its_external_refs_transitively(tmp_path: Path) -> None:
+    """The importer inlines ``$ref`` s to other local files, so their bytes are part of the spec's digest."""
+    from fabrika.generators.fc.tools_import import import_tools
+    from fabrika.pipeline.input_digest import document_digest, file_digest
+
+    clear_cache()
+    spec = _api_with_external_ref(tmp_path)
+    (cand,) = import_tools(spec)
+    assert cand.error is None
+    assert cand.parameters["properties"]["size"]["enum"] == ["S", "M", "L"]  # read from the second file
+    first = document_digest(spec)
+    assert first != file_digest(spec)  # ... so the digest covers the referenced files
+
+    common = tmp_path / "schemas" / "common.yaml"
+    common.write_text(common.read_text("utf-8").replace("[S, M, L]", "[S, M, L, XL]"), "utf-8")
+    second = document_digest(spec)
+    assert second != first  # an edit two refs away (the cycle back to order.yaml terminates)
+    common.unlink()
+    assert document_digest(spec) not in (first, second)  # a referenced file that went missing changes it too
+
+    plain = tmp_path / "plain.yaml"  # only same-document refs: the plain file digest, as before
+    plain.write_text("openapi: 3.0.0\npaths: {}\ncomponents:\n  schemas:\n    A: {$ref: '#/components/schemas/B'}\n"
+                     "    B: {type: string}\n", "utf-8")
+    assert document_digest(plain) == file_digest(plain)
+
+
+def test_an_edited_file_an_imported_spec_refers_to_redoes_the_import(tmp_path: Path) -> None:
+    spec = _api_with_external_ref(tmp_path)
+    cls = STAGES["fc.tools_import"]
+    stage = cls.Config.model_validate({"kind": "fc.tools_import", "name": "tools", "sources": [{"path": str(spec)}]})
+    write_prompts(tmp_path / "a.jsonl", ["Привет"])
+    write_prompts(tmp_path / "b.jsonl", ["Пока"])
+    cfg = make_config(tmp_path)
+    clear_cache()
+    before = input_file_digests(stage, cls.input_files, cfg)
+    order = tmp_path / "schemas" / "order.yaml"
+    order.write_text(order.read_text("utf-8").replace("Город доставки", "Город, куда везти заказ"), "utf-8")
+    after = input_file_digests(stage, cls.input_files, cfg)
+    assert list(after) == ["sources[0].path"]
+    assert after["sources[0].path"]["digest"] != before["sources[0].path"]["digest"]
