@@ -10,18 +10,22 @@ manifest names (`gate_modules`). Each row carries a request log (its item's LLM 
 
 Measured, each in a fresh process:
 
-* **from the command**: `python -m fabrika browse RUN --port 0` started, then, as the browser
-  does, `GET /` (the page with every count) and `GET /api/rows` for the first 50 rows of the first
-  stage — process start to the first page's rows, what a user waits for;
+* **from the command**, side by side with a base tree (``git archive --base`` into a temporary
+  directory, or ``--base-tree DIR``), the trees alternated, ``--repeat`` runs each:
+  ``python -m fabrika browse RUN --port 0`` started, then, as the browser does, ``GET /`` (the page
+  with every count) and ``GET /api/rows`` for the first 50 rows of the first stage — process start
+  to the first page's rows, what a user waits for — with the CPU seconds the server process had used
+  by then (``/proc/PID/stat``: what the box's load does not change) and the 1-minute load average
+  before each run. Both trees must show the same first page (ids, groups, total);
 * in a child process that imports the server module itself: the first page split (server start,
-  `GET /`, first rows), then after the background index a middle and the last page of
-  `fc.samples`, the gate-dropped rows, the version diff, a value search (cold: it reads the string
+  ``GET /``, first rows), then after the background index a middle and the last page of
+  ``fc.samples``, the gate-dropped rows, the version diff, a value search (cold: it reads the string
   columns of every shard), and one row's requests up its lineage;
 
-and, side by side, what loading the stage whole costs (`RunStore.scan(...).collect()`: what
+and, side by side, what loading the stage whole costs (``RunStore.scan(...).collect()``: what
 a browser that loads the run before showing it pays).
 
-    .venv/bin/python bench/browse.py --rows 300000
+    .venv/bin/python bench/browse.py --rows 300000 [--keep DIR] [--repeat 5] [--base main | --base-tree DIR]
 """
 
 from __future__ import annotations
