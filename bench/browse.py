@@ -10,18 +10,22 @@ manifest names (`gate_modules`). Each row carries a request log (its item's LLM 
 
 Measured, each in a fresh process:
 
-* **from the command**: `python -m fabrika browse RUN --port 0` started, then, as the browser
-  does, `GET /` (the page with every count) and `GET /api/rows` for the first 50 rows of the first
-  stage — process start to the first page's rows, what a user waits for;
+* **from the command**, side by side with a base tree (``git archive --base`` into a temporary
+  directory, or ``--base-tree DIR``), the trees alternated, ``--repeat`` runs each:
+  ``python -m fabrika browse RUN --port 0`` started, then, as the browser does, ``GET /`` (the page
+  with every count) and ``GET /api/rows`` for the first 50 rows of the first stage — process start
+  to the first page's rows, what a user waits for — with the CPU seconds the server process had used
+  by then (``/proc/PID/stat``: what the box's load does not change) and the 1-minute load average
+  before each run. Both trees must show the same first page (ids, groups, total);
 * in a child process that imports the server module itself: the first page split (server start,
-  `GET /`, first rows), then after the background index a middle and the last page of
-  `fc.samples`, the gate-dropped rows, the version diff, a value search (cold: it reads the string
+  ``GET /``, first rows), then after the background index a middle and the last page of
+  ``fc.samples``, the gate-dropped rows, the version diff, a value search (cold: it reads the string
   columns of every shard), and one row's requests up its lineage;
 
-and, side by side, what loading the stage whole costs (`RunStore.scan(...).collect()`: what
+and, side by side, what loading the stage whole costs (``RunStore.scan(...).collect()``: what
 a browser that loads the run before showing it pays).
 
-    .venv/bin/python bench/browse.py --rows 300000
+    .venv/bin/python bench/browse.py --rows 300000 [--keep DIR] [--repeat 5] [--base main | --base-tree DIR]
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -102,14 +107,24 @@ def build(run: Path, n: int) -> None:
     materialise(run, thresholds={"length": {"max_tokens": 990}}, name="v2", previous="v1")
 
 
-def command(run: Path) -> dict[str, float]:
-    """``python -m fabrika browse RUN --port 0`` from process start to the first page's rows."""
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds a live process has used (``/proc/PID/stat``)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def command(run: Path, tree: Path = ROOT) -> dict[str, Any]:
+    """``python -m fabrika browse RUN --port 0`` of ``tree`` from process start to the first page's rows: wall
+    seconds, and the CPU seconds the server process had used by then (what the box's load does not change)."""
     import os
     import re
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "fabrika", "browse", str(run), "--port", "0"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "fabrika", "browse", str(run), "--port", "0"], cwd=tree, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -125,11 +140,48 @@ def command(run: Path) -> dict[str, float]:
         with urllib.request.urlopen(found.group(0) + f"api/rows?stage={first}&limit=50", timeout=600) as resp:
             rows = json.loads(resp.read())
         done = time.perf_counter() - t0
+        cpu = _cpu_s(proc.pid)
         assert len(rows["rows"]) == 50 and rows["rows"][0].get("_requests")
-        return {"listening_s": listening, "html_s": html, "first_page_s": done, "stage": first}
+        return {"listening_s": listening, "html_s": html, "first_page_s": done, "cpu_s": cpu, "stage": first,
+                "load": load, "ids": [r["id"] for r in rows["rows"]], "groups": [r["_group"] for r in rows["rows"]],
+                "total": rows["total"]}
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def base_tree(ref: str) -> Path:
+    """``git archive REF`` of this checkout, unpacked into a temporary directory (the tree compared against)."""
+    out = Path(tempfile.mkdtemp(prefix="fabrika-bench-browse-base-"))
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
+    return out
+
+
+def side_by_side(run: Path, base: Path, repeat: int) -> None:
+    """The command → first rows, base tree and this tree alternated, ``repeat`` fresh processes each."""
+    import statistics
+
+    got: dict[str, list[dict[str, Any]]] = {"base": [], "this": []}
+    for k in range(repeat):
+        for name, tree in (("base", base), ("this", ROOT)) if k % 2 == 0 else (("this", ROOT), ("base", base)):
+            cmd = command(run, tree)
+            got[name].append(cmd)
+            print(f"{name:>4} run {k + 1}: load {cmd['load']:5.1f}  listening {cmd['listening_s']:5.2f} s  page with "
+                  f"every count {cmd['html_s']:5.2f} s  first 50 rows of {cmd['stage']} **{cmd['first_page_s']:5.2f} s**"
+                  f"  (server CPU by then {cmd['cpu_s']:.2f} s)")
+    a, b = got["base"], got["this"]
+    assert all(x["ids"] == a[0]["ids"] and x["groups"] == a[0]["groups"] and x["total"] == a[0]["total"]
+               for x in a + b), "the two trees show different first pages"
+    med = {n: {k: statistics.median(x[k] for x in v) for k in ("first_page_s", "cpu_s", "listening_s", "load")}
+           for n, v in got.items()}
+    print(f"median of {repeat}: base {med['base']['first_page_s']:.2f} s wall / {med['base']['cpu_s']:.2f} s CPU, "
+          f"this tree {med['this']['first_page_s']:.2f} s wall / {med['this']['cpu_s']:.2f} s CPU: "
+          f"{med['base']['first_page_s'] / med['this']['first_page_s']:.2f}x wall, "
+          f"{med['base']['cpu_s'] / med['this']['cpu_s']:.2f}x CPU; load {min(x['load'] for x in a + b):.1f}–"
+          f"{max(x['load'] for x in a + b):.1f}; same first page in both trees")
+    print(f"under 1 s from the command: {'yes' if med['this']['first_page_s'] < 1 else 'NO'} "
+          f"(wall median {med['this']['first_page_s']:.2f} s)")
 
 
 def child(run: Path) -> None:
@@ -197,7 +249,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=300_000)
     ap.add_argument("--keep", type=Path, help="Build the run here and keep it (default: a temporary directory).")
-    ap.add_argument("--repeat", type=int, default=3, help="How many times the command is timed (fresh processes).")
+    ap.add_argument("--repeat", type=int, default=5, help="How many times the command is timed per tree (fresh "
+                    "processes, the trees alternated).")
+    ap.add_argument("--base", default="main", help="Git ref of the tree compared against (`git archive`).")
+    ap.add_argument("--base-tree", help="A tree already unpacked (instead of --base).")
+    ap.add_argument("--only-command", action="store_true", help="Only the side-by-side command timing.")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -211,11 +267,14 @@ def main() -> None:
             build(run, args.rows)
         print(f"run of {args.rows} rows in {len(list((run / 'stages' / 'fc.samples').glob('*.parquet')))} shards "
               f"(built in {time.perf_counter() - t:.0f} s)")
-        for k in range(args.repeat):
-            cmd = command(run)
-            print(f"from the command (`python -m fabrika browse RUN`, run {k + 1}): listening at "
-                  f"{cmd['listening_s']:.2f} s, page with every count at {cmd['html_s']:.2f} s, first 50 rows of "
-                  f"{cmd['stage']} at **{cmd['first_page_s']:.2f} s**")
+        base = Path(args.base_tree) if args.base_tree else base_tree(args.base)
+        try:
+            side_by_side(run, base, args.repeat)
+        finally:
+            if not args.base_tree:
+                shutil.rmtree(base, ignore_errors=True)
+        if args.only_command:
+            return
         proc = subprocess.run([sys.executable, __file__, "--child", str(run)], capture_output=True, text=True,
                               cwd=ROOT)
         if proc.returncode:

@@ -1,5 +1,5 @@
-"""``python -m fabrika`` runs the CLI."""
+"""``python -m fabrika`` runs the CLI (:mod:`fabrika.cli.entry`: ``browse`` starts without the full app)."""
 
-from fabrika.cli.app import main
+from fabrika.cli.entry import main
 
 main()

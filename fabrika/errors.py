@@ -183,6 +183,8 @@ class LLMError(FabrikaError):
         self.retry_after = retry_after
         self.status_code = status_code
         self.attempts = 1
+        #: the server that answered with this error (``public_url`` of its base URL), when one did
+        self.endpoint: str | None = None
 
     @property
     def retryable(self) -> bool:

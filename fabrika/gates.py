@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import polars as pl
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from fabrika.errors import ConfigError
@@ -153,6 +152,8 @@ def parse_set(assignments: Sequence[str], base: Mapping[str, Any] | None = None)
                 f"--set {item!r}: unknown parameter {param!r} of gate {group!r}; allowed: {', '.join(Params.model_fields)}"
                 f"{did_you_mean(param, Params.model_fields)}"
             )
+        import yaml  # here: readers of gates (``fabrika browse``) never parse ``--set``
+
         try:
             value = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:

@@ -1,6 +1,8 @@
 """The ``fabrika`` command line (typer + rich): argument parsing, printing and exit codes only.
 
 ==================  ==============================================================
+``entry.py``        the ``fabrika`` entry point: a plain ``browse RUN`` is served without
+                    the rest of the CLI (start-up time); everything else goes to ``app``
 ``app.py``          the ``fabrika`` app: ``validate``, ``run``, ``status``, ``refilter``;
                     registers the commands below; exit 2 = user error, 3 = unfinished run
 ``export_cmd.py``   ``fabrika export RUN``: a version as an SFT/GRPO dataset

@@ -10,12 +10,12 @@ Never calls an LLM (DESIGN: ``export`` must not).
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
-# eager: ``mix`` is both a name here and a submodule, and the function must win whichever is imported first
-from fabrika.export.mix import MixConfig, MixDimension, MixInfeasibleError, MixReport, mix, reference_dimensions
-
 if TYPE_CHECKING:
+    from fabrika.export.mix import MixConfig, MixDimension, MixInfeasibleError, MixReport, mix, reference_dimensions
     from fabrika.export.records import grpo_record, to_record
     from fabrika.export.settings import ExportSettings, validate_export_section
     from fabrika.export.source import ExportSource, open_files, open_version
@@ -30,7 +30,22 @@ _WHERE = {
     "open_version": "source", "ValidationReport": "validate", "check_record": "validate",
     "validate_pairs": "validate", "validate_records": "validate", "ExportConfig": "writer",
     "ExportResult": "writer", "export": "writer", "read_export": "writer",
+    "MixConfig": "mix", "MixDimension": "mix", "MixInfeasibleError": "mix", "MixReport": "mix", "mix": "mix",
+    "reference_dimensions": "mix",
 }
+
+
+class _Package(types.ModuleType):
+    """``mix`` is both a name here and a submodule: the function wins whichever is imported first (importing
+    the submodule sets the package's attribute to the module; this sets the function instead)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "mix" and isinstance(value, types.ModuleType):
+            value = value.mix
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

@@ -182,18 +182,30 @@ class RunExplorer:
             self._kept[key] = ids
         return self._kept[key]
 
-    def _dropped(self, stage: str, ids: pl.Series | None = None) -> pl.DataFrame:
-        """``id, gate`` of the stage's gate-dropped rows under this version's thresholds."""
+    def _dropped(self, stage: str, ids: pl.Series | None = None, shards_of_ids: Iterable[int] = ()) -> pl.DataFrame:
+        """``id, gate`` of the stage's gate-dropped rows under this version's thresholds (with ``ids``: of those
+        rows only, which lie in the stage's shards numbered ``shards_of_ids``)."""
         path = version_dir(self.run_dir, str(self.version)) / "dropped" / f"{stage}.parquet" if self.version else None
         if stage in self.dataset_stages:
             if path is not None and path.is_file():
-                return pl.read_parquet(path).select(pl.col("id").cast(pl.String), pl.col(gates.DROPPED_BY).alias("gate"))
+                got = pl.scan_parquet(path).select(pl.col("id").cast(pl.String), pl.col(gates.DROPPED_BY).alias("gate"))
+                if ids is not None:
+                    got = got.filter(pl.col("id").is_in(ids.implode()))
+                return shards.collect_checked([path], got.collect)
             return pl.DataFrame(schema={"id": pl.String, "gate": pl.String})
-        lf = self.store.scan(stage, self.store.annotators_of(stage, self.manifest))
-        assert lf is not None
-        if ids is not None:  # only these rows (a first page before the index is built)
-            lf = lf.filter(pl.col("id").cast(pl.String).is_in(ids.implode()))
+        annotators = self.store.annotators_of(stage, self.manifest)
+        whole = self.store.scan(stage, annotators)  # the whole table's columns (footers only, nothing read yet)
+        assert whole is not None
+        lf = whole
         names = lf.collect_schema().names()
+        if ids is not None:  # only these rows (a first page before the index is built)
+            part = self._scan_part(stage, annotators, ids, sorted(set(shards_of_ids)))
+            if part is not None:
+                have = part.collect_schema()
+                full = lf.collect_schema()
+                # a column absent from the shards read is null there, as in the whole table's scan
+                lf = part.with_columns([pl.lit(None, dtype=full[c]).alias(c) for c in names if c not in have])
+            lf = lf.filter(pl.col("id").cast(pl.String).is_in(ids.implode()))
         self.load_gates(names)
         thresholds = self._known_thresholds()
         params = gates.validate_thresholds(thresholds)
@@ -201,6 +213,36 @@ class RunExplorer:
         marked, _ = gates.mark_dropped(lf.select([c for c in names if c in wanted]), thresholds, scoped=False)
         return (marked.filter(pl.col(gates.DROPPED_BY).is_not_null())
                 .select(pl.col("id").cast(pl.String), pl.col(gates.DROPPED_BY).alias("gate")).collect())
+
+    def _scan_part(self, stage: str, annotators: list[str], ids: pl.Series, numbers: list[int]) -> pl.LazyFrame | None:
+        """The stage's shards ``numbers`` joined with its scorers' first shards, when those hold every row of
+        ``ids`` the scorer scored (scorers write in their input's order); ``None`` when a scorer's first shards
+        miss one of the ids the stage accepted (then the whole table is scanned)."""
+        own = self._shards(stage)
+        if not numbers or max(numbers) >= len(own):
+            return None
+        files: dict[str, list[Path]] = {stage: [own[i] for i in numbers]}
+        wanted = None
+        for scorer in annotators:
+            every = self._shards(scorer)
+            if len(every) <= PROBE_SHARDS:
+                continue
+            if wanted is None:  # the ids a scorer must have scored: the rows the stage itself accepted
+                got = shards.scan_files(files[stage])
+                assert got is not None
+                accepted = (pl.col("status").fill_null("ok") == "ok" if "status" in got.collect_schema().names()
+                            else pl.lit(True))
+                wanted = set(shards.collect_checked(files[stage], got.filter(
+                    pl.col("id").cast(pl.String).is_in(ids.implode()) & accepted)
+                    .select(pl.col("id").cast(pl.String)).collect)["id"].to_list())
+            probe = shards.scan_files(every[:PROBE_SHARDS])
+            assert probe is not None
+            found = shards.collect_checked(every[:PROBE_SHARDS], probe.select(pl.col("id").cast(pl.String))
+                                           .filter(pl.col("id").is_in(list(wanted))).collect)
+            if set(found["id"].to_list()) != wanted:
+                return None
+            files[scorer] = every[:PROBE_SHARDS]
+        return self.store.scan(stage, annotators, files)
 
     def _scoped(self, stage: str) -> pl.DataFrame:
         """``id, scoped``: kept rows an export kind leaves out (``sft: general.sft_top_k``), from ``versions/<v>/scoped``."""
@@ -246,7 +288,7 @@ class RunExplorer:
         frame = frame.with_columns(pl.when(key.is_null() | (key == "")).then(pl.col("_s")).otherwise(key)
                                    .fill_null("unknown").alias("_r")).drop("_reason")
         dataset = stage in self.dataset_stages
-        dropped = self._dropped(stage, None if whole else frame["id"])
+        dropped = self._dropped(stage, None if whole else frame["id"], () if whole else frame["_shard"].unique().to_list())
         frame = frame.join(dropped, on="id", how="left", maintain_order="left")
         own_ok = pl.col("_s") == "ok"
         passed_over = pl.col("_r").str.strip_chars().is_in(sorted(PASSED_OVER_REASONS))  # as is_rejection decides

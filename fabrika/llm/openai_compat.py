@@ -38,6 +38,7 @@ import orjson
 
 from fabrika.errors import LLMError
 from fabrika.llm.rawhttp import RawHttpClient, Target, request_head
+from fabrika.llm.redact import public_url
 from fabrika.llm.retry import map_exception, map_http_error
 from fabrika.llm.routing import CapacityPolicy, CircuitBreaker, Endpoint, EndpointPool, RoutingPolicy, sequences_of
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
@@ -104,7 +105,7 @@ FINISH_SYNONYMS = {"eos_token": "stop", "eos": "stop", "stop_sequence": "stop", 
                    "tool_use": "tool_calls"}
 
 
-def parse_completion(data: Any, backend: str) -> ChatResponse:
+def parse_completion(data: Any, backend: str, endpoint: str | None = None) -> ChatResponse:
     """A :class:`ChatResponse` from a chat-completion JSON object.
 
     The server's answer is untrusted: anything that is not the expected shape
@@ -115,7 +116,7 @@ def parse_completion(data: Any, backend: str) -> ChatResponse:
     is never cached (:func:`is_lost_answer`).
     """
     try:
-        return _parse_completion(data, backend)
+        return _parse_completion(data, backend, endpoint)
     except LLMError:
         raise
     except (AttributeError, TypeError, ValueError, KeyError) as exc:
@@ -136,7 +137,7 @@ def is_lost_answer(choice: Choice) -> bool:
             and not (choice.reasoning or "").strip())
 
 
-def _parse_completion(data: Any, backend: str) -> ChatResponse:
+def _parse_completion(data: Any, backend: str, endpoint: str | None = None) -> ChatResponse:
     if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
         raise LLMError("server", f"malformed completion (no choices): {str(data)[:200]}")
     choices = []
@@ -164,6 +165,7 @@ def _parse_completion(data: Any, backend: str) -> ChatResponse:
         usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
         model=str(data.get("model") or ""),
         backend=backend,
+        endpoint=endpoint,
     )
 
 
@@ -214,6 +216,8 @@ class OpenAICompatBackend:
         self._raw: RawHttpClient | None = None
         self._targets: dict[str, Target] = {}  # endpoint URL → parsed once (raw transport)
         self._urls: dict[str, Any] = {}  # endpoint URL → its yarl.URL, parsed once instead of per request
+        #: endpoint URL → what the request log records of it (no credentials, no query)
+        self._public: dict[str, str] = {ep.base_url: public_url(ep.base_url) for ep in endpoints}
 
     def endpoint_load(self) -> list[int]:
         """Sequences in flight per endpoint (an n=K request counts K; for progress displays and tests)."""
@@ -239,6 +243,7 @@ class OpenAICompatBackend:
                 resp = await self._send_aiohttp(ep, request)
         except LLMError as exc:
             pool.release(ep, exc, probe, sequences_of(request), stalled=ep.served == served)
+            exc.endpoint = self._public[ep.base_url]
             key = ep.api_key
             if len(key) >= 8 and key in exc.message:  # a server that echoes the key back: never keep it
                 exc.message = exc.message.replace(key, "***")
@@ -291,7 +296,7 @@ class OpenAICompatBackend:
             data = _loads(raw)
         except ValueError as exc:
             raise LLMError("server", f"response is not JSON: {raw[:200]!r}") from exc
-        return parse_completion(data, self.name)
+        return parse_completion(data, self.name, self._public[ep.base_url])
 
     # -- raw (fabrika.llm.rawhttp) ------------------------------------------
     async def _send_raw(self, ep: Endpoint, request: ChatRequest) -> ChatResponse:
@@ -318,7 +323,7 @@ class OpenAICompatBackend:
             data = _loads(raw)
         except ValueError as exc:
             raise LLMError("server", f"response is not JSON: {raw[:200]!r}") from exc
-        return parse_completion(data, self.name)
+        return parse_completion(data, self.name, self._public[ep.base_url])
 
     # -- openai SDK ----------------------------------------------------------
     def _sdk_client(self, ep: Endpoint) -> Any:
@@ -346,7 +351,7 @@ class OpenAICompatBackend:
             raise
         except Exception as exc:
             raise map_exception(exc) from exc
-        return parse_completion(data, self.name)
+        return parse_completion(data, self.name, self._public[ep.base_url])
 
     async def aclose(self) -> None:
         if self._raw is not None:

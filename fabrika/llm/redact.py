@@ -32,3 +32,20 @@ def redact(value: Any) -> Any:
         return _URL_PASSWORD.sub(lambda m: f"{m.group('scheme')}{m.group('user')}:{REDACTED}@", value)
     return value
 
+
+
+def public_url(url: str) -> str:
+    """``url`` as it may be written down (the request log's ``endpoint``): no user or password, no query string
+    (``?api-key=…``) and no fragment; ``scheme://host:port/path`` with the trailing ``/`` removed."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return REDACTED
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    netloc = host + (f":{port}" if port is not None else "")
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))

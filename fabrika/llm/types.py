@@ -72,7 +72,9 @@ class ChatResponse:
     """The answer to one request, or the error that ended it (``error`` set, ``choices`` empty).
 
     ``backend`` is the backend that produced it (``"sim"`` data says so
-    everywhere downstream); ``cached`` tells whether it came from the cache.
+    everywhere downstream); ``cached`` tells whether it came from the cache. ``endpoint``: the
+    server that answered (its base URL without credentials or query, :func:`fabrika.llm.redact.public_url`),
+    for the run's request log; never cached, never part of a key.
     """
 
     choices: tuple[Choice, ...] = ()
@@ -82,6 +84,7 @@ class ChatResponse:
     cached: bool = False
     attempts: int = 1
     error: LLMError | None = None
+    endpoint: str | None = None
 
     @property
     def ok(self) -> bool:

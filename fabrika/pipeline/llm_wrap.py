@@ -50,6 +50,8 @@ class ItemState:
     bodies: Any = None
     #: request key -> errors of its failed attempts, noted by the engine's retry hook
     attempt_errors: dict[str, list[str]] | None = None
+    #: request key -> the endpoint of each of those failed attempts (``None`` where no server answered)
+    attempt_endpoints: dict[str, list[str | None]] | None = None
 
 
 #: The current item's state; ``None`` outside an item (setup, global stages).

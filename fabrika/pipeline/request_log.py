@@ -2,11 +2,17 @@
 
 While an item runs, :class:`~fabrika.pipeline.llm_wrap.StageLLM` hands every finished request to
 :func:`log_requests`: an entry (request key — the LLM cache key —, role tag, model, backend, cached or
-fresh, attempts, the errors of its failed attempts, tokens, finish reasons) goes into the item's
+fresh, attempts, the errors of its failed attempts, the endpoint that answered and that of each attempt,
+tokens, finish reasons) goes into the item's
 :class:`~fabrika.pipeline.llm_wrap.ItemState`, and the request's body into the run's
 :class:`~fabrika.store.requests.RequestBodies` (answers stay in the LLM cache under the same key; a
 run without a cache keeps them there too). Errors of attempts the engine retried come from its
 ``on_retry`` hook (:func:`note_attempt_error`).
+
+``endpoint`` is the server of the request's last attempt — the one that answered, or whose error ended it —
+as :func:`fabrika.llm.redact.public_url` writes it (no credentials, no query string); ``endpoints`` lists
+every attempt's, the failed ones first, when there was more than one. A cached answer and the ``sim``
+backend have none.
 
 When the item is done, :func:`attach` puts the entries, sorted by key, on the item's first row under
 :data:`~fabrika.store.shards.REQUESTS_KEY`; the journal and the shard writer take them from there into
@@ -58,8 +64,13 @@ def note_attempt_error(engine: Any, item: Any, request: "ChatRequest", error: "L
         errors = item.attempt_errors = {}
     samples = [request] if request.n <= 1 else [
         dataclasses.replace(request, n=1, sample_index=request.sample_index + j) for j in range(request.n)]
+    where = item.attempt_endpoints
+    if where is None:
+        where = item.attempt_endpoints = {}
     for sample in samples:
-        errors.setdefault(_key(engine, sample)[1], []).append(_error_text(error))
+        key = _key(engine, sample)[1]
+        errors.setdefault(key, []).append(_error_text(error))
+        where.setdefault(key, []).append(error.endpoint)
 
 
 def log_requests(engine: Any, item: Any, call: int, requests: Sequence["ChatRequest"],
@@ -74,8 +85,11 @@ def log_requests(engine: Any, item: Any, call: int, requests: Sequence["ChatRequ
     for i, (request, response) in enumerate(zip(requests, responses)):
         prepared, key = (sent[0][i], sent[1][i]) if usable and sent is not None else _key(engine, request)
         failed = list((item.attempt_errors or {}).pop(key, ()))
+        places = list((item.attempt_endpoints or {}).pop(key, ()))
+        endpoint = response.endpoint
         if response.error is not None:
             failed.append(_error_text(response.error))
+            endpoint = response.error.endpoint
         entry: dict[str, Any] = {
             "key": key, "call": call, "i": i, "tag": request.tag, "model": response.model or prepared.model or "",
             "backend": response.backend, "cached": bool(response.cached), "attempts": int(response.attempts),
@@ -88,6 +102,10 @@ def log_requests(engine: Any, item: Any, call: int, requests: Sequence["ChatRequ
             entry["error"] = _error_text(response.error)
         if failed:
             entry["errors"] = failed
+        if endpoint is not None and not response.cached:
+            entry["endpoint"] = endpoint
+        if places and any(places) and not response.cached:
+            entry["endpoints"] = [*places, endpoint]
         item.requests.append(entry)
         if bodies is not None:
             bodies.put(key, prepared, response if keep_answer else None)

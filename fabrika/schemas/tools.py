@@ -5,11 +5,13 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import jsonschema
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+if TYPE_CHECKING:
+    import jsonschema
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -76,6 +78,8 @@ _VALIDATORS: dict[bytes, jsonschema.Draft202012Validator] = {}
 def _arguments_validator(parameters: dict[str, Any]) -> jsonschema.Draft202012Validator:
     """One compiled validator per distinct parameters schema, keyed on its JSON in insertion order (the
     order the validator walks keywords in, and so the order of equal-path errors)."""
+    import jsonschema  # here: a reader of tool rows (``fabrika browse``) never validates arguments
+
     key = _schema_key(parameters, sort=False)
     if key is None:
         return jsonschema.Draft202012Validator(parameters)
@@ -88,6 +92,8 @@ def _arguments_validator(parameters: dict[str, Any]) -> jsonschema.Draft202012Va
 
 
 def _check_parameters_schema(parameters: dict[str, Any]) -> list[str]:
+    import jsonschema
+
     problems: list[str] = []
     try:
         jsonschema.Draft202012Validator.check_schema(parameters)

@@ -23,11 +23,9 @@ import os
 import platform
 import socket
 import time
-from importlib import metadata
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from fabrika.gates import GATE_GROUPS, validate_thresholds
-from fabrika.llm.redact import redact
 
 if TYPE_CHECKING:
     from fabrika.store.run import RunStore
@@ -39,6 +37,8 @@ def now() -> str:
 
 
 def package_versions() -> dict[str, str | None]:
+    from importlib import metadata  # here: a reader of manifests (``fabrika browse``) does not pay for it
+
     out: dict[str, str | None] = {"python": platform.python_version()}
     for name in PACKAGES:
         try:
@@ -72,6 +72,8 @@ def base_manifest(name: str, config: Mapping[str, Any], config_file: str | None,
     ``config`` is the pipeline document as JSON (redacted here), ``layout`` per stage name its
     ``kind``/``inputs``/``annotates``/``global`` and ``order`` the stages this invocation runs.
     """
+    from fabrika.llm.redact import redact  # here: ``fabrika.llm`` loads the engine, which readers do not need
+
     return {
         "name": name,
         "config": redact(dict(config)),

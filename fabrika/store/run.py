@@ -21,7 +21,7 @@ import shutil
 import sys
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import polars as pl
 
@@ -109,12 +109,13 @@ class RunStore:
         """The stage's own rows, lazily; ``None`` when nothing is written yet."""
         return shards.scan_files(self.shards(stage))
 
-    def _annotations(self, stage_names: Sequence[str], annotators: Sequence[str]) -> list[pl.LazyFrame]:
+    def _annotations(self, stage_names: Sequence[str], annotators: Sequence[str],
+                     files: Mapping[str, Sequence[Path]] | None = None) -> list[pl.LazyFrame]:
         """Each present annotating stage's table, ready to left-join on ``id`` (see module docs for naming)."""
         taken = set(stage_names)
         out = []
         for scorer in annotators:
-            ann = self.scan_raw(scorer)
+            ann = shards.scan_files(files[scorer]) if files and scorer in files else self.scan_raw(scorer)
             if ann is None:
                 continue
             names = ann.collect_schema().names()
@@ -131,16 +132,18 @@ class RunStore:
             out.append(ann.select(keep).rename(renames))
         return out
 
-    def scan(self, stage: str, annotators: Sequence[str] = ()) -> pl.LazyFrame | None:
+    def scan(self, stage: str, annotators: Sequence[str] = (),
+             files: Mapping[str, Sequence[Path]] | None = None) -> pl.LazyFrame | None:
         """The stage's rows with every annotating stage in ``annotators`` left-joined on ``id``.
 
         One lazy query over the whole table: fine for aggregates and narrow columns;
-        to go through the rows use :meth:`iter_frames` (bounded memory).
+        to go through the rows use :meth:`iter_frames` (bounded memory). ``files``: per stage (or
+        annotator), only these of its shards (a reader that knows where its rows are).
         """
-        lf = self.scan_raw(stage)
+        lf = shards.scan_files(files[stage]) if files and stage in files else self.scan_raw(stage)
         if lf is None:
             return None
-        for ann in self._annotations(lf.collect_schema().names(), annotators):
+        for ann in self._annotations(lf.collect_schema().names(), annotators, files):
             lf = lf.join(ann, on="id", how="left", maintain_order="left")
         return lf
 

@@ -168,3 +168,45 @@ def test_the_log_holds_no_times_and_is_sorted_by_key(tmp_path: Path, workers: in
             entries = json.loads(text)
             assert [e["key"] for e in entries] == sorted(e["key"] for e in entries)
             assert not any(k in e for e in entries for k in ("time", "started_at", "latency_s", "at"))
+
+
+def test_each_request_records_the_endpoint_that_answered_and_each_attempt_s(tmp_path: Path) -> None:
+    """Two endpoints; each answers item 8's first request to it with a 500. Every fresh entry names the endpoint
+    that answered (its base URL as written down: no trailing slash); item 8's names every attempt's, in order,
+    and each endpoint named for a failed attempt is one that saw item 8 fail."""
+    from fabrika.testing import FakeOpenAIServer
+
+    with FakeOpenAIServer() as a, FakeOpenAIServer() as b:
+        for srv in (a, b):
+            srv.script(match="число 8:", responses=[{"fault": "server"}])
+        run = tmp_path / "r"
+        doc = ws.pipeline_doc(run, 1, n=10)
+        doc["llm"] = {"backend": "openai", "model": "fake", "max_retries": 2, "probe": False,
+                      "backoff_initial_s": 0.01, "backoff_max_s": 0.02, "backoff_jitter_s": 0.0,
+                      "endpoints": [{"base_url": a.base_url + "/"}, {"base_url": b.base_url}]}
+        result = run_pipeline(_config(tmp_path, doc), resume=True, progress=False)
+        assert result.manifest["status"] == "done"
+        seen_8 = {a.base_url: [r for r in a.requests if "число 8:" in json.dumps(r, ensure_ascii=False)],
+                  b.base_url: [r for r in b.requests if "число 8:" in json.dumps(r, ensure_ascii=False)]}
+    entries = [e for got in _logs(run).values() for e in got]
+    assert len(entries) == 10 and {e["endpoint"] for e in entries} <= {a.base_url, b.base_url}
+    assert not a.base_url.endswith("/")
+    (retried,) = [e for e in entries if e["attempts"] > 1]
+    assert len(retried["endpoints"]) == retried["attempts"] == len(retried["errors"]) + 1
+    assert retried["endpoints"][-1] == retried["endpoint"]
+    for url in (a.base_url, b.base_url):  # a failed attempt per 500 that endpoint sent, a success at most once
+        assert retried["endpoints"][:-1].count(url) == min(1, len(seen_8[url]))
+    assert sum(len(v) for v in seen_8.values()) == retried["attempts"]
+    assert all("endpoints" not in e for e in entries if e["attempts"] == 1)
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("http://gpu-1:8000/v1/", "http://gpu-1:8000/v1"),
+    ("https://user:hunter2@api.example.com/v1?api-key=sk-123#x", "https://api.example.com/v1"),
+    ("http://[::1]:9000/v1", "http://[::1]:9000/v1"),
+    ("http://host:notaport/v1", "***"),
+])
+def test_an_endpoint_is_written_down_without_credentials_or_query(url: str, shown: str) -> None:
+    from fabrika.llm.redact import public_url
+
+    assert public_url(url) == shown

@@ -215,3 +215,43 @@ def test_every_kind_of_row_shows_the_llm_requests_behind_it(page_url: str, explo
         finally:
             browser.close()
     assert not errors, errors
+
+
+def test_each_request_shows_the_endpoint_that_answered_and_where_an_attempt_failed(tmp_path: Path):
+    """A run against a loopback server that answers one request with a 500 first: in the offline page every
+    request names that server, and the retried one says its first attempt failed there."""
+    sync_playwright = _playwright()
+    from fabrika.pipeline.config import validate_data
+    from fabrika.pipeline.runner import run_pipeline
+    from fabrika.testing import FakeOpenAIServer
+    from tests.pipeline import llm_worker_stages as ws
+
+    with FakeOpenAIServer() as srv:
+        srv.script(match="число 3:", responses=[{"fault": "server"}])
+        doc = ws.pipeline_doc(tmp_path / "run", 1, n=4)
+        doc["llm"] = {"backend": "openai", "model": "fake", "max_retries": 1, "probe": False,
+                      "backoff_initial_s": 0.01, "backoff_max_s": 0.02, "backoff_jitter_s": 0.0,
+                      "endpoints": [{"base_url": srv.base_url}]}
+        cfg, issues = validate_data(doc, "w.yaml", tmp_path)
+        assert cfg is not None, issues
+        assert run_pipeline(cfg, progress=False).manifest["status"] == "done"
+    page_path = build_report(tmp_path / "run", tmp_path / "report")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.goto(page_path.as_uri())
+            _wait(page, "")
+            _set(page, lambda: page.select_option("#f-stage", "test.wask"))
+            for summary in page.locator("#samples .card details.llm-requests > summary").all():
+                summary.click()
+            shown = page.evaluate("""() => ({
+                endpoints: Array.from(document.querySelectorAll('.llm-requests tr.req')).map(r => r.dataset.endpoint),
+                cells: Array.from(document.querySelectorAll('.llm-requests tr.req')).map(r => r.children[5].innerText),
+                failed: Array.from(document.querySelectorAll('.llm-requests .attempt-error')).map(d => d.innerText),
+                answered: Array.from(document.querySelectorAll('.llm-requests .attempt-ok')).map(d => d.innerText)})""")
+        finally:
+            browser.close()
+    assert len(shown["endpoints"]) == 4 and set(shown["endpoints"]) == set(shown["cells"]) == {srv.base_url}
+    assert len(shown["failed"]) == 1 and shown["failed"][0].startswith(f"attempt 1 failed at {srv.base_url}: server:")
+    assert shown["answered"] == [f"attempt 2 answered by {srv.base_url}"]

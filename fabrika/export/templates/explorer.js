@@ -181,16 +181,23 @@
     tr.dataset.key = e.key;
     tr.dataset.cached = e.cached ? "cached" : "fresh";
     tr.dataset.attempts = e.attempts;
+    tr.dataset.endpoint = e.endpoint || "";
     [String(n), e.tag, (e.model || "?") + " · " + (e.backend || "?"), e.cached ? "cache hit" : "fresh",
-     String(e.attempts), e.prompt_tokens + " / " + e.completion_tokens].forEach(function (v) { tr.appendChild(el("td", null, v)); });
+     String(e.attempts), e.endpoint || (e.cached ? "(cache)" : "—"),
+     e.prompt_tokens + " / " + e.completion_tokens].forEach(function (v) { tr.appendChild(el("td", null, v)); });
     t.appendChild(tr);
     var more = el("tr", "req-detail");
     var td = el("td");
-    td.colSpan = 6;
+    td.colSpan = 7;
+    var places = e.endpoints || [];
     (e.errors || []).forEach(function (err, j) {
       var last = e.error && j === e.errors.length - 1;
-      td.appendChild(el("div", "attempt-error", (last ? "final error: " : "attempt " + (j + 1) + " failed: ") + err));
+      var at = places[j] ? " at " + places[j] : "";
+      td.appendChild(el("div", "attempt-error", (last ? "final error" + at + ": " : "attempt " + (j + 1) + " failed" + at + ": ") + err));
     });
+    if (places.length && !e.error && places[places.length - 1]) {
+      td.appendChild(el("div", "attempt-ok", "attempt " + places.length + " answered by " + places[places.length - 1]));
+    }
     if (e.sent) td.appendChild(el("div", "sent", "sent · " + e.sent));
     if (e.answer) td.appendChild(el("div", "answer", "answer · " + e.answer));
     if (e.recorded || data.mode === "server") {
@@ -216,7 +223,7 @@
         " · item " + step.item + " · " + step.requests.length + " request(s)"));
       var t = el("table", "reqs");
       var h = el("tr");
-      ["#", "role", "model · backend", "cache", "attempts", "tokens (prompt / completion)"].forEach(function (x) { h.appendChild(el("th", null, x)); });
+      ["#", "role", "model · backend", "cache", "attempts", "endpoint", "tokens (prompt / completion)"].forEach(function (x) { h.appendChild(el("th", null, x)); });
       t.appendChild(h);
       step.requests.forEach(function (e, j) { requestRow(t, e, j + 1); });
       s.appendChild(t);
