@@ -41,6 +41,7 @@ import asyncio
 import os
 import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType, TracebackType
 from typing import Any, Awaitable, Callable, TypeVar
@@ -178,6 +179,9 @@ class StopOnSignals:
         self._ended = threading.Event()
         self._nudge = False  # the next signal the handler sees is the watchdog's: raise RunStopped
         self._lock = threading.Lock()  # the watchdog never signals the main thread once the scope ended
+        self._raised = False  # a nudge raised RunStopped in the main thread
+        self._sent = 0  # nudges the watchdog sent, and signals the handler saw while nudging
+        self._seen = 0
         self._watchdog: threading.Thread | None = None
 
     # -- scope ------------------------------------------------------------------------
@@ -213,10 +217,15 @@ class StopOnSignals:
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         if self._ended.is_set():
             return  # the run is past its stop (or finished); the previous handlers come back now
-        if self._nudge:  # the watchdog's: the loop did not take the stop
-            if _protected(frame):
-                return  # retried by the watchdog once the main thread left the store write
+        if self._sent:  # the watchdog nudged (the loop did not take the stop): up to its count, signals are its own
+            self._seen += 1  # (signals coalesce: a user's signal may count as a nudge; the next one will not)
+            if self._seen > self._sent:  # more signals than the watchdog sent: one is the user's second
+                self.stop_at_once(f"{signal_name(signum)} again")
+                return
+            if not self._nudge or _protected(frame):
+                return  # a late nudge after the one that landed / retried once out of the store write
             self._nudge = False
+            self._raised = True
             assert self.signum is not None
             raise RunStopped(self.signum)
         if self.signum is None:
@@ -239,7 +248,8 @@ class StopOnSignals:
     def _take(self) -> None:
         """On the loop: the stop reached it; cancel the run (stages save what they finished)."""
         self._taken.set()
-        if not self._ended.is_set():
+        self._nudge = False  # the loop has it: no need to interrupt anything
+        if not self._ended.is_set() and not self._raised:  # (a landed nudge is unwinding the run already)
             self.task.cancel()
 
     def stop_at_once(self, why: str) -> None:
@@ -253,18 +263,20 @@ class StopOnSignals:
         self._asked.wait()
         if self._ended.is_set():
             return
+        asked = time.monotonic()
         main = threading.main_thread().ident
         if not self._taken.wait(self.grace_s):  # the loop thread is busy: interrupt it where it is
             assert self.signum is not None and main is not None
             self._nudge = True
-            while self._nudge:
+            while self._nudge and not self._taken.is_set():
                 with self._lock:
                     if self._ended.is_set():
                         return
+                    self._sent += 1
                     signal.pthread_kill(main, self.signum)  # a real signal: a blocking call returns EINTR
                 if self._ended.wait(NUDGE_RETRY_S):
                     return
-        if not self._ended.wait(max(0.0, self.limit_s - self.grace_s)):
+        if not self._ended.wait(max(0.0, asked + self.limit_s - time.monotonic())):
             self.stop_at_once(f"the stop took longer than {self.limit_s:g} s")
 
 

@@ -5,7 +5,8 @@
 loop on the event-loop thread (``mode: loop``, the way fc.plans' index build once ignored SIGTERM)
 or in a thread-pool executor (``mode: thread``). The loop is capped at ``cap_s`` so that a broken
 stop fails a test by its timeout rather than hanging it. A resumed run finds the marker and does
-the item at once: its rows never depend on the mode or on being stopped.
+the item at once: its rows never depend on the mode or on being stopped. ``test.busy_global`` does
+the same in the middle of a global stage's ``run_all``, after its first shard.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 import os
 import time
 from pathlib import Path
-from typing import Literal
+from typing import AsyncIterator, Iterator, Literal
 
 from pydantic import Field
 
@@ -66,3 +67,29 @@ class BusyStage(Stage[BusyConfig]):
         else:
             await asyncio.sleep(0)
         return [ok(stable_id(row["id"], "busy"), i=i, answer=answer)]
+
+
+class BusyGlobalConfig(StageConfig):
+    marker: str = Field(description="File written when the busy step has started (it is then done at once).")
+    cap_s: float = Field(default=300.0, gt=0, description="The busy step gives up after this long.")
+
+
+@register_stage
+class BusyGlobalStage(Stage[BusyGlobalConfig]):
+    """A global stage: its first half is one shard, then — the first time only — it computes until
+    stopped on the loop thread before the second half (a half-made table that must never count)."""
+
+    kind = "test.busy_global"
+    Config = BusyGlobalConfig
+    global_stage = True
+    calls_llm = False
+
+    async def run_all(self, rows: Iterator[Row]) -> AsyncIterator[list[Row]]:
+        items = sorted(rows, key=lambda r: r["i"])
+        half = len(items) // 2
+        yield [ok(stable_id(r["id"], "g"), i=r["i"]) for r in items[:half]]
+        marker = Path(self.config.marker)
+        if not marker.exists():
+            marker.write_text(str(os.getpid()))
+            spin(self.config.cap_s)
+        yield [ok(stable_id(r["id"], "g"), i=r["i"]) for r in items[half:]]

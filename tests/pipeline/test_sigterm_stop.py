@@ -10,6 +10,7 @@ command then completes with the dataset of an uninterrupted run.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -213,6 +214,40 @@ def test_sigterm_with_two_llm_workers_leaves_no_worker_process(tmp_path: Path, t
     resume_and_compare(cfg, tmp_path / "workers", clean_digest(tmp_path_factory), saved, llm_workers=1)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_sigterm_in_a_global_stage_never_counts_its_half_made_table(tmp_path: Path) -> None:
+    """A global stage stopped after its first shard: not complete, no version; the next run redoes it."""
+    def doc(name: str) -> Path:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({
+            "name": name, "run_dir": str(tmp_path / name), "plugins": ["tests.pipeline.llm_worker_stages",
+                                                                      "tests.pipeline.stop_stages"],
+            "llm": {"backend": "sim"},
+            "stages": [{"kind": "test.numbers", "n": N},
+                       {"kind": "test.busy_global", "input": "test.numbers", "marker": str(tmp_path / "g.busy")}],
+            "dataset": {"stages": ["test.busy_global"]}}), encoding="utf-8")
+        return path
+
+    cfg = doc("global")
+    proc = start(cfg)
+    wait_busy(proc, tmp_path / "g.busy")
+    proc.send_signal(signal.SIGTERM)
+    code, err = finish(proc)
+    assert code == 143 and "stopped by SIGTERM" in err, err
+    run_dir = tmp_path / "global"
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["status"] == "interrupted" and not manifest["stages"]["test.busy_global"].get("complete")
+    half = RunStore(run_dir).scan_raw("test.busy_global")
+    assert half is not None and half.collect().height == N // 2  # half a table is on disk, and counts for nothing
+    assert not (run_dir / "versions").exists() or not any((run_dir / "versions").iterdir())
+    result = run_pipeline(load_config(cfg), progress=False)  # the marker exists now: no stop in this one
+    again = RunStore(run_dir).scan_raw("test.busy_global")
+    assert result.complete and again is not None and sorted(again.collect()["i"].to_list()) == list(range(N))
+    clean = run_pipeline(load_config(doc("global_clean")), progress=False)
+    assert dataset_digest(run_dir) == dataset_digest(clean.run_dir)
+
+
 def test_the_nudge_waits_while_the_main_thread_is_inside_a_store_write() -> None:
     """An exception between a shard's rename and the runner noting it would write items twice."""
     def frame_in(module: str, function: str) -> Any:
@@ -227,3 +262,53 @@ def test_the_nudge_waits_while_the_main_thread_is_inside_a_store_write() -> None
     assert not _protected(frame_in("tests.pipeline.stop_stages", "spin"))
     assert RunStopped(signal.SIGTERM).exit_code == 143 and RunStopped(signal.SIGINT).exit_code == 130
     assert isinstance(RunStopped(signal.SIGTERM), KeyboardInterrupt)  # Ctrl-C handlers handle it
+
+
+# -- the controller in this process (fast; the exit is injected) ----------------------------------------
+
+
+def test_a_busy_loop_thread_is_interrupted_where_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fabrika.pipeline.stopping as stopping
+    from tests.pipeline.stop_stages import spin
+
+    monkeypatch.setattr(stopping, "GRACE_S", 0.2)
+    finished: list[bool] = []
+
+    async def busy() -> None:
+        await asyncio.sleep(0)
+        signal.raise_signal(signal.SIGTERM)  # heard now; the loop never gets control again below
+        spin(120.0)
+        finished.append(True)
+
+    with pytest.raises(RunStopped) as info:
+        asyncio.run(stopping.stoppable(busy()))
+    assert info.value.exit_code == 143 and not finished  # raised inside spin(), not after it
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the scope gave the handler back
+    assert stopping.stop_received() is None
+
+
+def test_a_second_signal_exits_at_once_even_while_the_watchdog_nudges() -> None:
+    from fabrika.pipeline.stopping import StopOnSignals
+
+    codes: list[int] = []
+
+    async def main(grace_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        with StopOnSignals(loop, task, grace_s=grace_s, exit_now=codes.append) as stop:
+            signal.raise_signal(signal.SIGINT)
+            if grace_s:  # the watchdog has not nudged yet: the second signal is the user's
+                signal.raise_signal(signal.SIGINT)
+            else:  # the watchdog nudges in a store write (deferred); a second signal is still the user's
+                scope: dict[str, Any] = {"__name__": "fabrika.store.shards", "stop": stop, "time": time}
+                code = "def write_shard():\n    while not stop._sent:\n        time.sleep(0.01)\n    time.sleep(0.05)\n"
+                exec(code, scope)  # noqa: S102 - a frame in the store
+                scope["write_shard"]()
+                signal.raise_signal(signal.SIGINT)
+        await asyncio.sleep(0)  # the first signal's cancel came after the scope: it cancels nothing
+
+    asyncio.run(main(60.0))
+    assert codes == [130]
+    asyncio.run(main(0.0))
+    assert codes == [130, 130]
