@@ -29,6 +29,7 @@ The driver, per stage:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from dataclasses import dataclass
@@ -169,8 +170,9 @@ class SubprocessLauncher:
                     if stop_received() is not None:  # a signal stops the run: SIGTERM stops a busy worker too
                         worker.proc.terminate()
                     await asyncio.wait_for(asyncio.shield(fut), STOP_WAIT_S)
-                except (TimeoutError, BrokenPipeError, ConnectionResetError):
-                    worker.proc.kill()
+                except (TimeoutError, BrokenPipeError, ConnectionResetError, ProcessLookupError):
+                    with contextlib.suppress(ProcessLookupError):  # (it may have just exited)
+                        worker.proc.kill()
             raise
 
     async def aclose(self) -> None:

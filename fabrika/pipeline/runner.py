@@ -25,7 +25,9 @@ is materialised unless ``allow_partial``. An exception escaping stage code — i
 :class:`fabrika.errors.StageFailure` (one line: stage, item, exception, fix; see
 :mod:`fabrika.pipeline.taxonomy`); nothing is written for that item, and the same
 command after the fix completes the run. One process at a time writes a run
-directory (:func:`fabrika.store.lock.hold_run_dir`). Shard content is sorted by
+directory (:func:`fabrika.store.lock.hold_run_dir`). SIGTERM and SIGINT stop a run in
+any step (:mod:`fabrika.pipeline.stopping`): finished items are saved, the manifest says
+``interrupted`` and :class:`~fabrika.pipeline.stopping.RunStopped` is raised. Shard content is sorted by
 id; the union of shards does not depend on the order in which items completed
 (DESIGN contract 7).
 """
