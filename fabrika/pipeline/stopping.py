@@ -204,8 +204,8 @@ class StopOnSignals:
             self._taken.set()
             if self.signum is not None and self.signum in _received:
                 _received.remove(self.signum)
-            for signum, previous in self._previous.items():
-                signal.signal(signum, previous)
+            for signum, previous in self._previous.items():  # (None: a handler set outside Python)
+                signal.signal(signum, signal.SIG_DFL if previous is None else previous)
             self._previous.clear()
 
     @property
