@@ -13,6 +13,8 @@ that downstream stages never processed (a run is needed; the message names it) �
 fix), 1 for anything unexpected. A storage fault
 (:class:`~fabrika.errors.StorageError`) is one line with its own code: 3 for a full disk, 2 for
 an unwritable directory or a damaged journal/shard (``fabrika fsck RUN_DIR --repair``).
+A run stopped by a signal exits 128 + its number — 143 for SIGTERM, 130 for SIGINT (Ctrl-C) — after one
+line naming the command that resumes it (:mod:`fabrika.pipeline.stopping`); a stop is never 0 or 3.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -38,6 +41,7 @@ from fabrika.errors import (
     StorageError,
     StoreError,
 )
+from fabrika.pipeline.stopping import RunStopped
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="fabrika: synthetic post-training data factory (Russian first).")
@@ -158,8 +162,11 @@ def run(
         fail(str(exc))
     except SandboxError as exc:  # a sandbox that cannot start (bwrap self-test) is loud, never a fallback
         fail(str(exc), code=3 if isinstance(exc, SandboxInfrastructureError) else 2)
+    except RunStopped as exc:  # SIGTERM / SIGINT (fabrika.pipeline.stopping): 143 / 130
+        stopped(f"stopped by {exc.signal_name}: finished items are saved; rerun `{_again(config, set_, until)}` "
+                "to resume", exc.exit_code)
     except (KeyboardInterrupt, asyncio.CancelledError):
-        fail("interrupted: finished items are saved; rerun the same command to resume", code=130)
+        stopped(f"interrupted: finished items are saved; rerun `{_again(config, set_, until)}` to resume", 130)
     from fabrika.cli import views
 
     if sys.stdout.isatty():
@@ -167,12 +174,7 @@ def run(
     else:  # logs: a summary that fits in 100 columns, no box drawing
         print("\n".join(views.summary_lines(result.manifest)), flush=True)
     if result.problems:
-        from fabrika.llm.redact import redact
-
-        sets = [f"{k}={v}" for s in set_ or [] for k, v in redact(dict([s.split("=", 1)])).items()] \
-            if all("=" in s for s in set_ or []) else []
-        again = " ".join(["fabrika run", str(config), *(f"--set {s}" for s in sets),
-                          *(f"--until {u}" for u in until or [])])
+        again = _again(config, set_, until)
         if result.version is not None:
             out.print(f"partial dataset (--allow-partial): {result.version.path}")
         fail(f"run did not finish: {'; '.join(result.problems)}; rerun `{again}` to continue", code=3)
@@ -185,6 +187,29 @@ def run(
         else:
             print("\n".join(views.gates_lines(result.version.funnel, title)), flush=True)
         out.print(f"dataset: {result.version.path}")
+
+
+def _again(config: Path, set_: list[str] | None, until: list[str] | None) -> str:
+    """The ``fabrika run`` that continues this run (secrets in ``--set`` values redacted)."""
+    from fabrika.llm.redact import redact
+
+    sets = [f"{k}={v}" for s in set_ or [] for k, v in redact(dict([s.split("=", 1)])).items()] \
+        if all("=" in s for s in set_ or []) else []
+    return " ".join(["fabrika run", str(config), *(f"--set {s}" for s in sets), *(f"--until {u}" for u in until or [])])
+
+
+#: Set when a command was stopped by a signal: :func:`main` then leaves with ``os._exit`` (see :func:`stopped`).
+_stopped: list[int] = []
+
+
+def stopped(message: str, code: int) -> None:
+    """A command stopped by SIGTERM/SIGINT: one line on stderr, exit ``code`` (128 + the signal: 143, 130).
+
+    Under :func:`main` the process then ends with ``os._exit``: a thread-pool thread still computing
+    (Python cannot stop a thread) must not keep a stopped run alive; everything the run keeps is on
+    disk by now (:mod:`fabrika.pipeline.stopping`)."""
+    _stopped.append(code)
+    fail(message, code=code)
 
 
 def _stale(manifest: dict[str, Any], config: Path | None) -> tuple[dict[str, dict[str, list[str]]], str | None]:
@@ -295,6 +320,9 @@ def refilter(
                                  run_downstream=run_downstream, allow_partial=allow_partial)
     except UpstreamNotProcessed as exc:
         fail(str(exc), code=3)
+    except RunStopped as exc:  # --run-downstream's run stopped by SIGTERM / SIGINT
+        stopped(f"stopped by {exc.signal_name}: finished items are saved; rerun the same command to resume",
+                exc.exit_code)
     except StorageError as exc:
         fail(str(exc), code=exc.exit_code)
     except (ConfigError, StoreError, InputError) as exc:
@@ -311,7 +339,17 @@ for _mod in ("export_cmd", "report_cmd", "train_cmd", "eval_cmd", "estimate_cmd"
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except SystemExit:
+        if _stopped:  # stopped by a signal: do not wait for threads still computing (see `stopped`)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(_stopped[-1])
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -52,10 +52,11 @@ def register(app: typer.Typer) -> None:
                                                "the pilot.")] = True,
     ) -> None:
         """Run a small pilot on the configured backend and extrapolate requests, tokens, cost, time and yield."""
-        from fabrika.cli.app import fail, out
+        from fabrika.cli.app import fail, out, stopped
         from fabrika.errors import ConfigError, InputError, StoreError
         from fabrika.pipeline.config import validate_file
         from fabrika.pipeline.estimate import Pilot, run_estimate
+        from fabrika.pipeline.stopping import RunStopped
         from fabrika.store.shards import atomic_write_json
 
         try:
@@ -73,6 +74,8 @@ def register(app: typer.Typer) -> None:
                                note=lambda line: out.print(line, highlight=False))
         except (ConfigError, InputError, StoreError) as exc:
             fail(str(exc))
+        except RunStopped as exc:  # SIGTERM / SIGINT during the pilot: no estimate is written
+            stopped(f"stopped by {exc.signal_name}: no estimate written; rerun the same command", exc.exit_code)
         doc = est.as_dict()
         out.print(estimate_table(doc))
         tot = doc["total"]

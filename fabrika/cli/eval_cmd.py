@@ -72,14 +72,18 @@ def _run(out_dir: Path, settings: dict[str, Any], llm, items: list[dict[str, Any
          runner: Callable | None = None) -> dict[str, Any]:
     """Run the items (resuming), write report.json when all finished; exit 1 (partial report) otherwise.
     ``runner`` (default :func:`fabrika.eval.runstore.run_items`) has run_items' signature."""
+    from fabrika.cli.app import stopped
     from fabrika.eval.runstore import REPORT, ResultStore, run_items, write_json_atomic
+    from fabrika.pipeline.stopping import RunStopped, stoppable
 
     store = ResultStore(out_dir, settings)
-    try:
-        outcome = asyncio.run((runner or run_items)(store, llm, items, make_requests, finish))
-    except KeyboardInterrupt:
+    try:  # SIGTERM / SIGINT stop it whatever it is doing; finished items are saved (stopping.py)
+        outcome = asyncio.run(stoppable((runner or run_items)(store, llm, items, make_requests, finish)))
+    except KeyboardInterrupt as exc:
         store.close()
-        _fail("interrupted: finished items are saved; rerun the same command to resume", code=130)
+        how = f"stopped by {exc.signal_name}" if isinstance(exc, RunStopped) else "interrupted"
+        stopped(f"{how}: finished items are saved; rerun the same command to resume",
+                exc.exit_code if isinstance(exc, RunStopped) else 130)
     store.close()
     ids = [it["id"] for it in items]
     records = [store.done[i] for i in ids if i in store.done]

@@ -40,6 +40,7 @@ from fabrika.pipeline.outcome import StageStats
 from fabrika.pipeline.partition import Partition, live_counters
 from fabrika.pipeline.progress import RunProgress
 from fabrika.pipeline.stage import STAGES, Stage
+from fabrika.pipeline.stopping import RunStopped, StopOnSignals, guard_default_executor
 from fabrika.pipeline.taxonomy import classify, stage_failure
 from fabrika.store.run import RunStore
 
@@ -189,8 +190,16 @@ async def serve() -> None:
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None
-    loop.add_signal_handler(signal.SIGTERM, main.cancel)  # stop like the runner: finished items are saved
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the driver, which cancels its jobs here
+    guard_default_executor(loop)
+    # SIGTERM stops like the runner, whatever the job is doing: finished items are saved (stopping.py)
+    with StopOnSignals(loop, main, signals=(signal.SIGTERM,),
+                       hard_stop_line="finished items are in this worker's journal; the driver resumes it",
+                       notice=False):
+        await _serve(loop)
+
+
+async def _serve(loop: asyncio.AbstractEventLoop) -> None:
     reader = asyncio.StreamReader(limit=LINE_LIMIT)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     tasks: dict[int, asyncio.Task[None]] = {}
@@ -198,7 +207,7 @@ async def serve() -> None:
     async def one(job_id: int, job: WorkerJob) -> None:
         try:
             outcome = await run_partition(job, lambda counters: _send("live", job_id, counters))
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, KeyboardInterrupt):  # cancelled, or stopped in the middle of a step
             _send("cancelled", job_id, None)
             raise
         _send("done", job_id, outcome)
@@ -224,10 +233,15 @@ async def serve() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """The subprocess entry (argv: the driver's pid): serve jobs until told to exit."""
+    """The subprocess entry (argv: the driver's pid): serve jobs until told to exit.
+
+    Stopped by SIGTERM it exits 143 with ``os._exit`` once its jobs saved what they finished, so a
+    thread-pool thread still computing does not keep it alive."""
     _die_with_parent(int(argv[0]) if argv else None)
     try:
         asyncio.run(serve())
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        return 130
+    except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+        code = exc.exit_code if isinstance(exc, RunStopped) else 128 + signal.SIGTERM
+        sys.stdout.flush()
+        os._exit(code)
     return 0

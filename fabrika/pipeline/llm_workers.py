@@ -29,6 +29,7 @@ The driver, per stage:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from fabrika.pipeline.llm_worker import LINE_LIMIT, PREFIX, WorkerJob, WorkerOut
 from fabrika.pipeline.outcome import StageStats
 from fabrika.pipeline.partition import Partition, merge_stats, partition_of, worker_config
 from fabrika.pipeline.stage import Stage
+from fabrika.pipeline.stopping import stop_received
 from fabrika.store.journal import partition_journal
 
 if TYPE_CHECKING:
@@ -165,9 +167,12 @@ class SubprocessLauncher:
             if worker.alive:
                 try:
                     worker.send(("cancel", job_id))
+                    if stop_received() is not None:  # a signal stops the run: SIGTERM stops a busy worker too
+                        worker.proc.terminate()
                     await asyncio.wait_for(asyncio.shield(fut), STOP_WAIT_S)
-                except (TimeoutError, BrokenPipeError, ConnectionResetError):
-                    worker.proc.kill()
+                except (TimeoutError, BrokenPipeError, ConnectionResetError, ProcessLookupError):
+                    with contextlib.suppress(ProcessLookupError):  # (it may have just exited)
+                        worker.proc.kill()
             raise
 
     async def aclose(self) -> None:

@@ -25,7 +25,9 @@ is materialised unless ``allow_partial``. An exception escaping stage code — i
 :class:`fabrika.errors.StageFailure` (one line: stage, item, exception, fix; see
 :mod:`fabrika.pipeline.taxonomy`); nothing is written for that item, and the same
 command after the fix completes the run. One process at a time writes a run
-directory (:func:`fabrika.store.lock.hold_run_dir`). Shard content is sorted by
+directory (:func:`fabrika.store.lock.hold_run_dir`). SIGTERM and SIGINT stop a run in
+any step (:mod:`fabrika.pipeline.stopping`): finished items are saved, the manifest says
+``interrupted`` and :class:`~fabrika.pipeline.stopping.RunStopped` is raised. Shard content is sorted by
 id; the union of shards does not depend on the order in which items completed
 (DESIGN contract 7).
 """
@@ -33,7 +35,6 @@ id; the union of shards does not depend on the order in which items completed
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,7 @@ from fabrika.pipeline.outcome import StageStats, run_problems, run_warnings
 from fabrika.pipeline.overlap import ReadRecord, UpstreamTail, load_record, streaming_inputs, verify_read
 from fabrika.pipeline.progress import RunProgress
 from fabrika.pipeline.stage import STAGES, Stage, StageConfig
+from fabrika.pipeline.stopping import StopOnSignals, guard_default_executor
 from fabrika.pipeline.taxonomy import classify, stage_failure
 from fabrika.schemas.ids import stable_id
 from fabrika.store.lock import hold_run_dir
@@ -423,7 +425,31 @@ async def arun_pipeline(
     allow_partial: bool = False,
     log_every: float = 30.0,
 ) -> RunResult:
-    """Async :func:`run_pipeline`. ``engine`` injects an LLM client (tests); otherwise one is built and closed."""
+    """Async :func:`run_pipeline`. ``engine`` injects an LLM client (tests); otherwise one is built and closed.
+
+    SIGTERM and SIGINT stop it whatever the step is doing (:mod:`fabrika.pipeline.stopping`): finished
+    items are saved, the manifest says ``interrupted``, and :class:`~fabrika.pipeline.stopping.RunStopped`
+    is raised (also when the signal came too late to interrupt anything: the command was asked to stop)."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None  # a coroutine awaited by asyncio.run always runs in a task
+    guard_default_executor(loop)
+    with StopOnSignals(loop, main) as stop:
+        try:
+            result = await _arun_pipeline(config, resume, cache_only, progress, engine, version, until,
+                                          allow_partial, log_every, stop)
+        except asyncio.CancelledError as exc:
+            if stop.stopped is None:
+                raise
+            raise stop.stopped from exc
+        if stop.stopped is not None:
+            raise stop.stopped
+        return result
+
+
+async def _arun_pipeline(config: PipelineConfig, resume: bool, cache_only: bool, progress: bool, engine: Any,
+                         version: str | None, until: Sequence[str] | None, allow_partial: bool, log_every: float,
+                         stop: StopOnSignals) -> RunResult:
     run_dir = config.resolved_run_dir
     if engine is None and (problem := sandbox_problem(config)):  # fail closed before any LLM call or write
         raise ConfigError(problem)
@@ -436,26 +462,19 @@ async def arun_pipeline(
 
             engine = build_engine_for(driver_config(config), run_dir, cache_only)
         return await _run_locked(config, run_dir, resume, progress, engine, own_engine, version, until,
-                                 allow_partial, log_every, cache_only)
+                                 allow_partial, log_every, cache_only, stop)
 
 
 async def _run_locked(config: PipelineConfig, run_dir: Path, resume: bool, progress: bool, engine: Any,
                       own_engine: bool, version: str | None, until: Sequence[str] | None,
-                      allow_partial: bool, log_every: float, cache_only: bool = False) -> RunResult:
+                      allow_partial: bool, log_every: float, cache_only: bool = False,
+                      stop: StopOnSignals | None = None) -> RunResult:
     store = RunStore(run_dir)
     if not resume:
         store.reset()
     run_dir.mkdir(parents=True, exist_ok=True)
     run = PipelineRun(config, engine, resume, progress, until, log_every, cache_only)
-    loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
-    assert main is not None  # a coroutine awaited by asyncio.run always runs in a task
-    try:  # SIGTERM stops like Ctrl-C: finished items are written, the manifest says "interrupted"
-        loop.add_signal_handler(signal.SIGTERM, main.cancel)
-        handling = True
-    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / platform without it
-        handling = False
-    try:
+    try:  # a stop (SIGTERM, SIGINT) cancels this task or raises RunStopped here: finished items are saved
         await run.run()
     except BaseException as exc:
         interrupted = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
@@ -465,8 +484,6 @@ async def _run_locked(config: PipelineConfig, run_dir: Path, resume: bool, progr
             pass
         raise
     finally:
-        if handling:
-            loop.remove_signal_handler(signal.SIGTERM)
         await close_resources(run.resources)
         if own_engine and hasattr(engine, "aclose"):
             await engine.aclose()
@@ -475,6 +492,8 @@ async def _run_locked(config: PipelineConfig, run_dir: Path, resume: bool, progr
         console.print(f"[bold red]{w}")
     info = None
     ran_all = len(run.stages) == len(config.stages)  # --until: a partial pipeline is not a dataset
+    if stop is not None and stop.stopped is not None:  # asked to stop after the last stage: no version now
+        raise stop.stopped
     if config.dataset.stages and ran_all and (not problems or allow_partial):
         info = materialise(run_dir, name=version or config.dataset.version, traceable=row_readers(stage_layout(config)))
     return RunResult(run_dir=run_dir, manifest=store.read_manifest(), version=info, stats=run.stats,

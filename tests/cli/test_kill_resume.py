@@ -112,8 +112,8 @@ def test_sigterm_saves_finished_items_and_resumes(tmp_path: Path) -> None:
     time.sleep(1.5)  # answers are being produced now
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 130, stderr.decode()
-    assert "interrupted" in stderr.decode()
+    assert proc.returncode == 143, stderr.decode()  # 128 + SIGTERM (fabrika.pipeline.stopping)
+    assert f"stopped by SIGTERM: finished items are saved; rerun `fabrika run {cfg}` to resume" in stderr.decode()
     saved = store.scan_raw("answers")
     assert saved is not None and 0 < saved.select(pl.len()).collect().item() < N
     assert json.loads((tmp_path / "termed" / "manifest.json").read_text(encoding="utf-8"))["status"] == "interrupted"
