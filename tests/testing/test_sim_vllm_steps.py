@@ -99,3 +99,42 @@ vllm:external_prefix_cache_hits_total{engine="0",model_name="m"} 99.0
 """
     assert parse_prefix_cache_counters(text) == (1200.0, 384.0)
     assert hit_rate([(100.0, 0.0), (0.0, 0.0)], [(300.0, 50.0), (200.0, 150.0)]) == 0.5
+
+
+def test_servers_sharing_a_hosts_cores_slow_each_other_by_the_contention_factor() -> None:
+    def pair(contention: float, second_at: float) -> list[float]:
+        fleet = StepFleet([StepEngine(CFG), StepEngine(CFG)], contention=contention)
+        done = [0.0, 0.0]
+        fleet.submit(0, 0.0, prompt(0, 3), 20, lambda t: done.__setitem__(0, t))
+        fleet.submit(1, second_at, prompt(100, 3), 20, lambda t: done.__setitem__(1, t))
+        fleet.run()
+        return done
+
+    alone = 0.01 + 0.003 + 19 * 0.012  # one prefill step, then 19 decode steps of one sequence
+    # both servers step the whole time: every step of each takes (1 + 1.0 × 1 other) times as long
+    assert all(abs(d - 2 * alone) < 1e-9 for d in pair(1.0, 0.0))
+    assert all(abs(d - 1.5 * alone) < 1e-9 for d in pair(0.5, 0.0))
+    # no contention (servers on their own GPUs): independent; and a server busy alone runs at full speed
+    assert all(abs(d - alone) < 1e-9 for d in pair(0.0, 0.0))
+    first, second = pair(1.0, 1.0)
+    assert abs(first - alone) < 1e-9 and abs(second - (1.0 + alone)) < 1e-9
+
+
+def test_a_serial_api_server_queues_concurrent_requests_a_plain_overhead_does_not() -> None:
+    def two_at_once(serial: bool) -> list[float]:
+        cfg = StepEngineConfig(**{**{k: getattr(CFG, k) for k in CFG.__dataclass_fields__},
+                                  "request_overhead_s": 0.1, "api_serial": serial})
+        fleet = StepFleet([StepEngine(cfg)])
+        done = [0.0, 0.0]
+        for i in range(2):
+            fleet.submit(0, 0.0, prompt(100 * i, 3), 1, lambda t, _i=i: done.__setitem__(_i, t))
+        fleet.run()
+        return done
+
+    step2 = 0.01 + 0.006  # one step prefills both 3-token prompts and samples their only token
+    plain = two_at_once(False)
+    assert all(abs(d - (0.05 + step2 + 0.05)) < 1e-9 for d in plain)
+    # serial: the API process takes the first in (until 0.05), then the second (until 0.10); the first's answer
+    # (its engine step ends at 0.063) waits for the process until 0.10 and leaves at 0.15; the second's at 0.20
+    first, second = two_at_once(True)
+    assert abs(first - 0.15) < 1e-9 and abs(second - 0.20) < 1e-9
