@@ -425,13 +425,9 @@ class SandboxPool:
         for unit in left:
             if not unit.future.done():
                 unit.future.set_exception(SandboxError("SandboxPool was closed before this call ran"))
-        # a batch that a ``run_sync`` caller runs in its own thread finishes first (it holds its worker)
-        held = []
-        for _ in self._workers:
-            try:
-                held.append(self._idle.get(timeout=BACKSTOP_S))
-            except queue.Empty:
-                break
+        # a batch that a ``run_sync`` caller runs in its own thread finishes first (it holds its worker;
+        # the zygote's wall ceiling and the backstop bound it), as the pool threads' batches did above
+        held = [self._idle.get() for _ in self._workers]
         for worker in self._workers:
             if worker.proc is not None:
                 worker.kill()
