@@ -146,6 +146,9 @@ class _Libc:
         self.shmctl, self.semctl, self.msgctl = lib.shmctl, lib.semctl, lib.msgctl
         self.capset = lib.capset
         self.capset.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        # fork(2) itself, called with the GIL held (PyDLL): see :func:`_fork`
+        self.fork = ctypes.PyDLL(None, use_errno=True).fork
+        self.fork.argtypes, self.fork.restype = [], ctypes.c_int
 
         class CapHeader(ctypes.Structure):
             _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
@@ -161,6 +164,36 @@ class _Libc:
 
 
 _LIBC = _Libc() if sys.platform.startswith("linux") else None
+
+
+def _single_threaded() -> bool:
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
+def _fork() -> int:
+    """``fork(2)`` without CPython's fork hooks, when the zygote is single-threaded (it starts no thread).
+
+    ``os.fork`` runs the interpreter's before/after-fork work in both processes (import lock, thread
+    and GIL re-initialisation, every ``os.register_at_fork`` callback: ``random`` reseeding itself from
+    ``os.urandom``…): ~0.2 ms of CPU and ~60 copied pages in every child, all of it there for threads
+    the zygote does not have. With one thread nothing holds a lock another thread could leave locked,
+    the GIL stays with the only thread, and the C library's own fork handlers still run. One visible
+    difference: ``random`` is not reseeded per child (no verifier may import it). Falls back to
+    ``os.fork`` when a thread exists or libc is not at hand."""
+    if _LIBC is None or not _RAW_FORK[0]:
+        return os.fork()
+    pid = _LIBC.fork()
+    if pid < 0:
+        err = _LIBC.ctypes.get_errno()
+        raise OSError(err, f"fork: {os.strerror(err)}")
+    return pid
+
+
+#: Whether :func:`_fork` may skip CPython's hooks (checked at start and after each lazy import).
+_RAW_FORK = [_LIBC is not None and _single_threaded()]
 
 
 def _prctl(option: int, value: int) -> None:
@@ -369,9 +402,13 @@ def _child_setup(uid: int | None) -> str | None:
     if sys.platform.startswith("linux"):
         _PRCTL(PR_SET_DUMPABLE, 0)
         _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
-    for name, value in CONFIG["limits"].items():
-        _set_limit(getattr(resource, name), value)
+    for res, value in _LIMITS:
+        _set_limit(res, value)
     return scratch
+
+
+#: The children's rlimits, resolved once in the zygote (a child that looked them up paid for it).
+_LIMITS = tuple((getattr(resource, name), int(value)) for name, value in CONFIG["limits"].items())
 
 
 def _set_limit(res: int, value: int) -> None:
@@ -597,7 +634,10 @@ class _ChildOutput:
         self.start = self.end = 0
 
     def wipe(self) -> None:
-        """Zero what was read (the rest of the buffer is zero already: see :meth:`line`)."""
+        """Zero what was read (the rest of the buffer is zero already: see :meth:`line`). Reply pieces
+        not yet written may point into it: they go out first."""
+        if _PENDING:
+            _flush()
         self.view[:self.end] = bytes(self.end)
         self.start = self.end = 0
 
@@ -628,13 +668,17 @@ class _ChildOutput:
                 return cpu, self.view[space + 1:nl]
             if self.end - self.start > MAX_LINE:
                 raise _ChildGone("protocol: reply line too long")
-            if self.start == self.end:
+            if self.start == self.end and not _PENDING:
                 self.wipe()
             elif self.end > self.SIZE - (1 << 14):  # keep room: move the partial line to the front
+                if _PENDING:
+                    _flush()  # they may point into what moves
                 size = self.end - self.start
                 self.view[:size] = self.view[self.start:self.end]
                 self.view[size:self.end] = bytes(self.end - size)
                 self.start, self.end = 0, size
+            if _PENDING and not select.select([self.fd], [], [], 0)[0]:
+                _flush()  # nothing more from the child yet: the parent gets what is ready before we wait
             if not select.select([self.fd], [], [], wait)[0]:
                 state, cpu = _proc_stat(self.pid)
                 used = cpu - mark
@@ -661,7 +705,8 @@ class _Child:
         go_r, go_w = os.pipe()
         rfd, wfd = os.pipe()
         uid = self.uid = _child_uid()
-        pid = os.fork()
+        _wipe_outputs()
+        pid = _fork()
         if pid == 0:  # child: keep 0-2 (/dev/null), its request pipe's read end and its reply pipe's write end
             for view in _INPUT:  # forked during a batch (the next spare): its copy of that batch's input goes
                 view[:] = bytes(len(view))
@@ -970,8 +1015,8 @@ def _run_batch(body: memoryview, n: int, spare: "_Child | None", emit, segments:
                     break
         finally:
             child.kill()
-            child.out.wipe()
             _DYING.append(child)
+            _UNWIPED.append(child.out)  # wiped once its verdict lines are written (they point into it)
 
 
 #: The spare forked during a batch for the next one, and the current batch's request body: a child
@@ -979,6 +1024,17 @@ def _run_batch(body: memoryview, n: int, spare: "_Child | None", emit, segments:
 #: batch's inputs is in a verifier's memory).
 _NEXT: list["_Child | None"] = [None]
 _INPUT: list[memoryview] = []
+#: Output buffers of this batch's children, wiped after the end marker is written (see ``_PENDING``)
+#: or before any fork, whichever comes first: no child is forked with another's output in its memory.
+_UNWIPED: list["_ChildOutput"] = []
+
+
+def _wipe_outputs() -> None:
+    if _UNWIPED:
+        _flush()
+        for out in _UNWIPED:
+            out.wipe()
+        _UNWIPED.clear()
 
 #: Children killed at the end of a batch, reaped without waiting: their teardown (a namespace, a
 #: tmpfs full of files) runs in the kernel on the dead child's account, on no verifier's clock.
@@ -1019,6 +1075,18 @@ def _read_into(view: memoryview) -> bool:
             return False
         pos += got
     return True
+
+
+#: Reply pieces for the parent not written yet: verdict lines go out together, when the zygote is about to
+#: wait for its child or with the end marker, so the parent wakes once per burst, not once per line.
+_PENDING: list = []
+
+
+def _flush(*tail: bytes) -> None:
+    pieces = [*_PENDING, *tail]
+    _PENDING.clear()
+    if pieces:
+        _writev(pieces)
 
 
 def _writev(pieces: list) -> None:
@@ -1071,10 +1139,11 @@ def main() -> None:
                 if name in sys.modules:
                     _view(sys.modules[name])
                 gc.freeze()
+                _RAW_FORK[0] = _RAW_FORK[0] and _single_threaded()
                 spare = _Child()
 
         def emit(lines: list, nonce: bytes = nonce) -> None:
-            _writev([piece for pieces in lines for piece in (nonce, *pieces, b"\n")])
+            _PENDING.extend(piece for pieces in lines for piece in (nonce, *pieces, b"\n"))
 
         segments = [int(k) for k in request.get("segments") or [n]]
         probes = frozenset(int(k) for k in request.get("probes") or ())
@@ -1088,7 +1157,8 @@ def main() -> None:
         body[:] = bytes(size)  # no later spare is forked with this batch's inputs in its memory
         _INPUT.clear()
         del body
-        _write(nonce + b"D\n")
+        _flush(nonce + b"D\n")
+        _wipe_outputs()
         # rlimits under uids of their own: the batch's children are reaped (and what they left in the
         # host's IPC tables and shared directories removed) before the next verifier can start
         _reap_dying(block=CLEAN_AFTER_BATCH)

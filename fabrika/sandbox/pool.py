@@ -381,7 +381,14 @@ class SandboxPool:
         early = self._early_verdicts(code, responses)
         if early is not None:
             return early
-        futures = [self._submit(code, batch) for batch in self._batches(responses)]
+        batches = self._batches(responses)
+        if len(batches) == 1:
+            # one batch: this thread runs it (or whichever queued call is oldest) itself, instead of
+            # handing it to a pool thread and waiting to be woken: two thread hand-offs less per batch
+            future = self._submit(code, batches[0], inline=True)
+            self._drain()
+            return future.result()
+        futures = [self._submit(code, batch) for batch in batches]
         return [v for future in futures for v in future.result()]
 
     async def run(self, code: str, responses: Sequence[Any]) -> list[Verdict]:
@@ -418,9 +425,14 @@ class SandboxPool:
         for unit in left:
             if not unit.future.done():
                 unit.future.set_exception(SandboxError("SandboxPool was closed before this call ran"))
+        # a batch that a ``run_sync`` caller runs in its own thread finishes first (it holds its worker;
+        # the zygote's wall ceiling and the backstop bound it), as the pool threads' batches did above
+        held = [self._idle.get() for _ in self._workers]
         for worker in self._workers:
             if worker.proc is not None:
                 worker.kill()
+        for worker in held:  # a caller still waiting for a worker gets one, finds the queue empty and returns
+            self._idle.put(worker)
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
@@ -494,8 +506,9 @@ class SandboxPool:
         items = list(responses)
         return [items[i:i + size] for i in range(0, len(items), size)]
 
-    def _submit(self, code: str, batch: list[Any], probe: bool = False) -> Future[list[Verdict]]:
-        """Queue one call's batch; a worker thread picks it up, with other queued calls of the same code."""
+    def _submit(self, code: str, batch: list[Any], probe: bool = False, inline: bool = False) -> Future[list[Verdict]]:
+        """Queue one call's batch; a worker thread picks it up, with other queued calls of the same code
+        (``inline``: the caller runs :meth:`_drain` itself, in its own thread)."""
         probe = probe and len(batch) > 1
         unit = _Unit(code, batch, [1, len(batch) - 1] if probe else [len(batch)], probe)
         with self._queue_lock:
@@ -503,7 +516,8 @@ class SandboxPool:
                 raise SandboxError("SandboxPool is closed; create a new one")
             self._queue.append(unit)
             self._by_code.setdefault(code, collections.deque()).append(unit)
-        self._executor.submit(self._drain)
+        if not inline:
+            self._executor.submit(self._drain)
         return unit.future
 
     def _submit_probed(self, code: str, responses: Sequence[Any]) -> Future[list[Verdict]]:
