@@ -17,6 +17,7 @@ import json
 import random
 import re
 import zlib
+from collections import OrderedDict
 from functools import cached_property
 from typing import Any, ClassVar, Iterator
 
@@ -48,6 +49,8 @@ DEFAULT_TYPES: dict[SampleType, float] = {
     "clarification": 0.12, "error_recovery": 0.05, "text": 0.08, "irrelevance": 0.15,
 }
 NEEDS_TWO_TOOLS = ("parallel", "multi_step")
+#: parsed tool specs kept by ``fc.plans`` (the tools of the topics in flight, and the distractors they share)
+SPEC_CACHE = 512
 
 
 class PlansConfig(StageConfig):
@@ -165,9 +168,23 @@ class PlansStage(Stage[PlansConfig]):
                 out[topic_id] = [near[i] for i in order]
         return out
 
-    @staticmethod
-    def _spec(blob: bytes) -> ToolSpec:
-        return ToolSpec.model_validate_json(zlib.decompress(blob))
+    def _spec(self, blob: bytes) -> ToolSpec:
+        """The parsed tool of one stored blob. The plans of a topic run side by side (input order is by
+        topic), so the topic's own tools are parsed once for all of them, not twice per plan: a small
+        LRU keyed by the blob (the index keeps each blob alive, and a parsed spec is never mutated)."""
+        specs = self._parsed
+        got = specs.get(blob)
+        if got is not None:
+            specs.move_to_end(blob)
+            return got
+        got = specs[blob] = ToolSpec.model_validate_json(zlib.decompress(blob))
+        if len(specs) > SPEC_CACHE:
+            specs.popitem(last=False)
+        return got
+
+    @cached_property
+    def _parsed(self) -> "OrderedDict[bytes, ToolSpec]":
+        return OrderedDict()
 
     def _tools(self, topic_id: str) -> list[ToolSpec]:
         return [self._spec(blob) for blob in self._index[0][topic_id]]
