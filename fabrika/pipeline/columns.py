@@ -24,8 +24,6 @@ from fabrika.schemas import Message, Sample, Tool
 #: Columns every stored row has (the stage or the runner writes them): never declared, always there.
 IMPLICIT_COLUMNS = frozenset({"id", "status", "reason", "input_id", "llm_backend", "raw_excerpt"})
 _SCALARS = (str, int, float, bool)
-#: first characters of a JSON object or array (what :meth:`Column.read` hands to pydantic-core's parser whole)
-_OPEN = ("{", "[", b"{", b"[")
 
 
 @dataclass(frozen=True)
@@ -74,13 +72,6 @@ class Column:
         if self.json and isinstance(value, (str, bytes, bytearray)):
             if not value:
                 return default
-            if self.type is not Any and value[:1] in _OPEN:
-                # one pass in pydantic-core instead of json.loads + validate_python (a plan row is read per
-                # episode); anything it refuses takes the two-step path, so errors are that path's own
-                try:
-                    return _adapter(self.type).validate_json(value)
-                except ValueError:
-                    pass
             value = json.loads(value)
             if value is None:
                 return default
