@@ -23,6 +23,9 @@ alternated, against the same server, so before/after are measured in one run; th
 hashes (``bench/determinism.py``'s content hash) must be equal:
 
     .venv/bin/python bench/fc_scale.py --training-turns 3000 --baseline 0808ae8 --repeat 3
+
+``--together`` runs the two codes' children at the same time instead (on a box whose load swings, the
+same load for both; the CPU seconds are the figure, wall time is shared).
 """
 
 from __future__ import annotations
@@ -242,6 +245,9 @@ def main() -> None:
                     help="Also run each size with the fabrika package of commit REV (git archive), alternated "
                          "with this tree against the same server: client CPU before/after in one run.")
     ap.add_argument("--repeat", type=int, default=1, help="Runs per size and code (the median is reported).")
+    ap.add_argument("--together", action="store_true",
+                    help="With --baseline: run both codes' children at the same time (the same load for both on "
+                         "a shared box; CPU seconds, not wall time, are then the figure to compare).")
     ap.add_argument("--code", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--replay", action="store_true", help=argparse.SUPPRESS)
@@ -269,21 +275,33 @@ def main() -> None:
         results = []
         for turns in args.training_turns:
             for _ in range(args.repeat):
-                for label, tree in codes:  # alternated, so load on the shared box hits both alike
+                cmds = []
+                for label, tree in codes:
                     cmd = [sys.executable, __file__, "--child", "--training-turns", str(turns), "--port", str(port),
                            "--concurrency", str(args.concurrency)]
                     if tree is not None:
                         cmd += ["--code", str(tree)]
+                    cmds.append((label, cmd))
+                # --together: every code's child at once, so each meets the same load on a shared box (the
+                # server's CPU is then the pair's, per request of both); else alternated, one after the other
+                batches = [cmds] if args.together else [[c] for c in cmds]
+                for batch in batches:
                     server_cpu0 = proc_cpu_s(server.pid)
-                    out = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
-                    if out.returncode != 0:
-                        raise SystemExit(f"child ({label}) for {turns} turns failed:\n{out.stderr[-3000:]}")
-                    res = json.loads(out.stdout.strip().splitlines()[-1])
-                    res["code"] = label
-                    res["server_cpu_ms_per_request"] = round(
-                        1000 * (proc_cpu_s(server.pid) - server_cpu0) / max(1, res["requests"]), 3)
-                    results.append(res)
-                    print(json.dumps(res, ensure_ascii=False), flush=True)
+                    procs = [(label, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,  # noqa: S603
+                                                      text=True)) for label, cmd in batch]
+                    done = []
+                    for label, proc in procs:
+                        stdout, stderr = proc.communicate()
+                        if proc.returncode != 0:
+                            raise SystemExit(f"child ({label}) for {turns} turns failed:\n{stderr[-3000:]}")
+                        res = json.loads(stdout.strip().splitlines()[-1])
+                        res["code"] = label
+                        done.append(res)
+                    server_ms = 1000 * (proc_cpu_s(server.pid) - server_cpu0) / max(1, sum(r["requests"] for r in done))
+                    for res in done:
+                        res["server_cpu_ms_per_request"] = round(server_ms, 3)
+                        results.append(res)
+                        print(json.dumps(res, ensure_ascii=False), flush=True)
         print(f"\nlatency {args.latency_ms} ms, concurrency {args.concurrency}")
         print(f"{'code':>14} {'training turns':>15} {'messages':>9} {'requests':>9} {'wall s':>8} {'train/s':>8} "
               f"{'peak RSS MB':>12} {'+ materialise':>14}")

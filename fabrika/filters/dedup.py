@@ -25,7 +25,6 @@ from typing import Any, AsyncIterator, ClassVar, Iterator, Sequence
 
 import numpy as np
 import polars as pl
-from datasketch import LeanMinHash, MinHash, MinHashLSH
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabrika.filters.text import SampleRow, norm_tokens, row_text, text_columns
@@ -63,6 +62,8 @@ def minhash_signature(text: str, shingle: int = 3, num_perm: int = 128, seed: in
     sh = shingles(text, shingle)
     if not sh:
         return None
+    from datasketch import MinHash  # imported on use: it pulls scipy (~0.4 s of every process's start)
+
     m = MinHash(num_perm=num_perm, seed=seed, scheme=SCHEME)
     m.update_batch(list(sh))
     return m.hashvalues
@@ -77,6 +78,8 @@ def clusters_from_signatures(ids: Sequence[str], signatures: Sequence[np.ndarray
         raise ValueError(f"ids ({len(ids)}) and signatures ({len(signatures)}) differ in length")
     if len(set(ids)) != len(ids):
         raise ValueError("near-duplicate clustering needs unique ids")
+    from datasketch import LeanMinHash, MinHashLSH
+
     from fabrika.pipeline.progress import phase  # the running stage's progress line shows it
 
     lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)

@@ -37,13 +37,12 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from fabrika.errors import StoreError
+from fabrika.llm.canonical import canonical_bytes
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
 
 CACHE_KEY_VERSION = 2
 #: Finish reasons of answers that are complete enough to keep (``length``: truncated, kept on purpose).
 CACHEABLE_FINISH = frozenset({"stop", "length", "tool_calls"})
-
-_dumps = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str).encode
 
 
 def _fields(r: ChatRequest, default_model: str | None) -> tuple[object, ...]:
@@ -53,19 +52,19 @@ def _fields(r: ChatRequest, default_model: str | None) -> tuple[object, ...]:
 
 def request_key(request: ChatRequest, default_model: str | None = None, *, scope: str = "") -> str:
     """sha256 hex of ``scope`` (the backend that answers, see module docstring) and the output-relevant
-    fields of ``request``.
+    fields of ``request``, as the stdlib's ``sort_keys`` compact JSON (:mod:`fabrika.llm.canonical`).
 
     ``default_model`` stands in when the request names no model, so the key
     names the model that actually answers.
     """
     payload = (CACHE_KEY_VERSION, scope, *_fields(request, default_model))
-    return hashlib.sha256(_dumps(payload).encode("utf-8")).hexdigest()
+    return hashlib.sha256(canonical_bytes(payload)).hexdigest()
 
 
 def content_key(request: ChatRequest, default_model: str | None = None) -> str:
     """A hash of the request content alone, with a frozen recipe: the ``sim`` backend seeds its answers
     from it, so simulated data does not change when the cache key's recipe does."""
-    return hashlib.sha256(_dumps((1, *_fields(request, default_model))).encode("utf-8")).hexdigest()
+    return hashlib.sha256(canonical_bytes((1, *_fields(request, default_model)))).hexdigest()
 
 
 def cacheable(response: ChatResponse) -> bool:

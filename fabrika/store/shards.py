@@ -24,6 +24,7 @@ import polars as pl
 
 from fabrika.errors import ShardCorruptError, StorageError, StoreError
 from fabrika.schemas.ids import stable_id
+from fabrika.textutil.jsontext import dumps_sorted_indent2
 from fabrika.textutil.sanitize import clean_text
 
 SHARD_PATTERN = re.compile(r"^part-(\d{6})-([0-9a-f]{8})\.parquet$")
@@ -112,7 +113,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def atomic_write_json(path: Path, value: Any) -> None:
-    text = json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str)
+    text = dumps_sorted_indent2(value)  # = json.dumps(..., ensure_ascii=False, indent=2, sort_keys=True, default=str)
     atomic_write_bytes(path, clean_text(text).encode("utf-8"))
 
 

@@ -8,6 +8,9 @@ primitives (``encode_basestring``, ``float.__repr__``), mirroring
 ``json.encoder._make_iterencode`` branch for branch. Anything outside plain JSON
 data (a non-``str`` key, a custom object, a circular structure) goes to the
 stdlib itself, so the output — or the error — is always the stdlib's.
+
+:func:`dumps_sorted_indent2` is the same for the run manifest's form (``indent=2``,
+``sort_keys=True``, ``default=str``), written after every stage event.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ import json
 from json.encoder import encode_basestring  # the C function where the stdlib has it
 from typing import Any
 
-__all__ = ["dumps_indent1"]
+__all__ = ["dumps_indent1", "dumps_sorted_indent2"]
 
 _INF = float("inf")
 _INDENT = ["\n" + " " * i for i in range(202)]
+_INDENT2 = ["\n" + "  " * i for i in range(202)]
+_JSON_TYPES = (str, int, float, list, tuple, dict)
 _MAX_DEPTH = 200  # deeper (or circular) data goes to the stdlib, with its own handling and errors
 
 
@@ -76,3 +81,58 @@ def dumps_indent1(value: Any) -> str:
         return _enc(value, 0)
     except _Unusual:
         return json.dumps(value, ensure_ascii=False, indent=1)
+
+
+def _enc2(o: Any, depth: int) -> str:
+    """:func:`_enc` with ``indent=2``, ``sort_keys=True`` and ``default=str``."""
+    t = type(o)
+    if t is str:
+        return encode_basestring(o)
+    if t is dict:
+        if not o:
+            return "{}"
+        if depth >= _MAX_DEPTH:
+            raise _Unusual
+        for k in o:
+            if type(k) is not str:
+                raise _Unusual
+        inner = _INDENT2[depth + 1]
+        return "{" + inner + ("," + inner).join(
+            [encode_basestring(k) + ": " + (encode_basestring(v) if type(v) is str else _enc2(v, depth + 1))
+             for k, v in sorted(o.items())]) + _INDENT2[depth] + "}"
+    if t is list or t is tuple:
+        if not o:
+            return "[]"
+        if depth >= _MAX_DEPTH:
+            raise _Unusual
+        inner = _INDENT2[depth + 1]
+        return "[" + inner + ("," + inner).join(
+            [encode_basestring(v) if type(v) is str else _enc2(v, depth + 1) for v in o]) + _INDENT2[depth] + "]"
+    if o is None:
+        return "null"
+    if o is True:
+        return "true"
+    if o is False:
+        return "false"
+    if t is int:
+        return int.__repr__(o)
+    if t is float:
+        if o != o:
+            return "NaN"
+        if o == _INF:
+            return "Infinity"
+        if o == -_INF:
+            return "-Infinity"
+        return float.__repr__(o)
+    if isinstance(o, _JSON_TYPES):  # a subclass: the stdlib encodes it as its base type, its own way
+        raise _Unusual
+    return encode_basestring(str(o))  # what ``default=str`` gives (str() never returns a non-str)
+
+
+def dumps_sorted_indent2(value: Any) -> str:
+    """Exactly ``json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str)`` (the run
+    manifest, written after every stage event), without the stdlib's generator walk."""
+    try:
+        return _enc2(value, 0)
+    except _Unusual:
+        return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabrika.textutil.jsontext import dumps_indent1
+from fabrika.textutil.jsontext import dumps_indent1, dumps_sorted_indent2
 
 
 def _std(value: Any) -> str:
@@ -59,3 +59,33 @@ def _nested(depth: int) -> Any:
     for _ in range(depth):
         value = {"k": [value]}
     return value
+
+
+# --- dumps_sorted_indent2: the run manifest's form ------------------------------------------------
+
+
+def _std2(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str)
+
+
+@settings(max_examples=150, deadline=None)
+@given(JSON)
+def test_manifest_form_same_text_as_the_stdlib(value: Any) -> None:
+    assert dumps_sorted_indent2(value) == _std2(value)
+
+
+def test_manifest_form_defaults_subclasses_and_keys() -> None:
+    from pathlib import Path
+
+    class Name(str):
+        pass
+
+    class Table(dict):  # type: ignore[type-arg]
+        pass
+
+    for value in ({"path": Path("/tmp/x"), "set": {1}, "b": 1, "a": {"я": 2, "Z": [3, (4,)]}},
+                  {"s": Name("x")}, {"t": Table(b=1, a=2)}, {2: "a", 1: "b"}, _nested(300),
+                  {"nan": float("nan"), "e": 1e-07, "big": 10 ** 30}):
+        assert dumps_sorted_indent2(value) == _std2(value), value
+    with pytest.raises(TypeError):  # mixed keys cannot be sorted: the stdlib's own error
+        dumps_sorted_indent2({2: "a", "b": 1})

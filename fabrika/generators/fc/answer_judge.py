@@ -39,6 +39,7 @@ from fabrika.schemas.messages import Message
 from fabrika.schemas.records import Sample
 from fabrika.schemas.rows import from_row
 from fabrika.textutil.answers import extract_json, is_failure
+from fabrika.textutil.jsontext import dumps_indent1
 
 
 class AnswerJudgeConfig(StageConfig):
@@ -93,7 +94,7 @@ class AnswerJudgeStage(LLMStage[AnswerJudgeConfig]):
                 "results": [json.loads(r) if r[:1] in "[{" else r for r in results], "answer": answer}
         return [ChatRequest(
             messages=({"role": "user", "content": prompt_text("answer_judge", sample.lang).format(
-                task=json.dumps(task, ensure_ascii=False, indent=1))},),
+                task=dumps_indent1(task))},),
             temperature=0.0, max_tokens=self.config.max_tokens, tag="fc.answer_judge")]
 
     def rejection_columns(self, row: Row) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import re
 from typing import Any, Iterable
 
 import jsonschema
+import orjson
 from pydantic import ValidationError
 
 from fabrika.llm.rejections import answer_problem
@@ -129,12 +130,35 @@ def argument_problems(tool: Tool, arguments: dict[str, Any]) -> list[str]:
     annotation); a runtime would reject «14 марта» for a ``date``, so the FC
     stages check it.
     """
+    validator = _format_validator(tool.function.parameters)
+    if validator.is_valid(arguments):  # formats are checked on top of every other keyword: nothing else fails
+        return []
     problems = tool.validate_arguments(arguments)
     if problems:
         return problems
-    validator = jsonschema.Draft202012Validator(tool.function.parameters, format_checker=_FORMATS)
     return [f"{'/'.join(str(p) for p in err.absolute_path) or '<root>'}: {err.message}"
             for err in sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))]
+
+
+_FORMAT_VALIDATORS: dict[bytes, jsonschema.Draft202012Validator] = {}
+
+
+def _format_validator(parameters: dict[str, Any]) -> jsonschema.Draft202012Validator:
+    """The format-checking validator of a parameters schema, built once per distinct schema (keyed on its JSON
+    in insertion order, the order the validator walks keywords in); uncached where orjson cannot key it."""
+    try:
+        key = orjson.dumps(parameters)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        key = None
+    if key is None or b"null" in key:  # NaN and infinities are ``null`` to orjson too: not a safe key
+        return jsonschema.Draft202012Validator(parameters, format_checker=_FORMATS)
+    validator = _FORMAT_VALIDATORS.get(key)
+    if validator is None:
+        if len(_FORMAT_VALIDATORS) >= 8192:
+            _FORMAT_VALIDATORS.clear()
+        validator = _FORMAT_VALIDATORS[key] = jsonschema.Draft202012Validator(orjson.loads(key),
+                                                                              format_checker=_FORMATS)
+    return validator
 
 
 def check_calls(calls: Iterable[Any], tools: dict[str, Tool]) -> list[str]:

@@ -18,6 +18,7 @@ same samples.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, ClassVar
 
 from pydantic import Field, ValidationError
@@ -37,6 +38,9 @@ from fabrika.schemas.rows import from_row, to_row
 from fabrika.textutil.answers import extract_json, is_failure
 from fabrika.textutil.jsontext import dumps_indent1
 from fabrika.textutil.reasoning import split_reasoning
+
+#: rows whose draws :meth:`IrrelevanceStage.requests` keeps for their parse (more than ever run at once)
+DRAWN_MEMO = 2048
 
 
 class IrrelevanceConfig(StageConfig):
@@ -111,6 +115,12 @@ class IrrelevanceStage(LLMStage[IrrelevanceConfig]):
             return None
         return removed
 
+    @cached_property
+    def _drawn(self) -> dict[int, tuple[Row, list[tuple[Sample, tuple[list[str], str] | Row]]]]:
+        """Per row in flight (by identity): its samples and their draws, made by :meth:`requests` for :meth:`parse`
+        (the dialogue is parsed and its samples cut once per item, not twice)."""
+        return {}
+
     def _sources(self, row: Row) -> list[Sample]:
         """One ``fc.samples`` row, or the eligible samples of one ``fc.dialogues`` row (the whole episode)."""
         dialogue: Dialogue | None = cols.DIALOGUE.read(row)
@@ -136,8 +146,12 @@ class IrrelevanceStage(LLMStage[IrrelevanceConfig]):
         """Two per drawn sample: the refusal's writer and the judge, who both read the whole conversation."""
         cfg = self.config
         out: list[ChatRequest] = []
-        for sample in self._sources(row):
-            drawn = self._draw(sample)
+        drawn_all = [(sample, self._draw(sample)) for sample in self._sources(row)]
+        memo = self._drawn
+        if len(memo) >= DRAWN_MEMO:  # items that never reached parse (an unusable answer): forgotten
+            memo.clear()
+        memo[id(row)] = (row, drawn_all)
+        for sample, drawn in drawn_all:
             if isinstance(drawn, dict):
                 continue
             task = drawn[1]
@@ -151,14 +165,16 @@ class IrrelevanceStage(LLMStage[IrrelevanceConfig]):
         return out
 
     def parse(self, row: Row, responses: list[ChatResponse]) -> list[Row]:
-        sources = self._sources(row)
-        if not sources:
+        got = self._drawn.pop(id(row), None)
+        # what requests() read and drew for this very row (the row object is alive until parse, so its id is its own)
+        drawn_all = got[1] if got is not None and got[0] is row else \
+            [(sample, self._draw(sample)) for sample in self._sources(row)]
+        if not drawn_all:
             return [rejected(stable_id(self.item_id(row), prefix="fci-none-"),
                              "not_eligible: no turn-opening tool_call sample with tools left")]
         answers = iter(responses)
         out: list[Row] = []
-        for sample in sources:
-            drawn = self._draw(sample)
+        for sample, drawn in drawn_all:
             if isinstance(drawn, dict):
                 out.append(drawn)
             else:

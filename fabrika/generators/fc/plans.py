@@ -17,6 +17,7 @@ import json
 import random
 import re
 import zlib
+from collections import OrderedDict
 from functools import cached_property
 from typing import Any, ClassVar, Iterator
 
@@ -48,6 +49,8 @@ DEFAULT_TYPES: dict[SampleType, float] = {
     "clarification": 0.12, "error_recovery": 0.05, "text": 0.08, "irrelevance": 0.15,
 }
 NEEDS_TWO_TOOLS = ("parallel", "multi_step")
+#: parsed tool specs kept by ``fc.plans`` (the tools of the topics in flight, and the distractors they share)
+SPEC_CACHE = 512
 
 
 class PlansConfig(StageConfig):
@@ -165,9 +168,40 @@ class PlansStage(Stage[PlansConfig]):
                 out[topic_id] = [near[i] for i in order]
         return out
 
-    @staticmethod
-    def _spec(blob: bytes) -> ToolSpec:
-        return ToolSpec.model_validate_json(zlib.decompress(blob))
+    def _spec(self, blob: bytes) -> ToolSpec:
+        """The parsed tool of one stored blob. The plans of a topic run side by side (input order is by
+        topic), so the topic's own tools are parsed once for all of them, not twice per plan: a small
+        LRU keyed by the blob (the index keeps each blob alive, and a parsed spec is never mutated)."""
+        specs = self._parsed
+        got = specs.get(blob)
+        if got is not None:
+            specs.move_to_end(blob)
+            return got
+        got = specs[blob] = ToolSpec.model_validate_json(zlib.decompress(blob))
+        if len(specs) > SPEC_CACHE:
+            specs.popitem(last=False)
+        return got
+
+    @cached_property
+    def _parsed(self) -> "OrderedDict[bytes, ToolSpec]":
+        return OrderedDict()
+
+    def _function(self, spec: ToolSpec) -> dict[str, Any]:
+        """``spec``'s OpenAI ``function`` object, dumped once per parsed spec (the planner's task and every judge
+        round show it; read only: the prompts copy or encode it)."""
+        memo = self._functions
+        got = memo.get(id(spec))
+        if got is not None and got[0] is spec:
+            return got[1]
+        if len(memo) > 2 * SPEC_CACHE:
+            memo.clear()
+        fn = spec.tool.to_openai()["function"]
+        memo[id(spec)] = (spec, fn)  # the spec is held, so its id is not reused while it is here
+        return fn
+
+    @cached_property
+    def _functions(self) -> dict[int, tuple[ToolSpec, dict[str, Any]]]:
+        return {}
 
     def _tools(self, topic_id: str) -> list[ToolSpec]:
         return [self._spec(blob) for blob in self._index[0][topic_id]]
@@ -209,7 +243,7 @@ class PlansStage(Stage[PlansConfig]):
         task: dict[str, Any] = {
             "sample_type": sample_type, "lang": persona.lang,
             "persona": persona.model_dump(exclude={"id"}),
-            "tools": [{**t.tool.to_openai()["function"], "tiers": t.tiers} for t in group],
+            "tools": [{**self._function(t), "tiers": t.tiers} for t in group],
         }
         if sample_type == "irrelevance":  # what the user asks for: a topic need no visible tool serves
             task["unavailable"] = [t.tiers[1] for t in topic_tools]
@@ -265,7 +299,7 @@ class PlansStage(Stage[PlansConfig]):
     async def _judge(self, sample_type: str, group: list[ToolSpec], steps: list, lang: str,
                      routing_key: str | None = None) -> JudgeVerdict:
         cfg = self.config
-        task = {"sample_type": sample_type, "tools": [t.tool.to_openai()["function"] for t in group],
+        task = {"sample_type": sample_type, "tools": [self._function(t) for t in group],
                 "plan": {"steps": [s.model_dump() for s in steps]}}
         resp = await self.ctx.llm.complete_one(ChatRequest(
             messages=({"role": "user", "content": prompt_text("judge", lang).format(

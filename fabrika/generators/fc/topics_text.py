@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from datasketch import MinHash, MinHashLSH
+if TYPE_CHECKING:
+    from datasketch import MinHash
 
 _CYR = re.compile(r"[а-яё]", re.IGNORECASE)
 _LAT = re.compile(r"[a-z]", re.IGNORECASE)
@@ -91,6 +93,8 @@ class NearDuplicateIndex:
     def __init__(self, lang: str, threshold: float = 0.6, num_perm: int = 64) -> None:
         self.lang = lang
         self.num_perm = num_perm
+        from datasketch import MinHashLSH  # imported on use: it pulls scipy (~0.4 s of every process's start)
+
         self._lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
         self._exact: dict[str, str] = {}
 
@@ -99,6 +103,8 @@ class NearDuplicateIndex:
         feats = set(toks) | {f"{a} {b}" for a, b in zip(toks, toks[1:])}
         if not feats:
             return None
+        from datasketch import MinHash
+
         mh = MinHash(num_perm=self.num_perm, seed=1)
         for f in sorted(feats):
             mh.update(f.encode("utf-8"))

@@ -25,8 +25,6 @@ import hashlib
 import re
 from typing import Sequence
 
-from datasketch import MinHash, MinHashLSH
-
 from fabrika.filters.dedup import shingles
 
 _DIGITS = re.compile(r"\d+")
@@ -64,6 +62,8 @@ def template_clusters(ids: Sequence[str], views: Sequence[str], keys: Sequence[s
     so a prompt matching two leaders merges them). Lookups stay cheap however large a
     template grows (indexing every member made a big template quadratic).
     """
+    from datasketch import MinHash, MinHashLSH  # imported on use: it pulls scipy (~0.4 s of a process's start)
+
     lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
     parent: dict[str, str] = {}
     sigs: dict[str, MinHash] = {}

@@ -1,0 +1,23 @@
+"""fc's argument checks: schema problems first, then formats; one cached validator per schema gives the same."""
+
+from __future__ import annotations
+
+from fabrika.generators.fc.common import argument_problems
+from fabrika.schemas.tools import Tool
+
+TOOL = Tool.model_validate({"function": {"name": "book", "description": "Бронь", "parameters": {
+    "type": "object", "required": ["date", "guests"],
+    "properties": {"date": {"type": "string", "format": "date"}, "guests": {"type": "integer", "minimum": 1},
+                   "email": {"type": "string", "format": "email"}}}}})
+
+
+def test_valid_schema_and_format_problems_in_their_order() -> None:
+    for _ in range(2):  # the second pass runs on the cached validator
+        assert argument_problems(TOOL, {"date": "2026-03-14", "guests": 2}) == []
+        # a schema problem wins: formats are not reported alongside it
+        assert argument_problems(TOOL, {"date": "14 марта", "guests": 0}) == [
+            "guests: 0 is less than the minimum of 1"]
+        assert argument_problems(TOOL, {"guests": 2}) == ["<root>: 'date' is a required property"]
+        # formats only once the schema holds, sorted by path
+        assert argument_problems(TOOL, {"date": "14 марта", "guests": 2, "email": "нет"}) == [
+            "date: '14 марта' is not a 'date'", "email: 'нет' is not a 'email'"]

@@ -1,0 +1,74 @@
+"""The cache key's JSON text is the stdlib's, byte for byte, on the orjson path and off it."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fabrika.llm import canonical
+from fabrika.llm.cache import content_key, request_key
+from fabrika.llm.types import ChatRequest
+
+_stdlib = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str).encode
+
+
+def _ref(value: object) -> bytes:
+    return _stdlib(value).encode("utf-8")
+
+
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(1 << 70), max_value=1 << 70),
+                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12))
+_json = st.recursive(_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.tuples(inner, inner),
+    st.dictionaries(st.text(max_size=6), inner, max_size=4)), max_leaves=20)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_json)
+def test_any_json_data_encodes_exactly_as_the_stdlib(value: object) -> None:
+    assert canonical.canonical_bytes(value) == _ref(value)
+
+
+def test_every_character_and_the_float_forms_orjson_writes_differently() -> None:
+    text = "".join(chr(c) for c in range(0x3000)) + "\u2028\u2029\ufeff\U0001f600\U0010ffff"
+    assert canonical.canonical_bytes({"t": text}) == _ref({"t": text})
+    for x in (1e-05, 1e-07, 1e16, 1.5e300, 5e-324, -2.5e-9, 0.0001, 9999999999999998.0, -0.0, 0.7,
+              math.nan, math.inf, -math.inf):
+        assert canonical.canonical_bytes([x, {"v": x}]) == _ref([x, {"v": x}]), x
+    assert canonical.plain([0.7, 1.0, 0.0001]) and not canonical.plain([1e-5]) and not canonical.plain(1e16)
+
+
+def test_what_orjson_would_write_its_own_way_takes_the_stdlib() -> None:
+    class Colour(enum.Enum):
+        RED = "red"
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    class Name(str):
+        pass
+
+    for value in ({1: "int key"}, {"e": Colour.RED}, [Point(1)], [Name("x")], {"big": 1 << 80},
+                  [{"a": {"b": [1, 2, {"c": 3}]}}] * 2, {"b": 1, "a": 2, "ä": 3, "Z": 4}):
+        assert canonical.canonical_bytes(value) == _ref(value), value
+    assert not canonical.plain({"e": Colour.RED}) and not canonical.plain({1: "x"})
+
+
+def test_request_keys_are_unchanged() -> None:
+    """The key and the sim's content key hash the stdlib text: old caches and simulated data still match."""
+    import hashlib
+
+    req = ChatRequest(messages=({"role": "user", "content": "Привет, нужна бронь на 19:00"},),
+                      tools=({"type": "function", "function": {"name": "book", "parameters": {
+                          "type": "object", "properties": {"n": {"type": "integer", "minimum": 1e-05}}}}},),
+                      temperature=0.7, max_tokens=64, seed=3)
+    fields = (req.model, req.messages, req.tools, req.tool_choice, req.temperature, req.top_p, req.max_tokens,
+              req.n, req.seed, req.sample_index, req.response_format, req.stop, req.extra_body)
+    assert request_key(req, scope="openai") == hashlib.sha256(_ref((2, "openai", *fields))).hexdigest()
+    assert content_key(req) == hashlib.sha256(_ref((1, *fields))).hexdigest()
