@@ -27,7 +27,10 @@ time, by the per-stage fan-out model of :mod:`fabrika.pipeline.estimate_model`:
   fixed number of calls over its first items (``if.expand``) is predicted exactly;
 * global stages (dedup, clustering) keep their pilot's output/input ratio;
 * dataset rows are each dataset stage's predicted rows times the share its gates kept
-  in the pilot's materialised version (with that share's error).
+  in the pilot's materialised version (with that share's error);
+* a stage that draws a declared share of its inputs (``fc.irrelevance``' ``share``) draws more in
+  the pilot, so a few pilot items still reach that branch, and is weighed back
+  (:mod:`fabrika.pipeline.estimate_draws`).
 
 Wall time: the pilot runs one stage at a time without overlap, and each stage's time is
 split into a fixed part, paid once, and the rest (:mod:`fabrika.pipeline.estimate_time`);
