@@ -608,6 +608,9 @@ def extrapolate_pilot(est: Estimate, config: PipelineConfig, manifest: dict[str,
         fixed, own_s = split_fixed((clocks or {}).get(name), float(info.get("seconds") or 0.0), cls.global_stage)
         est.stages[name] = _entry(config, s, info, engine, n, items, req, ptok, ctok, rows, ok, costs, priced,
                                   is_exact, est.sim, fixed, own_s)
+        cpu = getattr((clocks or {}).get(name), "cpu", None)
+        # the process's CPU while the stage ran in the pilot, beside its seconds (diagnostic: not yet in the model)
+        est.stages[name]["pilot_cpu_seconds"] = None if cpu is None else round(cpu, 2)
     _totals(est, config, store, version, ok_fig, pilot_ok, exact, subset, pilot_n, items_fig, priced)
     est.assumptions = assumptions(config, est, above=[n for n, e in est.stages.items() if e["exact"]
                                                       and n not in full_in], priced=priced)
