@@ -68,8 +68,8 @@ class StageClock:
 
     @property
     def cpu(self) -> float | None:
-        """CPU seconds this process spent while the stage ran (``None``: not recorded). Far below the stage's
-        seconds, the stage waited (threads in C code, sandbox workers, an endpoint) or the box was loaded."""
+        """CPU seconds this process (all its threads) spent while the stage ran (``None``: not recorded). Far below
+        the stage's seconds, the stage waited (sandbox workers, an endpoint) or the box was loaded."""
         if self.cpu_start is None or self.cpu_end is None:
             return None
         return max(0.0, self.cpu_end - self.cpu_start)
