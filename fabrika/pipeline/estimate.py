@@ -27,7 +27,10 @@ time, by the per-stage fan-out model of :mod:`fabrika.pipeline.estimate_model`:
   fixed number of calls over its first items (``if.expand``) is predicted exactly;
 * global stages (dedup, clustering) keep their pilot's output/input ratio;
 * dataset rows are each dataset stage's predicted rows times the share its gates kept
-  in the pilot's materialised version (with that share's error).
+  in the pilot's materialised version (with that share's error);
+* a stage that draws a declared share of its inputs (``fc.irrelevance``' ``share``) draws more in
+  the pilot, so a few pilot items still reach that branch, and is weighed back
+  (:mod:`fabrika.pipeline.estimate_draws`).
 
 Wall time: the pilot runs one stage at a time without overlap, and each stage's time is
 split into a fixed part, paid once, and the rest (:mod:`fabrika.pipeline.estimate_time`);
@@ -52,6 +55,7 @@ from typing import Any, Callable, Iterator, cast
 from fabrika.errors import StoreError
 from fabrika.gates import gate_lazy
 from fabrika.pipeline.config import PipelineConfig, config_hash, execution_order, inputs_of, stage_dependencies
+from fabrika.pipeline.estimate_draws import Draw, drawn_rows, pilot_draws, reweigh
 from fabrika.pipeline.estimate_model import (
     MARGIN,
     Figure,
@@ -456,17 +460,27 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
         sizes = {name: pilot.size(n) for name, n in full_in.items()}
         in_full = sorted(name for name, n in full_in.items() if sizes[name] >= FULL_SHARE * n)
         sizes.update({name: full_in[name] for name in in_full})
-        updates = {name: {"max_items": sizes[name]} for name in full_in if name not in in_full}
+        updates: dict[str, dict[str, Any]] = {name: {"max_items": sizes[name]} for name in full_in
+                                              if name not in in_full}
+        # a share a stage draws is raised below the sampled cut, so the pilot sees that branch (estimate_draws)
+        sampled = [n for n in updates if full_in[n]]
+        below = set(sampled) | {s.stage_name for s in config.stages
+                                if _ancestors(deps, s.stage_name) & set(sampled)}
+        draws = pilot_draws(list(config.stages), below, min((sizes[n] / full_in[n] for n in sampled), default=1.0))
+        for name, draw in draws.items():
+            updates.setdefault(name, {})[draw.field] = draw.pilot_share
         say("estimate 2/3: pilot of " + ", ".join(f"{n} ({sizes[n]}/{full_in[n]} items"
                                                   + (", in full: a pilot would be most of it" if n in in_full else "")
                                                   + ")" for n in cuts)
-            + (f"; requests counted without the LLM: {', '.join(sorted(dry))}" if dry else ""))
+            + (f"; requests counted without the LLM: {', '.join(sorted(dry))}" if dry else "")
+            + "".join(f"; {n} draws {d.field} {d.pilot_share:.0%} (config: {d.share:.0%}), weighed back"
+                      for n, d in sorted(draws.items())))
         piloted = _with_stage_updates(config, updates, work_dir)
         if above:  # the cut changed only max_items: the scratch run resumes without a "config changed" warning
             manifest = store.read_manifest()
             manifest["config_hash"] = config_hash(piloted)
             store.write_manifest(manifest)
-        picks = {n: stride_sample(order[n], sizes[n]) for n in updates if not order[n][:1] == ["#0"]}
+        picks = {n: stride_sample(order[n], sizes[n]) for n in sampled if not order[n][:1] == ["#0"]}
         t1 = time.monotonic()
         with sampled_inputs(config, picks), clocked(kinds, clocks):
             result = await arun_pipeline(piloted, resume=True, progress=progress, engine=engine)
@@ -483,13 +497,14 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
     est = Estimate(config=config_name, backend=str(manifest.get("backend") or getattr(engine, "backend_name", "?")),
                    pilot={"fraction": pilot.fraction, "items": pilot.items, "cut_stages": cuts,
                           "full_inputs": full_in, "dry_counted": sorted(dry), "work_dir": str(work_dir),
-                          "min_items": MIN_PILOT_ITEMS, "run_in_full": in_full})
+                          "min_items": MIN_PILOT_ITEMS, "run_in_full": in_full,
+                          "oversampled": {n: d.as_dict() for n, d in sorted(draws.items())}})
     # what the invocations spent outside their stages (start-up, checks, materialising): paid once
     overhead = sum(max(0.0, wall - sum(float(e.get("seconds") or 0.0) for e in (m.get("stages") or {}).values()
                                        if e.get("seen") or e.get("seconds")))
                    for wall, m in walls) if walls else 0.0
     est.pilot["overhead_seconds"] = round(overhead, 2)
-    extrapolate_pilot(est, config, manifest, store, engine, full_in, dry, result.version, clocks)
+    extrapolate_pilot(est, config, manifest, store, engine, full_in, dry, result.version, clocks, draws)
     return est
 
 
@@ -505,8 +520,9 @@ def _costs(manifest: dict[str, Any]) -> tuple[dict[str, float], bool]:
 
 def extrapolate_pilot(est: Estimate, config: PipelineConfig, manifest: dict[str, Any], store: RunStore,
                       engine: TimedEngine, full_in: dict[str, int], dry: dict[str, dict[str, int]],
-                      version: Any, clocks: Clocks | None = None) -> None:
-    """Fill ``est.stages`` and ``est.total`` from the pilot's manifest, store and per-item counts."""
+                      version: Any, clocks: Clocks | None = None, draws: dict[str, Draw] | None = None) -> None:
+    """Fill ``est.stages`` and ``est.total`` from the pilot's manifest, store and per-item counts
+    (``draws``: the stages whose declared share the pilot raised, :mod:`fabrika.pipeline.estimate_draws`)."""
     info_of = manifest.get("stages") or {}
     costs, priced = _costs(manifest)
     rows_fig: dict[str, Figure] = {}
@@ -583,11 +599,18 @@ def extrapolate_pilot(est: Estimate, config: PipelineConfig, manifest: dict[str,
         if is_exact:  # ran in full on exact inputs: the pilot's own figures
             req, ptok, ctok, rows, ok = (Figure(float(v)) for v in (pilot_req, pilot_ptok, pilot_ctok, all_rows,
                                                                      ok_rows))
+        draw = (draws or {}).get(name)
+        if draw is not None and not is_exact:  # the pilot drew more than the config does: weighed back
+            full_draws = drawn_rows(store, name) * scale * draw.weight
+            req, ptok, ctok, ok = (reweigh(fig, draw, full_draws) for fig in (req, ptok, ctok, ok))
         exact[name] = is_exact
         rows_fig[name], ok_fig[name] = rows, ok
         fixed, own_s = split_fixed((clocks or {}).get(name), float(info.get("seconds") or 0.0), cls.global_stage)
         est.stages[name] = _entry(config, s, info, engine, n, items, req, ptok, ctok, rows, ok, costs, priced,
                                   is_exact, est.sim, fixed, own_s)
+        cpu = getattr((clocks or {}).get(name), "cpu", None)
+        # the process's CPU while the stage ran in the pilot, beside its seconds (diagnostic: not yet in the model)
+        est.stages[name]["pilot_cpu_seconds"] = None if cpu is None else round(cpu, 2)
     _totals(est, config, store, version, ok_fig, pilot_ok, exact, subset, pilot_n, items_fig, priced)
     est.assumptions = assumptions(config, est, above=[n for n, e in est.stages.items() if e["exact"]
                                                       and n not in full_in], priced=priced)
@@ -788,6 +811,11 @@ def assumptions(config: PipelineConfig, est: Estimate, above: list[str], priced:
     if est.pilot.get("run_in_full"):
         out.append(f"run in full, since a pilot would have been at least {FULL_SHARE:.0%} of their input: "
                    f"{', '.join(est.pilot['run_in_full'])}")
+    if est.pilot.get("oversampled"):
+        out.append("drawn by a declared share, so the pilot drew more and each figure but the rows is weighed back "
+                   "by share / pilot share (the full run's own draw in the range): " + ", ".join(
+                       f"{n} ({d['field']} {d['share']:g}, pilot {d['pilot_share']:g})"
+                       for n, d in est.pilot["oversampled"].items()))
     if est.pilot.get("dry_counted"):
         out.append(f"requests counted exactly without the LLM: {', '.join(est.pilot['dry_counted'])}")
     if above:

@@ -50,6 +50,10 @@ class StageClock:
     #: an LLM-free stage's warm re-run: seconds over ``warm_items`` items (``None``: not re-run)
     warm: float | None = None
     warm_items: int = 0
+    #: this process's CPU seconds (``time.process_time``: every thread, no child process) at the start and at
+    #: the end of the stage's own run (before a warm re-run): recorded for the time model, see :attr:`cpu`
+    cpu_start: float | None = None
+    cpu_end: float | None = None
     _first: asyncio.Event | None = field(default=None, repr=False)
     _taken: bool = False
     _kept: list[Row] = field(default_factory=list, repr=False)
@@ -62,27 +66,37 @@ class StageClock:
         end = self.first_end if self.first_end is not None else self.setup_end
         return max(0.0, (end or self.start) - self.start)
 
+    @property
+    def cpu(self) -> float | None:
+        """CPU seconds this process (all its threads) spent while the stage ran (``None``: not recorded). Far below
+        the stage's seconds, the stage waited (sandbox workers, an endpoint) or the box was loaded."""
+        if self.cpu_start is None or self.cpu_end is None:
+            return None
+        return max(0.0, self.cpu_end - self.cpu_start)
+
 
 Clocks = dict[str, StageClock]
 
 
-def _clocked(base: type[Stage[Any]], clocks: Clocks, now: Callable[[], float]) -> type[Stage[Any]]:
+def _clocked(base: type[Stage[Any]], clocks: Clocks, now: Callable[[], float],
+             cpu: Callable[[], float] = time.process_time) -> type[Stage[Any]]:
     warm_rerun = getattr(base, "kind", "") not in NO_RERUN and ((not base.global_stage and not base.calls_llm)
                                                 or (base.global_stage and base.annotates))
 
     def clock_of(stage: Stage[Any]) -> StageClock:
         clock = clocks.get(stage.name)
         if clock is None:  # processed without setup (a harness): start the clock at the first item
-            clock = clocks[stage.name] = StageClock(start=now())
+            clock = clocks[stage.name] = StageClock(start=now(), cpu_start=cpu())
         return clock
 
     async def setup(self: Stage[Any]) -> None:
-        clocks[self.name] = clock = StageClock(start=now())
+        clocks[self.name] = clock = StageClock(start=now(), cpu_start=cpu())
         await base.setup(self)
         clock.setup_end = now()
 
     async def teardown(self: Stage[Any]) -> None:
         clock = clock_of(self)
+        clock.cpu_end = cpu()
         if warm_rerun and clock._kept:
             await _warm(self, clock)
         await base.teardown(self)
@@ -151,13 +165,14 @@ def _clocked(base: type[Stage[Any]], clocks: Clocks, now: Callable[[], float]) -
 
 
 @contextmanager
-def clocked(kinds: set[str], clocks: Clocks, now: Callable[[], float] = time.monotonic) -> Iterator[Clocks]:
+def clocked(kinds: set[str], clocks: Clocks, now: Callable[[], float] = time.monotonic,
+            cpu: Callable[[], float] = time.process_time) -> Iterator[Clocks]:
     """While it is open, the stages of ``kinds`` record their :class:`StageClock` into ``clocks``
     (wrapping whatever class the registry holds then; restored afterwards)."""
     saved = {kind: STAGES[kind] for kind in kinds}
     try:
         for kind, cls in saved.items():
-            STAGES[kind] = _clocked(cls, clocks, now)
+            STAGES[kind] = _clocked(cls, clocks, now, cpu)
         yield clocks
     finally:
         STAGES.update(saved)

@@ -62,6 +62,14 @@ def test_estimate_of_the_fc_demo_holds_the_full_run_in_its_ranges(tmp_path: Path
         assert est["range"]["rows"]["low"] < est["rows"] < est["range"]["rows"]["high"]  # extrapolated: a real range
     pilot_requests = sum(s["pilot_requests"] for s in doc["stages"].values())
     assert pilot_requests < 0.7 * measured  # the pilot was smaller than the run
+    # fc.irrelevance draws 30% of its eligible samples: its pilot drew them all, and the estimate weighs them back
+    # (at 30% its 11 pilot dialogues drew none, and the estimate said 0 requests and 0 rows with no spread)
+    assert doc["pilot"]["oversampled"] == {"fc.irrelevance": {"field": "share", "share": 0.3, "pilot_share": 1.0}}
+    est, real = doc["stages"]["fc.irrelevance"], full.stats["fc.irrelevance"]
+    assert est["requests"] > 0 and est["range"]["requests"]["high"] > est["requests"]
+    assert inside(real.llm.requests, est["range"]["requests"]), (est["range"]["requests"], real.llm.requests)
+    assert inside(real.rows_written, est["range"]["rows"]), (est["range"]["rows"], real.rows_written)
+    assert any("weighed back by share / pilot share" in a for a in doc["assumptions"])
 
 
 def test_a_fixed_number_of_calls_over_the_first_seeds_is_counted_not_scaled(tmp_path: Path):

@@ -49,6 +49,29 @@ def test_the_first_item_goes_alone_and_the_clock_sees_it():
     assert clock.fixed == 2.0
 
 
+class _LLMToy(_Toy):
+    kind = "test.estimate_llm_toy"  # calls_llm (the default): no warm re-run after its own run
+
+
+def test_the_clock_records_the_process_s_cpu_from_setup_to_teardown():
+    cpu_ticks = iter([10.0, 10.75])
+    clocks: dict[str, StageClock] = {}
+    STAGES[_LLMToy.kind] = _LLMToy
+    try:
+        with clocked({_LLMToy.kind}, clocks, now=lambda: 0.0, cpu=lambda: next(cpu_ticks)):
+            stage: Any = STAGES[_LLMToy.kind](StageConfig(kind=_LLMToy.kind, name="llm_toy"), None)
+
+            async def go() -> None:
+                await stage.setup()
+                await asyncio.gather(*(stage.process({"i": i}) for i in range(3)))
+                await stage.teardown()
+
+            asyncio.run(go())
+    finally:
+        del STAGES[_LLMToy.kind]
+    assert clocks["llm_toy"].cpu == 0.75 and StageClock().cpu is None
+
+
 def test_split_fixed_takes_one_item_s_share_off_the_first_item():
     clock = StageClock(start=0.0, setup_end=1.0, first_end=3.0, items=5)
     # 11 s in all: 3 s to the first item's end, 8 s for the other 4 items (2 s each): fixed = 3 - 2
