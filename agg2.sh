@@ -1,1 +1,0 @@
-awk '{for(i=1;i<=NF;i++){split($i,a,":");split(a[2],b,"us/");t[a[1]]+=b[1];f[a[1]]+=b[2]; T+=b[1]; F+=b[2]}} END{for(k in t) printf "%s %.0fus %.0ff | ",k,t[k]/NR,f[k]/NR; printf "TOTAL %.0fus %.0ff (n=%d)\n", T/NR, F/NR, NR}' $1
