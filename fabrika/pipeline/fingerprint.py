@@ -9,7 +9,9 @@ modules, the prompt templates it renders and, on ``backend: sim``, the sim
 responders it may reach), the contents of the input files it declares
 (``Stage.input_files``: seed files, corpora, pools, tools specs, model and
 tokenizer directories; :mod:`fabrika.pipeline.input_digest`) and the
-fingerprints of the stages it reads — so an edited input file or a changed
+fingerprints of the stages it reads — its inputs and the annotators of
+them whose score columns it reads (a changed ``rm.teacher_scores`` redoes the
+``if.grpo`` rows that copy its α; a gate's scorer is not among them) — so an edited input file or a changed
 upstream stage re-processes its consumers too (their unchanged requests are
 cache hits). Gate thresholds are left out on purpose: they decide
 *which* rows a stage reads, and a stage processes newly passing rows without
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabrika.pipeline.config import PipelineConfig, execution_order, inputs_of
+from fabrika.pipeline.config import PipelineConfig, execution_order, inputs_of, stage_dependencies
 from fabrika.pipeline.input_digest import input_file_digests
 from fabrika.pipeline.lineage import stage_lineage
 from fabrika.pipeline.stage import STAGES
@@ -44,15 +46,35 @@ def _llm_fields(config: PipelineConfig) -> dict[str, Any]:
     return out
 
 
+def _reads_scores_of(stage: Any, annotator: Any) -> bool:
+    """Whether ``stage`` reads (or carries) a column the annotating stage ``annotator`` joins onto its input.
+
+    Such a stage's rows depend on the scores — ``if.grpo`` copies ``rm.teacher_scores``' α and ``rm_id`` —
+    so the annotator's fingerprint is part of its own. Scores that only gate which rows it reads are not:
+    gates are thresholds, handled like a refilter (module doc). Undeclared columns count as read."""
+    cls, ann = STAGES.get(stage.kind), STAGES.get(annotator.kind)
+    if cls is None or ann is None or not ann.annotates:
+        return False
+    reads, writes = cls.contract(stage), ann.contract(annotator)
+    if reads.reads is None or writes.writes is None or reads.carries:
+        return True
+    return bool({c.name for c in reads.reads} & {c.name for c in writes.writes})
+
+
 def stage_fingerprints(config: PipelineConfig) -> dict[str, tuple[str, dict[str, Any]]]:
     """``{stage: (fingerprint, fields)}``; ``fields`` (JSON) lets a changed fingerprint name what changed."""
     llm = _llm_fields(config)
     sim = llm.get("backend") == "sim"
+    deps = stage_dependencies(config)
+    by_name = {s.stage_name: s for s in config.stages}
     out: dict[str, tuple[str, dict[str, Any]]] = {}
     for stage in execution_order(config):
         own = {k: v for k, v in stage.model_dump(mode="json").items() if k not in STAGE_EXCLUDED}
+        sources = inputs_of(stage)
+        joined = sorted(a for a in deps.get(stage.stage_name, set()) - set(sources)
+                        if a in by_name and _reads_scores_of(stage, by_name[a]))
         fields = {"stage": own, "llm": llm, "seed": config.seed,
-                  "inputs": {src: out[src][0] for src in inputs_of(stage) if src in out}}
+                  "inputs": {src: out[src][0] for src in [*sources, *joined] if src in out}}
         cls = STAGES.get(stage.kind)
         if cls is not None:
             fields.update(stage_lineage(cls, sim))

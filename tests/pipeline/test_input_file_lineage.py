@@ -283,3 +283,30 @@ def test_an_edited_file_an_imported_spec_refers_to_redoes_the_import(tmp_path: P
     after = input_file_digests(stage, cls.input_files, cfg)
     assert list(after) == ["sources[0].path"]
     assert after["sources[0].path"]["digest"] != before["sources[0].path"]["digest"]
+
+
+def test_a_changed_annotator_redoes_the_stages_that_read_its_scores(tmp_path: Path) -> None:
+    """``if_grpo`` copies α from the ``if_teacher`` annotation of ``if_queries``: a changed teacher RM makes it
+    stale (before, only the annotator was redone and the GRPO rows kept the old α and ``rm_id``)."""
+    import yaml
+
+    from fabrika.pipeline.fingerprint import changed_fields
+
+    path = Path(__file__).resolve().parents[2] / "configs" / "if_demo.yaml"
+    doc = yaml.safe_load(path.read_text("utf-8"))
+    doc["run_dir"] = str(tmp_path / "run")
+
+    def fingerprints(k: int) -> dict[str, Any]:
+        for stage in doc["stages"]:
+            if stage.get("name") == "if_teacher":
+                stage["k"] = k
+        cfg, issues = validate_data(doc, str(path), path.parent)
+        assert cfg is not None, issues
+        return stage_fingerprints(cfg)
+
+    before, after = fingerprints(4), fingerprints(2)
+    changed = {name for name in before if before[name][0] != after[name][0]}
+    assert {"if_teacher", "if_grpo"} <= changed
+    assert "input if_teacher" in changed_fields(before["if_grpo"][1], after["if_grpo"][1])
+    assert changed == {"if_teacher", "if_grpo"}  # upstream and the readers that ignore α are untouched
+    assert "if_multi_grpo" not in changed  # it reads another table's annotator

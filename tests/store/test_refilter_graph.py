@@ -167,6 +167,7 @@ def test_status_shows_stale_stages_and_why(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "stale: 3 stage(s)" in result.stdout
     assert "test.count: config changed (n)" in result.stdout
-    assert "test.ask: upstream changed (test.count)" in result.stdout
+    # test.ask declares no columns, so the judge annotating its input counts as read (fingerprint module doc)
+    assert "test.ask: upstream changed (test.count, judge)" in result.stdout
     stale = json.loads(runner.invoke(app, ["status", str(tmp_path / "run"), "--json"]).stdout)["stale"]
     assert stale["judge"] == {"upstream changed": ["test.count"]}
