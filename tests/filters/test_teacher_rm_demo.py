@@ -1,7 +1,7 @@
-"""The shipped configs give every IF GRPO row its α: configs/if_demo.yaml (shrunk) → if_grpo, if_multi_grpo and
-if_dialogue_grpo rows all carry a finite ``teacher_rm_mean`` from the packaged stand-in RM (``rm_id`` sim@v1), the
-GRPO export keeps it on 100 % of the IF rows, and the dataset card says the RM is a stand-in. demo.yaml and
-if_demo.yaml score the same three tables."""
+"""The shipped configs give every IF GRPO row its α: configs/if_demo.yaml (shrunk; the session's run of
+tests/conftest.py) → if_grpo, if_multi_grpo and if_dialogue_grpo rows all carry a finite ``teacher_rm_mean`` from
+the packaged stand-in RM (``rm_id`` sim@v1), the GRPO export keeps it on 100 % of the IF rows, and the dataset card
+says the RM is a stand-in. demo.yaml and if_demo.yaml score the same three tables."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import pytest
 from fabrika.export.source import open_version
 from fabrika.export.writer import ExportConfig, export
 from fabrika.pipeline.config import load_config
-from fabrika.pipeline.runner import run_pipeline
 from fabrika.rewards.rm_service import SIM_RM_ID
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,29 +30,11 @@ def test_shipped_configs_score_every_if_grpo_table(name: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    config = load_config(ROOT / "configs" / "if_demo.yaml")
-    stages = []
-    for s in config.stages:
-        upd: dict = {}
-        if s.kind == "if.expand":
-            upd = {"target_count": 40}
-        if s.kind == "if.backtranslation":
-            upd = {"similarity": s.similarity.model_copy(update={"backend": "tfidf"})}
-        if s.kind == "if.verifiers":
-            upd = {"k": 6}
-        if s.kind == "if.multi.prompts":
-            upd = {"target_count": 12}
-        if s.kind == "if.dialogues":
-            upd = {"target_count": 4}
-        if s.kind in ("if.responses", "if.multi.responses"):
-            upd = {"judge": False}
-        stages.append(s.model_copy(update=upd))
-    root = tmp_path_factory.mktemp("alpha_demo")
-    run = run_pipeline(config.model_copy(update={"stages": stages, "run_dir": root / "run"}), progress=False)
-    export(open_version(run.run_dir, None, list(IF_GRPO)), ExportConfig(kind="grpo", out=root / "grpo",
-                                                                         validate_rows=0))
-    return root / "grpo"
+def exported(if_demo_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The GRPO export of the session's shrunk IF demo run (tests/conftest.py; the export only reads it)."""
+    out = tmp_path_factory.mktemp("alpha_demo") / "grpo"
+    export(open_version(if_demo_run, None, list(IF_GRPO)), ExportConfig(kind="grpo", out=out, validate_rows=0))
+    return out
 
 
 def test_every_if_grpo_row_has_alpha_from_the_stand_in_rm(exported: Path) -> None:

@@ -9,36 +9,20 @@ import polars as pl
 import pytest
 
 from fabrika.constraints import verify_all
-from fabrika.pipeline.config import load_config
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.schemas import Sample, from_row
 from fabrika.schemas.instruct import IFGroundTruth
+from tests.demo_runs import copy_run
 
 ROOT = Path(__file__).resolve().parents[2]
-SKIP = {"if.queries", "if.responses", "if.samples", "if.grpo"}  # the single-constraint chain has its own test
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    config = load_config(ROOT / "configs" / "if_demo.yaml")
-    stages = []
-    for s in config.stages:
-        if s.kind in SKIP or (s.kind == "rm.teacher_scores" and s.input == "if_queries"):
-            continue
-        upd: dict = {}
-        if s.kind == "if.expand":
-            upd = {"target_count": 60}
-        if s.kind == "if.backtranslation":
-            upd = {"similarity": s.similarity.model_copy(update={"backend": "tfidf"})}
-        if s.kind == "if.verifiers":
-            upd = {"k": 6}
-        stages.append(s.model_copy(update=upd))
-    dataset = config.dataset.model_copy(update={"stages": [n for n in config.dataset.stages
-                                                           if n.startswith(("if_multi", "if_dialogue"))]})
-    config = config.model_copy(update={"stages": stages, "dataset": dataset,
-                                       "run_dir": tmp_path_factory.mktemp("multi_demo") / "run"})
-    run_pipeline(config, resume=False, progress=False)
-    return config.run_dir
+def run_dir(if_demo_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private copy (a test here resumes it) of the session's run of the shrunk IF demo (tests/conftest.py).
+    The multi-constraint and dialogue chains read nothing of the single-constraint chain (their inputs are
+    if_verifiers or nothing; dedup and language are per table), so their tables are those of a run without it."""
+    return copy_run(if_demo_run, tmp_path_factory.mktemp("multi_demo") / "run")
 
 
 @pytest.fixture(scope="module")

@@ -9,34 +9,21 @@ import polars as pl
 import pytest
 
 from fabrika.constraints import verify_all
-from fabrika.pipeline.config import load_config
+from fabrika.pipeline.config import PipelineConfig
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.schemas import Sample, from_row
 from fabrika.schemas.instruct import IFGroundTruth
 from fabrika.store.run import RunStore
 from fabrika.store.versions import materialise
-
-DEMO = Path(__file__).resolve().parents[2] / "configs" / "if_demo.yaml"
+from tests.demo_runs import copy_run, if_demo_shrunk_config
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    """The shipped demo config, shrunk (fewer candidates, tf-idf similarity, no judge)."""
-    config = load_config(DEMO)
-    run_dir = tmp_path_factory.mktemp("if_demo") / "run"
-    stages = []
-    for s in config.stages:
-        upd = {}
-        if s.kind == "if.expand":
-            upd = {"target_count": 60}
-        if s.kind == "if.backtranslation":
-            upd = {"similarity": s.similarity.model_copy(update={"backend": "tfidf"})}
-        if s.kind == "if.verifiers":
-            upd = {"k": 6}
-        stages.append(s.model_copy(update=upd))
-    config = config.model_copy(update={"stages": stages, "run_dir": run_dir})
-    run_pipeline(config, resume=False, progress=False)
-    return run_dir, config
+def demo(if_demo_run: Path, tmp_path_factory) -> tuple[Path, PipelineConfig]:
+    """The shipped demo config, shrunk (fewer candidates and verifiers, tf-idf similarity): a private copy of the
+    session's run of it (tests/conftest.py), since these tests refilter and resume it."""
+    run_dir = copy_run(if_demo_run, tmp_path_factory.mktemp("if_demo") / "run")
+    return run_dir, if_demo_shrunk_config(run_dir)
 
 
 @pytest.fixture

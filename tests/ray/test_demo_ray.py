@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 import yaml
 
-from fabrika.pipeline.config import PipelineConfig, validate_data
+from fabrika.pipeline.config import PipelineConfig, load_config, validate_data
 from fabrika.pipeline.runner import RunResult, run_pipeline
 from fabrika.pipeline.stage import STAGES
 from fabrika.store.run import RunStore
@@ -64,10 +64,13 @@ def _funnel(run_dir: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def local_demo(tmp_path_factory) -> RunResult:
-    result = run_pipeline(demo_config(tmp_path_factory.mktemp("demo_local") / "run", "local"), progress=False)
-    assert result.complete and result.version is not None, result.problems
-    return result
+def local_demo(demo_run_result: RunResult) -> RunResult:
+    """The demo under ``executor: local`` (the default): the session's shared run of configs/demo.yaml
+    (tests/conftest.py, read-only; only its cache is copied out)."""
+    shared = load_config(DEMO).model_copy(update={"run_dir": demo_run_result.run_dir})
+    # the shared run is exactly the local run this test used to make: the same validated config
+    assert shared.model_dump() == demo_config(demo_run_result.run_dir, "local").model_dump()
+    return demo_run_result
 
 
 def test_demo_under_ray_materialises_the_local_dataset(ray_cluster, local_demo, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 from fabrika.export.source import open_version
 from fabrika.export.writer import ExportConfig, export
 from fabrika.pipeline.config import load_config
-from fabrika.pipeline.runner import run_pipeline
+from fabrika.pipeline.runner import RunResult, run_pipeline
 
 pytestmark = [pytest.mark.train, pytest.mark.slow]
 
@@ -25,11 +25,11 @@ CPU = {"bf16": False, "use_cpu": True, "use_vllm": False, "num_generations": 4, 
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """`make demo` without make: run configs/demo.yaml and export it as GRPO (HF format) with its settings."""
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_run_result: RunResult) -> dict[str, Path]:
+    """`make demo` without make: configs/demo.yaml's run (shared, read-only: tests/conftest.py) exported as GRPO
+    (HF format) with its settings."""
     root = tmp_path_factory.mktemp("demo")
-    config = load_config(ROOT / "configs" / "demo.yaml")
-    result = run_pipeline(config.model_copy(update={"run_dir": root / "run"}), progress=False)
+    result = demo_run_result
     from fabrika.export.settings import settings_from_manifest
 
     settings = settings_from_manifest(open_version(result.run_dir).manifest)

@@ -4,6 +4,7 @@ accepts it with the same RM and refuses it with another."""
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import datasets
@@ -13,29 +14,32 @@ from fabrika.errors import InputError
 from fabrika.export.source import open_version
 from fabrika.export.writer import ExportConfig, export
 from fabrika.filters.teacher_rm import TeacherScoresConfig
-from fabrika.pipeline.config import load_config
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.rewards.general import rm_identity
 from fabrika.train.tiny import save_tiny
+from tests.demo_runs import copy_run, if_demo_shrunk_config
 
 pytestmark = [pytest.mark.train, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_alpha_from_the_pipeline_reaches_the_trainer(tmp_path: Path, tiny_model: Path) -> None:
+def test_alpha_from_the_pipeline_reaches_the_trainer(tmp_path: Path, tiny_model: Path, if_demo_run: Path) -> None:
     from fabrika.train.grpo import build_grpo_trainer, load_grpo_config
 
     rm = save_tiny(tmp_path / "rm", seed=7, num_labels=1)
     other_rm = save_tiny(tmp_path / "other_rm", seed=8, num_labels=1)
-    config = load_config(ROOT / "configs" / "if_demo.yaml")
+    # the session's shrunk IF demo run (tests/conftest.py), copied without the α stage, the GRPO rows that copy α
+    # and the version: the run below redoes those with a real RM in place of the stand-in (the LLM answers of the
+    # stages it keeps are on disk already)
+    run_dir = copy_run(if_demo_run, tmp_path / "run")
+    for redo in ("stages/if_teacher", "stages/if_grpo", "versions"):
+        shutil.rmtree(run_dir / redo)
+    config = if_demo_shrunk_config(run_dir)
     stages = []
     for stage in config.stages:
-        if stage.kind == "if.expand":
-            stage = stage.model_copy(update={"target_count": 30})
         if stage.kind == "rm.teacher_scores" and stage.input == "if_queries":  # the shipped stand-in → a real RM
             stage = TeacherScoresConfig(name="if_teacher", input="if_queries", rm=rm, k=3)
         stages.append(stage)
-    run = run_pipeline(config.model_copy(update={"stages": stages, "run_dir": tmp_path / "run"}), progress=False)
+    run = run_pipeline(config.model_copy(update={"stages": stages}), resume=True, progress=False)
     # the local RM is loaded once, however many prompts score at once: no prompt is lost as internal_error
     assert run.stats["if_teacher"].internal_errors == 0 and run.internal_errors == 0
     assert run.stats["if_teacher"].processed > 50
