@@ -36,6 +36,8 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable
 
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
 from fabrika.errors import StoreError
 from fabrika.llm.canonical import canonical_bytes
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
@@ -95,6 +97,30 @@ def decode_response(blob: str) -> ChatResponse:
                         cached=True, attempts=0)
 
 
+
+def _locked(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+
+def open_shared_db(path: Path, schema: str) -> sqlite3.Connection:
+    """A WAL SQLite file that several processes may open at the same moment (``llm_workers``, Ray actors).
+
+    The busy timeout is set at connect, before the journal-mode switch; SQLite still answers ``database is
+    locked`` at once where waiting could deadlock (two openers switching a fresh file to WAL, or upgrading a
+    read lock to create the tables), so the whole open is retried a few times with a short backoff."""
+    for attempt in Retrying(retry=retry_if_exception(_locked), stop=stop_after_attempt(12),
+                            wait=wait_exponential(multiplier=0.005, max=0.5), reraise=True):
+        with attempt:
+            db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10.0)
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.executescript(schema)
+            except BaseException:
+                db.close()
+                raise
+    return db
+
 class ResponseCache:
     """SQLite-backed cache; one connection, used from the event loop's thread.
 
@@ -108,13 +134,8 @@ class ResponseCache:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA busy_timeout=10000")  # several processes may share one cache
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-            )
+            self._db = open_shared_db(
+                self.path, "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL);")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open LLM cache at {self.path}: {exc}; check the path is writable "
                              "or set llm.cache.enabled=false") from exc

@@ -89,16 +89,14 @@ class RequestBodies:
             if readonly:
                 self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
             else:
+                from fabrika.llm.cache import open_shared_db
+
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db = open_shared_db(self.path,
+                                          "CREATE TABLE IF NOT EXISTS blobs (h TEXT PRIMARY KEY, z BLOB NOT NULL);"
+                                          "CREATE TABLE IF NOT EXISTS requests (key TEXT PRIMARY KEY, body TEXT NOT NULL);"
+                                          "CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, body TEXT NOT NULL);")
             self._db.execute("PRAGMA busy_timeout=10000")
-            if not readonly:
-                self._db.executescript(
-                    "CREATE TABLE IF NOT EXISTS blobs (h TEXT PRIMARY KEY, z BLOB NOT NULL);"
-                    "CREATE TABLE IF NOT EXISTS requests (key TEXT PRIMARY KEY, body TEXT NOT NULL);"
-                    "CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, body TEXT NOT NULL);")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the request log {self.path}: {exc}; check the run directory is "
                              "writable") from exc
