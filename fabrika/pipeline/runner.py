@@ -73,7 +73,7 @@ from fabrika.pipeline.outcome import StageStats, run_problems, run_warnings
 from fabrika.pipeline.overlap import ReadRecord, UpstreamTail, load_record, streaming_inputs, verify_read
 from fabrika.pipeline.progress import RunProgress
 from fabrika.pipeline.stage import STAGES, Stage, StageConfig
-from fabrika.pipeline.stopping import StopOnSignals, guard_default_executor
+from fabrika.pipeline.stopping import StopOnSignals, stoppable_with
 from fabrika.pipeline.taxonomy import classify, stage_failure
 from fabrika.schemas.ids import stable_id
 from fabrika.store.lock import hold_run_dir
@@ -430,21 +430,8 @@ async def arun_pipeline(
     SIGTERM and SIGINT stop it whatever the step is doing (:mod:`fabrika.pipeline.stopping`): finished
     items are saved, the manifest says ``interrupted``, and :class:`~fabrika.pipeline.stopping.RunStopped`
     is raised (also when the signal came too late to interrupt anything: the command was asked to stop)."""
-    loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
-    assert main is not None  # a coroutine awaited by asyncio.run always runs in a task
-    guard_default_executor(loop)
-    with StopOnSignals(loop, main) as stop:
-        try:
-            result = await _arun_pipeline(config, resume, cache_only, progress, engine, version, until,
-                                          allow_partial, log_every, stop)
-        except asyncio.CancelledError as exc:
-            if stop.stopped is None:
-                raise
-            raise stop.stopped from exc
-        if stop.stopped is not None:
-            raise stop.stopped
-        return result
+    return await stoppable_with(lambda stop: _arun_pipeline(config, resume, cache_only, progress, engine, version,
+                                                            until, allow_partial, log_every, stop))
 
 
 async def _arun_pipeline(config: PipelineConfig, resume: bool, cache_only: bool, progress: bool, engine: Any,

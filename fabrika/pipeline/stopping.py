@@ -283,13 +283,19 @@ class StopOnSignals:
 async def stoppable(awaitable: Awaitable[T]) -> T:
     """Await ``awaitable`` in the current task under :class:`StopOnSignals`: SIGTERM/SIGINT raise
     :class:`RunStopped` once it has unwound (what it saved is kept), whatever it was doing."""
+    return await stoppable_with(lambda _stop: awaitable)
+
+
+async def stoppable_with(make: Callable[[StopOnSignals], Awaitable[T]]) -> T:
+    """:func:`stoppable` of ``make(stop)``, for work that needs the :class:`StopOnSignals` itself (the runner
+    checks it after its last stage, before writing a version)."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
-    assert task is not None
+    assert task is not None  # a coroutine awaited by asyncio.run always runs in a task
     guard_default_executor(loop)
     with StopOnSignals(loop, task) as stop:
         try:
-            result = await awaitable
+            result = await make(stop)
         except asyncio.CancelledError as exc:
             if stop.stopped is None:
                 raise
@@ -299,5 +305,5 @@ async def stoppable(awaitable: Awaitable[T]) -> T:
         return result
 
 
-__all__ = ["GRACE_S", "LIMIT_S", "PROTECTED", "RunStopped", "StopAwareExecutor", "StopOnSignals",
+__all__ = ["GRACE_S", "LIMIT_S", "PROTECTED", "RunStopped", "StopAwareExecutor", "StopOnSignals", "stoppable_with",
            "guard_default_executor", "signal_name", "stop_received", "stoppable"]
