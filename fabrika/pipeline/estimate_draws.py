@@ -16,8 +16,8 @@ pilot has to guess, so the pilot draws more of them and the estimate weighs them
   drawn one writes its outcome.
 
 Deterministic: the pilot's draw is ``ctx.rng`` of each input against the raised share, the same
-on every pilot. A stage declares its draws with the class attribute ``pilot_draw_shares`` (config
-field names) or here, in :data:`DRAW_SHARES`, for a stage whose module the estimate does not own.
+on every pilot. A stage declares its draws with the class attribute ``Stage.pilot_draw_shares``
+(config field names).
 """
 
 from __future__ import annotations
@@ -27,9 +27,6 @@ from typing import Any
 
 from fabrika.pipeline.estimate_model import Figure
 from fabrika.pipeline.stage import STAGES
-
-#: stage kind -> its config fields that are such a share (besides a class's own ``pilot_draw_shares``)
-DRAW_SHARES: dict[str, tuple[str, ...]] = {"fc.irrelevance": ("share",)}
 
 
 @dataclass(frozen=True)
@@ -51,8 +48,8 @@ class Draw:
 
 def draw_fields(kind: str) -> tuple[str, ...]:
     """The config fields of ``kind`` that are a share of inputs drawn by ``ctx.rng``."""
-    own = tuple(getattr(STAGES.get(kind), "pilot_draw_shares", ()) or ())
-    return tuple(dict.fromkeys((*own, *DRAW_SHARES.get(kind, ()))))
+    cls = STAGES.get(kind)
+    return tuple(cls.pilot_draw_shares) if cls is not None else ()
 
 
 def pilot_draws(stages: list[Any], below_cut: set[str], fraction: float) -> dict[str, Draw]:

@@ -127,6 +127,9 @@ class Stage(abc.ABC, Generic[ConfigT]):
     #: False for per-item stages whose ``process`` never calls ``ctx.llm`` (CPU work such as the sandbox):
     #: under ``executor: ray`` they run on worker actors (``fabrika.pipeline.executors``).
     calls_llm: ClassVar[bool] = True
+    #: Config fields that are a share of the inputs the stage draws by ``ctx.rng`` (``fc.irrelevance``'s
+    #: ``share``): ``fabrika estimate`` raises them in its pilot and weighs the figures back.
+    pilot_draw_shares: ClassVar[tuple[str, ...]] = ()
     #: Input columns this stage reads (``fabrika.pipeline.contracts``); ``None``: undeclared, not checked.
     #: Source stages read files, not rows: ``()``.
     reads: ClassVar[tuple[Column, ...] | None] = None

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import fabrika.generators.fc.irrelevance  # noqa: F401 - registers fc.irrelevance, which declares its draw
 from fabrika.pipeline.estimate_draws import Draw, draw_fields, pilot_draws, reweigh
 from fabrika.pipeline.estimate_model import Figure
 

@@ -88,6 +88,7 @@ class IrrelevanceStage(LLMStage[IrrelevanceConfig]):
     reads = cols.IRRELEVANCE_READS
     writes = cols.IRRELEVANCE
     per_answer = True  # an episode row derives several samples: each pair of answers stands alone
+    pilot_draw_shares = ("share",)  # drawn per episode by ctx.rng: the estimate's pilot oversamples it
 
     def eligible(self, sample: Sample) -> list[str] | None:
         """The tools to remove (every tool this user turn needs), or ``None`` when no true sample can be derived.
