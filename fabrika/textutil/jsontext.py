@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from json.encoder import encode_basestring  # the C function where the stdlib has it
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["dumps_indent1", "dumps_sorted_indent2"]
 
@@ -32,47 +32,59 @@ class _Unusual(Exception):
     """A value this encoder leaves to the stdlib."""
 
 
-def _enc(o: Any, depth: int) -> str:
-    t = type(o)
-    if t is str:
-        return encode_basestring(o)
-    if t is dict:
-        if not o:
-            return "{}"
-        if depth >= _MAX_DEPTH:
-            raise _Unusual
-        for k in o:
-            if type(k) is not str:
+def _encoder(indents: list[str], sort_keys: bool, default_str: bool) -> Callable[[Any, int], str]:
+    """One plain recursion mirroring ``json.encoder._make_iterencode`` for the given indent table,
+    ``sort_keys`` and ``default=str`` (the two forms below share it; each is built once)."""
+
+    def enc(o: Any, depth: int) -> str:
+        t = type(o)
+        if t is str:
+            return encode_basestring(o)
+        if t is dict:
+            if not o:
+                return "{}"
+            if depth >= _MAX_DEPTH:
                 raise _Unusual
-        inner = _INDENT[depth + 1]
-        return "{" + inner + ("," + inner).join(
-            [encode_basestring(k) + ": " + (encode_basestring(v) if type(v) is str else _enc(v, depth + 1))
-             for k, v in o.items()]) + _INDENT[depth] + "}"
-    if t is list or t is tuple:
-        if not o:
-            return "[]"
-        if depth >= _MAX_DEPTH:
-            raise _Unusual
-        inner = _INDENT[depth + 1]
-        return "[" + inner + ("," + inner).join(
-            [encode_basestring(v) if type(v) is str else _enc(v, depth + 1) for v in o]) + _INDENT[depth] + "]"
-    if o is None:
-        return "null"
-    if o is True:
-        return "true"
-    if o is False:
-        return "false"
-    if t is int:
-        return int.__repr__(o)
-    if t is float:
-        if o != o:
-            return "NaN"
-        if o == _INF:
-            return "Infinity"
-        if o == -_INF:
-            return "-Infinity"
-        return float.__repr__(o)
-    raise _Unusual  # subclasses of str/int/float/dict/list, custom objects: the stdlib decides
+            for k in o:
+                if type(k) is not str:
+                    raise _Unusual
+            inner = indents[depth + 1]
+            return "{" + inner + ("," + inner).join(
+                [encode_basestring(k) + ": " + (encode_basestring(v) if type(v) is str else enc(v, depth + 1))
+                 for k, v in (sorted(o.items()) if sort_keys else o.items())]) + indents[depth] + "}"
+        if t is list or t is tuple:
+            if not o:
+                return "[]"
+            if depth >= _MAX_DEPTH:
+                raise _Unusual
+            inner = indents[depth + 1]
+            return "[" + inner + ("," + inner).join(
+                [encode_basestring(v) if type(v) is str else enc(v, depth + 1) for v in o]) + indents[depth] + "]"
+        if o is None:
+            return "null"
+        if o is True:
+            return "true"
+        if o is False:
+            return "false"
+        if t is int:
+            return int.__repr__(o)
+        if t is float:
+            if o != o:
+                return "NaN"
+            if o == _INF:
+                return "Infinity"
+            if o == -_INF:
+                return "-Infinity"
+            return float.__repr__(o)
+        if not default_str or isinstance(o, _JSON_TYPES):
+            raise _Unusual  # subclasses of str/int/float/dict/list, custom objects: the stdlib decides
+        return encode_basestring(str(o))  # what ``default=str`` gives (str() never returns a non-str)
+
+    return enc
+
+
+_enc = _encoder(_INDENT, sort_keys=False, default_str=False)
+_enc2 = _encoder(_INDENT2, sort_keys=True, default_str=True)
 
 
 def dumps_indent1(value: Any) -> str:
@@ -81,52 +93,6 @@ def dumps_indent1(value: Any) -> str:
         return _enc(value, 0)
     except _Unusual:
         return json.dumps(value, ensure_ascii=False, indent=1)
-
-
-def _enc2(o: Any, depth: int) -> str:
-    """:func:`_enc` with ``indent=2``, ``sort_keys=True`` and ``default=str``."""
-    t = type(o)
-    if t is str:
-        return encode_basestring(o)
-    if t is dict:
-        if not o:
-            return "{}"
-        if depth >= _MAX_DEPTH:
-            raise _Unusual
-        for k in o:
-            if type(k) is not str:
-                raise _Unusual
-        inner = _INDENT2[depth + 1]
-        return "{" + inner + ("," + inner).join(
-            [encode_basestring(k) + ": " + (encode_basestring(v) if type(v) is str else _enc2(v, depth + 1))
-             for k, v in sorted(o.items())]) + _INDENT2[depth] + "}"
-    if t is list or t is tuple:
-        if not o:
-            return "[]"
-        if depth >= _MAX_DEPTH:
-            raise _Unusual
-        inner = _INDENT2[depth + 1]
-        return "[" + inner + ("," + inner).join(
-            [encode_basestring(v) if type(v) is str else _enc2(v, depth + 1) for v in o]) + _INDENT2[depth] + "]"
-    if o is None:
-        return "null"
-    if o is True:
-        return "true"
-    if o is False:
-        return "false"
-    if t is int:
-        return int.__repr__(o)
-    if t is float:
-        if o != o:
-            return "NaN"
-        if o == _INF:
-            return "Infinity"
-        if o == -_INF:
-            return "-Infinity"
-        return float.__repr__(o)
-    if isinstance(o, _JSON_TYPES):  # a subclass: the stdlib encodes it as its base type, its own way
-        raise _Unusual
-    return encode_basestring(str(o))  # what ``default=str`` gives (str() never returns a non-str)
 
 
 def dumps_sorted_indent2(value: Any) -> str:
