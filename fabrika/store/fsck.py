@@ -203,7 +203,10 @@ def _scan(root: Path, report: FsckReport, quarantine: _Quarantine | None) -> Non
         is_global = bool(info.get("global")) if isinstance(info, dict) else False
         _check_journal(d, report, quarantine)
         _check_shards(d, is_global, report, quarantine)
+        sidecar = d / shards.REQUESTS_DIR
         temps = [p for p in d.iterdir() if p.name.startswith(shards.TEMP_PREFIX) and p.is_file()]
+        temps += [p for p in (sidecar.iterdir() if sidecar.is_dir() else ())
+                  if p.is_file() and (p.name.startswith(shards.TEMP_PREFIX) or not (d / p.name).exists())]
         report.temp_files += len(temps)
         if quarantine is not None:
             shards.clean_temp(d)

@@ -262,7 +262,11 @@ def write_shard(directory: Path, rows: list[dict[str, Any]], seq: int | None = N
 
 
 def clean_temp(directory: Path) -> int:
-    """Delete temporary files a crashed writer left behind; returns how many."""
+    """Delete what a writer killed mid-shard left behind; returns how many files.
+
+    Temporary files in the stage directory and in its request-log sidecar, and sidecar logs whose shard never
+    appeared (a kill between the sidecar's rename and the shard's). Called only while no writer of the stage
+    runs (before a stage starts, after its Ray workers are done)."""
     if not directory.is_dir():
         return 0
     removed = 0
@@ -270,6 +274,12 @@ def clean_temp(directory: Path) -> int:
         if p.name.startswith(TEMP_PREFIX) and p.is_file():
             p.unlink(missing_ok=True)
             removed += 1
+    sidecar = directory / REQUESTS_DIR
+    if sidecar.is_dir():
+        for p in sidecar.iterdir():
+            if p.is_file() and (p.name.startswith(TEMP_PREFIX) or not (directory / p.name).exists()):
+                p.unlink(missing_ok=True)
+                removed += 1
     return removed
 
 

@@ -112,3 +112,19 @@ def test_manifest_roundtrip_and_corruption_message(tmp_path: Path) -> None:
     store.manifest_path.write_text("{broken", encoding="utf-8")
     with pytest.raises(StoreError, match="unreadable manifest"):
         store.read_manifest()
+
+
+def test_clean_temp_removes_what_a_kill_left_in_the_request_log_sidecar(tmp_path: Path) -> None:
+    """A kill mid-write leaves a temp file in ``requests/`` (once in the whole suite, under load), or a sidecar
+    whose shard rename never happened; both go before the stage runs again, the logs of real shards stay."""
+    from fabrika.store.shards import REQUESTS_DIR, REQUESTS_KEY
+
+    d = tmp_path / "s"
+    shard = write_shard(d, [{"id": "a", "input_id": "1", REQUESTS_KEY: [{"key": "k", "call": 0, "i": 0}]}])
+    sidecar = d / REQUESTS_DIR
+    assert (sidecar / shard.name).is_file()
+    (sidecar / f"{TEMP_PREFIX}abc.parquet").write_bytes(b"PAR1 torn")
+    (sidecar / "part-000009-deadbeef.parquet").write_bytes(b"PAR1")  # its shard never got renamed in
+    assert clean_temp(d) == 2
+    assert sorted(p.name for p in sidecar.iterdir()) == [shard.name]
+    assert sorted(p.name for p in d.iterdir()) == sorted([shard.name, REQUESTS_DIR])
