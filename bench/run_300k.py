@@ -106,9 +106,9 @@ def serve(port: int, latency_ms: float, served_file: Path | None = None) -> None
     write_served()
 
 
-def overrides(scale: float, port: int, run_dir: Path, concurrency: int) -> list[str]:
+def overrides(scale: float, port: int, run_dir: Path, concurrency: int, llm_workers: int = 1) -> list[str]:
     n = max(1, round(FULL_TOPICS * scale))
-    return [f"run_dir={run_dir}", f"stages.fc.topics.target_size.ru={n}",
+    return [f"run_dir={run_dir}", f"stages.fc.topics.target_size.ru={n}", f"llm_workers={llm_workers}",
             f'llm.endpoints=[{{"base_url": "http://127.0.0.1:{port}/v1", "api_key": "x", '
             f'"max_concurrency": {concurrency}}}]', "llm.model=fake", "llm.cache.enabled=false"]
 
@@ -171,7 +171,8 @@ def segment(args: argparse.Namespace) -> dict[str, Any]:
     server = start_server(args.port, args.latency_ms, served_file)
     try:
         cmd = ["nice", "-n", str(args.nice), sys.executable, "-m", "fabrika", "run", str(CONFIG), "--no-progress",
-               *sum((["--set", s] for s in overrides(args.scale, args.port, run_dir, args.concurrency)), [])]
+               *sum((["--set", s] for s in overrides(args.scale, args.port, run_dir, args.concurrency,
+                                                                 args.llm_workers)), [])]
         t = time.monotonic()
         child = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)},
                                  stdout=open(run_dir / "run.log", "a", encoding="utf-8"), stderr=subprocess.STDOUT)
@@ -297,6 +298,8 @@ def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--nice", type=int, default=10)
+    ap.add_argument("--llm-workers", type=int, default=1, help="Processes per LLM-calling stage (the dataset is "
+                    "the same for any N; a resumed run may change it).")
     ap.add_argument("--max-rss-mb", type=float, default=6144, help="Kill the pipeline child past this resident "
                     "memory (resume with the same command).")
     ap.add_argument("--progress", action="store_true", help="Print a running segment's progress (rows so far, "
