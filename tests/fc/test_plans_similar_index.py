@@ -82,3 +82,19 @@ def test_the_vectorised_index_keeps_the_reference_s_first_choices(keep: int, see
     assert any(len(v) > 20 for v in want.values()), "the pool should give long candidate lists"
     for topic, ranked in want.items():
         assert got[topic] == ranked[:keep], topic
+
+
+def test_the_partial_ranking_keeps_exactly_the_full_sorts_first_k() -> None:
+    """``_most_similar`` sorts only the candidates that can make the cut; the full sort is the oracle
+    (many equal counts, so the cut value itself is tied across the boundary)."""
+    import numpy as np
+
+    from fabrika.generators.fc.plans import _most_similar
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        n, keep = rng.randint(0, 80), rng.randint(1, 9)
+        near = [f"t{rng.randint(0, 999):03d}-{j}" for j in range(n)]
+        same = np.array([rng.randint(0, 4) for _ in range(n)], dtype=np.intp)
+        full = sorted(range(n), key=lambda i: (-int(same[i]), near[i]))[:keep]
+        assert _most_similar(near, same, keep) == [near[i] for i in full]
