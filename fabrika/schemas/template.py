@@ -5,12 +5,17 @@ A sandboxed jinja2 environment with ``trim_blocks``, ``lstrip_blocks``,
 Qwen3 template ships in ``fabrika/schemas/templates`` (Apache-2.0). The length
 scorer counts tokens of rows rendered with it and the export validates against
 it, so both see the same text.
+
+``strftime_now`` (Llama 3.x templates write "Today Date: ..." with it) formats a fixed date,
+:data:`TEMPLATE_DATE`, not the clock: a rendered row — a length verdict, an export's ``text`` —
+must not change with the day it was made on. A template that reads ``date_string`` first, as
+Llama's do, can still be given another date.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import date, datetime
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -21,6 +26,8 @@ from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 DEFAULT_TEMPLATE = "qwen3.jinja"
+#: The date ``strftime_now`` formats (the fallback date Llama 3.1's own template uses without it).
+TEMPLATE_DATE = date(2024, 7, 26)
 
 
 def _raise_exception(message: str) -> None:
@@ -33,6 +40,10 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
+def _strftime_fixed(fmt: str) -> str:
+    return datetime(TEMPLATE_DATE.year, TEMPLATE_DATE.month, TEMPLATE_DATE.day).strftime(fmt)
+
+
 class ChatTemplate:
     """A compiled chat template rendered like ``transformers.apply_chat_template(tokenize=False)``."""
 
@@ -40,7 +51,7 @@ class ChatTemplate:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise_exception
-        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        env.globals["strftime_now"] = _strftime_fixed
         self.name = name
         self.source = source
         self._template = env.from_string(source)
