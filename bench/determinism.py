@@ -81,6 +81,14 @@ def run_once(config: Path, run_dir: Path, executor: str, hogs: int, hog_limit: f
     return code, time.monotonic() - t0
 
 
+def _data_library_versions() -> dict[str, str]:
+    """The releases of the row-deciding libraries: a hash is a function of the config, the code and these."""
+    sys.path.insert(0, str(REPO))
+    from fabrika.pipeline.lineage_libraries import DATA_LIBRARIES, installed_version
+
+    return {d: installed_version(d) for ds in DATA_LIBRARIES.values() for d in ds}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "demo.yaml")
@@ -96,6 +104,7 @@ def main() -> None:
     base = args.keep or Path(tempfile.mkdtemp(prefix="fabrika-determinism-"))
     base.mkdir(parents=True, exist_ok=True)
     print(f"config={args.config} hogs={hogs} executors={executors} cpus={os.cpu_count()} python={sys.executable}")
+    print("libraries: " + " ".join(f"{d}=={v}" for d, v in _data_library_versions().items()))
     print(f"{'executor':<9}{'hogs':>5}{'exit':>6}{'rows':>8}{'wall_s':>9}  hash")
     hashes = []
     try:

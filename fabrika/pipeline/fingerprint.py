@@ -8,7 +8,9 @@ seed, its lineage (:mod:`fabrika.pipeline.lineage`: the code of the stage's
 modules, the prompt templates it renders and, on ``backend: sim``, the sim
 responders it may reach), the contents of the input files it declares
 (``Stage.input_files``: seed files, corpora, pools, tools specs, model and
-tokenizer directories; :mod:`fabrika.pipeline.input_digest`) and the
+tokenizer directories; :mod:`fabrika.pipeline.input_digest`), the releases of the
+libraries its code can import that decide rows (an embedding engine, a language detector,
+numpy's random streams; :mod:`fabrika.pipeline.lineage_libraries`) and the
 fingerprints of the stages it reads — its inputs and the annotators of
 them whose score columns it reads (a changed ``rm.teacher_scores`` redoes the
 ``if.grpo`` rows that copy its α; a gate's scorer is not among them) — so an edited input file or a changed
@@ -30,7 +32,8 @@ from typing import Any
 
 from fabrika.pipeline.config import PipelineConfig, execution_order, inputs_of, stage_dependencies
 from fabrika.pipeline.input_digest import input_file_digests
-from fabrika.pipeline.lineage import stage_lineage
+from fabrika.pipeline.lineage import code_modules, stage_lineage
+from fabrika.pipeline.lineage_libraries import library_versions
 from fabrika.pipeline.stage import STAGES
 from fabrika.schemas.ids import stable_id
 
@@ -78,6 +81,9 @@ def stage_fingerprints(config: PipelineConfig) -> dict[str, tuple[str, dict[str,
         cls = STAGES.get(stage.kind)
         if cls is not None:
             fields.update(stage_lineage(cls, sim))
+            libraries = library_versions(code_modules(cls))
+            if libraries:
+                fields["libraries"] = libraries
             files = input_file_digests(stage, cls.input_files, config)
             if files:  # a stage that reads no file keeps the fingerprint it had before files were digested
                 fields["files"] = files
@@ -107,6 +113,13 @@ def changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         was, now = was_files.get(key) or {}, now_files.get(key) or {}
         if was.get("digest") != now.get("digest"):
             names.append(f"input file {key} ({now.get('path') or was.get('path')}){first}")
+    was_libs, now_libs = old.get("libraries") or {}, new.get("libraries") or {}
+    if "libraries" in old:
+        for key in sorted(set(was_libs) | set(now_libs)):
+            if was_libs.get(key) != now_libs.get(key):
+                names.append(f"library {key} ({was_libs.get(key, 'none')} → {now_libs.get(key, 'none')})")
+    elif now_libs and old:
+        names.append("library versions (not recorded when its rows were written)")
     for src, fp in (new.get("inputs") or {}).items():
         if (old.get("inputs") or {}).get(src) != fp:
             names.append(f"input {src}")
@@ -116,14 +129,15 @@ def changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 #: The lineage parts of ``fields`` and how :func:`changed_fields` names a change in them.
 LINEAGE_PARTS = (("code", "code"), ("prompts", "prompt"), ("sim", "sim responder"))
 #: What :func:`reason_kind` returns, in the order ``fabrika status`` lists them.
-REASON_KINDS = ("code changed", "prompt changed", "sim responder changed", "input file changed", "config changed",
-                "upstream changed")
+REASON_KINDS = ("code changed", "prompt changed", "sim responder changed", "input file changed", "library changed",
+                "config changed", "upstream changed")
 
 
 def reason_kind(name: str) -> str:
     """The kind of one :func:`changed_fields` name: code, prompt, sim responder, input file, upstream or config."""
     for prefix, kind in (("code ", "code changed"), ("prompt ", "prompt changed"),
                          ("sim responder ", "sim responder changed"), ("input file ", "input file changed"),
+                         ("library ", "library changed"),
                          ("input ", "upstream changed")):
         if name.startswith(prefix):
             return kind
@@ -140,6 +154,8 @@ def stale_reasons(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[st
             what = name[len("sim responder "):]
         elif kind == "input file changed":
             what = name[len("input file "):]
+        elif kind == "library changed":
+            what = name[len("library "):]
         grouped.setdefault(kind, []).append(what)
     return {k: grouped[k] for k in REASON_KINDS if k in grouped}
 
