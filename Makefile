@@ -5,21 +5,27 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 DEMO_CONFIG ?= configs/demo.yaml
 
-.PHONY: demo test
+.PHONY: demo test lock
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -U pip
 
 # torch is pinned to 2.13.0 inside the extras: a plain `torch` pulls a multi-GB CUDA build.
-$(VENV)/.core: $(PY) pyproject.toml
-	$(PIP) install -q -e ".[embed]"
+# requirements-lock.txt pins every release (pip -c): a fresh venv resolves the same libraries, so the
+# same config gives the same rows on any machine (`make lock` rewrites it from this venv).
+$(VENV)/.core: $(PY) pyproject.toml requirements-lock.txt
+	$(PIP) install -q -c requirements-lock.txt -e ".[embed]"
 	touch $@
 
-$(VENV)/.dev: $(PY) pyproject.toml
-	$(PIP) install -q -e ".[dev,embed,train]"
-	$(PIP) install -q --no-deps bfcl-eval==2026.3.23 mpmath
+$(VENV)/.dev: $(PY) pyproject.toml requirements-lock.txt
+	$(PIP) install -q -c requirements-lock.txt -e ".[dev,embed,train]"
+	$(PIP) install -q -c requirements-lock.txt --no-deps bfcl-eval==2026.3.23 mpmath
 	touch $@ $(VENV)/.core
+
+lock: $(VENV)/.dev
+	{ sed -n '1,2p' requirements-lock.txt; $(PIP) freeze --exclude-editable | grep -iv '^fabrika=' | grep -iv '^py-spy='; } > requirements-lock.txt.new
+	mv requirements-lock.txt.new requirements-lock.txt
 
 DEMO_RUN ?= runs/demo
 

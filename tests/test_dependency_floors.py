@@ -60,3 +60,55 @@ def test_code_uses_no_api_below_the_floors() -> None:
     root = Path(__file__).resolve().parents[1] / "fabrika"
     text = "\n".join(p.read_text("utf-8") for p in root.rglob("*.py"))
     assert re.search(r"\bpa\.json_\(", text) and re.search(r"\bJson\(\)", text) and "collect_batches" in text
+
+
+LOCK = PYPROJECT.parent / "requirements-lock.txt"
+
+
+def _lock() -> dict[str, Version]:
+    from packaging.utils import canonicalize_name
+
+    pins: dict[str, Version] = {}
+    for line in LOCK.read_text("utf-8").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        name, sep, version = line.partition("==")
+        assert sep and version, f"requirements-lock.txt: {line!r} is not name==version"
+        pins[canonicalize_name(name)] = Version(version)
+    return pins
+
+
+def _installed_by_make() -> list[Requirement]:
+    """What `make .venv/.dev` installs: the core dependencies and the dev, embed and train extras."""
+    extras = tomllib.loads(PYPROJECT.read_text("utf-8"))["project"]["optional-dependencies"]
+    return _requirements() + [Requirement(r) for r in extras["embed"]]
+
+
+@pytest.mark.parametrize("req", _installed_by_make(), ids=lambda r: r.name)
+def test_the_lock_pins_every_declared_dependency_within_its_range(req: Requirement) -> None:
+    """`make` installs with `pip -c requirements-lock.txt`: a dependency it does not pin would resolve
+    to whatever release is newest on the day (and rows would follow it)."""
+    from packaging.utils import canonicalize_name
+
+    pins = _lock()
+    name = canonicalize_name(req.name)
+    assert name in pins, f"{req.name} is not pinned in requirements-lock.txt (run `make lock`)"
+    assert req.specifier.contains(Version(pins[name].base_version), prereleases=True), \
+        f"requirements-lock.txt pins {req.name}=={pins[name]}, outside {req.specifier} from pyproject.toml"
+
+
+def test_the_installed_row_deciding_libraries_are_the_locked_releases() -> None:
+    """The releases a dataset hash is a function of (fabrika.pipeline.lineage_libraries) are the locked ones."""
+    from packaging.utils import canonicalize_name
+
+    from fabrika.pipeline.lineage_libraries import DATA_LIBRARIES
+
+    pins = _lock()
+    for distribution in sorted({d for ds in DATA_LIBRARIES.values() for d in ds}):
+        try:
+            installed = Version(metadata.version(distribution))
+        except metadata.PackageNotFoundError:
+            continue  # an optional extra not installed here
+        locked = pins.get(canonicalize_name(distribution))
+        assert locked is not None, f"{distribution} decides rows but is not in requirements-lock.txt"
+        assert installed == locked, f"{distribution} {installed} installed, {locked} locked: run `make .venv/.dev`"
