@@ -253,14 +253,14 @@ def test_a_tool_row_and_a_topic_row_show_the_requests_that_made_them(tmp_path: P
                     page.on("pageerror", lambda e: errors.append(str(e)))
                     page.goto(url)
                     _wait(page, "")
-                    _set(page, lambda: page.select_option("#f-stage", "fc.tools_dedup"))
+                    _set(page, lambda pg=page: pg.select_option("#f-stage", "fc.tools_dedup"))
                     card = page.locator("#samples .card").first
                     _open_requests(page, card, mode)
                     shown = _requests_shown(card)
                     assert shown["steps"][:2] == ["fc.tools", "fc.topics"], (mode, shown["steps"])
                     assert "fc.tools" in shown["text"] and "fc.topics.label" in shown["text"], shown["text"]
                     assert all(len(r["key"]) == 64 for r in shown["reqs"]) and len(shown["reqs"]) >= 2
-                    _set(page, lambda: page.select_option("#f-stage", "fc.topics"))
+                    _set(page, lambda pg=page: pg.select_option("#f-stage", "fc.topics"))
                     card = page.locator("#samples .card").first
                     card.locator("details.llm-requests > summary").click()
                     shown = _requests_shown(card)
