@@ -37,10 +37,11 @@ import polars as pl
 import fabrika.store.shards as shards
 from fabrika import gates
 from fabrika.errors import StoreError
-from fabrika.export.explorer_requests import MAX_DEPTH, RequestView, locate, sidecar_steps
+from fabrika.export.explorer_requests import MAX_DEPTH, RequestView, locate, named_ids, sidecar_steps
 from fabrika.pipeline.reasons import PASSED_OVER_REASONS, is_rejection
 from fabrika.store import RunStore
 from fabrika.store.manifest import effective_status
+from fabrika.store.shards import SHARED_ITEM
 from fabrika.store.versions import UPSTREAM_GATE, list_versions, read_version, version_dir
 
 KEPT, OK, DROPPED, REJECTED, PASSED, ORPHAN = "kept", "ok", "gate-dropped", "rejected", "passed over", "not in version"
@@ -113,6 +114,7 @@ class RunExplorer:
         self._index: dict[str, StageIndex] = {}
         self._kept: dict[tuple[str, str], pl.Series] = {}
         self._located: dict[str, pl.DataFrame] = {}
+        self._shared: dict[str, list[dict[str, Any]]] = {}
         self._files: dict[str, list[Path]] = {}
         self._building: dict[str, threading.Lock] = {}
         self.requests = RequestView(self.run_dir, self.manifest)
@@ -497,50 +499,87 @@ class RunExplorer:
     # -- LLM requests -------------------------------------------------------------
     def _chains(self, stage: str, start: list[tuple[str, int, str]], upstream: bool) -> list[list[dict[str, Any]]]:
         """Per ``(row id, shard, item)`` of ``stage``, the steps ``{stage, row, item, requests}`` of its own item
-        and (``upstream``) of the rows it was made from, batched per stage and shard."""
+        and (``upstream``) of the rows it was made from, batched per stage and shard. A global stage's row
+        also gets the stage's shared requests (``shared: true``, item ``""``): those it made for no one row.
+        Each step appears once per row (rows of one item share it)."""
         steps: list[list[dict[str, Any]]] = [[] for _ in start]
         frontier = [(i, stage, rid, shard, item) for i, (rid, shard, item) in enumerate(start)]
-        seen: set[tuple[str, str]] = set()
+        seen: set[tuple[int, str, str]] = set()
+        shown: set[tuple[int, str, int, str]] = set()
         for _ in range(MAX_DEPTH):
             if not frontier:
                 break
             nxt: list[tuple[int, str, str, int, str]] = []
             for st in dict.fromkeys(f[1] for f in frontier):
-                group = [f for f in frontier if f[1] == st]
+                group = [f for f in frontier if f[1] == st and (f[0], st, f[2]) not in seen]
+                seen.update((f[0], st, f[2]) for f in group)
                 found = sidecar_steps(self._shards(st), [(f[3], f[4]) for f in group])
+                shared = self._shared_requests(st)
                 for i, _, rid, shard, item in group:
-                    if found.get((shard, item)):
+                    if found.get((shard, item)) and (i, st, shard, item) not in shown:
+                        shown.add((i, st, shard, item))
                         steps[i].append({"stage": st, "row": rid, "item": item, "requests": found[(shard, item)]})
+                    if shared and (i, st, -1, SHARED_ITEM) not in shown:
+                        shown.add((i, st, -1, SHARED_ITEM))
+                        steps[i].append({"stage": st, "row": rid, "item": SHARED_ITEM, "shared": True,
+                                         "requests": shared})
                 if upstream:
-                    nxt.extend(self._parents(st, [f for f in group if (st, f[2]) not in seen]))
-                    seen.update((st, f[2]) for f in group)
+                    nxt.extend(self._parents(st, group))
             frontier = nxt
         entries = [e for row in steps for step in row for e in step["requests"]]
         if entries:
-            shown = iter(self.requests.excerpts(entries, keep_order=True))
+            excerpts = iter(self.requests.excerpts(entries, keep_order=True))
             for row in steps:
                 for step in row:
-                    step["requests"] = self.requests.in_call_order([next(shown) for _ in step["requests"]])
+                    step["requests"] = self.requests.in_call_order([next(excerpts) for _ in step["requests"]])
         return steps
 
+    def _shared_requests(self, stage: str) -> list[dict[str, Any]]:
+        """A global stage's shared requests (the sidecar item ``""`` of each of its shards), read once."""
+        if not (self.layout.get(stage) or {}).get("global"):
+            return []
+        if stage not in self._shared:
+            files = self._shards(stage)
+            found = sidecar_steps(files, [(n, SHARED_ITEM) for n in range(len(files))])
+            self._shared[stage] = [e for n in range(len(files)) for e in found.get((n, SHARED_ITEM), ())]
+        return self._shared[stage]
+
     def _parents(self, stage: str, group: list[tuple[int, str, str, int, str]]) -> list[tuple[int, str, str, int, str]]:
-        """The upstream rows ``group``'s items were made from: the row whose id is the item, in each input."""
+        """The upstream rows ``group``'s items were made from: the row whose id is the item, in each input; a
+        row whose item is none (an ``fc.plans`` item is a plan slot) is followed through the ids it names
+        (:func:`named_ids`: its ``*_id`` columns and the ``id``s in its JSON) that are rows of an input."""
         out: list[tuple[int, str, str, int, str]] = []
-        for up in (self.layout.get(stage) or {}).get("inputs") or []:
-            if self.annotating(up) or not self._shards(up):
-                continue
-            where = locate(self.index(up).frame, sorted({f[4] for f in group}))
-            if not where:
-                continue
+        inputs = [up for up in (self.layout.get(stage) or {}).get("inputs") or []
+                  if not self.annotating(up) and self._shards(up)]
+        reached: set[int] = set()
+        for up in inputs:
+            for (i, rid), (shard, parent) in self._upstream_rows(up, [(f[0], f[4]) for f in group]).items():
+                out.append((i, up, rid, shard, parent))
+                reached.add(i)
+        rest = [f for f in group if f[0] not in reached]
+        if rest and inputs:
+            where = locate(self.index(stage).frame, sorted({f[2] for f in rest}))
             pos = pl.DataFrame({"_shard": [s for s, _ in where.values()], "_off": [o for _, o in where.values()]},
                                schema={"_shard": pl.Int32, "_off": pl.Int32})
-            read = _read_at(self._shards(up), pos, ("id", "input_id"))
-            item_of = {str(r["id"]): (s, str(r.get("input_id") or r["id"])) for (s, _), r in read.items()}
-            for i, _, _, _, item in group:
-                if item in item_of:
-                    shard, parent = item_of[item]
-                    out.append((i, up, item, shard, parent))
+            names = {str(r["id"]): named_ids(r) for r in _read_at(self._shards(stage), pos).values()}
+            wanted = [(f[0], ref) for f in rest for ref in names.get(f[2], ())]
+            for up in inputs:
+                for (i, rid), (shard, parent) in self._upstream_rows(up, wanted).items():
+                    out.append((i, up, rid, shard, parent))
         return out
+
+    def _upstream_rows(self, up: str, wanted: list[tuple[int, str]]) -> dict[tuple[int, str], tuple[int, str]]:
+        """``(chain, id) -> (shard, item)`` of the rows of ``up`` whose ids are wanted."""
+        if not wanted:
+            return {}
+        where = locate(self.index(up).frame, sorted({w for _, w in wanted}))
+        if not where:
+            return {}
+        pos = pl.DataFrame({"_shard": [s for s, _ in where.values()], "_off": [o for _, o in where.values()]},
+                           schema={"_shard": pl.Int32, "_off": pl.Int32})
+        read = _read_at(self._shards(up), pos, ("id", "input_id"))
+        item_of = {str(r["id"]): (s, str(r.get("input_id") or r["id"])) for (s, _), r in read.items()}
+        return {(i, w): item_of[w] for i, w in wanted if w in item_of}
 
     def request_chain(self, stage: str, row_id: str) -> list[dict[str, Any]]:
         """The LLM requests of one row of ``stage`` and of the rows it was made from (``fabrika browse``'s

@@ -6,7 +6,8 @@ theirs in their stages' sidecars. :class:`RequestView` reads both, in batches pe
 the bodies: the request as sent from ``requests.sqlite``, the answer from the run's LLM cache (the
 same key; read-only) or, for a run without a cache, from the request log itself.
 
-Each step of a row's chain is ``{"stage", "row", "item", "requests": [entry…]}``; an entry is the
+Each step of a row's chain is ``{"stage", "row", "item", "requests": [entry…]}`` (``shared: true`` and item
+``""``: a global stage's requests made for no one row, shown on each of its rows); an entry is the
 sidecar's (key, tag, model, backend, cached, attempts, errors, tokens) plus ``sent`` (the last
 message sent, cut) and ``answer`` (the answer, cut); :meth:`RequestView.full` gives one request whole.
 """
@@ -162,6 +163,45 @@ def sidecar_steps(files: list[Path], wanted: Iterable[tuple[int, str]]) -> dict[
     return out
 
 
+#: Ids :func:`named_ids` takes from one row at most (a long list in a JSON column is not a lineage).
+MAX_NAMED = 64
+
+
+def named_ids(row: Mapping[str, Any]) -> list[str]:
+    """The ids a row names besides its item: its string ``*_id`` columns, and the ``id`` values inside its JSON
+    columns (objects and lists, three levels deep), first seen first. The explorer keeps those that are rows
+    of the stage's inputs: the rows it was made from when its item is not one (an ``fc.plans`` row names its
+    tools in its ``plan``)."""
+    out: dict[str, None] = {}
+
+    def walk(value: Any, depth: int) -> None:
+        if depth > 3 or len(out) >= MAX_NAMED:
+            return
+        if isinstance(value, dict):
+            got = value.get("id")
+            if isinstance(got, str) and got:
+                out.setdefault(got)
+            for v in value.values():
+                if isinstance(v, (dict, list)):
+                    walk(v, depth + 1)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v, depth + 1)
+
+    for name, value in row.items():
+        if not isinstance(value, str) or not value or name in ("id", "input_id"):
+            continue
+        if name.endswith("_id"):
+            out.setdefault(value)
+        elif value[0] in "{[":
+            try:
+                walk(json.loads(value), 0)
+            except ValueError:
+                continue
+    own = row.get("id")
+    return [i for i in out if i != own][:MAX_NAMED]
+
+
 def locate(frame: "pl.DataFrame", ids: list[str]) -> dict[str, tuple[int, int]]:
     """``id -> (_shard, _off)`` in a stage's index for the ``ids`` it holds (first occurrence)."""
     import polars as pl
@@ -170,4 +210,4 @@ def locate(frame: "pl.DataFrame", ids: list[str]) -> dict[str, tuple[int, int]]:
     return {i: (int(s), int(o)) for i, s, o in found.iter_rows()}
 
 
-__all__ = ["EXCERPT_CHARS", "MAX_DEPTH", "RequestView", "locate", "sidecar_steps"]
+__all__ = ["EXCERPT_CHARS", "MAX_DEPTH", "MAX_NAMED", "RequestView", "locate", "named_ids", "sidecar_steps"]

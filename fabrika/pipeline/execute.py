@@ -48,7 +48,7 @@ from fabrika.pipeline.config import inputs_of
 from fabrika.pipeline.llm_wrap import ITEM_LAST_ANSWER, ITEM_STATE, ItemState
 from fabrika.pipeline.outcome import MIN_ITEMS_FOR_RATE, StageStats
 from fabrika.pipeline.partition import Partition
-from fabrika.pipeline.request_log import attach
+from fabrika.pipeline.request_log import REQUEST_SCOPE, GlobalRequestLog, attach
 from fabrika.pipeline.stage import Row, Stage, is_rejection, rejected
 from fabrika.pipeline.taxonomy import Failure, InputRow, classify, stop
 from fabrika.store.done_ids import DoneIds
@@ -460,12 +460,20 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
 
 
 async def run_global(services: StageServices, stage: Stage, stats: StageStats) -> None:
-    """A global stage from scratch: ``run_all`` over its whole input, each yielded chunk one shard."""
+    """A global stage from scratch: ``run_all`` over its whole input, each yielded chunk one shard.
+
+    Its LLM requests are logged in a :class:`~fabrika.pipeline.request_log.GlobalRequestLog`: each chunk is
+    written when the next one comes (or ``run_all`` ends), with the entries of the rows it holds and the
+    stage's shared ones so far; the last shard takes every entry not written yet. An unfinished global stage
+    is redone from scratch, so its shards and their logs never mix two runs."""
     name = stage.name
     store = services.store
     task = services.progress.add(name, None)
     store.drop_stage(name)
     seen = 0
+    bodies = request_bodies(store, stage)
+    log = GlobalRequestLog(bodies) if bodies is not None else None
+    token = REQUEST_SCOPE.set(log.shared) if log is not None else None
 
     def counted() -> Iterator[Row]:
         nonlocal seen
@@ -473,18 +481,40 @@ async def run_global(services: StageServices, stage: Stage, stats: StageStats) -
             seen += 1
             yield row
 
+    def write(rows: list[Row], final: bool) -> None:
+        if log is not None:
+            log.take(rows, final)
+            bodies.flush()  # the bodies of a shard's requests are on disk before it
+        store.write(name, rows)
+        stats.shards += 1
+        stats.rows_written += len(rows)
+
+    held: list[Row] | None = None
     try:
         async for chunk in stage.run_all(counted()):
             if chunk:
                 rows = finish_rows(list(chunk), None, services.backend_name)
                 stats.ok_rows += sum(r["status"] == "ok" for r in rows)
-                store.write(name, rows)
-                stats.shards += 1
-                stats.rows_written += len(rows)
+                if held is not None:
+                    write(held, False)
+                held = rows
                 stats.processed = seen
                 stats.seen = seen
                 services.progress.advance(task, stats)
+        if held is not None:
+            write(held, True)
+            held = None
+        elif log is not None and log.sent():  # no row to carry them: the bodies are kept, the count is said
+            stats.report["requests_without_rows"] = log.sent()
+    except Exception:
+        if held is not None:  # what was made stays written, as before (the stage is redone anyway)
+            write(held, True)
+        raise
     finally:
+        if token is not None:
+            REQUEST_SCOPE.reset(token)
+        if bodies is not None:
+            bodies.release()
         stats.seen = stats.processed = seen
         services.progress.finish(task, stats)
 

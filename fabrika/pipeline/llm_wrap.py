@@ -32,7 +32,7 @@ from typing import Any, Sequence
 from fabrika.errors import LLMError
 from fabrika.llm.failures import FailureTally, leaves_item_pending
 from fabrika.llm.types import ChatRequest, ChatResponse
-from fabrika.pipeline.request_log import log_requests, note_attempt_error, real_engine
+from fabrika.pipeline.request_log import REQUEST_SCOPE, RequestScope, log_requests, note_attempt_error, real_engine
 from fabrika.pipeline.stage import RAW_EXCERPT_CHARS
 
 
@@ -99,11 +99,21 @@ class LLMCounters:
                 "failures": self.failures.as_dict()}
 
 
+def _log_target() -> Any:
+    """Where the current request is logged: the item's state when it records one, else the global stage's
+    :class:`~fabrika.pipeline.request_log.RequestScope`; ``None``: not recorded."""
+    item = ITEM_STATE.get()
+    if item is not None:
+        return item if item.requests is not None else None
+    scope = REQUEST_SCOPE.get()
+    return scope if scope is not None and scope.requests is not None else None
+
+
 def _note_retry(engine: Any, request: ChatRequest, error: LLMError) -> None:
     """The engine's retry hook: a failed attempt of the current item's request (before it is retried)."""
-    item = ITEM_STATE.get()
-    if item is not None and item.requests is not None:
-        note_attempt_error(engine, item, request, error)
+    target = _log_target()
+    if target is not None:
+        note_attempt_error(engine, target, request, error)
 
 
 #: The current ``complete`` call's cell for what the engine prepared: ``[(requests as sent, cache keys)]``.
@@ -181,13 +191,13 @@ class StageLLM:
     async def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResponse]:
         started = self._start()
         stamped = [self._stamp(r) for r in requests]
-        item = ITEM_STATE.get()
-        logging = item is not None and item.requests is not None
-        if not logging:
+        target = _log_target()
+        if target is None:
             responses = await self._engine.complete(stamped)
             self._observe(responses)
             self._keep_answer(started, responses)
             return responses
+        call = target.next_call() if started < 0 and isinstance(target, RequestScope) else started  # a scope numbers its own
         watch_retries(self._engine)
         cell: list[Any] = []
         token = CALL_PREPARED.set(cell)
@@ -197,20 +207,19 @@ class StageLLM:
             CALL_PREPARED.reset(token)
         self._observe(responses)
         self._keep_answer(started, responses)
-        if item is not None:
-            log_requests(self._engine, item, started, stamped, responses, cell[0] if cell else None)
+        log_requests(self._engine, target, call, stamped, responses, cell[0] if cell else None)
         return responses
 
     async def complete_one(self, request: ChatRequest) -> ChatResponse:
         started = self._start()
         stamped = self._stamp(request)
-        item = ITEM_STATE.get()
-        logging = item is not None and item.requests is not None
-        if not logging:
+        target = _log_target()
+        if target is None:
             response = await self._engine.complete_one(stamped)
             self._observe([response])
             self._keep_answer(started, [response])
             return response
+        call = target.next_call() if started < 0 and isinstance(target, RequestScope) else started  # a scope numbers its own
         watch_retries(self._engine)
         cell: list[Any] = []
         token = CALL_PREPARED.set(cell)
@@ -220,8 +229,7 @@ class StageLLM:
             CALL_PREPARED.reset(token)
         self._observe([response])
         self._keep_answer(started, [response])
-        if item is not None:
-            log_requests(self._engine, item, started, [stamped], [response], cell[0] if cell else None)
+        log_requests(self._engine, target, call, [stamped], [response], cell[0] if cell else None)
         return response
 
     def __getattr__(self, name: str) -> Any:

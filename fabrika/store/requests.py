@@ -31,6 +31,8 @@ import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection, Iterable
 
+import orjson
+
 from fabrika.errors import StoreError
 from fabrika.store.shards import REQUESTS_DIR
 
@@ -41,7 +43,24 @@ BODIES_FILE = "requests.sqlite"
 #: Request fields stored beside the messages (what the cache key hashes, but ``messages`` and ``tools``).
 PARAMS = ("model", "tool_choice", "temperature", "top_p", "max_tokens", "n", "seed", "sample_index", "stop",
           "extra_body", "tag")
-_dumps = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str).encode
+_json_dumps = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str).encode
+#: dataclasses and datetimes go to ``default=str`` as :mod:`json` sends them
+_ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
+                   | orjson.OPT_PASSTHROUGH_DATETIME)
+
+
+def _dump_bytes(value: Any) -> bytes:
+    """``value`` as compact JSON with sorted keys, UTF-8: the bytes :mod:`json` writes (``ensure_ascii=False``),
+    by orjson — several times faster on a dialogue's messages; what orjson refuses (an int past 64 bits, a
+    lone surrogate) goes through :mod:`json`."""
+    try:
+        return orjson.dumps(value, default=str, option=_ORJSON_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return _json_dumps(value).encode("utf-8")
+
+
+def _dumps(value: Any) -> str:
+    return _dump_bytes(value).decode("utf-8")
 
 
 def sidecar_of(shard: Path) -> Path:
@@ -139,7 +158,7 @@ class RequestBodies:
         memo = self._memo.get(id(value))
         if memo is not None and memo[0] is value:
             return memo[1]
-        data = _dumps(value).encode("utf-8")
+        data = _dump_bytes(value)
         h = hashlib.blake2b(data, digest_size=16).hexdigest()
         if h not in self._seen:  # small values stay as they are (compressing them costs more than it saves)
             self._blobs[h] = zlib.compress(data, 1) if len(data) > ZLIB_FROM else data
@@ -160,7 +179,8 @@ class RequestBodies:
             body: dict[str, Any] = {p: getattr(request, p) for p in PARAMS if getattr(request, p) is not None}
             body["messages"] = [self._ref(m) for m in request.messages]
             if request.tools:
-                body["tools"] = self._ref(list(request.tools))
+                tools = request.tools  # the tuple itself (a stage sends one object again and again), looked up by identity
+                body["tools"] = self._ref(tools if isinstance(tools, tuple) else list(tools))
             if request.response_format:
                 body["response_format"] = self._ref(request.response_format)
             self._requests[key] = _dumps(body)

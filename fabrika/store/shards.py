@@ -214,6 +214,10 @@ def content_tag(frame: pl.DataFrame) -> dict[str, str]:
 #: writer, through the journal too: :func:`write_shard` moves it into the stage's ``requests/`` sidecar,
 #: under the shard's own name, *before* the shard is renamed into place (see :mod:`fabrika.store.requests`).
 REQUESTS_KEY = "__fabrika_requests__"
+#: Beside it, on a global stage's first row of a shard: the stage's *shared* requests (made for no one row),
+#: written to the sidecar under the item :data:`SHARED_ITEM` (no row id is empty).
+SHARED_REQUESTS_KEY = "__fabrika_shared_requests__"
+SHARED_ITEM = ""
 #: The sidecar directory inside a stage directory.
 REQUESTS_DIR = "requests"
 
@@ -223,17 +227,19 @@ def _split_requests(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], l
     side: list[tuple[str, str]] = []
     out = rows
     for i, row in enumerate(rows):
-        if REQUESTS_KEY not in row:
+        if REQUESTS_KEY not in row and SHARED_REQUESTS_KEY not in row:
             continue
         if out is rows:
             out = list(rows)
         row = dict(row)
-        log = row.pop(REQUESTS_KEY)
+        log = row.pop(REQUESTS_KEY, None)
+        shared = row.pop(SHARED_REQUESTS_KEY, None)
         out[i] = row
-        if log is not None:
-            text = log if isinstance(log, str) else json.dumps(log, ensure_ascii=False, sort_keys=True,
-                                                               separators=(",", ":"), default=str)
-            side.append((str(row.get("input_id") or row["id"]), clean_text(text)))
+        for item, entries in ((str(row.get("input_id") or row["id"]), log), (SHARED_ITEM, shared)):
+            if entries is not None:
+                text = entries if isinstance(entries, str) else json.dumps(
+                    entries, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+                side.append((item, clean_text(text)))
     return out, side
 
 

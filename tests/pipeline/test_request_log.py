@@ -210,3 +210,32 @@ def test_an_endpoint_is_written_down_without_credentials_or_query(url: str, show
     from fabrika.llm.redact import public_url
 
     assert public_url(url) == shown
+
+
+def test_request_bodies_are_the_json_documents_json_writes_and_read_back_whole(tmp_path: Path) -> None:
+    """The body store's orjson encoding writes the bytes ``json`` writes (sorted, compact, UTF-8) for what requests
+    hold — so a message keeps its content hash — and falls back to ``json`` for what orjson refuses."""
+    from fabrika.store.requests import _dump_bytes
+
+    values: list[Any] = [
+        {"role": "user", "content": "Привет, \"мир\"\n\t\u2028 😀 \\ / <>& \x00\x1f"},
+        {"type": "function", "function": {"name": "get_x", "parameters": {
+            "type": "object", "properties": {"b": {"type": "integer", "default": 3}, "a": {"enum": [1, "2", None]}},
+            "required": ["a"]}}},
+        ({"role": "tool", "content": "{\"ok\": true}", "tool_call_id": "c1"},),
+        {"stop": ("\n\n",), "temperature": 0.7, "seed": 2**63 - 1, "flag": False},
+        {"huge": 12345678901234567890123},  # past 64 bits: json writes it
+    ]
+    for value in values:
+        assert _dump_bytes(value) == json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+                                                default=str).encode("utf-8")
+    tools = tuple(values[1:2])
+    bodies = RequestBodies(tmp_path / "requests.sqlite")
+    for n in range(3):  # one tool tuple sent three times: stored once, read back whole each time
+        bodies.put(f"k{n}", ChatRequest(messages=({"role": "user", "content": f"вопрос {n}"},), tools=tools, tag="t"))
+    bodies.close()
+    got = RequestBodies(tmp_path / "requests.sqlite", readonly=True).bodies(["k0", "k1", "k2"])
+    assert [got[f"k{n}"]["messages"][0]["content"] for n in range(3)] == ["вопрос 0", "вопрос 1", "вопрос 2"]
+    assert all(got[f"k{n}"]["tools"] == list(tools) for n in range(3))
+    blobs = sqlite3.connect(tmp_path / "requests.sqlite").execute("SELECT COUNT(*) FROM blobs").fetchone()[0]
+    assert blobs == 4  # three messages and one tool list

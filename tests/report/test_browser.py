@@ -193,6 +193,8 @@ def test_every_kind_of_row_shows_the_llm_requests_behind_it(page_url: str, explo
                 _open_requests(page, card, mode)
                 shown = _requests_shown(card)
                 assert "fc.dialogues" in shown["steps"] and "fc.plans" in shown["steps"], shown["steps"]
+                if mode == "browse":  # the plan's tools: the request that wrote them
+                    assert "fc.tools" in shown["steps"], shown["steps"]
                 assert len(shown["reqs"]) >= 3 and all(len(r["key"]) == 64 for r in shown["reqs"])
                 assert "made from row" in shown["text"] and "tokens" in shown["text"]
                 assert all(r["cached"] in ("cached", "fresh") and int(r["attempts"]) >= 0 for r in shown["reqs"])
@@ -214,6 +216,63 @@ def test_every_kind_of_row_shows_the_llm_requests_behind_it(page_url: str, explo
             assert "answer ·" in shown["text"] and "sent ·" in shown["text"]
         finally:
             browser.close()
+    assert not errors, errors
+
+
+def test_a_tool_row_and_a_topic_row_show_the_requests_that_made_them(tmp_path: Path):
+    """A run from a global topic stage: a tool's card (``fc.tools_dedup``) shows the request that wrote it and the
+    one that made its topic; a topic's card (``fc.topics``, a global stage) shows its own label request."""
+    sync_playwright = _playwright()
+    import yaml
+
+    from fabrika.pipeline.config import validate_data
+    from fabrika.pipeline.runner import run_pipeline
+
+    configs = Path(__file__).parents[2] / "configs"
+    topics = next(s for s in yaml.safe_load((configs / "demo.yaml").read_text(encoding="utf-8"))["stages"]
+                  if s["kind"] == "fc.topics")
+    run = tmp_path / "run"
+    doc = {"name": "t", "seed": 7, "run_dir": str(run), "llm": {"backend": "sim", "sim": {"seed": 7}},
+           "stages": [{**topics, "languages": ["ru"], "target_size": {"ru": 6}},
+                      {"kind": "fc.tools", "input": "fc.topics", "tools_per_topic": 2},
+                      {"kind": "fc.tools_dedup", "input": "fc.tools"}],
+           "dataset": {"stages": ["fc.tools_dedup"]}}
+    config, issues = validate_data(doc, str(configs / "demo.yaml"), configs)
+    assert config is not None, [str(i) for i in issues]
+    assert run_pipeline(config, resume=False, progress=False).manifest["status"] == "done"
+    server = ExplorerServer(run, port=0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    errors: list[str] = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            try:
+                for mode, url in (("report", build_report(run, tmp_path / "report").as_uri()), ("browse", server.url)):
+                    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+                    page.on("pageerror", lambda e: errors.append(str(e)))
+                    page.goto(url)
+                    _wait(page, "")
+                    _set(page, lambda pg=page: pg.select_option("#f-stage", "fc.tools_dedup"))
+                    card = page.locator("#samples .card").first
+                    _open_requests(page, card, mode)
+                    shown = _requests_shown(card)
+                    assert shown["steps"][:2] == ["fc.tools", "fc.topics"], (mode, shown["steps"])
+                    assert "fc.tools" in shown["text"] and "fc.topics.label" in shown["text"], shown["text"]
+                    assert all(len(r["key"]) == 64 for r in shown["reqs"]) and len(shown["reqs"]) >= 2
+                    _set(page, lambda pg=page: pg.select_option("#f-stage", "fc.topics"))
+                    card = page.locator("#samples .card").first
+                    card.locator("details.llm-requests > summary").click()
+                    shown = _requests_shown(card)
+                    assert shown["steps"] == ["fc.topics"] and len(shown["reqs"]) == 1, (mode, shown)
+                    assert "fc.topics.label" in shown["text"] and "sent ·" in shown["text"]
+                    page.close()
+            finally:
+                browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=30)
     assert not errors, errors
 
 

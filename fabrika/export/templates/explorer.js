@@ -219,8 +219,12 @@
     steps.forEach(function (step) {
       var s = el("div", "step");
       s.dataset.stage = step.stage;
-      s.appendChild(el("div", "head", step.stage + (step.row !== row.id ? " · made from row " + step.row : "") +
-        " · item " + step.item + " · " + step.requests.length + " request(s)"));
+      if (step.shared) s.dataset.shared = "1";
+      s.appendChild(el("div", "head", step.shared
+        ? step.stage + " · the stage's shared requests (made for the whole stage, not for one row) · " +
+          step.requests.length + " request(s)"
+        : step.stage + (step.row !== row.id ? " · made from row " + step.row : "") +
+          " · item " + step.item + " · " + step.requests.length + " request(s)"));
       var t = el("table", "reqs");
       var h = el("tr");
       ["#", "role", "model · backend", "cache", "attempts", "endpoint", "tokens (prompt / completion)"].forEach(function (x) { h.appendChild(el("th", null, x)); });

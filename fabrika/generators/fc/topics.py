@@ -27,6 +27,7 @@ from fabrika.generators.fc.topics_text import NearDuplicateIndex, keyword_tokens
 from fabrika.inputs import iter_records, resolve_data_path, where
 from fabrika.llm.rejections import answer_problem
 from fabrika.llm.types import ChatRequest
+from fabrika.pipeline.request_log import request_scope
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
 from fabrika.textutil.answers import extract_json, is_failure
@@ -206,7 +207,8 @@ class TopicsStage(Stage[TopicsConfig]):
     async def _label(self, lang: str, clusters: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Row]]:
         requests = [self._request(lang, "fc.topics.label", prompts.label_messages(lang, c["keywords"], c["docs"]),
                                   prompts.LABEL_SCHEMA) for c in clusters]
-        responses = await self.ctx.llm.complete(requests) if requests else []
+        with request_scope() as scope:
+            responses = await self.ctx.llm.complete(requests) if requests else []
         seeds: list[dict[str, Any]] = []
         rows: list[Row] = []
         for cluster, resp in zip(clusters, responses):
@@ -219,6 +221,8 @@ class TopicsStage(Stage[TopicsConfig]):
                 continue
             rows.append(ok(cid, topic=item["label"], description=item["description"], **base))
             seeds.append({"id": cid, **item, "keywords": cluster["keywords"]})
+        for k, row in enumerate(rows):  # one row per cluster: its label request made it
+            scope.made([row], request=k)
         return seeds, rows
 
     @staticmethod
@@ -264,10 +268,13 @@ class TopicsStage(Stage[TopicsConfig]):
             requests = [self._request(lang, "fc.topics.expand",
                                       prompts.expand_messages(lang, p["label"], p["description"], known, cfg.expand_per_call),
                                       prompts.EXPAND_SCHEMA, sample_index=rnd) for p in parents]
-            responses = await self.ctx.llm.complete(requests)
+            with request_scope() as scope:
+                responses = await self.ctx.llm.complete(requests)
             rows: list[Row] = []
-            for parent, resp in zip(parents, responses):
-                rows.extend(self._expansion_rows(lang, parent, resp, rnd, index, pool, target))
+            for k, (parent, resp) in enumerate(zip(parents, responses)):
+                made = self._expansion_rows(lang, parent, resp, rnd, index, pool, target)
+                scope.made(made, request=k)  # the topics of one expansion answer
+                rows.extend(made)
             yield rows
 
     def _expansion_rows(self, lang: str, parent: dict[str, Any], resp: Any, rnd: int, index: NearDuplicateIndex,
