@@ -936,9 +936,9 @@ def assumptions(config: PipelineConfig, est: Estimate, above: list[str], priced:
                    "are the sim's, not a real model's; run the estimate against your endpoint for real numbers")
     cut = ", ".join(f"{n} ({est.pilot['full_inputs'][n]} inputs)" for n in est.pilot["cut_stages"])
     share = f"{est.pilot['fraction']:.0%}" if est.pilot.get("fraction") else f"{est.pilot.get('items')} items"
-    least = (f"at least ceil({PILOT_FLOOR}·N/(N+{PILOT_FLOOR})) of N items, so a small input's pilot is its full run"
-             if est.pilot.get("fraction") else f"at least {MIN_PILOT_ITEMS} items")
-    out.append(f"pilot: {share} ({least}) of the input of {cut}; each stage below "
+    least = (f" (at least ceil({PILOT_FLOOR}·N/(N+{PILOT_FLOOR})) of N items, so a small input's pilot is its full "
+             "run)" if est.pilot.get("fraction") else "")
+    out.append(f"pilot: {share}{least} of the input of {cut}; each stage below "
                "scales with the rows its inputs are predicted to write, per item (requests, tokens, rows)")
     if est.pilot.get("strata"):
         out.append("sampled by kind of item, each kind in proportion to its share of the input (at least one each) "

@@ -56,6 +56,7 @@ def test_a_pilot_of_fc_demo_holds_each_plan_type_in_its_share_and_its_points_are
     for name in ("fc.samples", "fc_answer_judge", "fc_target_judge", "fc_language", "fc_dedup", "fc_length"):
         point = est["stages"][name]["rows"]
         assert abs(point - rows[name]) <= 0.25 * rows[name], (name, point, rows[name])
+    assert full.version is not None
     assert abs(est["total"]["dataset_rows"] - full.version.rows) <= 0.25 * full.version.rows
 
 
