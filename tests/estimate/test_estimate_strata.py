@@ -14,7 +14,7 @@ import yaml
 
 from fabrika.generators.instruct.verifiers import VerifiersStage
 from fabrika.pipeline.config import validate_data
-from fabrika.pipeline.estimate import Pilot, allocate, pilot_floor, run_estimate, stratified_sample, stratum_weights, stride_sample
+from fabrika.pipeline.estimate import Pilot, allocate, coarsen, pilot_floor, run_estimate, stratified_sample, stratum_weights, stride_sample
 from fabrika.pipeline.estimate_model import Moments, fit_line
 from fabrika.pipeline.runner import run_pipeline
 from fabrika.store import RunStore
@@ -124,3 +124,11 @@ def test_a_verifier_s_kind_is_its_constraint_s_source_and_family():
     stage = VerifiersStage.__new__(VerifiersStage)
     assert stage.pilot_stratum({"id": "c1", "source": "llm", "family": "length"}) == "llm/length"
     assert stage.pilot_stratum({"id": "c2", "source": "library", "family": "case"}) == "library/case"
+
+
+def test_kinds_too_many_for_the_pilot_are_cut_to_their_parent():
+    kinds = {f"c{k}": f"library/f{k % 9}" for k in range(62)} | {f"l{k}": "llm/None" for k in range(29)}
+    assert set(coarsen(kinds, 12).values()) == {"library", "llm"}  # 10 kinds > 12 / 2: by source
+    assert coarsen(kinds, 40) == kinds  # 10 kinds <= 20: each family its own kind
+    plans = {f"p{k}": t for k, t in enumerate(["single", "text", "multi_turn"] * 4)}
+    assert coarsen(plans, 2) == plans  # nothing coarser to fall back to
