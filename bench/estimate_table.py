@@ -11,6 +11,12 @@ the estimate's wall time (the stages laid out by the runner's scheduling rules,
 the full run's wall time. A time point counts as right within ±25%; the line after it also counts a
 point within max(25%, 1 s) (a run of a second or two is start-up and the box's load).
 
+A fractional pilot is floored at ``ceil(64·N/(N+64))`` of a cut stage's N items
+(:func:`fabrika.pipeline.estimate.pilot_floor`): at ``--pilot 0.2`` every shipped config but
+``fc_ru_300k`` then runs its cut stages in full, so its estimate is its full run. ``--pilot 12``
+(a count, not floored) shows a sampled pilot of the small configs, stratified by kind of item where
+a stage declares kinds (``Stage.pilot_stratum``).
+
 The pilot and the full run each run in a fresh process (``--child``): a full run that follows
 the pilot in the same process finds the embedding model, the language detector and the
 sandbox's imports already loaded, and a pilot that follows another config's run does too —
@@ -18,6 +24,7 @@ either way the time compared would not be what a user's ``fabrika run`` takes.
 
     .venv/bin/python bench/estimate_table.py --pilot 0.2 --out runs/estimate_table.json
     .venv/bin/python bench/estimate_table.py --configs fc_demo smoke --stages   # per-stage lines too
+    .venv/bin/python bench/estimate_table.py --configs fc_demo if_demo --pilot 12 --stages   # a sampled pilot
 """
 
 from __future__ import annotations

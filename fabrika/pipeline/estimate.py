@@ -5,7 +5,12 @@ directory with its own cache, but cuts the *first per-item stages* (those with n
 per-item stage above them) to a fraction (``--pilot 0.2``) or a count
 (``--pilot 50``) of their input, picked by stride over the input order
 (:func:`stride_sample`), and never below :data:`MIN_PILOT_ITEMS` items (a mean over two
-items says nothing). A cut stage whose pilot would be at least :data:`FULL_SHARE` of its
+items says nothing); a fraction never below :func:`pilot_floor` (``ceil(64·N/(N+64))`` of
+``N`` items: a small config's pilot is its full run, and its estimate exact). A stage whose
+items come in kinds that fan out differently (:meth:`~fabrika.pipeline.stage.Stage.pilot_stratum`:
+``fc.plans``' sample type, ``if.verifiers``' source and family) is sampled per kind, each in
+proportion to its share of the input (:func:`stratified_sample`), and its per-item means are
+weighed back to the input's shares (:func:`stratum_weights`). A cut stage whose pilot would be at least :data:`FULL_SHARE` of its
 input runs in full (11 imported tools: a 5-tool pilot predicted 3.4x the rows).
 Everything below them follows naturally. A first
 per-item stage that feeds a pool-wide stage (``if.expand`` → ``if.dedup``,
@@ -42,6 +47,7 @@ concurrency. What this cannot know is listed in the estimate's ``assumptions``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 import os
 import shutil
@@ -81,6 +87,11 @@ from fabrika.store import RunStore
 MARKER = ".fabrika-estimate"
 #: The pilot runs at least this many items of a cut stage (all of them when it has fewer).
 MIN_PILOT_ITEMS = 5
+#: A fractional pilot of an N-item input holds at least ``ceil(PILOT_FLOOR * N / (N + PILOT_FLOOR))`` items
+#: (:func:`pilot_floor`): a sample of PILOT_FLOOR from an endless input, fewer from a small one. A 20% pilot
+#: of 60 plans (12) held 1 ``multi_turn`` plan against the run's 11: every stage below it read 0.66-0.78x.
+#: On a small input the floor makes the pilot its full run (:data:`FULL_SHARE`), which is then exact.
+PILOT_FLOOR = 64
 #: A cut stage whose pilot would read at least this share of its input runs in full: a 5-item pilot of
 #: 11 imported tools predicted 3.4x the rows (the tools' yields differ a lot), and the whole input
 #: costs at most 1 / FULL_SHARE times the pilot.
@@ -91,6 +102,10 @@ DRY_COUNT_LIMIT = 200_000
 TIME_MARGIN = 0.35
 
 Note = Callable[[str], None]
+
+#: The cut stage's item being processed in the pilot (set by :func:`sampled_inputs`): lets
+#: :class:`TimedEngine` name each item's requests, which stratified weights need.
+PILOT_ITEM: contextvars.ContextVar[str | None] = contextvars.ContextVar("fabrika_pilot_item", default=None)
 
 
 class TimedEngine:
@@ -103,6 +118,8 @@ class TimedEngine:
         #: stage -> per item [requests, prompt tokens, completion tokens]
         self.per_item: dict[str, dict[int, list[int]]] = {}
         self._keep: list[Any] = []  # the item states, kept alive so that their ids stay unique
+        #: stage -> per item state (as in ``per_item``) -> the cut stage's item id (:data:`PILOT_ITEM`)
+        self.item_ids: dict[str, dict[int, str]] = {}
 
     def _record(self, requests: Any, responses: Any, seconds: float) -> None:
         state = ITEM_STATE.get()
@@ -114,6 +131,9 @@ class TimedEngine:
             if state is None:
                 continue
             cell = self.per_item.setdefault(stage, {}).setdefault(id(state), [0, 0, 0])
+            item = PILOT_ITEM.get()
+            if item is not None:
+                self.item_ids.setdefault(stage, {})[id(state)] = item
             usage = getattr(resp, "usage", None)
             cell[0] += 1
             cell[1] += int(getattr(usage, "prompt_tokens", 0) or 0)
@@ -131,10 +151,14 @@ class TimedEngine:
         self._record([request], [out], time.monotonic() - t)
         return out
 
-    def moments(self, stage: str, items: int) -> tuple[Moments, Moments, Moments]:
-        """Per-item requests, prompt and completion tokens of ``stage`` over ``items`` items (zeros included)."""
-        cells = list(self.per_item.get(stage, {}).values())
-        req, ptok, ctok = (Moments.of([float(c[j]) for c in cells], items) for j in range(3))
+    def moments(self, stage: str, items: int,
+                weights: dict[str, float] | None = None) -> tuple[Moments, Moments, Moments]:
+        """Per-item requests, prompt and completion tokens of ``stage`` over ``items`` items (zeros included);
+        ``weights`` (item id -> stratum weight, :func:`stratum_weights`) weighs each item's values."""
+        cells = self.per_item.get(stage, {})
+        names = self.item_ids.get(stage, {})
+        w = {k: (weights or {}).get(names.get(k, ""), 1.0) for k in cells}
+        req, ptok, ctok = (Moments.of([float(c[j]) * w[k] for k, c in cells.items()], items) for j in range(3))
         return req, ptok, ctok
 
     def __getattr__(self, name: str) -> Any:
@@ -158,9 +182,17 @@ class Pilot:
         raise ValueError(f"--pilot must be a fraction in (0, 1) or an item count >= 1, got {value!r}")
 
     def size(self, full: int) -> int:
+        """Pilot items of a cut stage with ``full`` input items: a fraction is floored (:func:`pilot_floor`),
+        a count is taken as given."""
         if self.fraction is not None:
-            return min(full, max(math.ceil(full * self.fraction), MIN_PILOT_ITEMS))
+            return min(full, max(math.ceil(full * self.fraction), MIN_PILOT_ITEMS, pilot_floor(full)))
         return min(full, self.items or full)
+
+
+def pilot_floor(full: int) -> int:
+    """The fewest items a fractional pilot of ``full`` items holds: ``ceil(64 N / (N + 64))``
+    (:data:`PILOT_FLOOR`; a sample of 64 with the finite-population correction)."""
+    return min(full, math.ceil(PILOT_FLOOR * full / (full + PILOT_FLOOR))) if full > 0 else 0
 
 
 @dataclass
@@ -274,11 +306,13 @@ def _input_count(store: RunStore, config: PipelineConfig, cfg: StageConfig) -> i
     return total if cfg.max_items is None else min(total, cfg.max_items)
 
 
-def count_items(config: PipelineConfig, cfg: StageConfig, store: RunStore) -> tuple[list[str], dict[str, int] | None]:
+def count_items(config: PipelineConfig, cfg: StageConfig, store: RunStore,
+                strata: dict[str, str] | None = None) -> tuple[list[str], dict[str, int] | None]:
     """The items a cut stage will read at full size, in order (its own ``input_rows`` over what ran above it),
     and, for an :class:`~fabrika.pipeline.llm_stage.LLMStage`, item id -> how many requests ``requests(row)``
     builds for each (``None`` when it is not one, has more than :data:`DRY_COUNT_LIMIT` items, or cannot
-    build requests without its setup)."""
+    build requests without its setup). ``strata``, when given, is filled with item id -> the kind of item
+    (:meth:`~fabrika.pipeline.stage.Stage.pilot_stratum`) for a stage that declares kinds."""
     from fabrika.pipeline.llm_stage import LLMStage
 
     cls = STAGES[cfg.kind]
@@ -289,6 +323,7 @@ def count_items(config: PipelineConfig, cfg: StageConfig, store: RunStore) -> tu
         n = _source_count(config, cfg) if cfg.input is None else _input_count(store, config, cfg)
         return [f"#{i}" for i in range(n)], None
     dry: dict[str, int] | None = {} if issubclass(cls, LLMStage) else None
+    kinds: dict[str, str] | None = strata if cls.pilot_stratum is not Stage.pilot_stratum else None
     n = 0
     ids: list[str] = []
     for row in rows:
@@ -296,6 +331,15 @@ def count_items(config: PipelineConfig, cfg: StageConfig, store: RunStore) -> tu
             break
         n += 1
         ids.append(stage.item_id(row))
+        if kinds is not None:
+            try:
+                kind = stage.pilot_stratum(row)
+            except Exception:  # noqa: BLE001 - a kind it cannot tell without its setup: one plain stride sample
+                kinds.clear()
+                kinds = None
+            else:
+                if kind is not None:
+                    kinds[ids[-1]] = str(kind)
         if dry is None:
             continue
         if len(dry) >= DRY_COUNT_LIMIT:
@@ -317,6 +361,71 @@ def stride_sample(ids: list[str], n: int) -> set[str]:
     return {ids[min(len(ids) - 1, int((i + 0.5) * len(ids) / n))] for i in range(n)}
 
 
+#: The kind of the items a stage does not tell apart (:meth:`~fabrika.pipeline.stage.Stage.pilot_stratum` ``None``).
+ANY_KIND = ""
+
+
+def _by_kind(ids: list[str], strata: dict[str, str]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for i in ids:
+        groups.setdefault(strata.get(i, ANY_KIND), []).append(i)
+    return groups
+
+
+def allocate(counts: dict[str, int], n: int) -> dict[str, int]:
+    """Pilot items per kind: each kind's share of ``n`` is its share of the input (largest remainders, ties
+    by name), and every kind with items gets at least one, so the total may exceed ``n`` by a few."""
+    total = sum(counts.values())
+    if n >= total:
+        return dict(counts)
+    quota = {k: n * c / total for k, c in counts.items()}
+    out = {k: min(c, max(1, math.floor(quota[k]))) for k, c in counts.items() if c > 0}
+    left = n - sum(out.values())
+    for k in sorted(out, key=lambda k: (out[k] - quota[k], k)):
+        if left <= 0:
+            break
+        if out[k] < counts[k]:
+            out[k] += 1
+            left -= 1
+    return out
+
+
+def stratified_sample(ids: list[str], strata: dict[str, str], n: int) -> set[str]:
+    """About ``n`` ids, each kind's (``strata``: id -> kind) in proportion to its share of ``ids``
+    (:func:`allocate`), each kind's by :func:`stride_sample` over its own input order. Items of different kinds
+    fan out differently: a plain stride over 60 plans drew 1 of their 11 ``multi_turn`` plans in 12."""
+    if not strata:
+        return stride_sample(ids, n)
+    groups = _by_kind(ids, strata)
+    alloc = allocate({k: len(v) for k, v in groups.items()}, n)
+    return set().union(*(stride_sample(v, alloc.get(k, 0)) for k, v in groups.items()))
+
+
+def coarsen(strata: dict[str, str], n: int) -> dict[str, str]:
+    """Kinds cut to their parent (``llm/length`` -> ``llm``) while there are more of them than half of an
+    ``n``-item pilot can hold two of: 12 constraints over 11 source/family kinds gave each kind one item, the
+    rare ones many times their share, and the stages below the cut (not weighed back) read 0.56x."""
+    while len(set(strata.values())) > n / 2 and any("/" in k for k in strata.values()):
+        strata = {i: k.rsplit("/", 1)[0] for i, k in strata.items()}
+    return strata
+
+
+def stratum_weights(ids: list[str], strata: dict[str, str], picks: set[str]) -> dict[str, float]:
+    """Pilot item id -> the weight that brings its kind back to its share of the input (``N_h / N`` over
+    ``n_h / n``; 1 for every item when the pilot's shares are exact). A per-item mean of the weighted values
+    is the stratified mean ``sum_h N_h mean_h / N``."""
+    groups = _by_kind(ids, strata)
+    n = sum(1 for i in ids if i in picks)
+    out: dict[str, float] = {}
+    for members in groups.values():
+        mine = [i for i in members if i in picks]
+        if not mine:
+            continue
+        w = (len(members) / len(ids)) / (len(mine) / n)
+        out.update({i: w for i in mine})
+    return out
+
+
 @contextmanager
 def sampled_inputs(config: PipelineConfig, picks: dict[str, set[str]]) -> Iterator[None]:
     """While the pilot runs, the cut stages read only the picked items of their input (a subclass of each
@@ -331,8 +440,18 @@ def sampled_inputs(config: PipelineConfig, picks: dict[str, set[str]]) -> Iterat
                 if keep is None or self.item_id(row) in keep:
                     yield row
 
-        return cast("type[Stage[Any]]", type(base.__name__, (base,), {
-            "input_rows": input_rows, "__module__": base.__module__, "__qualname__": base.__qualname__}))
+        async def process(self: Stage[Any], row: Row) -> list[Row]:
+            token = PILOT_ITEM.set(self.item_id(row))
+            try:
+                return await base.process(self, row)
+            finally:
+                PILOT_ITEM.reset(token)
+
+        members: dict[str, Any] = {"input_rows": input_rows, "__module__": base.__module__,
+                                   "__qualname__": base.__qualname__}
+        if not base.global_stage:
+            members["process"] = process
+        return cast("type[Stage[Any]]", type(base.__name__, (base,), members))
 
     try:
         for kind, cls in saved.items():
@@ -452,8 +571,10 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
         store = RunStore(work_dir)
         dry: dict[str, dict[str, int]] = {}
         order: dict[str, list[str]] = {}
+        strata: dict[str, dict[str, str]] = {}
         for name in cuts:
-            order[name], counted = count_items(base, by_name[name], store)
+            strata[name] = {}
+            order[name], counted = count_items(base, by_name[name], store, strata[name])
             full_in[name] = len(order[name])
             if counted is not None:
                 dry[name] = counted
@@ -471,6 +592,8 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
             updates.setdefault(name, {})[draw.field] = draw.pilot_share
         say("estimate 2/3: pilot of " + ", ".join(f"{n} ({sizes[n]}/{full_in[n]} items"
                                                   + (", in full: a pilot would be most of it" if n in in_full else "")
+                                                  + (f", {len(set(strata[n].values()))} kinds in proportion"
+                                                     if strata[n] and n not in in_full else "")
                                                   + ")" for n in cuts)
             + (f"; requests counted without the LLM: {', '.join(sorted(dry))}" if dry else "")
             + "".join(f"; {n} draws {d.field} {d.pilot_share:.0%} (config: {d.share:.0%}), weighed back"
@@ -480,7 +603,9 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
             manifest = store.read_manifest()
             manifest["config_hash"] = config_hash(piloted)
             store.write_manifest(manifest)
-        picks = {n: stride_sample(order[n], sizes[n]) for n in sampled if not order[n][:1] == ["#0"]}
+        strata = {n: coarsen(k, sizes.get(n, 0)) for n, k in strata.items()}
+        picks = {n: stratified_sample(order[n], strata[n], sizes[n]) for n in sampled if not order[n][:1] == ["#0"]}
+        weights = {n: stratum_weights(order[n], strata[n], picks[n]) for n in picks if strata[n]}
         t1 = time.monotonic()
         with sampled_inputs(config, picks), clocked(kinds, clocks):
             result = await arun_pipeline(piloted, resume=True, progress=progress, engine=engine)
@@ -497,15 +622,26 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
     est = Estimate(config=config_name, backend=str(manifest.get("backend") or getattr(engine, "backend_name", "?")),
                    pilot={"fraction": pilot.fraction, "items": pilot.items, "cut_stages": cuts,
                           "full_inputs": full_in, "dry_counted": sorted(dry), "work_dir": str(work_dir),
-                          "min_items": MIN_PILOT_ITEMS, "run_in_full": in_full,
+                          "min_items": MIN_PILOT_ITEMS, "floor": PILOT_FLOOR, "run_in_full": in_full,
+                          "strata": {n: _kinds(strata[n], picks[n]) for n in picks if strata[n]},
                           "oversampled": {n: d.as_dict() for n, d in sorted(draws.items())}})
     # what the invocations spent outside their stages (start-up, checks, materialising): paid once
     overhead = sum(max(0.0, wall - sum(float(e.get("seconds") or 0.0) for e in (m.get("stages") or {}).values()
                                        if e.get("seen") or e.get("seconds")))
                    for wall, m in walls) if walls else 0.0
     est.pilot["overhead_seconds"] = round(overhead, 2)
-    extrapolate_pilot(est, config, manifest, store, engine, full_in, dry, result.version, clocks, draws)
+    extrapolate_pilot(est, config, manifest, store, engine, full_in, dry, result.version, clocks, draws, weights)
     return est
+
+
+def _kinds(strata: dict[str, str], picks: set[str]) -> dict[str, dict[str, int]]:
+    """Per kind of item: how many the input holds and how many the pilot took."""
+    out: dict[str, dict[str, int]] = {}
+    for i, kind in strata.items():
+        cell = out.setdefault(kind, {"items": 0, "pilot": 0})
+        cell["items"] += 1
+        cell["pilot"] += i in picks
+    return dict(sorted(out.items()))
 
 
 def _costs(manifest: dict[str, Any]) -> tuple[dict[str, float], bool]:
@@ -520,9 +656,11 @@ def _costs(manifest: dict[str, Any]) -> tuple[dict[str, float], bool]:
 
 def extrapolate_pilot(est: Estimate, config: PipelineConfig, manifest: dict[str, Any], store: RunStore,
                       engine: TimedEngine, full_in: dict[str, int], dry: dict[str, dict[str, int]],
-                      version: Any, clocks: Clocks | None = None, draws: dict[str, Draw] | None = None) -> None:
+                      version: Any, clocks: Clocks | None = None, draws: dict[str, Draw] | None = None,
+                      weights: dict[str, dict[str, float]] | None = None) -> None:
     """Fill ``est.stages`` and ``est.total`` from the pilot's manifest, store and per-item counts
-    (``draws``: the stages whose declared share the pilot raised, :mod:`fabrika.pipeline.estimate_draws`)."""
+    (``draws``: the stages whose declared share the pilot raised, :mod:`fabrika.pipeline.estimate_draws`;
+    ``weights``: per cut stage, its pilot items' stratum weights, :func:`stratum_weights`)."""
     info_of = manifest.get("stages") or {}
     costs, priced = _costs(manifest)
     rows_fig: dict[str, Figure] = {}
@@ -568,6 +706,7 @@ def extrapolate_pilot(est: Estimate, config: PipelineConfig, manifest: dict[str,
         per_item, all_rows, ok_rows = rows_per_item(store, name)
         pilot_ok[name] = ok_rows
         ids = dry.get(name)
+        wts = (weights or {}).get(name) or {}
         if cls.global_stage:
             req = Figure(pilot_req * scale, 0.0 if is_exact else (0.1 * pilot_req * scale) ** 2)
             ptok, ctok = Figure(pilot_ptok * scale), Figure(pilot_ctok * scale)
@@ -582,18 +721,19 @@ def extrapolate_pilot(est: Estimate, config: PipelineConfig, manifest: dict[str,
             ptok, ctok = (_tokens_per_request(engine, name, j, req.point, total, pilot_req, f)
                           for j, total in ((1, pilot_ptok), (2, pilot_ctok)))
             xs = [float(ids.get(i, 0)) for i in pilot_ids]
-            rows, ok = (extrapolate_fit(fit_line(xs, [float(per_item.get(i, (0, 0))[j]) for i in pilot_ids]),
+            ws = [wts.get(i, 1.0) for i in pilot_ids]
+            rows, ok = (extrapolate_fit(fit_line(xs, [float(per_item.get(i, (0, 0))[j]) for i in pilot_ids], ws),
                                         round(items.point), x_total) for j in (0, 1))
         else:
-            mreq, mptok, mctok = engine.moments(name, n)
+            mreq, mptok, mctok = engine.moments(name, n, wts)
             if not mreq.total and pilot_req:  # requests made outside items: no per-item spread known
                 mreq, mptok, mctok = (Moments(n, float(v), float(v) ** 2 / max(1, n))
                                       for v in (pilot_req, pilot_ptok, pilot_ctok))
             sub = subset[name]
             req, ptok, ctok = (extrapolate(m, items, sub) for m in (mreq, mptok, mctok))
             if per_item:
-                rows, ok = (extrapolate(Moments.of([float(v[j]) for v in per_item.values()], n), items, sub)
-                            for j in (0, 1))
+                rows, ok = (extrapolate(Moments.of([float(v[j]) * wts.get(k, 1.0) for k, v in per_item.items()], n),
+                                        items, sub) for j in (0, 1))
             else:
                 rows, ok = Figure(all_rows * scale), Figure(ok_rows * scale)
         if is_exact:  # ran in full on exact inputs: the pilot's own figures
@@ -806,8 +946,15 @@ def assumptions(config: PipelineConfig, est: Estimate, above: list[str], priced:
                    "are the sim's, not a real model's; run the estimate against your endpoint for real numbers")
     cut = ", ".join(f"{n} ({est.pilot['full_inputs'][n]} inputs)" for n in est.pilot["cut_stages"])
     share = f"{est.pilot['fraction']:.0%}" if est.pilot.get("fraction") else f"{est.pilot.get('items')} items"
-    out.append(f"pilot: {share} (at least {MIN_PILOT_ITEMS} items) of the input of {cut}; each stage below "
+    least = (f" (at least ceil({PILOT_FLOOR}·N/(N+{PILOT_FLOOR})) of N items, so a small input's pilot is its full "
+             "run)" if est.pilot.get("fraction") else "")
+    out.append(f"pilot: {share}{least} of the input of {cut}; each stage below "
                "scales with the rows its inputs are predicted to write, per item (requests, tokens, rows)")
+    if est.pilot.get("strata"):
+        out.append("sampled by kind of item, each kind in proportion to its share of the input (at least one each) "
+                   "and weighed back to it: " + "; ".join(
+                       f"{n}: " + ", ".join(f"{k or '-'} {c['pilot']}/{c['items']}" for k, c in kinds.items())
+                       for n, kinds in est.pilot["strata"].items()))
     if est.pilot.get("run_in_full"):
         out.append(f"run in full, since a pilot would have been at least {FULL_SHARE:.0%} of their input: "
                    f"{', '.join(est.pilot['run_in_full'])}")
@@ -823,8 +970,8 @@ def assumptions(config: PipelineConfig, est: Estimate, above: list[str], priced:
     out.append(f"range: point ± ({Z:g} standard errors + {MARGIN:.0%}) per stage, summed over stages for the total; "
                "a standard error is widened to Student's t for the items it was measured on, and the shares the "
                "gates kept in the pilot carry their own error (over items, not rows); time ± a further "
-               f"{TIME_MARGIN:.0%}. The pilot is a stride sample of the cut stages' items in their input order, "
-               "not a random one, and dedup usually removes more at scale")
+               f"{TIME_MARGIN:.0%}. The pilot is a stride sample of the cut stages' items in their input order (per kind of "
+               "item where the stage tells kinds apart), not a random one, and dedup usually removes more at scale")
     out.append("wall time: the pilot runs one stage at a time; each stage's seconds are a fixed part (up to the end "
                "of its first item, which runs alone: setup, model and pool loading; for a stage without LLM calls, "
                "what a warm re-run of a few of its items leaves over) paid once, plus the rest scaled "

@@ -200,20 +200,25 @@ class Fit:
     n: int
 
 
-def fit_line(xs: list[float], ys: list[float]) -> Fit:
-    """Least squares; with no spread in ``x`` the line goes through the origin (``y ∝ x``) when ``x > 0``."""
+def fit_line(xs: list[float], ys: list[float], weights: list[float] | None = None) -> Fit:
+    """Least squares (weighted by ``weights``, mean 1: a stratified pilot's weights); with no spread in ``x``
+    the line goes through the origin (``y ∝ x``) when ``x > 0``."""
     n = len(xs)
     if n == 0:
         return Fit(0.0, 0.0, 0.0, 0)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
+    ws = weights or [1.0] * n
+    sw = sum(ws)
+    if sw <= 0:
+        return Fit(0.0, 0.0, 0.0, 0)
+    mx, my = sum(w * x for w, x in zip(ws, xs)) / sw, sum(w * y for w, y in zip(ws, ys)) / sw
+    sxx = sum(w * (x - mx) ** 2 for w, x in zip(ws, xs))
     if sxx <= 1e-12:
         a, b = (0.0, my / mx) if mx > 0 else (my, 0.0)
     else:
-        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+        b = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys)) / sxx
         a = my - b * mx
     dof = max(1, n - 2)
-    resid = sum((y - a - b * x) ** 2 for x, y in zip(xs, ys)) / dof if n > 1 else 0.0
+    resid = sum(w * (y - a - b * x) ** 2 for w, x, y in zip(ws, xs, ys)) / sw * n / dof if n > 1 else 0.0
     return Fit(a, b, resid, n)
 
 

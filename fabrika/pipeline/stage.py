@@ -185,6 +185,15 @@ class Stage(abc.ABC, Generic[ConfigT]):
         """Id used for resume; default the input row's ``id``."""
         return str(row["id"])
 
+    def pilot_stratum(self, row: Row) -> str | None:
+        """The kind of input item ``row`` is, for ``fabrika estimate``'s pilot (``None``: all alike, the default).
+
+        Override it where kinds of items fan out differently (a plan's sample type, a constraint's source and
+        family): the pilot then samples each kind in proportion to its share of the input and weighs its
+        figures back by kind (:func:`fabrika.pipeline.estimate.stratified_sample`). It must be pure: what it
+        says of an item is what the stage will do with it, known before the stage runs."""
+        return None
+
     async def setup(self) -> None:
         """Acquire resources once per run (sandbox pool, embedding model)."""
 

@@ -31,7 +31,8 @@ DEMO = ROOT / "configs" / "fc_demo.yaml"
 
 
 def test_estimate_of_the_fc_demo_holds_the_full_run_in_its_ranges(tmp_path: Path):
-    res = CliRunner().invoke(app, ["estimate", str(DEMO), "--pilot", "0.2", "--set", f"run_dir={tmp_path / 'est'}",
+    # 12 of its 60 plans, a count: a 20% pilot is floored at ceil(64*60/124) = 31 plans, past FULL_SHARE (in full)
+    res = CliRunner().invoke(app, ["estimate", str(DEMO), "--pilot", "12", "--set", f"run_dir={tmp_path / 'est'}",
                                    "--json", str(tmp_path / "estimate.json"), "--no-progress"])
     assert res.exit_code == 0, res.output
     assert "SIM BACKEND" in res.output and "assumptions:" in res.output
@@ -40,10 +41,10 @@ def test_estimate_of_the_fc_demo_holds_the_full_run_in_its_ranges(tmp_path: Path
     assert doc["sim"] is True and doc["pilot"]["cut_stages"] == ["fc.plans"]
     assert doc["stages"]["fc.tools"]["exact"] and doc["stages"]["fc.tools_dedup"]["exact"]
     topics = doc["pilot"]["full_inputs"]["fc.plans"]
-    # 20% of the topics, but a pilot never runs fewer than MIN_PILOT_ITEMS items
-    assert doc["stages"]["fc.plans"]["pilot_items"] == max(MIN_PILOT_ITEMS, -(-topics // 5)) < topics
+    # 12 plans, sampled per sample type in proportion (at least one of each type: a few more than 12)
+    assert 12 <= doc["stages"]["fc.plans"]["pilot_items"] < 12 + len(doc["pilot"]["strata"]["fc.plans"]) < topics
     assert "estimate 1/3: stages above the cut run in full: fc.tools, fc.tools_dedup" in res.output  # progress
-    assert f"estimate 2/3: pilot of fc.plans ({doc['stages']['fc.plans']['pilot_items']}/{topics} items)" in res.output
+    assert f"estimate 2/3: pilot of fc.plans (12/{topics} items, " in res.output
     data = yaml.safe_load(DEMO.read_text("utf-8"))
     data["run_dir"] = str(tmp_path / "full")
     cfg, issues = validate_data(data, str(DEMO), DEMO.parent)
@@ -74,14 +75,15 @@ def test_estimate_of_the_fc_demo_holds_the_full_run_in_its_ranges(tmp_path: Path
 
 def test_a_fixed_number_of_calls_over_the_first_seeds_is_counted_not_scaled(tmp_path: Path):
     """if.expand spreads ceil(target / per_request) calls over its seeds, the first ones first: a 20% pilot
-    holds all of them, so scaling by items was 5x off; the estimate counts them without the LLM."""
+    holds all of them, so scaling by items was 5x off; the estimate counts them without the LLM (12 of the 62 seeds:
+    a 20% pilot is floored at 32 of them and runs them in full)."""
     data = {"name": "expand", "seed": 3, "llm": {"backend": "sim"}, "run_dir": str(tmp_path / "full"),
             "stages": [{"kind": "if.expand", "name": "if_expand", "library_seeds": True, "target_count": 60,
                         "candidates_per_request": 10}],
             "dataset": {"stages": ["if_expand"]}}
     cfg, issues = validate_data(data, "expand.yaml", tmp_path)
     assert cfg is not None, issues
-    est = run_estimate(cfg, Pilot.parse("0.2"), tmp_path / "pilot", "expand").as_dict()
+    est = run_estimate(cfg, Pilot.parse("12"), tmp_path / "pilot", "expand").as_dict()  # 0.2 of 62: floored, in full
     full = run_pipeline(cfg, resume=False, progress=False)
     stage, real = est["stages"]["if_expand"], full.stats["if_expand"]
     assert est["pilot"]["dry_counted"] == ["if_expand"]
@@ -109,8 +111,10 @@ def test_stages_that_make_their_own_items_are_not_scaled_by_their_input(tmp_path
 
 
 def test_pilot_parsing_and_bad_values():
-    assert Pilot.parse("0.2").size(100) == 20 and Pilot.parse("50").size(10) == 10 and Pilot.parse(3).size(10) == 3
-    assert Pilot.parse("0.2").size(10) == MIN_PILOT_ITEMS and Pilot.parse("0.2").size(3) == 3
+    assert Pilot.parse("0.2").size(1000) == 200 and Pilot.parse("50").size(10) == 10 and Pilot.parse(3).size(10) == 3
+    # a fraction is floored at ceil(64 N / (N + 64)): 40 of 100, 9 of 10, all of 3; a count is taken as given
+    assert Pilot.parse("0.2").size(100) == 40 and Pilot.parse("0.2").size(10) == 9 and Pilot.parse("0.2").size(3) == 3
+    assert Pilot.parse("0.01").size(5) == MIN_PILOT_ITEMS
     for bad in ("0", "-1", "1.5", "abc"):
         with pytest.raises(ValueError):
             Pilot.parse(bad)
@@ -241,7 +245,7 @@ def test_a_cut_stage_whose_pilot_would_be_most_of_it_runs_in_full(tmp_path: Path
     assert est["total"]["dataset_rows"] == full.version.rows
     assert est["total"]["range"]["dataset_rows"]["low"] == est["total"]["range"]["dataset_rows"]["high"]
     # a large input is still sampled
-    assert Pilot.parse("0.2").size(100) < FULL_SHARE * 100
+    assert Pilot.parse("0.2").size(1000) < FULL_SHARE * 1000
 
 
 def test_a_gate_s_share_measured_on_few_items_widens_the_range_below_it(tmp_path: Path):
@@ -249,7 +253,7 @@ def test_a_gate_s_share_measured_on_few_items_widens_the_range_below_it(tmp_path
     pilot measured that share on 10 of 50 prompts (8 of 10, the run has 46 of 50). The share's own error
     is carried into the teacher's range, which then holds the run's 46 (the old 35-45 did not)."""
     cfg = _config("general_demo", tmp_path / "full")
-    est = run_estimate(cfg, Pilot.parse("0.2"), tmp_path / "pilot", "general_demo").as_dict()
+    est = run_estimate(cfg, Pilot.parse("10"), tmp_path / "pilot", "general_demo").as_dict()  # a 20% pilot: in full
     full = run_pipeline(cfg, resume=False, progress=False)
     teacher = est["stages"]["general_teacher"]
     rng = teacher["range"]["items"]

@@ -232,6 +232,17 @@ class PlansStage(Stage[PlansConfig]):
             for i in range(self.config.plans_per_topic):
                 yield {"id": stable_id(topic_id, i, prefix="plan-"), "topic_id": topic_id, "plan_index": i}
 
+    def _draw_type(self, rng: random.Random, own: list[ToolSpec]) -> SampleType:
+        """The plan's sample type: the first draw of its ``ctx.rng``."""
+        types = {t: w for t, w in sorted(self.config.sample_types.items())
+                 if w > 0 and (len(own) > 1 or t not in NEEDS_TWO_TOOLS)}
+        return rng.choices(list(types), weights=list(types.values()))[0]
+
+    def pilot_stratum(self, row: Row) -> str:
+        """The plan's sample type (types fan out differently: a ``multi_turn`` plan makes the most samples),
+        drawn as :meth:`sample_setup` draws it."""
+        return self._draw_type(self.ctx.rng(row["id"]), self._tools(row["topic_id"]))
+
     def sample_setup(self, item: Row) -> tuple[SampleType, list[ToolSpec], Persona, int]:
         """Deterministic choices for one plan: type, tool group, persona, tier."""
         cfg = self.config
@@ -239,8 +250,7 @@ class PlansStage(Stage[PlansConfig]):
         own = self._tools(item["topic_id"])
         lang = own[0].lang
         rng = self.ctx.rng(item["id"])
-        types = {t: w for t, w in sorted(cfg.sample_types.items()) if w > 0 and (len(own) > 1 or t not in NEEDS_TWO_TOOLS)}
-        sample_type: SampleType = rng.choices(list(types), weights=list(types.values()))[0]
+        sample_type = self._draw_type(rng, own)
         n_other = cfg.distractors + (2 if sample_type == "irrelevance" else 0)
         similar = self._similar.get(item["topic_id"], [])[: min(cfg.similar_distractors, n_other)]
         rest = _sample_other_topics(rng, by_lang.get(lang, []), item["topic_id"], n_other - len(similar),

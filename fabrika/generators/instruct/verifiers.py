@@ -62,6 +62,12 @@ class VerifiersStage(LLMStage[VerifiersConfig]):
               cols.VERIFIER_ANSWERS, Column("n_verifiers", int))
     per_answer = True  # K independent samples: one bad answer rejects itself, not the constraint
 
+    def pilot_stratum(self, row: Row) -> str:
+        """The constraint's source and family: a library seed and an LLM-written one of another family yield
+        very different shares of usable verifiers, and ``if.queries`` adds extra constraints to library ones only
+        (``fabrika estimate`` samples each kind in proportion; a pilot too small for every family, by source)."""
+        return f"{row.get('source')}/{row.get('family')}"
+
     def requests(self, row: Row) -> list[ChatRequest]:
         cfg = self.config
         c = IFConstraintRow.of(row)
