@@ -11,6 +11,13 @@ stdlib itself, so the output — or the error — is always the stdlib's.
 
 :func:`dumps_sorted_indent2` is the same for the run manifest's form (``indent=2``,
 ``sort_keys=True``, ``default=str``), written after every stage event.
+
+:func:`dumps_compact` is ``json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+default=str)`` — the form of every nested row value, journal record and request body the store
+writes — through orjson where :func:`plain` proves orjson writes the same bytes (``str`` keys,
+``str``/``int``/``bool``/``None``, lists, tuples and dicts, floats whose ``repr`` has no exponent;
+orjson writes ``1e-7`` where Python writes ``1e-07``, and ``null`` for NaN); anything else, and a
+lone surrogate, takes the stdlib, so the text (and any error) is always the stdlib's.
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ import json
 from json.encoder import encode_basestring  # the C function where the stdlib has it
 from typing import Any, Callable
 
-__all__ = ["dumps_indent1", "dumps_sorted_indent2"]
+import orjson
+
+__all__ = ["dumps_compact", "dumps_compact_bytes", "dumps_indent1", "dumps_sorted_indent2", "plain"]
 
 _INF = float("inf")
 _INDENT = ["\n" + " " * i for i in range(202)]
@@ -102,3 +111,64 @@ def dumps_sorted_indent2(value: Any) -> str:
         return _enc2(value, 0)
     except _Unusual:
         return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str)
+
+
+_PLAIN_DEPTH = 64  # deeper data goes to the stdlib (its own recursion handling)
+
+
+def plain(o: Any, depth: int = 0) -> bool:
+    """True when orjson writes ``o`` exactly as the stdlib's compact ``ensure_ascii=False`` JSON does
+    (see module docs); strings, the bulk of the bytes, are not read."""
+    t = type(o)
+    if t is str or o is None or o is True or o is False:
+        return True
+    if depth > _PLAIN_DEPTH:
+        return False
+    if t is dict:
+        for k, v in o.items():
+            if type(k) is not str:
+                return False
+            if type(v) is not str and not plain(v, depth + 1):
+                return False
+        return True
+    if t is list or t is tuple:
+        for v in o:
+            if type(v) is not str and not plain(v, depth + 1):
+                return False
+        return True
+    if t is int:
+        return -(1 << 63) <= o < (1 << 64)
+    if t is float:
+        a = abs(o)
+        return a == 0.0 or 1e-4 <= a < 1e16  # repr without an exponent; NaN and infinities fail both
+    return False
+
+
+def _refuse(o: Any) -> Any:
+    raise TypeError
+
+
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+_COMPACT_STRICT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def dumps_compact_bytes(value: Any, *, default_str: bool = True) -> bytes:
+    """UTF-8 of :func:`dumps_compact` (no decode and re-encode on the orjson path)."""
+    if plain(value):
+        try:
+            return orjson.dumps(value, default=_refuse)
+        except (TypeError, orjson.JSONEncodeError):  # a lone surrogate: the stdlib says what is wrong
+            pass
+    return (_COMPACT if default_str else _COMPACT_STRICT)(value).encode("utf-8")
+
+
+def dumps_compact(value: Any, *, default_str: bool = True) -> str:
+    """Exactly ``json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)`` (keys in
+    their own order); ``default_str=False`` leaves out ``default=str``, so an odd value raises the
+    stdlib's ``TypeError``."""
+    if plain(value):
+        try:
+            return orjson.dumps(value, default=_refuse).decode("utf-8")
+        except (TypeError, orjson.JSONEncodeError):
+            pass
+    return (_COMPACT if default_str else _COMPACT_STRICT)(value)
