@@ -68,6 +68,22 @@ def _dumps(value: Any) -> str:
     return dumps_indent1(value)
 
 
+#: ``id(tool)`` → (tool, its schema's indent-1 JSON): the tool agent's prompt shows the called tool's schema
+#: on every call of it (the tool is held, so its id is not reused while here; frozen, so the text stays)
+_SCHEMAS: dict[int, tuple[Tool, str]] = {}
+
+
+def _schema_text(tool: Tool) -> str:
+    got = _SCHEMAS.get(id(tool))
+    if got is not None and got[0] is tool:
+        return got[1]
+    if len(_SCHEMAS) >= 4096:
+        _SCHEMAS.clear()
+    text = _dumps(tool.to_openai())
+    _SCHEMAS[id(tool)] = (tool, text)
+    return text
+
+
 def _loads(text: str) -> Any:
     try:
         return json.loads(text)
@@ -165,7 +181,7 @@ def render_tool_prompt(view: ToolView) -> list[dict[str, Any]]:
     """Messages for the tool agent (it writes the tool's JSON output)."""
     earlier = [{"call": {"name": c.name, "arguments": c.arguments}, "output": _loads(out)} for c, out in view.earlier]
     body = prompt_text("tool_turn", view.lang).format(
-        schema=_dumps(view.tool.to_openai()),
+        schema=_schema_text(view.tool),
         call=_dumps({"name": view.call.name, "arguments": view.call.arguments}),
         expected=_dumps(view.expected_result) if view.expected_result is not None else "null",
         earlier=_dumps(earlier),

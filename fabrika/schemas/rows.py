@@ -11,13 +11,13 @@ keeps ``1`` and ``1.0`` apart, so ints and floats survive the trip.
 from __future__ import annotations
 
 import functools
-import json
 import types
 import typing
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from fabrika.schemas import fastjson
 from fabrika.textutil.jsontext import dumps_compact
 
 M = TypeVar("M", bound=BaseModel)
@@ -64,7 +64,7 @@ def from_row(cls: type[M], row: dict[str, Any]) -> M:
             continue
         value = row[name]
         if name in nested and isinstance(value, str):
-            value = json.loads(value)
+            value = fastjson.loads(value)
         data[name] = value
     return cls.model_validate(data)
 
@@ -95,7 +95,7 @@ class RowModel(BaseModel):
                 continue
             value = data[name]
             if name in nested and isinstance(value, (str, bytes, bytearray)):
-                value = json.loads(value) if value else None
+                value = fastjson.loads(value) if value else None
             if value is None and not info.is_required():
                 continue
             out[name] = value

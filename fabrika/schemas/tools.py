@@ -152,6 +152,13 @@ class FunctionSpec(BaseModel):
         return v
 
 
+#: ``id(tool)`` → (tool, its function, its wire dict) for :meth:`Tool.to_openai` (not a private attribute:
+#: pydantic compares those in ``==``); ``model_copy(update=...)`` makes a new tool, and a new function
+#: object, so a copy never reads another's dump
+_WIRE: dict[int, tuple[Any, Any, dict[str, Any]]] = {}
+_WIRE_MAX = 4096
+
+
 class Tool(BaseModel):
     """A tool in OpenAI function format: ``{"type": "function", "function": {...}}``."""
 
@@ -173,7 +180,16 @@ class Tool(BaseModel):
         ]
 
     def to_openai(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """The OpenAI wire dict, dumped once per (frozen) tool: every assistant request of an episode sends
+        the same tools. Read only — callers that change it copy it first."""
+        got = _WIRE.get(id(self))
+        if got is not None and got[0] is self and got[1] is self.function:
+            return got[2]
+        if len(_WIRE) >= _WIRE_MAX:
+            _WIRE.clear()
+        wire = self.model_dump(mode="json")
+        _WIRE[id(self)] = (self, self.function, wire)  # the tool is held, so its id is not reused while here
+        return wire
 
 
 class ToolCall(BaseModel):

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import orjson
 
-__all__ = ["dumps_compact", "dumps_compact_bytes", "dumps_indent1", "dumps_sorted_indent2", "plain"]
+__all__ = ["Rendered", "dumps_compact", "dumps_compact_bytes", "dumps_indent1", "dumps_sorted_indent2", "plain"]
 
 _INF = float("inf")
 _INDENT = ["\n" + " " * i for i in range(202)]
@@ -41,14 +41,36 @@ class _Unusual(Exception):
     """A value this encoder leaves to the stdlib."""
 
 
-def _encoder(indents: list[str], sort_keys: bool, default_str: bool) -> Callable[[Any, int], str]:
+class Rendered:
+    """A value :func:`dumps_indent1` writes once per nesting depth and then reuses (a tool schema sent
+    on every judge round): the text is exactly that of the value itself. Read only — the value must
+    not change once wrapped. Only :func:`dumps_indent1` knows it (the stdlib path unwraps it)."""
+
+    __slots__ = ("_text", "value")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self._text: dict[int, str] = {}
+
+    def at(self, depth: int) -> str:
+        got = self._text.get(depth)
+        if got is None:
+            got = self._text[depth] = _enc(self.value, depth)
+        return got
+
+
+def _encoder(indents: list[str], sort_keys: bool, default_str: bool,
+             rendered: bool = False) -> Callable[[Any, int], str]:
     """One plain recursion mirroring ``json.encoder._make_iterencode`` for the given indent table,
-    ``sort_keys`` and ``default=str`` (the two forms below share it; each is built once)."""
+    ``sort_keys`` and ``default=str`` (the two forms below share it; each is built once); ``rendered``:
+    a :class:`Rendered` writes its cached text."""
 
     def enc(o: Any, depth: int) -> str:
         t = type(o)
         if t is str:
             return encode_basestring(o)
+        if rendered and t is Rendered:
+            return o.at(depth)
         if t is dict:
             if not o:
                 return "{}"
@@ -92,16 +114,25 @@ def _encoder(indents: list[str], sort_keys: bool, default_str: bool) -> Callable
     return enc
 
 
-_enc = _encoder(_INDENT, sort_keys=False, default_str=False)
+_enc = _encoder(_INDENT, sort_keys=False, default_str=False, rendered=True)
 _enc2 = _encoder(_INDENT2, sort_keys=True, default_str=True)
 
 
 def dumps_indent1(value: Any) -> str:
-    """Exactly ``json.dumps(value, ensure_ascii=False, indent=1)``, ~3x faster on plain JSON data."""
+    """Exactly ``json.dumps(value, ensure_ascii=False, indent=1)``, ~3x faster on plain JSON data (a
+    :class:`Rendered` inside counts as its value)."""
     try:
         return _enc(value, 0)
     except _Unusual:
-        return json.dumps(value, ensure_ascii=False, indent=1)
+        return json.dumps(value, ensure_ascii=False, indent=1, default=_unwrap)
+
+
+def _unwrap(o: Any) -> Any:
+    """The stdlib's ``default`` for :func:`dumps_indent1`: a :class:`Rendered` is its value; anything else
+    gets the stdlib's own error."""
+    if type(o) is Rendered:
+        return o.value
+    raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")
 
 
 def dumps_sorted_indent2(value: Any) -> str:
