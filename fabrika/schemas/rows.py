@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from fabrika.schemas import fastjson
+import fabrika.schemas.fastjson as fastjson
 from fabrika.textutil.jsontext import dumps_compact
 
 M = TypeVar("M", bound=BaseModel)
