@@ -18,6 +18,7 @@ the tests assert on the rendered prompts:
 from __future__ import annotations
 
 import json
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,19 +69,18 @@ def _dumps(value: Any) -> str:
     return dumps_indent1(value)
 
 
-#: ``id(tool)`` → (tool, its schema's indent-1 JSON): the tool agent's prompt shows the called tool's schema
-#: on every call of it (the tool is held, so its id is not reused while here; frozen, so the text stays)
-_SCHEMAS: dict[int, tuple[Tool, str]] = {}
+#: ``id(tool)`` → (a weak reference to the tool, its schema's indent-1 JSON): the tool agent's prompt shows the
+#: called tool's schema on every call of it; an entry lives as long as its (frozen) tool
+_SCHEMAS: dict[int, tuple["weakref.ref[Tool]", str]] = {}
 
 
 def _schema_text(tool: Tool) -> str:
-    got = _SCHEMAS.get(id(tool))
-    if got is not None and got[0] is tool:
+    key = id(tool)
+    got = _SCHEMAS.get(key)
+    if got is not None and got[0]() is tool:
         return got[1]
-    if len(_SCHEMAS) >= 4096:
-        _SCHEMAS.clear()
     text = _dumps(tool.to_openai())
-    _SCHEMAS[id(tool)] = (tool, text)
+    _SCHEMAS[key] = (weakref.ref(tool, lambda _ref: _SCHEMAS.pop(key, None)), text)
     return text
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import TYPE_CHECKING, Any, Literal
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -152,11 +153,15 @@ class FunctionSpec(BaseModel):
         return v
 
 
-#: ``id(tool)`` → (tool, its function, its wire dict) for :meth:`Tool.to_openai` (not a private attribute:
-#: pydantic compares those in ``==``); ``model_copy(update=...)`` makes a new tool, and a new function
-#: object, so a copy never reads another's dump
-_WIRE: dict[int, tuple[Any, Any, dict[str, Any]]] = {}
-_WIRE_MAX = 4096
+#: ``id(tool)`` → (a weak reference to the tool, its function, its wire dict) for :meth:`Tool.to_openai`: an
+#: entry lives exactly as long as its tool (the reference's callback drops it), so a memo never keeps a tool
+#: alive; not a private attribute, which pydantic would compare in ``==``. ``model_copy(update=...)`` makes a
+#: new tool (and a new function object), so a copy never reads another's dump.
+_WIRE: dict[int, tuple["weakref.ref[Tool]", Any, dict[str, Any]]] = {}
+
+
+def _forget(key: int) -> Callable[[Any], None]:
+    return lambda _ref: _WIRE.pop(key, None)
 
 
 class Tool(BaseModel):
@@ -182,13 +187,12 @@ class Tool(BaseModel):
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI wire dict, dumped once per (frozen) tool: every assistant request of an episode sends
         the same tools. Read only — callers that change it copy it first."""
-        got = _WIRE.get(id(self))
-        if got is not None and got[0] is self and got[1] is self.function:
+        key = id(self)
+        got = _WIRE.get(key)
+        if got is not None and got[0]() is self and got[1] is self.function:
             return got[2]
-        if len(_WIRE) >= _WIRE_MAX:
-            _WIRE.clear()
         wire = self.model_dump(mode="json")
-        _WIRE[id(self)] = (self, self.function, wire)  # the tool is held, so its id is not reused while here
+        _WIRE[key] = (weakref.ref(self, _forget(key)), self.function, wire)
         return wire
 
 

@@ -31,3 +31,18 @@ def test_equality_ignores_the_memo() -> None:
     t.to_openai()
     assert t == u
     assert t != _tool("weather", "other description")
+
+
+def test_the_memo_never_keeps_a_tool_alive() -> None:
+    import gc
+    import weakref
+
+    from fabrika.schemas import tools as tools_module
+
+    t = _tool("short_lived")
+    t.to_openai()
+    key, ref = id(t), weakref.ref(t)
+    assert key in tools_module._WIRE
+    del t
+    gc.collect()
+    assert ref() is None and key not in tools_module._WIRE
