@@ -161,7 +161,10 @@ _WIRE: dict[int, tuple["weakref.ref[Tool]", Any, dict[str, Any]]] = {}
 
 
 def _forget(key: int) -> Callable[[Any], None]:
-    return lambda _ref: _WIRE.pop(key, None)
+    def forget(_ref: Any) -> None:
+        _WIRE.pop(key, None)
+
+    return forget
 
 
 class Tool(BaseModel):
