@@ -18,6 +18,7 @@ the tests assert on the rendered prompts:
 from __future__ import annotations
 
 import json
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +67,21 @@ class ToolView:
 
 def _dumps(value: Any) -> str:
     return dumps_indent1(value)
+
+
+#: ``id(tool)`` → (a weak reference to the tool, its schema's indent-1 JSON): the tool agent's prompt shows the
+#: called tool's schema on every call of it; an entry lives as long as its (frozen) tool
+_SCHEMAS: dict[int, tuple["weakref.ref[Tool]", str]] = {}
+
+
+def _schema_text(tool: Tool) -> str:
+    key = id(tool)
+    got = _SCHEMAS.get(key)
+    if got is not None and got[0]() is tool:
+        return got[1]
+    text = _dumps(tool.to_openai())
+    _SCHEMAS[key] = (weakref.ref(tool, lambda _ref: _SCHEMAS.pop(key, None)), text)
+    return text
 
 
 def _loads(text: str) -> Any:
@@ -165,7 +181,7 @@ def render_tool_prompt(view: ToolView) -> list[dict[str, Any]]:
     """Messages for the tool agent (it writes the tool's JSON output)."""
     earlier = [{"call": {"name": c.name, "arguments": c.arguments}, "output": _loads(out)} for c, out in view.earlier]
     body = prompt_text("tool_turn", view.lang).format(
-        schema=_dumps(view.tool.to_openai()),
+        schema=_schema_text(view.tool),
         call=_dumps({"name": view.call.name, "arguments": view.call.arguments}),
         expected=_dumps(view.expected_result) if view.expected_result is not None else "null",
         earlier=_dumps(earlier),

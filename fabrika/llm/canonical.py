@@ -18,37 +18,11 @@ from typing import Any
 
 import orjson
 
+from fabrika.textutil.jsontext import plain
+
 _stdlib = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str).encode
 _OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME \
     | orjson.OPT_PASSTHROUGH_SUBCLASS
-_MAX_DEPTH = 64  # deeper data goes to the stdlib (its own recursion handling)
-
-
-def plain(o: Any, depth: int = 0) -> bool:
-    """True when orjson writes ``o`` exactly as the stdlib does (see module docs)."""
-    t = type(o)
-    if t is str or o is None or o is True or o is False:
-        return True
-    if depth > _MAX_DEPTH:
-        return False
-    if t is dict:
-        for k, v in o.items():
-            if type(k) is not str:
-                return False
-            if type(v) is not str and not plain(v, depth + 1):
-                return False
-        return True
-    if t is list or t is tuple:
-        for v in o:
-            if type(v) is not str and not plain(v, depth + 1):
-                return False
-        return True
-    if t is int:
-        return -(1 << 63) <= o < (1 << 64)
-    if t is float:
-        a = abs(o)
-        return a == 0.0 or 1e-4 <= a < 1e16  # repr without an exponent; NaN and infinities fail both
-    return False
 
 
 def _refuse(o: Any) -> Any:

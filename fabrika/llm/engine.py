@@ -131,7 +131,7 @@ class LLMEngine:
             if merged != own:
                 missing = missing or {}
                 missing["extra_body"] = merged
-        return dataclasses.replace(request, **missing) if missing else request
+        return _replaced(request, missing) if missing else request
 
     def key(self, request: ChatRequest) -> str:
         """The cache key of ``request`` after defaults (see :mod:`fabrika.llm.cache`)."""
@@ -447,6 +447,19 @@ class LLMEngine:
         if callable(health):
             snap["endpoints"] = health()
         return snap
+
+
+_REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(ChatRequest))
+_set = object.__setattr__
+
+
+def _replaced(request: ChatRequest, changes: dict[str, Any]) -> ChatRequest:
+    """``dataclasses.replace(request, **changes)`` for the engine's hot path (~2x faster: no ``__init__``
+    keyword binding; ``ChatRequest`` has no ``__post_init__`` and every field is an init field)."""
+    new = object.__new__(ChatRequest)
+    for name in _REQUEST_FIELDS:
+        _set(new, name, changes[name] if name in changes else getattr(request, name))
+    return new
 
 
 def split_samples(resp: ChatResponse, n: int, attempts: int) -> list[ChatResponse]:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Iterable, Mapping, Sequence
 
 from fabrika.rewards.fc_text import is_clarification, is_refusal_with_reason
+from fabrika.schemas.tools import Tool
 from fabrika.textutil.answers import is_failure
 from fabrika.textutil.tool_calls import read_calls
 
@@ -42,7 +43,9 @@ def _tool_schemas(tools: Iterable[Any] | None) -> dict[str, dict[str, Any]]:
         tools = json.loads(tools)
     out: dict[str, dict[str, Any]] = {}
     for t in tools:
-        if hasattr(t, "model_dump"):
+        if isinstance(t, Tool):
+            t = t.to_openai()  # its dump, made once per tool (read only here)
+        elif hasattr(t, "model_dump"):
             t = t.model_dump(mode="json")
         fn = t.get("function", t)
         out[fn["name"]] = fn.get("parameters") or {}

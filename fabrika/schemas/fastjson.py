@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 
-def loads(text: str | bytes) -> Any:
+def loads(text: str | bytes | bytearray) -> Any:
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import TYPE_CHECKING, Any, Literal
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -152,6 +153,20 @@ class FunctionSpec(BaseModel):
         return v
 
 
+#: ``id(tool)`` → (a weak reference to the tool, its function, its wire dict) for :meth:`Tool.to_openai`: an
+#: entry lives exactly as long as its tool (the reference's callback drops it), so a memo never keeps a tool
+#: alive; not a private attribute, which pydantic would compare in ``==``. ``model_copy(update=...)`` makes a
+#: new tool (and a new function object), so a copy never reads another's dump.
+_WIRE: dict[int, tuple["weakref.ref[Tool]", Any, dict[str, Any]]] = {}
+
+
+def _forget(key: int) -> Callable[[Any], None]:
+    def forget(_ref: Any) -> None:
+        _WIRE.pop(key, None)
+
+    return forget
+
+
 class Tool(BaseModel):
     """A tool in OpenAI function format: ``{"type": "function", "function": {...}}``."""
 
@@ -173,7 +188,15 @@ class Tool(BaseModel):
         ]
 
     def to_openai(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """The OpenAI wire dict, dumped once per (frozen) tool: every assistant request of an episode sends
+        the same tools. Read only — callers that change it copy it first."""
+        key = id(self)
+        got = _WIRE.get(key)
+        if got is not None and got[0]() is self and got[1] is self.function:
+            return got[2]
+        wire = self.model_dump(mode="json")
+        _WIRE[key] = (weakref.ref(self, _forget(key)), self.function, wire)
+        return wire
 
 
 class ToolCall(BaseModel):

@@ -52,6 +52,7 @@ from typing import Any, Iterable, Iterator
 
 import fabrika.store.shards as shards
 from fabrika.errors import JournalCorruptError, StorageError
+from fabrika.textutil.jsontext import dumps_compact_bytes
 
 JOURNAL = "journal.jsonl"
 #: The journal of LLM worker ``k`` of a stage split over processes (``llm_workers``): ``journal-w<k>.jsonl``.
@@ -74,8 +75,7 @@ def item_key(row: dict[str, Any]) -> str:
 def encode_item(rows: list[dict[str, Any]]) -> bytes:
     """One journal record holding all of one item's ``rows``."""
     flat = [shards.flatten_row(r) for r in rows]
-    payload = json.dumps({"item": item_key(flat[0]), "rows": flat}, ensure_ascii=False,
-                         separators=(",", ":"), default=str).encode("utf-8")
+    payload = dumps_compact_bytes({"item": item_key(flat[0]), "rows": flat})
     rest = b"%d " % len(flat) + payload
     return MAGIC + _digest(rest) + b" " + rest + b"\n"
 

@@ -24,7 +24,7 @@ import polars as pl
 
 from fabrika.errors import ShardCorruptError, StorageError, StoreError
 from fabrika.schemas.ids import stable_id
-from fabrika.textutil.jsontext import dumps_sorted_indent2
+from fabrika.textutil.jsontext import dumps_compact, dumps_sorted_indent2
 from fabrika.textutil.sanitize import clean_text
 
 SHARD_PATTERN = re.compile(r"^part-(\d{6})-([0-9a-f]{8})\.parquet$")
@@ -124,7 +124,7 @@ def _flatten_value(value: Any) -> Any:
     if isinstance(value, str):
         return clean_text(value)
     if isinstance(value, (dict, list, tuple)):
-        return clean_text(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str))
+        return clean_text(dumps_compact(value))
     return value
 
 

@@ -72,3 +72,17 @@ def test_request_keys_are_unchanged() -> None:
               req.n, req.seed, req.sample_index, req.response_format, req.stop, req.extra_body)
     assert request_key(req, scope="openai") == hashlib.sha256(_ref((2, "openai", *fields))).hexdigest()
     assert content_key(req) == hashlib.sha256(_ref((1, *fields))).hexdigest()
+
+
+def test_the_engines_request_copy_is_dataclasses_replace() -> None:
+    from fabrika.llm.engine import _replaced
+
+    assert not hasattr(ChatRequest, "__post_init__")  # _replaced skips __init__: it must stay a plain dataclass
+    meta = {"sim_error_rate": 0.1}
+    r = ChatRequest(messages=({"role": "user", "content": "x"},), temperature=0.2, tag="t", meta=meta,
+                    routing_key="k", sample_index=3)
+    for changes in ({"model": "m"}, {"model": "m", "seed": 7, "max_tokens": 9, "extra_body": {"a": 1}}, {"top_p": 0.5}):
+        got, want = _replaced(r, changes), dataclasses.replace(r, **changes)
+        assert got == want and repr(got) == repr(want)
+        assert got.meta is meta and got.messages is r.messages
+        assert all(getattr(got, f.name) is getattr(want, f.name) for f in dataclasses.fields(ChatRequest))

@@ -129,3 +129,15 @@ def test_the_example_module_registers_its_kind_and_sim_responder() -> None:
 def test_the_example_config_only_takes_its_own_kind(kind: str) -> None:
     with pytest.raises(ValueError, match="fc.answer_judge"):
         AnswerJudgeConfig.model_validate({"kind": kind})
+
+
+@pytest.mark.parametrize("target_type", ["tool_call", "clarification", "irrelevance"])
+def test_a_target_type_that_never_closes_asks_nothing(target_type: str) -> None:
+    """Such a row is not decoded (its score cannot apply); a ``text`` one with the same messages is judged."""
+    closing = {**_sample("closing", "Нашёл поезд ПОЕЗД-777, купе стоит 4321 ₽."), "id": "as_text"}
+    other = {**closing, "id": "other", "target_type": target_type}
+    result, llm = asyncio.run(judge([closing, other], answers))
+    rows = {r["id"]: r for r in result.rows}
+    assert rows["other"]["status"] == "ok" and rows["other"]["answer_consistency"] is None
+    assert rows["as_text"]["answer_consistency"] == 10.0
+    assert len(llm.tagged("fc.answer_judge")) == 1

@@ -89,3 +89,70 @@ def test_manifest_form_defaults_subclasses_and_keys() -> None:
         assert dumps_sorted_indent2(value) == _std2(value), value
     with pytest.raises(TypeError):  # mixed keys cannot be sorted: the stdlib's own error
         dumps_sorted_indent2({2: "a", "b": 1})
+
+
+# --- dumps_compact: the stdlib's compact form, through orjson where the bytes are provably the same ------
+
+def _compact(value: Any, **kw: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), **kw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON)
+def test_compact_is_the_stdlibs_text(value: Any) -> None:
+    from fabrika.textutil.jsontext import dumps_compact, dumps_compact_bytes
+
+    assert dumps_compact(value) == _compact(value, default=str)
+    assert dumps_compact_bytes(value) == _compact(value, default=str).encode("utf-8")
+    assert dumps_compact(value, default_str=False) == _compact(value)
+
+
+@pytest.mark.parametrize("value", [
+    {"город": "Санкт-Петербург", "q": 'кавычки " и \\ и\nперевод\tстроки \x01 \x1f \x7f \u2028 ё 😀'},
+    {"f": [1e-7, 1e16, 1e-05, -0.0, 0.1, 123456789.125], "big": 10 ** 30, "neg": -(1 << 63) - 1},
+    {"nan": float("nan"), "inf": float("inf")},
+    {"lone": "\ud800"}, {1: "int key"}, ("tuple", [1, (2, 3)]),
+])
+def test_compact_edge_values(value: Any) -> None:
+    from fabrika.textutil.jsontext import dumps_compact
+
+    assert dumps_compact(value) == _compact(value, default=str)
+
+
+def test_compact_keeps_the_stdlibs_handling_of_odd_values() -> None:
+    from fabrika.textutil.jsontext import dumps_compact
+
+    class Odd:
+        def __str__(self) -> str:
+            return "odd!"
+
+    class Sub(str):
+        pass
+
+    assert dumps_compact({"o": Odd(), "s": Sub("x")}) == _compact({"o": Odd(), "s": Sub("x")}, default=str)
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        dumps_compact({"o": Odd()}, default_str=False)
+
+
+# --- Rendered: a wrapped value's indent-1 text written once per depth ---------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(JSON, JSON)
+def test_rendered_reads_as_its_value_at_every_depth(inner: Any, other: Any) -> None:
+    from fabrika.textutil.jsontext import Rendered
+
+    r = Rendered(inner)
+    wrapped = {"a": r, "b": [other, r, {"c": [r]}]}
+    plain = {"a": inner, "b": [other, inner, {"c": [inner]}]}
+    assert dumps_indent1(wrapped) == _std(plain)
+    assert dumps_indent1(wrapped) == _std(plain)  # second time from the cached text
+
+
+def test_rendered_inside_data_only_the_stdlib_writes() -> None:
+    from fabrika.textutil.jsontext import Rendered
+
+    r = Rendered({"name": "f", "parameters": {"type": "object"}})
+    value = {"tools": [r], "odd_key": {1: "x"}}  # a non-str key: the whole value goes to the stdlib
+    assert dumps_indent1(value) == _std({"tools": [r.value], "odd_key": {1: "x"}})
+    with pytest.raises(TypeError, match="Object of type object is not JSON serializable"):
+        dumps_indent1({"r": r, "x": object()})

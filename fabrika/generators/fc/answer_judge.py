@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import typing
 from typing import Any, ClassVar
 
 import polars as pl
@@ -36,7 +37,7 @@ from fabrika.pipeline.columns import Column
 from fabrika.pipeline.llm_stage import LLMStage
 from fabrika.pipeline.stage import Row, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.messages import Message
-from fabrika.schemas.records import Sample
+from fabrika.schemas.records import Sample, TargetType
 from fabrika.schemas.rows import from_row
 from fabrika.textutil.answers import extract_json, is_failure
 from fabrika.textutil.jsontext import dumps_indent1
@@ -70,6 +71,9 @@ def closing_context(sample: Sample) -> tuple[list[str], list[str]] | None:
 
 
 _NO_SCORE = {"answer_consistency": None, "answer_issues": None}
+#: the target types that are never a closing answer (every valid one but ``text``; a row's None or an
+#: unknown value still goes through the full decoding, with its errors)
+_NOT_CLOSING = frozenset(typing.get_args(TargetType)) - {"text"}
 
 
 @register_stage
@@ -84,6 +88,8 @@ class AnswerJudgeStage(LLMStage[AnswerJudgeConfig]):
     answer_model = AnswerVerdict
 
     def requests(self, row: Row) -> list[ChatRequest]:
+        if row.get("target_type") in _NOT_CLOSING:  # closing_context is None: no need to decode the sample
+            return []
         sample = from_row(Sample, row)
         found = closing_context(sample)
         if found is None:

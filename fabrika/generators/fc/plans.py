@@ -42,7 +42,7 @@ from fabrika.schemas.fc import (
 )
 from fabrika.schemas.ids import stable_id
 from fabrika.textutil.answers import extract_json, is_failure
-from fabrika.textutil.jsontext import dumps_indent1
+from fabrika.textutil.jsontext import Rendered, dumps_indent1
 
 DEFAULT_TYPES: dict[SampleType, float] = {
     "single": 0.25, "parallel": 0.12, "multi_step": 0.12, "multi_turn": 0.16,
@@ -203,18 +203,25 @@ class PlansStage(Stage[PlansConfig]):
     def _function(self, spec: ToolSpec) -> dict[str, Any]:
         """``spec``'s OpenAI ``function`` object, dumped once per parsed spec (the planner's task and every judge
         round show it; read only: the prompts copy or encode it)."""
+        return self._function_memo(spec)[1]
+
+    def _function_rendered(self, spec: ToolSpec) -> Rendered:
+        """:meth:`_function` wrapped for :func:`dumps_indent1`: every judge round writes its text once."""
+        return self._function_memo(spec)[2]
+
+    def _function_memo(self, spec: ToolSpec) -> tuple[ToolSpec, dict[str, Any], Rendered]:
         memo = self._functions
         got = memo.get(id(spec))
         if got is not None and got[0] is spec:
-            return got[1]
+            return got
         if len(memo) > 2 * SPEC_CACHE:
             memo.clear()
         fn = spec.tool.to_openai()["function"]
-        memo[id(spec)] = (spec, fn)  # the spec is held, so its id is not reused while it is here
-        return fn
+        got = memo[id(spec)] = (spec, fn, Rendered(fn))  # the spec is held, so its id is not reused while here
+        return got
 
     @cached_property
-    def _functions(self) -> dict[int, tuple[ToolSpec, dict[str, Any]]]:
+    def _functions(self) -> dict[int, tuple[ToolSpec, dict[str, Any], Rendered]]:
         return {}
 
     def _tools(self, topic_id: str) -> list[ToolSpec]:
@@ -323,7 +330,7 @@ class PlansStage(Stage[PlansConfig]):
     async def _judge(self, sample_type: str, group: list[ToolSpec], steps: list, lang: str,
                      routing_key: str | None = None) -> JudgeVerdict:
         cfg = self.config
-        task = {"sample_type": sample_type, "tools": [self._function(t) for t in group],
+        task = {"sample_type": sample_type, "tools": [self._function_rendered(t) for t in group],
                 "plan": {"steps": [s.model_dump() for s in steps]}}
         resp = await self.ctx.llm.complete_one(ChatRequest(
             messages=({"role": "user", "content": prompt_text("judge", lang).format(
