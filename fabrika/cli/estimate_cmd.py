@@ -42,7 +42,9 @@ def register(app: typer.Typer) -> None:
     def estimate_command(
         config: Annotated[Path, typer.Argument(help="Pipeline YAML.")],
         pilot: Annotated[str, typer.Option("--pilot", help="Share (0.2) or count (50) of the first per-item "
-                                           "stages' input the pilot runs.")] = "0.1",
+                                           "stages' input the pilot runs. A share is floored at "
+                                           "ceil(64·N/(N+64)) items, so a small input's pilot is its full run; "
+                                           "a count is taken as given.")] = "0.1",
         out_json: Annotated[Optional[Path], typer.Option("--json", help="Where to write the estimate "
                                                          "(default RUN/estimate.json).")] = None,
         work_dir: Annotated[Optional[Path], typer.Option("--work-dir", help="Scratch run directory of the pilot "
