@@ -126,7 +126,7 @@ def test_the_index_is_built_once_per_run_and_pool_and_loaded_with_the_same_picks
     second = _stored_stage(index, 2, tmp_path, builds)._similar  # another worker, a retried one, a resume
     assert builds == [1] and first == second == want
     assert len(list((tmp_path / "index").glob("fc.plans-similar-*.json"))) == 1
-    _stored_stage(index, 3, tmp_path, builds)._similar  # another similar_distractors: its own index
+    assert _stored_stage(index, 3, tmp_path, builds)._similar == _stage(index, 3)._similar  # its own index
     changed = _pool(80, 4)  # another pool (fc.tools redone): never the old file
     assert _stored_stage(changed, 2, tmp_path, builds)._similar == _stage(changed, 2)._similar
     assert builds == [1, 1, 1] and len(list((tmp_path / "index").glob("fc.plans-similar-*.json"))) == 3
