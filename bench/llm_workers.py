@@ -15,7 +15,8 @@ worker) runs against the server while it records every answer by request (tag an
 from those prebuilt bytes — the same answers the sim gave, a miss answered by the sim and counted.
 
 Printed per run: wall seconds, LLM requests, requests/s over the whole run and over the LLM stages'
-own seconds, the CPU seconds of the run's processes (driver and workers, ``RUSAGE_CHILDREN``) and of
+own seconds, each stage's seconds and the wall time outside every stage (the run's timeline), the
+CPU seconds of the run's processes (driver and workers, ``RUSAGE_CHILDREN``) and of
 the server over the run, the replay hits and misses, and the dataset hash of ``bench/determinism.py``
 (the record pass's too); then the speed-up (medians over ``--repeat``, runs alternated) and whether
 every hash is equal. The box's load average is printed before and after.
@@ -83,12 +84,16 @@ def one_run(config: Path, run_dir: Path, workers: int, server_pid: int, port: in
     stages = manifest.get("stages", {})
     requests = sum(int((stages.get(s, {}).get("llm") or {}).get("requests", 0)) for s in LLM_STAGES)
     llm_seconds = sum(float(stages.get(s, {}).get("seconds", 0.0)) for s in LLM_STAGES)
+    stage_s = {s: round(float(d.get("seconds") or 0.0), 1) for s, d in stages.items()}
     server_cpu = proc_cpu_s(server_pid) - server0
     digest, rows = dataset_hash(run_dir)
     res = {"wall_s": round(wall, 1), "requests": requests, "llm_stage_s": round(llm_seconds, 1),
            "rps_wall": round(requests / wall, 1), "rps_llm_stages": round(requests / llm_seconds, 1),
            "cpu_s": round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 1),
-           "server_cpu_s": round(server_cpu, 1), "rows": rows, "hash": digest}
+           "server_cpu_s": round(server_cpu, 1), "rows": rows, "hash": digest,
+           # where the wall time went: each stage's own seconds, and what is outside every stage (the
+           # driver's start-up and imports, materialisation); the stages run one after another here
+           "stage_s": stage_s, "outside_stages_s": round(wall - sum(stage_s.values()), 1)}
     if replay0 is not None and port is not None:
         replay1 = replay_state(port)
         res["replay_hits"] = replay1["hits"] - replay0["hits"]

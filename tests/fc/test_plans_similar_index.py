@@ -98,3 +98,53 @@ def test_the_partial_ranking_keeps_exactly_the_full_sorts_first_k() -> None:
         same = np.array([rng.randint(0, 4) for _ in range(n)], dtype=np.intp)
         full = sorted(range(n), key=lambda i: (-int(same[i]), near[i]))[:keep]
         assert _most_similar(near, same, keep) == [near[i] for i in full]
+
+
+# -- built once per run, shared by every process of it ---------------------------------------------
+
+
+def _stored_stage(index: tuple[dict[str, list[bytes]], dict[str, list[str]]], keep: int, run_dir: object,
+                  builds: list[int]) -> PlansStage:
+    """A stage with a run store (as in the driver or an LLM worker) that counts its index builds."""
+    stage = _stage(index, keep)
+    stage.ctx = SimpleNamespace(store=SimpleNamespace(run_dir=run_dir))  # type: ignore[assignment]
+    build = stage._build_similar
+
+    def counted() -> dict[str, list[str]]:
+        builds.append(1)
+        return build()
+
+    stage._build_similar = counted  # type: ignore[method-assign]
+    return stage
+
+
+def test_the_index_is_built_once_per_run_and_pool_and_loaded_with_the_same_picks(tmp_path) -> None:
+    index = _pool(80, 3)
+    want = _stage(index, 2)._similar  # in memory, no store
+    builds: list[int] = []
+    first = _stored_stage(index, 2, tmp_path, builds)._similar
+    second = _stored_stage(index, 2, tmp_path, builds)._similar  # another worker, a retried one, a resume
+    assert builds == [1] and first == second == want
+    assert len(list((tmp_path / "index").glob("fc.plans-similar-*.json"))) == 1
+    assert _stored_stage(index, 3, tmp_path, builds)._similar == _stage(index, 3)._similar  # its own index
+    changed = _pool(80, 4)  # another pool (fc.tools redone): never the old file
+    assert _stored_stage(changed, 2, tmp_path, builds)._similar == _stage(changed, 2)._similar
+    assert builds == [1, 1, 1] and len(list((tmp_path / "index").glob("fc.plans-similar-*.json"))) == 3
+
+
+def test_workers_that_need_the_index_at_once_wait_for_one_build(tmp_path) -> None:
+    """The LLM workers of fc.plans start together: one builds under the lock, the others load its file."""
+    import threading
+
+    index = _pool(60, 5)
+    builds: list[int] = []
+    stages = [_stored_stage(index, 1, tmp_path, builds) for _ in range(4)]
+    got: list[dict[str, list[str]]] = []
+    threads = [threading.Thread(target=lambda s=s: got.append(s._similar)) for s in stages]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert builds == [1] and len(got) == 4 and all(g == got[0] for g in got)
+    assert got[0] == _stage(index, 1)._similar
+    assert not list((tmp_path / "index").glob(".*.tmp"))  # written under a temporary name, then renamed

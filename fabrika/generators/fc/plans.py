@@ -13,13 +13,17 @@ in it, never translated).
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
+import os
 import random
 import re
 import zlib
 from collections import OrderedDict
 from functools import cached_property
-from typing import Any, ClassVar, Iterator
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Iterator
 
 from pydantic import Field, ValidationError
 
@@ -51,6 +55,8 @@ DEFAULT_TYPES: dict[SampleType, float] = {
 NEEDS_TWO_TOOLS = ("parallel", "multi_step")
 #: parsed tool specs kept by ``fc.plans`` (the tools of the topics in flight, and the distractors they share)
 SPEC_CACHE = 512
+#: Where ``fc.plans`` keeps its similar-distractor index under the run directory (one file per pool digest).
+SIMILAR_DIR = "index"
 
 
 class PlansConfig(StageConfig):
@@ -110,6 +116,30 @@ def _most_similar(near: list[str], same: Any, keep: int) -> list[str]:
     return [near[i] for i in order]
 
 
+def shared_index(directory: Path, name: str, build: Callable[[], dict[str, list[str]]]) -> dict[str, list[str]]:
+    """``directory/name.json`` when a process of this run saved it, else ``build()``, saved there for the others.
+
+    An exclusive ``flock`` on ``name.lock`` makes the processes that need it at the same moment (the
+    ``llm_workers`` of one stage start together) wait for the one that builds it instead of repeating
+    the build; the file is written to a temporary name and renamed, so a reader never sees half of it
+    and a process killed mid-build leaves nothing (the lock dies with it)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
+    with open(directory / f"{name}.lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if path.exists():
+                loaded: dict[str, list[str]] = json.loads(path.read_bytes())
+                return loaded
+            out = build()
+            tmp = directory / f".{name}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(out, ensure_ascii=False), encoding="utf-8")
+            os.replace(tmp, path)
+            return out
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @register_stage
 class PlansStage(Stage[PlansConfig]):
     kind = "fc.plans"
@@ -143,7 +173,43 @@ class PlansStage(Stage[PlansConfig]):
         """topic id → up to ``similar_distractors`` other topics of its language, most similar first (Jaccard
         of the tools' words, MinHash LSH; ties by id).
 
-        One index over the whole pool, built once. The candidates' Jaccard estimates are one vectorised
+        Built once per run and topic pool, not once per process: the first process that needs it (the
+        driver, or one of the ``llm_workers``) builds it under a file lock and saves it under the run
+        directory, named by a digest of the pool and of ``similar_distractors``; every other process
+        (the other workers, a worker retried after it died, a resumed run) loads that file. At 25,000
+        topics the build is minutes of CPU, which every LLM worker used to repeat. A stage without a
+        run store (tests) builds it in memory.
+        """
+        run_dir = getattr(getattr(getattr(self, "ctx", None), "store", None), "run_dir", None)
+        if run_dir is None:
+            return self._build_similar()
+        return shared_index(Path(run_dir) / SIMILAR_DIR, f"fc.plans-similar-{self._pool_digest()}",
+                            self._build_similar)
+
+    def _pool_digest(self) -> str:
+        """A digest of what the similar-distractor index depends on: the pool (topics by language, each
+        topic's stored tool JSON), ``similar_distractors`` and the code that builds and ranks it (a changed
+        build never loads an index saved by the old one)."""
+        import inspect
+
+        by_topic, by_lang = self._index
+        h = hashlib.blake2b(digest_size=16)
+        h.update(inspect.getsource(PlansStage._build_similar).encode())
+        h.update(inspect.getsource(_most_similar).encode())
+        h.update(f"keep={self.config.similar_distractors}\n".encode())
+        for lang in sorted(by_lang):
+            h.update(f"lang {lang}\n".encode())
+            for topic_id in by_lang[lang]:
+                h.update(f"topic {topic_id} {len(by_topic[topic_id])}\n".encode())
+                for blob in by_topic[topic_id]:
+                    h.update(zlib.decompress(blob))
+                    h.update(b"\n")
+        return h.hexdigest()
+
+    def _build_similar(self) -> dict[str, list[str]]:
+        """The index itself (see :attr:`_similar`).
+
+        One LSH over the pool per language. The candidates' Jaccard estimates are one vectorised
         comparison of signature rows per topic, and only the topics a plan can use are kept: with a large
         pool of one domain (thousands of near topics each) a per-pair ``MinHash.jaccard`` and whole sorted
         lists cost minutes and hundreds of MB.
