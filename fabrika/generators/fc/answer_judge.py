@@ -73,6 +73,7 @@ def closing_context(sample: Sample) -> tuple[list[str], list[str]] | None:
 _NO_SCORE = {"answer_consistency": None, "answer_issues": None}
 #: the target types that are never a closing answer (every valid one but ``text``; a row's None or an
 #: unknown value still goes through the full decoding, with its errors)
+_TARGET_TYPE = Column("target_type", str, required=False)
 _NOT_CLOSING = frozenset(typing.get_args(TargetType)) - {"text"}
 
 
@@ -82,13 +83,13 @@ class AnswerJudgeStage(LLMStage[AnswerJudgeConfig]):
 
     kind = "fc.answer_judge"
     prompt_templates: ClassVar[tuple[Any, ...]] = (CATALOGUE.select("answer_judge"),)
-    reads = (Column("prompt", list[Message]), Column("completion", list[Message]))
+    reads = (Column("prompt", list[Message]), Column("completion", list[Message]), _TARGET_TYPE)
     writes = (Column("answer_consistency", float, required=False), Column("answer_issues", list[str], required=False))
     annotates: ClassVar[bool] = True
     answer_model = AnswerVerdict
 
     def requests(self, row: Row) -> list[ChatRequest]:
-        if row.get("target_type") in _NOT_CLOSING:  # closing_context is None: no need to decode the sample
+        if _TARGET_TYPE.read(row) in _NOT_CLOSING:  # closing_context is None: no need to decode the sample
             return []
         sample = from_row(Sample, row)
         found = closing_context(sample)

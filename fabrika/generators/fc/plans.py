@@ -45,6 +45,7 @@ from fabrika.schemas.fc import (
     ToolSpec,
 )
 from fabrika.schemas.ids import stable_id
+from fabrika.schemas.rows import RowModel
 from fabrika.textutil.answers import extract_json, is_failure
 from fabrika.textutil.jsontext import Rendered, dumps_indent1
 
@@ -58,6 +59,13 @@ SPEC_CACHE = 512
 #: Where ``fc.plans`` keeps its similar-distractor index under the run directory (one file per pool digest).
 SIMILAR_DIR = "index"
 
+
+
+class _PlanSlot(RowModel):
+    """The two columns of a plan slot the pilot's kind needs (``fabrika estimate``)."""
+
+    id: str
+    topic_id: str
 
 class PlansConfig(StageConfig):
     """Config of ``fc.plans`` (input: ``fc.tools_dedup`` or ``fc.tools``)."""
@@ -314,7 +322,8 @@ class PlansStage(Stage[PlansConfig]):
     def pilot_stratum(self, row: Row) -> str:
         """The plan's sample type (types fan out differently: a ``multi_turn`` plan makes the most samples),
         drawn as :meth:`sample_setup` draws it."""
-        return self._draw_type(self.ctx.rng(row["id"]), self._tools(row["topic_id"]))
+        slot = _PlanSlot.of(row)
+        return self._draw_type(self.ctx.rng(slot.id), self._tools(slot.topic_id))
 
     def sample_setup(self, item: Row) -> tuple[SampleType, list[ToolSpec], Persona, int]:
         """Deterministic choices for one plan: type, tool group, persona, tier."""

@@ -42,6 +42,8 @@ _FATAL = frozenset({"precheck", "syntax", "no_function", "memory", "crash"})
 CONSTRAINT_COLS = ("text", "lang", "source", "parent_id", "family", "params")
 
 
+_SOURCE, _FAMILY = Column("source", str, required=False), Column("family", str, required=False)
+
 class VerifiersConfig(StageConfig):
     """Config of ``if.verifiers``."""
 
@@ -66,7 +68,7 @@ class VerifiersStage(LLMStage[VerifiersConfig]):
         """The constraint's source and family: a library seed and an LLM-written one of another family yield
         very different shares of usable verifiers, and ``if.queries`` adds extra constraints to library ones only
         (``fabrika estimate`` samples each kind in proportion; a pilot too small for every family, by source)."""
-        return f"{row.get('source')}/{row.get('family')}"
+        return f"{_SOURCE.read(row)}/{_FAMILY.read(row)}"
 
     def requests(self, row: Row) -> list[ChatRequest]:
         cfg = self.config
