@@ -88,8 +88,11 @@ class BusyGlobalStage(Stage[BusyGlobalConfig]):
         items = sorted(rows, key=lambda r: r["i"])
         half = len(items) // 2
         yield [ok(stable_id(r["id"], "g"), i=r["i"]) for r in items[:half]]
+        # the runner writes a chunk when the next one comes (the last shard takes what is left), so the
+        # first half is on disk once the second chunk is yielded: the spin is inside that second chunk's work
+        yield [ok(stable_id(r["id"], "g"), i=r["i"]) for r in items[half:half + 1]]
         marker = Path(self.config.marker)
         if not marker.exists():
             marker.write_text(str(os.getpid()))
             spin(self.config.cap_s)
-        yield [ok(stable_id(r["id"], "g"), i=r["i"]) for r in items[half:]]
+        yield [ok(stable_id(r["id"], "g"), i=r["i"]) for r in items[half + 1:]]
