@@ -540,6 +540,7 @@ async def predict(urls: list[str], work: Path, encode: Callable[..., list[int]],
                       f"steps {info['steps']:.0f}, outside the server {info['outside_ms']:.1f} ms/request")
             tests = [(name, shape, *(await measured(urls, shape, work, encode))) for _ in range(args.real_repeats)]
             if args.dump:
+                Path(args.dump).mkdir(parents=True, exist_ok=True)
                 with open(Path(args.dump) / f"run-{rep}-{name}-{uuid.uuid4().hex[:6]}.pickle", "wb") as fh:
                     pickle.dump({"profile": profile, "tests": tests, "probe": probe_model, "metrics": metrics_model}, fh)
             rows.extend(evaluate(rep, profile, tests, probe_model, len(urls), metrics_model))
