@@ -41,7 +41,10 @@ Wall time: the pilot runs one stage at a time without overlap, and each stage's 
 split into a fixed part, paid once, and the rest (:mod:`fabrika.pipeline.estimate_time`);
 on the ``sim`` backend (CPU-bound) the rest scales with its requests (or items); on a real
 endpoint :func:`stage_seconds` uses the measured mean latency and the configured
-concurrency. What this cannot know is listed in the estimate's ``assumptions``.
+concurrency. What a run pays outside its stages is added once: each pilot invocation's time
+outside its stages, and the phase before the pilot's invocation (the engine's start, counting the
+cut stages' input), which loads what a run's first stages load lazily. What this cannot know is
+listed in the estimate's ``assumptions``.
 """
 
 from __future__ import annotations
@@ -549,12 +552,12 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
     deps = stage_dependencies(config)
     by_name = {s.stage_name: s for s in config.stages}
     base = _with_stage_updates(config, {}, work_dir)
+    t0 = time.monotonic()
     engine = TimedEngine(build_engine_for(base, work_dir, cache_only=False))
     kinds = {s.kind for s in config.stages}
     clocks: Clocks = {}
     clocks_above: Clocks = {}
     walls: list[tuple[float, dict[str, Any]]] = []  # each pipeline invocation's wall time and manifest
-    t0 = time.monotonic()
     try:
         full_in: dict[str, int] = {}
         above = sorted({d for c in cuts for d in deps[c]})
@@ -607,6 +610,9 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
         picks = {n: stratified_sample(order[n], strata[n], sizes[n]) for n in sampled if not order[n][:1] == ["#0"]}
         weights = {n: stratum_weights(order[n], strata[n], picks[n]) for n in picks if strata[n]}
         t1 = time.monotonic()
+        # the engine's start and the counting above load what a run's first stages load lazily (a morphology
+        # dictionary, a stage's modules): the pilot's stages then never pay it, a run does
+        prepare = max(0.0, t1 - t0 - sum(wall for wall, _ in walls))
         with sampled_inputs(config, picks), clocked(kinds, clocks):
             result = await arun_pipeline(piloted, resume=True, progress=progress, engine=engine)
         walls.append((time.monotonic() - t1, result.manifest))
@@ -625,11 +631,13 @@ async def arun_estimate(config: PipelineConfig, pilot: Pilot, work_dir: Path, co
                           "min_items": MIN_PILOT_ITEMS, "floor": PILOT_FLOOR, "run_in_full": in_full,
                           "strata": {n: _kinds(strata[n], picks[n]) for n in picks if strata[n]},
                           "oversampled": {n: d.as_dict() for n, d in sorted(draws.items())}})
-    # what the invocations spent outside their stages (start-up, checks, materialising): paid once
+    # what the invocations spent outside their stages (start-up, checks, materialising), and what was paid
+    # before the pilot's invocation on the run's behalf (``prepare``): paid once
     overhead = sum(max(0.0, wall - sum(float(e.get("seconds") or 0.0) for e in (m.get("stages") or {}).values()
                                        if e.get("seen") or e.get("seconds")))
                    for wall, m in walls) if walls else 0.0
-    est.pilot["overhead_seconds"] = round(overhead, 2)
+    est.pilot["prepare_seconds"] = round(prepare, 2)
+    est.pilot["overhead_seconds"] = round(overhead + prepare, 2)
     extrapolate_pilot(est, config, manifest, store, engine, full_in, dry, result.version, clocks, draws, weights)
     return est
 
