@@ -15,7 +15,8 @@ The driver, per stage:
 
 1. recovers every journal a stopped run left (its own and any worker's, whatever ``N`` was then)
    into shards, exactly as a one-process stage does, so no worker ever reads another's journal;
-2. starts the ``N`` workers and follows their progress lines;
+2. gives each of the ``N`` workers its partition (local workers were started with the run, see
+   :func:`start_llm_workers`; Ray actors are made per job) and follows their progress lines;
 3. a worker that **dies** (``kill -9``, OOM, a lost node, an exception outside its items that is
    an infrastructure fault) is infrastructure: its journal is recovered, and its partition alone is
    retried, up to :data:`~fabrika.pipeline.execute.TRANSIENT_ROUNDS` times after the usual backoff;
