@@ -442,9 +442,10 @@ async def _arun_pipeline(config: PipelineConfig, resume: bool, cache_only: bool,
     if engine is None and (problem := sandbox_problem(config)):  # fail closed before any LLM call or write
         raise ConfigError(problem)
     with hold_run_dir(run_dir, f"fabrika run {config.source}"):
-        chosen = stages_until(config, until) if until else None
-        # local LLM workers start now: their start-up overlaps the driver's until the first split stage
-        launcher = await start_llm_workers(config, [s for s in config.stages if chosen is None or s.stage_name in chosen])
+        launcher = None
+        if config.llm_workers > 1:  # local LLM workers start now: their start-up overlaps the driver's work
+            chosen = stages_until(config, until) if until else None
+            launcher = await start_llm_workers(config, [s for s in config.stages if chosen is None or s.stage_name in chosen])
         try:
             own_engine = engine is None
             if own_engine and not cache_only:
