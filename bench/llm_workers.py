@@ -22,7 +22,12 @@ the server over the run, the replay hits and misses, and the dataset hash of ``b
 every hash is equal. The box's load average is printed before and after.
 
     .venv/bin/python bench/llm_workers.py [--training-turns 3000] [--workers 1 2] [--latency-ms 20]
-        [--concurrency 256] [--repeat 1] [--no-replay]
+        [--concurrency 256] [--repeat 1] [--no-replay] [--baseline DIR]
+
+``--baseline DIR`` (another checkout, e.g. ``git archive main | tar -x -C DIR``) measures before and after
+side by side against the same server and recorded answers: every timed run is done once with this tree
+and once with ``DIR``'s, alternated, and both tables and speed-ups are printed (the hashes of both must
+be equal).
 
 Exit 0 when the datasets are identical, 1 when not.
 """
@@ -68,14 +73,15 @@ def replay_state(port: int, switch: bool = False) -> dict:
         return json.loads(resp.read())
 
 
-def one_run(config: Path, run_dir: Path, workers: int, server_pid: int, port: int | None) -> dict:
+def one_run(config: Path, run_dir: Path, workers: int, server_pid: int, port: int | None, tree: Path = ROOT) -> dict:
     replay0 = replay_state(port) if port is not None else None
     server0 = proc_cpu_s(server_pid)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    env = {**os.environ, "PYTHONPATH": str(tree)}  # the driver and its workers import ``tree``'s fabrika
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "fabrika", "run", str(config), "--no-resume", "--no-progress",  # noqa: S603
                           "--llm-workers", str(workers)],
-                         capture_output=True, text=True, check=False, cwd=ROOT)
+                         capture_output=True, text=True, check=False, cwd=tree, env=env)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
@@ -111,15 +117,18 @@ def main() -> int:
     ap.add_argument("--no-replay", action="store_true",
                     help="Answer every timed run with the sim responders (no record pass, no replay).")
     ap.add_argument("--keep", type=Path, default=None, help="Keep the run directories here.")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="Another checkout: every timed run is also done with its fabrika, alternated (before/after).")
     args = ap.parse_args()
     replay = not args.no_replay
+    trees = {"": ROOT, **({"baseline ": args.baseline.resolve()} if args.baseline else {})}
     server = subprocess.Popen([sys.executable, str(ROOT / "bench" / "fc_scale.py"), "--serve",  # noqa: S603
                                "--latency-ms", str(args.latency_ms), *(["--replay"] if replay else [])],
                               stdout=subprocess.PIPE, text=True)
     tmp = tempfile.TemporaryDirectory(prefix="llm_workers_")
     workdir = args.keep or Path(tmp.name)
     workdir.mkdir(parents=True, exist_ok=True)
-    runs: dict[int, list[dict]] = {n: [] for n in args.workers}
+    runs: dict[tuple[str, int], list[dict]] = {(t, n): [] for t in trees for n in args.workers}
     hashes: set[str] = set()
     try:
         line = server.stdout.readline() if server.stdout else ""
@@ -137,28 +146,31 @@ def main() -> int:
                   f"{state['recorded']} recorded answers", flush=True)
         for rep in range(args.repeat):
             for n in args.workers:
-                config = write_config(workdir, args.training_turns, port, args.concurrency, n)
-                res = one_run(config, workdir / f"run-{n}", n, server.pid, port if replay else None)
-                runs[n].append(res)
-                hashes.add(res["hash"])
-                print(f"llm_workers={n} (run {rep + 1}): " + json.dumps(res), flush=True)
+                for label, tree in (trees.items() if rep % 2 == 0 else reversed(trees.items())):
+                    config = write_config(workdir, args.training_turns, port, args.concurrency, n)
+                    res = one_run(config, workdir / f"run-{n}", n, server.pid, port if replay else None, tree)
+                    runs[(label, n)].append(res)
+                    hashes.add(res["hash"])
+                    print(f"{label}llm_workers={n} (run {rep + 1}): " + json.dumps(res), flush=True)
         print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     finally:
         server.terminate()
         server.wait(timeout=10)
         tmp.cleanup()
-    med = {n: sorted(rs, key=lambda r: r["rps_wall"])[len(rs) // 2] for n, rs in runs.items()}
-    base = med[args.workers[0]]
     print(f"\nserver: {'replayed answers' if replay else 'sim responders'}; median of {args.repeat} run(s)")
-    print(f"{'llm_workers':>11} {'wall s':>7} {'requests':>9} {'req/s':>7} {'req/s LLM stages':>17} "
-          f"{'client CPU s':>13} {'server CPU s':>13} {'rows':>6}  hash")
-    for n, r in med.items():
-        print(f"{n:>11} {r['wall_s']:>7} {r['requests']:>9} {r['rps_wall']:>7} {r['rps_llm_stages']:>17} "
-              f"{r['cpu_s']:>13} {r['server_cpu_s']:>13} {r['rows']:>6}  {r['hash']}")
-    for n, r in med.items():
-        if n != args.workers[0]:
-            print(f"speed-up {n} vs {args.workers[0]} worker(s): {r['rps_wall'] / base['rps_wall']:.2f}x (whole run), "
-                  f"{r['rps_llm_stages'] / base['rps_llm_stages']:.2f}x (LLM stages)")
+    for label, tree in trees.items():
+        med = {n: sorted(rs, key=lambda r: r["rps_wall"])[len(rs) // 2] for (t, n), rs in runs.items() if t == label}
+        base = med[args.workers[0]]
+        print(f"\n{label or 'this tree '}({tree})")
+        print(f"{'llm_workers':>11} {'wall s':>7} {'requests':>9} {'req/s':>7} {'req/s LLM stages':>17} "
+              f"{'client CPU s':>13} {'server CPU s':>13} {'rows':>6}  hash")
+        for n, r in med.items():
+            print(f"{n:>11} {r['wall_s']:>7} {r['requests']:>9} {r['rps_wall']:>7} {r['rps_llm_stages']:>17} "
+                  f"{r['cpu_s']:>13} {r['server_cpu_s']:>13} {r['rows']:>6}  {r['hash']}")
+        for n, r in med.items():
+            if n != args.workers[0]:
+                print(f"{label}speed-up {n} vs {args.workers[0]} worker(s): {r['rps_wall'] / base['rps_wall']:.2f}x "
+                      f"(whole run), {r['rps_llm_stages'] / base['rps_llm_stages']:.2f}x (LLM stages)")
     same = len(hashes) == 1
     print("datasets identical: " + ("yes" if same else "NO") + f" ({', '.join(sorted(hashes))})")
     return 0 if same else 1

@@ -232,16 +232,35 @@ async def _serve(loop: asyncio.AbstractEventLoop) -> None:
         await asyncio.gather(*tasks.values(), return_exceptions=True)
 
 
-def main(argv: list[str]) -> int:
-    """The subprocess entry (argv: the driver's pid): serve jobs until told to exit.
+def preload(modules: Sequence[str]) -> None:
+    """Import what the jobs will need before the first arrives (the driver starts its workers when the
+    run starts, so this overlaps the driver's own work): ``modules`` (the run's plugins, then the
+    engine's) and every fabrika stage module. A module that fails to import is left to the job, which
+    meets it again and reports it as usual."""
+    from fabrika.pipeline import registry
 
-    Stopped by SIGTERM it exits 143 with ``os._exit`` once its jobs saved what they finished, so a
-    thread-pool thread still computing does not keep it alive."""
+    registry.load_modules(list(modules))
+    registry.load_modules()
+
+
+def main(argv: list[str]) -> int:
+    """The subprocess entry (argv: the driver's pid, then the modules to :func:`preload`): serve jobs until
+    told to exit.
+
+    Every job saved its items before it answered, so at the end the worker leaves with ``os._exit``
+    once its output is flushed (the interpreter's teardown of the modules it loaded would take the
+    driver's time: it waits for its workers before it materialises). Stopped by SIGTERM it exits 143
+    with ``os._exit`` once its jobs saved what they finished, so a thread-pool thread still computing
+    does not keep it alive."""
     _die_with_parent(int(argv[0]) if argv else None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the driver, which stops its workers
     try:
+        preload(argv[1:])
         asyncio.run(serve())
     except (KeyboardInterrupt, asyncio.CancelledError) as exc:
         code = exc.exit_code if isinstance(exc, RunStopped) else 128 + signal.SIGTERM
         sys.stdout.flush()
         os._exit(code)
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

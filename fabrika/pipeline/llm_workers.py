@@ -15,7 +15,8 @@ The driver, per stage:
 
 1. recovers every journal a stopped run left (its own and any worker's, whatever ``N`` was then)
    into shards, exactly as a one-process stage does, so no worker ever reads another's journal;
-2. starts the ``N`` workers and follows their progress lines;
+2. gives each of the ``N`` workers its partition (local workers were started with the run, see
+   :func:`start_llm_workers`; Ray actors are made per job) and follows their progress lines;
 3. a worker that **dies** (``kill -9``, OOM, a lost node, an exception outside its items that is
    an infrastructure fault) is infrastructure: its journal is recovered, and its partition alone is
    retried, up to :data:`~fabrika.pipeline.execute.TRANSIENT_ROUNDS` times after the usual backoff;
@@ -42,10 +43,11 @@ from rich.console import Console
 import fabrika.pipeline.execute as execute
 from fabrika.errors import ConfigError, StageFailure
 from fabrika.pipeline.execute import TRANSIENT_BACKOFF_S, TRANSIENT_ROUNDS, StageServices, item_total, new_items, prepare_resume
+from fabrika.pipeline.executors import executor_class
 from fabrika.pipeline.llm_worker import LINE_LIMIT, PREFIX, WorkerJob, WorkerOutcome, decode, encode
 from fabrika.pipeline.outcome import StageStats
 from fabrika.pipeline.partition import Partition, merge_stats, partition_of, worker_config
-from fabrika.pipeline.stage import Stage
+from fabrika.pipeline.stage import STAGES, Stage, StageConfig
 from fabrika.pipeline.stopping import stop_received
 from fabrika.store.journal import partition_journal
 
@@ -125,28 +127,39 @@ class _Process:
 
 class SubprocessLauncher:
     """Workers as local subprocesses (:func:`fabrika.pipeline.llm_worker.main`), one per partition index,
-    started at the first split stage and kept for the run (a run-wide resource, closed at its end), so a
-    worker imports fabrika once, not once per stage. Jobs and outcomes travel as pickled lines on the
-    child's stdin and stdout; its stderr is the driver's. A child dies with the driver
-    (``PR_SET_PDEATHSIG``); a cancelled job is stopped like Ctrl-C (it saves what it finished), and a
-    worker that does not answer within :data:`STOP_WAIT_S` is killed. A dead worker is replaced by a
-    fresh process for the next job of its index.
+    kept for the run (a run-wide resource, closed at its end), so a worker imports fabrika once, not once
+    per stage. :func:`start_llm_workers` starts them when the run starts, before the driver's own
+    start-up work and first stages, and each imports its ``preload`` modules (the run's plugins, every
+    stage module, the engine) before it reads its first job: that start-up is off the first split
+    stage's critical path. Jobs and outcomes travel as pickled lines on the child's stdin and stdout
+    (a job sent while the worker still imports waits in the pipe); its stderr is the driver's. A child
+    dies with the driver (``PR_SET_PDEATHSIG``); a cancelled job is stopped like Ctrl-C (it saves what
+    it finished), and a worker that does not answer within :data:`STOP_WAIT_S` is killed. A dead worker
+    (also one that died before its first job) is replaced by a fresh process for the next job of its
+    index.
     """
 
     name = "local subprocesses"
 
-    def __init__(self) -> None:
+    def __init__(self, preload: Sequence[str] = ()) -> None:
         self.workers: dict[int, _Process] = {}
+        #: modules each worker imports as it starts (:func:`preload_modules`)
+        self.preload = list(preload)
         self._jobs = 0
         self._lock = asyncio.Lock()
+
+    async def start(self, count: int) -> None:
+        """Start the workers of partitions ``0 .. count-1`` that are not running, without waiting for them."""
+        for index in range(count):
+            await self._worker(index)
 
     async def _worker(self, index: int) -> _Process:
         async with self._lock:
             worker = self.workers.get(index)
             if worker is None or not worker.alive:
                 proc = await asyncio.create_subprocess_exec(
-                    sys.executable, "-c", WORKER_ENTRY, str(os.getpid()), stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE, limit=LINE_LIMIT)
+                    sys.executable, "-c", WORKER_ENTRY, str(os.getpid()), *self.preload,
+                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=LINE_LIMIT)
                 worker = self.workers[index] = _Process(index, proc)
             return worker
 
@@ -195,9 +208,39 @@ class SubprocessLauncher:
         self.workers.clear()
 
 
-def uses_llm_workers(config: "PipelineConfig", stage: Stage) -> bool:
-    """True when ``stage``'s items run in ``llm_workers`` processes (a per-item stage that calls the LLM)."""
-    return config.llm_workers > 1 and not stage.global_stage and bool(getattr(type(stage), "calls_llm", False))
+def uses_llm_workers(config: "PipelineConfig", stage: Stage | type[Stage]) -> bool:
+    """True when ``stage``'s items (a stage or its class) run in ``llm_workers`` processes (a per-item stage
+    that calls the LLM)."""
+    cls = stage if isinstance(stage, type) else type(stage)
+    return config.llm_workers > 1 and not cls.global_stage and bool(getattr(cls, "calls_llm", False))
+
+
+#: The engine module a worker imports before its first job, by ``llm.backend`` (vllm never runs split).
+_BACKEND_MODULES = {"openai": "fabrika.llm.openai_compat", "sim": "fabrika.llm.sim"}
+
+
+def preload_modules(config: "PipelineConfig") -> list[str]:
+    """What a worker imports as it starts, before its first job: the run's plugins (then every fabrika
+    stage module, as :func:`~fabrika.pipeline.llm_worker.run_partition` does), the engine and its backend."""
+    backend = _BACKEND_MODULES.get(str(getattr(config.llm, "backend", "")))
+    return [*config.plugins, "fabrika.llm.factory", *([backend] if backend else [])]
+
+
+async def start_llm_workers(config: "PipelineConfig", stages: Sequence[StageConfig]) -> SubprocessLauncher | None:
+    """The run's local LLM workers, started now (the run's start): when ``stages`` has a split stage and the
+    executor brings no launcher of its own (Ray's actors are made per job). ``None`` otherwise: nothing to
+    start. The caller puts it in the run's resources (:data:`LLM_LAUNCHER`), which close it at the run's end."""
+    if config.llm_workers <= 1 or not any(s.kind in STAGES and uses_llm_workers(config, STAGES[s.kind]) for s in stages):
+        return None
+    if config.executor != "local" and callable(getattr(executor_class(config.executor), "llm_launcher", None)):
+        return None
+    launcher = SubprocessLauncher(preload_modules(config))
+    try:
+        await launcher.start(config.llm_workers)
+    except BaseException:
+        await launcher.aclose()
+        raise
+    return launcher
 
 
 def _stop_error(out: WorkerOutcome) -> Exception | None:
@@ -357,5 +400,5 @@ def _add(into: dict[str, Any], row: Mapping[str, Any]) -> None:
                 sub[k] = sub.get(k, 0) + v if isinstance(v, (int, float)) else v
 
 
-__all__ = ["LLM_LAUNCHER", "Died", "LLMLauncher", "STOP_WAIT_S", "SubprocessLauncher", "merge_accounting", "run_llm_workers",
-           "unfinished", "uses_llm_workers"]
+__all__ = ["LLM_LAUNCHER", "Died", "LLMLauncher", "STOP_WAIT_S", "SubprocessLauncher", "merge_accounting",
+           "preload_modules", "run_llm_workers", "start_llm_workers", "unfinished", "uses_llm_workers"]

@@ -66,6 +66,7 @@ from fabrika.pipeline.llm_workers import (
     SubprocessLauncher,
     merge_accounting,
     run_llm_workers,
+    start_llm_workers,
     uses_llm_workers,
 )
 from fabrika.pipeline.llm_wrap import StageLLM
@@ -441,26 +442,36 @@ async def _arun_pipeline(config: PipelineConfig, resume: bool, cache_only: bool,
     if engine is None and (problem := sandbox_problem(config)):  # fail closed before any LLM call or write
         raise ConfigError(problem)
     with hold_run_dir(run_dir, f"fabrika run {config.source}"):
-        own_engine = engine is None
-        if own_engine and not cache_only:
-            await probe_llm(config)  # an unreachable endpoint or an unknown model stops here, before any work
-        if own_engine:  # its limits are one share when its LLM stages may run next to llm_workers' (partition.py)
-            from fabrika.pipeline.partition import driver_config
+        launcher = None
+        if config.llm_workers > 1:  # local LLM workers start now: their start-up overlaps the driver's work
+            chosen = stages_until(config, until) if until else None
+            launcher = await start_llm_workers(config, [s for s in config.stages if chosen is None or s.stage_name in chosen])
+        try:
+            own_engine = engine is None
+            if own_engine and not cache_only:
+                await probe_llm(config)  # an unreachable endpoint or an unknown model stops here, before any work
+            if own_engine:  # its limits are one share when its LLM stages may run next to llm_workers' (partition.py)
+                from fabrika.pipeline.partition import driver_config
 
-            engine = build_engine_for(driver_config(config), run_dir, cache_only)
-        return await _run_locked(config, run_dir, resume, progress, engine, own_engine, version, until,
-                                 allow_partial, log_every, cache_only, stop)
+                engine = build_engine_for(driver_config(config), run_dir, cache_only)
+            return await _run_locked(config, run_dir, resume, progress, engine, own_engine, version, until,
+                                     allow_partial, log_every, cache_only, stop, launcher)
+        finally:
+            if launcher is not None:  # (the run closed it with its resources, unless it stopped before)
+                await launcher.aclose()
 
 
 async def _run_locked(config: PipelineConfig, run_dir: Path, resume: bool, progress: bool, engine: Any,
                       own_engine: bool, version: str | None, until: Sequence[str] | None,
                       allow_partial: bool, log_every: float, cache_only: bool = False,
-                      stop: StopOnSignals | None = None) -> RunResult:
+                      stop: StopOnSignals | None = None, launcher: LLMLauncher | None = None) -> RunResult:
     store = RunStore(run_dir)
     if not resume:
         store.reset()
     run_dir.mkdir(parents=True, exist_ok=True)
     run = PipelineRun(config, engine, resume, progress, until, log_every, cache_only)
+    if launcher is not None:  # started with the run (start_llm_workers): its workers serve every split stage
+        run.resources[LLM_LAUNCHER] = launcher
     try:  # a stop (SIGTERM, SIGINT) cancels this task or raises RunStopped here: finished items are saved
         await run.run()
     except BaseException as exc:

@@ -24,9 +24,19 @@ from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, rejected
 from fabrika.schemas.ids import stable_id
 
+#: When set, every process that imports this module appends its pid to this file (a worker imports it as it
+#: starts, before its first job: :func:`fabrika.pipeline.llm_worker.preload`).
+IMPORT_LOG = "FABRIKA_TEST_WORKER_IMPORT_LOG"
+if os.environ.get(IMPORT_LOG):
+    with open(os.environ[IMPORT_LOG], "a", encoding="utf-8") as _fh:
+        _fh.write(f"{os.getpid()}\n")
+
 
 class NumbersConfig(StageConfig):
     n: int = Field(default=20, ge=0, description="How many numbered items to emit.")
+    await_imports: str | None = Field(default=None, description="In setup, wait until this import log has "
+                                      "`imports` lines (60 s at most); the report says how many it saw.")
+    imports: int = Field(default=1, ge=1, description="Lines `await_imports` must have.")
 
 
 @register_stage
@@ -37,6 +47,18 @@ class NumbersStage(Stage):
     Config = NumbersConfig
     config: NumbersConfig
     calls_llm = False
+
+    async def setup(self) -> None:
+        if self.config.await_imports is None:
+            return
+        path = Path(self.config.await_imports)
+        seen: list[str] = []
+        for _ in range(1200):  # a bounded poll: workers started with the run import this module meanwhile
+            seen = path.read_text().split() if path.exists() else []
+            if len(seen) >= self.config.imports:
+                break
+            await asyncio.sleep(0.05)
+        self.ctx.report("worker_imports_seen", sorted(int(p) for p in seen))
 
     def input_rows(self) -> Iterator[Row]:
         for i in range(self.config.n):

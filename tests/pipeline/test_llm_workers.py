@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,6 +17,7 @@ from fabrika.llm.config import LLMConfig
 from fabrika.llm.routing import AffinityPolicy, CircuitBreaker, Endpoint
 from fabrika.llm.types import ChatRequest
 from fabrika.pipeline.config import PipelineConfig, validate_data
+from fabrika.pipeline.llm_workers import SubprocessLauncher, preload_modules, start_llm_workers
 from fabrika.pipeline.outcome import StageStats
 from fabrika.pipeline.partition import Partition, merge_stats, partition_of, worker_config
 from fabrika.pipeline.runner import run_pipeline
@@ -224,3 +226,100 @@ def test_a_bug_in_a_worker_stops_the_stage_with_exit_4_and_one_line(tmp_path: Pa
     with pytest.raises(StageFailure) as info:
         run_pipeline(config(tmp_path, {**doc, "llm_workers": 2}), resume=True, progress=False)
     assert info.value.kind == "bug" and info.value.item_id == item
+
+
+# -- workers start with the run ----------------------------------------------------------------------------
+
+
+def test_workers_start_with_the_run_import_their_modules_before_a_job_and_serve_every_split_stage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's first stage (``test.numbers``, no LLM) waits in its setup until both workers have imported the
+    plugin: they were started when the run started and import it before any job (there is none before the split
+    stage). Those same processes then do the split stage, and the dataset is the one-process dataset."""
+    import fabrika.pipeline.runner as runner
+
+    started: list[int] = []
+    real_start = SubprocessLauncher.start
+
+    async def start(self: SubprocessLauncher, count: int) -> None:
+        await real_start(self, count)
+        started.extend(w.proc.pid for w in self.workers.values())
+
+    monkeypatch.setattr(SubprocessLauncher, "start", start)
+    split_began: list[list[int]] = []
+    real_split = runner.run_llm_workers
+
+    async def split(*args: Any, **kwargs: Any) -> None:
+        split_began.append(list(started))
+        await real_split(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_llm_workers", split)
+    imports = tmp_path / "imports.log"
+    monkeypatch.setenv(ws.IMPORT_LOG, str(imports))
+    ref = config(tmp_path, ws.pipeline_doc(tmp_path / "ref", 1, n=20))
+    assert run_pipeline(ref, resume=False, progress=False).complete
+    assert not started and not imports.exists()  # one worker: everything in the driver, nothing started
+    cfg = config(tmp_path, ws.pipeline_doc(tmp_path / "run", 2, n=20))
+    cfg.stages[0].await_imports = str(imports)  # type: ignore[attr-defined]
+    cfg.stages[0].imports = 2  # type: ignore[attr-defined]
+    result = run_pipeline(cfg, resume=False, progress=False)
+    assert result.complete, result.problems
+    assert len(started) == 2 and split_began == [started]  # started before the split stage began
+    assert result.stats["test.numbers"].report["worker_imports_seen"] == sorted(started)
+    report = result.stats["test.wask"].report["llm_workers"]
+    assert report["pids"] == sorted(started) and report["deaths"] == []  # the early processes did the work
+    assert ws.dataset_digest(cfg.resolved_run_dir) == ws.dataset_digest(ref.resolved_run_dir)
+
+
+def test_a_worker_started_with_the_run_that_dies_before_its_first_job_is_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import signal
+
+    killed: list[int] = []
+    real_start = SubprocessLauncher.start
+
+    async def start(self: SubprocessLauncher, count: int) -> None:
+        await real_start(self, count)
+        victim = self.workers[0].proc
+        os.kill(victim.pid, signal.SIGKILL)
+        await victim.wait()
+        killed.append(victim.pid)
+
+    monkeypatch.setattr(SubprocessLauncher, "start", start)
+    ref = config(tmp_path, ws.pipeline_doc(tmp_path / "ref", 1, n=20))
+    assert run_pipeline(ref, resume=False, progress=False).complete
+    cfg = config(tmp_path, ws.pipeline_doc(tmp_path / "run", 2, n=20))
+    result = run_pipeline(cfg, resume=False, progress=False)
+    assert result.complete, result.problems
+    report = result.stats["test.wask"].report["llm_workers"]
+    # a fresh process took its place for the first job: no death counted, no partition retried
+    assert report["deaths"] == [] and report["retried_rounds"] == 0 and result.stats["test.wask"].transient == 0
+    assert len(report["pids"]) == 2 and killed and killed[0] not in report["pids"]
+    assert ws.dataset_digest(cfg.resolved_run_dir) == ws.dataset_digest(ref.resolved_run_dir)
+
+
+def test_workers_are_started_early_only_for_a_run_with_a_split_stage_on_local_processes(tmp_path: Path) -> None:
+    """``--until`` a stage before the split one, one worker, or Ray (actors per job): nothing starts; otherwise
+    the workers start, import the plugins first, then the engine, and exit 0 when the run closes them."""
+    import asyncio
+
+    two = config(tmp_path, ws.pipeline_doc(tmp_path / "r", 2))
+    assert preload_modules(two) == ["tests.pipeline.llm_worker_stages", "fabrika.llm.factory", "fabrika.llm.sim"]
+
+    async def early(cfg: PipelineConfig, names: list[str]) -> list[int | None] | None:
+        launcher = await start_llm_workers(cfg, [s for s in cfg.stages if s.stage_name in names])
+        if launcher is None:
+            return None
+        assert launcher.preload == preload_modules(cfg)
+        procs = [w.proc for w in launcher.workers.values()]
+        await launcher.aclose()
+        await launcher.aclose()  # closing twice (the run's resources, then the run's start) is harmless
+        return [p.returncode for p in procs]
+
+    one = config(tmp_path, ws.pipeline_doc(tmp_path / "r1", 1))
+    assert asyncio.run(early(two, ["test.numbers", "test.wask"])) == [0, 0]
+    assert asyncio.run(early(two, ["test.numbers"])) is None
+    assert asyncio.run(early(one, ["test.numbers", "test.wask"])) is None
+    ray = config(tmp_path, {**ws.pipeline_doc(tmp_path / "r2", 2), "executor": "ray"})
+    assert asyncio.run(early(ray, ["test.numbers", "test.wask"])) is None
