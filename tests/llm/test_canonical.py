@@ -86,3 +86,26 @@ def test_the_engines_request_copy_is_dataclasses_replace() -> None:
         assert got == want and repr(got) == repr(want)
         assert got.meta is meta and got.messages is r.messages
         assert all(getattr(got, f.name) is getattr(want, f.name) for f in dataclasses.fields(ChatRequest))
+
+
+_texts = st.one_of(st.none(), st.text(max_size=40))
+_calls = st.lists(st.fixed_dictionaries({"id": st.text(max_size=6), "name": st.text(max_size=8),
+                                         "arguments": st.text(max_size=20)}), max_size=2)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_texts, _calls, st.sampled_from(["stop", "length", "tool_calls"]), _texts),
+                min_size=1, max_size=3),
+       st.integers(min_value=0, max_value=1 << 70), st.text(max_size=8))
+def test_cached_answers_are_written_as_the_stdlib_wrote_them(choices: list, tokens: int, model: str) -> None:
+    """The cache's (and the request log's) answer text is exactly ``json.dumps(ensure_ascii=False, compact)``."""
+    from fabrika.llm.cache import decode_response, encode_response
+    from fabrika.llm.types import ChatResponse, Choice, Usage
+
+    resp = ChatResponse(choices=tuple(Choice(content=c, tool_calls=tuple(t), finish_reason=f, reasoning=r)
+                                      for c, t, f, r in choices), usage=Usage(tokens, 3), model=model, backend="openai")
+    want = json.dumps({"c": [[c.content, list(c.tool_calls), c.finish_reason, c.reasoning] for c in resp.choices],
+                       "u": [tokens, 3], "m": model, "b": "openai"}, ensure_ascii=False, separators=(",", ":"))
+    assert encode_response(resp) == want
+    back = decode_response(want)
+    assert back.choices == resp.choices and back.usage == resp.usage and back.cached
