@@ -137,6 +137,10 @@ class LLMEngine:
         """The cache key of ``request`` after defaults (see :mod:`fabrika.llm.cache`)."""
         return self._key(self.prepare(request))
 
+    def prepared_key(self, request: ChatRequest) -> str:
+        """The cache key of a request :meth:`prepare` already returned (``key`` without preparing it again)."""
+        return self._key(request)
+
     def _key(self, request: ChatRequest) -> str:
         scope = self._scope_of(request) if self._scope_of is not None else self._scope
         return request_key(request, scope=scope)
@@ -453,13 +457,16 @@ _REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(ChatRequest))
 _set = object.__setattr__
 
 
-def _replaced(request: ChatRequest, changes: dict[str, Any]) -> ChatRequest:
-    """``dataclasses.replace(request, **changes)`` for the engine's hot path (~2x faster: no ``__init__``
+def replaced_request(request: ChatRequest, changes: dict[str, Any]) -> ChatRequest:
+    """``dataclasses.replace(request, **changes)`` for the hot path (~2x faster: no ``__init__``
     keyword binding; ``ChatRequest`` has no ``__post_init__`` and every field is an init field)."""
     new = object.__new__(ChatRequest)
     for name in _REQUEST_FIELDS:
         _set(new, name, changes[name] if name in changes else getattr(request, name))
     return new
+
+
+_replaced = replaced_request
 
 
 def split_samples(resp: ChatResponse, n: int, attempts: int) -> list[ChatResponse]:

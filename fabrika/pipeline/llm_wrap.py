@@ -23,13 +23,13 @@ that caused it.
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from fabrika.errors import LLMError
+from fabrika.llm.engine import replaced_request
 from fabrika.llm.failures import FailureTally, leaves_item_pending
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.request_log import REQUEST_SCOPE, RequestScope, log_requests, note_attempt_error, real_engine
@@ -149,7 +149,7 @@ class StageLLM:
     def _stamp(self, request: ChatRequest) -> ChatRequest:
         if request.meta.get("stage") == self._stage:
             return request
-        return dataclasses.replace(request, meta={**request.meta, "stage": self._stage})
+        return replaced_request(request, {"meta": {**request.meta, "stage": self._stage}})
 
     @staticmethod
     def _start() -> int:
