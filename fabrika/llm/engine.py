@@ -119,6 +119,19 @@ class LLMEngine:
     # -- request preparation -----------------------------------------------
     def prepare(self, request: ChatRequest) -> ChatRequest:
         """``request`` with the configured defaults filled in where it sets none."""
+        missing = self._missing(request)
+        return replaced_request(request, missing) if missing else request
+
+    def prepare_with(self, request: ChatRequest, changes: dict[str, Any]) -> ChatRequest:
+        """``prepare(dataclasses.replace(request, **changes))`` in one copy (``StageLLM`` stamps its stage so:
+        :meth:`complete` then finds nothing to fill and sends the request as it is)."""
+        if self._extra_body is not None or any(name in self._defaults for name in changes):
+            return self.prepare(replaced_request(request, changes))
+        missing = self._missing(request)
+        return replaced_request(request, {**missing, **changes} if missing else changes)
+
+    def _missing(self, request: ChatRequest) -> dict[str, Any] | None:
+        """The fields :meth:`prepare` fills in ``request`` (``None``: none)."""
         missing: dict[str, Any] | None = None
         for name, value in self._defaults.items():
             if getattr(request, name) is None:
@@ -131,7 +144,7 @@ class LLMEngine:
             if merged != own:
                 missing = missing or {}
                 missing["extra_body"] = merged
-        return _replaced(request, missing) if missing else request
+        return missing
 
     def key(self, request: ChatRequest) -> str:
         """The cache key of ``request`` after defaults (see :mod:`fabrika.llm.cache`)."""
@@ -453,16 +466,35 @@ class LLMEngine:
         return snap
 
 
-_REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(ChatRequest))
 _set = object.__setattr__
 
 
+_new = object.__new__
+
+
 def replaced_request(request: ChatRequest, changes: dict[str, Any]) -> ChatRequest:
-    """``dataclasses.replace(request, **changes)`` for the hot path (~2x faster: no ``__init__``
-    keyword binding; ``ChatRequest`` has no ``__post_init__`` and every field is an init field)."""
-    new = object.__new__(ChatRequest)
-    for name in _REQUEST_FIELDS:
-        _set(new, name, changes[name] if name in changes else getattr(request, name))
+    """``dataclasses.replace(request, **changes)`` for the hot path (~3x faster: no ``__init__``
+    keyword binding and no loop over the field names; ``ChatRequest`` has no ``__post_init__`` and every
+    field is an init field). One line per field of :class:`ChatRequest`, in its order
+    (``tests/llm/test_canonical.py`` checks every field against ``dataclasses.replace``)."""
+    get = changes.get
+    new = _new(ChatRequest)
+    _set(new, "messages", get("messages", request.messages))
+    _set(new, "model", get("model", request.model))
+    _set(new, "tools", get("tools", request.tools))
+    _set(new, "tool_choice", get("tool_choice", request.tool_choice))
+    _set(new, "temperature", get("temperature", request.temperature))
+    _set(new, "top_p", get("top_p", request.top_p))
+    _set(new, "max_tokens", get("max_tokens", request.max_tokens))
+    _set(new, "n", get("n", request.n))
+    _set(new, "seed", get("seed", request.seed))
+    _set(new, "sample_index", get("sample_index", request.sample_index))
+    _set(new, "response_format", get("response_format", request.response_format))
+    _set(new, "stop", get("stop", request.stop))
+    _set(new, "extra_body", get("extra_body", request.extra_body))
+    _set(new, "tag", get("tag", request.tag))
+    _set(new, "routing_key", get("routing_key", request.routing_key))
+    _set(new, "meta", get("meta", request.meta))
     return new
 
 

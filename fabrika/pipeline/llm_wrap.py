@@ -145,11 +145,16 @@ class StageLLM:
         self._engine = engine
         self._stage = stage
         self.counters = counters
+        # wrapping the engine itself: stamp and fill its defaults in one copy (the engine then sends it as is)
+        self._prepare_with = getattr(engine, "prepare_with", None) if real_engine(engine) is engine else None
 
     def _stamp(self, request: ChatRequest) -> ChatRequest:
         if request.meta.get("stage") == self._stage:
             return request
-        return replaced_request(request, {"meta": {**request.meta, "stage": self._stage}})
+        changes = {"meta": {**request.meta, "stage": self._stage}}
+        if self._prepare_with is not None:
+            return self._prepare_with(request, changes)
+        return replaced_request(request, changes)
 
     @staticmethod
     def _start() -> int:
