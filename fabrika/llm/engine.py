@@ -48,8 +48,10 @@ of workers instead of one task per request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
+from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import fabrika.llm.gctune as gctune
@@ -98,7 +100,7 @@ class LLMEngine:
         self._extra_body = dict(cfg.extra_body) if cfg.extra_body else None
         #: requests currently at the backend (for progress displays)
         self.in_flight = 0
-        self._slots = asyncio.Semaphore(self.max_in_flight)
+        self._slots = Slots(self.max_in_flight)
         self.deadline_s = getattr(cfg, "deadline_s", None)
         scope = getattr(backend, "cache_scope", None)
         self._scope_of = scope if callable(scope) else None
@@ -312,25 +314,28 @@ class LLMEngine:
         n = len(requests)
         grouped = dataclasses.replace(first, n=n)
         akeys = [acct.key(r, r.model or "") for r in requests]
-        async with self._slots:
-            self.in_flight += 1
-            try:
-                resp, attempts = await self._retried(grouped, akeys[0])
-                out = split_samples(resp, n, attempts)
-            except LLMError as exc:
-                err = ChatResponse(error=exc, model=first.model or "", backend=self.backend.name,
-                                   attempts=getattr(exc, "attempts", 1))
-                out = [err] * n
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a backend bug: recorded, and logged loudly
-                _log.exception("LLM backend %r raised %s for tag %r (n=%d); recorded as failed requests",
-                               self.backend.name, type(exc).__name__, first.tag, n)
-                e = map_exception(exc)
-                e.__cause__ = exc
-                out = [ChatResponse(error=e, model=first.model or "", backend=self.backend.name)] * n
-            finally:
-                self.in_flight -= 1
+        slots = self._slots
+        if not slots.take():
+            await slots.wait()
+        self.in_flight += 1
+        try:
+            resp, attempts = await self._retried(grouped, akeys[0])
+            out = split_samples(resp, n, attempts)
+        except LLMError as exc:
+            err = ChatResponse(error=exc, model=first.model or "", backend=self.backend.name,
+                               attempts=getattr(exc, "attempts", 1))
+            out = [err] * n
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a backend bug: recorded, and logged loudly
+            _log.exception("LLM backend %r raised %s for tag %r (n=%d); recorded as failed requests",
+                           self.backend.name, type(exc).__name__, first.tag, n)
+            e = map_exception(exc)
+            e.__cause__ = exc
+            out = [ChatResponse(error=e, model=first.model or "", backend=self.backend.name)] * n
+        finally:
+            self.in_flight -= 1
+            slots.release()
         for akey, key, r in zip(akeys, keys, out):
             acct.record(akey, r)
             if r.error is None and self.cache is not None:
@@ -402,25 +407,28 @@ class LLMEngine:
     async def _call_backend(self, request: ChatRequest, key: str) -> ChatResponse:
         acct = self.accounting
         akey = acct.key(request, request.model or "")
-        async with self._slots:  # engine-wide max_in_flight, across concurrent complete() calls
-            self.in_flight += 1
-            try:
-                resp, attempts = await self._retried(request, akey)
-                if attempts != resp.attempts:
-                    resp = dataclasses.replace(resp, attempts=attempts)
-            except LLMError as exc:
-                resp = ChatResponse(error=exc, model=request.model or "", backend=self.backend.name,
-                                    attempts=getattr(exc, "attempts", 1))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a backend or sim-responder bug: recorded, and logged loudly
-                _log.exception("LLM backend %r raised %s for tag %r; recorded as a failed request",
-                               self.backend.name, type(exc).__name__, request.tag)
-                err = map_exception(exc)
-                err.__cause__ = exc
-                resp = ChatResponse(error=err, model=request.model or "", backend=self.backend.name)
-            finally:
-                self.in_flight -= 1
+        slots = self._slots  # engine-wide max_in_flight, across concurrent complete() calls
+        if not slots.take():
+            await slots.wait()
+        self.in_flight += 1
+        try:
+            resp, attempts = await self._retried(request, akey)
+            if attempts != resp.attempts:
+                resp = dataclasses.replace(resp, attempts=attempts)
+        except LLMError as exc:
+            resp = ChatResponse(error=exc, model=request.model or "", backend=self.backend.name,
+                                attempts=getattr(exc, "attempts", 1))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a backend or sim-responder bug: recorded, and logged loudly
+            _log.exception("LLM backend %r raised %s for tag %r; recorded as a failed request",
+                           self.backend.name, type(exc).__name__, request.tag)
+            err = map_exception(exc)
+            err.__cause__ = exc
+            resp = ChatResponse(error=err, model=request.model or "", backend=self.backend.name)
+        finally:
+            self.in_flight -= 1
+            slots.release()
         acct.record(akey, resp)
         if resp.error is None and self.cache is not None:
             self.cache.put(key, resp)
@@ -499,6 +507,53 @@ def replaced_request(request: ChatRequest, changes: dict[str, Any]) -> ChatReque
 
 
 _replaced = replaced_request
+
+
+class Slots:
+    """The engine's ``max_in_flight``: ``asyncio.Semaphore`` without a coroutine per acquire while a slot is free.
+
+    ``if not slots.take(): await slots.wait()`` takes a slot (a free one at once, else the next released one,
+    first come first served; no barging past a waiter), :meth:`release` gives it back or hands it to the
+    first waiter. A waiter cancelled after it was handed a slot passes the slot on."""
+
+    __slots__ = ("free", "_waiters")
+
+    def __init__(self, n: int) -> None:
+        self.free = n
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def take(self) -> bool:
+        """Take a free slot now (``False``: none free, or others wait for one: :meth:`wait`)."""
+        if self.free > 0 and not self._waiters:
+            self.free -= 1
+            return True
+        return False
+
+    async def wait(self) -> None:
+        """Wait for a slot (after :meth:`take` said no)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # handed a slot, then cancelled before it ran: pass it on
+                self.release()
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(fut)
+            raise
+
+    def release(self) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self.free += 1
+
+    def locked(self) -> bool:
+        """No slot is free now (as ``asyncio.Semaphore.locked``)."""
+        return self.free == 0 or bool(self._waiters)
 
 
 def split_samples(resp: ChatResponse, n: int, attempts: int) -> list[ChatResponse]:
