@@ -41,6 +41,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from fabrika.errors import StoreError
 from fabrika.llm.canonical import canonical_bytes
 from fabrika.llm.types import ChatRequest, ChatResponse, Choice, Usage
+from fabrika.textutil.jsontext import dumps_compact
 
 CACHE_KEY_VERSION = 2
 #: Finish reasons of answers that are complete enough to keep (``length``: truncated, kept on purpose).
@@ -76,16 +77,16 @@ def cacheable(response: ChatResponse) -> bool:
 
 
 def encode_response(resp: ChatResponse) -> str:
-    """Serialise a successful response for the cache (compact JSON)."""
-    return json.dumps(
+    """Serialise a successful response for the cache (compact JSON): exactly ``json.dumps(..., ensure_ascii=False,
+    separators=(",", ":"))``, through orjson where it writes the same text (:func:`fabrika.textutil.jsontext.dumps_compact`)."""
+    return dumps_compact(
         {
             "c": [[c.content, list(c.tool_calls), c.finish_reason, c.reasoning] for c in resp.choices],
             "u": [resp.usage.prompt_tokens, resp.usage.completion_tokens],
             "m": resp.model,
             "b": resp.backend,
         },
-        ensure_ascii=False,
-        separators=(",", ":"),
+        default_str=False,
     )
 
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from fabrika.errors import LLMError
-from fabrika.llm.rawhttp import RawHttpClient, Target, request_head
+from fabrika.llm.rawhttp import RawHttpClient, Target, head_parts
 from fabrika.llm.redact import public_url
 from fabrika.llm.retry import map_exception, map_http_error
 from fabrika.llm.routing import CapacityPolicy, CircuitBreaker, Endpoint, EndpointPool, RoutingPolicy, sequences_of
@@ -215,6 +215,8 @@ class OpenAICompatBackend:
         self._session: Any = None
         self._raw: RawHttpClient | None = None
         self._targets: dict[str, Target] = {}  # endpoint URL → parsed once (raw transport)
+        #: (endpoint URL, tag) → the raw transport's request head around its length (rawhttp.head_parts)
+        self._heads: dict[tuple[str, str], tuple[bytes, bytes]] = {}
         self._urls: dict[str, Any] = {}  # endpoint URL → its yarl.URL, parsed once instead of per request
         #: endpoint URL → what the request log records of it (no credentials, no query)
         self._public: dict[str, str] = {ep.base_url: public_url(ep.base_url) for ep in endpoints}
@@ -308,11 +310,19 @@ class OpenAICompatBackend:
         if target is None:
             target = self._targets[ep.url] = Target.parse(ep.url)
         payload = _body_bytes(build_body(request, self.model))
-        headers = ep.headers if request.tag == "default" else {**ep.headers, "x-fabrika-tag": _ascii(request.tag)}
+        # the head as request_head writes it, its fixed parts built once per endpoint and tag
+        parts = self._heads.get((ep.url, request.tag))
+        if parts is None:
+            if len(self._heads) > 4096:
+                self._heads.clear()
+            headers = ep.headers if request.tag == "default" else {**ep.headers, "x-fabrika-tag": _ascii(request.tag)}
+            parts = self._heads[(ep.url, request.tag)] = head_parts(target, headers)
+        before, lines = parts
         if request.routing_key is not None:
-            headers = {**headers, "x-fabrika-routing-key": _ascii(request.routing_key)}
+            lines += b"x-fabrika-routing-key: " + _ascii(request.routing_key).encode("ascii") + b"\r\n"
+        head = b"%b%d\r\n%b\r\n" % (before, len(payload), lines)
         try:
-            status, resp_headers, raw = await client.post(target, request_head(target, headers, len(payload)), payload)
+            status, resp_headers, raw = await client.post(target, head, payload)
         except LLMError:
             raise
         except Exception as exc:

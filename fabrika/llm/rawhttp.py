@@ -279,4 +279,13 @@ def request_head(t: Target, headers: dict[str, str], length: int) -> bytes:
     return "".join(lines).encode("latin-1", "replace")
 
 
-__all__ = ["RawHttpClient", "Target", "request_head"]
+def head_parts(t: Target, headers: dict[str, str]) -> tuple[bytes, bytes]:
+    """:func:`request_head` cut around the length, to be built once per endpoint and header set:
+    ``before + b"%d\\r\\n" % length + lines + b"\\r\\n"`` is ``request_head(t, headers, length)``, and more
+    header lines (``b"k: v\\r\\n"``, latin-1) may go between ``lines`` and the blank line."""
+    before = f"POST {t.path} HTTP/1.1\r\nHost: {t.host_header}\r\nAccept-Encoding: identity\r\nContent-Length: "
+    lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    return before.encode("latin-1", "replace"), lines.encode("latin-1", "replace")
+
+
+__all__ = ["RawHttpClient", "Target", "head_parts", "request_head"]

@@ -23,13 +23,13 @@ that caused it.
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from fabrika.errors import LLMError
+from fabrika.llm.engine import replaced_request
 from fabrika.llm.failures import FailureTally, leaves_item_pending
 from fabrika.llm.types import ChatRequest, ChatResponse
 from fabrika.pipeline.request_log import REQUEST_SCOPE, RequestScope, log_requests, note_attempt_error, real_engine
@@ -145,11 +145,16 @@ class StageLLM:
         self._engine = engine
         self._stage = stage
         self.counters = counters
+        # wrapping the engine itself: stamp and fill its defaults in one copy (the engine then sends it as is)
+        self._prepare_with = getattr(engine, "prepare_with", None) if real_engine(engine) is engine else None
 
     def _stamp(self, request: ChatRequest) -> ChatRequest:
         if request.meta.get("stage") == self._stage:
             return request
-        return dataclasses.replace(request, meta={**request.meta, "stage": self._stage})
+        changes = {"meta": {**request.meta, "stage": self._stage}}
+        if self._prepare_with is not None:
+            return self._prepare_with(request, changes)
+        return replaced_request(request, changes)
 
     @staticmethod
     def _start() -> int:

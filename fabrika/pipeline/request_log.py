@@ -96,10 +96,21 @@ def log_requests(engine: Any, item: Any, call: int, requests: Sequence["ChatRequ
     requests as the engine sent them and their cache keys (its ``on_prepared`` hook), else they are recomputed."""
     assert item.requests is not None
     bodies = item.bodies
-    keep_answer = getattr(real_engine(engine), "cache", None) is None
-    usable = sent is not None and len(sent[0]) == len(requests) and all(sent[1])
+    real = real_engine(engine)
+    keep_answer = getattr(real, "cache", None) is None
+    # the engine's prepared requests (the same messages object as the request's: defaults only fill fields)
+    # and, with a cache, their keys; without one each key is taken here, from the prepared request
+    as_sent = sent[0] if sent is not None and len(sent[0]) == len(requests) else None
+    keys = sent[1] if as_sent is not None and sent is not None and all(sent[1]) else None
+    key_of = getattr(real, "prepared_key", None) if real is not None else None
     for i, (request, response) in enumerate(zip(requests, responses)):
-        prepared, key = (sent[0][i], sent[1][i]) if usable and sent is not None else _key(engine, request)
+        if keys is not None and as_sent is not None:
+            prepared, key = as_sent[i], keys[i]
+        elif as_sent is not None and key_of is not None and as_sent[i].messages is request.messages:
+            prepared = as_sent[i]
+            key = key_of(prepared)
+        else:
+            prepared, key = _key(engine, request)
         failed = list((item.attempt_errors or {}).pop(key, ()))
         places = list((item.attempt_endpoints or {}).pop(key, ()))
         endpoint = response.endpoint

@@ -23,13 +23,14 @@ Readers: :func:`read_item_requests` (the sidecar rows of some items of one shard
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import sqlite3
 import threading
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Collection, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable
 
 import orjson
 
@@ -61,6 +62,14 @@ def _dump_bytes(value: Any) -> bytes:
 
 def _dumps(value: Any) -> str:
     return _dump_bytes(value).decode("utf-8")
+
+
+@functools.cache
+def _encode_response() -> Callable[["ChatResponse"], str]:
+    """:func:`fabrika.llm.cache.encode_response`, imported on first use (not when the store is), once."""
+    from fabrika.llm.cache import encode_response
+
+    return encode_response
 
 
 def sidecar_of(shard: Path) -> Path:
@@ -185,9 +194,7 @@ class RequestBodies:
                 body["response_format"] = self._ref(request.response_format)
             self._requests[key] = _dumps(body)
             if answer is not None and answer.error is None:
-                from fabrika.llm.cache import encode_response
-
-                self._answers[key] = encode_response(answer)
+                self._answers[key] = _encode_response()(answer)
             self._seen.add(key)
 
     def flush(self) -> None:

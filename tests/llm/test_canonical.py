@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import enum
 import json
@@ -81,8 +82,51 @@ def test_the_engines_request_copy_is_dataclasses_replace() -> None:
     meta = {"sim_error_rate": 0.1}
     r = ChatRequest(messages=({"role": "user", "content": "x"},), temperature=0.2, tag="t", meta=meta,
                     routing_key="k", sample_index=3)
-    for changes in ({"model": "m"}, {"model": "m", "seed": 7, "max_tokens": 9, "extra_body": {"a": 1}}, {"top_p": 0.5}):
+    for changes in ({"model": "m"}, {"model": "m", "seed": 7, "max_tokens": 9, "extra_body": {"a": 1}}, {"top_p": 0.5},
+                    {"meta": {"stage": "s"}}, {"tag": None, "routing_key": None, "sample_index": 0},
+                    {f.name: f"v{i}" for i, f in enumerate(dataclasses.fields(ChatRequest))}):
         got, want = _replaced(r, changes), dataclasses.replace(r, **changes)
         assert got == want and repr(got) == repr(want)
-        assert got.meta is meta and got.messages is r.messages
+        assert got.meta is want.meta and got.messages is want.messages  # no field copied, none rebuilt
         assert all(getattr(got, f.name) is getattr(want, f.name) for f in dataclasses.fields(ChatRequest))
+
+
+_texts = st.one_of(st.none(), st.text(max_size=40))
+_calls = st.lists(st.fixed_dictionaries({"id": st.text(max_size=6), "name": st.text(max_size=8),
+                                         "arguments": st.text(max_size=20)}), max_size=2)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_texts, _calls, st.sampled_from(["stop", "length", "tool_calls"]), _texts),
+                min_size=1, max_size=3),
+       st.integers(min_value=0, max_value=1 << 70), st.text(max_size=8))
+def test_cached_answers_are_written_as_the_stdlib_wrote_them(choices: list, tokens: int, model: str) -> None:
+    """The cache's (and the request log's) answer text is exactly ``json.dumps(ensure_ascii=False, compact)``."""
+    from fabrika.llm.cache import decode_response, encode_response
+    from fabrika.llm.types import ChatResponse, Choice, Usage
+
+    resp = ChatResponse(choices=tuple(Choice(content=c, tool_calls=tuple(t), finish_reason=f, reasoning=r)
+                                      for c, t, f, r in choices), usage=Usage(tokens, 3), model=model, backend="openai")
+    want = json.dumps({"c": [[c.content, list(c.tool_calls), c.finish_reason, c.reasoning] for c in resp.choices],
+                       "u": [tokens, 3], "m": model, "b": "openai"}, ensure_ascii=False, separators=(",", ":"))
+    assert encode_response(resp) == want
+    back = decode_response(want)
+    assert back.choices == resp.choices and back.usage == resp.usage and back.cached
+
+
+def test_prepare_with_is_prepare_of_the_replaced_request() -> None:
+    """StageLLM's one-copy stamp: the engine's defaults and the changes, as two copies would make them."""
+    from fabrika.llm.config import LLMConfig
+    from fabrika.llm.engine import LLMEngine
+    from fabrika.llm.sim import SimBackend
+
+    base = ChatRequest(messages=({"role": "user", "content": "x"},), tag="t", meta={"k": 1}, temperature=0.1)
+    for cfg in (LLMConfig(model="m", max_tokens=9, seed=4), LLMConfig(model="m", extra_body={"a": 1}), LLMConfig()):
+        engine = LLMEngine(SimBackend(), config=cfg)
+        for request in (base, dataclasses.replace(base, model="own", max_tokens=1, extra_body={"b": 2})):
+            for changes in ({"meta": {"k": 1, "stage": "s"}}, {"max_tokens": 3, "meta": {}}):
+                got = engine.prepare_with(request, changes)
+                want = engine.prepare(dataclasses.replace(request, **changes))
+                assert got == want and got.meta == want.meta and got.messages is request.messages
+                assert engine.prepare(got) is got  # complete() sends it as it is
+        asyncio.run(engine.aclose())  # releases the engine's GC tuning

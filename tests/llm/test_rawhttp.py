@@ -150,3 +150,48 @@ async def test_a_refused_connect_is_an_os_error_and_garbage_a_value_error() -> N
     async with server:
         with pytest.raises(ValueError, match="not an HTTP"):
             await post(client(), t)
+
+
+def test_head_parts_write_request_heads_bytes() -> None:
+    from fabrika.llm.rawhttp import head_parts
+
+    t = Target.parse("http://127.0.0.1:8000/v1/chat/completions")
+    for headers in ({}, {"Authorization": "Bearer k", "Content-Type": "application/json"},
+                    {"Authorization": "Bearer ключ", "x-fabrika-tag": "fc.user"}):
+        before, lines = head_parts(t, headers)
+        for length in (0, 7, 123456):
+            assert before + b"%d\r\n" % length + lines + b"\r\n" == request_head(t, headers, length)
+        extra = {**headers, "x-fabrika-routing-key": "ep-1"}
+        assert before + b"9\r\n" + lines + b"x-fabrika-routing-key: ep-1\r\n\r\n" == request_head(t, extra, 9)
+
+
+async def test_the_backends_raw_head_is_request_heads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The openai backend builds its head from parts kept per endpoint and tag: the bytes of request_head."""
+    from fabrika.llm.config import LLMConfig
+    from fabrika.llm.openai_compat import OpenAICompatBackend, _ascii
+    from fabrika.llm.types import ChatRequest
+
+    sent: list[tuple[bytes, bytes]] = []
+
+    async def fake_post(self: RawHttpClient, t: Target, head: bytes, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        sent.append((head, body))
+        return 200, {}, b'{"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]}'
+
+    monkeypatch.setattr(RawHttpClient, "post", fake_post)
+    cfg = LLMConfig(backend="openai", model="m", transport="raw", endpoints=[{"base_url": "http://127.0.0.1:9/v1"}])
+    backend = OpenAICompatBackend(cfg)
+    ep = backend.endpoints[0]
+    requests = [ChatRequest(messages=({"role": "user", "content": "x"},)),
+                ChatRequest(messages=({"role": "user", "content": "y"},), tag="fc.user"),
+                ChatRequest(messages=({"role": "user", "content": "z"},), tag="fc.user", routing_key="эпизод-1"),
+                ChatRequest(messages=({"role": "user", "content": "x"},), tag="роль", routing_key="e2")]
+    for _ in range(2):  # the second round from the kept parts
+        for r in requests:
+            await backend.send(r)
+    await backend.aclose()
+    t = Target.parse(ep.url)
+    for (head, body), r in zip(sent, requests * 2):
+        headers = ep.headers if r.tag == "default" else {**ep.headers, "x-fabrika-tag": _ascii(r.tag)}
+        if r.routing_key is not None:
+            headers = {**headers, "x-fabrika-routing-key": _ascii(r.routing_key)}
+        assert head == request_head(t, headers, len(body))
