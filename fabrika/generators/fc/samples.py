@@ -67,10 +67,10 @@ def _episode_samples(dialogue: Dialogue) -> list[tuple[Sample, int]]:
 
 
 #: the :class:`Sample` fields :func:`_sample_rows` writes from JSON made once per episode
-_SHARED = frozenset({"prompt", "completion", "tools"})
+_SHARED = {"prompt", "completion", "tools"}
 
 
-def _sample_rows(dialogue: Dialogue, samples: list[tuple[Sample, int]]) -> list[dict[str, Any]]:
+def _sample_rows(samples: list[tuple[Sample, int]]) -> list[dict[str, Any]]:
     """``to_row(sample)`` of each sample, the same text, with each message and the tool list turned into JSON
     once per episode (a prompt repeats the episode's earlier messages: the JSON of a list is its items'
     JSON joined by commas)."""
@@ -80,6 +80,7 @@ def _sample_rows(dialogue: Dialogue, samples: list[tuple[Sample, int]]) -> list[
     system = dumps(first.prompt[0].model_dump(mode="json"))
     tools = dumps([t.model_dump(mode="json") for t in first.tools])
     context = [dumps(m.model_dump(mode="json")) for m in first.prompt[1:]]
+    nested = nested_fields(Sample)
     rows = []
     for sample, i in samples:
         if len(context) < i:
@@ -88,7 +89,6 @@ def _sample_rows(dialogue: Dialogue, samples: list[tuple[Sample, int]]) -> list[
                   "completion": "[" + ",".join(dumps(m.model_dump(mode="json")) for m in sample.completion) + "]",
                   "tools": tools}
         data = sample.model_dump(mode="json", exclude=_SHARED)
-        nested = nested_fields(Sample)
         rows.append({name: shared[name] if name in _SHARED else dumps(data[name]) if name in nested else data[name]
                      for name in Sample.model_fields})
     return rows
@@ -115,4 +115,4 @@ class SamplesStage(Stage[SamplesConfig]):
         except (ValueError, KeyError, IndexError) as exc:
             return [rejected(stable_id(dialogue.id, prefix="fcs-bad-"), f"invalid_episode: {exc}")]
         return [ok(s.id, **{k: v for k, v in row.items() if k != "id"}, **score_columns(s))
-                for (s, _), row in zip(samples, _sample_rows(dialogue, samples), strict=True)]
+                for (s, _), row in zip(samples, _sample_rows(samples), strict=True)]
