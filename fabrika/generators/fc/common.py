@@ -6,6 +6,7 @@ of raising, so each stage can turn them into recorded rejections.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -35,6 +36,7 @@ def cyrillic_share(text: str) -> float:
     return cyr / (cyr + lat) if cyr + lat else 0.0
 
 
+@functools.lru_cache(maxsize=8192)  # pure; a plan's texts are checked in every round, a tool's in every run
 def language_ok(text: str, lang: str, min_share: float = 0.6) -> bool:
     """Cheap script check, good enough to catch an English answer to a Russian prompt.
 
