@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from typing import Any
 
 from fabrika.agents.surface import mentions, numbers_in, value_given
@@ -36,6 +37,7 @@ def _contains(haystack: str, needle: str) -> bool:
     return mentions(haystack, needle)
 
 
+@lru_cache(maxsize=1 << 14)  # pure; a plan's texts meet the same forms at every step, round and in its episode
 def said_value(text: str, form: str) -> bool:
     """``form`` in ``text`` as written, inflected, or by an alias, short form or transliteration («в Питере»).
 

@@ -43,6 +43,7 @@ def mentions(haystack: str, needle: str) -> bool:
     return _contains(haystack, needle)
 
 
+@lru_cache(maxsize=1 << 15)  # pure, and asked again and again: every tool name and value against a step's texts
 def _contains(haystack: str, needle: str) -> bool:
     needle = needle.strip().lower()
     if len(needle) < 2:
@@ -102,6 +103,7 @@ _TRANSLIT = {"а": "a", "б": "b", "в": "v", "г": "g", "д": "d", "е": "e", "
              "э": "e", "ю": "yu", "я": "ya"}
 
 
+@lru_cache(maxsize=4096)
 def skeleton(text: str) -> str:
     """A Latin consonant-and-vowel skeleton that Russian and its common transliterations share.
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from fabrika.agents.leaks import PlanLeak, user_facing_leaks
 from fabrika.agents.prompts import assistant_system, prompt_text
@@ -124,10 +124,46 @@ def plan_leaks(state: EpisodeState) -> list[str]:
     return user_facing_leaks(plan.steps, plan.tools, plan.lang, state.step, plan.persona)
 
 
-def assistant_view(state: EpisodeState) -> AssistantView:
-    """System prompt, tier-k tools and the whole dialogue, without hidden reasoning and without the plan."""
-    msgs = tuple(m if m.reasoning is None else m.model_copy(update={"reasoning": None})
-                 for m in state.messages if m.role != "system")
+class AssistantHistory:
+    """One episode's dialogue as the assistant sees it, each message made once: its copy without hidden
+    reasoning and its chat dict (an episode only appends messages and never changes one, so every later
+    request reuses them). Pass one to :func:`assistant_view` and :func:`render_assistant_request`; the chat
+    dicts are shared between requests, read only (as :meth:`~fabrika.schemas.tools.Tool.to_openai`'s)."""
+
+    __slots__ = ("_chats", "_seen", "_source")
+
+    def __init__(self) -> None:
+        self._source: list[Message] = []  # the state's messages (without system ones) seen so far
+        self._seen: list[Message] = []  # each one as the assistant sees it
+        self._chats: list[dict[str, Any]] = []  # its chat dict
+
+    def seen(self, messages: Sequence[Message]) -> tuple[Message, ...]:
+        """``messages`` without hidden reasoning; a message met before (the same object, at the same place)
+        gives its earlier copy."""
+        source = self._source
+        k = 0
+        while k < len(source) and k < len(messages) and source[k] is messages[k]:
+            k += 1
+        del source[k:], self._seen[k:], self._chats[k:]  # a changed history (not an episode's) starts over there
+        for m in messages[k:]:
+            source.append(m)
+            self._seen.append(m if m.reasoning is None else m.model_copy(update={"reasoning": None}))
+            self._chats.append(self._seen[-1].to_chat())
+        return tuple(self._seen)
+
+    def chats(self, seen: Sequence[Message]) -> list[dict[str, Any]]:
+        """The chat dicts of ``seen`` (what :meth:`seen` returned; anything else is rendered afresh)."""
+        if len(seen) == len(self._seen) and all(a is b for a, b in zip(seen, self._seen)):
+            return list(self._chats)
+        return [m.to_chat() for m in seen]
+
+
+def assistant_view(state: EpisodeState, history: AssistantHistory | None = None) -> AssistantView:
+    """System prompt, tier-k tools and the whole dialogue, without hidden reasoning and without the plan
+    (``history``: the episode's, so each message is copied once, not once per request)."""
+    dialogue = [m for m in state.messages if m.role != "system"]
+    msgs = (history.seen(dialogue) if history is not None else
+            tuple(m if m.reasoning is None else m.model_copy(update={"reasoning": None}) for m in dialogue))
     return AssistantView(
         lang=state.plan.lang,
         system=assistant_system(state.plan.lang, state.plan.id),
@@ -171,9 +207,12 @@ def render_user_prompt(view: UserView) -> list[dict[str, Any]]:
     return [{"role": "system", "content": system}, {"role": "user", "content": body}]
 
 
-def render_assistant_request(view: AssistantView) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(messages, tools) for an OpenAI tool-calling request."""
-    messages = [{"role": "system", "content": view.system}] + [m.to_chat() for m in view.messages]
+def render_assistant_request(view: AssistantView, history: AssistantHistory | None = None,
+                             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(messages, tools) for an OpenAI tool-calling request (``history``: the one the view was made with, whose
+    chat dicts are reused)."""
+    chats = history.chats(view.messages) if history is not None else [m.to_chat() for m in view.messages]
+    messages = [{"role": "system", "content": view.system}, *chats]
     return messages, [t.to_openai() for t in view.tools]
 
 

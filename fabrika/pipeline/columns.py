@@ -11,7 +11,6 @@ the value (``list[Message]``): the row holds it as a JSON string
 from __future__ import annotations
 
 import functools
-import json
 import types
 import typing
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, TypeAdapter
 
+import fabrika.schemas.fastjson as fastjson
 from fabrika.schemas import Message, Sample, Tool
 
 #: Columns every stored row has (the stage or the runner writes them): never declared, always there.
@@ -50,7 +50,10 @@ class Column:
     @property
     def json(self) -> bool:
         """True when the row stores the value as a JSON string."""
-        return _shape(self.type) not in ("str", "int", "float", "bool", "any")
+        try:
+            return _json_type(self.type)
+        except TypeError:  # an unhashable type: not remembered
+            return _shape(self.type) not in _PLAIN_SHAPES
 
     @property
     def type_label(self) -> str:
@@ -72,7 +75,7 @@ class Column:
         if self.json and isinstance(value, (str, bytes, bytearray)):
             if not value:
                 return default
-            value = json.loads(value)
+            value = fastjson.loads(value)  # orjson; the stdlib for what orjson refuses (NaN, big integers)
             if value is None:
                 return default
         if self.type is Any:
@@ -91,6 +94,15 @@ class Column:
 @functools.cache
 def _adapter(tp: Any) -> TypeAdapter[Any]:
     return TypeAdapter(tp)
+
+
+@functools.cache
+def _json_type(tp: Any) -> bool:
+    """:attr:`Column.json` of a column type (read on every row: worked out once per type)."""
+    return _shape(tp) not in _PLAIN_SHAPES
+
+
+_PLAIN_SHAPES = ("str", "int", "float", "bool", "any")
 
 
 @dataclass(frozen=True)

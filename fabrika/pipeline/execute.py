@@ -53,6 +53,7 @@ from fabrika.pipeline.stage import Row, Stage, is_rejection, rejected
 from fabrika.pipeline.taxonomy import Failure, InputRow, classify, stop
 from fabrika.store.done_ids import DoneIds
 from fabrika.store.journal import JOURNAL, StageJournal
+from fabrika.store.shards import flatten_row
 
 if TYPE_CHECKING:
     from fabrika.pipeline.config import PipelineConfig
@@ -335,7 +336,7 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
     feed = iter(stage.input_rows()) if rows is None else rows
     items = new_items(stage, feed, done, stats, lambda: progress.advance(task, stats),
                       owns=None if partition is None else partition.owns)
-    pending: list[list[Row]] = []  # finished items' rows, not yet in a shard (they are in the journal)
+    pending: list[list[Row]] = []  # finished items' rows, flattened, not yet in a shard (they are in the journal)
     journal = StageJournal(store.stage_dir(name), DURABLE_SECONDS / 2,  # + the wait below: <= ~1 s
                            JOURNAL if partition is None else partition.journal)
     last_flush = time.monotonic()
@@ -353,13 +354,13 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
             rows = [r for item in pending[: cfg.chunk_size] for r in item]
             if bodies is not None:
                 bodies.flush()
-            store.write(name, rows)
+            store.write(name, rows, flat=True)
             pending = pending[cfg.chunk_size :]  # only once written: a failed write keeps them (and the journal)
             stats.shards += 1
             stats.rows_written += len(rows)
             wrote = True
         if wrote:
-            journal.rewrite(r for item in pending for r in item)
+            journal.rewrite((r for item in pending for r in item), flat=True)
         last_flush = time.monotonic()
         services.live(name, stats)
 
@@ -380,8 +381,9 @@ async def run_items(services: StageServices, stage: Stage, stats: StageStats,
                 return
         count_item(stats, result.rows, result.state, window)
         if result.rows is not None:
-            journal.append(result.rows)
-            pending.append(result.rows)
+            flat = [flatten_row(r) for r in result.rows]  # once, for the journal and for the shard
+            journal.append(flat, flat=True)
+            pending.append(flat)
         elif (not exhausted and fleet_outage(result.state) and services.fleet_down is not None
               and services.fleet_down()):
             stop_feeding("every LLM endpoint's circuit is open (the fleet is down or hung)")

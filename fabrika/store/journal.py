@@ -72,11 +72,12 @@ def item_key(row: dict[str, Any]) -> str:
     return str(row.get("input_id") or row["id"])
 
 
-def encode_item(rows: list[dict[str, Any]]) -> bytes:
-    """One journal record holding all of one item's ``rows``."""
-    flat = [shards.flatten_row(r) for r in rows]
-    payload = dumps_compact_bytes({"item": item_key(flat[0]), "rows": flat})
-    rest = b"%d " % len(flat) + payload
+def encode_item(rows: list[dict[str, Any]], *, flat: bool = False) -> bytes:
+    """One journal record holding all of one item's ``rows`` (``flat``: :func:`~fabrika.store.shards.flatten_row`
+    made them already)."""
+    flat_rows = rows if flat else [shards.flatten_row(r) for r in rows]
+    payload = dumps_compact_bytes({"item": item_key(flat_rows[0]), "rows": flat_rows})
+    rest = b"%d " % len(flat_rows) + payload
     return MAGIC + _digest(rest) + b" " + rest + b"\n"
 
 
@@ -294,14 +295,15 @@ class StageJournal:
         self._broken = StorageError.from_os(exc, self.path)
         return self._broken
 
-    def append(self, rows: Iterable[dict[str, Any]]) -> None:
-        """Commit one finished item's rows as one record: all of them or, after a crash, none."""
+    def append(self, rows: Iterable[dict[str, Any]], *, flat: bool = False) -> None:
+        """Commit one finished item's rows as one record: all of them or, after a crash, none (``flat``: rows
+        :func:`~fabrika.store.shards.flatten_row` made)."""
         if self._broken is not None:  # nothing more goes in after a failed write (until a rewrite)
             raise self._broken
         rows = list(rows)
         if not rows:
             return
-        data = encode_item(rows)
+        data = encode_item(rows, flat=flat)
         fd = self._open()
         view = memoryview(data)
         try:
@@ -326,13 +328,13 @@ class StageJournal:
         self._dirty = False
         self._last_sync = time.monotonic()
 
-    def rewrite(self, rows: Iterable[dict[str, Any]]) -> None:
+    def rewrite(self, rows: Iterable[dict[str, Any]], *, flat: bool = False) -> None:
         """Replace the journal with ``rows`` (the items not yet in a shard, each item's rows
-        consecutive), atomically."""
+        consecutive; ``flat``: :func:`~fabrika.store.shards.flatten_row`'s), atomically."""
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        data = b"".join(encode_item(item) for item in _group_items(rows))
+        data = b"".join(encode_item(item, flat=flat) for item in _group_items(rows))
         if data:
             shards.atomic_write_bytes(self.path, data)
         else:

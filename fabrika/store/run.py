@@ -87,9 +87,10 @@ class RunStore:
         return token
 
     # -- writing ----------------------------------------------------------------
-    def write(self, stage: str, rows: list[dict[str, Any]]) -> Path:
-        """Append one shard of ``rows`` to ``stage`` atomically."""
-        return shards.write_shard(self.stage_dir(stage), rows)
+    def write(self, stage: str, rows: list[dict[str, Any]], *, flat: bool = False) -> Path:
+        """Append one shard of ``rows`` to ``stage`` atomically (``flat``: rows that
+        :func:`~fabrika.store.shards.flatten_row` made, as the journal holds them)."""
+        return shards.write_shard(self.stage_dir(stage), rows, flat=flat)
 
     def clean_temp(self, stage: str) -> int:
         return shards.clean_temp(self.stage_dir(stage))

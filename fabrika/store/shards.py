@@ -142,17 +142,20 @@ def _clean_key(key: str) -> str:
 
 
 def flatten_row(row: dict[str, Any]) -> dict[str, Any]:
-    """``row`` with nested values as JSON text and storable text, as a shard stores it."""
-    return {_clean_key(k): _flatten_value(v) for k, v in row.items()}
+    """``row`` with nested values as JSON text and storable text, as a shard stores it; a request log
+    (:data:`REQUESTS_KEY`, :data:`SHARED_REQUESTS_KEY`) as the text its sidecar stores (:func:`request_log_text`).
+    Flattening a flat row changes nothing."""
+    return {_clean_key(k): request_log_text(v) if k in _LOG_KEYS else _flatten_value(v) for k, v in row.items()}
 
 
-def rows_to_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
-    """Build a shard frame: base columns typed as text, other columns inferred over all rows."""
+def rows_to_frame(rows: list[dict[str, Any]], *, flat: bool = False) -> pl.DataFrame:
+    """Build a shard frame: base columns typed as text, other columns inferred over all rows
+    (``flat``: the rows are :func:`flatten_row`'s already)."""
     if not rows:
         raise StoreError("refusing to write an empty shard")
     columns: dict[str, list[Any]] = {}
     for i, raw in enumerate(rows):
-        row = flatten_row(raw)
+        row = raw if flat else flatten_row(raw)
         for key in row:
             if key not in columns:
                 columns[key] = [None] * i
@@ -218,6 +221,7 @@ REQUESTS_KEY = "__fabrika_requests__"
 #: written to the sidecar under the item :data:`SHARED_ITEM` (no row id is empty).
 SHARED_REQUESTS_KEY = "__fabrika_shared_requests__"
 SHARED_ITEM = ""
+_LOG_KEYS = frozenset({REQUESTS_KEY, SHARED_REQUESTS_KEY})
 #: The sidecar directory inside a stage directory.
 REQUESTS_DIR = "requests"
 
@@ -237,22 +241,31 @@ def _split_requests(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], l
         out[i] = row
         for item, entries in ((str(row.get("input_id") or row["id"]), log), (SHARED_ITEM, shared)):
             if entries is not None:
-                text = entries if isinstance(entries, str) else json.dumps(
-                    entries, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
-                side.append((item, clean_text(text)))
+                side.append((item, request_log_text(entries)))
     return out, side
 
 
-def write_shard(directory: Path, rows: list[dict[str, Any]], seq: int | None = None) -> Path:
+def request_log_text(entries: Any) -> Any:
+    """A request log's sidecar text: its entries as compact JSON with sorted keys (text as it is), made
+    storable; ``None`` stays ``None``."""
+    if entries is None:
+        return None
+    text = entries if isinstance(entries, str) else json.dumps(
+        entries, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+    return clean_text(text)
+
+
+def write_shard(directory: Path, rows: list[dict[str, Any]], seq: int | None = None, *, flat: bool = False) -> Path:
     """Write ``rows`` (sorted by id) as the next shard of ``directory``, atomically, with the
     checksum of its content in the footer (:data:`CONTENT_KEY`, checked by :func:`verify_shard`).
 
     Items whose first row carries :data:`REQUESTS_KEY` get their request log written first, to
     ``requests/<the shard's name>`` (atomically too): a shard is never in place without the log of its
-    items, and a log whose shard never got there (a crash in between) is ignored by its readers."""
+    items, and a log whose shard never got there (a crash in between) is ignored by its readers.
+    ``flat``: the rows are :func:`flatten_row`'s already (not flattened again)."""
     directory.mkdir(parents=True, exist_ok=True)
     rows, side = _split_requests(rows)
-    frame = rows_to_frame(rows)
+    frame = rows_to_frame(rows, flat=flat)
     seq = next_seq(directory) if seq is None else seq
     digest = stable_id(frame["id"].to_list())[:8]
     path = directory / f"part-{seq:06d}-{digest}.parquet"

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from fabrika.agents.visibility import (
+    AssistantHistory,
     EpisodeState,
     assistant_view,
     render_assistant_request,
@@ -87,6 +88,21 @@ def test_assistant_request_has_tier_tools_and_dialogue_but_no_plan():
     assert messages[0]["role"] == "system"
     assert messages[2]["tool_calls"][0]["function"]["name"] == "search_train_tickets"
     assert "ПОЕЗД-777" in messages[3]["content"]
+
+
+def test_an_episode_history_renders_what_a_fresh_view_renders_as_it_grows():
+    history = AssistantHistory()
+    for n in range(1, len(MESSAGES) + 1):  # an episode: messages only appended
+        state = EpisodeState(plan=PLAN, messages=MESSAGES[:n], step=0)
+        view = assistant_view(state, history)
+        assert view == assistant_view(state)  # reasoning stripped the same way
+        assert render_assistant_request(view, history) == render_assistant_request(assistant_view(state))
+    # a history that changes (not an episode's) is rendered afresh from the change on
+    other = (MESSAGES[0], Message(role="assistant", content="Уточните дату?", train=True, reasoning="СКРЫТОЕ"))
+    state = EpisodeState(plan=PLAN, messages=other, step=0)
+    messages, _ = render_assistant_request(assistant_view(state, history), history)
+    assert messages == render_assistant_request(assistant_view(state))[0]
+    assert "СКРЫТОЕ" not in _text(messages) and messages[-1]["content"] == "Уточните дату?"
 
 
 def test_tool_prompt_has_call_schema_expected_result_but_no_user_text_or_goal():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -119,11 +120,11 @@ def test_input_is_streamed_not_loaded(tmp_path: Path, monkeypatch: pytest.Monkey
     seen_gap: list[int] = []
     real_write = RunStore.write
 
-    def spying_write(self: RunStore, stage: str, rows: list[dict]) -> Path:
+    def spying_write(self: RunStore, stage: str, rows: list[dict], **kw: Any) -> Path:
         if stage == "test.count":
             written = sum(len(pl.read_parquet(p, columns=["id"])) for p in self.shards(stage)) + len(rows)
             seen_gap.append(len(ps.PULLED) - written)
-        return real_write(self, stage, rows)
+        return real_write(self, stage, rows, **kw)
 
     cfg = make_config(tmp_path, n=2000, stages=[{"kind": "test.count", "n": 2000, "chunk_size": 50, "max_in_flight": 20}],
                       dataset={"stages": ["test.count"]})

@@ -6,8 +6,10 @@ of raising, so each stage can turn them into recorded rejections.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import math
 import re
 from typing import Any, Iterable
 
@@ -34,6 +36,7 @@ def cyrillic_share(text: str) -> float:
     return cyr / (cyr + lat) if cyr + lat else 0.0
 
 
+@functools.lru_cache(maxsize=8192)  # pure; a plan's texts are checked in every round, a tool's in every run
 def language_ok(text: str, lang: str, min_share: float = 0.6) -> bool:
     """Cheap script check, good enough to catch an English answer to a Russian prompt.
 
@@ -130,7 +133,25 @@ def argument_problems(tool: Tool, arguments: dict[str, Any]) -> list[str]:
     annotation); a runtime would reject «14 марта» for a ``date``, so the FC
     stages check it.
     """
-    validator = _format_validator(tool.function.parameters)
+    schema_key = _json_key(tool.function.parameters)
+    validator = _format_validator(tool.function.parameters, schema_key)
+    # the same arguments meet the same schema again and again (a plan's calls in every check round, then the
+    # assistant's right calls in its episode): the problems of a (schema, arguments) pair are remembered
+    args_key = None if schema_key is None else _args_key(arguments)
+    memo_key = None if schema_key is None or args_key is None else (schema_key, args_key)
+    if memo_key is not None:
+        got = _PROBLEMS.get(memo_key)
+        if got is not None:
+            return list(got)
+    problems = _argument_problems(tool, arguments, validator)
+    if memo_key is not None:
+        if len(_PROBLEMS) >= 8192:
+            _PROBLEMS.clear()
+        _PROBLEMS[memo_key] = tuple(problems)
+    return problems
+
+
+def _argument_problems(tool: Tool, arguments: dict[str, Any], validator: jsonschema.Draft202012Validator) -> list[str]:
     if validator.is_valid(arguments):  # formats are checked on top of every other keyword: nothing else fails
         return []
     problems = tool.validate_arguments(arguments)
@@ -141,16 +162,53 @@ def argument_problems(tool: Tool, arguments: dict[str, Any]) -> list[str]:
 
 
 _FORMAT_VALIDATORS: dict[bytes, jsonschema.Draft202012Validator] = {}
+#: (schema key, arguments key) → :func:`argument_problems` (keys from :func:`_json_key` and :func:`_args_key`)
+_PROBLEMS: dict[tuple[bytes, bytes], tuple[str, ...]] = {}
 
 
-def _format_validator(parameters: dict[str, Any]) -> jsonschema.Draft202012Validator:
-    """The format-checking validator of a parameters schema, built once per distinct schema (keyed on its JSON
-    in insertion order, the order the validator walks keywords in); uncached where orjson cannot key it."""
+def _json_key(value: Any) -> bytes | None:
+    """``value``'s JSON in insertion order as a memo key, or ``None`` where it is not a safe one: orjson
+    refuses it (a lone surrogate, a huge integer, a non-JSON type), or it holds ``null`` (NaN and infinities
+    are ``null`` to orjson too)."""
     try:
-        key = orjson.dumps(parameters)
+        key = orjson.dumps(value)
     except TypeError:  # orjson.JSONEncodeError is a TypeError
-        key = None
-    if key is None or b"null" in key:  # NaN and infinities are ``null`` to orjson too: not a safe key
+        return None
+    return None if b"null" in key else key
+
+
+def _args_key(value: Any) -> bytes | None:
+    """Call arguments' JSON as a memo key, or ``None`` unless they are plain JSON data: exact ``dict`` (text
+    keys), ``list``, ``str``, ``int``, finite ``float``, ``bool``, ``None`` — a tuple, a subclass or a date
+    would write the same JSON as a value the schema judges differently."""
+    if not _plain_json(value, 0):
+        return None
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # an integer beyond 64 bits, a lone surrogate
+        return None
+
+
+def _plain_json(v: Any, depth: int) -> bool:
+    t = type(v)
+    if t is str or v is None or t is bool or t is int:
+        return True
+    if t is float:
+        return math.isfinite(v)
+    if depth > 32:
+        return False
+    if t is dict:
+        return all(type(k) is str and _plain_json(x, depth + 1) for k, x in v.items())
+    if t is list:
+        return all(_plain_json(x, depth + 1) for x in v)
+    return False
+
+
+def _format_validator(parameters: dict[str, Any], key: bytes | None) -> jsonschema.Draft202012Validator:
+    """The format-checking validator of a parameters schema (``key``: :func:`_json_key` of it), built once per
+    distinct schema (keyed on its JSON in insertion order, the order the validator walks keywords in);
+    uncached where there is no key."""
+    if key is None:
         return jsonschema.Draft202012Validator(parameters, format_checker=_FORMATS)
     validator = _FORMAT_VALIDATORS.get(key)
     if validator is None:

@@ -43,6 +43,7 @@ import fabrika.generators.fc.columns as cols
 from fabrika.agents.leaks import PlanLeak, said_value, withheld_values
 from fabrika.agents.prompts import ASSISTANT_KEYS, CATALOGUE, TOOL_KEYS, USER_KEYS
 from fabrika.agents.visibility import (
+    AssistantHistory,
     EpisodeState,
     assistant_view,
     plan_leaks,
@@ -155,6 +156,7 @@ class Episode:
         self.tools = {t.name: t for t in plan.tools_at_tier()}
         self.answered: dict[int, set[str]] = {}
         self._leaks: dict[int, list[str]] = {}  # step → plan_leaks (the plan does not change in an episode)
+        self._history = AssistantHistory()  # the assistant's view of self.messages, each message made once
 
     def state(self, step: int) -> EpisodeState:
         return EpisodeState(plan=self.plan, messages=tuple(self.messages), step=step)
@@ -319,7 +321,8 @@ class Episode:
         failures = 0
         answered = self.answered.setdefault(step_i, set())  # tools whose wrong call got a real answer this turn
         while True:
-            messages, tools = render_assistant_request(assistant_view(self.state(step_i)))
+            history = self._history
+            messages, tools = render_assistant_request(assistant_view(self.state(step_i), history), history)
             req = ChatRequest(messages=tuple(messages), tools=tuple(tools), temperature=self.cfg.temperature,
                               max_tokens=self.cfg.max_tokens, tag="fc.assistant", routing_key=self.plan.id,
                               meta={"sim_error_rate": self.cfg.sim_error_rate})

@@ -274,16 +274,17 @@ class PlansStage(Stage[PlansConfig]):
     def _parsed(self) -> "OrderedDict[bytes, ToolSpec]":
         return OrderedDict()
 
-    def _function(self, spec: ToolSpec) -> dict[str, Any]:
-        """``spec``'s OpenAI ``function`` object, dumped once per parsed spec (the planner's task and every judge
-        round show it; read only: the prompts copy or encode it)."""
-        return self._function_memo(spec)[1]
-
     def _function_rendered(self, spec: ToolSpec) -> Rendered:
-        """:meth:`_function` wrapped for :func:`dumps_indent1`: every judge round writes its text once."""
+        """``spec``'s OpenAI ``function`` object (dumped once per parsed spec) wrapped for :func:`dumps_indent1`:
+        every judge round writes its text once."""
         return self._function_memo(spec)[2]
 
-    def _function_memo(self, spec: ToolSpec) -> tuple[ToolSpec, dict[str, Any], Rendered]:
+    def _task_tool(self, spec: ToolSpec) -> Rendered:
+        """The planner task's entry of ``spec`` (its function and its description tiers), wrapped for
+        :func:`dumps_indent1`: the ten plans of a topic show the same tools, written once."""
+        return self._function_memo(spec)[3]
+
+    def _function_memo(self, spec: ToolSpec) -> tuple[ToolSpec, dict[str, Any], Rendered, Rendered]:
         memo = self._functions
         got = memo.get(id(spec))
         if got is not None and got[0] is spec:
@@ -291,11 +292,12 @@ class PlansStage(Stage[PlansConfig]):
         if len(memo) > 2 * SPEC_CACHE:
             memo.clear()
         fn = spec.tool.to_openai()["function"]
-        got = memo[id(spec)] = (spec, fn, Rendered(fn))  # the spec is held, so its id is not reused while here
+        # the spec is held, so its id is not reused while here
+        got = memo[id(spec)] = (spec, fn, Rendered(fn), Rendered({**fn, "tiers": spec.tiers}))
         return got
 
     @cached_property
-    def _functions(self) -> dict[int, tuple[ToolSpec, dict[str, Any], Rendered]]:
+    def _functions(self) -> dict[int, tuple[ToolSpec, dict[str, Any], Rendered, Rendered]]:
         return {}
 
     def _tools(self, topic_id: str) -> list[ToolSpec]:
@@ -346,10 +348,11 @@ class PlansStage(Stage[PlansConfig]):
         return sample_type, group, rng.choice(personas), rng.randrange(4)
 
     def _task(self, sample_type: str, group: list[ToolSpec], persona: Persona, topic_tools: list[ToolSpec]) -> dict:
+        """The planner's task (its tools as :class:`Rendered`: only :func:`dumps_indent1` reads it)."""
         task: dict[str, Any] = {
             "sample_type": sample_type, "lang": persona.lang,
             "persona": persona.model_dump(exclude={"id"}),
-            "tools": [{**self._function(t), "tiers": t.tiers} for t in group],
+            "tools": [self._task_tool(t) for t in group],
         }
         if sample_type == "irrelevance":  # what the user asks for: a topic need no visible tool serves
             task["unavailable"] = [t.tiers[1] for t in topic_tools]
@@ -381,10 +384,12 @@ class PlansStage(Stage[PlansConfig]):
             if steps is not None:
                 problems = check_plan(steps, group, sample_type, lang, persona)
             verdict = None
-            if steps is not None and not problems:
-                verdict = await self._judge(sample_type, group, steps, lang, routing_key=item["id"])
-            rounds.append(PlanRound(round=r, plan=None if steps is None else {"steps": [s.model_dump() for s in steps]},
-                                    problems=problems, verdict=verdict))
+            # the steps as plain data, dumped once for the judge, the round's record and the revision request
+            # (each only serialises it)
+            plan_data = None if steps is None else {"steps": [s.model_dump() for s in steps]}
+            if plan_data is not None and not problems:
+                verdict = await self._judge(sample_type, group, plan_data, lang, routing_key=item["id"])
+            rounds.append(PlanRound(round=r, plan=plan_data, problems=problems, verdict=verdict))
             if verdict is not None and verdict.approved and steps is not None:
                 plan = Plan(id=item["id"], topic_id=item["topic_id"], lang=lang, sample_type=sample_type,
                             persona=persona, tools=group, tier=tier, steps=steps, rounds=rounds)
@@ -392,8 +397,7 @@ class PlansStage(Stage[PlansConfig]):
                            plan=plan.model_dump_json())]
             issues = problems + (verdict.issues if verdict else [])
             # the plan travels once per request: the task, the last plan, the review (tokens stay flat per round)
-            last_plan = text if steps is None else json.dumps({"steps": [s.model_dump() for s in steps]},
-                                                             ensure_ascii=False)
+            last_plan = text if plan_data is None else json.dumps(plan_data, ensure_ascii=False)
             convo = [first, {"role": "assistant", "content": last_plan},
                      {"role": "user", "content": prompt_text("planner_revise", lang).format(
                          issues=dumps_indent1(issues or ["-"]))}]
@@ -402,11 +406,11 @@ class PlansStage(Stage[PlansConfig]):
         detail = (last.problems or (last.verdict.issues if last.verdict else []) or ["-"])[0]
         return [rejected(item["id"], f"{why}: {detail}", **base, n_rounds=len(rounds), rounds=_dump(rounds))]
 
-    async def _judge(self, sample_type: str, group: list[ToolSpec], steps: list, lang: str,
+    async def _judge(self, sample_type: str, group: list[ToolSpec], plan_data: dict[str, Any], lang: str,
                      routing_key: str | None = None) -> JudgeVerdict:
+        """The judge's verdict on one plan (``plan_data``: ``{"steps": [<step dumps>]}``)."""
         cfg = self.config
-        task = {"sample_type": sample_type, "tools": [self._function_rendered(t) for t in group],
-                "plan": {"steps": [s.model_dump() for s in steps]}}
+        task = {"sample_type": sample_type, "tools": [self._function_rendered(t) for t in group], "plan": plan_data}
         resp = await self.ctx.llm.complete_one(ChatRequest(
             messages=({"role": "user", "content": prompt_text("judge", lang).format(
                 task=dumps_indent1(task))},),

@@ -18,7 +18,7 @@ from fabrika.pipeline.stage import Row, Stage, StageConfig, ok, register_stage, 
 from fabrika.schemas.ids import stable_id
 from fabrika.schemas.messages import Dialogue, Message
 from fabrika.schemas.records import Sample
-from fabrika.schemas.rows import to_row
+from fabrika.schemas.rows import dumps, nested_fields
 
 
 class SamplesConfig(StageConfig):
@@ -31,10 +31,17 @@ SCORE_COLUMNS = ("asks_withheld", "asks_given", "unsupported_numbers", "unsuppor
 
 def episode_samples(dialogue: Dialogue) -> list[Sample]:
     """The samples of one episode, in message order."""
+    return [s for s, _ in _episode_samples(dialogue)]
+
+
+def _episode_samples(dialogue: Dialogue) -> list[tuple[Sample, int]]:
+    """:func:`episode_samples` with each sample's target message index; the prompts' context copies
+    (``train=False``) are shared between the samples of the episode (made once per message)."""
     system = Message(role="system", content=assistant_system(dialogue.lang or "ru", dialogue.meta.get("plan_id")))
     kinds = dialogue.meta.get("step_kinds")
     step_tools = dialogue.meta.get("step_tools")
-    out: list[Sample] = []
+    context: list[Message] = []  # messages[:len(context)] as prompt context
+    out: list[tuple[Sample, int]] = []
     for target in dialogue.meta.get("targets", []):
         i = target["index"]
         msg = dialogue.messages[i]
@@ -48,14 +55,43 @@ def episode_samples(dialogue: Dialogue) -> list[Sample]:
             meta["answers_clarification"] = step > 0 and kinds[step - 1] == "clarification"
         if step_tools is not None:
             meta["turn_tools"] = step_tools[step]
-        out.append(Sample(
+        context.extend(m.model_copy(update={"train": False}) for m in dialogue.messages[len(context):i])
+        out.append((Sample(
             id=stable_id(dialogue.id, i, prefix="fcs-"), expert="fc", lang=dialogue.lang or "ru",
-            prompt=[system, *(m.model_copy(update={"train": False}) for m in dialogue.messages[:i])], completion=[msg],
+            prompt=[system, *context[:i]], completion=[msg],
             tools=dialogue.tools,
             target_type=target["target_type"], meta=meta,
             ground_truth={"calls": target["expected"], **({"asks": target["asks"]} if "asks" in target else {})},
-        ))
+        ), i))
     return out
+
+
+#: the :class:`Sample` fields :func:`_sample_rows` writes from JSON made once per episode
+_SHARED = {"prompt", "completion", "tools"}
+
+
+def _sample_rows(samples: list[tuple[Sample, int]]) -> list[dict[str, Any]]:
+    """``to_row(sample)`` of each sample, the same text, with each message and the tool list turned into JSON
+    once per episode (a prompt repeats the episode's earlier messages: the JSON of a list is its items'
+    JSON joined by commas)."""
+    if not samples:
+        return []
+    first = samples[0][0]
+    system = dumps(first.prompt[0].model_dump(mode="json"))
+    tools = dumps([t.model_dump(mode="json") for t in first.tools])
+    context = [dumps(m.model_dump(mode="json")) for m in first.prompt[1:]]
+    nested = nested_fields(Sample)
+    rows = []
+    for sample, i in samples:
+        if len(context) < i:
+            context.extend(dumps(m.model_dump(mode="json")) for m in sample.prompt[1 + len(context):])
+        shared = {"prompt": "[" + ",".join([system, *context[:i]]) + "]",
+                  "completion": "[" + ",".join(dumps(m.model_dump(mode="json")) for m in sample.completion) + "]",
+                  "tools": tools}
+        data = sample.model_dump(mode="json", exclude=_SHARED)
+        rows.append({name: shared[name] if name in _SHARED else dumps(data[name]) if name in nested else data[name]
+                     for name in Sample.model_fields})
+    return rows
 
 
 def score_columns(sample: Sample) -> dict[str, Any]:
@@ -75,7 +111,8 @@ class SamplesStage(Stage[SamplesConfig]):
     async def process(self, row: Row) -> list[Row]:
         dialogue: Dialogue = cols.DIALOGUE.value(row)
         try:
-            samples = episode_samples(dialogue)
+            samples = _episode_samples(dialogue)
         except (ValueError, KeyError, IndexError) as exc:
             return [rejected(stable_id(dialogue.id, prefix="fcs-bad-"), f"invalid_episode: {exc}")]
-        return [ok(s.id, **{k: v for k, v in to_row(s).items() if k != "id"}, **score_columns(s)) for s in samples]
+        return [ok(s.id, **{k: v for k, v in row.items() if k != "id"}, **score_columns(s))
+                for (s, _), row in zip(samples, _sample_rows(samples), strict=True)]

@@ -73,8 +73,9 @@ def _pair(calls: list[ToolCall], expected: list[ExpectedCall], tools: list[Tool]
     unused = list(expected)
     out: list[ExpectedCall | None] = []
     for call in calls:
-        hit = next((e for e in unused if calls_match([call.model_dump()], [e.model_dump(exclude={"result"})], tools)),
-                   None)
+        # a call matches only an expected call of its name (``calls_match`` of one call each): others are not tried
+        hit = next((e for e in unused if e.name == call.name
+                    and calls_match([call.model_dump()], [e.model_dump(exclude={"result"})], tools)), None)
         if hit is not None:
             unused.remove(hit)
         out.append(hit)
