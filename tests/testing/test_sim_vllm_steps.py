@@ -138,3 +138,27 @@ def test_a_serial_api_server_queues_concurrent_requests_a_plain_overhead_does_no
     # (its engine step ends at 0.063) waits for the process until 0.10 and leaves at 0.15; the second's at 0.20
     first, second = two_at_once(True)
     assert abs(first - 0.15) < 1e-9 and abs(second - 0.20) < 1e-9
+
+
+def test_a_shared_host_runs_the_servers_steps_and_api_work_one_at_a_time() -> None:
+    def pair(host_serial: bool, overhead: float = 0.0) -> list[float]:
+        cfg = StepEngineConfig(**{**{k: getattr(CFG, k) for k in CFG.__dataclass_fields__},
+                                  "request_overhead_s": overhead})
+        fleet = StepFleet([StepEngine(cfg), StepEngine(cfg)], host_serial=host_serial)
+        done = [0.0, 0.0]
+        fleet.submit(0, 0.0, prompt(0, 3), 20, lambda t: done.__setitem__(0, t))
+        fleet.submit(1, 0.0, prompt(100, 3), 20, lambda t: done.__setitem__(1, t))
+        fleet.run()
+        return done
+
+    alone = 0.01 + 0.003 + 19 * 0.012  # one prefill step, then 19 decode steps of one sequence
+    assert all(abs(d - alone) < 1e-9 for d in pair(False))
+    # one host: the two servers' steps alternate, so each of the 20 steps of one waits for one of the other;
+    # server 0's last step ends one step before server 1's
+    first, second = pair(True)
+    assert abs(second - 2 * alone) < 1e-9 and abs(first - (2 * alone - 0.012)) < 1e-9
+    # the requests' overheads queue on the same host: both arrivals (0.05 each) before any step, and every
+    # answer's half after the step that finished it
+    first, second = pair(True, overhead=0.1)
+    assert abs(second - (0.1 + 2 * alone + 0.1)) < 1e-9 and first < second
+    assert abs(first - (0.1 + 2 * alone - 0.012 + 0.05)) < 1e-9
